@@ -1,0 +1,1 @@
+"""The compiler's passes, one module each; :mod:`tilec.pipeline` orders them."""

@@ -1,0 +1,118 @@
+"""Double buffering: the K loop's copies become an N-stage cp.async pipeline.
+
+Requires: tiling's output (one-stage buffers filled by synchronous copies in the K loop).
+
+Produces, for ``stages = S``:
+- buffers of S stages;
+- a prologue that issues the copies of the first S-1 iterations, one commit group each;
+- in the loop: ``copy.wait {pending = S-2}`` then one barrier (the data of this iteration is
+  in, and every thread is done reading the stage about to be refilled), the copy of
+  iteration ``it + S - 1`` into stage ``(it + S - 1) % S`` (predicated on being inside the
+  loop), a commit, and the dot on stage ``it % S``; a final ``copy.wait {pending = 0}``.
+With S = 1 each iteration copies, waits for its own copy, and fences with barriers on both
+sides of the dot. Copies whose vectors are 4, 8 or 16 bytes become ``mode = async``
+(cp.async); narrower ones stay synchronous loads and stores.
+
+Schedule for S = 3 (iteration it reads stage it % 3)::
+
+    prologue: copy(k0) -> s0, commit; copy(k0+BK) -> s1, commit
+    loop:     wait(1); barrier; copy(k+2BK) -> s[(it+2)%3] if k+2BK < K; commit; dot(s[it%3])
+"""
+from __future__ import annotations
+
+from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel
+from tilec.ir.types import PRED, ScalarType, TileType, i32
+from tilec.options import Options
+
+from passes.common import clone_slice, constant, find_main_loop
+
+NAME = "double_buffer"
+ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async sizes, PTX ISA 9.7.9.25.3.1
+
+
+def _copy_mode(copy: Op) -> str:
+    nbytes = copy.attrs["vec"] * copy.operands[0].type.dtype.bytes
+    return "async" if nbytes in ASYNC_COPY_BYTES else "sync"
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    kernel = clone_kernel(kernel)
+    stages = options.stages
+    loop, dot = find_main_loop(kernel)
+    body = loop.regions[0]
+    iv = body.args[0]
+    lb, ub, step = loop.operands[:3]
+    step_const = loop.attrs["step_const"]
+    copies = [op for op in body.ops if op.name == "copy.global_to_shared"]
+    views = [c.operands[-1] for c in copies]
+    buffers = [v.owner.operands[0] for v in views]
+
+    for buffer in buffers:
+        old: TileType = buffer.type
+        buffer.type = old.with_(shape=(stages, *old.shape[1:]))
+        buffer.owner.attrs["stages"] = stages
+
+    def emit_copies(b: Builder, k: Value, stage: Value, predicate: Value | None,
+                    source_block: Block) -> None:
+        for copy, view in zip(copies, views):
+            tensor = copy.operands[0]
+            offsets = copy.operands[1:1 + tensor.type.rank]
+            new_offsets = clone_slice(list(offsets), source_block, b, {iv: k})
+            stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
+                                 view.hint)
+            attrs = dict(copy.attrs, mode=_copy_mode(copy))
+            operands = [tensor, *new_offsets, stage_view]
+            if predicate is not None:
+                operands.append(predicate)
+            b.op("copy.global_to_shared", operands, attrs=attrs)
+
+    # Prologue, before the loop: iterations 0 .. S-2.
+    pre = Builder(Block(), loop.loc)
+    for s in range(stages - 1):
+        k = pre.value("arith.add", [lb, constant(pre, s * step_const)], i32, f"k{s}")
+        inside = pre.value("arith.lt", [k, ub], ScalarType(PRED), f"p{s}")
+        emit_copies(pre, k, constant(pre, s), inside, body)
+        pre.op("copy.commit")
+
+    # Loop body: the dot reads stage it % S; the copy of it + S - 1 refills the stage read
+    # in the previous iteration.
+    b = Builder(Block(), loop.loc)
+    it = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32), step], i32, "it")
+    read_stage = b.value("arith.mod", [it, constant(b, stages)], i32, "read_stage")
+    kept = [op for op in body.ops if op not in copies and op.name != "gpu.barrier"
+            and not (op.name == "smem.stage" and op.results[0] in views)]
+    before_dot = kept[:kept.index(dot)]
+    after_dot = kept[kept.index(dot) + 1:]
+    b.block.ops.extend(before_dot)
+    if stages == 1:
+        b.op("gpu.barrier")
+        emit_copies(b, iv, read_stage, None, body)
+        b.op("copy.commit")
+        b.op("copy.wait", attrs={"pending": 0})
+        b.op("gpu.barrier")
+    else:
+        b.op("copy.wait", attrs={"pending": stages - 2})
+        b.op("gpu.barrier")
+        ahead = b.value("arith.add", [iv, constant(b, (stages - 1) * step_const)], i32, "k_next")
+        write_stage = b.value("arith.mod", [b.value("arith.add", [it, constant(b, stages - 1)],
+                                                    i32), constant(b, stages)], i32,
+                              "write_stage")
+        inside = b.value("arith.lt", [ahead, ub], ScalarType(PRED), "p_next")
+        emit_copies(b, ahead, write_stage, inside, body)
+        b.op("copy.commit")
+    read_views = []
+    for view in views:
+        read_views.append(b.value("smem.stage", [view.owner.operands[0], read_stage], view.type,
+                                  view.hint))
+    dot.operands = [*read_views, dot.operands[2]]
+    b.block.ops.append(dot)
+    b.block.ops.extend(after_dot)
+    body.ops = b.block.ops
+
+    top = kernel.body.ops
+    index = top.index(loop)
+    drain = Builder(Block(), loop.loc)
+    drain.op("copy.wait", attrs={"pending": 0})
+    kernel.body.ops = top[:index] + pre.block.ops + [loop] + drain.block.ops + top[index + 1:]
+    kernel.meta["stages"] = stages
+    return kernel

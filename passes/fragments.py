@@ -1,0 +1,167 @@
+"""Fragment mapping: the dot becomes ldmatrix + mma.sync over each warp's fragments, and the
+accumulator and its epilogue live in the mma accumulator layout.
+
+Requires: the tiling plan and the dot reading shared views (tiling, double buffering).
+
+Produces:
+- the accumulator (its ``tile.full`` init, the loop's iter arg and result) typed
+  ``tile<f32,[BM,BN],reg,mma_c(...)>``;
+- for each k16 step of the block's BK: ``frag.ldmatrix`` of A and B (x4, ``.trans`` decided by
+  the backend from the shared layout's orientation) and one ``frag.mma``; the loads of step
+  s + 1 are issued before the mma of step s, so fragments are double-buffered in registers;
+- epilogue values of the block's shape in the accumulator layout, so every thread computes
+  and stores exactly the elements it holds: 2-D loads and broadcast 1-D loads (bias rows or
+  columns) become ``frag.load`` with a ``dims`` map.
+
+Before::
+
+    %d = tile.dot %vA, %vB, %acc : tile<f32,[128,128]>
+After (BK = 32)::
+
+    %a0 = frag.ldmatrix %vA {k0 = 0, operand = A} : tile<f16,[128,16],reg,mma_a(...)>
+    %b0 = frag.ldmatrix %vB {k0 = 0, operand = B} : tile<f16,[16,128],reg,mma_b(...)>
+    %a1 = frag.ldmatrix %vA {k0 = 16, operand = A} ...
+    %b1 = frag.ldmatrix %vB {k0 = 16, operand = B} ...
+    %d0 = frag.mma %a0, %b0, %acc
+    %d = frag.mma %a1, %b1, %d0
+"""
+from __future__ import annotations
+
+from tilec.errors import TileConfigError, located
+from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
+from tilec.ir.types import TileType
+from tilec.layout import MMA_K, MmaLayout
+from tilec.options import Options
+
+from passes.common import find_main_loop
+from passes.tiling import TilingPlan
+
+NAME = "fragments"
+# Ops whose result takes the accumulator layout when it has the block's shape.
+LAYOUT_FOLLOWERS = {"tile.full", "tile.splat", "tile.add", "tile.sub", "tile.mul", "tile.div",
+                    "tile.max", "tile.min", "tile.neg", "tile.relu", "tile.cast"}
+
+
+def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
+    view_a, view_b, acc = dot.operands
+    bm, bn, bk = plan.block
+    dtype = view_a.type.dtype
+    a_type = TileType(dtype, (bm, MMA_K), "reg", MmaLayout("A", plan.warps, plan.warp_tile))
+    b_type = TileType(dtype, (MMA_K, bn), "reg", MmaLayout("B", plan.warps, plan.warp_tile))
+    b = Builder(Block(), dot.loc)
+    steps = bk // MMA_K
+
+    def load(step: int) -> tuple[Value, Value]:
+        fa = b.value("frag.ldmatrix", [view_a], a_type, f"a{step}", operand="A",
+                     k0=step * MMA_K)
+        fb = b.value("frag.ldmatrix", [view_b], b_type, f"b{step}", operand="B",
+                     k0=step * MMA_K)
+        return fa, fb
+
+    fragments = [load(0)]
+    value = acc
+    for step in range(steps):
+        if step + 1 < steps:
+            fragments.append(load(step + 1))
+        last = step + 1 == steps
+        mma = b.op("frag.mma", [*fragments[step], value], [acc_type], hints=[dot.result.hint])
+        if last:
+            mma.results[0] = dot.result
+            dot.result.owner = mma
+            dot.result.type = acc_type
+        value = mma.result
+    return b.block.ops
+
+
+def _broadcast_load(kernel: Kernel, op: Op, layout: MmaLayout) -> Op:
+    """``broadcast(load 1-D)`` or ``broadcast(reshape(load 1-D))`` as one frag.load."""
+    source = defining_op(op.operands[0])
+    shape = op.operands[0].type.shape
+    if source is not None and source.name == "tile.reshape":
+        source = defining_op(source.operands[0])
+    if source is None or source.name != "tile.load" or source.result.type.rank != 1:
+        raise located(TileConfigError, "only tiles loaded from 1-D tensors (bias rows or "
+                      "columns) can be broadcast in an epilogue", op.loc, kernel.source_lines)
+    # numpy aligns shapes at the right: [n] and [1, n] walk columns, [n, 1] walks rows.
+    dims = [-1, 0] if len(shape) == 1 or shape[0] == 1 else [0, -1]
+    rtype = op.result.type.with_(layout=layout)
+    new = Op("frag.load", list(source.operands), [op.result], {"dims": dims}, [], op.loc)
+    op.result.owner = new
+    op.result.type = rtype
+    return new
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    kernel = clone_kernel(kernel)
+    plan: TilingPlan = kernel.meta["tiling"]
+    loop, dot = find_main_loop(kernel)
+    body = loop.regions[0]
+    layout = MmaLayout("C", plan.warps, plan.warp_tile)
+    acc_arg = dot.operands[2]
+    if acc_arg not in body.args:
+        raise located(TileConfigError, "the product must accumulate into a loop-carried "
+                      "tile (`acc += a @ b`)", dot.loc, kernel.source_lines)
+    index = body.args.index(acc_arg) - 1
+    acc_type = acc_arg.type.with_(layout=layout)
+    init = loop.operands[3 + index]
+    init_op = defining_op(init)
+    if init_op is None or init_op.name != "tile.full":
+        raise located(TileConfigError, "the accumulator must start as zeros(...) or full(...)",
+                      dot.loc, kernel.source_lines)
+    for value in (init, acc_arg, loop.results[index]):
+        value.type = acc_type
+    position = body.ops.index(dot)
+    body.ops[position:position + 1] = _expand_dot(dot, plan, acc_type)
+
+    block_shape = (plan.block[0], plan.block[1])
+    after = kernel.body.ops[kernel.body.ops.index(loop) + 1:]
+    rewritten: list[Op] = []
+    for op in after:
+        result_type = op.results[0].type if len(op.results) == 1 else None
+        is_block_tile = (isinstance(result_type, TileType) and result_type.space == "reg"
+                         and tuple(result_type.shape) == block_shape)
+        if is_block_tile and op.name == "tile.load":
+            new = Op("frag.load", list(op.operands), [op.result], {"dims": [0, 1]}, [], op.loc)
+            op.result.owner = new
+            op.result.type = result_type.with_(layout=layout)
+            op = new
+        elif is_block_tile and op.name == "tile.broadcast":
+            op = _broadcast_load(kernel, op, layout)
+        elif is_block_tile and op.name in LAYOUT_FOLLOWERS:
+            op.result.type = result_type.with_(layout=layout)
+        elif is_block_tile:
+            raise located(TileConfigError, f"'{op.name}' is not supported in an epilogue",
+                          op.loc, kernel.source_lines)
+        rewritten.append(op)
+    kernel.body.ops[kernel.body.ops.index(loop) + 1:] = rewritten
+    _drop_dead(kernel.body)
+    return kernel
+
+
+def _drop_dead(block: Block) -> None:
+    """Remove side-effect-free ops whose results nothing uses (loads folded into frag.load,
+    index computations the pipeline re-emitted)."""
+    pure = ("arith.", "tile.load", "tile.reshape", "tile.broadcast", "tile.full", "tile.splat",
+            "smem.stage", "tensor.transpose")
+    while True:
+        used = {v for op in _all_ops(block) for v in op.operands}
+        removed = False
+        for region in _all_blocks(block):
+            keep = [op for op in region.ops if not (op.name.startswith(pure) and op.results
+                                                   and not any(r in used for r in op.results))]
+            removed |= len(keep) != len(region.ops)
+            region.ops = keep
+        if not removed:
+            return
+
+
+def _all_blocks(block: Block):
+    yield block
+    for op in block.ops:
+        for region in op.regions:
+            yield from _all_blocks(region)
+
+
+def _all_ops(block: Block):
+    for region in _all_blocks(block):
+        yield from region.ops

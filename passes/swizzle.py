@@ -1,0 +1,93 @@
+"""Swizzle layout: choose each shared buffer's XOR swizzle from computed bank conflicts.
+
+Requires: tiling's plan (block, warp tiles, each operand's storage orientation and copy
+vector width) and the shared buffers it made.
+
+Produces: every ``smem.alloc`` and ``smem.stage`` of an operand typed with the chosen
+:class:`~tilec.layout.SmemLayout`; ``kernel.meta["bank_conflicts"]`` maps each operand to the
+worst conflict degree of its copy stores and ldmatrix loads under the chosen swizzle and
+under no swizzle (1 = conflict-free), the figures ``tilec explain`` prints.
+
+``options.swizzle``: "auto" searches the candidates for the fewest conflicts (ties go to
+fewer XOR bits); "off" keeps rows linear; a :class:`~tilec.layout.Swizzle` is used as given
+after checking that it permutes whole rows of the tile.
+"""
+from __future__ import annotations
+
+from tilec.errors import TileConfigError, located
+from tilec.ir.core import Kernel, clone_kernel
+from tilec.layout import (MMA_K, WARP_SIZE, SmemLayout, Swizzle, conflict_degree, copy_map,
+                          copy_store_addresses, ldmatrix_addresses, swizzle_candidates)
+from tilec.options import Options
+
+from passes.tiling import OperandPlan, TilingPlan
+
+NAME = "swizzle"
+
+
+def operand_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                      elem_bytes: int) -> dict[str, int]:
+    """Worst conflict degree of the copy stores and the ldmatrix loads of one operand."""
+    cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
+    stores = max(conflict_degree(copy_store_addresses(layout, cmap, warp, i, elem_bytes),
+                                 op_plan.vec * elem_bytes)
+                 for warp in range(plan.threads // WARP_SIZE) for i in range(cmap.per_thread))
+    bk = plan.block[2]
+    mn_extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
+    warps_along = plan.warps[0] if op_plan.role == "A" else plan.warps[1]
+    loads = max(conflict_degree(ldmatrix_addresses(layout, op_plan.role, op_plan.k_major,
+                                                   w * mn_extent + mn0, k0, elem_bytes), 16)
+                for w in range(warps_along) for mn0 in range(0, mn_extent, 16)
+                for k0 in range(0, bk, MMA_K))
+    return {"copy": stores, "ldmatrix": loads}
+
+
+def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
+           requested: str | Swizzle) -> tuple[Swizzle, dict]:
+    base = op_plan.layout
+    if requested == "off":
+        candidates = [Swizzle(0)]
+    elif isinstance(requested, Swizzle):
+        candidates = [requested]
+    else:
+        candidates = swizzle_candidates(elem_bytes)
+    scored = []
+    for swizzle in candidates:
+        if swizzle.period > base.size and swizzle.bits:
+            continue  # would fold rows of different stages together
+        degrees = operand_conflicts(plan, op_plan, base.with_swizzle(swizzle), elem_bytes)
+        scored.append(((degrees["ldmatrix"], degrees["copy"], swizzle.bits), swizzle, degrees))
+    if not scored:
+        raise ValueError(f"{requested} does not fit a {base.rows}x{base.cols} tile")
+    _, best, degrees = min(scored, key=lambda entry: entry[0])
+    return best, degrees
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    kernel = clone_kernel(kernel)
+    plan: TilingPlan = kernel.meta["tiling"]
+    report = {}
+    new_operands = []
+    for op_plan in plan.operands:
+        elem_bytes = 2
+        try:
+            swizzle, degrees = choose(plan, op_plan, elem_bytes, options.swizzle)
+        except ValueError as err:
+            raise located(TileConfigError, f"swizzle for operand {op_plan.role}: {err}", None,
+                          kernel.source_lines) from None
+        linear = operand_conflicts(plan, op_plan, op_plan.layout, elem_bytes)
+        layout = op_plan.layout.with_swizzle(swizzle)
+        report[op_plan.role] = {"swizzle": str(swizzle), "chosen": degrees, "linear": linear}
+        new_operands.append(OperandPlan(op_plan.role, op_plan.tensor, layout, op_plan.vec))
+        for op in kernel.walk():
+            if op.name == "smem.alloc" and op.attrs["role"] == op_plan.role:
+                op.result.type = op.result.type.with_(layout=layout)
+                buffer = op.result
+        for op in kernel.walk():
+            if op.name == "smem.stage" and op.operands[0] is buffer:
+                op.result.type = op.result.type.with_(layout=layout)
+    kernel.meta["tiling"] = TilingPlan(plan.block, plan.warps, plan.warp_tile, plan.instruction,
+                                       plan.threads, plan.dtype, tuple(new_operands),
+                                       plan.raster_group)
+    kernel.meta["bank_conflicts"] = report
+    return kernel

@@ -1,0 +1,225 @@
+"""Tiling: block tile -> warp tiles -> mma instruction tiles, and the copies that feed them.
+
+Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.load``s
+directly inside a top-level K loop.
+
+Produces:
+- ``kernel.meta["tiling"]``: a :class:`TilingPlan` (block, warp and instruction tiles,
+  threads, each operand's shared layout and copy vector width);
+- a one-stage shared buffer per operand (``smem.alloc`` before the loop) filled in the loop
+  by a synchronous ``copy.global_to_shared``, with ``gpu.barrier`` on both sides of the dot,
+  which now reads the shared views;
+- the grid's ``raster_group`` attribute (grouped block order, for L2 reuse).
+
+Before::
+
+    %a = tile.load %A, %i, %k {shape = [128, 32]} : tile<f16,[128,32]>
+    %d = tile.dot %a, %b, %acc
+After::
+
+    %sA = smem.alloc {role = A, stages = 1} : tile<f16,[1,128,32],smem,linear>   (pre-loop)
+    %vA = smem.stage %sA, %c0
+    copy.global_to_shared %A, %i, %k, %vA {mode = sync, shape = [128, 32], vec = 8}
+    gpu.barrier
+    %d = tile.dot %vA, %vB, %acc
+    gpu.barrier
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.errors import TileConfigError, located
+from tilec.ir.core import Builder, Kernel, Op, Value, clone_kernel, defining_op
+from tilec.ir.types import F32, MMA_INPUT_DTYPES, TensorType, TileType
+from tilec.layout import MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout
+from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
+
+from passes.common import constant, find_main_loop
+
+NAME = "tiling"
+# Registers a thread needs beside accumulators and fragments (addresses, indices, masks);
+# an estimate that ptxas's real report (tilec explain) refines.
+REGISTER_OVERHEAD = 40
+
+
+@dataclass(frozen=True)
+class OperandPlan:
+    role: str  # "A" or "B"
+    tensor: str  # the parameter it is read from
+    layout: SmemLayout
+    vec: int  # elements per global->shared access
+
+    @property
+    def k_major(self) -> bool:
+        return self.layout.transposed == (self.role == "B")
+
+
+@dataclass(frozen=True)
+class TilingPlan:
+    block: tuple[int, int, int]  # BM, BN, BK
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    instruction: tuple[int, int, int]
+    threads: int
+    dtype: str
+    operands: tuple[OperandPlan, OperandPlan]
+    raster_group: int
+
+    def operand(self, role: str) -> OperandPlan:
+        return self.operands[0] if role == "A" else self.operands[1]
+
+    def registers_estimate(self) -> int:
+        wm, wn = self.warp_tile
+        acc = wm * wn // WARP_SIZE
+        fragments = 2 * (wm // MMA_M * 4 + wn // MMA_N * 2)  # double-buffered A and B
+        return acc + fragments + REGISTER_OVERHEAD
+
+
+def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
+    """The parameter a tensor value views, and whether the view is transposed."""
+    op = defining_op(value)
+    if op is not None and op.name == "tensor.transpose":
+        name, transposed = _source_tensor(kernel, op.operands[0])
+        return name, not transposed
+    for param, arg in zip(kernel.params, kernel.body.args):
+        if arg is value:
+            return param.name, False
+    raise ValueError("tensor value is neither a parameter nor a view of one")
+
+
+def _choose_warps(bm: int, bn: int, options: Options) -> tuple[int, int]:
+    if options.warps is not None:
+        return options.warps
+    # 64x64 warp tiles balance fragment reuse against registers (128 accumulators).
+    wm, wn = max(1, bm // 64), max(1, bn // 64)
+    while wm * wn > 8:
+        if wm >= wn:
+            wm //= 2
+        else:
+            wn //= 2
+    return wm, wn
+
+
+def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
+    def fail(message: str, hint: str = "") -> None:
+        raise located(TileConfigError, message, dot.loc, kernel.source_lines, hint)
+
+    bm, bn, bk = plan.block
+    (wm, wn), (tm, tn) = plan.warps, plan.warp_tile
+    if plan.dtype not in [d.short for d in MMA_INPUT_DTYPES]:
+        fail(f"the mma path multiplies f16 or bf16 tiles, not {plan.dtype}")
+    if bk % MMA_K:
+        fail(f"BK={bk} is not a multiple of the mma k ({MMA_K})")
+    if bm % wm or bn % wn:
+        fail(f"the {bm}x{bn} block does not divide among {wm}x{wn} warps")
+    if tm % MMA_M or tn % (2 * MMA_N):
+        fail(f"each warp's {tm}x{tn} tile must be a multiple of {MMA_M}x{2 * MMA_N} "
+             f"(m16n8k16 instructions, B loaded two n8 tiles at a time)",
+             hint="use BM, BN multiples of 16 per warp row/column")
+    if plan.threads > MAX_THREADS:
+        fail(f"{wm}x{wn} warps make {plan.threads} threads, more than {MAX_THREADS}")
+    regs = plan.registers_estimate()
+    if regs > MAX_REGISTERS_PER_THREAD:
+        fail(f"a {tm}x{tn} warp tile needs about {regs} registers per thread, more than "
+             f"{MAX_REGISTERS_PER_THREAD}", hint="use more warps or a smaller block tile")
+    stage_bytes = (bm * bk + bk * bn) * 2
+    if stage_bytes * options.stages > options.smem_limit:
+        fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
+             f"{stage_bytes * options.stages} bytes of shared memory; {options.arch} allows "
+             f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    kernel = clone_kernel(kernel)
+    loop, dot = find_main_loop(kernel)
+    body = loop.regions[0]
+    a_val, b_val, acc = dot.operands
+    loads = []
+    for role, value in (("A", a_val), ("B", b_val)):
+        load = defining_op(value)
+        if load is None or load.name != "tile.load" or load not in body.ops:
+            raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
+                          "from a tensor inside the K loop", dot.loc, kernel.source_lines)
+        loads.append(load)
+
+    a_type, b_type = a_val.type, b_val.type
+    bm, bk = a_type.shape
+    bn = b_type.shape[1]
+    warps = _choose_warps(bm, bn, options)
+    operands = []
+    for role, load in zip("AB", loads):
+        name, transposed_view = _source_tensor(kernel, load.operands[0])
+        param = next(p for p in kernel.params if p.name == name)
+        spec = options.spec.tensor(name, param.type.rank, param.type.dtype.bytes)
+        # The logical tile dim that is contiguous in global memory stays contiguous in
+        # shared memory, so copies move whole vectors.
+        contiguous = spec.contiguous_dim if spec.contiguous_dim is not None else 1
+        contiguous_tile_dim = 1 - contiguous if transposed_view else contiguous
+        rows, cols = load.result.type.shape
+        transposed = contiguous_tile_dim == 0
+        layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
+        vec = spec.vec_elems if spec.contiguous_dim is not None else 1
+        operands.append(OperandPlan(role, name, layout, vec))
+    plan = TilingPlan(block=(bm, bn, bk), warps=warps,
+                      warp_tile=(bm // warps[0], bn // warps[1]),
+                      instruction=(MMA_M, MMA_N, MMA_K), threads=warps[0] * warps[1] * WARP_SIZE,
+                      dtype=a_type.dtype.short, operands=tuple(operands),
+                      raster_group=options.raster_group)
+    _check(kernel, dot, plan, options)
+    if acc.type.dtype != F32:
+        raise located(TileConfigError, "the accumulator must be f32", dot.loc,
+                      kernel.source_lines)
+
+    # Buffers go right before the loop; the copies replace the loads in place.
+    top = kernel.body.ops
+    pre = Builder(kernel.body)
+    pre.block = type(kernel.body)()
+    with pre.located(loop.loc):
+        zero = constant(pre, 0)
+        buffers = []
+        for op_plan, load in zip(operands, loads):
+            ltype: TileType = load.result.type
+            btype = TileType(ltype.dtype, (1, *ltype.shape), "smem", op_plan.layout)
+            buffers.append(pre.value("smem.alloc", [], btype, f"s{op_plan.role}", stages=1,
+                                     role=op_plan.role))
+    index = top.index(loop)
+    kernel.body.ops = top[:index] + pre.block.ops + top[index:]
+
+    new_ops: list[Op] = []
+    builder = Builder(body)
+    views: dict[Value, Value] = {}
+    for op in body.ops:
+        if op in loads:
+            role_index = loads.index(op)
+            buffer = buffers[role_index]
+            builder.block = type(body)()
+            with builder.located(op.loc):
+                view_type = TileType(buffer.type.dtype, buffer.type.shape[1:], "smem",
+                                     buffer.type.layout)
+                view = builder.value("smem.stage", [buffer, zero], view_type,
+                                     f"v{operands[role_index].role}")
+                builder.op("copy.global_to_shared", [*op.operands, view],
+                           attrs={"shape": list(op.attrs["shape"]),
+                                  "vec": operands[role_index].vec, "mode": "sync",
+                                  "threads": plan.threads})
+            new_ops.extend(builder.block.ops)
+            views[op.result] = view
+        elif op is dot:
+            builder.block = type(body)()
+            with builder.located(op.loc):
+                builder.op("gpu.barrier")
+            op.operands = [views[a_val], views[b_val], acc]
+            new_ops.extend(builder.block.ops + [op])
+            builder.block = type(body)()
+            with builder.located(op.loc):
+                builder.op("gpu.barrier")
+            new_ops.extend(builder.block.ops)
+        else:
+            new_ops.append(op)
+    body.ops = new_ops
+
+    for op in kernel.body.ops:
+        if op.name == "tile.grid" and len(op.operands) == 2:
+            op.attrs["raster_group"] = options.raster_group
+    kernel.meta["tiling"] = plan
+    return kernel

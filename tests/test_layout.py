@@ -1,0 +1,83 @@
+"""The layout functions against a simulation of what ldmatrix and mma do per lane."""
+import itertools
+
+import numpy as np
+import pytest
+
+from tilec import layout as L
+
+
+def simulate_ldmatrix_x4(smem: np.ndarray, row_addr: list[int], trans: bool) -> np.ndarray:
+    """What each lane receives: [lane, reg, half]. ``smem`` is flat; ``row_addr[l]`` is the
+    element offset of the 8-element row that lane l points at (PTX ISA: ldmatrix)."""
+    out = np.zeros((32, 4, 2), smem.dtype)
+    for lane, j, h in itertools.product(range(32), range(4), range(2)):
+        g, t = divmod(lane, 4)
+        if not trans:
+            row, col = g, 2 * t + h
+        else:
+            row, col = 2 * t + h, g
+        out[lane, j, h] = smem[row_addr[8 * j + row] + col]
+    return out
+
+
+@pytest.mark.parametrize("operand", ["A", "B"])
+@pytest.mark.parametrize("k_major", [True, False])
+@pytest.mark.parametrize("swz", [L.Swizzle(0), L.Swizzle(2, 3, 3), L.Swizzle(3, 3, 3)])
+def test_ldmatrix_feeds_the_mma_fragment(operand, k_major, swz):
+    rows, cols = (64, 64)
+    layout = L.SmemLayout(rows, cols, swz)
+    logical = np.arange(rows * cols, dtype=np.float64).reshape(rows, cols) * 3 + 1
+    smem = np.zeros(rows * cols)
+    for r, c in itertools.product(range(rows), range(cols)):
+        smem[layout.offset(r, c)] = logical[r, c]
+    mn0, k0 = 16, 32
+    addr = []
+    for lane in range(32):
+        mn, k = L.ldmatrix_lane_coord(operand, k_major, lane)
+        addr.append(layout.offset(*L.operand_storage_coord(k_major, mn0 + mn, k0 + k)))
+    got = simulate_ldmatrix_x4(smem, addr, trans=not k_major)
+    for lane, reg, h in itertools.product(range(32), range(4), range(2)):
+        if operand == "A":
+            m, k = L.mma_a_coord(lane, reg, h)
+            mn, kk = m, k
+        else:  # registers 2, 3 are the second n8 tile
+            k, n = L.mma_b_coord(lane, reg % 2, h)
+            mn, kk = n + 8 * (reg // 2), k
+        expect = logical[L.operand_storage_coord(k_major, mn0 + mn, k0 + kk)]
+        assert got[lane, reg, h] == expect
+
+
+def test_mma_fragments_compute_a_product():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 8))
+    c = np.zeros((16, 8))
+    # D = A B summed per lane from the fragments each lane holds, gathered by coordinates.
+    for lane, reg in itertools.product(range(32), range(4)):
+        m, n = L.mma_c_coord(lane, reg)
+        c[m, n] = a[m] @ b[:, n]
+    np.testing.assert_allclose(c, a @ b)
+    owners = {L.mma_c_coord(lane, reg) for lane in range(32) for reg in range(4)}
+    assert len(owners) == 16 * 8
+
+
+def test_swizzle_is_a_permutation_within_each_period():
+    for swz in L.swizzle_candidates(2):
+        offsets = [swz(o) for o in range(4096)]
+        assert sorted(offsets) == list(range(4096))
+
+
+def test_conflict_degree_counts_wavefronts():
+    # 32 lanes reading consecutive words: free. All lanes reading one column of 32 rows of
+    # 128 bytes: 32 distinct words in one bank.
+    assert L.conflict_degree([4 * i for i in range(32)], 4) == 1
+    assert L.conflict_degree([128 * i for i in range(32)], 4) == 32
+    assert L.conflict_degree([0] * 32, 4) == 1  # broadcast
+
+
+def test_swizzle_removes_ldmatrix_conflicts_on_a_64_wide_tile():
+    linear = L.SmemLayout(128, 64, L.Swizzle(0))
+    swizzled = L.SmemLayout(128, 64, L.Swizzle(3, 3, 3))
+    args = ("A", True, 0, 0, 2)
+    assert L.conflict_degree(L.ldmatrix_addresses(linear, *args), 16) == 8
+    assert L.conflict_degree(L.ldmatrix_addresses(swizzled, *args), 16) == 1

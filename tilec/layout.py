@@ -1,0 +1,252 @@
+"""Layout math: the one source of truth for where elements live.
+
+Shared-memory swizzles, the global-to-shared copy mapping, ldmatrix lane addressing, mma
+fragment ownership and bank-conflict counting are plain functions here. The passes choose
+with them, the backend emits addresses from them, the tests and pictures check them.
+
+Conventions: a shared tile is stored as ``rows x cols`` with ``cols`` contiguous; offsets
+are in elements unless a name says bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+# mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+WARP_SIZE = 32
+BANKS = 32
+BANK_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Swizzle:
+    """CUTLASS-style ``Swizzle<bits, base, shift>`` on element offsets.
+
+    The ``bits`` bits at ``[base + shift, base + shift + bits)`` are XOR-ed into the bits at
+    ``[base, base + bits)``: with 16-bit elements and base 3, 16-byte chunks are permuted
+    within each 128-byte line by the line's row bits. ``bits = 0`` is the identity.
+    """
+
+    bits: int = 0
+    base: int = 3
+    shift: int = 3
+
+    def __call__(self, offset: int) -> int:
+        if self.bits == 0:
+            return offset
+        mask = ((1 << self.bits) - 1) << (self.base + self.shift)
+        return offset ^ ((offset & mask) >> self.shift)
+
+    @property
+    def period(self) -> int:
+        """Offsets that are multiples of this are moved by whole periods (additive)."""
+        return 1 << (self.base + self.shift + self.bits) if self.bits else 1
+
+    def __str__(self) -> str:
+        return f"swizzle({self.bits},{self.base},{self.shift})" if self.bits else "linear"
+
+
+@dataclass(frozen=True)
+class SmemLayout:
+    """A shared tile stored as ``rows x cols`` elements (``cols`` contiguous), swizzled.
+
+    ``transposed``: the tile's logical (i, j) is stored at (j, i), so that the tile's
+    contiguous global dimension stays contiguous in shared memory (16-byte copies).
+    """
+
+    rows: int
+    cols: int
+    swizzle: Swizzle = Swizzle()
+    transposed: bool = False
+
+    def offset(self, row: int, col: int) -> int:
+        """Element offset of storage coordinate (row, col)."""
+        return self.swizzle(row * self.cols + col)
+
+    def logical_offset(self, i: int, j: int) -> int:
+        return self.offset(j, i) if self.transposed else self.offset(i, j)
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.cols
+
+    def with_swizzle(self, swizzle: Swizzle) -> "SmemLayout":
+        return SmemLayout(self.rows, self.cols, swizzle, self.transposed)
+
+    def __str__(self) -> str:
+        return ("T," if self.transposed else "") + str(self.swizzle)
+
+
+@dataclass(frozen=True)
+class MmaLayout:
+    """A tile distributed over warps as mma.m16n8k16 fragments.
+
+    ``operand`` is A, B or C; ``warps`` the warp grid (along M, along N) and ``warp_tile`` the
+    (rows, cols) of the C tile each warp owns. A fragments are shared by the warps of one
+    warp row, B fragments by those of one warp column.
+    """
+
+    operand: str
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+
+    def c_coord(self, warp: int, lane: int, reg: int) -> tuple[int, int]:
+        """Tile coordinate of accumulator register ``reg`` of ``lane`` in ``warp``;
+        registers run over the warp's (m16, n8) tiles, m fastest... n8 tile major."""
+        wm, wn = divmod(warp, self.warps[1])
+        tiles_m = self.warp_tile[0] // MMA_M
+        tile, r = divmod(reg, 4)
+        tn, tm = divmod(tile, tiles_m)
+        row, col = mma_c_coord(lane, r)
+        return (wm * self.warp_tile[0] + tm * MMA_M + row,
+                wn * self.warp_tile[1] + tn * MMA_N + col)
+
+    @property
+    def regs_per_thread(self) -> int:
+        return self.warp_tile[0] * self.warp_tile[1] // WARP_SIZE
+
+    def __str__(self) -> str:
+        return (f"mma_{self.operand.lower()}(warps={self.warps[0]}x{self.warps[1]},"
+                f"warp_tile={self.warp_tile[0]}x{self.warp_tile[1]})")
+
+
+# ---------------------------------------------------------------------------------------
+# Global-to-shared copies: each thread moves `vec` contiguous elements per access; threads
+# walk the tile in storage order so that a warp reads whole contiguous rows (coalesced).
+
+
+@dataclass(frozen=True)
+class CopyMap:
+    rows: int
+    cols: int
+    vec: int  # elements per access
+    threads: int
+
+    @property
+    def vectors(self) -> int:
+        return self.rows * self.cols // self.vec
+
+    @property
+    def per_thread(self) -> int:
+        return -(-self.vectors // self.threads)
+
+    def coord(self, thread: int, i: int) -> tuple[int, int] | None:
+        """(row, col) of the first element of access ``i`` of ``thread``; None when idle."""
+        v = thread + i * self.threads
+        if v >= self.vectors:
+            return None
+        per_row = self.cols // self.vec
+        return v // per_row, (v % per_row) * self.vec
+
+
+def copy_map(rows: int, cols: int, vec: int, threads: int) -> CopyMap:
+    if cols % vec:
+        raise ValueError(f"a row of {cols} elements is not a whole number of {vec}-vectors")
+    return CopyMap(rows, cols, vec, threads)
+
+
+# ---------------------------------------------------------------------------------------
+# mma.m16n8k16 fragments. g = lane / 4 (the "group"), t = lane % 4 (thread in group).
+
+def mma_a_coord(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """(row m, col k) of A element ``half`` (0/1) of 32-bit register ``reg`` (0..3)."""
+    g, t = divmod(lane, 4)
+    return g + 8 * (reg % 2), 2 * t + half + 8 * (reg // 2)
+
+
+def mma_b_coord(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """(row k, col n) of B element ``half`` of register ``reg`` (0..1)."""
+    g, t = divmod(lane, 4)
+    return 2 * t + half + 8 * reg, g
+
+
+def mma_c_coord(lane: int, reg: int) -> tuple[int, int]:
+    """(row m, col n) of accumulator register ``reg`` (0..3)."""
+    g, t = divmod(lane, 4)
+    return g + 8 * (reg // 2), 2 * t + reg % 2
+
+
+# ldmatrix.x4: lanes 8j..8j+7 give the row addresses of 8x8 matrix j, and matrix j fills
+# destination register j. Per operand, which (mn block, k block) of the 16x16 piece each
+# matrix holds, so that register j is the mma's fragment register j:
+LDMATRIX_ORDER = {
+    "A": ((0, 0), (1, 0), (0, 1), (1, 1)),  # a0..a3 of one m16 x k16 tile
+    "B": ((0, 0), (0, 1), (1, 0), (1, 1)),  # b0, b1 of n-tile 0, then of n-tile 1
+}
+
+
+def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int) -> tuple[int, int]:
+    """(mn, k) within a 16x16 operand piece whose row address lane ``lane`` supplies.
+
+    ``k_major``: the shared tile stores k contiguously (A row-major, or B given as B.T);
+    then plain ldmatrix gives the fragment. Otherwise mn is contiguous and ``.trans`` does.
+    """
+    mn_block, k_block = LDMATRIX_ORDER[operand][lane // 8]
+    r = lane % 8
+    if k_major:
+        return mn_block * 8 + r, k_block * 8
+    return mn_block * 8, k_block * 8 + r
+
+
+def operand_storage_coord(k_major: bool, mn: int, k: int) -> tuple[int, int]:
+    """(row, col) in the shared tile of operand element (mn, k)."""
+    return (mn, k) if k_major else (k, mn)
+
+
+# ---------------------------------------------------------------------------------------
+# Bank conflicts: computed from byte addresses, the way the hardware splits a warp request.
+
+def conflict_degree(addresses: Sequence[int], width: int) -> int:
+    """The number of shared-memory wavefronts one warp access needs, divided by the minimum:
+    1 means conflict-free. ``addresses`` are the byte addresses of the 32 lanes (None for an
+    idle lane), ``width`` the bytes each lane accesses (4, 8 or 16)."""
+    # A 128-byte wavefront serves 32 banks: 16-byte accesses go 8 lanes a phase, 8-byte 16.
+    lanes_per_phase = min(WARP_SIZE, 128 // width)
+    worst = 1
+    for start in range(0, len(addresses), lanes_per_phase):
+        phase = [a for a in addresses[start:start + lanes_per_phase] if a is not None]
+        words_per_bank: dict[int, set[int]] = {}
+        for address in phase:
+            for word in range(address // BANK_BYTES, (address + width) // BANK_BYTES):
+                words_per_bank.setdefault(word % BANKS, set()).add(word)
+        if words_per_bank:
+            worst = max(worst, max(len(words) for words in words_per_bank.values()))
+    return worst
+
+
+def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int, k0: int,
+                       elem_bytes: int) -> list[int]:
+    """Byte addresses the 32 lanes give one ldmatrix.x4 at operand position (mn0, k0)."""
+    result = []
+    for lane in range(WARP_SIZE):
+        mn, k = ldmatrix_lane_coord(operand, k_major, lane)
+        row, col = operand_storage_coord(k_major, mn0 + mn, k0 + k)
+        result.append(layout.offset(row, col) * elem_bytes)
+    return result
+
+
+def operand_k_major(operand: str, layout: SmemLayout) -> bool:
+    """Whether k is the contiguous storage dim: A is [m, k] logically, B is [k, n]."""
+    return layout.transposed == (operand == "B")
+
+
+def copy_store_addresses(layout: SmemLayout, cmap: CopyMap, warp: int, i: int,
+                         elem_bytes: int) -> list[int | None]:
+    """Byte addresses warp ``warp``'s lanes write in access ``i`` of a copy."""
+    result: list[int | None] = []
+    for lane in range(WARP_SIZE):
+        coord = cmap.coord(warp * WARP_SIZE + lane, i)
+        result.append(None if coord is None else layout.offset(*coord) * elem_bytes)
+    return result
+
+
+def worst_conflicts(degrees: Iterable[int]) -> int:
+    return max(degrees, default=1)
+
+
+def swizzle_candidates(elem_bytes: int) -> list[Swizzle]:
+    """Swizzles that permute 16-byte chunks: base = log2(elements per 16 bytes)."""
+    base = {1: 4, 2: 3, 4: 2}[elem_bytes]
+    return [Swizzle(0, base, 3)] + [Swizzle(bits, base, shift)
+                                    for bits in (1, 2, 3) for shift in range(3, 8)]

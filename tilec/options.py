@@ -1,0 +1,85 @@
+"""Compile options and the launch facts a kernel is specialised on.
+
+Both are frozen, validate themselves, and together with the program and the compiler
+version form the compile-cache key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from tilec.layout import Swizzle
+
+# Per target: the PTX ISA version we emit and the shared memory a block may opt into.
+ARCHS: dict[str, dict[str, int | str]] = {
+    "sm_80": {"ptx_version": "8.0", "smem_optin": 166912},
+    "sm_86": {"ptx_version": "8.0", "smem_optin": 101376},
+    "sm_90": {"ptx_version": "8.0", "smem_optin": 232448},
+}
+MAX_REGISTERS_PER_THREAD = 255
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """How a tensor argument is laid out: which dim has unit stride (None: neither), and
+    how many elements one aligned vector access may cover (1, 2, 4 or 8 for 16-bit)."""
+
+    contiguous_dim: Optional[int] = 1
+    vec_elems: int = 8
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Facts about the launch arguments: tensor layouts, and symbols known to divide a
+    tile size (``("K", 32)`` means K % 32 == 0, so the K loop needs no edge masks)."""
+
+    tensors: tuple[tuple[str, TensorSpec], ...] = ()
+    divisible: tuple[tuple[str, int], ...] = ()
+
+    def tensor(self, name: str, rank: int, elem_bytes: int) -> TensorSpec:
+        for key, spec in self.tensors:
+            if key == name:
+                return spec
+        # Compiling without arguments assumes what most callers pass: contiguous rows of a
+        # 16-byte aligned array.
+        return TensorSpec(rank - 1, max(1, 16 // elem_bytes))
+
+    def divides(self, symbol: str, size: int) -> bool:
+        return any(s == symbol and m % size == 0 for s, m in self.divisible)
+
+
+@dataclass(frozen=True)
+class Options:
+    arch: str = "sm_80"
+    stages: int = 3
+    warps: Optional[tuple[int, int]] = None  # None: the tiling pass chooses
+    raster_group: int = 8
+    swizzle: str | Swizzle = "auto"  # "auto", "off", or explicit parameters
+    disable: tuple[str, ...] = ()
+    verify: bool = False
+    line_info: bool = True
+    spec: Spec = field(default_factory=Spec)
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"unknown arch '{self.arch}' (supported: {', '.join(ARCHS)})")
+        if not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"stages must be an integer >= 1, got {self.stages!r}")
+        if self.raster_group < 1:
+            raise ValueError(f"raster_group must be >= 1, got {self.raster_group}")
+        if isinstance(self.swizzle, str) and self.swizzle not in ("auto", "off"):
+            raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
+        if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):
+            raise ValueError(f"warps must be a pair of positive counts, got {self.warps!r}")
+
+    @property
+    def smem_limit(self) -> int:
+        return int(ARCHS[self.arch]["smem_optin"])
+
+    @property
+    def ptx_version(self) -> str:
+        return str(ARCHS[self.arch]["ptx_version"])
+
+    def with_(self, **changes) -> "Options":
+        return replace(self, **changes)
