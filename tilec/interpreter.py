@@ -1,0 +1,665 @@
+"""A CPU interpreter of the tile IR on numpy, with the GPU's numerics.
+
+It is the reference every later stage is checked against, so it follows what the hardware
+does rather than what numpy does by default:
+
+- ``tile.load`` reads the in-bounds part of a tile and fills the rest with 0 (negative offsets
+  included); ``tile.store`` writes only the in-bounds part (the ragged edges). Offsets are
+  element offsets into the tensor, one per dimension.
+- ``tile.dot`` of f16/bf16 tiles multiplies exactly and rounds once to f32 per dot op:
+  ``acc = f32(acc + f64(a) @ f64(b))``. Products of two 16-bit floats are exact in f64 and a
+  K-tile's sum is within f64 rounding of exact, so this is at least as accurate as mma.sync's
+  f32 accumulation; it is not bit-identical to it. f32 @ f32 is computed in f32.
+- Elementwise ops round to the tile's dtype: f16 and bf16 are computed in f32 and rounded
+  once, which is correctly rounded for + - * / because f32 has more than twice their precision
+  plus two bits (Figueroa's double-rounding bound). Casts round to nearest even; float to int
+  casts round to nearest even and saturate, NaN -> 0 (PTX ``cvt.rni.sat``).
+- ``tile.max``/``min``/``relu`` propagate NaN (numpy ``maximum``/``minimum``).
+- Scalar integer ops wrap like the hardware's 32/64-bit registers; ``arith.floordiv`` and
+  ``arith.mod`` are Python's ``//`` and ``%``; ``arith.cdiv`` is ceiling division.
+
+Values at run time:
+
+============  ===========================================================================
+IR type       Python value
+============  ===========================================================================
+i32, i64      ``int``
+pred          ``bool``
+f16, f32      ``numpy.float16`` / ``numpy.float32`` scalar
+bf16          ``numpy.float32`` scalar holding a bf16-representable value
+tile          ``numpy.ndarray`` of :func:`storage_dtype` (bf16 tiles: float32 holding
+              bf16-rounded values, so numpy can compute on them)
+tensor        :class:`TensorRef`: a view of the caller's array (bf16: its uint16 bits)
+============  ===========================================================================
+
+Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function); passes that add
+ops register theirs with :func:`register_semantics`.
+
+Programs run one after another, each to completion: the ops before ``tile.grid`` are
+evaluated once (they compute the grid, as the host does at launch); the rest of the body runs
+once per grid point. A kernel without ``tile.grid`` runs as a single program.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from tilec.ir.core import Block, Kernel, Op, Param, Value
+from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
+from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
+
+try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
+    import ml_dtypes
+except ImportError:  # pragma: no cover - depends on the environment
+    ml_dtypes = None
+
+__all__ = ["run_kernel", "register_semantics", "SEMANTICS", "SemanticsFn", "InterpState",
+           "TensorRef", "InterpreterError", "storage_dtype", "round_to_dtype"]
+
+
+class InterpreterError(RuntimeError):
+    """The kernel did something the interpreter cannot give a meaning to (an op without
+    semantics, a division by zero in scalar code, a negative grid size...)."""
+
+
+# ----------------------------------------------------------------------------------------
+# bf16 rounding (bits <-> float32 come from the runtime: one source of truth)
+
+def _f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Round float64 values to bf16 with a single rounding.
+
+    Going through float32 with round-to-nearest would round twice; rounding to float32 *to
+    odd* first keeps the sticky information, and float32 has more than bf16's precision plus
+    two bits, so the second rounding is then exact (Boldo and Melquiond).
+    """
+    wide = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore"):  # overflow to inf is the rounding we want
+        narrow = wide.astype(np.float32)
+    bits = narrow.copy().view(np.uint32)
+    finite = np.isfinite(wide)
+    # Round-to-nearest may have rounded away from zero: step back one ulp to truncate.
+    away = finite & (np.abs(narrow.astype(np.float64)) > np.abs(wide))
+    bits[away] -= 1
+    inexact = finite & (bits.view(np.float32).astype(np.float64) != wide)
+    bits[inexact] |= 1
+    return to_bf16_bits(bits.view(np.float32))
+
+
+# ----------------------------------------------------------------------------------------
+# dtypes and rounding
+
+_STORAGE = {F16: np.dtype(np.float16), BF16: np.dtype(np.float32), F32: np.dtype(np.float32),
+            I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_)}
+_INT_BITS = {I32: 32, I64: 64}
+
+
+def storage_dtype(dtype: DType) -> np.dtype:
+    """The numpy dtype a tile of ``dtype`` is held in (bf16: float32 with bf16 values)."""
+    return _STORAGE[dtype]
+
+
+def round_to_dtype(dtype: DType, values: Any) -> np.ndarray:
+    """Float values (float32 or float64) rounded once, to nearest even, to a float ``dtype``;
+    returned in :func:`storage_dtype`."""
+    values = np.asarray(values)
+    if dtype == BF16:
+        if values.dtype == np.float64:
+            return from_bf16_bits(_f64_to_bf16_bits(values))
+        return from_bf16_bits(to_bf16_bits(values))
+    if dtype in (F16, F32):
+        # numpy converts float64 and float32 to float16 directly, to nearest even.
+        with np.errstate(over="ignore"):
+            return values.astype(_STORAGE[dtype])
+    raise InterpreterError(f"cannot round to {dtype}: not a float type")
+
+
+def _wrap_int(dtype: DType, value: int) -> int:
+    """Two's-complement wraparound, as the hardware's integer registers do."""
+    bits = _INT_BITS[dtype]
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _scalar(dtype: DType, value: Any) -> Any:
+    """A Python number as the run-time value of a scalar of ``dtype``."""
+    if dtype in _INT_BITS:
+        return _wrap_int(dtype, int(value))
+    if dtype == PRED:
+        return bool(value)
+    return round_to_dtype(dtype, np.float64(value))[()]
+
+
+def _convert(values: np.ndarray, src: DType, dst: DType) -> np.ndarray:
+    """``tile.cast``: float -> float rounds to nearest even; float -> int rounds to nearest
+    even, saturates and sends NaN to 0 (``cvt.rni.sat``); int -> int wraps."""
+    if dst == PRED:
+        return values != 0
+    if dst.is_float:
+        # Every f16/bf16/f32 value is exact in f32; integers are exact in f64 up to 2**53.
+        wide = values.astype(np.float32 if src.is_float else np.float64)
+        return round_to_dtype(dst, wide)
+    if src.is_float:
+        info = np.iinfo(_STORAGE[dst])
+        rounded = np.rint(values.astype(np.float64))
+        rounded = np.where(np.isnan(rounded), 0.0, np.clip(rounded, info.min, info.max))
+        return rounded.astype(_STORAGE[dst])
+    return values.astype(_STORAGE[dst])
+
+
+# ----------------------------------------------------------------------------------------
+# run-time state
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A global tensor at run time: a numpy view of the caller's memory.
+
+    ``array`` holds the elements in their memory format (bf16 as uint16 bits), so writes
+    through it land in the caller's array, strided views included. ``name`` says where it
+    came from, for messages (``"B"``, ``"B.T"``).
+    """
+
+    array: np.ndarray
+    dtype: DType
+    name: str
+
+    def read(self, index: tuple[slice, ...]) -> np.ndarray:
+        """Elements at ``index`` as tile values (storage dtype)."""
+        part = self.array[index]
+        if self.dtype == BF16:
+            return from_bf16_bits(part)
+        return part.astype(_STORAGE[self.dtype])
+
+    def write(self, index: tuple[slice, ...], values: np.ndarray) -> None:
+        """Store tile values (already of this tensor's dtype) at ``index``."""
+        if self.dtype == BF16:
+            values = to_bf16_bits(values)
+        self.array[index] = values
+
+
+class InterpState:
+    """What the semantics functions see: the values computed so far and the program id.
+
+    ``env`` maps each IR value to its run-time value. Region ops (``scf.for``) run their
+    bodies with :meth:`run_block`; terminators hand their values back with
+    :meth:`yield_values`.
+    """
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.env: dict[Value, Any] = {}
+        self.program_id: tuple[int, ...] = ()
+        self._yielded: list[Optional[list[Any]]] = []
+
+    def error(self, op: Op, message: str) -> InterpreterError:
+        where = op.name + (f" at {op.loc}" if op.loc else "")
+        if self.program_id:
+            where += f" (program {self.program_id})"
+        return InterpreterError(f"{where}: {message}")
+
+    def run_ops(self, ops: Sequence[Op]) -> None:
+        for op in ops:
+            self.run_op(op)
+
+    def run_op(self, op: Op) -> None:
+        semantics = SEMANTICS.get(op.name)
+        if semantics is None:
+            raise self.error(op, "no semantics registered for this op (register_semantics)")
+        try:
+            operands = [self.env[v] for v in op.operands]
+        except KeyError as err:
+            raise self.error(op, f"operand {err.args[0]!r} has no value yet") from None
+        results = list(semantics(self, op, operands))
+        if len(results) != len(op.results):
+            raise self.error(op, f"semantics returned {len(results)} values for "
+                                 f"{len(op.results)} results")
+        for value, result in zip(op.results, results):
+            self._check_result(op, value, result)
+            self.env[value] = result
+
+    def run_block(self, block: Block, args: Sequence[Any]) -> list[Any]:
+        """Run a region with its block arguments bound to ``args``; returns what its
+        terminator yielded (empty when it yields nothing)."""
+        if len(args) != len(block.args):
+            raise InterpreterError(f"block takes {len(block.args)} arguments, got {len(args)}")
+        self.env.update(zip(block.args, args))
+        self._yielded.append(None)
+        try:
+            self.run_ops(block.ops)
+        finally:
+            yielded = self._yielded.pop()
+        return yielded if yielded is not None else []
+
+    def yield_values(self, values: Sequence[Any]) -> None:
+        """Called by a terminator: these are the values of the block being run."""
+        if not self._yielded:
+            raise InterpreterError("a terminator ran outside of a region")
+        self._yielded[-1] = list(values)
+
+    def _check_result(self, op: Op, value: Value, result: Any) -> None:
+        # Cheap, and it catches a registered semantics function that disagrees with the
+        # op's type before the wrong value spreads.
+        rtype = value.type
+        if isinstance(rtype, TileType):
+            if not isinstance(result, np.ndarray) or result.shape != tuple(rtype.shape) \
+                    or result.dtype != _STORAGE[rtype.dtype]:
+                got = (f"{result.dtype}{list(result.shape)}" if isinstance(result, np.ndarray)
+                       else type(result).__name__)
+                raise self.error(op, f"semantics produced {got} for a {rtype}")
+        elif isinstance(rtype, TensorType) and not isinstance(result, TensorRef):
+            raise self.error(op, f"semantics produced {type(result).__name__} for a {rtype}")
+
+
+# ----------------------------------------------------------------------------------------
+# the dispatch table
+
+SemanticsFn = Callable[[InterpState, Op, list[Any]], Sequence[Any]]
+
+SEMANTICS: dict[str, SemanticsFn] = {}
+
+
+def register_semantics(name: str, fn: SemanticsFn) -> None:
+    """Give op ``name`` its meaning: ``fn(state, op, operand_values)`` returns one value per
+    result. A name may be registered once (again with the same function is allowed)."""
+    if name in SEMANTICS and SEMANTICS[name] is not fn:
+        raise ValueError(f"op '{name}' already has semantics")
+    SEMANTICS[name] = fn
+
+
+def _semantics(*names: str) -> Callable[[SemanticsFn], SemanticsFn]:
+    def decorate(fn: SemanticsFn) -> SemanticsFn:
+        for name in names:
+            register_semantics(name, fn)
+        return fn
+    return decorate
+
+
+def _result_type(op: Op) -> Any:
+    return op.results[0].type
+
+
+# --- scalars ---
+
+@_semantics("arith.constant")
+def _constant(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [_scalar(_result_type(op).dtype, op.attrs["value"])]
+
+
+def _floordiv(a: int, b: int) -> int:
+    return a // b
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _mod(a: int, b: int) -> int:
+    return a % b
+
+
+_INT_ARITH: dict[str, Callable[[int, int], int]] = {
+    "arith.add": lambda a, b: a + b, "arith.sub": lambda a, b: a - b,
+    "arith.mul": lambda a, b: a * b, "arith.floordiv": _floordiv, "arith.cdiv": _cdiv,
+    "arith.mod": _mod, "arith.min": min, "arith.max": max,
+}
+_DIVIDING = ("arith.floordiv", "arith.cdiv", "arith.mod")
+_FLOAT_ARITH: dict[str, Callable[[Any, Any], Any]] = {
+    "arith.add": np.add, "arith.sub": np.subtract, "arith.mul": np.multiply,
+    "arith.div": np.divide, "arith.min": np.minimum, "arith.max": np.maximum,
+}
+
+
+@_semantics(*sorted(set(_INT_ARITH) | set(_FLOAT_ARITH)))
+def _arith(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    dtype = _result_type(op).dtype
+    a, b = operands
+    if dtype in _INT_BITS and op.name in _INT_ARITH:
+        if op.name in _DIVIDING and b == 0:
+            raise state.error(op, "integer division by zero")
+        return [_wrap_int(dtype, _INT_ARITH[op.name](a, b))]
+    if dtype.is_float and op.name in _FLOAT_ARITH:
+        # float64 has more than twice f32's precision plus two bits: one rounding at the end
+        # gives the correctly rounded f32/f16/bf16 result.
+        exact = _FLOAT_ARITH[op.name](np.float64(a), np.float64(b))
+        return [round_to_dtype(dtype, exact)[()]]
+    raise state.error(op, f"not defined on {dtype}")
+
+
+@_semantics("tile.grid")
+def _grid(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    if len(state.program_id) != len(op.results):
+        raise state.error(op, f"{len(op.results)}-D grid but program id is {state.program_id}")
+    return list(state.program_id)
+
+
+# --- making tiles ---
+
+@_semantics("tile.full")
+def _full(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    rtype = _result_type(op)
+    value = _scalar(rtype.dtype, op.attrs["value"])
+    return [np.full(rtype.shape, value, dtype=_STORAGE[rtype.dtype])]
+
+
+@_semantics("tile.splat")
+def _splat(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    rtype = _result_type(op)
+    return [np.full(rtype.shape, operands[0], dtype=_STORAGE[rtype.dtype])]
+
+
+@_semantics("tile.broadcast")
+def _broadcast(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    # A copy, not numpy's read-only broadcast view: tile values own their elements.
+    return [np.array(np.broadcast_to(operands[0], _result_type(op).shape))]
+
+
+@_semantics("tile.reshape")
+def _reshape(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [operands[0].reshape(_result_type(op).shape)]
+
+
+# --- global memory ---
+
+@_semantics("tensor.transpose")
+def _transpose(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    tensor = operands[0]
+    return [TensorRef(tensor.array.T, tensor.dtype, f"{tensor.name}.T")]
+
+
+def _in_bounds(dims: tuple[int, ...], offsets: Sequence[int], sizes: Sequence[int]
+               ) -> Optional[tuple[tuple[slice, ...], tuple[slice, ...]]]:
+    """The part of a tile at ``offsets`` that lies inside a tensor of shape ``dims``, as
+    (tensor index, tile index); None when no element does."""
+    in_tensor, in_tile = [], []
+    for dim, offset, size in zip(dims, offsets, sizes):
+        low, high = max(offset, 0), min(offset + size, dim)
+        if high <= low:
+            return None
+        in_tensor.append(slice(low, high))
+        in_tile.append(slice(low - offset, high - offset))
+    return tuple(in_tensor), tuple(in_tile)
+
+
+@_semantics("tile.load")
+def _load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    tensor, *offsets = operands
+    rtype = _result_type(op)
+    tile = np.zeros(rtype.shape, dtype=_STORAGE[rtype.dtype])
+    window = _in_bounds(tensor.array.shape, offsets, rtype.shape)
+    if window is not None:
+        in_tensor, in_tile = window
+        tile[in_tile] = tensor.read(in_tensor)
+    return [tile]
+
+
+@_semantics("tile.store")
+def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    tensor, *offsets, tile = operands
+    window = _in_bounds(tensor.array.shape, offsets, tile.shape)
+    if window is not None:
+        in_tensor, in_tile = window
+        try:
+            tensor.write(in_tensor, tile[in_tile])
+        except ValueError as err:  # a read-only array that escaped the up-front check
+            raise state.error(op, f"cannot write argument '{tensor.name}': {err}") from None
+    return []
+
+
+# --- compute ---
+
+@_semantics("tile.dot")
+def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    a, b, acc = operands
+    if op.operands[0].type.dtype == F32:
+        return [acc + np.matmul(a, b)]
+    # Exact products, one rounding to f32 per dot op (see the module docstring).
+    exact = acc.astype(np.float64) + np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return [exact.astype(np.float32)]
+
+
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,
+    "tile.div": np.divide, "tile.max": np.maximum, "tile.min": np.minimum,
+}
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tile.neg": np.negative, "tile.relu": lambda a: np.maximum(a, a.dtype.type(0)),
+}
+
+
+def _in_dtype(dtype: DType, compute: Callable[..., np.ndarray], tiles: list[Any]
+              ) -> np.ndarray:
+    if not dtype.is_float:
+        return compute(*tiles).astype(_STORAGE[dtype])
+    # f16 and bf16 in f32, then one rounding: correctly rounded (module docstring).
+    return round_to_dtype(dtype, compute(*(t.astype(np.float32) for t in tiles)))
+
+
+@_semantics(*_BINARY)
+def _binary(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [_in_dtype(_result_type(op).dtype, _BINARY[op.name], operands)]
+
+
+@_semantics(*_UNARY)
+def _unary(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [_in_dtype(_result_type(op).dtype, _UNARY[op.name], operands)]
+
+
+@_semantics("tile.cast")
+def _cast(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [_convert(operands[0], op.operands[0].type.dtype, _result_type(op).dtype)]
+
+
+# --- control flow ---
+
+@_semantics("scf.for")
+def _for(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    lower, upper, step, *carried = operands
+    if step != op.attrs["step_const"] or step <= 0:
+        raise state.error(op, f"step is {step}, step_const is {op.attrs['step_const']}")
+    for induction in range(lower, upper, step):
+        carried = state.run_block(op.regions[0], [induction, *carried])
+    return carried
+
+
+@_semantics("scf.yield")
+def _yield(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    state.yield_values(operands)
+    return []
+
+
+# ----------------------------------------------------------------------------------------
+# arguments
+
+def _accepted_dtypes(dtype: DType) -> tuple[tuple[np.dtype, ...], str]:
+    """The numpy dtypes a tensor argument of ``dtype`` may have, and how to say so."""
+    if dtype == BF16:
+        accepted = (np.dtype(np.uint16),)
+        words = "numpy uint16 holding bf16 bits"
+        if ml_dtypes is not None:
+            accepted += (np.dtype(ml_dtypes.bfloat16),)
+            words += " or ml_dtypes.bfloat16"
+        return accepted, words
+    numpy_dtype = {F16: np.dtype(np.float16), F32: np.dtype(np.float32)}[dtype]
+    return (numpy_dtype,), f"numpy {numpy_dtype}"
+
+
+def _stored_params(kernel: Kernel) -> set[str]:
+    """Parameters some ``tile.store`` writes into (through views such as transposes)."""
+    names = {value: param.name for param, value in zip(kernel.params, kernel.body.args)}
+    stored: set[str] = set()
+    for op in kernel.walk():
+        if op.name != "tile.store":
+            continue
+        pending = [op.operands[0]]
+        while pending:
+            value = pending.pop()
+            if value in names:
+                stored.add(names[value])
+            elif isinstance(value.owner, Op):
+                pending.extend(v for v in value.owner.operands
+                               if isinstance(v.type, TensorType))
+    return stored
+
+
+def _args_by_name(kernel: Kernel, args: Any) -> dict[str, Any]:
+    names = [p.name for p in kernel.params]
+    if isinstance(args, Mapping):
+        missing = [n for n in names if n not in args]
+        unknown = [str(n) for n in args if n not in names]
+        if missing:
+            raise TypeError(f"kernel '{kernel.name}': missing argument(s) "
+                            + ", ".join(f"'{n}'" for n in missing))
+        if unknown:
+            raise TypeError(f"kernel '{kernel.name}': unexpected argument(s) "
+                            + ", ".join(f"'{n}'" for n in unknown)
+                            + f" (parameters: {', '.join(names)})")
+        return dict(args)
+    if isinstance(args, Sequence) and not isinstance(args, (str, bytes)):
+        if len(args) != len(names):
+            raise TypeError(f"kernel '{kernel.name}' takes {len(names)} arguments "
+                            f"({', '.join(names)}), got {len(args)}")
+        return dict(zip(names, args))
+    raise TypeError(f"kernel '{kernel.name}': arguments must be a dict by parameter name or a "
+                    f"sequence in parameter order, got {type(args).__name__}")
+
+
+class _SymbolTable:
+    """Shape symbols bound so far, each with where its value came from."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[int, str]] = {}
+
+    def bind(self, symbol: str, size: int, where: str) -> None:
+        if symbol in self.values and self.values[symbol][0] != size:
+            size0, where0 = self.values[symbol]
+            raise ValueError(f"symbol '{symbol}' is bound inconsistently: {where0} gives "
+                             f"{symbol}={size0} but {where} gives {symbol}={size}")
+        if size > np.iinfo(np.int32).max:
+            raise ValueError(f"symbol '{symbol}' = {size} from {where} does not fit in i32")
+        self.values.setdefault(symbol, (size, where))
+
+
+def _bind_tensor(param: Param, value: Any, symbols: _SymbolTable, stored: bool) -> TensorRef:
+    ttype = param.type
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"argument '{param.name}': expected a numpy array for {ttype}, "
+                        f"got {type(value).__name__}")
+    accepted, words = _accepted_dtypes(ttype.dtype)
+    if value.dtype not in accepted:
+        raise TypeError(f"argument '{param.name}': expected dtype {ttype.dtype} ({words}), "
+                        f"got {value.dtype}")
+    if value.ndim != ttype.rank:
+        raise ValueError(f"argument '{param.name}': expected rank {ttype.rank} for {ttype}, "
+                         f"got shape {value.shape} of rank {value.ndim}")
+    for axis, (dim, size) in enumerate(zip(ttype.shape, value.shape)):
+        if isinstance(dim, int):
+            if dim != size:
+                raise ValueError(f"argument '{param.name}': dim {axis} must be {dim} for "
+                                 f"{ttype}, got shape {value.shape}")
+        else:
+            symbols.bind(dim, size, f"argument '{param.name}' (dim {axis})")
+    if stored and not value.flags.writeable:
+        raise ValueError(f"argument '{param.name}': the kernel stores into it but the array "
+                         f"is read-only")
+    # bf16 is handled as its bits so that uint16 and ml_dtypes arrays share one code path;
+    # a same-itemsize view keeps the strides, so stores still reach the caller's memory.
+    array = value.view(np.uint16) if ttype.dtype == BF16 else value
+    return TensorRef(array, ttype.dtype, param.name)
+
+
+def _bind_scalar(param: Param, value: Any) -> Any:
+    dtype = param.type.dtype
+    if dtype == PRED:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"argument '{param.name}': expected a bool for pred, "
+                            f"got {type(value).__name__}")
+        return bool(value)
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if dtype in _INT_BITS:
+        if not integral:
+            raise TypeError(f"argument '{param.name}': expected an int for {dtype}, "
+                            f"got {type(value).__name__}")
+        info = np.iinfo(_STORAGE[dtype])
+        if not info.min <= int(value) <= info.max:
+            raise ValueError(f"argument '{param.name}': {value} does not fit in {dtype}")
+        return int(value)
+    if not (integral or isinstance(value, (float, np.floating))):
+        raise TypeError(f"argument '{param.name}': expected a number for {dtype}, "
+                        f"got {type(value).__name__}")
+    return _scalar(dtype, value)
+
+
+def _bind_arguments(kernel: Kernel, args: Any, symbols: Optional[Mapping[str, int]]
+                    ) -> list[Any]:
+    """Validate the arguments; return one run-time value per ``kernel.body`` argument."""
+    named = _args_by_name(kernel, args)
+    table = _SymbolTable()
+    for name, size in (symbols or {}).items():
+        if name not in kernel.symbols:
+            raise ValueError(f"symbols: kernel '{kernel.name}' has no shape symbol '{name}' "
+                             f"(symbols: {', '.join(kernel.symbols) or 'none'})")
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"symbols: '{name}' must be a non-negative int, got {size!r}")
+        table.bind(name, int(size), "symbols=")
+    stored = _stored_params(kernel)
+    values: list[Any] = []
+    for param in kernel.params:
+        if isinstance(param.type, TensorType):
+            values.append(_bind_tensor(param, named[param.name], table,
+                                       param.name in stored))
+        elif isinstance(param.type, ScalarType):
+            values.append(_bind_scalar(param, named[param.name]))
+        else:
+            raise TypeError(f"parameter '{param.name}' has type {param.type}, which a launch "
+                            f"cannot pass")
+    for symbol in kernel.symbols:
+        if symbol not in table.values:
+            raise ValueError(f"symbol '{symbol}' is not bound: no tensor argument has it in "
+                             f"its shape; pass symbols={{'{symbol}': ...}}")
+        values.append(table.values[symbol][0])
+    return values
+
+
+# ----------------------------------------------------------------------------------------
+# launch
+
+def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
+               symbols: Optional[Mapping[str, int]] = None) -> None:
+    """Run ``kernel`` on the CPU, writing its stores into the given arrays in place.
+
+    ``args`` are by parameter name or in ``kernel.params`` order. Tensors are numpy arrays:
+    f16 -> float16, f32 -> float32, bf16 -> uint16 arrays of bf16 bits (or
+    ``ml_dtypes.bfloat16`` arrays when ml_dtypes is installed); any strides. Scalars are
+    Python numbers. (The GPU runtime takes bf16 only as ml_dtypes.bfloat16, since a uint16
+    array could mean anything there; here the parameter's type says it is bf16, and raw bits
+    are what tests can build without ml_dtypes.) Shape symbols are bound from the arrays'
+    shapes; ``symbols`` may bind them explicitly (and must then agree). Raises TypeError/ValueError naming the argument
+    for a bad argument, :class:`InterpreterError` for a kernel that fails while running.
+    """
+    values = _bind_arguments(kernel, args, symbols)
+    ops = kernel.body.ops
+    grid_at = [i for i, op in enumerate(ops) if op.name == "tile.grid"]
+    nested = [op for top in ops for op in list(top.walk())[1:] if op.name == "tile.grid"]
+    if len(grid_at) > 1 or nested:
+        raise InterpreterError(f"kernel '{kernel.name}': one tile.grid, at the top level, "
+                               f"is expected")
+    state = InterpState(kernel)
+    state.env.update(zip(kernel.body.args, values))
+    # The IR is IEEE arithmetic: overflow to inf and 0/0 are results, not warnings.
+    with np.errstate(all="ignore"):
+        if not grid_at:
+            state.run_ops(ops)
+            return
+        grid_op = ops[grid_at[0]]
+        state.run_ops(ops[:grid_at[0]])
+        sizes = [state.env[v] for v in grid_op.operands]
+        if any(size < 0 for size in sizes):
+            raise state.error(grid_op, f"negative grid size {sizes}")
+        launch_env = state.env
+        for program_id in itertools.product(*(range(size) for size in sizes)):
+            state.env = dict(launch_env)
+            state.program_id = program_id
+            state.run_ops(ops[grid_at[0]:])
