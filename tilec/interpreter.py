@@ -636,8 +636,9 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
     Python numbers. (The GPU runtime takes bf16 only as ml_dtypes.bfloat16, since a uint16
     array could mean anything there; here the parameter's type says it is bf16, and raw bits
     are what tests can build without ml_dtypes.) Shape symbols are bound from the arrays'
-    shapes; ``symbols`` may bind them explicitly (and must then agree). Raises TypeError/ValueError naming the argument
-    for a bad argument, :class:`InterpreterError` for a kernel that fails while running.
+    shapes; ``symbols`` may bind them explicitly (and must then agree). Raises
+    TypeError/ValueError naming the argument for a bad argument, :class:`InterpreterError`
+    for a kernel that fails while running.
     """
     values = _bind_arguments(kernel, args, symbols)
     ops = kernel.body.ops
