@@ -1,0 +1,668 @@
+"""The one door to the CUDA driver: devices, modules, launches, streams, events and memory.
+
+This is the only module in tilec that imports `cuda.bindings.driver`. Every driver call goes
+through `check()`, which turns cuda-python's `(err, *values)` tuples into values or a `CudaError`
+carrying the driver's error name, so callers never see raw result codes.
+
+Nothing here touches the driver at import time: a machine without a GPU (or without cuda-python)
+can import tilec, ask `has_gpu()`, and get a clean `False` with a reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import re
+import struct
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any, Union
+
+import numpy as np
+
+# cuda-python is optional (the `gpu` extra): any failure to import it just means "no GPU".
+try:
+    from cuda.bindings import driver as _cuda
+except Exception as _error:  # noqa: BLE001
+    _cuda = None
+    _IMPORT_FAILURE = f"cuda-python is not importable ({type(_error).__name__}: {_error})"
+else:
+    _IMPORT_FAILURE = ""
+
+# 64 KiB each: ptxas' verbose info log for a large kernel runs to a few KiB; room to spare.
+_JIT_LOG_BYTES = 64 * 1024
+_MAX_GRID_X = 2**31 - 1
+_MAX_GRID_YZ = 65535
+_MAX_BLOCK = (1024, 1024, 64)
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+class CudaError(RuntimeError):
+    """A driver call failed.
+
+    `name` is the driver's error name (`CUDA_ERROR_INVALID_PTX`), `message` its description,
+    `call` the driver function, `jit_log` the JIT compiler's log (empty for non-JIT calls) and
+    `hint` a next step for the reader, such as a ptxas repro command.
+    """
+
+    def __init__(self, code: int, call: str, *, jit_log: str = "", hint: str = "") -> None:
+        self.code = int(code)
+        self.name, self.message = describe_error(self.code)
+        self.call = call
+        self.jit_log = jit_log
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        text = f"{self.call or 'CUDA driver call'} failed: {self.name}"
+        if self.message:
+            text += f" ({self.message})"
+        if self.jit_log:
+            text += "\nJIT log:\n" + _indent(self.jit_log)
+        if self.hint:
+            text += "\n" + self.hint
+        return text
+
+
+class GpuUnavailableError(RuntimeError):
+    """Raised when GPU work is asked for on a machine where `has_gpu()` is False."""
+
+
+def describe_error(code: int) -> tuple[str, str]:
+    """Return the driver's (name, description) of a result code.
+
+    The driver library answers best, but it may be missing (a CPU-only machine), so the
+    `CUresult` enum of cuda-python, which needs no driver, names the code as a fallback.
+    """
+    name = f"CUDA error {code}"
+    message = ""
+    if _cuda is None:
+        return name, message
+    try:
+        name = _cuda.CUresult(code).name
+    except ValueError:
+        pass
+    try:
+        err, raw_name = _cuda.cuGetErrorName(code)
+        if err == 0 and raw_name:
+            name = raw_name.decode()
+        err, raw_message = _cuda.cuGetErrorString(code)
+        if err == 0 and raw_message:
+            message = raw_message.decode()
+    except Exception:  # noqa: BLE001 - no driver library: the enum name is all there is
+        pass
+    return name, message
+
+
+def check(result: tuple[Any, ...], call: str = "") -> Any:
+    """Turn cuda-python's `(err, *values)` into None, the single value, or a tuple of values."""
+    err = result[0]
+    if err != 0:  # CUresult is an int subclass, so this is a cheap int comparison
+        raise CudaError(err, call)
+    if len(result) == 1:
+        return None
+    if len(result) == 2:
+        return result[1]
+    return result[1:]
+
+
+def _call(function: Any, *args: Any) -> Any:
+    return check(function(*args), function.__name__)
+
+
+# --- Is there a GPU? -----------------------------------------------------------------------------
+
+_probe_lock = threading.Lock()
+_probe_result: tuple[bool, str] | None = None
+
+
+def has_gpu() -> bool:
+    """True when cuda-python imports, the driver loads, cuInit succeeds and a device exists.
+
+    Never raises; the answer is computed once per process.
+    """
+    return _probe()[0]
+
+
+def gpu_unavailable_reason() -> str:
+    """Why `has_gpu()` is False, for skip messages and errors; empty when a GPU is usable."""
+    return _probe()[1]
+
+
+def _probe() -> tuple[bool, str]:
+    global _probe_result
+    with _probe_lock:
+        if _probe_result is None:
+            _probe_result = _probe_uncached()
+        return _probe_result
+
+
+def _probe_uncached() -> tuple[bool, str]:
+    if _cuda is None:
+        return False, _IMPORT_FAILURE
+    try:
+        err = _cuda.cuInit(0)[0]
+        if err != 0:
+            return False, f"cuInit failed: {describe_error(err)[0]}"
+        err, count = _cuda.cuDeviceGetCount()
+        if err != 0:
+            return False, f"cuDeviceGetCount failed: {describe_error(err)[0]}"
+    except Exception as error:  # noqa: BLE001 - e.g. DynamicLibNotFoundError: no driver installed
+        return False, f"the CUDA driver could not be loaded ({type(error).__name__}: {error})"
+    if count < 1:
+        return False, "the CUDA driver reports no devices"
+    return True, ""
+
+
+# --- Device and context --------------------------------------------------------------------------
+
+def configured_device_ordinal() -> int:
+    """The device tilec runs on: `TILEC_DEVICE` if set, else 0. Reads no driver state."""
+    raw = os.environ.get("TILEC_DEVICE", "0")
+    try:
+        ordinal = int(raw)
+    except ValueError:
+        raise ValueError(f"TILEC_DEVICE must be a device number such as 0, got {raw!r}") from None
+    if ordinal < 0:
+        raise ValueError(f"TILEC_DEVICE must be >= 0, got {ordinal}")
+    return ordinal
+
+
+class Device:
+    """One GPU with its primary context retained and made current.
+
+    The primary context is the one PyTorch, CuPy and the runtime API share, so device pointers
+    from those libraries are valid in our launches without any context juggling.
+    """
+
+    def __init__(self, ordinal: int) -> None:
+        if not has_gpu():
+            raise GpuUnavailableError(f"no usable GPU: {gpu_unavailable_reason()}")
+        count = _call(_cuda.cuDeviceGetCount)
+        if not 0 <= ordinal < count:
+            raise ValueError(f"device {ordinal} requested (TILEC_DEVICE) but only {count} exist")
+        self.ordinal = ordinal
+        self.handle = _call(_cuda.cuDeviceGet, ordinal)
+        self.context = _call(_cuda.cuDevicePrimaryCtxRetain, self.handle)
+        self._thread_state = threading.local()
+        self.make_current()
+        raw_name = _call(_cuda.cuDeviceGetName, 256, self.handle)
+        self.name: str = raw_name.split(b"\0", 1)[0].decode()
+        attribute = _cuda.CUdevice_attribute
+        self.compute_capability: tuple[int, int] = (
+            self._attribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            self._attribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        )
+        self.multiprocessor_count: int = self._attribute(
+            attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        self.max_threads_per_block: int = self._attribute(
+            attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        self.max_shared_memory_per_block: int = self._attribute(
+            attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
+        self.max_shared_memory_per_block_optin: int = self._attribute(
+            attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+
+    @property
+    def arch(self) -> str:
+        """The ptxas target name, e.g. "sm_90" (architecture-specific "a" suffixes are the
+        compiler's choice, not the device's)."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+    def make_current(self) -> None:
+        """Make the primary context current on the calling thread (contexts are per thread)."""
+        # A thread-local flag keeps this off the driver on the hot launch path.
+        if getattr(self._thread_state, "current", False):
+            return
+        _call(_cuda.cuCtxSetCurrent, self.context)
+        self._thread_state.current = True
+
+    def _attribute(self, attribute: Any) -> int:
+        return int(_call(_cuda.cuDeviceGetAttribute, attribute, self.handle))
+
+    def __repr__(self) -> str:
+        return f"Device({self.ordinal}, {self.name!r}, {self.arch})"
+
+
+_device_lock = threading.Lock()
+_device: Device | None = None
+
+
+def current_device() -> Device:
+    """The process-wide Device, created on first use (device 0 or `TILEC_DEVICE`)."""
+    global _device
+    device = _device
+    if device is None:
+        with _device_lock:
+            if _device is None:
+                _device = Device(configured_device_ordinal())
+            device = _device
+    device.make_current()
+    return device
+
+
+def synchronize() -> None:
+    """Wait for all work in the context; asynchronous kernel faults surface here as CudaError."""
+    current_device()
+    _call(_cuda.cuCtxSynchronize)
+
+
+def pointer_device_ordinal(ptr: int) -> int:
+    """The ordinal of the device that owns a device pointer."""
+    current_device()
+    attribute = _cuda.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return int(_call(_cuda.cuPointerGetAttribute, attribute, ptr))
+
+
+# --- Streams and events --------------------------------------------------------------------------
+
+class Stream:
+    """A CUDA stream: `Stream()` creates and owns one; `Stream.wrap(handle)` borrows a foreign
+    one (such as `torch.cuda.current_stream().cuda_stream`) without destroying it."""
+
+    def __init__(self) -> None:
+        self._owned = False
+        current_device()
+        # Default flags keep the stream ordered with the legacy default stream that tilec's
+        # staging copies use, so mixing the two needs no extra events.
+        self.handle = _call(_cuda.cuStreamCreate, _cuda.CUstream_flags.CU_STREAM_DEFAULT.value)
+        self._owned = True
+
+    @classmethod
+    def wrap(cls, handle: int) -> Stream:
+        stream = cls.__new__(cls)
+        stream._owned = False
+        stream.handle = _cuda.CUstream(handle)
+        return stream
+
+    def synchronize(self) -> None:
+        _call(_cuda.cuStreamSynchronize, self.handle)
+
+    def __int__(self) -> int:
+        return int(self.handle)
+
+    def __del__(self) -> None:
+        if getattr(self, "_owned", False):
+            try:
+                _cuda.cuStreamDestroy(self.handle)
+            except Exception:  # noqa: BLE001 - interpreter shutdown may have torn the driver down
+                pass
+
+
+StreamLike = Union[Stream, int, None]
+
+
+def _stream_handle(stream: StreamLike) -> Any:
+    if stream is None:
+        return _LEGACY_STREAM
+    if isinstance(stream, Stream):
+        return stream.handle
+    if isinstance(stream, int):
+        return _cuda.CUstream(stream)
+    raise TypeError(f"expected a Stream, a raw stream handle (int) or None, got {type(stream)}")
+
+
+# The legacy default stream (handle 0) synchronizes with every blocking stream, which makes it
+# the safe default for arguments produced by other libraries.
+_LEGACY_STREAM = _cuda.CUstream(0) if _cuda is not None else None
+
+
+class Event:
+    """A timing event: `record` on a stream, `synchronize`, then `Event.elapsed_ms(start, end)`."""
+
+    def __init__(self) -> None:
+        self.handle = None
+        current_device()
+        self.handle = _call(_cuda.cuEventCreate, _cuda.CUevent_flags.CU_EVENT_DEFAULT.value)
+
+    def record(self, stream: StreamLike = None) -> None:
+        _call(_cuda.cuEventRecord, self.handle, _stream_handle(stream))
+
+    def synchronize(self) -> None:
+        _call(_cuda.cuEventSynchronize, self.handle)
+
+    @staticmethod
+    def elapsed_ms(start: Event, end: Event) -> float:
+        """Milliseconds between two recorded events (synchronizes on `end` first)."""
+        end.synchronize()
+        return float(_call(_cuda.cuEventElapsedTime, start.handle, end.handle))
+
+    def __del__(self) -> None:
+        if getattr(self, "handle", None) is not None:
+            try:
+                _cuda.cuEventDestroy(self.handle)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+
+elapsed_ms = Event.elapsed_ms
+
+
+# --- Device memory -------------------------------------------------------------------------------
+
+class DeviceBuffer:
+    """`nbytes` of device memory, freed by `free()` or when garbage collected.
+
+    A zero-byte buffer allocates nothing and has `ptr == 0` (cuMemAlloc rejects size 0, and
+    zero-size arrays are legal tilec arguments).
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self.ptr = 0
+        if nbytes < 0:
+            raise ValueError(f"DeviceBuffer size must be >= 0, got {nbytes}")
+        self.nbytes = int(nbytes)
+        if self.nbytes:
+            current_device()
+            self.ptr = int(_call(_cuda.cuMemAlloc, self.nbytes))
+
+    def copy_from_host(self, array: np.ndarray) -> None:
+        """Copy a C-contiguous host array into the start of the buffer (synchronous)."""
+        self._check_host_array(array, "copy_from_host")
+        if array.nbytes:
+            _call(_cuda.cuMemcpyHtoD, self.ptr, array.ctypes.data, array.nbytes)
+
+    def copy_to_host(self, array: np.ndarray) -> None:
+        """Fill a C-contiguous, writeable host array from the start of the buffer (synchronous)."""
+        self._check_host_array(array, "copy_to_host")
+        if not array.flags.writeable:
+            raise ValueError("copy_to_host needs a writeable array")
+        if array.nbytes:
+            _call(_cuda.cuMemcpyDtoH, array.ctypes.data, self.ptr, array.nbytes)
+
+    def memset_d8(self, value: int) -> None:
+        """Set every byte of the buffer to `value` (0..255)."""
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset_d8 takes a byte value 0..255, got {value}")
+        if self.nbytes:
+            _call(_cuda.cuMemsetD8, self.ptr, value, self.nbytes)
+
+    def free(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            _call(_cuda.cuMemFree, ptr)
+
+    def _check_host_array(self, array: np.ndarray, what: str) -> None:
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{what} needs a numpy array, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{what} needs a C-contiguous array (use numpy.ascontiguousarray)")
+        if array.nbytes > self.nbytes:
+            raise ValueError(f"{what}: array has {array.nbytes} bytes, buffer {self.nbytes}")
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:  # noqa: BLE001 - interpreter shutdown or a context already torn down
+            pass
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes})"
+
+
+# --- Kernel parameters ---------------------------------------------------------------------------
+
+class Ptr(int):
+    """A device address, passed as a `.u64` kernel parameter."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: int) -> Ptr:
+        self = super().__new__(cls, value)
+        if not 0 <= self < 2**64:
+            raise ValueError(f"Ptr must fit in 64 unsigned bits, got {int(self)}")
+        return self
+
+
+class I32(int):
+    """A `.s32` kernel parameter (also right for `.u32` parameters below 2**31)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: int) -> I32:
+        self = super().__new__(cls, value)
+        if not -(2**31) <= self < 2**31:
+            raise ValueError(f"I32 out of signed 32-bit range: {int(self)}")
+        return self
+
+
+class I64(int):
+    """A `.s64` kernel parameter."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: int) -> I64:
+        self = super().__new__(cls, value)
+        if not -(2**63) <= self < 2**63:
+            raise ValueError(f"I64 out of 64-bit range: {int(self)}")
+        return self
+
+
+class F32(float):
+    """A `.f32` kernel parameter (rounded to single precision when packed)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: float) -> F32:
+        self = super().__new__(cls, value)
+        # struct's "f" code raises OverflowError on such values at launch time; fail here instead.
+        if math.isfinite(self) and abs(self) > _F32_MAX:
+            raise ValueError(f"F32 overflows single precision: {float(self)}")
+        return self
+
+
+KernelArg = Union[Ptr, I32, I64, F32]
+
+# Each parameter sits in its own 8-byte slot; the driver reads each through its own pointer,
+# so slots need no packing to the kernel's parameter layout.
+_PARAM_FORMATS: dict[type, str] = {Ptr: "Q", I64: "q", I32: "i4x", F32: "f4x"}
+_SLOT_BYTES = 8
+
+
+class _ParamPacker:
+    """Pre-built kernelParams for one argument signature: a slot array and a pointer array
+    into it, so a launch only writes values (one struct.pack_into) and passes one address."""
+
+    def __init__(self, signature: tuple[type, ...]) -> None:
+        count = len(signature)
+        self._slots = (ctypes.c_uint64 * max(count, 1))()
+        base = ctypes.addressof(self._slots)
+        self._pointers = (ctypes.c_void_p * max(count, 1))(
+            *(base + _SLOT_BYTES * index for index in range(count)))
+        self.address = ctypes.addressof(self._pointers) if count else 0
+        self._struct = struct.Struct("<" + "".join(_PARAM_FORMATS[kind] for kind in signature))
+
+    def pack(self, args: Sequence[KernelArg]) -> int:
+        self._struct.pack_into(self._slots, 0, *args)
+        return self.address
+
+
+# --- Modules and functions -----------------------------------------------------------------------
+
+class Module:
+    """A loaded PTX module.
+
+    `jit_log` holds ptxas' info log (registers, spills, stack). It is empty when the driver's
+    JIT cache served the module without compiling; CUDA_CACHE_DISABLE=1 forces a compile.
+    """
+
+    def __init__(self, handle: Any, *, name: str, ptx: str, jit_log: str, device: Device) -> None:
+        self.handle = handle
+        self.name = name
+        self.ptx = ptx
+        self.jit_log = jit_log
+        self.device = device
+        self._functions: dict[str, Function] = {}
+
+    def function(self, name: str) -> Function:
+        """The kernel called `name` (the `.entry` name in the PTX)."""
+        function = self._functions.get(name)
+        if function is None:
+            self.device.make_current()
+            err, handle = _cuda.cuModuleGetFunction(self.handle, name.encode())
+            if err != 0:
+                entries = re.findall(r"\.entry\s+([\w$]+)", self.ptx)
+                raise CudaError(err, "cuModuleGetFunction", hint=(
+                    f"looking up {name!r}; kernels in module {self.name!r}: "
+                    f"{', '.join(entries) or 'none'}"))
+            function = Function(self, name, handle)
+            self._functions[name] = function
+        return function
+
+    def __del__(self) -> None:
+        if getattr(self, "handle", None) is not None:
+            try:
+                _cuda.cuModuleUnload(self.handle)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+
+def load_module(ptx: str, *, name: str = "kernel") -> Module:
+    """JIT-compile and load PTX text into the current context.
+
+    On failure the CudaError carries ptxas' error log and a repro command over a copy of the PTX
+    written to a temporary file, so the failure can be reproduced outside tilec.
+    """
+    device = current_device()
+    jit = _cuda.CUjit_option
+    info_log = bytearray(_JIT_LOG_BYTES)
+    error_log = bytearray(_JIT_LOG_BYTES)
+    options = [
+        jit.CU_JIT_INFO_LOG_BUFFER,
+        jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        jit.CU_JIT_ERROR_LOG_BUFFER,
+        jit.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        jit.CU_JIT_LOG_VERBOSE,
+    ]
+    values = [info_log, _JIT_LOG_BYTES, error_log, _JIT_LOG_BYTES, 1]
+    image = ptx.encode() + b"\0"  # the driver reads PTX as a C string
+    err, handle = _cuda.cuModuleLoadDataEx(image, len(options), options, values)
+    if err != 0:
+        log = "\n".join(part for part in (_c_string(error_log), _c_string(info_log)) if part)
+        raise CudaError(err, "cuModuleLoadDataEx", jit_log=log,
+                        hint=_repro_hint(ptx, name, device))
+    return Module(handle, name=name, ptx=ptx, jit_log=_c_string(info_log), device=device)
+
+
+def _repro_hint(ptx: str, name: str, device: Device) -> str:
+    # The PTX's own .target wins over the device: an "a" target such as sm_90a matters to ptxas.
+    target = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.MULTILINE)
+    arch = target.group(1) if target else device.arch
+    safe_name = re.sub(r"[^\w.-]", "_", name) or "kernel"
+    try:
+        handle, path = tempfile.mkstemp(prefix=f"tilec-{safe_name}-", suffix=".ptx")
+        with os.fdopen(handle, "w") as file:
+            file.write(ptx)
+    except OSError as error:
+        return f"(could not save the PTX for a repro: {error})"
+    return f"Repro command: ptxas -arch={arch} {path}"
+
+
+class Function:
+    """A kernel of a loaded module, ready to launch."""
+
+    def __init__(self, module: Module, name: str, handle: Any) -> None:
+        self.module = module  # keeps the module loaded while the function lives
+        self.name = name
+        self.handle = handle
+        self._device = module.device
+        attribute = _cuda.CUfunction_attribute
+        self._static_shared = self._attribute(attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        self._max_threads = self._attribute(attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        self._dynamic_shared_limit = self._attribute(
+            attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        self._packers: dict[tuple[Any, ...], _ParamPacker] = {}
+        # The packers' slots are shared state; cuLaunchKernel copies them before returning, so
+        # the lock is held only across pack + launch.
+        self._lock = threading.Lock()
+
+    def attributes(self) -> dict[str, int]:
+        """Resource use reported by the driver after JIT compilation."""
+        attribute = _cuda.CUfunction_attribute
+        return {
+            "num_regs": self._attribute(attribute.CU_FUNC_ATTRIBUTE_NUM_REGS),
+            "local_size_bytes": self._attribute(attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            "static_shared_bytes": self._attribute(attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            "max_threads_per_block": self._attribute(
+                attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            "max_dynamic_shared_bytes": self._attribute(
+                attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES),
+            "ptx_version": self._attribute(attribute.CU_FUNC_ATTRIBUTE_PTX_VERSION),
+            "binary_version": self._attribute(attribute.CU_FUNC_ATTRIBUTE_BINARY_VERSION),
+        }
+
+    def set_dynamic_shared_memory(self, nbytes: int) -> None:
+        """Allow launches with up to `nbytes` of dynamic shared memory (beyond the 48 KiB
+        default, up to the device's opt-in limit minus the kernel's static shared memory)."""
+        limit = self._device.max_shared_memory_per_block_optin - self._static_shared
+        if not 0 <= nbytes <= limit:
+            raise ValueError(
+                f"kernel {self.name!r} asks for {nbytes} bytes of dynamic shared memory, but "
+                f"{self._device.arch} allows at most {limit} (opt-in limit "
+                f"{self._device.max_shared_memory_per_block_optin} minus {self._static_shared} "
+                f"static)")
+        self._device.make_current()
+        _call(_cuda.cuFuncSetAttribute, self.handle,
+              _cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        self._dynamic_shared_limit = nbytes
+
+    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int],
+               shared_bytes: int, args: Sequence[KernelArg], stream: StreamLike = None) -> None:
+        """Enqueue the kernel. Faults inside it surface later, at a synchronize, as CudaError."""
+        grid_x, grid_y, grid_z = grid
+        block_x, block_y, block_z = block
+        if not (0 < grid_x <= _MAX_GRID_X and 0 < grid_y <= _MAX_GRID_YZ
+                and 0 < grid_z <= _MAX_GRID_YZ):
+            raise ValueError(f"kernel {self.name!r}: grid {tuple(grid)} is invalid; each dimension "
+                             f"must be > 0, x <= {_MAX_GRID_X}, y and z <= {_MAX_GRID_YZ}")
+        if not (0 < block_x <= _MAX_BLOCK[0] and 0 < block_y <= _MAX_BLOCK[1]
+                and 0 < block_z <= _MAX_BLOCK[2]
+                and block_x * block_y * block_z <= self._max_threads):
+            raise ValueError(f"kernel {self.name!r}: block {tuple(block)} is invalid; each "
+                             f"dimension must be > 0 (at most {_MAX_BLOCK}) and the product at "
+                             f"most {self._max_threads} threads")
+        if not 0 <= shared_bytes <= self._dynamic_shared_limit:
+            raise ValueError(
+                f"kernel {self.name!r}: {shared_bytes} bytes of dynamic shared memory requested, "
+                f"the limit is {self._dynamic_shared_limit}; call set_dynamic_shared_memory() "
+                f"first to raise it")
+        signature = tuple(map(type, args))
+        packer = self._packers.get(signature)
+        if packer is None:
+            packer = self._build_packer(signature)
+        handle = _stream_handle(stream)
+        self._device.make_current()
+        with self._lock:
+            params = packer.pack(args)
+            err = _cuda.cuLaunchKernel(self.handle, grid_x, grid_y, grid_z, block_x, block_y,
+                                       block_z, shared_bytes, handle, params, 0)[0]
+        if err != 0:
+            raise CudaError(err, "cuLaunchKernel",
+                            hint=f"kernel {self.name!r}, grid {tuple(grid)}, block "
+                                 f"{tuple(block)}, {shared_bytes} bytes of dynamic shared memory")
+
+    def _build_packer(self, signature: tuple[type, ...]) -> _ParamPacker:
+        for index, kind in enumerate(signature):
+            if kind not in _PARAM_FORMATS:
+                raise TypeError(
+                    f"kernel {self.name!r} argument {index} has type {kind.__name__}; wrap it as "
+                    f"Ptr, I32, I64 or F32 so its parameter type is explicit")
+        packer = _ParamPacker(signature)
+        self._packers[signature] = packer
+        return packer
+
+    def _attribute(self, attribute: Any) -> int:
+        return int(_call(_cuda.cuFuncGetAttribute, attribute, self.handle))
+
+    def __repr__(self) -> str:
+        return f"Function({self.name!r} of module {self.module.name!r})"
+
+
+def _c_string(buffer: bytearray) -> str:
+    return bytes(buffer).split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
