@@ -1,0 +1,146 @@
+"""Emitters for arithmetic on distributed tiles: mma.sync, elementwise ops, casts, fills.
+
+A distributed tile is a list of per-thread registers in the layout's register order; a
+tile made from one value (``tile.full``, ``tile.splat``) repeats one register.
+"""
+from __future__ import annotations
+
+from tilec.ir.core import Op
+from tilec.ir.types import BF16, F16, F32, DType
+from tilec.layout import MMA_M, MMA_N
+
+from .context import Context
+
+# mma.sync.aligned.m16n8k16.row.col: PTX ISA 9.7.14.5.14; the type suffix per input dtype.
+MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32"}
+
+# Elementwise ops on f32 registers: PTX ISA 9.7.3. max/min .NaN propagate NaN (sm_80+),
+# as numpy's maximum/minimum do.
+F32_BINARY = {"tile.add": "add.f32", "tile.sub": "sub.f32", "tile.mul": "mul.f32",
+              "tile.div": "div.rn.f32", "tile.max": "max.NaN.f32", "tile.min": "min.NaN.f32"}
+F32_UNARY = {"tile.neg": "neg.f32 {d}, {a};", "tile.relu": "max.NaN.f32 {d}, {a}, 0f00000000;"}
+
+# 16-bit floats go through f32: exact widening, one rounding back (PTX ISA 9.7.9.21, cvt).
+# bf16 widens by placing its bits in the high half of an f32 (exact, any target).
+WIDEN = {F16: "cvt.f32.f16 {d}, {a};", BF16: "mov.b32 {d}, {{{zero}, {a}}};"}
+NARROW = {F16: "cvt.rn.f16.f32 {d}, {a};", BF16: "cvt.rn.bf16.f32 {d}, {a};"}
+
+
+def _mma(ctx: Context, op: Op) -> None:
+    a_regs, b_regs, acc = (ctx.get(v) for v in op.operands)
+    plan = ctx.plan
+    tiles_m = plan.warp_tile[0] // MMA_M
+    tiles_n = plan.warp_tile[1] // MMA_N
+    suffix = MMA_TYPES[op.operands[0].type.dtype]
+    out = list(acc)
+    for tn in range(tiles_n):
+        for tm in range(tiles_m):
+            a = a_regs[tm * 4:tm * 4 + 4]
+            # B was loaded two n8 tiles per ldmatrix.x4: registers (b0, b1) of tile 2p then 2p+1.
+            b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
+            first = (tn * tiles_m + tm) * 4
+            c = acc[first:first + 4]
+            d = ctx.w.regs("f32", 4)
+            ctx.w.emit(f"mma.sync.aligned.m16n8k16.row.col.{suffix} {{{', '.join(d)}}}, "
+                       f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
+            out[first:first + 4] = d
+    ctx.bind(op.result, out)
+
+
+def _widen(ctx: Context, reg: str, dtype: DType) -> str:
+    if dtype == F32:
+        return reg
+    wide = ctx.w.reg("f32")
+    zero = _zero16(ctx) if dtype == BF16 else ""
+    ctx.w.emit(WIDEN[dtype].format(d=wide, a=reg, zero=zero))
+    return wide
+
+
+def _narrow(ctx: Context, reg: str, dtype: DType) -> str:
+    if dtype == F32:
+        return reg
+    out = ctx.w.reg("b16")
+    ctx.w.emit(NARROW[dtype].format(d=out, a=reg))
+    return out
+
+
+def _zero16(ctx: Context) -> str:
+    def compute() -> str:
+        r = ctx.w.reg("b16")
+        ctx.w.emit(f"mov.b16 {r}, 0;")
+        return r
+    return ctx.w.once("zero16", compute)
+
+
+def _map(ctx: Context, op: Op, combine) -> None:
+    """Apply ``combine`` element by element, computing once per distinct register tuple
+    (a splat operand repeats one register)."""
+    dtype = op.result.type.dtype
+    operand_regs = [ctx.get(v) for v in op.operands]
+    cache: dict[tuple[str, ...], str] = {}
+    out = []
+    for regs in zip(*operand_regs):
+        if regs not in cache:
+            wide = [_widen(ctx, r, v.type.dtype) for r, v in zip(regs, op.operands)]
+            cache[regs] = _narrow(ctx, combine(wide), dtype)
+        out.append(cache[regs])
+    ctx.bind(op.result, out)
+
+
+def _binary(ctx: Context, op: Op) -> None:
+    def combine(wide: list[str]) -> str:
+        d = ctx.w.reg("f32")
+        ctx.w.emit(f"{F32_BINARY[op.name]} {d}, {wide[0]}, {wide[1]};")
+        return d
+    _map(ctx, op, combine)
+
+
+def _unary(ctx: Context, op: Op) -> None:
+    def combine(wide: list[str]) -> str:
+        d = ctx.w.reg("f32")
+        ctx.w.emit(F32_UNARY[op.name].format(d=d, a=wide[0]))
+        return d
+    _map(ctx, op, combine)
+
+
+def _cast(ctx: Context, op: Op) -> None:
+    source = op.operands[0].type.dtype
+    target = op.result.type.dtype
+    cache: dict[str, str] = {}
+    out = []
+    for reg in ctx.get(op.operands[0]):
+        if reg not in cache:
+            cache[reg] = _narrow(ctx, _widen(ctx, reg, source), target)
+        out.append(cache[reg])
+    ctx.bind(op.result, out)
+
+
+def _full(ctx: Context, op: Op) -> None:
+    from .ptx import f32_literal
+    rtype = op.result.type
+    reg = ctx.w.reg("f32")
+    ctx.w.emit(f"mov.f32 {reg}, {f32_literal(op.attrs['value'])};")
+    reg = _narrow(ctx, reg, rtype.dtype)
+    ctx.bind(op.result, [reg] * _elements_per_thread(rtype))
+
+
+def _splat(ctx: Context, op: Op) -> None:
+    rtype = op.result.type
+    ctx.bind(op.result, [ctx.get(op.operands[0])] * _elements_per_thread(rtype))
+
+
+def _elements_per_thread(rtype) -> int:
+    layout = rtype.layout
+    if layout is None:
+        raise NotImplementedError(f"the PTX backend needs a layout for {rtype}")
+    return layout.regs_per_thread
+
+
+EMITTERS = {
+    "frag.mma": _mma,
+    **{name: _binary for name in F32_BINARY},
+    **{name: _unary for name in F32_UNARY},
+    "tile.cast": _cast,
+    "tile.full": _full,
+    "tile.splat": _splat,
+}

@@ -1,0 +1,118 @@
+"""What the emitters share while rendering one kernel: the writer, the register (or
+registers) of each IR value, tensor parameters, shared buffers and per-thread indices."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from tilec.ir.core import Kernel, Value
+from tilec.layout import SmemLayout, Swizzle
+from tilec.options import Options
+
+from .writer import PtxWriter
+
+
+@dataclass
+class TensorRegs:
+    """A global tensor as registers: base address, stride and size per dim (a register or
+    an immediate)."""
+
+    ptr: str
+    strides: list[str]
+    dims: list[Union[str, int]]
+    elem_bytes: int
+
+    def transposed(self) -> "TensorRegs":
+        return TensorRegs(self.ptr, self.strides[::-1], self.dims[::-1], self.elem_bytes)
+
+
+@dataclass
+class SmemBuffer:
+    offset: int  # bytes from the start of the kernel's dynamic shared memory
+    stage_bytes: int
+    layout: SmemLayout
+    elem_bytes: int
+
+
+@dataclass
+class SmemView:
+    buffer: SmemBuffer
+    address: str  # u32 shared-window address of the stage
+
+
+class Context:
+    def __init__(self, kernel: Kernel, options: Options):
+        self.kernel = kernel
+        self.options = options
+        self.w = PtxWriter()
+        self.values: dict[Value, object] = {}
+        self.constants: dict[Value, Union[int, float]] = {}
+        self.smem_bytes = 0
+        self.plan = kernel.meta.get("tiling")
+
+    # -- values -------------------------------------------------------------------------
+    def bind(self, value: Value, regs: object) -> None:
+        self.values[value] = regs
+
+    def get(self, value: Value):
+        try:
+            return self.values[value]
+        except KeyError:
+            raise ValueError(f"backend: {value!r} has no register (op not lowered?)") from None
+
+    def operand(self, value: Value) -> str:
+        """A scalar operand: its register, or the literal of a constant."""
+        if value in self.constants:
+            return str(self.constants[value])
+        return self.get(value)
+
+    def const(self, value: Value) -> Optional[int]:
+        return self.constants.get(value)
+
+    # -- per-thread indices, computed once at entry -------------------------------------
+    def tid(self) -> str:
+        def compute() -> str:
+            r = self.w.reg("b32")
+            self.w.emit(f"mov.u32 {r}, %tid.x;")
+            return r
+        return self.w.once("tid", compute)
+
+    def lane_warp(self) -> tuple[str, str]:
+        def compute() -> tuple[str, str]:
+            lane, warp = self.w.reg("b32"), self.w.reg("b32")
+            self.w.emit(f"and.b32 {lane}, {self.tid()}, 31;")
+            self.w.emit(f"shr.u32 {warp}, {self.tid()}, 5;")
+            return lane, warp
+        return self.w.once("lane_warp", compute)
+
+    def smem_base(self) -> str:
+        def compute() -> str:
+            r = self.w.reg("b32")
+            self.w.emit(f"mov.u32 {r}, tilec_smem;")
+            return r
+        return self.w.once("smem_base", compute)
+
+    # -- integer helpers that emit into the current section ------------------------------
+    def int_op(self, op: str, a: Union[str, int], b: Union[str, int]) -> str:
+        r = self.w.reg("b32")
+        self.w.emit(f"{op} {r}, {a}, {b};")
+        return r
+
+    def mad(self, a: Union[str, int], b: Union[str, int], c: Union[str, int]) -> str:
+        r = self.w.reg("b32")
+        self.w.emit(f"mad.lo.s32 {r}, {a}, {b}, {c};")
+        return r
+
+    def swizzle(self, offset: str, swizzle: Swizzle) -> str:
+        """The element offset after ``swizzle`` (layout.Swizzle.__call__, in PTX)."""
+        if swizzle.bits == 0:
+            return offset
+        mask = ((1 << swizzle.bits) - 1) << (swizzle.base + swizzle.shift)
+        high = self.int_op("and.b32", offset, mask)
+        moved = self.int_op("shr.u32", high, swizzle.shift)
+        return self.int_op("xor.b32", offset, moved)
+
+    def wide(self, a: str, b: Union[str, int]) -> str:
+        r = self.w.reg("b64")
+        self.w.emit(f"mul.wide.s32 {r}, {a}, {b};")
+        return r

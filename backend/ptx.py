@@ -1,0 +1,262 @@
+"""Our PTX backend: lowered tile IR -> PTX text, one emitter per op name.
+
+``render(kernel, options)`` returns the PTX and the launch facts (threads, shared bytes,
+parameter list). The op table :data:`EMITTERS` is also the capability list: an op missing
+from it is reported by name, never silently skipped.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+from tilec.ir.core import Block, Kernel, Op
+from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType
+from tilec.options import Options
+
+from . import compute, memory
+from .abi import PARAM_PTX_TYPES, AbiParam, kernel_abi
+from .context import Context, TensorRegs
+
+
+@dataclass(frozen=True)
+class Rendered:
+    ptx: str
+    entry: str
+    threads: int
+    smem_bytes: int
+    abi: tuple[AbiParam, ...]
+
+
+def f32_literal(value: float) -> str:
+    """PTX's exact hexadecimal form of an f32 constant."""
+    return "0f" + struct.pack(">f", float(value)).hex().upper()
+
+
+# -- scalars: PTX ISA 9.7.1 (integer arithmetic), 9.7.3 (floating point), 9.7.6 (setp) ----
+INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.lo.s32",
+              "arith.floordiv": "div.s32", "arith.mod": "rem.s32", "arith.min": "min.s32",
+              "arith.max": "max.s32"}
+FLOAT_BINARY = {"arith.add": "add.f32", "arith.sub": "sub.f32", "arith.mul": "mul.f32",
+                "arith.div": "div.rn.f32", "arith.min": "min.f32", "arith.max": "max.f32"}
+
+
+def _constant(ctx: Context, op: Op) -> None:
+    value = op.attrs["value"]
+    rtype = op.result.type
+    if rtype.dtype == I32:
+        ctx.constants[op.result] = int(value)
+        reg = ctx.w.reg("b32")
+        ctx.w.emit(f"mov.u32 {reg}, {int(value)};")
+    elif rtype.dtype == PRED:
+        reg = ctx.w.reg("pred")
+        ctx.w.emit(f"setp.ne.u32 {reg}, {int(bool(value))}, 0;")
+    else:
+        reg = ctx.w.reg("f32")
+        ctx.w.emit(f"mov.f32 {reg}, {f32_literal(value)};")
+    ctx.bind(op.result, reg)
+
+
+def _scalar_binary(ctx: Context, op: Op) -> None:
+    a, b = op.operands
+    is_int = op.result.type.dtype == I32
+    if op.name == "arith.cdiv":
+        bias = ctx.int_op("add.s32", ctx.operand(a), ctx.operand(b))
+        bias = ctx.int_op("sub.s32", bias, 1)
+        ctx.bind(op.result, ctx.int_op("div.s32", bias, ctx.operand(b)))
+        return
+    table = INT_BINARY if is_int else FLOAT_BINARY
+    reg = ctx.w.reg("b32" if is_int else "f32")
+    ctx.w.emit(f"{table[op.name]} {reg}, {ctx.get(a)}, {ctx.operand(b)};")
+    ctx.bind(op.result, reg)
+
+
+def _compare(ctx: Context, op: Op) -> None:
+    reg = ctx.w.reg("pred")
+    a, b = op.operands
+    ctx.w.emit(f"setp.lt.s32 {reg}, {ctx.get(a)}, {ctx.operand(b)};")
+    ctx.bind(op.result, reg)
+
+
+# -- the grid: PTX ISA 10 (special registers %ctaid) ------------------------------------
+def _grid(ctx: Context, op: Op) -> None:
+    w = ctx.w
+    group = op.attrs.get("raster_group")
+    if group and len(op.operands) == 2:
+        # Grouped order: `group` block rows walk the N blocks together so that the A and B
+        # tiles they share stay in L2.
+        gm, gn = (ctx.get(v) for v in op.operands)
+        pid = w.reg("b32")
+        w.emit(f"mov.u32 {pid}, %ctaid.x;")
+        per_group = ctx.int_op("mul.lo.s32", gn, group)
+        group_id = ctx.int_op("div.u32", pid, per_group)
+        first_m = ctx.int_op("mul.lo.s32", group_id, group)
+        rows_left = ctx.int_op("sub.s32", gm, first_m)
+        group_rows = ctx.int_op("min.s32", rows_left, group)
+        in_group = ctx.int_op("rem.u32", pid, per_group)
+        pid_m = ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows))
+        pid_n = ctx.int_op("div.u32", in_group, group_rows)
+        ctx.bind(op.results[0], pid_m)
+        ctx.bind(op.results[1], pid_n)
+        return
+    for axis, result in zip("xyz", op.results):
+        reg = w.reg("b32")
+        w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
+        ctx.bind(result, reg)
+
+
+# -- structured control flow: PTX ISA 9.7.12 (bra) --------------------------------------
+def _move(ctx: Context, dst, src) -> None:
+    if isinstance(dst, list):
+        for d, s in zip(dst, src):
+            _move(ctx, d, s)
+        return
+    kind = "pred" if dst.startswith("%p") else ("b64" if dst.startswith("%rd") else
+                                                "f32" if dst.startswith("%f") else
+                                                "b16" if dst.startswith("%h") else "b32")
+    ptx_type = {"pred": ".pred", "b64": ".b64", "f32": ".f32", "b16": ".b16", "b32": ".b32"}
+    ctx.w.emit(f"mov{ptx_type[kind]} {dst}, {src};")
+
+
+def _fresh_like(ctx: Context, regs):
+    if isinstance(regs, list):
+        return [_fresh_like(ctx, r) for r in regs]
+    kind = ("pred" if regs.startswith("%p") else "b64" if regs.startswith("%rd") else
+            "f32" if regs.startswith("%f") else "b16" if regs.startswith("%h") else "b32")
+    return ctx.w.reg(kind)
+
+
+def _for(ctx: Context, op: Op) -> None:
+    lb, ub, step, *inits = op.operands
+    body = op.regions[0]
+    iv = ctx.w.reg("b32")
+    ctx.w.emit(f"mov.u32 {iv}, {ctx.operand(lb)};")
+    carried = []
+    for init, arg in zip(inits, body.args[1:]):
+        regs = _fresh_like(ctx, ctx.get(init))
+        _move(ctx, regs, ctx.get(init))
+        ctx.bind(arg, regs)
+        carried.append(regs)
+    ctx.bind(body.args[0], iv)
+    head, done = ctx.w.label("loop"), ctx.w.label("done")
+    exit_pred = ctx.w.reg("pred")
+    ctx.w.raw(f"{head}:")
+    ctx.w.emit(f"setp.ge.s32 {exit_pred}, {iv}, {ctx.operand(ub)};")
+    ctx.w.emit(f"@{exit_pred} bra.uni {done};")
+    emit_block(ctx, body.ops[:-1])
+    yielded = [ctx.get(v) for v in body.ops[-1].operands]
+    # Parallel copy through temporaries when a yielded register is also a destination.
+    flat_dst = set(_flatten(carried))
+    if any(r in flat_dst for r in _flatten(yielded)):
+        temps = [_fresh_like(ctx, y) for y in yielded]
+        for t, y in zip(temps, yielded):
+            _move(ctx, t, y)
+        yielded = temps
+    for dst, src in zip(carried, yielded):
+        _move(ctx, dst, src)
+    ctx.w.emit(f"add.s32 {iv}, {iv}, {ctx.operand(step)};")
+    ctx.w.emit(f"bra.uni {head};")
+    ctx.w.raw(f"{done}:")
+    for result, regs in zip(op.results, carried):
+        ctx.bind(result, regs)
+
+
+def _flatten(items) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        out.extend(_flatten(item) if isinstance(item, list) else [item])
+    return out
+
+
+def _no_code(ctx: Context, op: Op) -> None:
+    """Ops that only move meaning (views) bind their result and emit nothing."""
+    if op.name == "tensor.transpose":
+        ctx.bind(op.result, ctx.get(op.operands[0]).transposed())
+
+
+EMITTERS: dict[str, Callable[[Context, Op], None]] = {
+    "arith.constant": _constant,
+    **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
+                                         "arith.floordiv", "arith.cdiv", "arith.mod",
+                                         "arith.min", "arith.max")},
+    "arith.lt": _compare,
+    "tile.grid": _grid,
+    "scf.for": _for,
+    "tensor.transpose": _no_code,
+    **memory.EMITTERS,
+    **compute.EMITTERS,
+}
+
+
+def emit_block(ctx: Context, ops: list[Op]) -> None:
+    for op in ops:
+        if op.loc is not None and ctx.options.line_info:
+            ctx.w.emit(f".loc 1 {op.loc.line} {op.loc.col}")
+        emitter = EMITTERS.get(op.name)
+        if emitter is None:
+            raise NotImplementedError(f"the PTX backend cannot emit '{op.name}' "
+                                      f"(at {op.loc}); a pass must lower it first")
+        emitter(ctx, op)
+
+
+def _load_params(ctx: Context, abi: list[AbiParam]) -> None:
+    w = ctx.w
+    by_source: dict[str, dict] = {}
+    for p in abi:
+        if p.kind == "ptr":
+            raw, reg = w.reg("b64"), w.reg("b64")
+            w.emit(f"ld.param.u64 {raw}, [{p.name}];")
+            w.emit(f"cvta.to.global.u64 {reg}, {raw};")
+        else:
+            reg = w.reg("f32" if p.kind == "f32" else "b32")
+            w.emit(f"ld.param{PARAM_PTX_TYPES[p.kind]} {reg}, [{p.name}];")
+        by_source.setdefault(p.source, {})[(p.role, p.dim)] = reg
+    kernel = ctx.kernel
+    symbol_regs = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
+    for param, value in zip(kernel.params, kernel.body.args):
+        regs = by_source[param.name]
+        if isinstance(param.type, TensorType):
+            dims = [symbol_regs[d] if isinstance(d, str) else d for d in param.type.shape]
+            strides = [regs[("stride", d)] for d in range(param.type.rank)]
+            ctx.bind(value, TensorRegs(regs[("ptr", -1)], strides, dims,
+                                       param.type.dtype.bytes))
+        else:
+            ctx.bind(value, regs[("scalar", -1)])
+    for symbol in kernel.symbols:
+        ctx.bind(kernel.symbol_value(symbol), symbol_regs[symbol])
+
+
+def render(kernel: Kernel, options: Options) -> Rendered:
+    """PTX for a kernel that has been through the pipeline."""
+    ctx = Context(kernel, options)
+    plan = kernel.meta.get("tiling")
+    threads = plan.threads if plan is not None else 128
+    abi = kernel_abi(kernel)
+    _load_params(ctx, abi)
+    params_text = ctx.w.body
+    ctx.w.body = []
+    emit_block(ctx, kernel.body.ops)
+
+    lines = [f"// Generated by tilec from {kernel.source_file}: kernel '{kernel.name}'",
+             f".version {options.ptx_version}", f".target {options.arch}", ".address_size 64", ""]
+    if options.line_info:
+        lines.append(f'.file 1 "{kernel.source_file}"')
+    if ctx.smem_bytes:
+        lines.append(".extern .shared .align 128 .b8 tilec_smem[];")
+    lines.append("")
+    decls = [f"\t.param {PARAM_PTX_TYPES[p.kind]} {p.name}" for p in abi]
+    lines.append(f".visible .entry {kernel.name}(")
+    lines.append(",\n".join(decls))
+    lines.append(f")\n.maxntid {threads}, 1, 1\n{{")
+    lines.extend(ctx.w.declarations())
+    lines.append("")
+    lines.extend(params_text)
+    lines.extend(ctx.w.setup)
+    lines.extend(ctx.w.body)
+    lines.append("\tret;")
+    lines.append("}")
+    return Rendered("\n".join(lines) + "\n", kernel.name, threads, ctx.smem_bytes, tuple(abi))
+
+
+__all__ = ["render", "Rendered", "EMITTERS", "emit_block", "f32_literal", "Block",
+           "ScalarType", "F32"]
