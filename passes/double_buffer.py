@@ -24,7 +24,7 @@ from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel
 from tilec.ir.types import PRED, ScalarType, TileType, i32
 from tilec.options import Options
 
-from passes.common import clone_slice, constant, find_main_loop
+from .common import clone_slice, constant, find_main_loop
 
 NAME = "double_buffer"
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async sizes, PTX ISA 9.7.9.25.3.1

@@ -33,8 +33,8 @@ from tilec.ir.types import TileType
 from tilec.layout import MMA_K, MmaLayout
 from tilec.options import Options
 
-from passes.common import find_main_loop
-from passes.tiling import TilingPlan
+from .common import find_main_loop
+from .tiling import TilingPlan
 
 NAME = "fragments"
 # Ops whose result takes the accumulator layout when it has the block's shape.

@@ -20,7 +20,7 @@ from tilec.layout import (MMA_K, WARP_SIZE, SmemLayout, Swizzle, conflict_degree
                           copy_store_addresses, ldmatrix_addresses, swizzle_candidates)
 from tilec.options import Options
 
-from passes.tiling import OperandPlan, TilingPlan
+from .tiling import OperandPlan, TilingPlan
 
 NAME = "swizzle"
 

@@ -34,7 +34,7 @@ from tilec.ir.types import F32, MMA_INPUT_DTYPES, TensorType, TileType
 from tilec.layout import MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
-from passes.common import constant, find_main_loop
+from .common import constant, find_main_loop, tile_in_bounds
 
 NAME = "tiling"
 # Registers a thread needs beside accumulators and fragments (addresses, indices, masks);
@@ -198,10 +198,14 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                                      buffer.type.layout)
                 view = builder.value("smem.stage", [buffer, zero], view_type,
                                      f"v{operands[role_index].role}")
+                tensor_type = op.operands[0].type
+                masked = [not tile_in_bounds(kernel, offset, extent, dim, options.spec)
+                          for offset, extent, dim in zip(op.operands[1:], op.attrs["shape"],
+                                                         tensor_type.shape)]
                 builder.op("copy.global_to_shared", [*op.operands, view],
                            attrs={"shape": list(op.attrs["shape"]),
                                   "vec": operands[role_index].vec, "mode": "sync",
-                                  "threads": plan.threads})
+                                  "threads": plan.threads, "masked": masked})
             new_ops.extend(builder.block.ops)
             views[op.result] = view
         elif op is dot:

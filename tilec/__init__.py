@@ -1,0 +1,27 @@
+"""tilec: tile-level matmul programs in Python, compiled to PTX for NVIDIA GPUs.
+
+    from tilec import tile, f16, f32
+
+    @tile
+    def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=128, BN=128, BK=32):
+        ...
+"""
+from tilec.ir.types import BF16 as bf16, F16 as f16, F32 as f32, I32 as i32  # noqa: F401
+from tilec.options import Options, Spec  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The decorator and pipeline pull in the frontend and passes; import them on first use
+    # so `import tilec` stays cheap for tools that only want the IR or the runtime.
+    if name in ("tile", "TileFunction"):
+        from tilec import kernel
+        return getattr(kernel, name)
+    if name in ("pipeline", "run_pipeline", "Pass"):
+        from tilec import pipeline
+        return getattr(pipeline, name)
+    if name == "compile_kernel":
+        from tilec.compiler import compile_kernel
+        return compile_kernel
+    raise AttributeError(f"module 'tilec' has no attribute {name!r}")

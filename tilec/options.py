@@ -17,6 +17,16 @@ ARCHS: dict[str, dict[str, int | str]] = {
     "sm_90": {"ptx_version": "8.0", "smem_optin": 232448},
 }
 MAX_REGISTERS_PER_THREAD = 255
+
+
+def target_arch(compute_capability: tuple[int, int]) -> str:
+    """The newest target we emit that a device of this compute capability runs."""
+    major, minor = compute_capability
+    runnable = [a for a in ARCHS if (int(a[3:]) // 10, int(a[3:]) % 10) <= (major, minor)
+                and int(a[3:]) // 10 == major or int(a[3:]) // 10 < major]
+    if not runnable:
+        raise ValueError(f"tilec needs compute capability 8.0 or newer, got {major}.{minor}")
+    return max(runnable, key=lambda a: int(a[3:]))
 MAX_THREADS = 1024
 
 

@@ -12,7 +12,7 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from passes import double_buffer, fragments, swizzle, tiling
+from tilec.passes import double_buffer, fragments, swizzle, tiling
 
 
 @dataclass(frozen=True)

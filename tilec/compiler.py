@@ -1,0 +1,76 @@
+"""Source to PTX: frontend, pass pipeline, backend, with every stage kept as text.
+
+``compile_kernel`` is the one path every entry point (decorator, CLI, benchmarks) uses; its
+result is cached in memory by (program, constants, options), so a repeated call compiles
+nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from tilec.backend.ptx import Rendered, render
+from tilec.ir.core import Kernel
+from tilec.ir.printer import print_kernel
+from tilec.ir.verifier import verify
+from tilec.options import Options
+from tilec.pipeline import Pass, run_pipeline
+
+COMPILER_VERSION = "0.1.0"
+
+
+@dataclass
+class Compiled:
+    """One kernel compiled for one set of options: the PTX, the launch facts, and the text
+    of every stage (``asm["tile"]``, ``asm["<pass>"]``, ``asm["ptx"]``)."""
+
+    name: str
+    options: Options
+    kernel: Kernel  # the IR after the last pass
+    rendered: Rendered
+    asm: dict[str, str] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ptx(self) -> str:
+        return self.rendered.ptx
+
+
+_CACHE: dict[tuple, Compiled] = {}
+
+
+def cache_key(source_key: str, consts: dict[str, Any], options: Options) -> tuple:
+    return (COMPILER_VERSION, source_key, tuple(sorted(consts.items())), options)
+
+
+def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str] = None,
+                   passes: Optional[Sequence[Pass]] = None, keep_ir: bool = False) -> Compiled:
+    """Run the pipeline and the PTX backend on a lowered kernel."""
+    key = None
+    if source_key is not None and passes is None:
+        key = cache_key(source_key, kernel.consts, options)
+        hit = _CACHE.get(key)
+        if hit is not None and (not keep_ir or len(hit.asm) > 1):
+            return hit
+    if options.verify:
+        verify(kernel, after="frontend")
+    result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
+    start = time.perf_counter()
+    rendered = render(result.kernel, options)
+    times = dict(result.times, backend=time.perf_counter() - start)
+    asm = dict(result.stages)
+    asm["ptx"] = rendered.ptx
+    compiled = Compiled(kernel.name, options, result.kernel, rendered, asm, times)
+    if key is not None:
+        _CACHE[key] = compiled
+    return compiled
+
+
+def source_key(text: str, filename: str, name: str) -> str:
+    return hashlib.sha256(f"{filename}\0{name}\0{text}".encode()).hexdigest()
+
+
+def ir_text(kernel: Kernel) -> str:
+    return print_kernel(kernel)

@@ -1,0 +1,172 @@
+"""The ``@tile`` decorator and the kernel object users hold.
+
+``@tile`` parses the function's source with the DSL grammar (it never runs it), and returns
+a :class:`TileFunction`: call it on arrays to run it (on the GPU, or in the CPU interpreter
+when there is none), or ask it for any stage of the compilation without running anything.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional, Sequence
+
+from tilec import frontend
+from tilec.compiler import Compiled, compile_kernel, source_key
+from tilec.ir.core import Kernel
+from tilec.launch import bind_arguments, grid_size, kernel_arguments, launch_grid, spec_for
+from tilec.options import Options, Spec, target_arch
+from tilec.pipeline import Pass
+
+# Keyword arguments of compile/ptx that are options, not the program's constants.
+OPTION_NAMES = {"arch", "stages", "warps", "raster_group", "swizzle", "disable", "verify",
+                "line_info"}
+
+
+class TileFunction:
+    def __init__(self, func_ast, text: str, filename: str, source_lines: Sequence[str]):
+        self.ast = func_ast
+        self.name = func_ast.name
+        self.filename = filename
+        self.source_lines = tuple(source_lines)
+        self._key = source_key(text, filename, self.name)
+        self.signature = frontend.signature(func_ast)
+        self._interpreter_warned = False
+
+    def __repr__(self) -> str:
+        return f"<tile function {self.name} from {self.filename}>"
+
+    # -- compiling ----------------------------------------------------------------------
+    def lower(self, **consts: Any) -> Kernel:
+        """The tile IR the frontend makes, before any pass."""
+        return frontend.lower(self.ast, consts, source_lines=self.source_lines)
+
+    def _split(self, kwargs: dict[str, Any]) -> tuple[dict, dict, dict]:
+        options, consts, shapes = {}, {}, {}
+        symbols = set(self.signature.symbols)
+        for name, value in kwargs.items():
+            if name in OPTION_NAMES:
+                options[name] = tuple(value) if name in ("warps", "disable") else value
+            elif name in symbols:
+                shapes[name] = int(value)
+            else:
+                consts[name] = value
+        return options, consts, shapes
+
+    def compile(self, *, spec: Optional[Spec] = None, passes: Optional[Sequence[Pass]] = None,
+                keep_ir: bool = False, **kwargs: Any) -> Compiled:
+        """Compile for the given options (``arch``, ``stages``, ``warps``, ``swizzle``,
+        ``disable``...), constants (``BM=64``) and shape symbols (``M=4096``: lets the
+        compiler drop edge masks where the sizes divide the tiles)."""
+        option_args, consts, shapes = self._split(kwargs)
+        if spec is None and shapes:
+            from tilec.launch import _largest_power_of_two_divisor
+            spec = Spec(divisible=tuple(sorted((s, _largest_power_of_two_divisor(v))
+                                               for s, v in shapes.items())))
+        options = Options(**option_args, spec=spec or Spec())
+        kernel = self.lower(**consts)
+        return compile_kernel(kernel, options, source_key=self._key, passes=passes,
+                              keep_ir=keep_ir)
+
+    def ptx(self, **kwargs: Any) -> str:
+        return self.compile(**kwargs).ptx
+
+    def asm(self, **kwargs: Any) -> dict[str, str]:
+        """Every stage's text: the tile IR, the IR after each pass, and the PTX."""
+        return self.compile(keep_ir=True, **kwargs).asm
+
+    # -- running ------------------------------------------------------------------------
+    def __call__(self, *args: Any, device: str = "auto", **kwargs: Any):
+        """Run on the arguments; returns the written tensors' arrays (the last one alone
+        when there is one). ``device``: "gpu", "cpu" (the interpreter) or "auto"."""
+        params = {p.name for p in self.signature.params}
+        call_kwargs = {k: v for k, v in kwargs.items() if k in params}
+        compile_kwargs = {k: v for k, v in kwargs.items() if k not in params}
+        from tilec.runtime.driver import has_gpu
+        use_gpu = device == "gpu" or (device == "auto" and has_gpu())
+        if device not in ("auto", "gpu", "cpu"):
+            raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
+        if not use_gpu:
+            if device == "auto" and not self._interpreter_warned:
+                warnings.warn("no GPU: running in tilec's CPU interpreter", RuntimeWarning,
+                              stacklevel=2)
+                self._interpreter_warned = True
+            return self._run_interpreter(args, call_kwargs, compile_kwargs)
+        return self._run_gpu(args, call_kwargs, compile_kwargs)
+
+    def _written(self, kernel: Kernel) -> list[str]:
+        stored = {op.operands[0] for op in kernel.walk() if op.name == "tile.store"}
+        return [p.name for p, v in zip(kernel.params, kernel.body.args) if v in stored]
+
+    def _outputs(self, written: list[str], values: dict[str, Any]):
+        outs = [values[name] for name in written]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run_interpreter(self, args, call_kwargs, compile_kwargs):
+        from tilec.interpreter import run_kernel
+        _, consts, _ = self._split(compile_kwargs)
+        kernel = self.lower(**consts)
+        values = dict(zip([p.name for p in kernel.params], args))
+        values.update(call_kwargs)
+        run_kernel(kernel, values)
+        return self._outputs(self._written(kernel), values)
+
+    def _run_gpu(self, args, call_kwargs, compile_kwargs):
+        from tilec.runtime import HostStaging, current_device
+        bound = bind_arguments(self.signature.params, self.signature.symbols, args,
+                               call_kwargs)
+        values = {p.name: v for p, v in zip(self.signature.params, args)}
+        values.update(call_kwargs)
+        option_args, consts, _ = self._split(compile_kwargs)
+        option_args.setdefault("arch", target_arch(current_device().compute_capability))
+        kernel = self.lower(**consts)
+        written = self._written(kernel)
+        sizes, grid_op = grid_size(kernel, bound.symbols)
+        with HostStaging() as staging:
+            device_args = {name: staging.to_device(arg, written=name in written)
+                           for name, arg in bound.tensors.items()}
+            if 0 in sizes:
+                return self._outputs(written, values)
+            options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
+            compiled = compile_kernel(kernel, options, source_key=self._key)
+            launch_compiled(compiled, bound, device_args, sizes, grid_op)
+            staging.copy_back()
+        return self._outputs(written, values)
+
+
+def _with(bound, device_args):
+    from tilec.launch import Bound
+    return Bound(device_args, bound.scalars, bound.symbols)
+
+
+_MODULES: dict[int, tuple] = {}
+
+
+def loaded_function(compiled: Compiled):
+    """The driver function for a compiled kernel, loaded once."""
+    from tilec.runtime import load_module
+    entry = _MODULES.get(id(compiled))
+    if entry is None or entry[0] is not compiled:
+        module = load_module(compiled.ptx, name=compiled.name)
+        function = module.function(compiled.rendered.entry)
+        if compiled.rendered.smem_bytes > 48 * 1024:
+            function.set_dynamic_shared_memory(compiled.rendered.smem_bytes)
+        entry = (compiled, module, function)
+        _MODULES[id(compiled)] = entry
+    return entry[2]
+
+
+def launch_compiled(compiled: Compiled, bound, device_args, sizes, grid_op, stream=None):
+    function = loaded_function(compiled)
+    grid = launch_grid(sizes, grid_op)
+    args = kernel_arguments(compiled.kernel, bound, device_args)
+    function.launch(grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
+                    args, stream)
+
+
+def tile(fn=None):
+    """Decorator: parse a function as a tile program (its body is never executed)."""
+    def wrap(func) -> TileFunction:
+        text, filename, first_line, col_offset, lines = frontend.function_source(func)
+        func_ast = frontend.parse_function(text, filename, first_line, col_offset,
+                                           source_lines=lines)
+        return TileFunction(func_ast, text, filename, lines)
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,181 @@
+"""Binding call arguments to a kernel's parameters, and launching it on the GPU.
+
+Every check happens before any GPU work: each argument's kind, dtype and rank, the shape
+symbols agreeing across arguments, scalars' types. The facts the compiled code may rely on
+(which dim is contiguous, vector alignment, which symbols divide the tile sizes) become the
+:class:`~tilec.options.Spec` the kernel is compiled for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from tilec.backend.abi import kernel_abi
+from tilec.ir.core import Kernel, Op
+from tilec.ir.types import TensorType
+from tilec.options import Spec, TensorSpec
+
+INT32_MAX = 2**31 - 1
+# The largest power of two (up to this) dividing a symbol is what the spec records.
+MAX_DIVISOR = 256
+
+
+@dataclass
+class Bound:
+    """Arguments checked against the parameters."""
+
+    tensors: dict[str, Any]  # name -> ArrayArg
+    scalars: dict[str, float | int]
+    symbols: dict[str, int]
+
+
+def _describe_dims(ptype: TensorType) -> str:
+    return "[" + ", ".join(str(d) for d in ptype.shape) + "]"
+
+
+def bind_arguments(kernel_params, symbols: Sequence[str], args: Sequence[Any],
+                   kwargs: dict[str, Any]) -> Bound:
+    from tilec.runtime.arrays import as_array_arg
+
+    params = list(kernel_params)
+    if len(args) > len(params):
+        raise TypeError(f"{len(params)} arguments expected "
+                        f"({', '.join(p.name for p in params)}), got {len(args)}")
+    values: dict[str, Any] = {}
+    for param, arg in zip(params, args):
+        values[param.name] = arg
+    for name, arg in kwargs.items():
+        if name in values:
+            raise TypeError(f"argument '{name}' given twice")
+        if not any(p.name == name for p in params):
+            raise TypeError(f"unknown argument '{name}' (parameters: "
+                            f"{', '.join(p.name for p in params)})")
+        values[name] = arg
+    missing = [p.name for p in params if p.name not in values]
+    if missing:
+        raise TypeError(f"missing argument(s): {', '.join(missing)}")
+
+    tensors, scalars, bound = {}, {}, {}
+    origin: dict[str, tuple[str, int]] = {}
+    for param in params:
+        value = values[param.name]
+        if isinstance(param.type, TensorType):
+            ptype = param.type
+            arg = as_array_arg(value, param.name, ptype.dtype.short, ptype.rank,
+                               dim_names=[str(d) for d in ptype.shape])
+            for axis, (dim, size) in enumerate(zip(ptype.shape, arg.shape)):
+                if isinstance(dim, int):
+                    if size != dim:
+                        raise ValueError(f"argument '{param.name}': dim {axis} must be {dim} "
+                                         f"(shape {_describe_dims(ptype)}), got {size}")
+                elif dim in bound and bound[dim] != size:
+                    first, first_axis = origin[dim]
+                    raise ValueError(
+                        f"argument '{param.name}' has {dim}={size} (dim {axis}) but argument "
+                        f"'{first}' has {dim}={bound[dim]} (dim {first_axis}); shapes must agree")
+                else:
+                    bound[dim] = size
+                    origin.setdefault(dim, (param.name, axis))
+            for size, stride in zip(arg.shape, arg.strides):
+                if size > INT32_MAX or abs(stride) > INT32_MAX:
+                    raise ValueError(f"argument '{param.name}': sizes and strides must fit "
+                                     "in 32 bits")
+            tensors[param.name] = arg
+        else:
+            dtype = param.type.dtype.short
+            if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(
+                    value, "__float__"):
+                raise TypeError(f"argument '{param.name}': expected a {dtype} number, "
+                                f"got {type(value).__name__}")
+            if dtype == "i32":
+                if int(value) != value or not -2**31 <= int(value) <= INT32_MAX:
+                    raise ValueError(f"argument '{param.name}': expected an i32, got {value}")
+                value = int(value)
+            else:
+                value = float(value)
+            scalars[param.name] = value
+    unbound = [s for s in symbols if s not in bound]
+    if unbound:
+        raise ValueError(f"shape symbol(s) {', '.join(unbound)} appear in no tensor argument")
+    return Bound(tensors, scalars, bound)
+
+
+def _largest_power_of_two_divisor(value: int) -> int:
+    if value == 0:
+        return MAX_DIVISOR
+    divisor = 1
+    while value % (divisor * 2) == 0 and divisor < MAX_DIVISOR:
+        divisor *= 2
+    return divisor
+
+
+def tensor_spec(arg) -> TensorSpec:
+    """The layout facts of one array: its unit-stride dim and the widest aligned vector."""
+    rank = len(arg.shape)
+    contiguous = None
+    for dim in reversed(range(rank)):
+        if arg.strides[dim] == 1 or arg.shape[dim] == 1 and rank == 1:
+            contiguous = dim
+            break
+    if contiguous is None:
+        return TensorSpec(None, 1)
+    vec = max(1, 16 // arg.itemsize)
+    while vec > 1:
+        aligned = arg.ptr % (vec * arg.itemsize) == 0
+        strides_ok = all(arg.strides[d] % vec == 0 for d in range(rank) if d != contiguous)
+        if aligned and strides_ok:
+            break
+        vec //= 2
+    return TensorSpec(contiguous, vec)
+
+
+def spec_for(bound: Bound) -> Spec:
+    tensors = tuple(sorted((name, tensor_spec(arg)) for name, arg in bound.tensors.items()))
+    divisible = tuple(sorted((s, _largest_power_of_two_divisor(v))
+                             for s, v in bound.symbols.items()))
+    return Spec(tensors, divisible)
+
+
+_ARITH = {
+    "arith.add": lambda a, b: a + b, "arith.sub": lambda a, b: a - b,
+    "arith.mul": lambda a, b: a * b, "arith.floordiv": lambda a, b: a // b,
+    "arith.cdiv": lambda a, b: -(-a // b), "arith.mod": lambda a, b: a % b,
+    "arith.min": min, "arith.max": max,
+}
+
+
+def grid_size(kernel: Kernel, symbols: dict[str, int]) -> tuple[list[int], Op]:
+    """Evaluate the grid's sizes on the host, from the shape symbols and constants."""
+    env: dict = {kernel.symbol_value(s): v for s, v in symbols.items()}
+    for op in kernel.body.ops:
+        if op.name == "tile.grid":
+            return [int(env[v]) for v in op.operands], op
+        if op.name == "arith.constant":
+            env[op.result] = op.attrs["value"]
+        elif op.name in _ARITH and all(v in env for v in op.operands):
+            env[op.result] = _ARITH[op.name](*(env[v] for v in op.operands))
+    raise ValueError(f"kernel '{kernel.name}' has no grid")
+
+
+def launch_grid(sizes: list[int], grid_op: Op) -> tuple[int, int, int]:
+    if grid_op.attrs.get("raster_group") and len(sizes) == 2:
+        return (sizes[0] * sizes[1], 1, 1)
+    padded = list(sizes) + [1] * (3 - len(sizes))
+    return (padded[0], padded[1], padded[2])
+
+
+def kernel_arguments(kernel: Kernel, bound: Bound, device_args: dict[str, Any]) -> list:
+    from tilec.runtime.driver import F32, I32, Ptr
+
+    out = []
+    for p in kernel_abi(kernel):
+        if p.role == "ptr":
+            out.append(Ptr(device_args[p.source].ptr))
+        elif p.role == "stride":
+            out.append(I32(device_args[p.source].strides[p.dim]))
+        elif p.role == "scalar":
+            value = bound.scalars[p.source]
+            out.append(F32(value) if p.kind == "f32" else I32(value))
+        else:
+            out.append(I32(bound.symbols[p.source]))
+    return out
