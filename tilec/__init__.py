@@ -6,6 +6,15 @@
     def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=128, BN=128, BK=32):
         ...
 """
+import os as _os
+
+# In a source checkout run without installing (PYTHONPATH=.), passes/, backend/ and grammar/
+# sit beside tilec/: let them resolve as tilec.passes, tilec.backend and tilec.grammar, as an
+# install maps them.
+_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_ROOT, "passes", "tiling.py")) and _ROOT not in __path__:
+    __path__.append(_ROOT)
+
 from tilec.ir.types import BF16 as bf16, F16 as f16, F32 as f32, I32 as i32  # noqa: F401
 from tilec.options import Options, Spec  # noqa: F401
 

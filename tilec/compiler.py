@@ -32,6 +32,7 @@ class Compiled:
     rendered: Rendered
     asm: dict[str, str] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
+    loaded: Any = None  # (module, function) once loaded on the GPU
 
     @property
     def ptx(self) -> str:

@@ -144,12 +144,12 @@ _ARITH = {
 }
 
 
-def grid_size(kernel: Kernel, symbols: dict[str, int]) -> tuple[list[int], Op]:
+def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
     """Evaluate the grid's sizes on the host, from the shape symbols and constants."""
     env: dict = {kernel.symbol_value(s): v for s, v in symbols.items()}
     for op in kernel.body.ops:
         if op.name == "tile.grid":
-            return [int(env[v]) for v in op.operands], op
+            return [int(env[v]) for v in op.operands]
         if op.name == "arith.constant":
             env[op.result] = op.attrs["value"]
         elif op.name in _ARITH and all(v in env for v in op.operands):
@@ -157,7 +157,10 @@ def grid_size(kernel: Kernel, symbols: dict[str, int]) -> tuple[list[int], Op]:
     raise ValueError(f"kernel '{kernel.name}' has no grid")
 
 
-def launch_grid(sizes: list[int], grid_op: Op) -> tuple[int, int, int]:
+def launch_grid(sizes: list[int], compiled_kernel: Kernel) -> tuple[int, int, int]:
+    """The CUDA grid for the compiled kernel: its grid op says whether the passes folded
+    the axes into one (grouped rasterization)."""
+    grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
     if grid_op.attrs.get("raster_group") and len(sizes) == 2:
         return (sizes[0] * sizes[1], 1, 1)
     padded = list(sizes) + [1] * (3 - len(sizes))

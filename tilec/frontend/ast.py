@@ -1,0 +1,234 @@
+"""The tile DSL's syntax tree: one frozen dataclass per construct, each carrying its ``loc``.
+
+Class names are the grammar's rule names in CamelCase (``bin_op`` builds :class:`BinOp`), so
+``grammar/tile.lark`` and this module read side by side. Locations point into the original
+file (1-based line and column), even for a function cut out of a larger Python file.
+
+``loc`` is left out of equality and ``repr``: two trees compare equal when they mean the same
+program, and ``repr(node)`` is a canonical text of an expression (the lowering uses it to
+recognise repeated sub-expressions in ``start : stop`` slices).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Iterator, Optional, Union
+
+from tilec.ir.core import Loc
+
+
+@dataclass(frozen=True)
+class Node:
+    loc: Loc = field(kw_only=True, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------- expressions
+
+@dataclass(frozen=True)
+class Name(Node):
+    id: str
+
+
+@dataclass(frozen=True)
+class Constant(Node):
+    """A number literal, or ``None`` (only meaningful in ``t[:, None]``)."""
+
+    value: Union[int, float, None]
+
+
+@dataclass(frozen=True)
+class BinOp(Node):
+    """``left op right``; ``loc`` is the operator's, where carets for type errors belong."""
+
+    left: "Expr"
+    op: str
+    right: "Expr"
+
+
+@dataclass(frozen=True)
+class UnaryOp(Node):
+    op: str
+    operand: "Expr"
+
+
+@dataclass(frozen=True)
+class Keyword(Node):
+    name: str
+    value: "Expr"
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    func: "Expr"
+    args: tuple["Expr", ...] = ()
+    keywords: tuple[Keyword, ...] = ()
+
+
+@dataclass(frozen=True)
+class Attribute(Node):
+    """``value.attr``; ``loc`` is the attribute name's."""
+
+    value: "Expr"
+    attr: str
+
+
+@dataclass(frozen=True)
+class Slice(Node):
+    """``start : stop`` or ``start : +size`` (then ``stop`` is None), with an optional step.
+
+    The ``+`` that marks a size is a unary plus in Python's grammar; the parser takes it off
+    the stop expression (``k : +BK*2`` has size ``BK*2``).
+    """
+
+    start: Optional["Expr"] = None
+    stop: Optional["Expr"] = None
+    size: Optional["Expr"] = None
+    step: Optional["Expr"] = None
+
+
+@dataclass(frozen=True)
+class Subscript(Node):
+    value: "Expr"
+    indices: tuple[Union["Expr", Slice], ...]
+
+
+@dataclass(frozen=True)
+class ListExpr(Node):
+    elts: tuple["Expr", ...] = ()
+
+
+@dataclass(frozen=True)
+class TupleExpr(Node):
+    elts: tuple["Expr", ...] = ()
+
+
+@dataclass(frozen=True)
+class Unsupported(Node):
+    """Python the parser understood but tile programs refuse; the parser reports the first
+    one in the source with ``message`` before anything else looks at the tree."""
+
+    message: str
+    hint: str = ""
+
+
+Expr = Union[Name, Constant, BinOp, UnaryOp, Call, Attribute, Subscript, ListExpr, TupleExpr,
+             Unsupported]
+
+
+# ----------------------------------------------------------------------------- statements
+
+@dataclass(frozen=True)
+class Assign(Node):
+    target: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
+class AugAssign(Node):
+    """``target op= value``; ``op`` is the binary operator (``"+"`` for ``+=``) and
+    ``op_loc`` its place, used for the ``BinOp`` the statement stands for."""
+
+    target: Expr
+    op: str
+    value: Expr
+    op_loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ExprStmt(Node):
+    value: Expr
+
+
+@dataclass(frozen=True)
+class PassStmt(Node):
+    pass
+
+
+@dataclass(frozen=True)
+class ForStmt(Node):
+    """``for targets in iter: body``: the grid loop (``grid(...)``) or a ``range`` loop."""
+
+    targets: tuple[Name, ...]
+    iter: Expr
+    body: tuple["Stmt", ...]
+
+
+Stmt = Union[Assign, AugAssign, ExprStmt, PassStmt, ForStmt, Unsupported]
+
+
+# ------------------------------------------------------------------------------ functions
+
+@dataclass(frozen=True)
+class TensorParam(Node):
+    """``A: f16[M, K]``: dims are shape symbols (Name) or fixed sizes (Constant)."""
+
+    name: str
+    dtype: Name
+    dims: tuple[Union[Name, Constant], ...]
+
+
+@dataclass(frozen=True)
+class ScalarParam(Node):
+    """``alpha: f32``: a run-time scalar."""
+
+    name: str
+    dtype: Name
+
+
+@dataclass(frozen=True)
+class ConstParam(Node):
+    """``BM=128``: a compile-time constant with its default."""
+
+    name: str
+    default: Expr
+
+
+Param = Union[TensorParam, ScalarParam, ConstParam, Unsupported]
+
+
+@dataclass(frozen=True)
+class Decorator(Node):
+    name: str  # dotted: "tile" or "tilec.tile"
+    called: bool = False  # written with arguments: @tile(...)
+
+
+@dataclass(frozen=True)
+class FunctionDef(Node):
+    """One ``@tile`` function; ``loc`` is its name's.
+
+    ``source_lines`` are the lines of the file it came from (so ``loc.line`` indexes them),
+    kept for error messages and ``Kernel.source_lines``.
+    """
+
+    name: str
+    params: tuple[Param, ...]
+    body: tuple[Stmt, ...]
+    decorators: tuple[Decorator, ...] = ()
+    returns: Optional[Unsupported] = None
+    source_lines: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def file(self) -> str:
+        return self.loc.file
+
+
+@dataclass(frozen=True)
+class Module(Node):
+    """A parsed file: its functions (imports are dropped) and, as Unsupported, anything else
+    found at the top level."""
+
+    body: tuple[Union[FunctionDef, Unsupported], ...] = ()
+
+    @property
+    def functions(self) -> tuple[FunctionDef, ...]:
+        return tuple(node for node in self.body if isinstance(node, FunctionDef))
+
+
+def iter_nodes(node: Node) -> Iterator[Node]:
+    """``node`` and every node below it, parents first, children in field order."""
+    yield node
+    for f in fields(node):
+        value = getattr(node, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, Node):
+                yield from iter_nodes(item)
