@@ -368,9 +368,10 @@ class _Lowering:
             raise self.error(TileShapeError, f"a grid has 1 to 3 axes, not {len(call.args)}",
                              call.loc)
         if len(loop.targets) != len(call.args):
-            raise self.error(TileShapeError, f"the grid has {_plural(len(call.args), 'axis', 'axes')} but "
-                             f"the loop names {_plural(len(loop.targets), 'program id')}", loop.targets[0].loc,
-                             "name one program id per grid size: "
+            axes = _plural(len(call.args), "axis", "axes")
+            ids = _plural(len(loop.targets), "program id")
+            raise self.error(TileShapeError, f"the grid has {axes} but the loop names {ids}",
+                             loop.targets[0].loc, "name one program id per grid size: "
                              "for m, n in grid(cdiv(M, BM), cdiv(N, BN))")
         for i, target in enumerate(loop.targets):
             self._check_new_name(target, "program id")
@@ -483,7 +484,8 @@ class _Lowering:
         if not (isinstance(step, ConstValue) and isinstance(step.value, int)
                 and step.value > 0):
             raise self.error(TileError, "the loop step must be a positive compile-time "
-                             "integer", (step_node or call).loc, "use a constant such as BK")
+                             "integer", _start_loc(step_node or call),
+                             "use a constant such as BK")
         lower_bound = self._index(start, start_node or call, "the loop start")
         upper_bound = self._index(stop, stop_node, "the loop stop")
         step_value = self._index(step, step_node or call, "the loop step")
@@ -925,10 +927,10 @@ class _Lowering:
 
     # ---- attributes, tensor accesses, indexing
     def _expr_Attribute(self, node: ast.Attribute) -> Operand:
+        if node.attr in TILE_METHODS:
+            raise self.error(TileError, f"'.{node.attr}' is a method: call it, as in "
+                             f"x.{node.attr}(f16)", node.loc)
         if node.attr != "T":
-            what = "a method: call it as x.to(f16)" if node.attr in TILE_METHODS else ""
-            if what:
-                raise self.error(TileError, f"'.{node.attr}' is {what}", node.loc)
             raise self.error(TileError, f"unknown attribute '.{node.attr}'", node.loc,
                              "tiles and tensors have .T; tiles have .to(dtype)")
         if isinstance(node.value, ast.Subscript):
@@ -1019,7 +1021,7 @@ class _Lowering:
         difference = _linear_difference(index.stop, index.start, self._constant_of)
         if difference is None:
             raise self.error(TileShapeError, "the tile size (stop - start) is not a "
-                             "compile-time constant", index.stop.loc,
+                             "compile-time constant", _start_loc(index.stop),
                              "write `start : +SIZE`, e.g. `k : +BK`")
         if difference <= 0:
             raise self.error(TileShapeError, f"this slice is empty (stop - start = "
@@ -1042,14 +1044,14 @@ class _Lowering:
         value = self.expr(node)
         if not isinstance(value, ConstValue):
             raise self.error(TileShapeError, f"{what} must be a compile-time constant",
-                             node.loc, "use constants (BM=128), integer literals and "
-                             "arithmetic on them")
+                             _start_loc(node),
+                             "use constants (BM=128), integer literals and arithmetic on them")
         if not isinstance(value.value, int):
             raise self.error(TileShapeError, f"{what} must be an integer, not {value.value}",
-                             node.loc, "use // for integer division")
+                             _start_loc(node), "use // for integer division")
         if value.value <= 0:
             raise self.error(TileShapeError, f"{what} must be positive, not {value.value}",
-                             node.loc)
+                             _start_loc(node))
         return value.value
 
     def _index_tile(self, base: Operand, node: ast.Subscript) -> Value:
@@ -1073,13 +1075,13 @@ class _Lowering:
         if isinstance(value, ConstValue):
             if not isinstance(value.value, int):
                 raise self.error(TileTypeError, f"{what} must be an integer, not "
-                                 f"{value.value}", node.loc)
-            with self.builder.located(node.loc):
+                                 f"{value.value}", _start_loc(node))
+            with self.builder.located(_start_loc(node)):
                 return self._scalar_constant(value, I32)
         if _is_scalar(value) and value.type.dtype == I32:
             return value
         raise self.error(TileTypeError, f"{what} must be an integer scalar, not "
-                         f"{_describe(value)}", node.loc)
+                         f"{_describe(value)}", _start_loc(node))
 
     # ---- stores
     def _store(self, target: ast.Subscript, value: Operand, value_node: ast.Expr) -> None:
@@ -1097,10 +1099,11 @@ class _Lowering:
                 value = self._tile_operand(value, dtype, shape)
             if not _is_tile(value):
                 raise self.error(TileTypeError, f"cannot store {_describe(value)} into "
-                                 f"'{name}', {_article(dtype)} {dtype} tensor", value_node.loc)
+                                 f"'{name}', {_article(dtype)} {dtype} tensor",
+                                 _start_loc(value_node))
             if value.type.dtype != dtype:
                 raise self.error(TileTypeError, f"storing {_describe(value)} into '{name}', "
-                                 f"{_article(dtype)} {dtype} tensor", value_node.loc,
+                                 f"{_article(dtype)} {dtype} tensor", _start_loc(value_node),
                                  f"convert it first: (...).to({dtype})")
             if value.type.shape != shape:
                 raise self.error(TileShapeError, f"storing {_describe(value)} into a "
@@ -1110,6 +1113,19 @@ class _Lowering:
 
 
 # ------------------------------------------------------------------------------- helpers
+
+def _start_loc(node: ast.Node) -> Loc:
+    """Where an expression starts (a BinOp's own loc is its operator's, an Attribute's its
+    name's): the caret for "this expression must be ..." errors."""
+    while isinstance(node, (ast.BinOp, ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.BinOp):
+            node = node.left
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            node = node.value
+    return node.loc
+
 
 def _is_grid_loop(stmt: ast.Stmt) -> bool:
     return (isinstance(stmt, ast.ForStmt) and isinstance(stmt.iter, ast.Call)

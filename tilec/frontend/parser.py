@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from lark import Lark, Token, Transformer, Tree
-from lark.exceptions import (UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
-                             UnexpectedToken, VisitError)
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 from lark.indenter import DedentError, PythonIndenter
 from lark.visitors import Discard, v_args
 
@@ -88,7 +87,7 @@ def grammar_parser() -> Lark:
 
 
 def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,
-                 col_offset: int = 0, *,
+                 col_offset: int = 0,
                  source_lines: Optional[Sequence[str]] = None) -> ast.Module:
     """Parse a whole ``.tile`` file (or a piece of one: ``first_line`` and ``col_offset``
     say where ``text`` starts in the file, ``source_lines`` are the file's lines)."""
@@ -106,6 +105,8 @@ def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,
         raise place.error("this line's indentation matches no enclosing block",
                           place.loc(line, err.token.end_column),
                           "indent it like the block it belongs to") from None
+    except Exception as err:  # a parser bug still names the file rather than leaking
+        raise place.error(f"internal parser error: {err!r}", place.loc(1, 1)) from err
     try:
         module = _ToAst(place).transform(tree)
     except VisitError as err:
@@ -120,7 +121,7 @@ def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,
 
 
 def parse_function(text: str, filename: str = "<tile>", first_line: int = 1,
-                   col_offset: int = 0, *,
+                   col_offset: int = 0,
                    source_lines: Optional[Sequence[str]] = None) -> ast.FunctionDef:
     """Parse the text of one ``@tile`` function (decorators and import lines allowed).
 
@@ -396,6 +397,10 @@ _UNSUPPORTED: dict[str, tuple[str, str]] = {
     "unsupported_star_param": _unsupported(
         "`*args` / `**kwargs` parameters are not supported in tile functions"),
 }
+# Refused operators put the caret on the operator (their first kept token), the rest at the
+# construct's first keyword.
+_AT_OPERATOR = {"unsupported_if_expr", "unsupported_bool_op", "unsupported_compare",
+                "unsupported_bitwise", "unsupported_power"}
 _STRING_MESSAGE = _UNSUPPORTED["unsupported_string"][0]
 _AUGMENTED_OPS = ("+", "-", "*", "/", "//", "%", "@")
 
@@ -427,7 +432,8 @@ class _ToAst(Transformer):
     def __default__(self, data: str, children: list[Any], meta: Any) -> Any:
         if data in _UNSUPPORTED:
             message, hint = _UNSUPPORTED[data]
-            return ast.Unsupported(message, hint, loc=self._first_loc(meta, children))
+            loc = self._first_loc(meta, children) if data in _AT_OPERATOR else self._loc(meta)
+            return ast.Unsupported(message, hint, loc=loc)
         return Tree(data, children, meta)  # import details: dropped with their statement
 
     # ---- module and functions

@@ -20,12 +20,18 @@ from tilec.ir.core import Loc
 
 class FunctionSource(NamedTuple):
     """A function's dedented text, its file, the file line the text starts on (the first
-    decorator's) and the indentation width removed, so that columns map back."""
+    decorator's), the indentation width removed (so that columns map back) and the lines
+    of the whole file (for error messages and ``Kernel.source_lines``).
+
+    The fields are ``parse_function``'s parameters, in order:
+    ``parse_function(*function_source(fn))``.
+    """
 
     text: str
     filename: str
     first_line: int
-    col_offset: int = 0
+    col_offset: int
+    source_lines: tuple[str, ...]
 
 
 def function_source(fn: Callable[..., Any]) -> FunctionSource:
@@ -40,15 +46,19 @@ def function_source(fn: Callable[..., Any]) -> FunctionSource:
         raise TileError(f"cannot read the source of '{name}': {err}",
                         hint="define tile functions in a file, or give the text to "
                         "parse_function") from None
+    first_line = max(first_line, 1)
+    # inspect read the text through linecache, so the file's lines are there too; a
+    # function without a file keeps its own lines at their places.
+    file_lines = tuple(line.rstrip("\r\n") for line in linecache.getlines(filename))
+    if not file_lines:
+        file_lines = ("",) * (first_line - 1) + tuple(line.rstrip("\r\n") for line in lines)
     text, margin = dedent("".join(lines))
-    return FunctionSource(text, filename, max(first_line, 1), margin)
+    return FunctionSource(text, filename, first_line, margin, file_lines)
 
 
 def parse_callable(fn: Callable[..., Any]) -> ast.FunctionDef:
-    """Parse a decorated Python function, keeping the lines of its whole file for errors."""
-    source = function_source(fn)
-    file_lines = linecache.getlines(source.filename) or None
-    return parse_function(*source, source_lines=file_lines)
+    """Parse a decorated Python function; locations are those of its file."""
+    return parse_function(*function_source(fn))
 
 
 def tile_functions_in_file(path: Union[str, Path]) -> list[tuple[str, ast.FunctionDef]]:
