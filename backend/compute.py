@@ -32,6 +32,9 @@ def _mma(ctx: Context, op: Op) -> None:
     tiles_m = plan.warp_tile[0] // MMA_M
     tiles_n = plan.warp_tile[1] // MMA_N
     suffix = MMA_TYPES[op.operands[0].type.dtype]
+    # Accumulate in place when nothing else reads the old accumulator: the loop then carries
+    # the same registers from iteration to iteration, with no copies for ptxas to remove.
+    in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
     out = list(acc)
     for tn in range(tiles_n):
         for tm in range(tiles_m):
@@ -40,7 +43,7 @@ def _mma(ctx: Context, op: Op) -> None:
             b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
             first = (tn * tiles_m + tm) * 4
             c = acc[first:first + 4]
-            d = ctx.w.regs("f32", 4)
+            d = c if in_place else ctx.w.regs("f32", 4)
             ctx.w.emit(f"mma.sync.aligned.m16n8k16.row.col.{suffix} {{{', '.join(d)}}}, "
                        f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
             out[first:first + 4] = d

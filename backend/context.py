@@ -49,6 +49,13 @@ class Context:
         self.constants: dict[Value, Union[int, float]] = {}
         self.smem_bytes = 0
         self.plan = kernel.meta.get("tiling")
+        self._uses: dict[Value, int] = {}
+        for op in kernel.walk():
+            for v in op.operands:
+                self._uses[v] = self._uses.get(v, 0) + 1
+
+    def uses(self, value: Value) -> int:
+        return self._uses.get(value, 0)
 
     # -- values -------------------------------------------------------------------------
     def bind(self, value: Value, regs: object) -> None:

@@ -111,6 +111,8 @@ def _move(ctx: Context, dst, src) -> None:
         for d, s in zip(dst, src):
             _move(ctx, d, s)
         return
+    if dst == src:
+        return
     kind = "pred" if dst.startswith("%p") else ("b64" if dst.startswith("%rd") else
                                                 "f32" if dst.startswith("%f") else
                                                 "b16" if dst.startswith("%h") else "b32")

@@ -73,6 +73,67 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     return b.block.ops
 
 
+def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stages: int,
+                                acc_type: TileType) -> None:
+    """Load the next iteration's first fragments during this one's last k-step.
+
+    The loop then carries them (extra iter args), the top-of-loop wait and barrier move to
+    just before that load, and a prologue loads stage 0's first fragments. Each iteration
+    still has one barrier; it now also orders this iteration's reads of the stage that the
+    next iteration's copy refills.
+    """
+    body = loop.regions[0]
+    ops = body.ops
+    wait = next(op for op in ops if op.name == "copy.wait")
+    barrier = next(op for op in ops if op.name == "gpu.barrier")
+    first_ld = next(i for i, op in enumerate(ops) if op.name == "frag.ldmatrix")
+    read_views = [ops[first_ld].operands[0], ops[first_ld + 1].operands[0]]
+    read_stage = read_views[0].owner.operands[1]
+    buffers = [v.owner.operands[0] for v in read_views]
+    first = ops[first_ld:first_ld + 2]  # frags of k-step 0: now loop-carried
+    a_type, b_type = first[0].result.type, first[1].result.type
+
+    # Prologue: stage 0 is complete once at most S-2 groups are pending.
+    pre = Builder(Block(), loop.loc)
+    pre.op("copy.wait", attrs={"pending": stages - 2})
+    pre.op("gpu.barrier")
+    zero = pre.value("arith.constant", [], read_stage.type, "c0", value=0)
+    inits = []
+    for buffer, op in zip(buffers, first):
+        view = pre.value("smem.stage", [buffer, zero], op.operands[0].type, "v0")
+        inits.append(pre.value("frag.ldmatrix", [view], op.result.type, op.result.hint + "_first",
+                               **op.attrs))
+    top = kernel.body.ops
+    top[top.index(loop):top.index(loop)] = pre.block.ops
+
+    carried = [body.add_arg(a_type, "a0"), body.add_arg(b_type, "b0")]
+    loop.operands.extend(inits)
+    for op, arg in zip(first, carried):
+        for user in body.ops:
+            user.operands = [arg if v is op.result else v for v in user.operands]
+    ops = [op for op in ops if op not in first and op is not wait and op is not barrier]
+
+    # Before the last mma: wait, barrier, and load k-step 0 of the next stage.
+    last_mma = max(i for i, op in enumerate(ops) if op.name == "frag.mma")
+    b = Builder(Block(), loop.loc)
+    b.block.ops.extend([wait, barrier])
+    one = b.value("arith.constant", [], read_stage.type, "c1", value=1)
+    count = b.value("arith.constant", [], read_stage.type, f"c{stages}", value=stages)
+    next_stage = b.value("arith.mod", [b.value("arith.add", [read_stage, one], read_stage.type),
+                                       count], read_stage.type, "next_stage")
+    next_frags = []
+    for buffer, op in zip(buffers, first):
+        view = b.value("smem.stage", [buffer, next_stage], op.operands[0].type, "v_next")
+        next_frags.append(b.value("frag.ldmatrix", [view], op.result.type,
+                                  op.result.hint + "_next", **op.attrs))
+    ops[last_mma:last_mma] = b.block.ops
+    yield_op = ops[-1]
+    yield_op.operands.extend(next_frags)
+    body.ops = ops
+    for hint, rtype in (("a0", a_type), ("b0", b_type)):
+        loop.results.append(Value(rtype, hint + "_unused", loop))
+
+
 def _broadcast_load(kernel: Kernel, op: Op, layout: MmaLayout) -> Op:
     """``broadcast(load 1-D)`` or ``broadcast(reshape(load 1-D))`` as one frag.load."""
     source = defining_op(op.operands[0])
@@ -112,6 +173,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         value.type = acc_type
     position = body.ops.index(dot)
     body.ops[position:position + 1] = _expand_dot(dot, plan, acc_type)
+    stages = kernel.meta.get("stages", 1)
+    if stages >= 2 and options.pipeline_fragments:
+        _pipeline_across_iterations(kernel, loop, plan, stages, acc_type)
 
     block_shape = (plan.block[0], plan.block[1])
     after = kernel.body.ops[kernel.body.ops.index(loop) + 1:]

@@ -66,6 +66,7 @@ class Options:
     warps: Optional[tuple[int, int]] = None  # None: the tiling pass chooses
     raster_group: int = 8
     swizzle: str | Swizzle = "auto"  # "auto", "off", or explicit parameters
+    pipeline_fragments: bool = True  # load the next stage's first fragments a step early
     disable: tuple[str, ...] = ()
     verify: bool = False
     line_info: bool = True
