@@ -1,4 +1,6 @@
 """C = A @ B with f16 inputs and f32 output: the plain tile-level matmul."""
+from __future__ import annotations  # the DSL's shapes (f16[M, K]) are never evaluated
+
 from tilec import f16, f32, tile
 
 

@@ -1,4 +1,6 @@
 """C = A @ B.T where B is stored [N, K] (k contiguous), as in a linear layer's weight."""
+from __future__ import annotations  # the DSL's shapes (f16[M, K]) are never evaluated
+
 from tilec import f16, f32, tile
 
 
