@@ -101,16 +101,25 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
                 accesses.append(own(i))
                 continue
             d0, d1 = logical(step)
-            delta = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[0], d0), 1)
-            if d1:
-                extra = ctx.wide(tensor.strides[1], d1)
-                ctx.w.emit(f"add.s64 {delta}, {delta}, {extra};")
-            ctx.w.emit(f"mul.lo.s64 {delta}, {delta}, {eb};")
+            # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
+            previous = steps[i - 1]
+            unit = logical((step[0] - previous[0], step[1] - previous[1]))
+            delta = ctx.w.once(("copy_step", key, unit), lambda: _byte_step(ctx, tensor, unit,
+                                                                            eb))
             accesses.append({**first, "smem_imm": (step[0] * layout.cols + step[1]) * eb,
-                             "global_step": delta, "logical_imm": (d0, d1)})
+                             "global_step": delta, "chained": True, "logical_imm": (d0, d1)})
         return accesses
 
     return ctx.w.once(key, compute)
+
+
+def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int) -> str:
+    """Bytes between two elements ``delta`` (logical dims) apart, as a 64-bit register."""
+    step = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[0], delta[0]), eb)
+    if delta[1]:
+        extra = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[1], delta[1]), eb)
+        ctx.w.emit(f"add.s64 {step}, {step}, {extra};")
+    return step
 
 
 def _and_pred(ctx: Context, a: Union[str, None], b: Union[str, None]) -> Union[str, None]:
@@ -140,11 +149,14 @@ def _copy(ctx: Context, op: Op) -> None:
     w.emit(f"mad.lo.s64 {tile}, {tile}, {eb}, {tensor.ptr};")
     contiguous = 0 if layout.transposed else 1
     nbytes = vec * eb
+    previous_src = None
     for access in accesses:
         src = w.reg("b64")
-        w.emit(f"add.s64 {src}, {tile}, {access['global']};")
-        if access["global_step"] is not None:
-            w.emit(f"add.s64 {src}, {src}, {access['global_step']};")
+        if access.get("chained") and previous_src is not None:
+            w.emit(f"add.s64 {src}, {previous_src}, {access['global_step']};")
+        else:
+            w.emit(f"add.s64 {src}, {tile}, {access['global']};")
+        previous_src = src
         dst = ctx.int_op("add.s32", view.address, access["smem"])
         if access["smem_imm"]:
             dst = f"{dst}+{access['smem_imm']}"
@@ -280,20 +292,15 @@ def piece_offsets(plan, role: str, layout, mn0: int, k0: int, elem_bytes: int) -
 XOR_SAFE_BELOW = 128
 
 
-def piece_relation(reference: list[int], piece: list[int]) -> tuple[str, int]:
-    """How a piece's lane offsets follow from the reference piece's: ("add", c), ("xor", c),
-    or ("own", 0) when neither holds for every lane and warp."""
-    adds = {p - r for p, r in zip(piece, reference)}
-    if len(adds) == 1:
-        return "add", adds.pop()
-    xors = {p ^ r for p, r in zip(piece, reference)}
-    if len(xors) == 1 and xors_ok(xors):
-        return "xor", next(iter(xors))
-    return "own", 0
-
-
-def xors_ok(xors: set[int]) -> bool:
-    return all(x < XOR_SAFE_BELOW for x in xors)
+def piece_relation(reference: list[int], piece: list[int]) -> tuple[int, int] | None:
+    """(x, a) such that every lane's offset for ``piece`` is (reference offset XOR x) + a,
+    or None. x < XOR_SAFE_BELOW moves a lane between 16-byte chunks of one 128-byte line
+    (the swizzle's doing), a moves whole lines (the tile's rows)."""
+    for x in range(0, XOR_SAFE_BELOW, 16):
+        adds = {p - (r ^ x) for p, r in zip(piece, reference)}
+        if len(adds) == 1:
+            return x, adds.pop()
+    return None
 
 
 def _ldmatrix(ctx: Context, op: Op) -> None:
@@ -306,12 +313,11 @@ def _ldmatrix(ctx: Context, op: Op) -> None:
     base = None
     regs: list[str] = []
     for mn0 in ldmatrix_pieces(ctx.plan, role):
-        # One lane offset per operand; other pieces are an immediate add or a small XOR
-        # away (the swizzle permutes chunks only below its period), so few registers stay
-        # live across the loop.
-        relation, constant = piece_relation(reference, piece_offsets(ctx.plan, role, layout,
-                                                                     mn0, k0, eb))
-        if relation == "own":
+        # One lane offset per operand; other pieces are a small XOR (the swizzle permutes
+        # chunks within a line) and an immediate add away, so few registers stay live
+        # across the loop.
+        relation = piece_relation(reference, piece_offsets(ctx.plan, role, layout, mn0, k0, eb))
+        if relation is None:
             address = ctx.int_op("add.s32", view.address,
                                  _ldmatrix_lane_offsets(ctx, view, role, mn0, k0))
             immediate = 0
@@ -319,11 +325,8 @@ def _ldmatrix(ctx: Context, op: Op) -> None:
             if base is None:
                 base = ctx.int_op("add.s32", view.address,
                                   _ldmatrix_lane_offsets(ctx, view, role, 0, 0))
-            address, immediate = base, 0
-            if relation == "add":
-                immediate = constant
-            elif constant:
-                address = ctx.int_op("xor.b32", base, constant)
+            flip, immediate = relation
+            address = ctx.int_op("xor.b32", base, flip) if flip else base
         out = ctx.w.regs("b32", 4)
         ctx.w.emit(f"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{{', '.join(out)}}}, "
                    f"[{address}+{immediate}];")

@@ -71,6 +71,15 @@ def _scalar_binary(ctx: Context, op: Op) -> None:
     ctx.bind(op.result, reg)
 
 
+def _wrap_inc(ctx: Context, op: Op) -> None:
+    value = ctx.int_op("add.s32", ctx.get(op.operands[0]), 1)
+    wrapped = ctx.w.reg("pred")
+    ctx.w.emit(f"setp.eq.s32 {wrapped}, {value}, {op.attrs['modulus']};")
+    reg = ctx.w.reg("b32")
+    ctx.w.emit(f"selp.b32 {reg}, 0, {value}, {wrapped};")
+    ctx.bind(op.result, reg)
+
+
 def _compare(ctx: Context, op: Op) -> None:
     reg = ctx.w.reg("pred")
     a, b = op.operands
@@ -182,6 +191,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
                                          "arith.floordiv", "arith.cdiv", "arith.mod",
                                          "arith.min", "arith.max")},
     "arith.lt": _compare,
+    "arith.wrap_inc": _wrap_inc,
     "tile.grid": _grid,
     "scf.for": _for,
     "tensor.transpose": _no_code,

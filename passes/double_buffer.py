@@ -75,10 +75,15 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         pre.op("copy.commit")
 
     # Loop body: the dot reads stage it % S; the copy of it + S - 1 refills the stage read
-    # in the previous iteration.
+    # in the previous iteration. Both indices are carried by the loop and advanced with a
+    # wrap-around increment, so no division sits on the path to the next shared load.
     b = Builder(Block(), loop.loc)
-    it = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32), step], i32, "it")
-    read_stage = b.value("arith.mod", [it, constant(b, stages)], i32, "read_stage")
+    read_init = constant(pre, 0, "read_stage0")
+    write_init = constant(pre, (stages - 1) % stages, "write_stage0")
+    loop.operands.extend([read_init, write_init])
+    read_stage = body.add_arg(i32, "read_stage")
+    write_stage = body.add_arg(i32, "write_stage")
+    loop.results.extend([Value(i32, "read_stage_end", loop), Value(i32, "write_stage_end", loop)])
     kept = [op for op in body.ops if op not in copies and op.name != "gpu.barrier"
             and not (op.name == "smem.stage" and op.results[0] in views)]
     before_dot = kept[:kept.index(dot)]
@@ -94,9 +99,6 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         b.op("copy.wait", attrs={"pending": stages - 2})
         b.op("gpu.barrier")
         ahead = b.value("arith.add", [iv, constant(b, (stages - 1) * step_const)], i32, "k_next")
-        write_stage = b.value("arith.mod", [b.value("arith.add", [it, constant(b, stages - 1)],
-                                                    i32), constant(b, stages)], i32,
-                              "write_stage")
         inside = b.value("arith.lt", [ahead, ub], ScalarType(PRED), "p_next")
         emit_copies(b, ahead, write_stage, inside, body)
         b.op("copy.commit")
@@ -106,7 +108,12 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                                   view.hint))
     dot.operands = [*read_views, dot.operands[2]]
     b.block.ops.append(dot)
-    b.block.ops.extend(after_dot)
+    yield_op = after_dot[-1]
+    b.block.ops.extend(after_dot[:-1])
+    yield_op.operands.extend([
+        b.value("arith.wrap_inc", [read_stage], i32, "next_read_stage", modulus=stages),
+        b.value("arith.wrap_inc", [write_stage], i32, "next_write_stage", modulus=stages)])
+    b.block.ops.append(yield_op)
     body.ops = b.block.ops
 
     top = kernel.body.ops

@@ -117,10 +117,8 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
     last_mma = max(i for i, op in enumerate(ops) if op.name == "frag.mma")
     b = Builder(Block(), loop.loc)
     b.block.ops.extend([wait, barrier])
-    one = b.value("arith.constant", [], read_stage.type, "c1", value=1)
-    count = b.value("arith.constant", [], read_stage.type, f"c{stages}", value=stages)
-    next_stage = b.value("arith.mod", [b.value("arith.add", [read_stage, one], read_stage.type),
-                                       count], read_stage.type, "next_stage")
+    next_stage = b.value("arith.wrap_inc", [read_stage], read_stage.type, "next_stage",
+                         modulus=stages)
     next_frags = []
     for buffer, op in zip(buffers, first):
         view = b.value("smem.stage", [buffer, next_stage], op.operands[0].type, "v_next")

@@ -328,6 +328,16 @@ def _arith(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     raise state.error(op, f"not defined on {dtype}")
 
 
+@_semantics("arith.lt")
+def _less(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [bool(operands[0] < operands[1])]
+
+
+@_semantics("arith.wrap_inc")
+def _wrap_inc(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [_wrap_int(_result_type(op).dtype, (operands[0] + 1) % op.attrs["modulus"])]
+
+
 @_semantics("tile.grid")
 def _grid(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     if len(state.program_id) != len(op.results):

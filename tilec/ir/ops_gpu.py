@@ -83,8 +83,16 @@ def _frag_load(op: Op) -> None:
     _frag_value(op)
 
 
+def _wrap_inc(op: Op) -> None:
+    _require(op.operands[0].type == op.result.type == ScalarType(I32), "wrap_inc is on i32")
+    _require(isinstance(op.attrs["modulus"], int) and op.attrs["modulus"] >= 1,
+             "wrap_inc needs a positive modulus")
+
+
 for _opdef in [
     OpDef("arith.lt", "a < b", 2, 1, check=_compare),
+    OpDef("arith.wrap_inc", "(a + 1) % modulus for 0 <= a < modulus: circular buffer indices",
+          1, 1, attrs=("modulus",), check=_wrap_inc),
     OpDef("frag.load", "each thread loads the elements it owns in the result layout; dims[i] "
           "is the tensor dim tile dim i walks (-1: broadcast); out of bounds reads 0",
           None, 1, attrs=("dims",), check=_frag_load),
