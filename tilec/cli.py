@@ -28,8 +28,9 @@ from tilec.pipeline import pipeline
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
 DEFAULT_SHAPE = {"M": 200, "N": 136, "K": 72}
 DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
-# Relative Frobenius error allowed against a float64 reference: f16 rounds at 2^-11 and bf16
-# at 2^-8, and K-long f32 sums stay far below either.
+# Relative Frobenius error allowed against a reference, by the tensors' dtypes (the loosest
+# wins; f32 tensors take f16's): f16 rounds at 2^-11 and bf16 at 2^-8, and K-long f32 sums stay
+# far below either.
 TOLERANCE = {F16: 2e-3, BF16: 1e-2}
 
 
@@ -47,7 +48,7 @@ def _number(text: str) -> Union[int, float]:
         return float(text)
 
 
-def _assignments(kind: str, convert=_number):
+def _assignments(kind: str, convert=_number, expected: str = "a number"):
     """An argparse type for ``NAME=VALUE[,NAME=VALUE...]``."""
     def parse(text: str) -> list[tuple[str, Any]]:
         pairs = []
@@ -60,7 +61,7 @@ def _assignments(kind: str, convert=_number):
                 pairs.append((name, convert(value.strip())))
             except ValueError:
                 raise argparse.ArgumentTypeError(
-                    f"{kind} {name}: {value.strip()!r} is not a number") from None
+                    f"{kind} {name}: {value.strip()!r} is not {expected}") from None
         return pairs
     parse.__name__ = kind  # argparse names the type in its messages
     return parse
@@ -108,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a compile-time constant, e.g. --const BM=64")
     common.add_argument("--arch", choices=list(ARCHS),
                         help="target (compile default: sm_80; run: the GPU's)")
-    common.add_argument("--stages", type=_positive, metavar="N", help="shared-memory pipeline stages")
+    common.add_argument("--stages", type=_positive, metavar="N",
+                        help="shared-memory pipeline stages")
     common.add_argument("--warps", type=_warps, metavar="MxN", help="warp grid, e.g. 2x2")
     common.add_argument("--swizzle", choices=("auto", "off"), help="shared-memory swizzle")
     common.add_argument("--raster-group", type=_positive, metavar="N",
@@ -123,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compile", parents=[common], help="write a kernel's PTX",
         description="Compile to PTX, written to OUT or stdout. IR dumps go to stderr.")
     compile_cmd.add_argument("--shape", metavar="M=4096", action="append", default=[],
-                             type=_assignments("shape", _size),
+                             type=_assignments("shape", _size, "a size"),
                              help="sizes the kernel will see, so the compiler can drop the "
                              "edge masks of dimensions the tiles divide")
     compile_cmd.add_argument("-o", "--output", metavar="OUT", type=Path,
@@ -138,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run on random inputs (on the GPU, else in the CPU interpreter) and "
         "compare the outputs with a reference; exit status 1 when a check fails.")
     run_cmd.add_argument("--shape", metavar="M=..,N=..,K=..", action="append", default=[],
-                         type=_assignments("shape", _size),
+                         type=_assignments("shape", _size, "a size"),
                          help=f"problem size (default: "
                          f"{','.join(f'{k}={v}' for k, v in DEFAULT_SHAPE.items())})")
     run_cmd.add_argument("--scalar", metavar="NAME=VALUE", action="append", default=[],
