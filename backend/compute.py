@@ -36,17 +36,21 @@ def _mma(ctx: Context, op: Op) -> None:
     # the same registers from iteration to iteration, with no copies for ptxas to remove.
     in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
     out = list(acc)
-    for tn in range(tiles_n):
-        for tm in range(tiles_m):
-            a = a_regs[tm * 4:tm * 4 + 4]
-            # B was loaded two n8 tiles per ldmatrix.x4: registers (b0, b1) of tile 2p then 2p+1.
-            b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
-            first = (tn * tiles_m + tm) * 4
-            c = acc[first:first + 4]
-            d = c if in_place else ctx.w.regs("f32", 4)
-            ctx.w.emit(f"mma.sync.aligned.m16n8k16.row.col.{suffix} {{{', '.join(d)}}}, "
-                       f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
-            out[first:first + 4] = d
+    # The order of the warp's mma instructions: "n" walks m fastest (consecutive mmas share B
+    # fragments), "m" walks n fastest (they share A); registers are the same either way.
+    order = [(tn, tm) for tn in range(tiles_n) for tm in range(tiles_m)]
+    if ctx.options.mma_order == "m":
+        order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
+    for tn, tm in order:
+        a = a_regs[tm * 4:tm * 4 + 4]
+        # B was loaded two n8 tiles per ldmatrix.x4: registers (b0, b1) of tile 2p then 2p+1.
+        b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
+        first = (tn * tiles_m + tm) * 4
+        c = acc[first:first + 4]
+        d = c if in_place else ctx.w.regs("f32", 4)
+        ctx.w.emit(f"mma.sync.aligned.m16n8k16.row.col.{suffix} {{{', '.join(d)}}}, "
+                   f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
+        out[first:first + 4] = d
     ctx.bind(op.result, out)
 
 

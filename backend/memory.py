@@ -361,15 +361,35 @@ def c_register_offsets(layout: MmaLayout) -> list[tuple[int, int]]:
     return offsets
 
 
-def _element_addresses(ctx: Context, op_tensor, offsets, dims: list[int], layout: MmaLayout,
-                       eb: int):
-    """Per register: (address register, in-bounds predicate) for a distributed access."""
+def _element_addresses(ctx: Context, tensor_value, offsets, dims: list[int], layout: MmaLayout,
+                       eb: int, masked: list[bool]):
+    """Per register of a distributed access: (address operand, in-bounds predicate or None,
+    element key). One 64-bit base per thread; rows add a per-row register, columns of a
+    unit-stride dim an immediate, so a pair of neighbours costs no arithmetic."""
     w = ctx.w
-    tensor: TensorRegs = op_tensor
-    row_t, col_t = c_thread_coords(ctx, layout)
-    thread = (row_t, col_t)
-    cache: dict = {}
-    seen: dict[tuple, tuple[str, str]] = {}
+    tensor: TensorRegs = ctx.get(tensor_value)
+    thread = c_thread_coords(ctx, layout)
+    unit = _unit_stride_dim(ctx, tensor_value)
+    coords = {}
+    base_sum = None
+    for tile_dim, tensor_dim in enumerate(dims):
+        if tensor_dim < 0:
+            continue
+        coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
+        coords[tensor_dim] = coord
+        term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
+        if base_sum is not None:
+            w.emit(f"add.s64 {term}, {term}, {base_sum};")
+        base_sum = term
+    base = w.reg("b64")
+    if base_sum is None:
+        w.emit(f"mov.b64 {base}, {tensor.ptr};")
+    else:
+        w.emit(f"mad.lo.s64 {base}, {base_sum}, {eb}, {tensor.ptr};")
+    row_bases: dict[tuple, str] = {}
+    predicates: dict[tuple, str] = {}
+    combined: dict[tuple, str | None] = {}
+    seen: dict[tuple, tuple] = {}
     result = []
     for rel in c_register_offsets(layout):
         # Registers that read the same tensor element (broadcast dims) share one access.
@@ -377,39 +397,57 @@ def _element_addresses(ctx: Context, op_tensor, offsets, dims: list[int], layout
         if element in seen:
             result.append((*seen[element], element))
             continue
-        address = None
-        inside = None
+        immediate = 0
+        strided = []
+        checks = []
         for tile_dim, tensor_dim in enumerate(dims):
             if tensor_dim < 0:
                 continue
-            key = (tensor_dim, rel[tile_dim])
-            if key not in cache:
-                coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
-                coord = ctx.int_op("add.s32", coord, rel[tile_dim])
+            r = rel[tile_dim]
+            if tensor_dim == unit:
+                immediate += r * eb
+            elif r:
+                strided.append((tensor_dim, r))
+            if masked[tensor_dim]:
+                checks.append((tensor_dim, r))
+        key = tuple(strided)
+        if key not in row_bases:
+            address = base
+            for tensor_dim, r in strided:
+                step = ctx.wide(tensor.strides[tensor_dim], r * eb)
+                moved = w.reg("b64")
+                w.emit(f"add.s64 {moved}, {address}, {step};")
+                address = moved
+            row_bases[key] = address
+        for check in checks:
+            if check not in predicates:
+                tensor_dim, r = check
+                coord = ctx.int_op("add.s32", coords[tensor_dim], r) if r else coords[tensor_dim]
                 ok = w.reg("pred")
                 w.emit(f"setp.lt.u32 {ok}, {coord}, {tensor.dims[tensor_dim]};")
-                term = ctx.wide(coord, tensor.strides[tensor_dim])
-                cache[key] = (term, ok)
-            term, ok = cache[key]
-            inside = _and_pred(ctx, inside, ok)
-            if address is None:
-                address = term
-            else:
-                total = w.reg("b64")
-                w.emit(f"add.s64 {total}, {address}, {term};")
-                address = total
-        final = w.reg("b64")
-        if address is None:
-            w.emit(f"mov.b64 {final}, {tensor.ptr};")
-        else:
-            w.emit(f"mad.lo.s64 {final}, {address}, {eb}, {tensor.ptr};")
-        seen[element] = (final, inside)
-        result.append((final, inside, element))
+                predicates[check] = ok
+        check_key = tuple(checks)
+        if check_key not in combined:
+            inside = None
+            for check in checks:
+                inside = _and_pred(ctx, inside, predicates[check])
+            combined[check_key] = inside
+        operand = f"{row_bases[key]}+{immediate}" if immediate else row_bases[key]
+        seen[element] = (operand, combined[check_key])
+        result.append((operand, combined[check_key], element))
     return result
 
 
+def _unit_stride_dim(ctx: Context, tensor_value) -> int | None:
+    """The dim of a tensor parameter the launch spec says has stride 1 (None for views)."""
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor_value:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return spec.contiguous_dim
+    return None
+
+
 def _frag_load(ctx: Context, op: Op) -> None:
-    tensor: TensorRegs = ctx.get(op.operands[0])
     offsets = [ctx.get(v) for v in op.operands[1:]]
     rtype = op.result.type
     eb = rtype.dtype.bytes
@@ -417,8 +455,10 @@ def _frag_load(ctx: Context, op: Op) -> None:
     cls = "b16" if eb == 2 else "f32"
     regs = []
     loaded: dict[tuple, str] = {}
-    for address, inside, element in _element_addresses(ctx, tensor, offsets, op.attrs["dims"],
-                                                       rtype.layout, eb):
+    masked = op.attrs.get("masked", [True] * len(offsets))
+    for address, inside, element in _element_addresses(ctx, op.operands[0], offsets,
+                                                       op.attrs["dims"], rtype.layout, eb,
+                                                       masked):
         if element in loaded:
             regs.append(loaded[element])
             continue
@@ -432,7 +472,6 @@ def _frag_load(ctx: Context, op: Op) -> None:
 
 
 def _store(ctx: Context, op: Op) -> None:
-    tensor: TensorRegs = ctx.get(op.operands[0])
     offsets = [ctx.get(v) for v in op.operands[1:-1]]
     value = op.operands[-1]
     vtype = value.type
@@ -443,10 +482,42 @@ def _store(ctx: Context, op: Op) -> None:
     suffix = MEMORY_TYPES[eb]
     regs = ctx.get(value)
     dims = list(range(len(offsets)))
-    for reg, (address, inside, _) in zip(regs, _element_addresses(ctx, tensor, offsets, dims,
-                                                                  vtype.layout, eb)):
-        guard = f"@{inside} " if inside else ""
-        ctx.w.emit(f"{guard}st.global.{suffix} [{address}], {reg};")
+    masked = op.attrs.get("masked", [True] * len(offsets))
+    elements = _element_addresses(ctx, op.operands[0], offsets, dims, vtype.layout, eb, masked)
+    w = ctx.w
+    if not _pairs_contiguous(ctx, op.operands[0]):
+        for reg, (address, inside, _) in zip(regs, elements):
+            guard = f"@{inside} " if inside else ""
+            w.emit(f"{guard}st.global.{suffix} [{address}], {reg};")
+        return
+    # Registers 2i and 2i+1 hold neighbouring columns: one 2-element store when both are
+    # inside, the first alone at a ragged right edge.
+    for i in range(0, len(regs), 2):
+        (address, inside, _), (_, inside_next, _) = elements[i], elements[i + 1]
+        pair = f"{{{regs[i]}, {regs[i + 1]}}}"
+        if eb == 2:
+            packed = w.reg("b32")
+            w.emit(f"mov.b32 {packed}, {pair};")
+            store = f"st.global.b32 [{address}], {packed};"
+        else:
+            store = f"st.global.v2.f32 [{address}], {pair};"
+        w.emit((f"@{inside_next} " if inside_next else "") + store)
+        if inside_next:
+            alone = w.reg("pred")
+            w.emit(f"not.pred {alone}, {inside_next};")
+            if inside:
+                w.emit(f"and.pred {alone}, {alone}, {inside};")
+            w.emit(f"@{alone} st.global.{suffix} [{address}], {regs[i]};")
+
+
+def _pairs_contiguous(ctx: Context, tensor) -> bool:
+    """Whether the tensor's rows are contiguous and aligned for 2-element accesses at even
+    columns (the accumulator layout's pairs)."""
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return param.type.rank == 2 and spec.contiguous_dim == 1 and spec.vec_elems >= 2
+    return False  # a transposed view: its pairs are not contiguous
 
 
 EMITTERS = {

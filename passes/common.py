@@ -11,8 +11,9 @@ def find_main_loop(kernel: Kernel) -> tuple[Op, Op]:
     """The top-level ``scf.for`` that holds the program's ``tile.dot``, and that dot."""
     dots = [op for op in kernel.walk() if op.name == "tile.dot"]
     if not dots:
+        first = next((op for op in kernel.walk() if op.loc is not None), None)
         raise located(TileConfigError, "the program has no tile product (`@`) to map to mma",
-                      None, kernel.source_lines)
+                      first.loc if first else None, kernel.source_lines)
     if len(dots) > 1:
         raise located(TileConfigError, "only one tile product per program is supported",
                       dots[1].loc, kernel.source_lines)

@@ -55,9 +55,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     def emit_copies(b: Builder, k: Value, stage: Value, predicate: Value | None,
                     source_block: Block) -> None:
         for copy, view in zip(copies, views):
-            tensor = copy.operands[0]
-            offsets = copy.operands[1:1 + tensor.type.rank]
-            new_offsets = clone_slice(list(offsets), source_block, b, {iv: k})
+            rank = copy.operands[0].type.rank
+            # The tensor may be a view made inside the loop (B.T): re-emit it with the offsets.
+            tensor, *new_offsets = clone_slice(list(copy.operands[:1 + rank]), source_block, b,
+                                               {iv: k})
             stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
                                  view.hint)
             attrs = dict(copy.attrs, mode=_copy_mode(copy))

@@ -33,7 +33,7 @@ from tilec.ir.types import TileType
 from tilec.layout import MMA_K, MmaLayout
 from tilec.options import Options
 
-from .common import find_main_loop
+from .common import find_main_loop, tile_in_bounds
 from .tiling import TilingPlan
 
 NAME = "fragments"
@@ -196,8 +196,23 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           op.loc, kernel.source_lines)
         rewritten.append(op)
     kernel.body.ops[kernel.body.ops.index(loop) + 1:] = rewritten
+    for op in rewritten:
+        if op.name in ("frag.load", "tile.store"):
+            op.attrs["masked"] = _edge_masks(kernel, op, options)
     _drop_dead(kernel.body)
     return kernel
+
+
+def _edge_masks(kernel: Kernel, op: Op, options: Options) -> list[bool]:
+    """Per tensor dim, whether the epilogue access needs an edge mask (tiling's analysis)."""
+    tensor = op.operands[0]
+    rank = tensor.type.rank
+    offsets = op.operands[1:1 + rank]
+    tile = op.result.type if op.results else op.operands[-1].type
+    dims = op.attrs.get("dims", list(range(rank)))
+    extents = {d: tile.shape[i] for i, d in enumerate(dims) if d >= 0}
+    return [not tile_in_bounds(kernel, offsets[d], extents[d], tensor.type.shape[d],
+                               options.spec) for d in range(rank)]
 
 
 def _drop_dead(block: Block) -> None:

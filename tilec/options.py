@@ -67,6 +67,7 @@ class Options:
     raster_group: int = 8
     swizzle: str | Swizzle = "auto"  # "auto", "off", or explicit parameters
     pipeline_fragments: bool = True  # load the next stage's first fragments a step early
+    mma_order: str = "n"  # "n": consecutive mmas share B fragments; "m": they share A
     disable: tuple[str, ...] = ()
     verify: bool = False
     line_info: bool = True
@@ -81,6 +82,8 @@ class Options:
             raise ValueError(f"raster_group must be >= 1, got {self.raster_group}")
         if isinstance(self.swizzle, str) and self.swizzle not in ("auto", "off"):
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
+        if self.mma_order not in ("n", "m"):
+            raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):
             raise ValueError(f"warps must be a pair of positive counts, got {self.warps!r}")
 
