@@ -1,0 +1,113 @@
+"""Every sample, through the DSL frontend, on the GPU against a float64 reference: f16 and
+bf16, stage counts 1 to 4, the shapes the compiler must handle (1x1x1, ragged, large).
+Inputs are fresh random draws; outputs are poisoned with NaN before each run."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tilec.kernel import load_file
+from tilec.runtime.driver import has_gpu
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
+torch = pytest.importorskip("torch")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SHAPES = [(1, 1, 1), (127, 129, 65), (1000, 1003, 77), (4096, 4096, 4096)]
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def sample(name: str, dtype: str):
+    """The sample with every f16 of its source read as ``dtype``."""
+    path = SAMPLES / f"{name}.py"
+    text = re.sub(r"\bf16\b", dtype, path.read_text())
+    return load_file(path, text=text)
+
+
+def rel_error(out, ref) -> float:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    return float(torch.linalg.norm(out.double() - ref) / max(float(torch.linalg.norm(ref)),
+                                                            1e-30))
+
+
+def operands(m, n, k, dtype, b_transposed=False):
+    a = torch.randn(m, k, device="cuda").to(TORCH[dtype])
+    b = torch.randn(n, k, device="cuda") if b_transposed else torch.randn(k, n, device="cuda")
+    return a, b.to(TORCH[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul(dtype, stages, shape):
+    m, n, k = shape
+    kernel = sample("matmul", dtype)["matmul"]
+    a, b = operands(m, n, k, dtype)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c, stages=stages)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul_bt(dtype, stages, shape):
+    m, n, k = shape
+    kernel = sample("matmul_bt", dtype)["matmul_bt"]
+    a, b = operands(m, n, k, dtype, b_transposed=True)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c, stages=stages)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double().T) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemm_epilogue(dtype, stages, shape):
+    m, n, k = shape
+    kernel = sample("gemm_epilogue", dtype)["gemm"]
+    a, b = operands(m, n, k, dtype)
+    c = torch.randn(m, n, device="cuda").to(TORCH[dtype])
+    bias = torch.randn(n, device="cuda")
+    alpha, beta = 0.75, -0.5
+    c_in = c.double()
+    kernel(a, b, c, bias, alpha, beta, stages=stages)
+    torch.cuda.synchronize()
+    ref = torch.relu(alpha * (a.double() @ b.double()) + beta * c_in + bias.double())
+    # The output is rounded to 16 bits: allow its rounding on top of the product's.
+    assert rel_error(c, ref) < 2 * TOLERANCE[dtype]
+
+
+def test_numpy_arguments_and_strided_views():
+    """Host arrays are copied in and out; a transposed view is read through its strides."""
+    import numpy as np
+    kernel = sample("matmul", "f16")["matmul"]
+    rng = np.random.default_rng()
+    a = rng.standard_normal((300, 200)).astype(np.float16)
+    b_storage = rng.standard_normal((260, 200)).astype(np.float16)
+    b = b_storage.T  # [200, 260], column-major
+    c = np.full((300, 260), np.nan, np.float32)
+    kernel(a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.isnan(c).any()
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 2e-3
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_gpu_views_read_through_strides(dtype):
+    """Column-major A and B (transposed torch views) and a slice of a larger C."""
+    m, n, k = 520, 392, 200
+    kernel = sample("matmul", dtype)["matmul"]
+    a = torch.randn(k, m, device="cuda").to(TORCH[dtype]).T
+    b = torch.randn(n, k, device="cuda").to(TORCH[dtype]).T
+    big = torch.full((m + 8, n + 24), float("nan"), device="cuda")
+    c = big[4:4 + m, 8:8 + n]
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE[dtype]
+    assert torch.isnan(big[:4]).all() and torch.isnan(big[:, :8]).all(), "wrote outside C"
