@@ -1,0 +1,263 @@
+"""Configurations that cannot work are refused with an error that names the problem, before any
+PTX is produced: tile sizes against the mma shape, shared memory, registers and warps; bad
+options; disabled passes; epilogues the fragments pass cannot map.
+
+Cases that do not get a clear error yet are written for the behaviour we want and marked
+``xfail(strict=True)`` with what happens today.
+"""
+from __future__ import annotations
+
+import pytest
+
+import tilec.compiler
+from tilec.errors import TileConfigError, TileError, TileNameError
+from tilec.frontend import parse_function
+from tilec.kernel import TileFunction
+from tilec.layout import Swizzle
+from tilec.options import Options
+from tilec.pipeline import run_pipeline
+
+MATMUL = '''\
+def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=128, BN=128, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+'''
+DOT_LINE, DOT_COL = 5, MATMUL.splitlines()[4].index("@") + 1
+
+EPILOGUE_HEADER = '''\
+def gemm(A: f16[M, K], B: f16[K, N], C: f32[M, N], D: f32[M, N], row: f32[1, N],
+         BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+'''
+
+
+def function(text: str = MATMUL) -> TileFunction:
+    return TileFunction(parse_function(text, "cfg.tile"), text, "cfg.tile", text.splitlines())
+
+
+@pytest.fixture(autouse=True)
+def no_backend(monkeypatch):
+    """Every error here must come before the backend writes any PTX."""
+    def render(kernel, options):
+        raise AssertionError(f"the backend was reached for {kernel.name} with {options}")
+    monkeypatch.setattr(tilec.compiler, "render", render)
+
+
+def compile_error(error: type[Exception], text: str = MATMUL, **kwargs) -> Exception:
+    with pytest.raises(error) as info:
+        function(text).compile(**kwargs)
+    return info.value
+
+
+def accepted(text: str = MATMUL, **kwargs):
+    """The pipeline's result for a configuration that must be accepted (no backend here)."""
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in ("arch", "stages", "warps")}
+    return run_pipeline(function(text).lower(**kwargs), Options(**options)).kernel
+
+
+# ------------------------------------------------------------------ tile sizes and targets
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(BK=8), "BK=8 is not a multiple of the mma k (16)"),
+    (dict(BK=24), "BK=24 is not a multiple of the mma k (16)"),
+    (dict(BM=48, warps=(2, 1)), "each warp's 24x128 tile must be a multiple of 16x16"),
+    (dict(BM=64, BN=16, warps=(1, 2)), "each warp's 64x8 tile must be a multiple of 16x16"),
+    (dict(BM=8, BN=64), "each warp's 8x64 tile must be a multiple of 16x16"),
+    (dict(BK=512, arch="sm_86"), "3 stages of 128x512 and 512x128 tiles need 786432 bytes of "
+     "shared memory; sm_86 allows 101376"),
+    (dict(BM=128, BN=256, BK=64, warps=(2, 4), stages=4, arch="sm_86"),
+     "4 stages of 128x64 and 64x256 tiles need 196608 bytes of shared memory; sm_86 allows "
+     "101376"),
+    (dict(stages=12, arch="sm_80"), "12 stages of 128x32 and 32x128 tiles need 196608 bytes "
+     "of shared memory; sm_80 allows 166912"),
+    (dict(BM=256, BN=256, warps=(1, 1)), "a 256x256 warp tile needs about 2344 registers per "
+     "thread, more than 255"),
+    (dict(BM=96, warps=(5, 1)), "the 96x128 block does not divide among 5x1 warps"),
+    (dict(BN=96, warps=(1, 5)), "the 128x96 block does not divide among 1x5 warps"),
+    (dict(BM=256, BN=256, warps=(8, 8)), "8x8 warps make 2048 threads, more than 1024"),
+], ids=["BK=8", "BK=24", "warp-rows", "warp-cols", "BM=8", "smem-BK", "smem-stages",
+        "smem-sm_80", "registers", "warps-rows", "warps-cols", "threads"])
+def test_tile_configuration_errors(kwargs, message: str) -> None:
+    err = compile_error(TileConfigError, **kwargs)
+    assert message in err.message
+    # Located at the product, with the source line and a caret under the `@`.
+    assert (err.loc.line, err.loc.col) == (DOT_LINE, DOT_COL)
+    text = str(err).splitlines()
+    assert text[0].startswith(f"cfg.tile:{DOT_LINE}:{DOT_COL}: config error: ")
+    assert text[1].strip() == MATMUL.splitlines()[DOT_LINE - 1].strip()
+    assert text[2].index("^") == text[1].index("@")
+
+
+@pytest.mark.parametrize("kwargs, hint", [
+    (dict(BK=512, arch="sm_86"), "use fewer stages or smaller tiles"),
+    (dict(BM=256, BN=256, warps=(1, 1)), "use more warps or a smaller block tile"),
+    (dict(BM=48, warps=(2, 1)), "use BM, BN multiples of 16 per warp row/column"),
+])
+def test_tile_configuration_errors_suggest_a_fix(kwargs, hint: str) -> None:
+    err = compile_error(TileConfigError, **kwargs)
+    assert err.hint == hint and f"hint: {hint}" in str(err)
+
+
+@pytest.mark.parametrize("kwargs, warp_tile", [
+    (dict(BM=96, warps=(2, 2)), (48, 64)),  # 48 rows per warp: three m16 tiles
+    (dict(BM=128, BN=256, BK=64, warps=(2, 4), stages=4, arch="sm_90"), (64, 64)),
+    (dict(BM=64, BN=32, BK=16, warps=(4, 2)), (16, 16)),  # the smallest warp tile
+])
+def test_limits_are_not_too_strict(kwargs, warp_tile) -> None:
+    assert accepted(**kwargs).meta["tiling"].warp_tile == warp_tile
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_only_16_bit_inputs_reach_the_mma(dtype: str) -> None:
+    text = MATMUL.replace("f16[", "f32[")
+    err = compile_error(TileConfigError, text)
+    assert "the mma path multiplies f16 or bf16 tiles, not f32" in err.message
+    assert accepted(MATMUL.replace("f16[", f"{dtype}[")).meta["tiling"].dtype == dtype
+
+
+# --------------------------------------------------------------------------- program shape
+
+NO_PRODUCT = '''\
+def f(A: f16[M, K], C: f32[M, K], BM=64, BK=32):
+    for m in grid(cdiv(M, BM)):
+        acc = zeros([BM, BK], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK].to(f32)
+        C[m * BM : +BM, 0 : +BK] = acc
+'''
+NO_LOOP = '''\
+def f(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        C[m * BM : +BM, n * BN : +BN] = A[m * BM : +BM, 0 : +BK] @ B[0 : +BK, n * BN : +BN]
+'''
+NOT_ACCUMULATED = '''\
+def f(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        for k in range(0, K, BK):
+            C[m * BM : +BM, n * BN : +BN] = A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+'''
+TWO_PRODUCTS = EPILOGUE_HEADER + (
+    "        C[m * BM : +BM, n * BN : +BN] = acc + A[m * BM : +BM, 0 : +BK] @ "
+    "B[0 : +BK, n * BN : +BN]\n")
+
+
+@pytest.mark.parametrize("text, message, line", [
+    (NO_PRODUCT, "the program has no tile product (`@`) to map to mma", 2),
+    (NO_LOOP, "the product must sit directly in a K loop", 3),
+    (NOT_ACCUMULATED, "the product must accumulate into a loop-carried tile (`acc += a @ b`)",
+     4),
+    (TWO_PRODUCTS, "only one tile product per program is supported", 7),
+], ids=["no-product", "no-loop", "not-accumulated", "two-products"])
+def test_program_shape_errors(text: str, message: str, line) -> None:
+    err = compile_error(TileConfigError, text)
+    assert message in err.message
+    assert err.loc.line == line
+
+
+# ------------------------------------------------------------------------------- options
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(arch="sm_75"), "unknown arch 'sm_75' (supported: sm_80, sm_86, sm_90)"),
+    (dict(arch="sm_89"), "unknown arch 'sm_89' (supported: sm_80, sm_86, sm_90)"),
+    (dict(stages=0), "stages must be an integer >= 1, got 0"),
+    (dict(stages=2.5), "stages must be an integer >= 1, got 2.5"),
+    (dict(swizzle="on"), "swizzle must be 'auto', 'off' or a Swizzle, got 'on'"),
+    (dict(warps=(0, 2)), "warps must be a pair of positive counts, got (0, 2)"),
+    (dict(warps=(2,)), "warps must be a pair of positive counts, got (2,)"),
+    (dict(raster_group=0), "raster_group must be >= 1, got 0"),
+    (dict(disable=("tiling",)), "pass 'double_buffer' needs 'tiling', which is disabled"),
+], ids=["sm_75", "sm_89", "stages=0", "stages=2.5", "swizzle", "warps-zero", "warps-one",
+        "raster", "disable-tiling"])
+def test_option_errors(kwargs, message: str) -> None:
+    err = compile_error(ValueError, **kwargs)
+    assert str(err) == message
+
+
+def test_a_misspelt_option_is_named_as_an_unknown_constant() -> None:
+    err = compile_error(TileNameError, stage=3)
+    assert "unknown constant 'stage' for 'matmul' (its constants: BM, BN, BK)" in err.message
+
+
+def test_an_explicit_swizzle_must_fit_the_tile() -> None:
+    err = compile_error(TileConfigError, BM=64, BN=64, BK=32, swizzle=Swizzle(3, 3, 7))
+    assert "swizzle for operand A: swizzle(3,3,7) does not fit a 64x32 tile" in err.message
+
+
+@pytest.mark.xfail(strict=True, reason="a swizzle that moves 8-byte chunks (base 2 for f16) "
+                   "is accepted; the backend then issues 16-byte cp.async and ldmatrix rows at "
+                   "8-byte aligned, overlapping shared addresses")
+@pytest.mark.parametrize("given", [Swizzle(1, 2, 3), Swizzle(2, 2, 4)])
+def test_an_explicit_swizzle_must_keep_16_byte_chunks_whole(given: Swizzle) -> None:
+    err = compile_error(TileConfigError, BM=64, BN=64, BK=64, warps=(2, 2), swizzle=given)
+    assert str(given) in err.message
+
+
+@pytest.mark.xfail(strict=True, reason="disabling fragments is not refused: the backend "
+                   "raises NotImplementedError 'the PTX backend needs a layout for "
+                   "tile<f32,[128,128]>'")
+def test_disabling_a_pass_the_backend_needs_is_refused() -> None:
+    err = compile_error(ValueError, disable=("fragments",))
+    assert "fragments" in str(err)
+
+
+@pytest.mark.xfail(strict=True, reason="unknown pass names in `disable` are ignored, and a "
+                   "string is split into letters, so nothing is disabled and PTX is produced")
+@pytest.mark.parametrize("disable, name", [(("tilling",), "tilling"), ("tiling", "tiling")],
+                         ids=["misspelt", "string"])
+def test_disable_names_only_known_passes(disable, name: str) -> None:
+    err = compile_error(ValueError, disable=disable)
+    assert repr(name) in str(err)
+
+
+@pytest.mark.xfail(strict=True, reason="kernel.OPTION_NAMES lacks pipeline_fragments, so "
+                   "compile() takes it for a program constant: TileNameError 'unknown "
+                   "constant'")
+def test_pipeline_fragments_is_an_option(monkeypatch) -> None:
+    monkeypatch.undo()  # this one compiles to the end
+    compiled = function(MATMUL).compile(pipeline_fragments=False)
+    assert compiled.options.pipeline_fragments is False
+    assert "ldmatrix" in compiled.ptx
+
+
+@pytest.mark.xfail(strict=True, reason="the automatic warp grid ignores registers and stops "
+                   "at 8 warps: BM=96 gets one 96x64 warp tile per warp column (about 312 "
+                   "registers) though 2x2 warps fit, and 256x256 gets 128x64 warp tiles")
+@pytest.mark.parametrize("kwargs", [dict(BM=96), dict(BM=256, BN=256)], ids=["96", "256"])
+def test_automatic_warps_choose_a_grid_that_fits(kwargs) -> None:
+    plan = accepted(**kwargs).meta["tiling"]
+    assert plan.registers_estimate() <= 255
+
+
+# ---------------------------------------------------------------------------- epilogues
+
+@pytest.mark.parametrize("statement", [
+    "        C[m * BM : +BM, n * BN : +BN] = acc + zeros([BN], f32)\n",
+    "        C[m * BM : +BM, n * BN : +BN] = acc + zeros([BM], f32)[:, None]\n",
+    "        C[m * BM : +BM, n * BN : +BN] = acc + row[0 : +1, n * BN : +BN]\n",
+], ids=["made-row", "made-column", "2-D-row"])
+def test_epilogue_broadcasts_only_loaded_1d_tiles(statement: str) -> None:
+    err = compile_error(TileConfigError, EPILOGUE_HEADER + statement)
+    assert "only tiles loaded from 1-D tensors (bias rows or columns) can be broadcast in an " \
+           "epilogue" in err.message
+    assert err.loc.line == 7
+
+
+@pytest.mark.xfail(strict=True, reason="fragments leaves epilogue tiles of another shape than "
+                   "the block unmapped; the backend then raises NotImplementedError ('needs a "
+                   "layout for tile<f32,[32,64]>', 'cannot emit tile.load')")
+@pytest.mark.parametrize("statements", [
+    "        C[m * BM : +32, n * BN : +BN] = zeros([32, BN], f32)\n"
+    "        D[m * BM : +BM, n * BN : +BN] = acc\n",
+    "        half = D[m * BM : +32, n * BN : +BN]\n"
+    "        C[m * BM : +32, n * BN : +BN] = half\n"
+    "        D[m * BM : +BM, n * BN : +BN] = acc\n",
+], ids=["zeros", "load"])
+def test_epilogue_tiles_of_another_shape_are_refused(statements: str) -> None:
+    err = compile_error(TileError, EPILOGUE_HEADER + statements)
+    assert "32x64" in err.message or "[32, 64]" in err.message

@@ -1,0 +1,211 @@
+"""Every sample, in f16 and bf16, for every target and a spread of configurations, assembled
+by ptxas: it must accept the PTX, and the main matmul configurations must not spill.
+
+The combinations are chosen, not a cartesian product, to stay well under a minute on two cores:
+ptxas runs in a pool of two while the next kernels compile.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tilec.kernel import TileFunction, load_file
+from tilec.options import Spec, TensorSpec
+
+PTXAS = shutil.which("ptxas")
+pytestmark = pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+ARCHS = ("sm_80", "sm_86", "sm_90")
+DIVISIBLE = (("M", 4096), ("N", 4096), ("K", 4096))
+RAGGED = (("M", 1000), ("N", 1003), ("K", 77))
+
+
+@functools.lru_cache(maxsize=None)
+def load_sample(name: str, dtype: str) -> TileFunction:
+    """A sample's tile function; ``bf16`` reads its inputs A and B as bf16."""
+    path = SAMPLES / f"{name}.py"
+    text = path.read_text(encoding="utf-8")
+    if dtype == "bf16":
+        text = text.replace("A: f16[", "A: bf16[").replace("B: f16[", "B: bf16[")
+        assert "A: bf16[" in text and "B: bf16[" in text, f"{path} has no f16 inputs A, B"
+    functions = load_file(path, text=text)
+    (function,) = functions.values()
+    return function
+
+
+@dataclass(frozen=True)
+class Case:
+    sample: str
+    dtype: str
+    arch: str
+    options: tuple[tuple[str, Any], ...] = ()  # keyword arguments of TileFunction.ptx
+
+    @property
+    def id(self) -> str:
+        def text(value: Any) -> str:
+            if isinstance(value, Spec):
+                return "+".join(f"{name}:{t.contiguous_dim}/{t.vec_elems}"
+                                for name, t in value.tensors)
+            return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        settings = ",".join(f"{k}={text(v)}" for k, v in self.options) or "defaults"
+        return f"{self.sample}-{self.dtype}-{self.arch}-{settings}"
+
+    def ptx(self) -> str:
+        return load_sample(self.sample, self.dtype).ptx(arch=self.arch, **dict(self.options))
+
+
+def case(sample: str, dtype: str, arch: str, *shapes: tuple[tuple[str, int], ...],
+         **options: Any) -> Case:
+    items = tuple(options.items()) + tuple(item for group in shapes for item in group)
+    return Case(sample, dtype, arch, items)
+
+
+def main_matmul_cases() -> Iterator[Case]:
+    """The configurations the matmul sample is tuned for: these must not spill."""
+    for dtype in ("f16", "bf16"):
+        for arch in ARCHS:
+            yield case("matmul", dtype, arch)  # 128x128x32, 3 stages, 2x2 warps
+            yield case("matmul", dtype, arch, stages=2)
+            yield case("matmul", dtype, arch, stages=4)
+            yield case("matmul", dtype, arch, BM=64, BN=64, BK=32, warps=(2, 2))
+            # 3 stages of 128x64 and 64x256 need 147456 bytes: more than sm_86 has.
+            yield case("matmul", dtype, arch, DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4),
+                       stages=2 if arch == "sm_86" else 3)
+
+
+MAIN = list(main_matmul_cases())
+
+OTHERS = [
+    case("matmul", "f16", "sm_80", stages=1),
+    case("matmul", "bf16", "sm_90", stages=1),
+    case("matmul", "f16", "sm_86", swizzle="off"),
+    case("matmul", "bf16", "sm_80", swizzle="off"),
+    case("matmul", "f16", "sm_90", RAGGED),
+    case("matmul", "bf16", "sm_86", RAGGED, stages=4),
+    case("matmul", "f16", "sm_80", BM=64, BN=64, BK=32),  # auto warps: one
+    case("matmul", "f16", "sm_90", BM=256, BN=128, BK=32, warps=(4, 2)),
+    case("matmul", "bf16", "sm_80", RAGGED, BM=128, BN=256, BK=64),
+    case("matmul", "f16", "sm_86", disable=("double_buffer",)),  # synchronous copies
+    case("matmul", "bf16", "sm_90", disable=("swizzle",)),
+    # A without aligned vectors (element copies), B stored column-major (k contiguous).
+    case("matmul", "f16", "sm_80", spec=Spec(tensors=(("A", TensorSpec(None, 1)),
+                                                      ("B", TensorSpec(0, 8))))),
+    case("matmul_bt", "f16", "sm_80", stages=1),
+    case("matmul_bt", "bf16", "sm_86", stages=1, swizzle="off"),
+    case("matmul_bt", "f16", "sm_90", DIVISIBLE, stages=1),
+    case("matmul_bt", "f16", "sm_80"),
+    case("matmul_bt", "bf16", "sm_90", RAGGED, stages=2),
+    case("matmul_bt", "f16", "sm_86", BM=64, BN=64, BK=32, warps=(2, 2), stages=4),
+    case("gemm_epilogue", "f16", "sm_80"),
+    case("gemm_epilogue", "bf16", "sm_86"),
+    case("gemm_epilogue", "f16", "sm_90", BM=128, BN=256, BK=64, warps=(2, 4)),
+    case("gemm_epilogue", "bf16", "sm_80", stages=1),
+    case("gemm_epilogue", "f16", "sm_86", BM=64, BN=64, BK=32, warps=(2, 2), stages=4),
+    case("gemm_epilogue", "bf16", "sm_90", RAGGED),
+    case("gemm_epilogue", "f16", "sm_80", DIVISIBLE, swizzle="off"),
+    case("gemm_epilogue", "bf16", "sm_90", BM=64, BN=64, BK=32, stages=2),  # one warp
+]
+
+EPILOGUE_SPILLS = pytest.param(
+    case("gemm_epilogue", "f16", "sm_80"),
+    marks=pytest.mark.xfail(strict=True, reason="the fused epilogue sample spills (spill stores "
+                            "at 255 registers) in its default configuration"))
+
+
+def ids(params: list) -> list[str]:
+    return [(p.values[0] if hasattr(p, "values") else p).id for p in params]
+
+
+# ------------------------------------------------------------------------------ assembling
+
+@dataclass(frozen=True)
+class Assembled:
+    command: str
+    returncode: int
+    log: str
+
+
+def run_ptxas(path: Path, arch: str) -> Assembled:
+    command = [PTXAS, "-v", f"-arch={arch}", str(path), "-o", str(path.with_suffix(".cubin"))]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return Assembled(" ".join(command), done.returncode, done.stdout + done.stderr)
+
+
+class Assembler:
+    """Compiles cases in this thread and assembles them in a pool of two, so that ptxas runs
+    while the next kernels compile; each test then waits for its own case."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.jobs: dict[Case, Future] = {}
+
+    def submit(self, case: Case) -> None:
+        if case in self.jobs:
+            return
+        try:
+            ptx = case.ptx()
+        except Exception as err:  # reported by the case's own test
+            future: Future = Future()
+            future.set_exception(err)
+        else:
+            path = self.directory / f"{len(self.jobs):03d}.ptx"
+            path.write_text(ptx, encoding="utf-8")
+            future = self.pool.submit(run_ptxas, path, case.arch)
+        self.jobs[case] = future
+
+    def result(self, case: Case) -> Assembled:
+        self.submit(case)
+        return self.jobs[case].result()
+
+
+@pytest.fixture(scope="module")
+def assembler(request, tmp_path_factory) -> Iterator[Assembler]:
+    assembler = Assembler(tmp_path_factory.mktemp("ptxas"))
+    # Start every selected case at once, in test order.
+    for item in request.session.items:
+        params = getattr(item, "callspec", None)
+        if item.module is request.module and params is not None and "case" in params.params:
+            assembler.submit(params.params["case"])
+    yield assembler
+    assembler.pool.shutdown(cancel_futures=True)
+
+
+def assembled(assembler: Assembler, case: Case) -> Assembled:
+    result = assembler.result(case)
+    assert result.returncode == 0, f"ptxas failed on {case.id}\nRepro command: " \
+                                   f"{result.command}\n{result.log}"
+    return result
+
+
+ALL = MAIN + OTHERS
+
+
+@pytest.mark.parametrize("case", ALL, ids=ids(ALL))
+def test_ptxas_assembles(assembler: Assembler, case: Case) -> None:
+    result = assembled(assembler, case)
+    assert "Compiling entry function" in result.log, result.log
+
+
+@pytest.mark.parametrize("case", MAIN + [EPILOGUE_SPILLS], ids=ids(MAIN + [EPILOGUE_SPILLS]))
+def test_no_spill_stores(assembler: Assembler, case: Case) -> None:
+    log = assembled(assembler, case).log
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
+
+
+def test_every_sample_is_covered() -> None:
+    cases = [p.values[0] if hasattr(p, "values") else p for p in ALL]
+    for path in SAMPLES.glob("*.py"):
+        mine = [c for c in cases if c.sample == path.stem]
+        assert {c.dtype for c in mine} == {"f16", "bf16"}, path.stem
+        assert {c.arch for c in mine} == set(ARCHS), path.stem
