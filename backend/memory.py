@@ -87,26 +87,36 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
         second = ctx.wide(coords[1], tensor.strides[1])
         ctx.w.emit(f"add.s64 {offset}, {offset}, {second};")
         ctx.w.emit(f"mul.lo.s64 {offset}, {offset}, {eb};")
-        return {"smem": smem, "smem_imm": 0, "global": offset, "global_step": None,
-                "logical": coords, "logical_imm": (0, 0), "active": active}
+        return {"smem": smem, "smem_imm": 0, "smem_xor": 0, "global": offset,
+                "global_step": None, "logical": coords, "logical_imm": (0, 0),
+                "active": active}
+
+    def smem_offsets(i: int) -> list[int]:
+        return [layout.offset(*coord) * eb for t in range(threads)
+                if (coord := cmap.coord(t, i)) is not None]
 
     def compute() -> list[dict]:
         first = own(0)
         accesses = [first]
+        reference = smem_offsets(0)
         for i in range(1, cmap.per_thread):
             step = steps[i] if steps is not None else None
-            uniform = (step is not None and (i + 1) * threads <= cmap.vectors
-                       and (step[0] * layout.cols + step[1]) % layout.swizzle.period == 0)
-            if not uniform:
+            relation = None
+            if step is not None and (i + 1) * threads <= cmap.vectors:
+                # Shared offsets follow access 0's by an XOR within a line and an add (the
+                # swizzle permutes chunks below its period); see piece_relation.
+                relation = piece_relation(reference, smem_offsets(i))
+            if relation is None:
                 accesses.append(own(i))
                 continue
+            flip, shift = relation
             d0, d1 = logical(step)
             # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
             previous = steps[i - 1]
             unit = logical((step[0] - previous[0], step[1] - previous[1]))
             delta = ctx.w.once(("copy_step", key, unit), lambda: _byte_step(ctx, tensor, unit,
                                                                             eb))
-            accesses.append({**first, "smem_imm": (step[0] * layout.cols + step[1]) * eb,
+            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
                              "global_step": delta, "chained": True, "logical_imm": (d0, d1)})
         return accesses
 
@@ -150,6 +160,7 @@ def _copy(ctx: Context, op: Op) -> None:
     contiguous = 0 if layout.transposed else 1
     nbytes = vec * eb
     previous_src = None
+    pending_stores: list[str] = []
     for access in accesses:
         src = w.reg("b64")
         if access.get("chained") and previous_src is not None:
@@ -157,7 +168,10 @@ def _copy(ctx: Context, op: Op) -> None:
         else:
             w.emit(f"add.s64 {src}, {tile}, {access['global']};")
         previous_src = src
-        dst = ctx.int_op("add.s32", view.address, access["smem"])
+        smem = access["smem"]
+        if access["smem_xor"]:
+            smem = ctx.int_op("xor.b32", smem, access["smem_xor"])
+        dst = ctx.int_op("add.s32", view.address, smem)
         if access["smem_imm"]:
             dst = f"{dst}+{access['smem_imm']}"
         inside = _and_pred(ctx, predicate, access["active"])
@@ -191,12 +205,24 @@ def _copy(ctx: Context, op: Op) -> None:
                 size = guarded
             w.emit(f"cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes}, {size};")
         else:
-            _copy_sync(ctx, src, dst, vec, eb, inside, partial_bytes)
+            pending_stores.extend(_copy_sync_loads(ctx, src, dst, vec, eb, inside,
+                                                   partial_bytes))
+            if len(pending_stores) >= SYNC_BATCH:
+                _flush_stores(ctx, pending_stores)
+    _flush_stores(ctx, pending_stores)
 
 
-def _copy_sync(ctx: Context, src: str, dst: str, vec: int, eb: int, inside, partial) -> None:
-    """Element by element through registers, for vectors cp.async cannot move."""
+# Loads issued before their shared-memory stores, so this many are in flight per thread.
+SYNC_BATCH = 16
+
+
+def _copy_sync_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside,
+                     partial) -> list[str]:
+    """Load element by element into registers (for vectors cp.async cannot move) and return
+    the shared stores that complete the copy."""
     w = ctx.w
+    suffix = "b16" if eb == 2 else "b32"
+    stores = []
     for e in range(vec):
         ok = inside
         if partial is not None:
@@ -204,11 +230,17 @@ def _copy_sync(ctx: Context, src: str, dst: str, vec: int, eb: int, inside, part
             w.emit(f"setp.gt.s32 {in_vec}, {partial}, {e * eb};")
             ok = _and_pred(ctx, ok, in_vec)
         value = w.reg("b16" if eb == 2 else "b32")
-        suffix = "b16" if eb == 2 else "b32"
         w.emit(f"mov.{suffix} {value}, 0;")
         guard = f"@{ok} " if ok else ""
         w.emit(f"{guard}ld.global.nc.{suffix} {value}, [{src}+{e * eb}];")
-        w.emit(f"st.shared.{suffix} [{dst}+{e * eb}], {value};")
+        stores.append(f"st.shared.{suffix} [{dst}+{e * eb}], {value};")
+    return stores
+
+
+def _flush_stores(ctx: Context, stores: list[str]) -> None:
+    for store in stores:
+        ctx.w.emit(store)
+    stores.clear()
 
 
 def _commit(ctx: Context, op: Op) -> None:

@@ -200,7 +200,22 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         if op.name in ("frag.load", "tile.store"):
             op.attrs["masked"] = _edge_masks(kernel, op, options)
     _drop_dead(kernel.body)
+    _check_epilogue(kernel, loop, block_shape)
     return kernel
+
+
+def _check_epilogue(kernel: Kernel, loop: Op, block_shape: tuple[int, int]) -> None:
+    """Every tile the epilogue still computes must be one the accumulator layout holds."""
+    for op in kernel.body.ops[kernel.body.ops.index(loop) + 1:]:
+        values = list(op.results) + ([op.operands[-1]] if op.name == "tile.store" else [])
+        for value in values:
+            vtype = value.type
+            if isinstance(vtype, TileType) and vtype.space == "reg" and vtype.layout is None:
+                shape = "x".join(str(d) for d in vtype.shape)
+                raise located(TileConfigError, f"a {shape} tile in the epilogue: after the K "
+                              f"loop, tiles must have the block's shape "
+                              f"{block_shape[0]}x{block_shape[1]} (or be 1-D rows or columns "
+                              "broadcast to it)", op.loc, kernel.source_lines)
 
 
 def _edge_masks(kernel: Kernel, op: Op, options: Options) -> list[bool]:

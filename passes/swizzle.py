@@ -45,6 +45,10 @@ def operand_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout
 def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
            requested: str | Swizzle) -> tuple[Swizzle, dict]:
     base = op_plan.layout
+    chunk_base = {1: 4, 2: 3, 4: 2}[elem_bytes]  # log2(elements per 16 bytes)
+    if isinstance(requested, Swizzle) and requested.bits and requested.base < chunk_base:
+        raise ValueError(f"{requested} permutes {(1 << requested.base) * elem_bytes}-byte "
+                         f"chunks; 16-byte copies and ldmatrix rows need base >= {chunk_base}")
     if requested == "off":
         candidates = [Swizzle(0)]
     elif isinstance(requested, Swizzle):

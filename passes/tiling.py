@@ -88,16 +88,23 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
 
 
 def _choose_warps(bm: int, bn: int, options: Options) -> tuple[int, int]:
+    """The warp grid: explicit, or the fewest warps (up to 8, then up to 16) whose warp tiles
+    are whole mma pieces and fit the registers, preferring square warp tiles (fragment
+    reuse) -- 64x64 for the usual 128x128 or 128x256 blocks."""
     if options.warps is not None:
         return options.warps
-    # 64x64 warp tiles balance fragment reuse against registers (128 accumulators).
-    wm, wn = max(1, bm // 64), max(1, bn // 64)
-    while wm * wn > 8:
-        if wm >= wn:
-            wm //= 2
-        else:
-            wn //= 2
-    return wm, wn
+    fitting = []
+    for wm in (1, 2, 4, 8, 16):
+        for wn in (1, 2, 4, 8, 16):
+            tm, tn = bm // wm if bm % wm == 0 else 0, bn // wn if bn % wn == 0 else 0
+            if not tm or not tn or tm % MMA_M or tn % (2 * MMA_N) or wm * wn > 16:
+                continue
+            regs = tm * tn // WARP_SIZE + 2 * (tm // MMA_M * 4 + tn // MMA_N * 2)
+            if regs + REGISTER_OVERHEAD <= MAX_REGISTERS_PER_THREAD:
+                fitting.append((wm * wn > 8, wm * wn, abs(tm - tn), (wm, wn)))
+    if not fitting:  # nothing fits: let _check report the natural choice
+        return max(1, bm // 64), max(1, bn // 64)
+    return min(fitting)[3]
 
 
 def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:

@@ -189,25 +189,17 @@ def test_an_explicit_swizzle_must_fit_the_tile() -> None:
     assert "swizzle for operand A: swizzle(3,3,7) does not fit a 64x32 tile" in err.message
 
 
-@pytest.mark.xfail(strict=True, reason="a swizzle that moves 8-byte chunks (base 2 for f16) "
-                   "is accepted; the backend then issues 16-byte cp.async and ldmatrix rows at "
-                   "8-byte aligned, overlapping shared addresses")
 @pytest.mark.parametrize("given", [Swizzle(1, 2, 3), Swizzle(2, 2, 4)])
 def test_an_explicit_swizzle_must_keep_16_byte_chunks_whole(given: Swizzle) -> None:
     err = compile_error(TileConfigError, BM=64, BN=64, BK=64, warps=(2, 2), swizzle=given)
     assert str(given) in err.message
 
 
-@pytest.mark.xfail(strict=True, reason="disabling fragments is not refused: the backend "
-                   "raises NotImplementedError 'the PTX backend needs a layout for "
-                   "tile<f32,[128,128]>'")
 def test_disabling_a_pass_the_backend_needs_is_refused() -> None:
     err = compile_error(ValueError, disable=("fragments",))
     assert "fragments" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="unknown pass names in `disable` are ignored, and a "
-                   "string is split into letters, so nothing is disabled and PTX is produced")
 @pytest.mark.parametrize("disable, name", [(("tilling",), "tilling"), ("tiling", "tiling")],
                          ids=["misspelt", "string"])
 def test_disable_names_only_known_passes(disable, name: str) -> None:
@@ -215,9 +207,6 @@ def test_disable_names_only_known_passes(disable, name: str) -> None:
     assert repr(name) in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="kernel.OPTION_NAMES lacks pipeline_fragments, so "
-                   "compile() takes it for a program constant: TileNameError 'unknown "
-                   "constant'")
 def test_pipeline_fragments_is_an_option(monkeypatch) -> None:
     monkeypatch.undo()  # this one compiles to the end
     compiled = function(MATMUL).compile(pipeline_fragments=False)
@@ -225,9 +214,6 @@ def test_pipeline_fragments_is_an_option(monkeypatch) -> None:
     assert "ldmatrix" in compiled.ptx
 
 
-@pytest.mark.xfail(strict=True, reason="the automatic warp grid ignores registers and stops "
-                   "at 8 warps: BM=96 gets one 96x64 warp tile per warp column (about 312 "
-                   "registers) though 2x2 warps fit, and 256x256 gets 128x64 warp tiles")
 @pytest.mark.parametrize("kwargs", [dict(BM=96), dict(BM=256, BN=256)], ids=["96", "256"])
 def test_automatic_warps_choose_a_grid_that_fits(kwargs) -> None:
     plan = accepted(**kwargs).meta["tiling"]
@@ -248,9 +234,6 @@ def test_epilogue_broadcasts_only_loaded_1d_tiles(statement: str) -> None:
     assert err.loc.line == 7
 
 
-@pytest.mark.xfail(strict=True, reason="fragments leaves epilogue tiles of another shape than "
-                   "the block unmapped; the backend then raises NotImplementedError ('needs a "
-                   "layout for tile<f32,[32,64]>', 'cannot emit tile.load')")
 @pytest.mark.parametrize("statements", [
     "        C[m * BM : +32, n * BN : +BN] = zeros([32, BN], f32)\n"
     "        D[m * BM : +BM, n * BN : +BN] = acc\n",

@@ -6,6 +6,7 @@ when there is none), or ask it for any stage of the compilation without running 
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Optional, Sequence
 
@@ -17,8 +18,7 @@ from tilec.options import Options, Spec, target_arch
 from tilec.pipeline import Pass
 
 # Keyword arguments of compile/ptx that are options, not the program's constants.
-OPTION_NAMES = {"arch", "stages", "warps", "raster_group", "swizzle", "disable", "verify",
-                "line_info"}
+OPTION_NAMES = {f.name for f in dataclasses.fields(Options)} - {"spec"}
 
 
 class TileFunction:
@@ -44,7 +44,9 @@ class TileFunction:
         symbols = set(self.signature.symbols)
         for name, value in kwargs.items():
             if name in OPTION_NAMES:
-                options[name] = tuple(value) if name in ("warps", "disable") else value
+                is_sequence = isinstance(value, (list, tuple))
+                options[name] = tuple(value) if name in ("warps", "disable") and is_sequence \
+                    else value
             elif name in symbols:
                 shapes[name] = int(value)
             else:

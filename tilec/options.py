@@ -74,6 +74,8 @@ class Options:
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
+        if isinstance(self.disable, str):  # one pass name, not its letters
+            object.__setattr__(self, "disable", (self.disable,))
         if self.arch not in ARCHS:
             raise ValueError(f"unknown arch '{self.arch}' (supported: {', '.join(ARCHS)})")
         if not isinstance(self.stages, int) or self.stages < 1:

@@ -39,6 +39,27 @@ def pipeline() -> list[Pass]:
     ]
 
 
+# Passes whose output the PTX backend needs: it emits only lowered ops.
+BACKEND_NEEDS = ("tiling", "fragments")
+
+
+def check_disable(disable, passes) -> None:
+    """Unknown names, passes others need, and passes the backend needs are refused."""
+    names = [p.name for p in passes]
+    for name in disable:
+        if name not in names:
+            raise ValueError(f"unknown pass {name!r} in disable (passes: {', '.join(names)})")
+    for p in passes:
+        missing = [r for r in p.requires if r in disable]
+        if p.name not in disable and missing:
+            raise ValueError(f"pass '{p.name}' needs {', '.join(repr(m) for m in missing)}, "
+                             "which is disabled")
+    for name in disable:
+        if name in BACKEND_NEEDS:
+            raise ValueError(f"pass {name!r} cannot be disabled: the PTX backend needs its "
+                             "output (it emits only lowered ops)")
+
+
 @dataclass
 class PipelineResult:
     kernel: Kernel
@@ -49,13 +70,8 @@ class PipelineResult:
 def run_pipeline(kernel: Kernel, options: Options, passes: Sequence[Pass] | None = None,
                  *, keep_ir: bool = False) -> PipelineResult:
     passes = list(pipeline() if passes is None else passes)
+    check_disable(options.disable, passes)
     passes = [p for p in passes if p.name not in options.disable]
-    names = {p.name for p in passes}
-    for p in passes:
-        missing = [r for r in p.requires if r not in names]
-        if missing:
-            raise ValueError(f"pass '{p.name}' needs {', '.join(repr(m) for m in missing)}, "
-                             "which is disabled")
     result = PipelineResult(kernel)
     if keep_ir:
         result.stages["tile"] = print_kernel(kernel)
