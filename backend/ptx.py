@@ -202,6 +202,8 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
 
 def emit_block(ctx: Context, ops: list[Op]) -> None:
     for op in ops:
+        if ctx.options.annotate:
+            ctx.w.emit(f"// {_describe_source(ctx, op)}{op.name} [{op.origin or '?'}]")
         if op.loc is not None and ctx.options.line_info:
             ctx.w.emit(f".loc 1 {op.loc.line} {op.loc.col}")
         emitter = EMITTERS.get(op.name)
@@ -209,6 +211,15 @@ def emit_block(ctx: Context, ops: list[Op]) -> None:
             raise NotImplementedError(f"the PTX backend cannot emit '{op.name}' "
                                       f"(at {op.loc}); a pass must lower it first")
         emitter(ctx, op)
+
+
+def _describe_source(ctx: Context, op: Op) -> str:
+    """``line 12: `acc += ...` <- `` for an op with a location (the DSL line, trimmed)."""
+    if op.loc is None:
+        return ""
+    lines = ctx.kernel.source_lines
+    text = lines[op.loc.line - 1].strip() if 0 < op.loc.line <= len(lines) else ""
+    return f"line {op.loc.line}: `{text}` <- "
 
 
 def _load_params(ctx: Context, abi: list[AbiParam]) -> None:

@@ -27,7 +27,10 @@ def __getattr__(name):
     if name in ("tile", "TileFunction"):
         from tilec import kernel
         return getattr(kernel, name)
-    if name in ("pipeline", "run_pipeline", "Pass"):
+    if name == "pipeline":  # the module, callable: tilec.pipeline() is the pass list
+        import tilec.pipeline
+        return tilec.pipeline
+    if name in ("run_pipeline", "Pass", "register_pass"):
         from tilec import pipeline
         return getattr(pipeline, name)
     if name == "compile_kernel":

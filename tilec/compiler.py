@@ -7,7 +7,9 @@ nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -55,6 +57,8 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
         hit = _CACHE.get(key)
         if hit is not None and (not keep_ir or len(hit.asm) > 1):
             return hit
+    dump_dir = os.environ.get("TILEC_DUMP_DIR")
+    keep_ir = keep_ir or bool(dump_dir)
     if options.verify:
         verify(kernel, after="frontend")
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
@@ -64,9 +68,23 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     asm = dict(result.stages)
     asm["ptx"] = rendered.ptx
     compiled = Compiled(kernel.name, options, result.kernel, rendered, asm, times)
+    if dump_dir:
+        dump_stages(compiled, dump_dir)
     if key is not None:
         _CACHE[key] = compiled
     return compiled
+
+
+def dump_stages(compiled: Compiled, directory: str) -> Path:
+    """Write every stage's text to ``directory/<kernel>-<options hash>/NN-<stage>.txt``."""
+    tag = hashlib.sha256(repr(compiled.options).encode()).hexdigest()[:10]
+    folder = Path(directory) / f"{compiled.name}-{tag}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, (stage, text) in enumerate(compiled.asm.items()):
+        suffix = "ptx" if stage == "ptx" else "ir"
+        (folder / f"{index:02d}-{stage}.{suffix}").write_text(text)
+    (folder / "options.txt").write_text(repr(compiled.options) + "\n")
+    return folder
 
 
 def source_key(text: str, filename: str, name: str) -> str:

@@ -70,7 +70,8 @@ class Options:
     mma_order: str = "n"  # "n": consecutive mmas share B fragments; "m": they share A
     disable: tuple[str, ...] = ()
     verify: bool = False
-    line_info: bool = True
+    line_info: bool = True  # .file/.loc directives: profilers show DSL lines
+    annotate: bool = False  # a comment before each op's PTX: DSL line, IR op, creating pass
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:

@@ -1,11 +1,16 @@
 """The pass pipeline: one ordered list, with the reason for each ordering constraint."""
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from tilec.ir import ops_gpu  # noqa: F401  (registers the lowered ops)
+from tilec.errors import TileError
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError
 from tilec.ir.printer import print_kernel
@@ -28,6 +33,15 @@ def _pass(module, requires: tuple[str, ...] = ()) -> Pass:
 
 
 def pipeline() -> list[Pass]:
+    """The default pass list (a fresh list: edit it and pass it to compile)."""
+    passes = _builtin_pipeline()
+    for after, extra in _REGISTERED:
+        index = next(i for i, q in enumerate(passes) if q.name == after)
+        passes.insert(index + 1, extra)
+    return passes
+
+
+def _builtin_pipeline() -> list[Pass]:
     return [
         _pass(tiling),
         # Stages multiply the buffers tiling made; swizzle then sees the final buffers.
@@ -73,18 +87,92 @@ def run_pipeline(kernel: Kernel, options: Options, passes: Sequence[Pass] | None
     check_disable(options.disable, passes)
     passes = [p for p in passes if p.name not in options.disable]
     result = PipelineResult(kernel)
+    _stamp(kernel, "frontend")
     if keep_ir:
         result.stages["tile"] = print_kernel(kernel)
     for p in passes:
         start = time.perf_counter()
-        kernel = p.run(kernel, options)
+        kernel = _run_pass(p, kernel, options)
         result.times[p.name] = time.perf_counter() - start
+        _stamp(kernel, p.name)
         if options.verify:
             try:
                 verify(kernel, after=p.name)
             except IRError as err:
-                raise IRError(str(err)) from None
+                raise PassError(p.name, f"broke an IR invariant: {err}", kernel) from None
         if keep_ir:
             result.stages[p.name] = print_kernel(kernel)
     result.kernel = kernel
     return result
+
+
+class PassError(Exception):
+    """A pass failed, returned something that is not a kernel, or broke the IR. The message
+    names the pass and where its output IR was written."""
+
+    def __init__(self, name: str, problem: str, kernel: Kernel | None = None):
+        self.pass_name = name
+        self.dump_path = _dump_failed(name, kernel) if kernel is not None else None
+        where = f"\n  IR after the pass: {self.dump_path}" if self.dump_path else ""
+        super().__init__(f"pass '{name}' {problem}{where}")
+
+
+def _run_pass(p: Pass, kernel: Kernel, options: Options) -> Kernel:
+    try:
+        out = p.run(kernel, options)
+    except TileError:
+        raise  # a located error in the user's program: report it as it is
+    except (ValueError, IRError) as err:
+        if p.name in _BUILTIN:
+            raise
+        raise PassError(p.name, f"raised {type(err).__name__}: {err}") from err
+    except Exception as err:  # noqa: BLE001 - any failure of a user pass is reported as such
+        raise PassError(p.name, f"raised {type(err).__name__}: {err}") from err
+    if not isinstance(out, Kernel):
+        raise PassError(p.name, f"returned {type(out).__name__}, not a Kernel (a pass is "
+                        "`run(kernel, options) -> kernel`)")
+    return out
+
+
+def _stamp(kernel: Kernel, origin: str) -> None:
+    for op in kernel.walk():
+        if op.origin is None:
+            op.origin = origin
+
+
+def _dump_failed(name: str, kernel: Kernel) -> str | None:
+    try:
+        text = print_kernel(kernel)
+    except Exception:  # noqa: BLE001 - a kernel too broken to print still gets its error
+        return None
+    handle, path = tempfile.mkstemp(prefix=f"tilec-{kernel.name}-after-{name}-", suffix=".ir")
+    with os.fdopen(handle, "w") as f:
+        f.write(text)
+    return path
+
+
+_BUILTIN = {"tiling", "double_buffer", "swizzle", "fragments"}
+
+
+def register_pass(p: Pass, *, after: str) -> None:
+    """Add a pass to the default pipeline, after the named one (for every later compile)."""
+    names = [q.name for q in pipeline()]
+    if after not in names:
+        raise ValueError(f"unknown pass {after!r} (passes: {', '.join(names)})")
+    if p.name in names:
+        raise ValueError(f"a pass named {p.name!r} is already in the pipeline")
+    _REGISTERED.append((after, p))
+
+
+_REGISTERED: list[tuple[str, Pass]] = []
+
+
+class _CallableModule(types.ModuleType):
+    """`tilec.pipeline()` is the pass list, and `tilec.pipeline.run_pipeline` etc. stay this
+    module's names: the package attribute is this module, so the module is callable."""
+
+    def __call__(self) -> list[Pass]:
+        return pipeline()
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -58,6 +58,9 @@ class Op:
     attrs: dict[str, Any] = field(default_factory=dict)
     regions: list[Block] = field(default_factory=list)
     loc: Optional[Loc] = None
+    # The stage that created the op ("frontend" or a pass name), kept through clones, so the
+    # annotated PTX can say which pass an instruction comes from.
+    origin: Optional[str] = None
 
     @property
     def result(self) -> Value:
@@ -137,7 +140,7 @@ def _clone_block(block: Block, mapping: dict[Value, Value]) -> Block:
 def clone_op(op: Op, mapping: dict[Value, Value]) -> Op:
     operands = [mapping.get(v, v) for v in op.operands]
     regions = [_clone_block(r, mapping) for r in op.regions]
-    new = Op(op.name, operands, [], dict(op.attrs), regions, op.loc)
+    new = Op(op.name, operands, [], dict(op.attrs), regions, op.loc, op.origin)
     for result in op.results:
         value = Value(result.type, result.hint, new)
         mapping[result] = value

@@ -1,0 +1,126 @@
+"""The pipeline as a list users edit: disabling, replacing, user passes and their failures,
+per-pass times and IR, annotated PTX, stage dumps."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tilec
+from tilec.ir import IRError
+from tilec.kernel import load_file
+from tilec.pipeline import Pass, PassError, pipeline, register_pass, _REGISTERED
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+
+@pytest.fixture
+def matmul():
+    return load_file(SAMPLES / "matmul.py")["matmul"]
+
+
+def test_the_pipeline_is_an_ordered_list_of_named_passes():
+    names = [p.name for p in pipeline()]
+    assert names == ["tiling", "double_buffer", "swizzle", "fragments"]
+    assert all(p.doc for p in pipeline())
+    assert tilec.pipeline() is not tilec.pipeline()  # a fresh list each time: safe to edit
+
+
+def test_every_stage_has_text_and_a_time(matmul):
+    compiled = matmul.compile(keep_ir=True, verify=True)
+    assert list(compiled.asm) == ["tile", "tiling", "double_buffer", "swizzle", "fragments",
+                                  "ptx"]
+    assert "copy.global_to_shared" in compiled.asm["tiling"]
+    assert "frag.mma" in compiled.asm["fragments"]
+    assert set(compiled.times) == {"tiling", "double_buffer", "swizzle", "fragments", "backend"}
+    assert all(t >= 0 for t in compiled.times.values())
+
+
+def test_disabling_swizzle_keeps_rows_linear(matmul):
+    text = matmul.compile(keep_ir=True, disable=("swizzle",)).asm["fragments"]
+    assert "swizzle(" not in text and "linear" in text
+
+
+def _identity(kernel, options):
+    return kernel
+
+
+def test_a_user_pass_in_the_list_runs_and_is_named_in_the_ptx(matmul):
+    seen = []
+
+    def count_ops(kernel, options):
+        seen.append(sum(1 for _ in kernel.walk()))
+        return kernel
+    passes = pipeline()
+    passes.insert(2, Pass("count_ops", count_ops))
+    compiled = matmul.compile(passes=passes, keep_ir=True)
+    assert seen and seen[0] > 10
+    assert "count_ops" in compiled.asm
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda kernel, options: 1 / 0, "pass 'bad' raised ZeroDivisionError"),
+    (lambda kernel, options: "not a kernel", "pass 'bad' returned str, not a Kernel"),
+])
+def test_a_failing_user_pass_is_named(matmul, bad, message):
+    passes = pipeline()
+    passes.insert(1, Pass("bad", bad))
+    with pytest.raises(PassError) as err:
+        matmul.compile(passes=passes)
+    assert message in str(err.value)
+
+
+def test_a_user_pass_that_breaks_the_ir_is_named_with_the_invariant_and_a_dump(matmul):
+    def drop_yield(kernel, options):
+        for op in kernel.walk():
+            if op.name == "scf.for":
+                op.regions[0].ops.pop()  # the loop body no longer ends with scf.yield
+        return kernel
+    passes = pipeline()
+    passes.insert(1, Pass("drop_yield", drop_yield))
+    with pytest.raises(PassError) as err:
+        matmul.compile(passes=passes, verify=True)
+    text = str(err.value)
+    assert "pass 'drop_yield' broke an IR invariant" in text and "scf.yield" in text
+    dump = Path(err.value.dump_path)
+    assert dump.exists() and "scf.for" in dump.read_text()
+
+
+def test_registered_pass_joins_the_default_pipeline(matmul):
+    register_pass(Pass("noop", _identity), after="swizzle")
+    try:
+        assert [p.name for p in pipeline()][3] == "noop"
+        assert "noop" in matmul.compile(keep_ir=True, M=256).asm
+        with pytest.raises(ValueError, match="unknown pass 'nope'"):
+            register_pass(Pass("other", _identity), after="nope")
+    finally:
+        _REGISTERED.clear()
+
+
+def test_annotated_ptx_names_line_op_and_pass(matmul):
+    ptx = matmul.ptx(annotate=True)
+    assert "<- frag.mma [fragments]" in ptx
+    assert "<- copy.global_to_shared [double_buffer]" in ptx
+    assert "line 12: `acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]`" in ptx
+    assert "// " not in matmul.ptx().split("\n", 1)[1].replace("// Generated", "")
+
+
+def test_dump_dir_writes_every_stage(matmul, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEC_DUMP_DIR", str(tmp_path))
+    matmul.compile(stages=2, BM=64)
+    (folder,) = list(tmp_path.iterdir())
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["00-tile.ir", "01-tiling.ir", "02-double_buffer.ir", "03-swizzle.ir",
+                     "04-fragments.ir", "05-ptx.ptx", "options.txt"]
+    assert ".entry matmul" in (folder / "05-ptx.ptx").read_text()
+
+
+def test_same_input_gives_byte_identical_ptx(matmul):
+    from tilec.compiler import _CACHE
+    first = matmul.ptx(stages=4)
+    _CACHE.clear()
+    assert matmul.ptx(stages=4) == first
+
+
+def test_verifier_error_is_an_ir_error():
+    assert issubclass(IRError, Exception)
