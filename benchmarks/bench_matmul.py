@@ -125,6 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--const", nargs="*", default=[], help="NAME=VALUE (BM=128 ...)")
     parser.add_argument("--stages", type=int, default=None)
     parser.add_argument("--warps", default=None, help="e.g. 2x4")
+    parser.add_argument("--swizzle", default=None, choices=["auto", "off"])
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -136,6 +137,8 @@ def main(argv=None) -> int:
         options["stages"] = args.stages
     if args.warps:
         options["warps"] = tuple(int(x) for x in args.warps.split("x"))
+    if args.swizzle:
+        options["swizzle"] = args.swizzle
     kernels = {dtype: _sample_kernel(dtype) for dtype in args.dtypes}
     rows = []
     header = (f"{'shape':>16} {'dt':>4} {'tilec':>8} {'cuBLAS':>8} {'Triton':>8} "

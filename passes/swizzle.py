@@ -14,6 +14,8 @@ after checking that it permutes whole rows of the tile.
 """
 from __future__ import annotations
 
+import functools
+
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Kernel, clone_kernel
 from tilec.layout import (MMA_K, WARP_SIZE, SmemLayout, Swizzle, conflict_degree, copy_map,
@@ -25,6 +27,7 @@ from .tiling import OperandPlan, TilingPlan
 NAME = "swizzle"
 
 
+@functools.lru_cache(maxsize=512)
 def operand_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
                       elem_bytes: int) -> dict[str, int]:
     """Worst conflict degree of the copy stores and the ldmatrix loads of one operand."""
@@ -56,11 +59,13 @@ def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
     else:
         candidates = swizzle_candidates(elem_bytes)
     scored = []
-    for swizzle in candidates:
+    for swizzle in sorted(candidates, key=lambda c: c.bits):
         if swizzle.period > base.size and swizzle.bits:
             continue  # would fold rows of different stages together
         degrees = operand_conflicts(plan, op_plan, base.with_swizzle(swizzle), elem_bytes)
         scored.append(((degrees["ldmatrix"], degrees["copy"], swizzle.bits), swizzle, degrees))
+        if degrees["ldmatrix"] == degrees["copy"] == 1:
+            break  # conflict-free, and no later candidate has fewer XOR bits
     if not scored:
         raise ValueError(f"{requested} does not fit a {base.rows}x{base.cols} tile")
     _, best, degrees = min(scored, key=lambda entry: entry[0])
