@@ -84,14 +84,16 @@ def _map(ctx: Context, op: Op, combine) -> None:
     (a splat operand repeats one register)."""
     dtype = op.result.type.dtype
     operand_regs = [ctx.get(v) for v in op.operands]
-    cache: dict[tuple[str, ...], str] = {}
-    out = []
-    for regs in zip(*operand_regs):
+    cache = ctx.op_state.setdefault(op, {})
+    n = len(operand_regs[0])
+    out = {}
+    for index in ctx.indices(n):
+        regs = tuple(r[index] for r in operand_regs)
         if regs not in cache:
             wide = [_widen(ctx, r, v.type.dtype) for r, v in zip(regs, op.operands)]
             cache[regs] = _narrow(ctx, combine(wide), dtype)
-        out.append(cache[regs])
-    ctx.bind(op.result, out)
+        out[index] = cache[regs]
+    ctx.bind_elements(op.result, n, out)
 
 
 def _binary(ctx: Context, op: Op) -> None:
@@ -113,17 +115,21 @@ def _unary(ctx: Context, op: Op) -> None:
 def _cast(ctx: Context, op: Op) -> None:
     source = op.operands[0].type.dtype
     target = op.result.type.dtype
-    cache: dict[str, str] = {}
-    out = []
-    for reg in ctx.get(op.operands[0]):
+    cache = ctx.op_state.setdefault(op, {})
+    regs = ctx.get(op.operands[0])
+    out = {}
+    for index in ctx.indices(len(regs)):
+        reg = regs[index]
         if reg not in cache:
             cache[reg] = _narrow(ctx, _widen(ctx, reg, source), target)
-        out.append(cache[reg])
-    ctx.bind(op.result, out)
+        out[index] = cache[reg]
+    ctx.bind_elements(op.result, len(regs), out)
 
 
 def _full(ctx: Context, op: Op) -> None:
     from .ptx import f32_literal
+    if op.result in ctx.values:
+        return  # bound by an earlier chunk of the epilogue
     rtype = op.result.type
     reg = ctx.w.reg("f32")
     ctx.w.emit(f"mov.f32 {reg}, {f32_literal(op.attrs['value'])};")
@@ -132,6 +138,8 @@ def _full(ctx: Context, op: Op) -> None:
 
 
 def _splat(ctx: Context, op: Op) -> None:
+    if op.result in ctx.values:
+        return  # bound by an earlier chunk of the epilogue
     rtype = op.result.type
     ctx.bind(op.result, [ctx.get(op.operands[0])] * _elements_per_thread(rtype))
 

@@ -49,6 +49,11 @@ class Context:
         self.constants: dict[Value, Union[int, float]] = {}
         self.smem_bytes = 0
         self.plan = kernel.meta.get("tiling")
+        # The epilogue is emitted a few registers at a time (see ptx._emit_epilogue): the
+        # registers of distributed tiles being emitted now, and per-op state kept between
+        # the chunks (addresses, predicates, values already loaded).
+        self.active: Optional[range] = None
+        self.op_state: dict[object, dict] = {}
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:
@@ -66,6 +71,21 @@ class Context:
             return self.values[value]
         except KeyError:
             raise ValueError(f"backend: {value!r} has no register (op not lowered?)") from None
+
+    def indices(self, n: int) -> range:
+        """The registers of an n-register distributed tile to emit now."""
+        if self.active is None:
+            return range(n)
+        return range(self.active.start, min(self.active.stop, n))
+
+    def bind_elements(self, value: Value, n: int, items: dict[int, str]) -> None:
+        """Fill some registers of a distributed tile (the rest come in later chunks)."""
+        regs = self.values.get(value)
+        if regs is None:
+            regs = [None] * n
+            self.values[value] = regs
+        for index, reg in items.items():
+            regs[index] = reg
 
     def operand(self, value: Value) -> str:
         """A scalar operand: its register, or the literal of a constant."""

@@ -393,41 +393,48 @@ def c_register_offsets(layout: MmaLayout) -> list[tuple[int, int]]:
     return offsets
 
 
-def _element_addresses(ctx: Context, tensor_value, offsets, dims: list[int], layout: MmaLayout,
+def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: MmaLayout,
                        eb: int, masked: list[bool]):
-    """Per register of a distributed access: (address operand, in-bounds predicate or None,
+    """For the registers being emitted: (index, address operand, in-bounds predicate or None,
     element key). One 64-bit base per thread; rows add a per-row register, columns of a
-    unit-stride dim an immediate, so a pair of neighbours costs no arithmetic."""
+    unit-stride dim an immediate, so a pair of neighbours costs no arithmetic. State is kept
+    per op so later epilogue chunks reuse what earlier ones computed."""
     w = ctx.w
+    tensor_value = op.operands[0]
     tensor: TensorRegs = ctx.get(tensor_value)
-    thread = c_thread_coords(ctx, layout)
     unit = _unit_stride_dim(ctx, tensor_value)
-    coords = {}
-    base_sum = None
-    for tile_dim, tensor_dim in enumerate(dims):
-        if tensor_dim < 0:
-            continue
-        coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
-        coords[tensor_dim] = coord
-        term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
-        if base_sum is not None:
-            w.emit(f"add.s64 {term}, {term}, {base_sum};")
-        base_sum = term
-    base = w.reg("b64")
-    if base_sum is None:
-        w.emit(f"mov.b64 {base}, {tensor.ptr};")
-    else:
-        w.emit(f"mad.lo.s64 {base}, {base_sum}, {eb}, {tensor.ptr};")
-    row_bases: dict[tuple, str] = {}
-    predicates: dict[tuple, str] = {}
-    combined: dict[tuple, str | None] = {}
-    seen: dict[tuple, tuple] = {}
+    state = ctx.op_state.setdefault(op, {})
+    if "base" not in state:
+        thread = c_thread_coords(ctx, layout)
+        coords = {}
+        base_sum = None
+        for tile_dim, tensor_dim in enumerate(dims):
+            if tensor_dim < 0:
+                continue
+            coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
+            coords[tensor_dim] = coord
+            term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
+            if base_sum is not None:
+                w.emit(f"add.s64 {term}, {term}, {base_sum};")
+            base_sum = term
+        base = w.reg("b64")
+        if base_sum is None:
+            w.emit(f"mov.b64 {base}, {tensor.ptr};")
+        else:
+            w.emit(f"mad.lo.s64 {base}, {base_sum}, {eb}, {tensor.ptr};")
+        state.update(base=base, coords=coords, row_bases={}, predicates={}, combined={},
+                     seen={})
+    base, coords = state["base"], state["coords"]
+    row_bases, predicates = state["row_bases"], state["predicates"]
+    combined, seen = state["combined"], state["seen"]
+    relative = c_register_offsets(layout)
     result = []
-    for rel in c_register_offsets(layout):
+    for index in ctx.indices(len(relative)):
+        rel = relative[index]
         # Registers that read the same tensor element (broadcast dims) share one access.
         element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
         if element in seen:
-            result.append((*seen[element], element))
+            result.append((index, *seen[element], element))
             continue
         immediate = 0
         strided = []
@@ -466,7 +473,7 @@ def _element_addresses(ctx: Context, tensor_value, offsets, dims: list[int], lay
             combined[check_key] = inside
         operand = f"{row_bases[key]}+{immediate}" if immediate else row_bases[key]
         seen[element] = (operand, combined[check_key])
-        result.append((operand, combined[check_key], element))
+        result.append((index, operand, combined[check_key], element))
     return result
 
 
@@ -485,22 +492,19 @@ def _frag_load(ctx: Context, op: Op) -> None:
     eb = rtype.dtype.bytes
     suffix = MEMORY_TYPES[eb]
     cls = "b16" if eb == 2 else "f32"
-    regs = []
-    loaded: dict[tuple, str] = {}
+    loaded = ctx.op_state.setdefault(("loaded", op), {})
     masked = op.attrs.get("masked", [True] * len(offsets))
-    for address, inside, element in _element_addresses(ctx, op.operands[0], offsets,
-                                                       op.attrs["dims"], rtype.layout, eb,
-                                                       masked):
-        if element in loaded:
-            regs.append(loaded[element])
-            continue
-        reg = ctx.w.reg(cls)
-        loaded[element] = reg
-        ctx.w.emit(f"mov.{suffix} {reg}, 0;" if eb == 2 else f"mov.f32 {reg}, 0f00000000;")
-        guard = f"@{inside} " if inside else ""
-        ctx.w.emit(f"{guard}ld.global.{suffix} {reg}, [{address}];")
-        regs.append(reg)
-    ctx.bind(op.result, regs)
+    out = {}
+    for index, address, inside, element in _element_addresses(
+            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked):
+        if element not in loaded:
+            reg = ctx.w.reg(cls)
+            loaded[element] = reg
+            ctx.w.emit(f"mov.{suffix} {reg}, 0;" if eb == 2 else f"mov.f32 {reg}, 0f00000000;")
+            guard = f"@{inside} " if inside else ""
+            ctx.w.emit(f"{guard}ld.global.{suffix} {reg}, [{address}];")
+        out[index] = loaded[element]
+    ctx.bind_elements(op.result, rtype.layout.regs_per_thread, out)
 
 
 def _store(ctx: Context, op: Op) -> None:
@@ -515,17 +519,17 @@ def _store(ctx: Context, op: Op) -> None:
     regs = ctx.get(value)
     dims = list(range(len(offsets)))
     masked = op.attrs.get("masked", [True] * len(offsets))
-    elements = _element_addresses(ctx, op.operands[0], offsets, dims, vtype.layout, eb, masked)
+    elements = _element_addresses(ctx, op, offsets, dims, vtype.layout, eb, masked)
     w = ctx.w
     if not _pairs_contiguous(ctx, op.operands[0]):
-        for reg, (address, inside, _) in zip(regs, elements):
+        for index, address, inside, _ in elements:
             guard = f"@{inside} " if inside else ""
-            w.emit(f"{guard}st.global.{suffix} [{address}], {reg};")
+            w.emit(f"{guard}st.global.{suffix} [{address}], {regs[index]};")
         return
     # Registers 2i and 2i+1 hold neighbouring columns: one 2-element store when both are
     # inside, the first alone at a ragged right edge.
-    for i in range(0, len(regs), 2):
-        (address, inside, _), (_, inside_next, _) = elements[i], elements[i + 1]
+    for position in range(0, len(elements), 2):
+        (i, address, inside, _), (_, _, inside_next, _) = elements[position:position + 2]
         pair = f"{{{regs[i]}, {regs[i + 1]}}}"
         if eb == 2:
             packed = w.reg("b32")

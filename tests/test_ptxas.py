@@ -115,10 +115,9 @@ OTHERS = [
     case("gemm_epilogue", "bf16", "sm_90", BM=64, BN=64, BK=32, stages=2),  # one warp
 ]
 
-EPILOGUE_SPILLS = pytest.param(
-    case("gemm_epilogue", "f16", "sm_80"),
-    marks=pytest.mark.xfail(strict=True, reason="the fused epilogue sample spills (spill stores "
-                            "at 255 registers) in its default configuration"))
+# The fused epilogue sample in its default configuration: it spilled until the epilogue was
+# emitted a few registers at a time.
+EPILOGUE_SPILLS = case("gemm_epilogue", "f16", "sm_80")
 
 
 def ids(params: list) -> list[str]:
