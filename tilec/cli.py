@@ -2,6 +2,7 @@
 
     tilec compile samples/matmul.py --arch sm_90 -o matmul.ptx --dump-ir tiling
     tilec run samples/matmul.py --shape M=200,N=136,K=72
+    tilec explain samples/matmul.py --stages 4 --swizzle off
 
 Files are parsed, never imported. A file with several tile functions and no ``--kernel``:
 ``compile`` writes every kernel's PTX to stdout, each under a ``// ===== kernel NAME`` line
@@ -150,6 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--cpu", action="store_true",
                          help="run in the CPU interpreter even when a GPU is present")
     run_cmd.set_defaults(handler=cmd_run)
+
+    explain_cmd = commands.add_parser(
+        "explain", parents=[common], help="show how a kernel maps to the GPU (no GPU needed)",
+        description="Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
+        "plan, bank conflicts of every shared access, and registers (ptxas's report when it "
+        "is on PATH); exit status 1 when the schedule has a shared-memory race.")
+    explain_cmd.add_argument("--shape", metavar="M=4096", action="append", default=[],
+                             type=_assignments("shape", _size, "a size"),
+                             help="sizes the kernel will see (as for compile)")
+    explain_cmd.add_argument("--no-ptxas", action="store_true",
+                             help="skip ptxas's register and spill report")
+    explain_cmd.set_defaults(handler=cmd_explain)
     return parser
 
 
@@ -277,6 +290,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def _dump(fn: TileFunction, stage: str, text: str, out: TextIO) -> None:
     what = "tile IR from the frontend" if stage == "tile" else f"IR after pass '{stage}'"
     out.write(f"===== {fn.name}: {what} =====\n{text.rstrip()}\n\n")
+
+
+# ----------------------------------------------------------------------------- explain
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from tilec.explain import explain, render_explanation
+    sound = True
+    for index, fn in enumerate(_select(args.file, args.kernel)):
+        compiled = fn.compile(**_options(args), **_consts(fn, args), **_shapes(fn, args))
+        explanation = explain(compiled, ptxas=not args.no_ptxas)
+        sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
+        sound &= not explanation.hazard
+    return 0 if sound else 1
 
 
 # --------------------------------------------------------------------------------- run

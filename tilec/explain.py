@@ -1,0 +1,658 @@
+"""``tilec explain``: what a compiled kernel does on the GPU, computed without one.
+
+:func:`explain` gathers, from the IR after the last pass and the tiling plan:
+
+- the tile hierarchy (block, warp grid and warp tile, the m16n8k16 instruction tile, threads)
+  and each operand's global-to-shared copy mapping;
+- the pipeline schedule as the hazard checker runs it (:mod:`tilec.hazards`): the prologue's
+  copies, then the K loop's waits, barriers, copies, commits, ldmatrix loads and mmas with
+  their stage indices written as functions of the iteration ``it``;
+- the shared-memory plan, laid out as the backend lays it out (``backend.memory``);
+- bank conflicts of every shared access the backend emits, enumerated instance by instance
+  with :mod:`tilec.layout`, beside what an unswizzled layout would give;
+- the register estimate, and ptxas's own report when ``ptxas`` is on PATH.
+
+:func:`render_explanation` turns the :class:`Explanation` into the text the CLI prints.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from tilec.backend.memory import SMEM_ALIGN
+from tilec.compiler import Compiled
+from tilec.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
+                           simulate, trip_counts)
+from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.layout import (BANK_BYTES, MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout, Swizzle,
+                          conflict_degree, copy_map, copy_store_addresses, ldmatrix_addresses,
+                          operand_k_major)
+from tilec.passes.tiling import REGISTER_OVERHEAD, OperandPlan, TilingPlan
+
+# The static shared memory a block gets without opting in (cuFuncSetAttribute).
+STATIC_SMEM_LIMIT = 48 * 1024
+PTXAS_TIMEOUT_S = 120
+
+
+# ------------------------------------------------------------------------------- data
+
+@dataclass(frozen=True)
+class CopyMapping:
+    """How the block's threads move one operand's tile from global to shared memory."""
+
+    role: str
+    tensor: str
+    rows: int  # the tile as stored in shared memory: rows x cols, cols contiguous
+    cols: int
+    transposed: bool  # stored as the transpose of the logical tile (k-major B, or B.T)
+    vec_elems: int
+    vec_bytes: int
+    per_thread: int  # accesses each thread makes per tile
+    threads_per_row: int
+    rows_per_pass: int  # rows all threads cover with one access each
+    mode: str  # "async" (cp.async) or "sync" (ld.global then st.shared)
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    block: tuple[int, int, int]
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    instruction: tuple[int, int, int]
+    threads: int
+    dtype: str
+    mma_per_k_step: int  # mma.sync per warp per k16 step
+    k_steps: int  # k16 steps per BK
+    ldmatrix_per_k_step: tuple[int, int]  # ldmatrix.x4 per warp per k16 step, A and B
+    copies: tuple[CopyMapping, ...]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One shared buffer as the backend allocates it."""
+
+    name: str
+    role: str
+    stages: int
+    rows: int
+    cols: int
+    dtype: str
+    elem_bytes: int
+    stage_bytes: int
+    offset: int
+    alignment: int
+    layout: str
+
+    @property
+    def total_bytes(self) -> int:
+        return self.stage_bytes * self.stages
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One op of the schedule: ``phase`` is "prologue", "loop" or "after"; ``target`` the
+    buffer stage it touches (``sA[(it+2)%3]``) or ""; ``detail`` what it does."""
+
+    phase: str
+    op: str
+    target: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    stages: int
+    pipeline_fragments: bool  # the next iteration's first fragments load in this one
+    rows: tuple[ScheduleRow, ...]
+    carried: tuple[str, ...]  # fragments the K loop carries from one iteration to the next
+
+
+@dataclass(frozen=True)
+class SharedMemory:
+    buffers: tuple[Buffer, ...]
+    total_bytes: int
+    backend_bytes: int  # what the backend declared: equal to total_bytes unless out of step
+    limit_bytes: int  # the arch's opt-in maximum per block
+    arch: str
+
+    @property
+    def needs_opt_in(self) -> bool:
+        return self.total_bytes > STATIC_SMEM_LIMIT
+
+
+@dataclass(frozen=True)
+class Conflicts:
+    """Worst bank-conflict degree of one kind of shared access over all its instances
+    (stages, warps, accesses or k-steps and pieces), under the buffer's layout and under the
+    same buffer unswizzled. 1 = conflict-free; n = n times the minimum wavefronts."""
+
+    role: str
+    access: str  # "cp.async 16 B", "st.shared.b16", "ldmatrix.x4", "ldmatrix.x4.trans"
+    layout: str
+    instances: int
+    worst: int
+    at_worst: int  # instances that reach the worst degree
+    linear: int
+    pass_figure: Optional[int]  # the swizzle pass's own figure (kernel.meta), when it has one
+
+
+@dataclass(frozen=True)
+class Registers:
+    estimate: int
+    accumulators: int
+    fragments: int
+    overhead: int
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    static_smem_bytes: int  # tilec's buffers are dynamic, so ptxas sees none of them
+    barriers: int
+    log: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    kernel: str
+    source: str
+    arch: str
+    options: str
+    hierarchy: Hierarchy
+    schedule: Schedule
+    shared: SharedMemory
+    conflicts: tuple[Conflicts, ...]
+    registers: Registers
+    ptxas: Optional[PtxasReport]
+    ptxas_note: str  # why there is no ptxas report, or ""
+    hazard: str  # the hazard checker's error, "" when the schedule is sound
+    checked_trip_counts: tuple[int, ...]
+
+
+# ----------------------------------------------------------------------------- gather
+
+def explain(compiled: Compiled, *, ptxas: bool = True) -> Explanation:
+    """Everything :func:`render_explanation` prints about a compiled kernel. ``ptxas``:
+    run ptxas for its register report when it is on PATH."""
+    kernel = compiled.kernel
+    plan: TilingPlan = kernel.meta["tiling"]
+    options = compiled.options
+    stages = schedule_stages(kernel)
+    buffers = _buffers(kernel)
+    hazard = ""
+    try:
+        check_schedule(kernel)
+    except HazardError as err:
+        hazard = err.render()
+    report, note = None, "not run"
+    if ptxas:
+        report, note = run_ptxas(compiled.ptx, options.arch, compiled.rendered.entry)
+    swizzle = options.swizzle if isinstance(options.swizzle, str) else str(options.swizzle)
+    return Explanation(
+        kernel=compiled.name,
+        source=kernel.source_file,
+        arch=options.arch,
+        options=(f"stages {stages}, swizzle {swizzle}, pipeline_fragments "
+                 f"{'on' if options.pipeline_fragments else 'off'}, mma order "
+                 f"{options.mma_order}, raster group {options.raster_group}"),
+        hierarchy=_hierarchy(kernel, plan),
+        schedule=_schedule(kernel, stages, bool(options.pipeline_fragments)),
+        shared=SharedMemory(tuple(buffers), _end_of(buffers), compiled.rendered.smem_bytes,
+                            options.smem_limit, options.arch),
+        conflicts=tuple(_conflicts(kernel, plan, buffers)),
+        registers=_registers(plan),
+        ptxas=report,
+        ptxas_note=note,
+        hazard=hazard,
+        checked_trip_counts=tuple(trip_counts(stages)),
+    )
+
+
+def _copy_ops(kernel: Kernel) -> dict[str, Op]:
+    """One copy op per operand role (they all share attributes)."""
+    copies: dict[str, Op] = {}
+    for op in kernel.walk():
+        if op.name == "copy.global_to_shared":
+            rank = op.operands[0].type.rank
+            copies.setdefault(_role(op.operands[1 + rank]), op)
+    return copies
+
+
+def _role(view: Value) -> str:
+    stage = defining_op(view)
+    alloc = defining_op(stage.operands[0]) if stage is not None else None
+    return alloc.attrs["role"] if alloc is not None else "?"
+
+
+def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
+    copies = _copy_ops(kernel)
+    elem_bytes = _elem_bytes(kernel)
+    mappings = []
+    for op_plan in plan.operands:
+        layout = op_plan.layout
+        cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
+        per_row = layout.cols // op_plan.vec
+        op = copies.get(op_plan.role)
+        mode = op.attrs["mode"] if op is not None else "sync"
+        mappings.append(CopyMapping(
+            op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
+            op_plan.vec, op_plan.vec * elem_bytes, cmap.per_thread, per_row,
+            max(1, plan.threads // per_row), mode))
+    tm, tn = plan.warp_tile
+    return Hierarchy(plan.block, plan.warps, plan.warp_tile, plan.instruction, plan.threads,
+                     plan.dtype, (tm // MMA_M) * (tn // MMA_N), plan.block[2] // MMA_K,
+                     (tm // 16, tn // 16), tuple(mappings))
+
+
+def _elem_bytes(kernel: Kernel) -> int:
+    for op in kernel.walk():
+        if op.name == "smem.alloc":
+            return op.result.type.dtype.bytes
+    return 2
+
+
+def _buffers(kernel: Kernel) -> list[Buffer]:
+    """The shared buffers in the order, offsets and alignment the backend gives them."""
+    buffers = []
+    end = 0
+    for op in kernel.walk():
+        if op.name != "smem.alloc":
+            continue
+        rtype = op.result.type
+        stage_bytes = rtype.shape[1] * rtype.shape[2] * rtype.dtype.bytes
+        offset = -(-end // SMEM_ALIGN) * SMEM_ALIGN
+        end = offset + stage_bytes * rtype.shape[0]
+        alignment = SMEM_ALIGN if offset == 0 else min(SMEM_ALIGN, offset & -offset)
+        buffers.append(Buffer(op.result.hint or "smem", op.attrs["role"], rtype.shape[0],
+                              rtype.shape[1], rtype.shape[2], rtype.dtype.short,
+                              rtype.dtype.bytes, stage_bytes, offset, alignment,
+                              str(rtype.layout)))
+    return buffers
+
+
+def _end_of(buffers: Sequence[Buffer]) -> int:
+    return max((b.offset + b.total_bytes for b in buffers), default=0)
+
+
+def _registers(plan: TilingPlan) -> Registers:
+    tm, tn = plan.warp_tile
+    accumulators = tm * tn // WARP_SIZE
+    fragments = 2 * (tm // MMA_M * 4 + tn // MMA_N * 2)
+    return Registers(plan.registers_estimate(), accumulators, fragments, REGISTER_OVERHEAD)
+
+
+# --------------------------------------------------------------------------- schedule
+
+def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule:
+    """The schedule as one simulated run shows it; loop rows come from every iteration of a
+    run long enough to see each stage twice, so their stage indices are read off as
+    functions of ``it`` rather than assumed."""
+    trips = 2 * stages + 2
+    trace = simulate(kernel, trips)
+    loop = trace.loop
+    lower = 0
+    if loop is not None:
+        lower = trace.values.get(loop.operands[0]) or 0
+    step = loop.attrs["step_const"] if loop is not None else 1
+    copy_k = {e.position: _k_iteration(e, lower, step) for e in trace.events if e.is_write}
+    by_op: dict[Op, list[Event]] = {}
+    for event in trace.events:
+        by_op.setdefault(event.op, []).append(event)
+    rows: list[ScheduleRow] = []
+    seen: set[Op] = set()
+    for event in trace.events:
+        if event.phase == "loop":
+            if event.op in seen:
+                continue
+            seen.add(event.op)
+            events = [e for e in by_op[event.op] if e.phase == "loop"]
+        else:
+            events = [event]
+        rows.append(_row(event.phase, events, trace, copy_k, stages, loop))
+    carried = ()
+    if loop is not None:
+        carried = tuple(f"{arg.hint} = {_fragment_source(arg, loop)}"
+                        for arg in loop.regions[0].args[1:]
+                        if str(getattr(arg.type, "layout", "")).startswith(("mma_a", "mma_b")))
+    return Schedule(stages, pipeline_fragments, tuple(rows), carried)
+
+
+def _k_iteration(event: Event, lower: int, step: int) -> Optional[int]:
+    """Which K iteration's tile a copy moves: its K offset (A's column, B's row) in steps."""
+    role = defining_op(event.buffer).attrs["role"]
+    k = event.offsets[1 if role == "A" else 0] if len(event.offsets) == 2 else None
+    return None if k is None else (k - lower) // step
+
+
+def _of_it(values: Sequence[Optional[int]], stages: Optional[int] = None) -> str:
+    """Per-iteration values as an expression of ``it``: a constant, ``it+c``, or with
+    ``stages`` the circular index ``(it+c)%S``."""
+    if not values or any(v is None for v in values):
+        return "?"
+    if len(set(values)) == 1:
+        return str(values[0])
+    offset = values[0]
+    if all(v == it + offset for it, v in enumerate(values)):
+        return "it" if offset == 0 else f"it{offset:+d}"
+    if stages:
+        for c in range(stages):
+            if all(v == (it + c) % stages for it, v in enumerate(values)):
+                return f"it%{stages}" if c == 0 else f"(it+{c})%{stages}"
+    return ",".join(str(v) for v in values[:8]) + ",..."
+
+
+def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Optional[int]],
+         stages: int, loop: Optional[Op]) -> ScheduleRow:
+    op = events[0].op
+    name = op.name
+    target = ""
+    if events[0].buffer is not None:
+        target = f"{events[0].buffer_name}[{_of_it([e.stage for e in events], stages)}]"
+    if name == "copy.global_to_shared":
+        role = defining_op(events[0].buffer).attrs["role"]
+        k_it = _of_it([copy_k[e.position] for e in events])
+        rank = op.operands[0].type.rank
+        guard = ", only while k < K" if len(op.operands) > 2 + rank else ""
+        short = "cp.async" if op.attrs["mode"] == "async" else "ld+st.shared"
+        return ScheduleRow(phase, short, target, f"{role} tile of k-iteration {k_it}{guard}")
+    if name == "copy.commit":
+        groups = [e.commits_before for e in events]
+        contents = [_group_k(trace, copy_k, g) for g in groups]
+        if all(c is None for c in contents):
+            return ScheduleRow(phase, "commit", "", "closes an empty group")
+        return ScheduleRow(phase, "commit", "",
+                           f"closes the group of k-iteration {_of_it(contents)}")
+    if name == "copy.wait":
+        pending = events[0].pending
+        done = [_last_complete_k(trace, copy_k, e) for e in events]
+        if all(e.commits_before - e.pending <= 0 for e in events):
+            what = "nothing complete yet"
+        elif pending == 0:
+            what = "every copy issued so far complete"
+        else:
+            what = f"copies of k-iterations <= {_of_it(done)} complete"
+        return ScheduleRow(phase, "wait", "", f"pending <= {pending}: {what}")
+    if name == "gpu.barrier":
+        return ScheduleRow(phase, "barrier", "", "bar.sync 0: every thread of the block")
+    if name == "frag.ldmatrix":
+        detail = f"{op.attrs['operand']} k0={op.attrs['k0']}"
+        if loop is not None and phase == "loop" and op.result in loop.regions[0].ops[-1].operands:
+            detail += ", carried into the next iteration"
+        elif loop is not None and phase == "prologue" and op.result in loop.operands:
+            detail += ", carried into iteration 0"
+        return ScheduleRow(phase, "ldmatrix", target, detail)
+    if name == "frag.mma":
+        sources = [_fragment_source(value, loop) for value in op.operands[:2]]
+        tile_m, tile_n = op.result.type.layout.warp_tile
+        count = (tile_m // MMA_M) * (tile_n // MMA_N)
+        return ScheduleRow(phase, "mma", "", f"{', '.join(sources)}: {count} mma.sync per warp")
+    return ScheduleRow(phase, name, target, "")
+
+
+def _fragment_source(value: Value, loop: Optional[Op]) -> str:
+    """``A k0=16`` for a fragment an ldmatrix loads; ``A k0=0 (carried)`` for one the loop
+    carries, named by the ldmatrix that loads it in the previous iteration."""
+    producer = defining_op(value)
+    if producer is not None and producer.name == "frag.ldmatrix":
+        return f"{producer.attrs['operand']} k0={producer.attrs['k0']}"
+    if loop is not None and value in loop.regions[0].args:
+        index = loop.regions[0].args.index(value) - 1
+        carried = defining_op(loop.regions[0].ops[-1].operands[index])
+        if carried is not None and carried.name == "frag.ldmatrix":
+            return f"{carried.attrs['operand']} k0={carried.attrs['k0']} (carried)"
+    return value.hint
+
+
+def _group_k(trace: Trace, copy_k: dict[int, Optional[int]], group: int) -> Optional[int]:
+    ks = [copy_k[e.position] for e in trace.events if e.is_write and e.group == group]
+    return max((k for k in ks if k is not None), default=None)
+
+
+def _last_complete_k(trace: Trace, copy_k: dict[int, Optional[int]],
+                     wait: Event) -> Optional[int]:
+    done_below = wait.commits_before - wait.pending
+    ks = [copy_k[e.position] for e in trace.events
+          if e.is_write and e.group is not None and e.group < done_below]
+    return max((k for k in ks if k is not None), default=None)
+
+
+# ----------------------------------------------------------------------- bank conflicts
+
+def copy_store_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
+                         buffer: Buffer, mode: str) -> Iterator[tuple[list[int | None], int]]:
+    """(lane byte addresses, bytes per lane) of every warp store a copy of this operand makes:
+    per stage, warp and access; a synchronous copy stores each element on its own
+    (``st.shared.b16``), as ``backend.memory`` does."""
+    elem_bytes = buffer.elem_bytes
+    cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
+    for stage in range(buffer.stages):
+        base = buffer.offset + stage * buffer.stage_bytes
+        for warp in range(plan.threads // WARP_SIZE):
+            for i in range(cmap.per_thread):
+                lanes = copy_store_addresses(layout, cmap, warp, i, elem_bytes)
+                if mode == "async":
+                    yield [None if a is None else base + a for a in lanes], \
+                        op_plan.vec * elem_bytes
+                    continue
+                for element in range(op_plan.vec):
+                    yield [None if a is None else base + a + element * elem_bytes
+                           for a in lanes], elem_bytes
+
+
+def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
+                       buffer: Buffer) -> Iterator[list[int]]:
+    """Lane byte addresses of every ldmatrix.x4 of this operand: per stage, warp, k16 step
+    and 16-wide piece of the warp tile."""
+    elem_bytes = buffer.elem_bytes
+    k_major = operand_k_major(op_plan.role, layout)
+    extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
+    for stage in range(buffer.stages):
+        base = buffer.offset + stage * buffer.stage_bytes
+        for warp in range(plan.warps[0] * plan.warps[1]):
+            warp_m, warp_n = divmod(warp, plan.warps[1])
+            start = (warp_m if op_plan.role == "A" else warp_n) * extent
+            for k0 in range(0, plan.block[2], MMA_K):
+                for mn0 in range(0, extent, 16):
+                    yield [base + a for a in ldmatrix_addresses(layout, op_plan.role, k_major,
+                                                                start + mn0, k0, elem_bytes)]
+
+
+def _degree(addresses: list[int | None], width: int) -> int:
+    # conflict_degree counts the 4-byte words a lane touches as [a/4, (a+width)/4), which is
+    # empty for a 2-byte access at a word boundary; a sub-word access is its word's access.
+    if width < BANK_BYTES:
+        addresses = [None if a is None else a - a % BANK_BYTES for a in addresses]
+        width = BANK_BYTES
+    return conflict_degree(addresses, width)
+
+
+def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[Conflicts]:
+    copies = _copy_ops(kernel)
+    figures = kernel.meta.get("bank_conflicts", {})
+    rows = []
+    for op_plan in plan.operands:
+        buffer = next((b for b in buffers if b.role == op_plan.role), None)
+        if buffer is None:
+            continue
+        layout = op_plan.layout
+        linear = layout.with_swizzle(Swizzle(0))
+        copy = copies.get(op_plan.role)
+        mode = copy.attrs["mode"] if copy is not None else "sync"
+        figure = figures.get(op_plan.role, {}).get("chosen", {})
+        elem_bytes = buffer.elem_bytes
+        store = (f"cp.async {op_plan.vec * elem_bytes} B" if mode == "async"
+                 else f"st.shared.b{8 * elem_bytes}")
+        chosen = [_degree(a, w) for a, w in copy_store_instances(layout, op_plan, plan, buffer,
+                                                                 mode)]
+        plain = [_degree(a, w) for a, w in copy_store_instances(linear, op_plan, plan, buffer,
+                                                                mode)]
+        rows.append(_conflict_row(op_plan.role, store, layout, chosen, plain, figure.get("copy")))
+        trans = "" if operand_k_major(op_plan.role, layout) else ".trans"
+        chosen = [_degree(a, 16) for a in ldmatrix_instances(layout, op_plan, plan, buffer)]
+        plain = [_degree(a, 16) for a in ldmatrix_instances(linear, op_plan, plan, buffer)]
+        rows.append(_conflict_row(op_plan.role, f"ldmatrix.x4{trans}", layout, chosen, plain,
+                                  figure.get("ldmatrix")))
+    return rows
+
+
+def _conflict_row(role: str, access: str, layout: SmemLayout, chosen: list[int],
+                  plain: list[int], figure: Optional[int]) -> Conflicts:
+    worst = max(chosen, default=1)
+    return Conflicts(role, access, str(layout), len(chosen), worst, chosen.count(worst),
+                     max(plain, default=1), figure)
+
+
+# ------------------------------------------------------------------------------ ptxas
+
+def run_ptxas(ptx: str, arch: str, entry: str) -> tuple[Optional[PtxasReport], str]:
+    """ptxas's resource report for the PTX (``ptxas -arch=ARCH -v``), or None and why not."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return None, "ptxas is not on PATH"
+    with tempfile.TemporaryDirectory(prefix="tilec-explain-") as tmp:
+        source = Path(tmp) / f"{entry}.ptx"
+        source.write_text(ptx, encoding="utf-8")
+        try:
+            done = subprocess.run([ptxas, f"-arch={arch}", "-v", str(source), "-o",
+                                   str(Path(tmp) / f"{entry}.cubin")], capture_output=True,
+                                  text=True, timeout=PTXAS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"ptxas took longer than {PTXAS_TIMEOUT_S} s"
+    log = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        return None, f"ptxas failed (exit {done.returncode}): {log.splitlines()[:3]}"
+    report = parse_ptxas(log, arch)
+    if report is None:
+        return None, "ptxas printed no resource report"
+    return report, ""
+
+
+def parse_ptxas(log: str, arch: str) -> Optional[PtxasReport]:
+    """The numbers of a ``ptxas -v`` log for a module with one entry."""
+    registers = re.search(r"Used (\d+) registers", log)
+    if registers is None:
+        return None
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, log)
+        return int(found.group(1)) if found else 0
+
+    return PtxasReport(arch, int(registers.group(1)), number(r"(\d+) bytes spill stores"),
+                       number(r"(\d+) bytes spill loads"), number(r"(\d+) bytes stack frame"),
+                       number(r"(\d+) bytes smem"), number(r"used (\d+) barriers"), log)
+
+
+# ----------------------------------------------------------------------------- render
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
+           indent: str = "  ") -> list[str]:
+    cells = [list(header)] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+            for row in cells]
+
+
+def _kib(nbytes: int) -> str:
+    return f"{nbytes / 1024:g} KiB"
+
+
+def render_explanation(e: Explanation) -> str:
+    h = e.hierarchy
+    bm, bn, bk = h.block
+    (wm, wn), (tm, tn) = h.warps, h.warp_tile
+    im, in_, ik = h.instruction
+    lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
+    lines += [
+        f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, f32 "
+        "accumulator",
+        f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads",
+        f"  warp tile         {tm} x {tn}: {tm // im} x {tn // in_} mma tiles, "
+        f"{h.mma_per_k_step} mma.sync and {sum(h.ldmatrix_per_k_step)} ldmatrix.x4 "
+        f"(A {h.ldmatrix_per_k_step[0]}, B {h.ldmatrix_per_k_step[1]}) per k-step",
+        f"  instruction tile  m{im}n{in_}k{ik}, {h.k_steps} k-steps per BK",
+        "  copies, global -> shared, each BK step:",
+    ]
+    lines += _table(
+        ["operand", "tensor", "stored", "vector", "accesses/thread", "threads/row",
+         "rows/pass", "instruction"],
+        [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
+          f"{c.vec_elems} x {h.dtype} = {c.vec_bytes} B", c.per_thread, c.threads_per_row,
+          c.rows_per_pass, "cp.async" if c.mode == "async" else "ld.global + st.shared"]
+         for c in h.copies], indent="    ")
+
+    s = e.schedule
+    fragments = ", next iteration's first fragments loaded early" if s.carried else ""
+    lines += ["", f"Pipeline schedule: {s.stages} stage{'s' if s.stages > 1 else ''}"
+              f"{fragments}; it = K-loop iteration, k = it * BK"]
+    lines += _table(["buffer", "shape", "stage bytes", "total bytes", "layout", "align"],
+                    [[b.name, f"{b.stages}x{b.rows}x{b.cols} {b.dtype}", b.stage_bytes,
+                      b.total_bytes, b.layout, f"{b.alignment} B"]
+                     for b in e.shared.buffers])
+    lines.append("")
+    labels = {"prologue": "before the loop", "loop": "each iteration", "after": "after the loop"}
+    table_rows = []
+    previous = None
+    for row in s.rows:
+        table_rows.append([labels[row.phase] if row.phase != previous else "", row.op,
+                           row.target, row.detail])
+        previous = row.phase
+    lines += _table(["when", "op", "stage", "what"], table_rows)
+    if s.carried:
+        lines.append(f"  loop-carried fragments: {', '.join(s.carried)}")
+
+    m = e.shared
+    lines += ["", "Shared memory (dynamic, one block)"]
+    lines += _table(["buffer", "offset", "bytes", "align"],
+                    [[b.name, b.offset, f"{b.total_bytes} ({b.stages} x {b.stage_bytes})",
+                      f"{b.alignment} B"] for b in m.buffers])
+    verdict = "fits" if m.total_bytes <= m.limit_bytes else "DOES NOT FIT"
+    lines.append(f"  total {m.total_bytes} B ({_kib(m.total_bytes)}) of {m.limit_bytes} B "
+                 f"({_kib(m.limit_bytes)}) allowed per block on {m.arch}: {verdict}")
+    if m.needs_opt_in:
+        lines.append(f"  above the {_kib(STATIC_SMEM_LIMIT)} default: the launcher opts in "
+                     "(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+    if m.backend_bytes != m.total_bytes:
+        lines.append(f"  note: the backend declared {m.backend_bytes} B")
+
+    lines += ["", "Bank conflicts: worst wavefronts per warp access over the minimum "
+              "(1 = conflict-free),", "  over every instance (stages x warps x accesses, or "
+              "stages x warps x k-steps x pieces)"]
+    lines += _table(["operand", "access", "layout", "instances", "worst", "linear layout"],
+                    [[c.role, c.access, c.layout, c.instances,
+                      f"{c.worst} ({c.at_worst} of {c.instances})" if c.worst > 1 else c.worst,
+                      c.linear] for c in e.conflicts])
+    for c in e.conflicts:
+        if c.pass_figure is not None and c.pass_figure != c.worst:
+            lines.append(f"  note: the swizzle pass computed {c.pass_figure} for {c.role} "
+                         f"{c.access}")
+
+    r = e.registers
+    lines += ["", "Registers per thread",
+              f"  estimate  {r.estimate}: {r.accumulators} accumulators + {r.fragments} "
+              f"fragments (double-buffered) + {r.overhead} addresses and indices"]
+    if e.ptxas is not None:
+        p = e.ptxas
+        lines.append(f"  ptxas     {p.registers} registers, {p.spill_stores} B spill stores, "
+                     f"{p.spill_loads} B spill loads, {p.stack_bytes} B stack, "
+                     f"{p.static_smem_bytes} B static shared, {p.barriers} barrier(s) "
+                     f"(-arch={p.arch})")
+    else:
+        lines.append(f"  ptxas     {e.ptxas_note}")
+
+    counts = ", ".join(str(n) for n in e.checked_trip_counts)
+    lines.append("")
+    if e.hazard:
+        lines += ["Hazard check: FAILED", *("  " + line for line in e.hazard.splitlines())]
+    else:
+        lines.append(f"Hazard check: no shared-memory race in runs of {counts} K-loop "
+                     "iterations")
+    return "\n".join(lines) + "\n"
