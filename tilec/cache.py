@@ -1,0 +1,430 @@
+"""The on-disk cache: compiled PTX with its launch facts, and autotuning results.
+
+Layout of the cache directory (``TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``, else
+``~/.cache/tilec``)::
+
+    <key>.ptx            the PTX text
+    <key>.json           its metadata: entry, threads, shared bytes, ABI, options, the PTX's
+                         sha256, creation time, compiler version
+    tuning/<key>.json    one autotuning result
+
+Plain JSON and text, never pickle: an entry is data, and a corrupt one is detected (bad JSON,
+a missing field, a PTX hash mismatch, another compiler version), removed and reported as a
+miss. Every file is written to a temporary file in the same directory, fsynced and renamed
+over the final name, so a reader sees either the whole old file or the whole new one, and
+processes compiling the same kernel at once never corrupt it.
+
+Use from the compiler::
+
+    cache = DiskCache()
+    key = cache.key_for(source_key, kernel.consts, options)
+    entry = cache.get(key)              # CachedEntry or None
+    if entry is None:
+        compiled = ...                  # compile as usual
+        cache.put(key, compiled.ptx, metadata_for(compiled))
+    else:
+        rendered = entry.rendered()     # the backend's Rendered, ready to load and launch
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from tilec.backend.abi import AbiParam
+from tilec.backend.ptx import Rendered
+from tilec.layout import Swizzle
+from tilec.options import Options, Spec, TensorSpec
+
+if TYPE_CHECKING:
+    from tilec.compiler import Compiled
+
+log = logging.getLogger(__name__)
+
+# The dataclasses an Options value is built from; JSON names them by class to decode them.
+_DATACLASSES = {cls.__name__: cls for cls in (Options, Spec, TensorSpec, Swizzle)}
+# Keys become file names: no separators, no leading dot (temporary files start with one).
+_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_ENTRY_FILE = re.compile(r"[A-Za-z0-9_-]{1,128}\.(json|ptx)")
+_TEMP_FILE = re.compile(r"\..+\.tmp")
+_ABI_FIELDS = {f.name: f.type for f in dataclasses.fields(AbiParam)}
+TUNING_DIR = "tuning"
+
+
+class CacheEntryError(ValueError):
+    """An entry's files do not form a valid entry (raised inside ``get``, which turns it into
+    a miss; raised by ``put`` for metadata that could never be read back)."""
+
+
+def default_cache_dir() -> Path:
+    """``TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``, else ``~/.cache/tilec``."""
+    explicit = os.environ.get("TILEC_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says a relative value is invalid and must be ignored.
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "tilec"
+    return Path.home() / ".cache" / "tilec"
+
+
+# -- canonical JSON -------------------------------------------------------------------------
+
+def to_json_value(value: Any) -> Any:
+    """``value`` as plain JSON data: dataclasses become objects tagged with ``__type__``,
+    tuples become lists. Anything else that JSON cannot hold is refused."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        data["__type__"] = type(value).__name__
+        return data
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(item) for item in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"cannot serialise a dict with non-string keys: {value!r}")
+        return {k: to_json_value(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"cannot serialise the non-finite number {value!r}")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot serialise a {type(value).__name__} ({value!r})")
+
+
+def from_json_value(data: Any) -> Any:
+    """The inverse of :func:`to_json_value` for the option dataclasses: lists become tuples
+    (every sequence in Options is one) and tagged objects become their dataclass."""
+    if isinstance(data, list):
+        return tuple(from_json_value(item) for item in data)
+    if isinstance(data, dict):
+        fields = {k: from_json_value(v) for k, v in data.items() if k != "__type__"}
+        if "__type__" not in data:
+            return fields
+        cls = _DATACLASSES.get(data["__type__"])
+        if cls is None:
+            raise ValueError(f"unknown type {data['__type__']!r} in cached JSON")
+        return cls(**fields)
+    return data
+
+
+def canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no spaces, ASCII, tuples as lists."""
+    return json.dumps(to_json_value(value), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True, allow_nan=False)
+
+
+def stable_hash(value: Any) -> str:
+    """The sha256 of the canonical JSON of ``value``: the same in every process and run."""
+    return hashlib.sha256(canonical_json(value).encode("ascii")).hexdigest()
+
+
+def options_from_json(data: Any) -> Options:
+    options = from_json_value(data)
+    if not isinstance(options, Options):
+        raise ValueError(f"expected serialised Options, got {type(options).__name__}")
+    return options
+
+
+# -- entries --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CachedEntry:
+    """One compiled kernel read back from disk, checked against its metadata."""
+
+    key: str
+    ptx: str
+    entry: str  # the PTX entry point's name
+    threads: int
+    smem_bytes: int
+    abi: tuple[AbiParam, ...]
+    options: Options
+    ptx_sha256: str
+    created: float  # seconds since the epoch
+    compiler_version: str
+    extra: dict[str, Any] = field(default_factory=dict)  # metadata beyond the fields above
+
+    def rendered(self) -> Rendered:
+        """The backend's result, as if the kernel had just been compiled."""
+        return Rendered(self.ptx, self.entry, self.threads, self.smem_bytes, self.abi)
+
+
+def metadata_for(compiled: "Compiled") -> dict[str, Any]:
+    """The metadata ``DiskCache.put`` wants, taken from a compile result. Beside the launch
+    facts it keeps the grid's ``raster_group`` attribute, which decides whether the launch
+    folds the grid into one axis (``launch.launch_grid``), so a hit needs no IR to launch."""
+    grid = next((op for op in compiled.kernel.body.ops if op.name == "tile.grid"), None)
+    raster_group = int(grid.attrs.get("raster_group") or 0) if grid is not None else 0
+    rendered = compiled.rendered
+    return {"name": compiled.name, "entry": rendered.entry, "threads": rendered.threads,
+            "smem_bytes": rendered.smem_bytes, "abi": list(rendered.abi),
+            "options": compiled.options, "grid_raster_group": raster_group}
+
+
+def _require(record: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in record:
+        raise CacheEntryError(f"metadata has no '{name}'")
+    value = record[name]
+    # bool is an int to isinstance, never a count.
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CacheEntryError(f"metadata '{name}' is {value!r}, not a {kind}")
+    return value
+
+
+def _abi_from_json(items: Any) -> tuple[AbiParam, ...]:
+    if not isinstance(items, list):
+        raise CacheEntryError("metadata 'abi' is not a list")
+    params = []
+    for item in items:
+        if not isinstance(item, dict) or set(item) != set(_ABI_FIELDS):
+            raise CacheEntryError(f"ABI parameter {item!r} does not have the fields "
+                                  f"{sorted(_ABI_FIELDS)}")
+        if not all(isinstance(item[k], str) for k in ("name", "kind", "source", "role")) \
+                or not isinstance(item["dim"], int):
+            raise CacheEntryError(f"ABI parameter {item!r} has a field of the wrong type")
+        params.append(AbiParam(**item))
+    return tuple(params)
+
+
+_FIELDS = ("key", "compiler_version", "entry", "threads", "smem_bytes", "abi", "options",
+           "ptx_sha256", "created")
+
+
+def _entry_from_record(key: str, record: Any, ptx: str, version: str) -> CachedEntry:
+    """Check a metadata record against its key, the compiler version and the PTX text."""
+    if not isinstance(record, dict):
+        raise CacheEntryError("metadata is not a JSON object")
+    if _require(record, "key", str) != key:
+        raise CacheEntryError(f"metadata is for key {record['key']!r}")
+    if _require(record, "compiler_version", str) != version:
+        raise CacheEntryError(f"written by compiler version {record['compiler_version']!r}, "
+                              f"this is {version!r}")
+    entry = _require(record, "entry", str)
+    threads = _require(record, "threads", int)
+    smem_bytes = _require(record, "smem_bytes", int)
+    if not entry or threads <= 0 or smem_bytes < 0:
+        raise CacheEntryError(f"metadata has entry={entry!r}, threads={threads}, "
+                              f"smem_bytes={smem_bytes}")
+    abi = _abi_from_json(record.get("abi"))
+    try:
+        options = options_from_json(_require(record, "options", dict))
+    except (TypeError, ValueError) as err:
+        raise CacheEntryError(f"metadata 'options' do not decode: {err}") from None
+    digest = _require(record, "ptx_sha256", str)
+    if hashlib.sha256(ptx.encode("utf-8")).hexdigest() != digest:
+        raise CacheEntryError("the PTX does not match its sha256")
+    created = float(_require(record, "created", (int, float)))
+    extra = {k: v for k, v in record.items() if k not in _FIELDS}
+    return CachedEntry(key, ptx, entry, threads, smem_bytes, abi, options, digest, created,
+                       version, extra)
+
+
+# -- the cache ------------------------------------------------------------------------------
+
+class DiskCache:
+    """Compiled kernels and tuning results under one directory (see the module docstring).
+
+    ``version`` defaults to ``tilec.compiler.COMPILER_VERSION``; entries another version
+    wrote are misses. ``hits``, ``misses`` and ``discarded`` count ``get`` outcomes (a
+    discarded entry also counts as a miss); ``last_discard`` says why the latest went.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None,
+                 version: Optional[str] = None):
+        if version is None:
+            # Imported here: the compiler imports this module.
+            from tilec.compiler import COMPILER_VERSION
+            version = COMPILER_VERSION
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.version = version
+        self.hits = 0
+        self.misses = 0
+        self.discarded = 0
+        self.last_discard = ""
+        self._warned_unwritable = False
+
+    def __repr__(self) -> str:
+        return f"DiskCache({str(self.directory)!r}, version={self.version!r})"
+
+    # -- keys -----------------------------------------------------------------------------
+    def key_for(self, source_key: str, consts: dict[str, Any], options: Options) -> str:
+        """The entry key of a program (``compiler.source_key``), its constants and options
+        (the spec included) under this compiler version. Raises TypeError for a constant
+        JSON cannot hold (such a kernel is not disk-cacheable)."""
+        return stable_hash({"kind": "kernel", "compiler_version": self.version,
+                            "source": source_key, "consts": dict(consts),
+                            "options": options, "arch": options.arch})
+
+    @staticmethod
+    def _check_key(key: str) -> str:
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise ValueError(f"cache keys are 1-128 letters, digits, '_' or '-', got {key!r}")
+        return key
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        self._check_key(key)
+        return self.directory / f"{key}.json", self.directory / f"{key}.ptx"
+
+    def _tuning_path(self, key: str) -> Path:
+        return self.directory / TUNING_DIR / f"{self._check_key(key)}.json"
+
+    # -- kernels --------------------------------------------------------------------------
+    def get(self, key: str) -> Optional[CachedEntry]:
+        """The entry for ``key``, or None: absent, or found invalid (then it is removed)."""
+        meta_path, ptx_path = self._paths(key)
+        try:
+            # The metadata first: it is written last, so its PTX is already in place.
+            meta_text = meta_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (OSError, UnicodeDecodeError) as err:
+            self._discard(key, f"unreadable metadata: {err}")
+            return None
+        try:
+            record = json.loads(meta_text)
+            ptx = ptx_path.read_text(encoding="utf-8")
+            entry = _entry_from_record(key, record, ptx, self.version)
+        # ValueError covers JSONDecodeError and CacheEntryError; TypeError a hand-edited
+        # record whose objects have fields their classes do not.
+        except (OSError, UnicodeDecodeError, ValueError, TypeError) as err:
+            self._discard(key, str(err))
+            return None
+        self.hits += 1
+        return entry
+
+    def put(self, key: str, ptx: str, metadata: dict[str, Any]) -> bool:
+        """Store ``ptx`` with ``metadata`` (``entry``, ``threads``, ``smem_bytes``, ``abi``
+        as AbiParams or their dicts, ``options`` as an Options, and any other JSON values;
+        see :func:`metadata_for`). Returns False, with a warning the first time, when the
+        directory cannot be written: a cache that cannot write never fails a compile.
+        Metadata that could never be read back raises CacheEntryError."""
+        meta_path, ptx_path = self._paths(key)
+        if "abi" not in metadata:
+            raise CacheEntryError("metadata has no 'abi'")
+        record = {k: to_json_value(v) for k, v in metadata.items() if k != "abi"}
+        # ABI parameters are stored as plain objects of their fields, untagged.
+        record["abi"] = [dataclasses.asdict(p) if isinstance(p, AbiParam) else p
+                         for p in metadata["abi"]]
+        record.update(key=key, compiler_version=self.version, created=time.time(),
+                      ptx_sha256=hashlib.sha256(ptx.encode("utf-8")).hexdigest())
+        _entry_from_record(key, record, ptx, self.version)  # what get() would refuse
+        text = json.dumps(record, sort_keys=True, indent=1, allow_nan=False)
+        # PTX first, metadata last: metadata on disk means its PTX is there too.
+        return (self._write(ptx_path, ptx) and self._write(meta_path, text))
+
+    # -- tuning results -------------------------------------------------------------------
+    def get_tuning(self, key: str) -> Optional[dict[str, Any]]:
+        """A stored tuning result, or None (absent, or invalid and then removed)."""
+        path = self._tuning_path(key)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            self._remove(path, f"tuning result {key}: {err}")
+            return None
+        valid = (isinstance(record, dict) and record.get("key") == key
+                 and record.get("compiler_version") == self.version
+                 and isinstance(record.get("result"), dict))
+        if not valid:
+            self._remove(path, f"tuning result {key}: not a result of this compiler version")
+            return None
+        return record["result"]
+
+    def put_tuning(self, key: str, result: dict[str, Any]) -> bool:
+        """Store a JSON-serialisable tuning result (False when the directory cannot be
+        written, as for ``put``)."""
+        path = self._tuning_path(key)
+        if not isinstance(result, dict):
+            raise TypeError(f"a tuning result is a dict, got {type(result).__name__}")
+        record = {"key": key, "compiler_version": self.version, "created": time.time(),
+                  "result": to_json_value(result)}
+        return self._write(path, json.dumps(record, sort_keys=True, indent=1, allow_nan=False))
+
+    # -- housekeeping ---------------------------------------------------------------------
+    def clear(self) -> int:
+        """Remove every entry, tuning result and left-over temporary file; other files in
+        the directory are left alone. Returns how many files went."""
+        removed = 0
+        for folder in (self.directory, self.directory / TUNING_DIR):
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                if _ENTRY_FILE.fullmatch(name) or _TEMP_FILE.fullmatch(name):
+                    try:
+                        os.unlink(folder / name)
+                        removed += 1
+                    except FileNotFoundError:  # another process cleared it first
+                        pass
+        return removed
+
+    def _discard(self, key: str, reason: str) -> None:
+        """Count a miss and remove the entry's files."""
+        self.misses += 1
+        self.discarded += 1
+        self.last_discard = f"{key}: {reason}"
+        for path in self._paths(key):
+            self._remove(path, reason)
+
+    def _remove(self, path: Path, reason: str) -> None:
+        log.info("tilec cache: removing %s (%s)", path, reason)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            log.warning("tilec cache: cannot remove %s: %s", path, err)
+
+    def _write(self, path: Path, text: str) -> bool:
+        """Write atomically: a temporary file in the same directory (so the rename never
+        crosses file systems), fsynced, then renamed over ``path``."""
+        temp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                        dir=path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+            temp = None
+            _fsync_directory(path.parent)
+            return True
+        except OSError as err:
+            if not self._warned_unwritable:
+                warnings.warn(f"tilec cache: cannot write {path}: {err}; not caching",
+                              RuntimeWarning, stacklevel=3)
+                self._warned_unwritable = True
+            return False
+        finally:
+            if temp is not None:
+                try:
+                    os.unlink(temp)
+                except OSError:
+                    pass
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable; not every platform can open a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
