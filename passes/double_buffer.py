@@ -55,17 +55,22 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     def emit_copies(b: Builder, k: Value, stage: Value, predicate: Value | None,
                     source_block: Block) -> None:
         for copy, view in zip(copies, views):
-            rank = copy.operands[0].type.rank
-            # The tensor may be a view made inside the loop (B.T): re-emit it with the offsets.
-            tensor, *new_offsets = clone_slice(list(copy.operands[:1 + rank]), source_block, b,
-                                               {iv: k})
-            stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
-                                 view.hint)
-            attrs = dict(copy.attrs, mode=_copy_mode(copy))
-            operands = [tensor, *new_offsets, stage_view]
-            if predicate is not None:
-                operands.append(predicate)
-            b.op("copy.global_to_shared", operands, attrs=attrs)
+            with b.located(copy.loc):  # the load's place in the source, not the loop's
+                emit_copy(b, copy, view, k, stage, predicate, source_block)
+
+    def emit_copy(b: Builder, copy: Op, view: Value, k: Value, stage: Value,
+                  predicate: Value | None, source_block: Block) -> None:
+        rank = copy.operands[0].type.rank
+        # The tensor may be a view made inside the loop (B.T): re-emit it with the offsets.
+        tensor, *new_offsets = clone_slice(list(copy.operands[:1 + rank]), source_block, b,
+                                           {iv: k})
+        stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
+                             view.hint)
+        attrs = dict(copy.attrs, mode=_copy_mode(copy))
+        operands = [tensor, *new_offsets, stage_view]
+        if predicate is not None:
+            operands.append(predicate)
+        b.op("copy.global_to_shared", operands, attrs=attrs)
 
     # Prologue, before the loop: iterations 0 .. S-2.
     pre = Builder(Block(), loop.loc)

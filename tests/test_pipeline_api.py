@@ -32,7 +32,8 @@ def test_every_stage_has_text_and_a_time(matmul):
                                   "ptx"]
     assert "copy.global_to_shared" in compiled.asm["tiling"]
     assert "frag.mma" in compiled.asm["fragments"]
-    assert set(compiled.times) == {"tiling", "double_buffer", "swizzle", "fragments", "backend"}
+    assert set(compiled.times) == {"tiling", "double_buffer", "swizzle", "fragments", "hazards",
+                                   "backend"}
     assert all(t >= 0 for t in compiled.times.values())
 
 
@@ -124,3 +125,19 @@ def test_same_input_gives_byte_identical_ptx(matmul):
 
 def test_verifier_error_is_an_ir_error():
     assert issubclass(IRError, Exception)
+
+
+def test_a_pass_that_makes_a_race_is_a_compile_error_naming_both_accesses(matmul):
+    from tilec.errors import TileConfigError
+
+    def drop_loop_barrier(kernel, options):
+        for op in kernel.walk():
+            if op.name == "scf.for":
+                body = op.regions[0]
+                body.ops = [o for o in body.ops if o.name != "gpu.barrier"]
+        return kernel
+    passes = pipeline()
+    passes.append(Pass("drop_loop_barrier", drop_loop_barrier))
+    with pytest.raises(TileConfigError) as err:
+        matmul.compile(passes=passes)
+    assert "copy.global_to_shared" in str(err.value) and "frag.ldmatrix" in str(err.value)

@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.add_argument("--no-ptxas", action="store_true",
                              help="skip ptxas's register and spill report")
     explain_cmd.set_defaults(handler=cmd_explain)
+
+    from tilec import viz
+    viz.add_arguments(commands.add_parser(
+        "viz", help="draw bank maps and mma fragment ownership as PNGs (needs matplotlib)",
+        description="Draw the bank maps of a kernel's shared operand tiles (linear and "
+        "swizzled) and the mma.m16n8k16 fragment layout, as PNG files."))
     return parser
 
 

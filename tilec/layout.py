@@ -208,7 +208,8 @@ def conflict_degree(addresses: Sequence[int], width: int) -> int:
         phase = [a for a in addresses[start:start + lanes_per_phase] if a is not None]
         words_per_bank: dict[int, set[int]] = {}
         for address in phase:
-            for word in range(address // BANK_BYTES, (address + width) // BANK_BYTES):
+            # Every 4-byte word the access touches, a 2-byte access included.
+            for word in range(address // BANK_BYTES, -(-(address + width) // BANK_BYTES)):
                 words_per_bank.setdefault(word % BANKS, set()).add(word)
         if words_per_bank:
             worst = max(worst, max(len(words) for words in words_per_bank.values()))

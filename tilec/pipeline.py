@@ -102,6 +102,12 @@ def run_pipeline(kernel: Kernel, options: Options, passes: Sequence[Pass] | None
                 raise PassError(p.name, f"broke an IR invariant: {err}", kernel) from None
         if keep_ir:
             result.stages[p.name] = print_kernel(kernel)
+    if "tiling" in kernel.meta:
+        # A schedule with a shared-memory race is a compile error naming both accesses.
+        from tilec.hazards import check_schedule
+        start = time.perf_counter()
+        check_schedule(kernel)
+        result.times["hazards"] = time.perf_counter() - start
     result.kernel = kernel
     return result
 
