@@ -17,6 +17,7 @@ from tilec.options import Options
 from . import compute, memory
 from .abi import PARAM_PTX_TYPES, AbiParam, kernel_abi
 from .context import Context, TensorRegs
+from .writer import REG_CLASSES, register_class
 
 
 @dataclass(frozen=True)
@@ -122,19 +123,13 @@ def _move(ctx: Context, dst, src) -> None:
         return
     if dst == src:
         return
-    kind = "pred" if dst.startswith("%p") else ("b64" if dst.startswith("%rd") else
-                                                "f32" if dst.startswith("%f") else
-                                                "b16" if dst.startswith("%h") else "b32")
-    ptx_type = {"pred": ".pred", "b64": ".b64", "f32": ".f32", "b16": ".b16", "b32": ".b32"}
-    ctx.w.emit(f"mov{ptx_type[kind]} {dst}, {src};")
+    ctx.w.emit(f"mov{REG_CLASSES[register_class(dst)][1]} {dst}, {src};")
 
 
 def _fresh_like(ctx: Context, regs):
     if isinstance(regs, list):
         return [_fresh_like(ctx, r) for r in regs]
-    kind = ("pred" if regs.startswith("%p") else "b64" if regs.startswith("%rd") else
-            "f32" if regs.startswith("%f") else "b16" if regs.startswith("%h") else "b32")
-    return ctx.w.reg(kind)
+    return ctx.w.reg(register_class(regs))
 
 
 def _for(ctx: Context, op: Op) -> None:

@@ -14,6 +14,12 @@ REG_CLASSES = {
 }
 
 
+def register_class(name: str) -> str:
+    """The class of a register this writer named (the longest matching prefix)."""
+    matches = [cls for cls, (prefix, _) in REG_CLASSES.items() if name.startswith(prefix)]
+    return max(matches, key=lambda cls: len(REG_CLASSES[cls][0]))
+
+
 class PtxWriter:
     def __init__(self) -> None:
         self.counts = {name: 0 for name in REG_CLASSES}
