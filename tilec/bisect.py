@@ -307,13 +307,18 @@ def _check_frontend(result: StageResult, kernel: Kernel, arrays: dict[str, np.nd
 # ----------------------------------------------------------------------------------------
 # command line
 
+DESCRIPTION = ("Run the IR after every pass on the CPU (the frontend's in the interpreter, "
+               "later stages in the reference executor) on the same random inputs, and name "
+               "the first stage whose result is wrong. Exit status 1 when one is.")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    return add_arguments(argparse.ArgumentParser(prog="tilec bisect", description=DESCRIPTION))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``tilec bisect`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s)."""
     from tilec.cli import DEFAULT_SHAPE, _assignments, _positive, _size, _warps
-    parser = argparse.ArgumentParser(
-        prog="tilec bisect",
-        description="Run the IR after every pass on the CPU (the frontend's in the "
-        "interpreter, later stages in the reference executor) on the same random inputs, and "
-        "name the first stage whose result is wrong. Exit status 1 when one is.")
     parser.add_argument("file", metavar="FILE", type=Path, help="a .py or .tile file")
     parser.add_argument("--kernel", metavar="NAME",
                         help="the tile function to bisect (default: every one in FILE)")
@@ -333,17 +338,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dump-dir", metavar="DIR", type=Path,
                         help="where to write each stage's IR (default: a new temporary "
                         "directory)")
+    parser.set_defaults(handler=run)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``tilec bisect FILE ...``: 0 when every stage agrees, 1 when one does not (or an
     error), 2 for a bad command line."""
-    from tilec.cli import DEFAULT_SHAPE, CommandError, _consts, _select, _shapes
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the message or the help
         return int(exit_.code or 0)
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tilec.cli import DEFAULT_SHAPE, CommandError, _consts, _select, _shapes
     status = 0
     dump_dir = args.dump_dir
     try:

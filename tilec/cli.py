@@ -164,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help="skip ptxas's register and spill report")
     explain_cmd.set_defaults(handler=cmd_explain)
 
+    from tilec import bisect
+    bisect.add_arguments(commands.add_parser(
+        "bisect", help="name the first pass whose IR computes a wrong result (CPU only)",
+        description=bisect.DESCRIPTION))
+
     from tilec import viz
     viz.add_arguments(commands.add_parser(
         "viz", help="draw bank maps and mma fragment ownership as PNGs (needs matplotlib)",

@@ -52,12 +52,12 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
                    passes: Optional[Sequence[Pass]] = None, keep_ir: bool = False) -> Compiled:
     """Run the pipeline and the PTX backend on a lowered kernel."""
     key = None
+    dump_dir = os.environ.get("TILEC_DUMP_DIR")
     if source_key is not None and passes is None:
         key = cache_key(source_key, kernel.consts, options)
         hit = _CACHE.get(key)
-        if hit is not None and (not keep_ir or len(hit.asm) > 1):
+        if hit is not None and (not keep_ir or len(hit.asm) > 1) and not dump_dir:
             return hit
-    dump_dir = os.environ.get("TILEC_DUMP_DIR")
     keep_ir = keep_ir or bool(dump_dir)
     if options.verify:
         verify(kernel, after="frontend")
