@@ -30,14 +30,21 @@ class TileFunction:
         self._key = source_key(text, filename, self.name)
         self.signature = frontend.signature(func_ast)
         self._interpreter_warned = False
+        self._lowered: dict[tuple, Kernel] = {}
 
     def __repr__(self) -> str:
         return f"<tile function {self.name} from {self.filename}>"
 
     # -- compiling ----------------------------------------------------------------------
     def lower(self, **consts: Any) -> Kernel:
-        """The tile IR the frontend makes, before any pass."""
-        return frontend.lower(self.ast, consts, source_lines=self.source_lines)
+        """The tile IR the frontend makes, before any pass (kept per set of constants: passes
+        never modify their input, so a call does not lower again)."""
+        key = tuple(sorted(consts.items()))
+        kernel = self._lowered.get(key)
+        if kernel is None:
+            kernel = frontend.lower(self.ast, consts, source_lines=self.source_lines)
+            self._lowered[key] = kernel
+        return kernel
 
     def _split(self, kwargs: dict[str, Any]) -> tuple[dict, dict, dict]:
         options, consts, shapes = {}, {}, {}
