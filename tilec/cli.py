@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--verify", action="store_true",
                         help="run the IR verifier after every pass")
 
-    stages = ["all", "tile"] + [p.name for p in pipeline()]
+    stages = ["all", "tile"] + [p.name for p in pipeline()] + ["sass"]
     compile_cmd = commands.add_parser(
         "compile", parents=[common], help="write a kernel's PTX",
         description="Compile to PTX, written to OUT or stdout. IR dumps go to stderr.")
@@ -287,6 +287,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
             if stage not in compiled.asm:
                 raise CommandError(f"no IR after pass '{stage}': it is disabled")
             _dump(fn, stage, compiled.asm[stage], sys.stderr)
+        if "sass" in args.dump_ir:
+            from tilec.sass import sass, sass_unavailable_reason
+            reason = sass_unavailable_reason()
+            if reason is not None:
+                raise CommandError(f"--dump-ir sass: {reason}")
+            _dump(fn, "sass", sass(compiled.ptx, compiled.options.arch), sys.stderr)
         if args.output is not None:
             args.output.write_text(compiled.ptx, encoding="utf-8")
             print(f"tilec: wrote {args.output}: {fn.name} for {summary(compiled)}",

@@ -78,9 +78,16 @@ class TileFunction:
     def ptx(self, **kwargs: Any) -> str:
         return self.compile(**kwargs).ptx
 
-    def asm(self, **kwargs: Any) -> dict[str, str]:
-        """Every stage's text: the tile IR, the IR after each pass, and the PTX."""
-        return self.compile(keep_ir=True, **kwargs).asm
+    def asm(self, *, sass: bool = True, **kwargs: Any) -> dict[str, str]:
+        """Every stage's text: the tile IR, the IR after each pass, the PTX, and the SASS
+        when ptxas and cuobjdump or nvdisasm are on PATH (``sass=False`` skips it)."""
+        compiled = self.compile(keep_ir=True, **kwargs)
+        stages = dict(compiled.asm)
+        if sass:
+            from tilec.sass import sass as disassemble, sass_unavailable_reason
+            if sass_unavailable_reason() is None:
+                stages["sass"] = disassemble(compiled.ptx, compiled.options.arch)
+        return stages
 
     # -- running ------------------------------------------------------------------------
     def __call__(self, *args: Any, device: str = "auto", **kwargs: Any):
