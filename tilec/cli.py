@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "edge masks of dimensions the tiles divide")
     compile_cmd.add_argument("-o", "--output", metavar="OUT", type=Path,
                              help="write the PTX here instead of stdout")
+    compile_cmd.add_argument("--annotate", action="store_true",
+                             help="comment each op's PTX with its DSL line, IR op and pass")
     compile_cmd.add_argument("--dump-ir", metavar="STAGE", action="append", default=[],
                              choices=stages,
                              help=f"print a stage's IR to stderr: {', '.join(stages)}")
@@ -224,6 +226,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         options["disable"] = tuple(args.disable)
     if args.verify:
         options["verify"] = True
+    if getattr(args, "annotate", False):
+        options["annotate"] = True
     return options
 
 
