@@ -141,3 +141,14 @@ def test_a_pass_that_makes_a_race_is_a_compile_error_naming_both_accesses(matmul
     with pytest.raises(TileConfigError) as err:
         matmul.compile(passes=passes)
     assert "copy.global_to_shared" in str(err.value) and "frag.ldmatrix" in str(err.value)
+
+
+def test_zero_sizes_in_the_interpreter(matmul):
+    import numpy as np
+    a, b = np.ones((0, 8), np.float16), np.ones((8, 5), np.float16)
+    c = np.full((0, 5), np.nan, np.float32)
+    assert matmul(a, b, c, device="cpu") is c
+    a, b = np.ones((7, 0), np.float16), np.ones((0, 5), np.float16)
+    c = np.full((7, 5), np.nan, np.float32)
+    matmul(a, b, c, device="cpu")
+    assert (c == 0).all()  # an empty sum: every element written, as zero

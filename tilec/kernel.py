@@ -7,6 +7,7 @@ when there is none), or ask it for any stage of the compilation without running 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any, Optional, Sequence
 
@@ -151,6 +152,7 @@ class TileFunction:
         return self._outputs(written, values)
 
 
+@functools.lru_cache(maxsize=256)
 def written_params(kernel: Kernel) -> list[str]:
     stored = {op.operands[0] for op in kernel.walk() if op.name == "tile.store"}
     views = {op.result: op.operands[0] for op in kernel.walk() if op.name == "tensor.transpose"}

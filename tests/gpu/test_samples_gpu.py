@@ -111,3 +111,24 @@ def test_gpu_views_read_through_strides(dtype):
     torch.cuda.synchronize()
     assert rel_error(c, a.double() @ b.double()) < TOLERANCE[dtype]
     assert torch.isnan(big[:4]).all() and torch.isnan(big[:, :8]).all(), "wrote outside C"
+
+
+@pytest.mark.parametrize("shape", [(0, 64, 32), (64, 0, 32)], ids=["M=0", "N=0"])
+def test_empty_outputs_return_at_once(shape):
+    m, n, k = shape
+    kernel = sample("matmul", "f16")["matmul"]
+    a, b = operands(m, n, k, "f16")
+    c = torch.empty(m, n, device="cuda")
+    assert kernel(a, b, c) is c
+
+
+def test_k_zero_leaves_the_beta_scaled_epilogue():
+    m, n, k = 130, 70, 0
+    kernel = sample("gemm_epilogue", "f16")["gemm"]
+    a, b = operands(m, n, k, "f16")
+    c = torch.randn(m, n, device="cuda").to(torch.float16)
+    bias = torch.randn(n, device="cuda")
+    expected = torch.relu(-0.5 * c.double() + bias.double())
+    kernel(a, b, c, bias, 2.0, -0.5)
+    torch.cuda.synchronize()
+    assert rel_error(c, expected) < 2e-3
