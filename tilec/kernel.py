@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from tilec import frontend
@@ -234,7 +235,6 @@ def tile(fn=None):
     return wrap(fn) if fn is not None else wrap
 
 
-from pathlib import Path  # noqa: E402  (load_file was added at the end; its only user)
 
 
 def load_file(path: str | Path, text: Optional[str] = None) -> dict[str, TileFunction]:
@@ -242,7 +242,6 @@ def load_file(path: str | Path, text: Optional[str] = None) -> dict[str, TileFun
     never imported or run. ``text`` stands for the file's content (a benchmark's edited copy
     of a sample); locations and error messages still name ``path``."""
     from tilec.errors import TileError, TileNameError, located
-    from tilec.frontend.source import _python_tile_functions
 
     path = Path(path)
     if text is None:
@@ -253,7 +252,7 @@ def load_file(path: str | Path, text: Optional[str] = None) -> dict[str, TileFun
     if path.suffix == ".tile":
         functions = list(frontend.parse_module(text, str(path)).functions)
     elif path.suffix == ".py":
-        functions = _python_tile_functions(text, str(path))
+        functions = frontend.source.tile_functions_in_python(text, str(path))
     else:
         raise TileError(f"'{path}' is neither a .tile nor a .py file")
     loaded: dict[str, TileFunction] = {}

@@ -72,7 +72,7 @@ def tile_functions_in_file(path: Union[str, Path]) -> list[tuple[str, ast.Functi
     if path.suffix == ".tile":
         functions = list(parse_module(text, str(path)).functions)
     elif path.suffix == ".py":
-        functions = _python_tile_functions(text, str(path))
+        functions = tile_functions_in_python(text, str(path))
     else:
         raise TileError(f"'{path}' is neither a .tile nor a .py file")
     seen: dict[str, ast.FunctionDef] = {}
@@ -85,7 +85,7 @@ def tile_functions_in_file(path: Union[str, Path]) -> list[tuple[str, ast.Functi
     return [(function.name, function) for function in functions]
 
 
-def _python_tile_functions(text: str, filename: str) -> list[ast.FunctionDef]:
+def tile_functions_in_python(text: str, filename: str) -> list[ast.FunctionDef]:
     try:
         tree = pyast.parse(text, filename)
     except SyntaxError as err:
