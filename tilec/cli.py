@@ -176,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         "viz", help="draw bank maps and mma fragment ownership as PNGs (needs matplotlib)",
         description="Draw the bank maps of a kernel's shared operand tiles (linear and "
         "swizzled) and the mma.m16n8k16 fragment layout, as PNG files."))
+
+    from tilec import bench
+    bench.add_arguments(commands.add_parser(
+        "bench", help="time tilec's matmul against cuBLAS and Triton (needs a GPU)",
+        description=bench.DESCRIPTION))
     return parser
 
 

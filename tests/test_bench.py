@@ -1,0 +1,626 @@
+"""``tilec bench`` on the CPU: the command line and the sweep's cases, the no-GPU exit, the
+mma.sync loop through ptxas, the check-then-time flow over a numpy stand-in for torch (poisoned
+outputs, float64 references, FAIL never timed, rotation over every input set), the event
+timer, the table, the JSON and the plot. The GPU test at the end runs a small real sweep."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tilec import bench
+from tilec.bench import Case, CaseResult, Measurement, References, Report
+from tilec.cli import CommandError, build_parser
+from tilec.cli import main as cli_main
+from tilec.runtime import driver
+
+ROOT = Path(__file__).resolve().parents[1]
+PTXAS = shutil.which("ptxas")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+
+
+# -- a numpy stand-in for torch, with a clock the event timer reads -----------------------
+
+class FakeEvent:
+    def __init__(self, arrays: "NumpyArrays") -> None:
+        self.arrays, self.time = arrays, None
+
+    def record(self) -> None:
+        self.time = self.arrays.now
+
+
+class NumpyArrays:
+    name = "numpy"
+    version = np.__version__
+    tf32 = False
+    dtypes = {"f16": np.float16, "bf16": np.float32, "f32": np.float32}  # bf16: a stand-in
+
+    def __init__(self, l2_bytes: int = 64 * 1024) -> None:
+        self.l2_bytes = l2_bytes
+        self.rng = np.random.default_rng(0)
+        self.now = 0.0  # milliseconds; steps under test advance it
+
+    def unsupported(self, dtype: str) -> Any:
+        return None
+
+    def random(self, shape, dtype):
+        return self.rng.standard_normal(shape).astype(self.dtypes[dtype])
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=self.dtypes[dtype])
+
+    def poison(self, array) -> None:
+        array.fill(np.nan)
+
+    def reference(self, a, b):
+        return a.astype(np.float64) @ b.astype(np.float64)
+
+    def rel_error(self, out, ref) -> float:
+        return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+    def all_finite(self, array) -> bool:
+        return bool(np.isfinite(array).all())
+
+    def matmul(self, a, b, out) -> None:
+        out[...] = a.astype(np.float32) @ b.astype(np.float32)
+
+    def copy(self, dst, src) -> None:
+        dst[...] = src
+
+    def synchronize(self) -> None:
+        pass
+
+    def event(self) -> FakeEvent:
+        return FakeEvent(self)
+
+    def elapsed_ms(self, start: FakeEvent, end: FakeEvent) -> float:
+        return end.time - start.time
+
+    def release(self) -> None:
+        pass
+
+
+class Product(bench.Contender):
+    """A contender computing the product in f32 (``scale`` != 1 makes it wrong; ``written``
+    limits the input sets it writes; ``raises`` makes prepare fail)."""
+
+    def __init__(self, name: str, scale: float = 1.0, written=None, raises=None) -> None:
+        self.name, self.scale, self.written, self.raises = name, scale, written, raises
+        self.ran: list[int] = []
+
+    def prepare(self, case, inputs, outputs):
+        if self.raises is not None:
+            raise self.raises
+
+        def run(i: int) -> None:
+            self.ran.append(i)
+            if self.written is None or i in self.written(len(inputs)):
+                a, b = inputs[i]
+                outputs[i][...] = (a.astype(np.float32) @ b.astype(np.float32)) * self.scale
+        return run, f"{self.name} config"
+
+
+class Unavailable(bench.Contender):
+    name = "absent"
+
+    def unsupported(self, case):
+        return "not here"
+
+
+def counting_timer(calls: list[int], ms: float = 2.0, steps: int = 7):
+    def timer(step) -> float:
+        for _ in range(steps):
+            step()
+        calls.append(steps)
+        return ms
+    return timer
+
+
+# -- cases and the command line ------------------------------------------------------------
+
+def test_the_default_sweep_is_every_size_in_every_dtype():
+    cases = bench.sweep(None, None)
+    assert len(cases) == 8 * 3
+    assert [c.dtype for c in cases[:3]] == ["f16", "bf16", "f32"]
+    shapes = list(dict.fromkeys(c.shape for c in cases))
+    assert shapes == ["1024", "2048", "4096", "8192", "4095x4097x4093", "1000x1003x77",
+                      "16x8192x8192", "8192x8192x256"]
+    kinds = {c.shape: c.kind for c in cases}
+    assert [kinds[s] for s in shapes] == ["square"] * 4 + ["ragged"] * 2 + ["skinny"] * 2
+
+
+@pytest.mark.parametrize("text, sizes", [
+    ("4096", [(4096, 4096, 4096)]),
+    ("16x8192x256", [(16, 8192, 256)]),
+    ("1024, 2X3X4", [(1024, 1024, 1024), (2, 3, 4)]),
+])
+def test_sizes_are_n_or_m_by_n_by_k(text, sizes):
+    assert bench.parse_sizes(text) == sizes
+
+
+@pytest.mark.parametrize("text", ["", "12x3", "0", "4x4x-1", "big", "4x4x4x4"])
+def test_bad_sizes_are_refused(text):
+    with pytest.raises(Exception, match="expected a size N or MxNxK"):
+        bench.parse_sizes(text)
+
+
+def test_the_subcommand_parses_every_flag():
+    args = build_parser().parse_args([
+        "bench", "--sizes", "1024", "16x8192x8192,2048", "--dtypes", "bf16", "f32",
+        "--const", "BM=64", "BN=128,BK=32", "--stages", "4", "--warps", "2x4",
+        "--swizzle", "off", "--autotune", "--quick", "--json", "o.json", "--plot", "p.png"])
+    cases = bench.sweep(args.sizes, args.dtypes)
+    assert [(c.M, c.N, c.K, c.dtype) for c in cases] == [
+        (1024, 1024, 1024, "bf16"), (1024, 1024, 1024, "f32"), (16, 8192, 8192, "bf16"),
+        (16, 8192, 8192, "f32"), (2048, 2048, 2048, "bf16"), (2048, 2048, 2048, "f32")]
+    consts, options = bench._tilec_settings(args)
+    assert consts == {"BM": 64, "BN": 128, "BK": 32}
+    assert options == {"stages": 4, "warps": (2, 4), "swizzle": "off"}
+    assert (args.autotune, args.quick, args.json, args.plot) == (True, True, Path("o.json"),
+                                                                 Path("p.png"))
+    assert args.handler is bench.run
+
+
+def test_an_unknown_constant_names_the_samples_constants():
+    args = build_parser().parse_args(["bench", "--const", "BQ=3"])
+    with pytest.raises(CommandError, match=r"no constant BQ \(its constants: BM, BN, BK\)"):
+        bench._tilec_settings(args)
+
+
+@pytest.mark.parametrize("argv", [["--dtypes", "f64"], ["--warps", "2"], ["--stages", "0"],
+                                  ["--sizes"], ["--swizzle", "on"]])
+def test_bad_command_lines_exit_2(argv, capsys):
+    assert bench.main(argv) == 2
+    assert "error: argument" in capsys.readouterr().err
+
+
+def load_bench_matmul():
+    spec = importlib.util.spec_from_file_location(
+        "bench_matmul_under_test", ROOT / "benchmarks" / "bench_matmul.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_matmul_keeps_its_flags_and_its_4096_f16_default(monkeypatch):
+    module = load_bench_matmul()
+    assert module.triton_matmul is bench.triton_matmul  # bench_launch.py imports it there
+    seen = []
+    monkeypatch.setattr(bench, "run", lambda args: seen.append(args) or 0)
+    assert module.main([]) == 0
+    assert bench.sweep(seen[0].sizes, seen[0].dtypes) == [Case(4096, 4096, 4096, "f16")]
+    assert module.main(["--sizes", "4096", "2048", "--dtypes", "f16", "bf16", "--const",
+                        "BM=128", "BN=64", "--stages", "3", "--warps", "2x4", "--swizzle",
+                        "auto", "--json", "out.json"]) == 0
+    args = seen[1]
+    assert [c.shape for c in bench.sweep(args.sizes, args.dtypes)] == ["4096"] * 2 + ["2048"] * 2
+    assert bench._tilec_settings(args) == ({"BM": 128, "BN": 64},
+                                           {"stages": 3, "warps": (2, 4), "swizzle": "auto"})
+    assert args.json == Path("out.json")
+
+
+def test_without_a_gpu_it_says_why_and_exits_non_zero(monkeypatch, capsys):
+    monkeypatch.setattr(driver, "has_gpu", lambda: False)
+    monkeypatch.setattr(driver, "gpu_unavailable_reason", lambda: "no driver in this test")
+    assert cli_main(["bench", "--sizes", "1024"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "tilec bench: no GPU (no driver in this test)\n"
+    assert captured.out == ""
+    assert load_bench_matmul().main(["--quick"]) == 2
+    assert "tilec bench: no GPU (no driver in this test)" in capsys.readouterr().err
+
+
+# -- the mma.sync loop -------------------------------------------------------------------------
+
+def loop_body(ptx: str) -> list[str]:
+    body = ptx[ptx.index("$L_trip:"):ptx.index("@%p bra $L_trip;")]
+    return [line.strip() for line in body.splitlines() if line.strip().startswith("mma.")]
+
+
+def test_the_mma_loop_keeps_independent_chains():
+    ptx = bench.mma_loop_ptx("sm_80", "f16")
+    mmas = loop_body(ptx)
+    assert len(mmas) == bench.MMA_CHAINS * bench.MMA_UNROLL
+    assert all(line.startswith(MMA + " ") for line in mmas)
+    # Each chain reads and writes its own four accumulators; no two chains share one.
+    chains = [re.findall(r"%acc\d+", line) for line in mmas[:bench.MMA_CHAINS]]
+    for accumulators in chains:
+        assert accumulators[:4] == accumulators[4:]
+    assert len({acc for accumulators in chains for acc in accumulators}) == 4 * bench.MMA_CHAINS
+    assert mmas[bench.MMA_CHAINS:] == mmas[:bench.MMA_CHAINS]
+    # Chains start from different values, so none is a copy of another.
+    starts = re.findall(r"mov\.f32 %acc(\d+), (0f[0-9A-F]{8});", ptx)
+    assert len({value for index, value in starts if int(index) % 4 == 0}) == bench.MMA_CHAINS
+    assert "st.global.f32" in ptx
+    assert ".target sm_80" in ptx and ".version 8.0" in ptx
+
+
+def test_the_mma_loop_counts_2_16_8_16_flop_per_mma():
+    assert bench.MMA_FLOP == 4096
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in bench.mma_loop_ptx(
+        "sm_90", "bf16")
+    with pytest.raises(ValueError, match="f16 or bf16"):
+        bench.mma_loop_ptx("sm_90", "f32")
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90"])
+def test_ptxas_assembles_the_mma_loop_without_spills(tmp_path, arch, dtype):
+    source = tmp_path / "mma.ptx"
+    source.write_text(bench.mma_loop_ptx(arch, dtype))
+    done = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(source), "-o",
+                           str(tmp_path / "mma.cubin")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "0 bytes spill stores" in done.stderr
+    registers = int(re.search(r"Used (\d+) registers", done.stderr).group(1))
+    # 4 blocks of 256 threads an SM must fit the 64K registers.
+    assert registers * bench.MMA_WARPS * 32 * bench.MMA_BLOCKS_PER_SM <= 65536
+
+
+def test_the_mma_loop_survives_ptxas_as_hmma_instructions():
+    from tilec.sass import sass, sass_unavailable_reason
+    reason = sass_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    for arch in ("sm_80", "sm_90"):
+        count = sass(bench.mma_loop_ptx(arch, "f16"), arch).count("HMMA.16816.F32")
+        per_trip = bench.MMA_CHAINS * bench.MMA_UNROLL
+        assert count >= per_trip and count % per_trip == 0, (arch, count)
+
+
+# -- the sweep on the numpy stand-in -------------------------------------------------------
+
+def test_rotation_covers_three_l2_caches_within_limits():
+    case = Case(32, 24, 16, "f16")
+    per_set = (32 * 16 + 16 * 24) * 2 + 32 * 24 * 4
+    assert case.nbytes("f32") == per_set
+    assert bench.rotation_sets(case, 64 * 1024) == math.ceil(3 * 64 * 1024 / per_set)
+    # Never one set: even a product bigger than L2 leaves its last tiles there for the next.
+    assert bench.rotation_sets(Case(8192, 8192, 8192, "f32"), 60 * 2**20) == 2
+    assert bench.rotation_sets(Case(16, 16, 16, "f16"), 60 * 2**20) == bench.MAX_SETS
+
+
+def test_every_contender_is_checked_and_only_passing_ones_are_timed():
+    arrays = NumpyArrays()
+    case = Case(32, 24, 16, "f16")
+    good, wrong = Product("good"), Product("wrong", scale=1.01)
+    partial = Product("partial", written=lambda n: {0, n - 1})  # the checked sets only
+    broken = Product("broken", raises=RuntimeError("no kernel today\nsecond line"))
+    timed: list[int] = []
+    refs = References(copy_gbps=100.0, copy_bytes=2**20, mma_tflops={"f16": 50.0},
+                      mma_launch="fake")
+    result = bench.run_case(case, arrays, [good, wrong, partial, broken, Unavailable()],
+                            counting_timer(timed), refs)
+    m = result.measurements
+    assert [m[n].status for n in ("good", "wrong", "partial", "broken", "absent")] == \
+        ["ok", "FAIL", "FAIL", "error", "n/a"]
+    assert timed == [7]  # the good one alone was timed
+    sets = bench.rotation_sets(case, arrays.l2_bytes)
+    assert result.sets == sets
+    # Checked: one run per set; timed: rotating on from set 0.
+    assert good.ran == list(range(sets)) + [i % sets for i in range(7)]
+    assert wrong.ran == partial.ran == list(range(sets))
+    assert m["good"].ms == 2.0 and m["good"].error < 1e-6
+    assert 5e-3 < m["wrong"].error < 2e-2 and m["wrong"].ms is None
+    assert m["wrong"].tolerance == 2e-3
+    unchecked = list(range(1, sets - 1))
+    assert m["partial"].note == f"NaN or inf in the outputs of input sets {unchecked}"
+    assert m["broken"].note == "RuntimeError: no kernel today"
+    assert m["absent"].note == "not here"
+    assert result.tflops("good") == pytest.approx(case.flops / 2.0 / 1e9)
+    assert result.tflops("wrong") is None and result.ratio("good", "wrong") is None
+    assert result.memory_bound_ms == pytest.approx(case.nbytes("f32") / 100e6)
+    assert result.compute_bound_ms == pytest.approx(case.flops / 50e9)
+
+
+def test_an_unwritten_output_fails_even_on_a_checked_set():
+    arrays = NumpyArrays()
+    lazy = Product("lazy", written=lambda n: set(range(1, n)))
+    result = bench.run_case(Case(16, 16, 16, "f16"), arrays, [lazy], counting_timer([]), None)
+    assert result.measurements["lazy"].status == "FAIL"
+    assert math.isnan(result.measurements["lazy"].error)
+
+
+def test_cublas_writes_the_inputs_dtype_and_passes_its_tolerance():
+    arrays = NumpyArrays()
+    for dtype in ("f16", "f32"):
+        result = bench.run_case(Case(40, 24, 72, dtype), arrays,
+                                [bench.CublasContender(arrays)], counting_timer([]), None)
+        measured = result.measurements["cuBLAS"]
+        assert measured.status == "ok", measured
+        assert measured.error <= bench.TOLERANCE[dtype]
+        assert measured.config.startswith("numpy.matmul, C " + dtype)
+    assert bench.TritonContender(arrays).unsupported(Case(8, 8, 8, "f16")) == \
+        "the Triton kernel runs on torch tensors"
+    assert bench.TilecContender({}, {}).unsupported(Case(8, 8, 8, "f32")) == \
+        "tilec has no f32 path yet"
+
+
+def test_the_event_timer_excludes_warm_up_and_takes_the_median():
+    arrays = NumpyArrays()
+    durations = iter([500.0] + [1.0] * 15 + [1.0, 9.0, 1.0, 2.0, 3.0] * 2000)
+    calls = []
+
+    def step() -> None:
+        calls.append(arrays.now)
+        arrays.now += next(durations)
+    ms = bench.event_timer(arrays, warmup_ms=10, rep_ms=50)(step)
+    assert ms == 2.0  # median of the timed calls; the 500 ms first call is not among them
+    # 1 first call, 5 to estimate, 10 ms of warm-up at 1 ms, then 50 ms worth (50 calls).
+    assert len(calls) == 1 + bench.EVENT_ESTIMATE_CALLS + 10 + 50
+
+
+def test_the_event_timer_repeats_at_least_its_minimum():
+    arrays = NumpyArrays()
+
+    def slow() -> None:
+        arrays.now += 100.0
+    calls_before = arrays.now
+    assert bench.event_timer(arrays, warmup_ms=1, rep_ms=1)(slow) == 100.0
+    calls = (arrays.now - calls_before) / 100.0
+    assert calls == 1 + bench.EVENT_ESTIMATE_CALLS + 1 + bench.EVENT_MIN_REPS
+
+
+def test_copy_bandwidth_counts_bytes_read_and_written():
+    arrays = NumpyArrays()
+    gbps = bench.copy_bandwidth(arrays, lambda step: (step(), 0.5)[1], nbytes=4 * 1024)
+    assert gbps == pytest.approx(2 * 4096 / 0.5e-3 / 1e9)
+
+
+def test_a_reference_figure_that_fails_is_named_and_the_run_fails(monkeypatch):
+    def no_mma(timer, dtype):
+        raise RuntimeError(f"no {dtype} loop here\ndetails")
+    monkeypatch.setattr(bench, "mma_ceiling", no_mma)
+    monkeypatch.setattr(bench, "COPY_MIN_BYTES", 4096)
+    arrays = NumpyArrays(l2_bytes=256)
+    refs = bench.measure_references(arrays, lambda step: (step(), 0.01)[1], ["f16", "bf16"])
+    assert refs.copy_gbps == pytest.approx(2 * 4096 / 0.01e-3 / 1e9)
+    assert refs.mma_tflops == {}
+    assert refs.problems == ["mma.sync ceiling f16: RuntimeError: no f16 loop here",
+                             "mma.sync ceiling bf16: RuntimeError: no bf16 loop here"]
+    report = Report(device={"name": "G", "arch": "sm_90", "sms": 1, "l2_bytes": 256},
+                    software={}, references=refs, contenders=[])
+    assert "  not measured: mma.sync ceiling f16: RuntimeError: no f16 loop here" in \
+        bench.format_references(report)
+    assert not report.ok
+
+
+def test_a_case_that_crashes_is_reported_and_the_sweep_goes_on():
+    class Fragile(NumpyArrays):
+        def random(self, shape, dtype):
+            if shape[0] == 48:
+                raise MemoryError("out of memory for the inputs")
+            return super().random(shape, dtype)
+    rows = bench.run_sweep([Case(48, 16, 16, "f16"), Case(16, 16, 16, "f16")], Fragile(),
+                           [Product("good")], counting_timer([]), None)
+    assert rows[0].measurements["good"].status == "error"
+    assert rows[0].measurements["good"].note == \
+        "the case failed: MemoryError: out of memory for the inputs"
+    assert rows[1].measurements["good"].status == "ok"
+
+
+def test_the_autotune_space_fits_the_shape_and_leaves_out_fixed_knobs():
+    general = bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})
+    assert len(general) == 16
+    assert {(c["BM"], c["BN"]) for c in general} == {(64, 128), (64, 256), (128, 128),
+                                                     (128, 256)}
+    skinny = bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
+    assert {c["BM"] for c in skinny} == {16}
+    fixed = bench.autotune_space(Case(40, 512, 512, "f16"), {"stages": 4, "BK": 64})
+    assert {c["BM"] for c in fixed} == {16, 32, 64}
+    assert all("stages" not in c and "BK" not in c for c in fixed)
+    assert len(fixed) == 9  # 3 BM x 3 BN, repeats dropped
+    from tilec.autotune import prune
+    kept, _ = prune([{"BK": 64, "stages": 4, **c} for c in fixed], "f16", "sm_90")
+    assert len(kept) == 9
+
+
+def test_the_sample_is_retyped_and_its_tiling_described():
+    from tilec.autotune import program_dtype
+    kernel = bench.sample_kernel("bf16")
+    assert program_dtype(kernel, {}) == "bf16"
+    compiled = kernel.compile(arch="sm_80", BM=64, BN=128, BK=32, stages=4, warps=(2, 2),
+                              swizzle="off")
+    assert bench.describe_compiled(compiled) == "64x128x32 warps 2x2 stages 4 swizzle off"
+
+
+# -- output ------------------------------------------------------------------------------------
+
+def fake_report() -> Report:
+    refs = References(copy_gbps=4000.0, copy_bytes=2**30, mma_tflops={"f16": 600.0},
+                      mma_launch="528 blocks x 8 warps, 8 chains, 32768 mmas per chain")
+    square = Case(4096, 4096, 4096, "f16")
+    skinny = Case(16, 8192, 8192, "f16")
+    f32 = Case(4096, 4096, 4096, "f32")
+    ms_square = square.flops / 400e9  # 400 TFLOP/s
+    rows = [
+        CaseResult(square, 4, {
+            "tilec": Measurement("ok", ms=ms_square, error=3.1e-4, tolerance=2e-3,
+                                 config="128x128x32 warps 2x4 stages 3"),
+            "cuBLAS": Measurement("ok", ms=ms_square / 1.25, error=2.0e-4, tolerance=2e-3),
+            "Triton": Measurement("FAIL", error=0.5, tolerance=2e-3)},
+            memory_bound_ms=square.nbytes("f32") / 4e9, compute_bound_ms=square.flops / 600e9),
+        CaseResult(skinny, 2, {
+            "tilec": Measurement("ok", ms=0.05, error=2.2e-4, tolerance=2e-3, config="c"),
+            "cuBLAS": Measurement("ok", ms=0.04, error=2.0e-4, tolerance=2e-3),
+            "Triton": Measurement("error", note="CompilationError: out of resources")},
+            memory_bound_ms=skinny.nbytes("f32") / 4e9, compute_bound_ms=skinny.flops / 600e9),
+        CaseResult(f32, 2, {
+            "tilec": Measurement("n/a", note="tilec has no f32 path yet"),
+            "cuBLAS": Measurement("ok", ms=2.5, error=1e-6, tolerance=1e-4),
+            "Triton": Measurement("ok", ms=5.0, error=float("nan"), tolerance=1e-4)},
+            memory_bound_ms=f32.nbytes("f32") / 4e9),
+    ]
+    return Report(device={"name": "Fake H200", "arch": "sm_90", "sms": 132,
+                          "l2_bytes": 60 * 2**20},
+                  software={"torch": "9.9", "triton": "8.8", "timer": "fake"},
+                  references=refs, contenders=["tilec", "cuBLAS", "Triton"], rows=rows,
+                  settings={"quick": True})
+
+
+def test_the_table_shows_ratios_bounds_failures_and_skinny_bounds():
+    report = fake_report()
+    table = bench.format_table(report).splitlines()
+    square = next(line for line in table if line.startswith("4096 ") and " f16 " in line)
+    assert square.split() == ["4096", "f16", "400.0", "500.0", "FAIL", "0.80", "-", "0.67",
+                              "mma", "3.10e-04", "128x128x32", "warps", "2x4", "stages", "3"]
+    skinny = next(line for line in table if line.startswith("16x8192x8192"))
+    bound = report.rows[1].memory_bound_ms
+    assert f"{bound / 0.05:.2f} mem" in skinny and " error " in f" {skinny} "
+    f32 = next(line for line in table if " f32 " in line)
+    assert f32.split()[:7] == ["4096", "f32", "n/a", f"{f32_tflops(report, 'cuBLAS'):.1f}",
+                               f"{f32_tflops(report, 'Triton'):.1f}", "-", "-"]
+    text = "\n".join(table)
+    assert (f"  16x8192x8192 f16: {report.rows[1].case.nbytes('f32') / 1e6:.1f} MB at 4000 GB/s "
+            f"= {bound * 1e3:.1f} us; tilec 50.0 us, {bound / 0.05:.2f} of the bound") in text
+    assert ("FAIL 4096 f16 Triton: error 5.00e-01 against a tolerance of 0.002 (not timed)"
+            in text)
+    assert "error 16x8192x8192 f16 Triton: CompilationError: out of resources" in text
+    assert "n/a tilec (f32): tilec has no f32 path yet" in text
+    assert not report.ok
+
+
+def f32_tflops(report: Report, name: str) -> float:
+    return report.rows[2].tflops(name)
+
+
+def test_the_reference_lines_come_with_the_device():
+    text = bench.format_references(fake_report())
+    assert text.splitlines()[0].startswith("tilec bench on Fake H200 (sm_90, 132 SMs, 60 MiB L2)")
+    assert "4000 GB/s" in text and "1 GiB copied" in text
+    assert "mma.sync ceiling f16      600.0 TFLOP/s" in text
+
+
+def test_json_holds_every_number_and_no_nan():
+    data = bench.report_json(fake_report())
+    text = json.dumps(data, allow_nan=False)
+    back = json.loads(text)
+    assert back["device"]["name"] == "Fake H200"
+    assert back["references"]["mma_sync_tflops"] == {"f16": 600.0}
+    first = back["rows"][0]
+    summary = (first["M"], first["dtype"], first["kind"], first["bound"])
+    assert summary == (4096, "f16", "square", "mma")
+    assert first["contenders"]["tilec"]["tflops"] == pytest.approx(400.0)
+    assert first["tilec_vs_cublas"] == pytest.approx(0.8)
+    assert first["tilec_vs_triton"] is None  # Triton failed its check: no ratio
+    assert first["contenders"]["Triton"] == {"status": "FAIL", "ms": None, "tflops": None,
+                                             "error": 0.5, "tolerance": 2e-3, "config": "",
+                                             "note": ""}
+    assert back["rows"][2]["contenders"]["Triton"]["error"] is None  # NaN became null
+    assert back["rows"][2]["compute_bound_ms"] is None and back["rows"][2]["bound"] is None
+
+
+def test_the_plot_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    bench.write_plot(fake_report(), path)
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_without_matplotlib_the_plot_says_how_to_get_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match="python -m pip install matplotlib"):
+        bench.write_plot(fake_report(), tmp_path / "bench.png")
+    assert not (tmp_path / "bench.png").exists()
+
+
+# -- the whole command, every GPU piece replaced ---------------------------------------------
+
+class NumpyTilec(bench.TilecContender):
+    def prepare(self, case, inputs, outputs):
+        def run(i: int) -> None:
+            a, b = inputs[i]
+            outputs[i][...] = a.astype(np.float32) @ b.astype(np.float32)
+        return run, "numpy stand-in"
+
+
+def fake_gpu(monkeypatch, arrays: NumpyArrays) -> None:
+    import tilec.runtime
+    monkeypatch.setattr(driver, "has_gpu", lambda: True)
+    monkeypatch.setattr(tilec.runtime, "current_device", lambda: SimpleNamespace(
+        name="Fake GPU", arch="sm_90", multiprocessor_count=4))
+    monkeypatch.setattr(bench, "open_arrays", lambda ordinal: arrays)
+    monkeypatch.setattr(bench, "make_timer", lambda arrays, quick: (
+        counting_timer([], ms=0.25), "fake timer"))
+    monkeypatch.setattr(bench, "measure_references", lambda arrays, timer, dtypes: References(
+        copy_gbps=1000.0, copy_bytes=2**30, mma_tflops={"f16": 100.0}, mma_launch="fake"))
+    monkeypatch.setattr(bench, "TilecContender", NumpyTilec)
+
+
+@pytest.mark.parametrize("with_matplotlib", [False, True])
+def test_the_command_prints_references_then_the_table_and_writes_json(
+        monkeypatch, tmp_path, capsys, with_matplotlib):
+    if with_matplotlib:
+        pytest.importorskip("matplotlib")
+    else:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    fake_gpu(monkeypatch, NumpyArrays())
+    out_json, out_png = tmp_path / "out.json", tmp_path / "out.png"
+    code = cli_main(["bench", "--sizes", "32x24x16", "16x512x256", "--dtypes", "f16", "f32",
+                     "--json", str(out_json), "--plot", str(out_png)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("tilec bench on Fake GPU (sm_90, 4 SMs, 0.0625 MiB L2)")
+    assert lines[1].strip().startswith("device copy bandwidth")
+    header = next(i for i, line in enumerate(lines) if line.startswith("shape"))
+    assert header > 2
+    assert [line.split()[:2] for line in lines[header + 1:header + 5]] == [
+        ["32x24x16", "f16"], ["32x24x16", "f32"], ["16x512x256", "f16"], ["16x512x256", "f32"]]
+    assert "memory bounds of the skinny shapes" in captured.out
+    assert re.search(r"\[4/4\] 16x512x256 f32: tilec n/a, cuBLAS \d", captured.err)
+    data = json.loads(out_json.read_text())
+    assert data["device"]["name"] == "Fake GPU"
+    assert data["contenders"] == ["tilec", "cuBLAS"]  # Triton is not installed here
+    assert [r["contenders"]["tilec"]["status"] for r in data["rows"]] == ["ok", "n/a"] * 2
+    if with_matplotlib:
+        assert out_png.read_bytes()[:8] == PNG_SIGNATURE
+    else:
+        assert not out_png.exists()
+        assert "python -m pip install matplotlib" in captured.err
+
+
+def test_a_failed_check_makes_the_command_exit_1(monkeypatch, tmp_path, capsys):
+    class Wrong(NumpyTilec):
+        def prepare(self, case, inputs, outputs):
+            run, _ = super().prepare(case, inputs, outputs)
+            return (lambda i: (run(i), outputs[i].__imul__(2))), "wrong"
+    fake_gpu(monkeypatch, NumpyArrays())
+    monkeypatch.setattr(bench, "TilecContender", Wrong)
+    assert cli_main(["bench", "--sizes", "32x24x16", "--dtypes", "f16"]) == 1
+    assert "FAIL 32x24x16 f16 tilec" in capsys.readouterr().out
+
+
+# -- GPU tier ----------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not driver.has_gpu(), reason="needs an NVIDIA GPU")
+def test_a_small_sweep_on_the_gpu(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "bench.json"
+    code = bench.main(["--sizes", "512", "1000x1003x77", "--dtypes", "f16", "bf16", "f32",
+                       "--quick", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    data = json.loads(out.read_text())
+    assert data["references"]["copy_bandwidth_gbps"] > 100
+    assert data["references"]["mma_sync_tflops"]["f16"] > 10
+    for row in data["rows"]:
+        tilec = row["contenders"]["tilec"]
+        assert tilec["status"] == ("n/a" if row["dtype"] == "f32" else "ok"), row
+        assert row["contenders"]["cuBLAS"]["status"] == "ok", row
+        if tilec["status"] == "ok":
+            assert tilec["error"] <= bench.TOLERANCE[row["dtype"]]
+            assert tilec["tflops"] > 0
