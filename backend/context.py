@@ -125,6 +125,14 @@ class Context:
         self.w.emit(f"{op} {r}, {a}, {b};")
         return r
 
+    def and_pred(self, a: Optional[str], b: Optional[str]) -> Optional[str]:
+        """a AND b for predicate registers, where None stands for "always true"."""
+        if a is None or b is None:
+            return a or b
+        r = self.w.reg("pred")
+        self.w.emit(f"and.pred {r}, {a}, {b};")
+        return r
+
     def mad(self, a: Union[str, int], b: Union[str, int], c: Union[str, int]) -> str:
         r = self.w.reg("b32")
         self.w.emit(f"mad.lo.s32 {r}, {a}, {b}, {c};")

@@ -14,7 +14,7 @@ from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
-from . import compute, memory
+from . import compute, copies, epilogue, ldmatrix
 from .abi import PARAM_PTX_TYPES, AbiParam, kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, register_class
@@ -190,7 +190,9 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "tile.grid": _grid,
     "scf.for": _for,
     "tensor.transpose": _no_code,
-    **memory.EMITTERS,
+    **copies.EMITTERS,
+    **ldmatrix.EMITTERS,
+    **epilogue.EMITTERS,
     **compute.EMITTERS,
 }
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 
-from tilec.backend.memory import c_register_offsets
+from tilec.backend.epilogue import c_register_offsets
 from tilec.bisect import make_inputs
 from tilec.executor import _ldmatrix_index, register_map, run_kernel
 from tilec.interpreter import InterpreterError

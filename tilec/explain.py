@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from tilec.backend.memory import SMEM_ALIGN
+from tilec.backend.copies import SMEM_ALIGN
 from tilec.compiler import Compiled
 from tilec.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)

@@ -251,3 +251,20 @@ def swizzle_candidates(elem_bytes: int) -> list[Swizzle]:
     base = {1: 4, 2: 3, 4: 2}[elem_bytes]
     return [Swizzle(0, base, 3)] + [Swizzle(bits, base, shift)
                                     for bits in (1, 2, 3) for shift in range(3, 8)]
+
+
+# Stage addresses are multiples of this, so XOR-ing a smaller constant into an offset commutes
+# with adding the stage address.
+XOR_SAFE_BELOW = 128
+
+
+def offset_relation(reference: list[int], piece: list[int]) -> tuple[int, int] | None:
+    """(x, a) such that every lane's byte offset in ``piece`` is (its offset in ``reference``
+    XOR x) + a, or None: how the backend derives one access's addresses from another's.
+    x < XOR_SAFE_BELOW moves a lane between 16-byte chunks of one 128-byte line (the
+    swizzle's doing), a moves whole lines (the tile's rows)."""
+    for x in range(0, XOR_SAFE_BELOW, 16):
+        adds = {p - (r ^ x) for p, r in zip(piece, reference)}
+        if len(adds) == 1:
+            return x, adds.pop()
+    return None

@@ -1,0 +1,206 @@
+"""Emitters for the epilogue: each thread loads and stores exactly the accumulator elements
+it holds in the mma layout (edge masks only where the launch spec needs them; neighbouring
+columns as one 2-element access).
+"""
+from __future__ import annotations
+
+from tilec.ir.core import Op
+from tilec.layout import MMA_M, MMA_N, MmaLayout
+
+from .context import Context, TensorRegs
+
+# Global load/store instruction suffix per element bytes; PTX ISA 9.7.9.8 / 9.7.9.10.
+MEMORY_TYPES = {2: "b16", 4: "f32"}
+
+
+# -- the epilogue: each thread loads / stores the accumulator elements it holds ----------
+def c_thread_coords(ctx: Context, layout: MmaLayout) -> tuple[str, str]:
+    """This thread's (row, col) base in the accumulator layout."""
+    def compute() -> tuple[str, str]:
+        lane, warp = ctx.lane_warp()
+        wm = ctx.int_op("div.u32", warp, layout.warps[1])
+        wn = ctx.int_op("rem.u32", warp, layout.warps[1])
+        g = ctx.int_op("shr.u32", lane, 2)
+        t2 = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 3), 1)
+        row = ctx.mad(wm, layout.warp_tile[0], g)
+        col = ctx.mad(wn, layout.warp_tile[1], t2)
+        return row, col
+    return ctx.w.once(("c_coords", layout), compute)
+
+
+def c_register_offsets(layout: MmaLayout) -> list[tuple[int, int]]:
+    """(row, col) of each accumulator register relative to the thread's base, in register
+    order (the same order as MmaLayout.c_coord)."""
+    offsets = []
+    tiles_m = layout.warp_tile[0] // MMA_M
+    for reg in range(layout.regs_per_thread):
+        tile, r = divmod(reg, 4)
+        tn, tm = divmod(tile, tiles_m)
+        offsets.append((tm * MMA_M + 8 * (r // 2), tn * MMA_N + r % 2))
+    return offsets
+
+
+def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: MmaLayout,
+                       eb: int, masked: list[bool]):
+    """For the registers being emitted: (index, address operand, in-bounds predicate or None,
+    element key). One 64-bit base per thread; rows add a per-row register, columns of a
+    unit-stride dim an immediate, so a pair of neighbours costs no arithmetic. State is kept
+    per op so later epilogue chunks reuse what earlier ones computed."""
+    w = ctx.w
+    tensor_value = op.operands[0]
+    tensor: TensorRegs = ctx.get(tensor_value)
+    unit = _unit_stride_dim(ctx, tensor_value)
+    state = ctx.op_state.setdefault(op, {})
+    if "base" not in state:
+        thread = c_thread_coords(ctx, layout)
+        coords = {}
+        base_sum = None
+        for tile_dim, tensor_dim in enumerate(dims):
+            if tensor_dim < 0:
+                continue
+            coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
+            coords[tensor_dim] = coord
+            term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
+            if base_sum is not None:
+                w.emit(f"add.s64 {term}, {term}, {base_sum};")
+            base_sum = term
+        base = w.reg("b64")
+        if base_sum is None:
+            w.emit(f"mov.b64 {base}, {tensor.ptr};")
+        else:
+            w.emit(f"mad.lo.s64 {base}, {base_sum}, {eb}, {tensor.ptr};")
+        state.update(base=base, coords=coords, row_bases={}, predicates={}, combined={},
+                     seen={})
+    base, coords = state["base"], state["coords"]
+    row_bases, predicates = state["row_bases"], state["predicates"]
+    combined, seen = state["combined"], state["seen"]
+    relative = c_register_offsets(layout)
+    result = []
+    for index in ctx.indices(len(relative)):
+        rel = relative[index]
+        # Registers that read the same tensor element (broadcast dims) share one access.
+        element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
+        if element in seen:
+            result.append((index, *seen[element], element))
+            continue
+        immediate = 0
+        strided = []
+        checks = []
+        for tile_dim, tensor_dim in enumerate(dims):
+            if tensor_dim < 0:
+                continue
+            r = rel[tile_dim]
+            if tensor_dim == unit:
+                immediate += r * eb
+            elif r:
+                strided.append((tensor_dim, r))
+            if masked[tensor_dim]:
+                checks.append((tensor_dim, r))
+        key = tuple(strided)
+        if key not in row_bases:
+            address = base
+            for tensor_dim, r in strided:
+                step = ctx.wide(tensor.strides[tensor_dim], r * eb)
+                moved = w.reg("b64")
+                w.emit(f"add.s64 {moved}, {address}, {step};")
+                address = moved
+            row_bases[key] = address
+        for check in checks:
+            if check not in predicates:
+                tensor_dim, r = check
+                coord = ctx.int_op("add.s32", coords[tensor_dim], r) if r else coords[tensor_dim]
+                ok = w.reg("pred")
+                w.emit(f"setp.lt.u32 {ok}, {coord}, {tensor.dims[tensor_dim]};")
+                predicates[check] = ok
+        check_key = tuple(checks)
+        if check_key not in combined:
+            inside = None
+            for check in checks:
+                inside = ctx.and_pred(inside, predicates[check])
+            combined[check_key] = inside
+        operand = f"{row_bases[key]}+{immediate}" if immediate else row_bases[key]
+        seen[element] = (operand, combined[check_key])
+        result.append((index, operand, combined[check_key], element))
+    return result
+
+
+def _unit_stride_dim(ctx: Context, tensor_value) -> int | None:
+    """The dim of a tensor parameter the launch spec says has stride 1 (None for views)."""
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor_value:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return spec.contiguous_dim
+    return None
+
+
+def _frag_load(ctx: Context, op: Op) -> None:
+    offsets = [ctx.get(v) for v in op.operands[1:]]
+    rtype = op.result.type
+    eb = rtype.dtype.bytes
+    suffix = MEMORY_TYPES[eb]
+    cls = "b16" if eb == 2 else "f32"
+    loaded = ctx.op_state.setdefault(("loaded", op), {})
+    masked = op.attrs.get("masked", [True] * len(offsets))
+    out = {}
+    for index, address, inside, element in _element_addresses(
+            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked):
+        if element not in loaded:
+            reg = ctx.w.reg(cls)
+            loaded[element] = reg
+            ctx.w.emit(f"mov.{suffix} {reg}, 0;" if eb == 2 else f"mov.f32 {reg}, 0f00000000;")
+            guard = f"@{inside} " if inside else ""
+            ctx.w.emit(f"{guard}ld.global.{suffix} {reg}, [{address}];")
+        out[index] = loaded[element]
+    ctx.bind_elements(op.result, rtype.layout.regs_per_thread, out)
+
+
+def _store(ctx: Context, op: Op) -> None:
+    offsets = [ctx.get(v) for v in op.operands[1:-1]]
+    value = op.operands[-1]
+    vtype = value.type
+    if not isinstance(vtype.layout, MmaLayout):
+        raise NotImplementedError("the PTX backend stores tiles held in the mma accumulator "
+                                  f"layout; got {vtype} at {op.loc}")
+    eb = vtype.dtype.bytes
+    suffix = MEMORY_TYPES[eb]
+    regs = ctx.get(value)
+    dims = list(range(len(offsets)))
+    masked = op.attrs.get("masked", [True] * len(offsets))
+    elements = _element_addresses(ctx, op, offsets, dims, vtype.layout, eb, masked)
+    w = ctx.w
+    if not _pairs_contiguous(ctx, op.operands[0]):
+        for index, address, inside, _ in elements:
+            guard = f"@{inside} " if inside else ""
+            w.emit(f"{guard}st.global.{suffix} [{address}], {regs[index]};")
+        return
+    # Registers 2i and 2i+1 hold neighbouring columns: one 2-element store when both are
+    # inside, the first alone at a ragged right edge.
+    for position in range(0, len(elements), 2):
+        (i, address, inside, _), (_, _, inside_next, _) = elements[position:position + 2]
+        pair = f"{{{regs[i]}, {regs[i + 1]}}}"
+        if eb == 2:
+            packed = w.reg("b32")
+            w.emit(f"mov.b32 {packed}, {pair};")
+            store = f"st.global.b32 [{address}], {packed};"
+        else:
+            store = f"st.global.v2.f32 [{address}], {pair};"
+        w.emit((f"@{inside_next} " if inside_next else "") + store)
+        if inside_next:
+            alone = w.reg("pred")
+            w.emit(f"not.pred {alone}, {inside_next};")
+            if inside:
+                w.emit(f"and.pred {alone}, {alone}, {inside};")
+            w.emit(f"@{alone} st.global.{suffix} [{address}], {regs[i]};")
+
+
+def _pairs_contiguous(ctx: Context, tensor) -> bool:
+    """Whether the tensor's rows are contiguous and aligned for 2-element accesses at even
+    columns (the accumulator layout's pairs)."""
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return param.type.rank == 2 and spec.contiguous_dim == 1 and spec.vec_elems >= 2
+    return False  # a transposed view: its pairs are not contiguous
+
+
+EMITTERS = {"frag.load": _frag_load, "tile.store": _store}
