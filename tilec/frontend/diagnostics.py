@@ -1,0 +1,59 @@
+"""How lowering errors read: located :class:`TileError` builders and the wording helpers
+("an f16 tile [64,32]", "2 axes", "did you mean 'BM'?") shared by the frontend's messages."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Optional, Sequence
+
+from tilec.errors import TileError, located
+from tilec.frontend import ast
+from tilec.ir.core import Loc
+from tilec.ir.types import DType
+
+
+class LocatedErrors:
+    """Builds errors that quote the user's source line under their location."""
+
+    def __init__(self, source_lines: Sequence[str]):
+        self.source_lines = tuple(source_lines)
+
+    def at(self, cls: type[TileError], message: str, loc: Optional[Loc],
+           hint: str = "") -> TileError:
+        return located(cls, message, loc, self.source_lines, hint)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f"did you mean '{close[0]}'?" if close else ""
+
+
+def a_or_an(dtype: DType) -> str:
+    """"an f16", "a bf16": the article follows how the dtype is read out."""
+    return "an" if str(dtype)[0] in "fi" else "a"
+
+
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """"1 axis", "2 axes": the count with its noun, plural when it is not one."""
+    return f"{count} {noun}" if count == 1 else f"{count} {plural or noun + 's'}"
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def spelled(op: str, left: str, right: str) -> str:
+    """How the operation reads in a message: ``f16 + bf16`` or ``max(f16, bf16)``."""
+    return f"{op}({left}, {right})" if op.isidentifier() else f"{left} {op} {right}"
+
+
+def start_loc(node: ast.Node) -> Loc:
+    """Where an expression starts (a BinOp's own loc is its operator's, an Attribute's its
+    name's): the caret for "this expression must be ..." errors."""
+    while isinstance(node, (ast.BinOp, ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.BinOp):
+            node = node.left
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            node = node.value
+    return node.loc

@@ -1,0 +1,189 @@
+"""Tile expressions: unary and binary operators on any mix of numbers, scalars and tiles, with
+numpy-style broadcasting and f32 promotion, casts, and matrix products (``acc + a @ b``
+becomes one ``tile.dot``)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from tilec.errors import TileShapeError, TileTypeError
+from tilec.frontend import ast
+from tilec.frontend.arithmetic import TILE_OPS
+from tilec.frontend.diagnostics import shape_text, spelled
+from tilec.frontend.operands import (ConstValue, DTypeValue, Operand, describe, is_scalar,
+                                     is_tensor, is_tile)
+from tilec.frontend.scalars import ScalarLowering
+from tilec.ir.core import Value
+from tilec.ir.types import BF16, F16, F32, DType, ScalarType, TileType
+
+# The hint where a tensor is used as if it were a tile.
+_LOAD_A_TILE_HINT = "load a tile first: A[off : +SIZE, ...]"
+
+
+class TileLowering(ScalarLowering):
+    """Lowers arithmetic that involves tiles, and matrix products."""
+
+    def _expr_UnaryOp(self, node: ast.UnaryOp) -> Operand:
+        value = self.expr(node.operand)
+        if isinstance(value, (DTypeValue,)) or is_tensor(value):
+            raise self.error(TileTypeError, f"cannot apply unary '{node.op}' to "
+                             f"{describe(value)}", node.loc)
+        if node.op == "+":
+            return value
+        if isinstance(value, ConstValue):
+            return ConstValue(-value.value)
+        if is_tile(value):
+            return self.builder.value("tile.neg", [value], value.type)
+        return self._binary("-", ConstValue(0), value, node)
+
+    def _expr_BinOp(self, node: ast.BinOp) -> Operand:
+        if node.op == "@":
+            a, b = self._matmul_operands(node)
+            return self._dot(a, b, None, node)
+        if node.op == "+" and (_is_matmul(node.left) or _is_matmul(node.right)):
+            return self._add_to_product(node)
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        return self._binary(node.op, left, right, node)
+
+    def _binary(self, op: str, left: Operand, right: Operand, node: ast.Node) -> Operand:
+        """``left op right`` for any mix of numbers, scalars and tiles; ``op`` is an operator
+        or ``min`` / ``max`` / ``cdiv``."""
+        for side in (left, right):
+            if isinstance(side, DTypeValue) or is_tensor(side):
+                hint = _LOAD_A_TILE_HINT if is_tensor(side) else ""
+                raise self.error(TileTypeError, f"cannot use {describe(side)} in "
+                                 f"{spelled(op, 'a', 'b')}", node.loc, hint)
+        if isinstance(left, ConstValue) and isinstance(right, ConstValue):
+            return self._fold(op, left.value, right.value, node)
+        if is_tile(left) or is_tile(right):
+            return self._tile_binary(op, left, right, node)
+        return self._scalar_binary(op, left, right, node)
+
+    def _tile_binary(self, op: str, left: Operand, right: Operand, node: ast.Node) -> Value:
+        if op not in TILE_OPS:
+            raise self.error(TileTypeError, f"{spelled(op, 'a', 'b')} is not defined on "
+                             "tiles", node.loc)
+        sides = (left, right)
+        for side in sides:
+            if is_scalar(side) and side.type.dtype != F32:
+                raise self.error(TileTypeError, f"{describe(side)} cannot be combined with a "
+                                 "tile", node.loc, "only numbers and f32 scalars mix with "
+                                 "tiles")
+        dtypes = [side.type.dtype for side in sides if isinstance(side, Value)]
+        if len(set(dtypes)) == 1:
+            dtype = dtypes[0]
+        elif F32 in dtypes:
+            dtype = F32  # the 16-bit side is widened, as numpy would
+        else:
+            names = [str(side.type.dtype) if isinstance(side, Value) else "number"
+                     for side in sides]
+            raise self.error(TileTypeError, f"dtypes differ: {spelled(op, *names)}",
+                             node.loc, f"convert one side first, e.g. x.to({dtypes[0]}) or "
+                             "x.to(f32)")
+        shapes = [side.type.shape for side in sides if is_tile(side)]
+        shape = shapes[0]
+        for other in shapes[1:]:
+            broadcast = _broadcast_shapes(shape, other)
+            if broadcast is None:
+                hint = ""
+                if 1 in (len(shape), len(other)):
+                    hint = ("make a 1-D tile a column with t[:, None] or a row with "
+                            "t[None, :]")
+                raise self.error(TileShapeError, f"shapes do not broadcast: "
+                                 f"{spelled(op, shape_text(shape), shape_text(other))}",
+                                 node.loc, hint)
+            shape = broadcast
+        operands = [self._tile_operand(side, dtype, shape) for side in sides]
+        return self.builder.value(f"tile.{TILE_OPS[op]}", operands, TileType(dtype, shape))
+
+    def _tile_operand(self, value: Operand, dtype: DType, shape: tuple[int, ...]) -> Value:
+        """``value`` as a tile of ``dtype`` and ``shape``: cast, broadcast or splat."""
+        if isinstance(value, ConstValue):
+            scalar = self._scalar_constant(value, dtype)
+            return self.builder.value("tile.splat", [scalar], TileType(dtype, shape),
+                                      shape=shape)
+        assert isinstance(value, Value)
+        if isinstance(value.type, ScalarType):
+            return self.builder.value("tile.splat", [value], TileType(dtype, shape),
+                                      shape=shape)
+        value = self._cast(value, dtype)
+        if value.type.shape != shape:
+            value = self.builder.value("tile.broadcast", [value], TileType(dtype, shape))
+        return value
+
+    def _cast(self, value: Value, dtype: DType) -> Value:
+        if value.type.dtype == dtype:
+            return value
+        return self.builder.value("tile.cast", [value], value.type.with_(dtype=dtype),
+                                  dtype=dtype)
+
+    # ---- matrix products
+    def _matmul_operands(self, node: ast.BinOp) -> tuple[Value, Value]:
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        for side, value in (("left", left), ("right", right)):
+            if not is_tile(value):
+                hint = _LOAD_A_TILE_HINT if is_tensor(value) else ""
+                raise self.error(TileTypeError, f"'@' multiplies tiles; its {side} operand is "
+                                 f"{describe(value)}", node.loc, hint)
+            if value.type.rank != 2:
+                raise self.error(TileShapeError, f"'@' multiplies 2-D tiles; its {side} "
+                                 f"operand is {describe(value)}", node.loc,
+                                 "make a 1-D tile 2-D with t[None, :] or t[:, None]")
+        a, b = left.type, right.type
+        if a.dtype != b.dtype:
+            raise self.error(TileTypeError, f"dot operands differ in dtype: {a.dtype} @ "
+                             f"{b.dtype}", node.loc,
+                             "convert one side with .to(...); both must be f16, both bf16 "
+                             "or both f32")
+        if a.dtype not in (F16, BF16, F32):
+            raise self.error(TileTypeError, f"'@' multiplies f16, bf16 or f32 tiles, not "
+                             f"{a.dtype}", node.loc)
+        if a.shape[1] != b.shape[0]:
+            raise self.error(TileShapeError, f"inner dimensions differ: {shape_text(a.shape)} "
+                             f"@ {shape_text(b.shape)}", node.loc)
+        return left, right
+
+    def _dot(self, a: Value, b: Value, accumulator: Optional[Value], node: ast.Node) -> Value:
+        shape = (a.type.shape[0], b.type.shape[1])
+        result = TileType(F32, shape)
+        with self.builder.located(node.loc):
+            if accumulator is None:
+                accumulator = self.builder.value("tile.full", [], result, shape=shape,
+                                                 value=0.0)
+            return self.builder.value("tile.dot", [a, b, accumulator], result)
+
+    def _add_to_product(self, node: ast.BinOp) -> Operand:
+        """``acc + x @ y`` (or ``x @ y + acc``) accumulates into ``acc`` when it is an f32
+        tile of the product's shape: one ``tile.dot``, as the hardware does it."""
+        product_on_right = _is_matmul(node.right)
+        product_node = node.right if product_on_right else node.left
+        assert isinstance(product_node, ast.BinOp)
+        # Python evaluates the left operand first; the IR keeps that order.
+        if product_on_right:
+            other = self.expr(node.left)
+            a, b = self._matmul_operands(product_node)
+        else:
+            a, b = self._matmul_operands(product_node)
+            other = self.expr(node.right)
+        shape = (a.type.shape[0], b.type.shape[1])
+        if is_tile(other) and other.type.dtype == F32 and other.type.shape == shape:
+            return self._dot(a, b, other, product_node)
+        product = self._dot(a, b, None, product_node)
+        if product_on_right:
+            return self._binary("+", other, product, node)
+        return self._binary("+", product, other, node)
+
+
+def _is_matmul(node: ast.Expr) -> bool:
+    return isinstance(node, ast.BinOp) and node.op == "@"
+
+
+def _broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> Optional[tuple[int, ...]]:
+    """numpy's rule: align at the right; each pair of dims is equal or has a 1."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + a
+    b = (1,) * (rank - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        return None
+    return tuple(max(x, y) for x, y in zip(a, b))
