@@ -1,0 +1,167 @@
+"""The array library behind the inputs and cuBLAS: torch, else cupy. The benchmark reaches
+either through :class:`Arrays`, so the CPU tests can hand it a numpy stand-in."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Protocol
+
+FALLBACK_L2_BYTES = 64 * 2**20  # when the array library cannot say
+
+
+class Arrays(Protocol):
+    """What the benchmark needs from torch or cupy (tests give it a numpy fake)."""
+
+    name: str
+    version: str
+    l2_bytes: int
+    tf32: bool  # whether cuBLAS may round f32 products' inputs to TF32
+
+    def unsupported(self, dtype: str) -> Optional[str]: ...
+    def random(self, shape: tuple[int, ...], dtype: str) -> Any: ...
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
+    def poison(self, array: Any) -> None: ...
+    def reference(self, a: Any, b: Any) -> Any: ...
+    def rel_error(self, out: Any, ref: Any) -> float: ...
+    def all_finite(self, array: Any) -> bool: ...
+    def matmul(self, a: Any, b: Any, out: Any) -> None: ...
+    def copy(self, dst: Any, src: Any) -> None: ...
+    def synchronize(self) -> None: ...
+    def event(self) -> Any: ...
+    def elapsed_ms(self, start: Any, end: Any) -> float: ...
+    def release(self) -> None: ...
+
+
+class TorchArrays:
+    """Arrays and cuBLAS through PyTorch, on tilec's device."""
+
+    name = "torch"
+
+    def __init__(self, ordinal: int) -> None:
+        import torch
+        self.torch = torch
+        self.device = torch.device("cuda", ordinal)
+        torch.cuda.set_device(self.device)
+        # cuBLAS f32 products in full f32, so the f32 rows show the target, not TF32's speed.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        self.tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+        self.version = torch.__version__
+        self.l2_bytes = int(getattr(torch.cuda.get_device_properties(self.device),
+                                    "L2_cache_size", 0) or FALLBACK_L2_BYTES)
+        self.dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+    def unsupported(self, dtype: str) -> Optional[str]:
+        return None
+
+    def random(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.torch.randn(shape, dtype=self.dtypes[dtype], device=self.device)
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.torch.empty(shape, dtype=self.dtypes[dtype], device=self.device)
+
+    def poison(self, array: Any) -> None:
+        array.fill_(float("nan"))
+
+    def reference(self, a: Any, b: Any) -> Any:
+        return a.double() @ b.double()
+
+    def rel_error(self, out: Any, ref: Any) -> float:
+        norm = self.torch.linalg.vector_norm
+        diff = float(norm(out.double() - ref))  # NaN anywhere in out gives NaN
+        scale = float(norm(ref))
+        return diff / scale if scale > 0 else diff
+
+    def all_finite(self, array: Any) -> bool:
+        return bool(self.torch.isfinite(array).all())
+
+    def matmul(self, a: Any, b: Any, out: Any) -> None:
+        self.torch.matmul(a, b, out=out)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        dst.copy_(src)
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def event(self) -> Any:
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def release(self) -> None:
+        self.torch.cuda.empty_cache()
+
+
+class CupyArrays:
+    """Arrays and cuBLAS through CuPy, on tilec's device (no bfloat16 there)."""
+
+    name = "cupy"
+
+    def __init__(self, ordinal: int) -> None:
+        import cupy
+        self.cupy = cupy
+        cupy.cuda.Device(ordinal).use()
+        # CuPy's cuBLAS calls use TF32 only when CUPY_TF32=1 is set (the f32 checks catch it).
+        self.tf32 = os.environ.get("CUPY_TF32", "0") != "0"
+        self.version = cupy.__version__
+        properties = cupy.cuda.runtime.getDeviceProperties(ordinal)
+        self.l2_bytes = int(properties.get("l2CacheSize", 0) or FALLBACK_L2_BYTES)
+        self.dtypes = {"f16": cupy.float16, "f32": cupy.float32}
+
+    def unsupported(self, dtype: str) -> Optional[str]:
+        return None if dtype in self.dtypes else "cupy has no bfloat16 arrays"
+
+    def random(self, shape: tuple[int, ...], dtype: str) -> Any:
+        values = self.cupy.random.standard_normal(shape, dtype=self.cupy.float32)
+        return values.astype(self.dtypes[dtype])
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.cupy.empty(shape, dtype=self.dtypes[dtype])
+
+    def poison(self, array: Any) -> None:
+        array.fill(float("nan"))
+
+    def reference(self, a: Any, b: Any) -> Any:
+        return a.astype(self.cupy.float64) @ b.astype(self.cupy.float64)
+
+    def rel_error(self, out: Any, ref: Any) -> float:
+        norm = self.cupy.linalg.norm
+        diff = float(norm((out.astype(self.cupy.float64) - ref).ravel()))
+        scale = float(norm(ref.ravel()))
+        return diff / scale if scale > 0 else diff
+
+    def all_finite(self, array: Any) -> bool:
+        return bool(self.cupy.isfinite(array).all())
+
+    def matmul(self, a: Any, b: Any, out: Any) -> None:
+        self.cupy.matmul(a, b, out=out)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        dst.data.copy_from_device_async(src.data, src.nbytes)
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.Device().synchronize()
+
+    def event(self) -> Any:
+        return self.cupy.cuda.Event()
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        end.synchronize()
+        return float(self.cupy.cuda.get_elapsed_time(start, end))
+
+    def release(self) -> None:
+        self.cupy.get_default_memory_pool().free_all_blocks()
+
+
+def open_arrays(ordinal: int) -> Arrays:
+    """torch if it imports, else cupy; raises ImportError saying how to get one."""
+    try:
+        return TorchArrays(ordinal)
+    except ImportError:
+        pass
+    try:
+        return CupyArrays(ordinal)
+    except ImportError:
+        raise ImportError("tilec bench needs torch or cupy for the inputs and cuBLAS: "
+                          "python -m pip install torch") from None

@@ -1,0 +1,91 @@
+"""The benchmark's cases: the dtypes and their tolerances, the default sweep, sizes as the
+command line writes them, and how many input sets a case rotates among."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+DTYPES = ("f16", "bf16", "f32")
+TILEC_DTYPES = ("f16", "bf16")  # tilec has no f32 path yet: its column reads n/a
+ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
+# The relative Frobenius error each dtype may reach against float64: f16 rounds at 2^-11,
+# bf16 at 2^-8; f32 through cuBLAS with TF32 off stays near 1e-6 (TF32 would give ~3e-4).
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-4}
+# (M, N, K): square, ragged (no tile divides them), skinny (memory-bound).
+DEFAULT_SIZES = ((1024,) * 3, (2048,) * 3, (4096,) * 3, (8192,) * 3,
+                 (4095, 4097, 4093), (1000, 1003, 77),
+                 (16, 8192, 8192), (8192, 8192, 256))
+SKINNY_RATIO = 16  # a shape is skinny when its longest side is 16x its shortest or more
+
+# Rotation: enough input sets to cover 3x the L2 cache, at least two, at most MAX_SETS.
+L2_FACTOR = 3
+MIN_SETS, MAX_SETS = 2, 512
+
+Size = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One product C[M, N] = A[M, K] @ B[K, N] in one dtype."""
+
+    M: int  # noqa: N815  (the problem's own names)
+    N: int  # noqa: N815
+    K: int  # noqa: N815
+    dtype: str
+
+    @property
+    def shape(self) -> str:
+        return size_text((self.M, self.N, self.K))
+
+    @property
+    def kind(self) -> str:
+        sides = (self.M, self.N, self.K)
+        if min(sides) * SKINNY_RATIO <= max(sides):
+            return "skinny"
+        if self.M == self.N == self.K:
+            return "square"
+        return "ragged" if any(side % 16 for side in sides) else "rectangular"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.M * self.N * self.K
+
+    def nbytes(self, out_dtype: str) -> int:
+        """The fewest bytes a product moves: A and B read once, C written once."""
+        return ((self.M * self.K + self.K * self.N) * ITEMSIZE[self.dtype]
+                + self.M * self.N * ITEMSIZE[out_dtype])
+
+
+def size_text(size: Size) -> str:
+    """``4096`` for a cube, else ``16x8192x8192`` (M x N x K): as ``--sizes`` takes it."""
+    M, N, K = size  # noqa: N806  (the problem's own names)
+    return str(M) if M == N == K else f"{M}x{N}x{K}"
+
+
+def parse_sizes(text: str) -> list[Size]:
+    """``4096``, ``16x8192x8192`` (M x N x K) or a comma-separated list of them."""
+    sizes: list[Size] = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        try:
+            values = [int(part) for part in parts]
+        except ValueError:
+            values = []
+        if len(values) not in (1, 3) or min(values, default=0) < 1:
+            raise argparse.ArgumentTypeError(f"expected a size N or MxNxK, got {item!r}")
+        sizes.append((values[0],) * 3 if len(values) == 1 else (values[0], values[1], values[2]))
+    return sizes
+
+
+def sweep(sizes: Optional[Sequence[Sequence[Size]]], dtypes: Optional[Sequence[str]]) \
+        -> list[Case]:
+    """The cases in order: each size in each dtype (defaults: the whole default sweep)."""
+    flat = [size for group in sizes for size in group] if sizes else list(DEFAULT_SIZES)
+    return [Case(*size, dtype) for size in flat for dtype in (dtypes or DTYPES)]
+
+
+def rotation_sets(case: Case, l2_bytes: int) -> int:
+    """Input sets to rotate among so that one pass over them covers 3x the L2 cache."""
+    per_set = case.nbytes("f32")  # the largest output any contender writes
+    return max(MIN_SETS, min(MAX_SETS, -(-L2_FACTOR * l2_bytes // per_set)))

@@ -1,0 +1,94 @@
+"""The sweep: each contender checked on every input set of a case (outputs poisoned with
+NaN, compared against float64), and timed rotating among the sets only when it passed."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional, Sequence, TextIO
+
+from tilec.benchmarking.array_libraries import Arrays
+from tilec.benchmarking.cases import TOLERANCE, Case, rotation_sets
+from tilec.benchmarking.contenders import Contender
+from tilec.benchmarking.results import CaseResult, Measurement, References, first_line
+from tilec.benchmarking.timing import Timer, rotating
+
+
+def _worst(errors: Sequence[float]) -> float:
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)
+
+
+def measure(contender: Contender, case: Case, arrays: Arrays,
+            inputs: Sequence[tuple[Any, Any]], references: dict[int, Any],
+            timer: Timer) -> Measurement:
+    """Check one contender on every input set, then time it rotating among them."""
+    reason = contender.unsupported(case)
+    if reason is not None:
+        return Measurement("n/a", note=reason)
+    tolerance, config = TOLERANCE[case.dtype], ""
+    try:
+        outputs = [arrays.empty((case.M, case.N), contender.out_dtype(case)) for _ in inputs]
+        run, config = contender.prepare(case, inputs, outputs)
+        for out in outputs:
+            arrays.poison(out)
+        for i in range(len(inputs)):
+            run(i)
+        arrays.synchronize()
+        error = _worst([arrays.rel_error(outputs[i], ref) for i, ref in references.items()])
+        unwritten = [i for i in range(len(outputs))
+                     if i not in references and not arrays.all_finite(outputs[i])]
+        if not error <= tolerance or unwritten:  # NaN fails
+            note = f"NaN or inf in the outputs of input sets {unwritten}" if unwritten else ""
+            return Measurement("FAIL", error=error, tolerance=tolerance, config=config,
+                               note=note)
+        ms = timer(rotating(run, len(inputs)))
+    except Exception as err:  # noqa: BLE001 - one contender's failure must not end the sweep
+        return Measurement("error", config=config, note=first_line(err))
+    return Measurement("ok", ms=ms, error=error, tolerance=tolerance, config=config)
+
+
+def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer: Timer,
+             references: Optional[References]) -> CaseResult:
+    start = time.perf_counter()
+    reason = arrays.unsupported(case.dtype)
+    if reason is not None:
+        return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
+    sets = rotation_sets(case, arrays.l2_bytes)
+    inputs = [(arrays.random((case.M, case.K), case.dtype),
+               arrays.random((case.K, case.N), case.dtype)) for _ in range(sets)]
+    # Checked in full against float64: the first and the last set (the others for NaN).
+    checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
+    measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
+    result = CaseResult(case, sets, measured)
+    if references is not None and references.copy_gbps:
+        result.memory_bound_ms = case.nbytes("f32") / (references.copy_gbps * 1e6)
+        ceiling = references.mma_tflops.get(case.dtype)
+        if ceiling:
+            result.compute_bound_ms = case.flops / (ceiling * 1e9)
+    del inputs, checked
+    arrays.release()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def progress_line(index: int, total: int, result: CaseResult) -> str:
+    parts = []
+    for name, measured in result.measurements.items():
+        tflops = result.tflops(name)
+        parts.append(f"{name} {tflops:.1f}" if tflops is not None else f"{name} {measured.status}")
+    return (f"[{index}/{total}] {result.case.shape} {result.case.dtype}: {', '.join(parts)} "
+            f"TFLOP/s ({result.seconds:.1f} s)")
+
+
+def run_sweep(cases: Sequence[Case], arrays: Arrays, contenders: Sequence[Contender],
+              timer: Timer, references: Optional[References],
+              progress: Optional[TextIO] = None) -> list[CaseResult]:
+    rows = []
+    for index, case in enumerate(cases, 1):
+        try:
+            rows.append(run_case(case, arrays, contenders, timer, references))
+        except Exception as err:  # noqa: BLE001 - e.g. out of memory for the inputs: go on
+            failed = Measurement("error", note=f"the case failed: {first_line(err)}")
+            rows.append(CaseResult(case, 0, {c.name: failed for c in contenders}))
+        if progress is not None:
+            print(progress_line(index, len(cases), rows[-1]), file=progress, flush=True)
+    return rows

@@ -1,0 +1,141 @@
+"""The contenders: tilec (``samples/matmul.py``, its A and B retyped for each dtype),
+cuBLAS through the array library, and the Triton kernel. Each says which cases it takes
+and what C it writes, and prepares a run per input set."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from tilec.benchmarking.array_libraries import Arrays
+from tilec.benchmarking.cases import TILEC_DTYPES, Case
+from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
+
+Run = Callable[[int], None]  # runs the product on input set i
+
+
+class Contender:
+    """A matmul implementation: which cases it takes, what C it writes, how it runs."""
+
+    name = ""
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        return None
+
+    def out_dtype(self, case: Case) -> str:
+        return "f32"
+
+    def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
+                outputs: Sequence[Any]) -> tuple[Run, str]:
+        """A function running set i (inputs[i] into outputs[i]), and the config it uses."""
+        raise NotImplementedError
+
+
+def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
+    """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
+    line (the autotuner takes those beside the space). Short M gets short block tiles."""
+    from tilec.autotune import search_space
+    if case.M <= 64:
+        fitting = max(16, 1 << (case.M - 1).bit_length())
+        space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
+                             BN=(64, 128, 256), BK=(32, 64), stages=(3, 4))
+    else:
+        space = search_space(BM=(64, 128), BN=(128, 256), BK=(32, 64), stages=(3, 4))
+    trimmed: list[dict[str, Any]] = []
+    for config in space:
+        config = {knob: value for knob, value in config.items() if knob not in fixed}
+        if config not in trimmed:
+            trimmed.append(config)
+    return trimmed
+
+
+def describe_compiled(compiled: Any) -> str:
+    """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose."""
+    plan = compiled.kernel.meta.get("tiling")
+    stages = compiled.kernel.meta.get("stages", compiled.options.stages)
+    text = f"stages {stages}"
+    if plan is not None:
+        text = (f"{'x'.join(map(str, plan.block))} warps {plan.warps[0]}x{plan.warps[1]} "
+                + text)
+    if compiled.options.swizzle == "off":
+        text += " swizzle off"
+    return text
+
+
+def sample_kernel(dtype: str) -> Any:
+    """samples/matmul.py's tile function with A and B read as ``dtype`` (C stays f32)."""
+    from tilec.kernel import load_file
+    text = SAMPLE.read_text(encoding="utf-8")
+    retyped = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
+    if f"A: {dtype}[" not in retyped or f"B: {dtype}[" not in retyped:
+        raise RuntimeError(f"{SAMPLE} no longer declares A: f16[...] and B: f16[...]")
+    return load_file(SAMPLE, text=retyped)["matmul"]
+
+
+class TilecContender(Contender):
+    name = "tilec"
+
+    def __init__(self, consts: dict[str, Any], options: dict[str, Any], autotune: bool = False,
+                 progress: bool = True) -> None:
+        self.consts, self.options = dict(consts), dict(options)
+        self.autotune, self.progress = autotune, progress
+        self._kernels: dict[str, Any] = {}
+
+    def kernel(self, dtype: str) -> Any:
+        if dtype not in self._kernels:
+            self._kernels[dtype] = sample_kernel(dtype)
+        return self._kernels[dtype]
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        return None if case.dtype in TILEC_DTYPES else f"tilec has no {case.dtype} path yet"
+
+    def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
+                outputs: Sequence[Any]) -> tuple[Run, str]:
+        kernel = self.kernel(case.dtype)
+        kwargs = {**self.consts, **self.options}
+        if self.autotune:
+            from tilec.autotune import autotune
+            best = autotune(kernel, (*inputs[0], outputs[0]), autotune_space(case, kwargs),
+                            kwargs=kwargs, progress=self.progress)
+            kwargs.update(best)
+        launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
+        return (lambda i: launches[i]()), describe_compiled(launches[0].compiled)
+
+
+class CublasContender(Contender):
+    name = "cuBLAS"
+
+    def __init__(self, arrays: Arrays) -> None:
+        self.arrays = arrays
+
+    def out_dtype(self, case: Case) -> str:
+        return case.dtype
+
+    def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
+                outputs: Sequence[Any]) -> tuple[Run, str]:
+        def run(i: int) -> None:
+            self.arrays.matmul(*inputs[i], outputs[i])
+        tf32 = ", TF32 off" if case.dtype == "f32" else ""
+        return run, f"{self.arrays.name}.matmul, C {case.dtype}{tf32}"
+
+
+class TritonContender(Contender):
+    name = "Triton"
+
+    def __init__(self, arrays: Arrays) -> None:
+        self.arrays = arrays
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
+
+    def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
+                outputs: Sequence[Any]) -> tuple[Run, str]:
+        config = TRITON_CONFIG[case.dtype]
+        ieee = case.dtype == "f32"
+
+        def run(i: int) -> None:
+            triton_matmul(*inputs[i], outputs[i], config, ieee=ieee)
+        bm, bn, bk, stages, warps = config
+        precision = ", ieee f32 dot" if ieee else ""
+        return run, f"{bm}x{bn}x{bk} warps {warps} stages {stages}{precision}"
