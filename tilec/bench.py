@@ -180,23 +180,14 @@ def main(argv: Optional[Sequence[str]] = None, *, prog: str = "tilec bench",
          default_dtypes: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv`` and run (benchmarks/bench_matmul.py keeps its 4096 f16 default through
     ``default_sizes`` and ``default_dtypes``)."""
-    from tilec.cli import CommandError, _runtime_errors
-    from tilec.errors import TileError
+    from tilec.cli import run_handler
     parser = add_arguments(argparse.ArgumentParser(prog=prog, description=DESCRIPTION),
                            default_sizes, default_dtypes)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the message or the help
         return int(exit_.code or 0)
-    try:
-        return args.handler(args)
-    except TileError as err:
-        print(err.render(), file=sys.stderr)
-    except CommandError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-    except _runtime_errors() as err:
-        print(f"{prog}: {type(err).__name__}: {err}", file=sys.stderr)
-    return 1
+    return run_handler(args, prog)
 
 
 def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -318,16 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec bisect`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s)."""
-    from tilec.cli import DEFAULT_SHAPE, _assignments, _positive, _size, _warps
-    parser.add_argument("file", metavar="FILE", type=Path, help="a .py or .tile file")
-    parser.add_argument("--kernel", metavar="NAME",
-                        help="the tile function to bisect (default: every one in FILE)")
-    parser.add_argument("--const", metavar="NAME=VALUE", action="append", default=[],
-                        type=_assignments("constant"),
-                        help="override a compile-time constant, e.g. --const BM=64")
-    parser.add_argument("--stages", type=_positive, metavar="N",
-                        help="shared-memory pipeline stages")
-    parser.add_argument("--warps", type=_warps, metavar="MxN", help="warp grid, e.g. 2x2")
+    from tilec.cli import DEFAULT_SHAPE, _assignments, _size, add_kernel_arguments
+    add_kernel_arguments(parser, "bisect")
     parser.add_argument("--swizzle", choices=("auto", "off"), help="shared-memory swizzle")
     parser.add_argument("--shape", metavar="M=..,N=..,K=..", action="append", default=[],
                         type=_assignments("shape", _size, "a size"),

@@ -185,16 +185,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_handler(build_parser().parse_args(argv), "tilec")
+
+
+def run_handler(args: argparse.Namespace, prog: str) -> int:
+    """Run a parsed command; program errors print as the user should see them, exit 1."""
     try:
         return args.handler(args)
     except TileError as err:
         print(err.render(), file=sys.stderr)
     except CommandError as err:
-        print(f"tilec: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
     except _runtime_errors() as err:
-        print(f"tilec: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"{prog}: {type(err).__name__}: {err}", file=sys.stderr)
     return 1
+
+
+def add_kernel_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """FILE, --kernel, --const, --stages and --warps, as the viz and bisect commands take
+    them (``verb`` completes --kernel's help: "the tile function to <verb>")."""
+    parser.add_argument("file", metavar="FILE", type=Path, help="a .py or .tile file")
+    parser.add_argument("--kernel", metavar="NAME",
+                        help=f"the tile function to {verb} (default: every one in FILE)")
+    parser.add_argument("--const", metavar="NAME=VALUE", action="append", default=[],
+                        type=_assignments("constant"),
+                        help="override a compile-time constant, e.g. --const BM=64")
+    parser.add_argument("--stages", type=_positive, metavar="N",
+                        help="shared-memory pipeline stages")
+    parser.add_argument("--warps", type=_warps, metavar="MxN", help="warp grid, e.g. 2x2")
 
 
 def _runtime_errors() -> tuple[type[Exception], ...]:

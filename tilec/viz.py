@@ -373,17 +373,8 @@ def fragment_png(path: str | Path) -> Path:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec viz`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s)."""
     # Imported here: the CLI may import this module while it is itself being loaded.
-    from tilec.cli import _assignments, _positive, _warps
-
-    parser.add_argument("file", metavar="FILE", type=Path, help="a .py or .tile file")
-    parser.add_argument("--kernel", metavar="NAME",
-                        help="the tile function to draw (default: every one in FILE)")
-    parser.add_argument("--const", metavar="NAME=VALUE", action="append", default=[],
-                        type=_assignments("constant"),
-                        help="override a compile-time constant, e.g. --const BM=64")
-    parser.add_argument("--stages", type=_positive, metavar="N",
-                        help="shared-memory pipeline stages")
-    parser.add_argument("--warps", type=_warps, metavar="MxN", help="warp grid, e.g. 2x2")
+    from tilec.cli import add_kernel_arguments
+    add_kernel_arguments(parser, "draw")
     parser.add_argument("--out", metavar="DIR", type=Path, default=Path("."),
                         help="folder for the pictures (default: the current one)")
     parser.set_defaults(handler=run)
