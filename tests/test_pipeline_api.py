@@ -152,3 +152,33 @@ def test_zero_sizes_in_the_interpreter(matmul):
     c = np.full((7, 5), np.nan, np.float32)
     matmul(a, b, c, device="cpu")
     assert (c == 0).all()  # an empty sum: every element written, as zero
+
+
+def test_ptx_comes_back_from_the_disk_cache(matmul, tmp_path, monkeypatch):
+    from tilec.compiler import _CACHE, _DISK_CACHES, disk_cache
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    _CACHE.clear()
+    first = matmul.compile(BM=64, stages=2)
+    cache = disk_cache()
+    assert cache.directory == tmp_path and any(tmp_path.glob("*.ptx"))
+    _CACHE.clear()  # as a new process would start
+    hits = cache.hits
+    second = matmul.compile(BM=64, stages=2)
+    assert cache.hits == hits + 1 and second.ptx == first.ptx
+    assert second.rendered == first.rendered
+    # A corrupt entry is not trusted: it is dropped and the kernel compiled again.
+    (ptx_file,) = tmp_path.glob("*.ptx")
+    ptx_file.write_text("garbage")
+    _CACHE.clear()
+    third = matmul.compile(BM=64, stages=2)
+    assert third.ptx == first.ptx and cache.discarded >= 1
+    _DISK_CACHES.clear()
+
+
+def test_disk_cache_can_be_turned_off(matmul, tmp_path, monkeypatch):
+    from tilec.compiler import _CACHE, disk_cache
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TILEC_DISK_CACHE", "0")
+    _CACHE.clear()
+    matmul.compile(BM=64, stages=3)
+    assert disk_cache() is None and not any(tmp_path.iterdir())

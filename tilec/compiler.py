@@ -6,6 +6,7 @@ nothing.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -50,7 +51,12 @@ def cache_key(source_key: str, consts: dict[str, Any], options: Options) -> tupl
 
 def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str] = None,
                    passes: Optional[Sequence[Pass]] = None, keep_ir: bool = False) -> Compiled:
-    """Run the pipeline and the PTX backend on a lowered kernel."""
+    """Run the pipeline and the PTX backend on a lowered kernel.
+
+    With a ``source_key`` and the default passes, the PTX is also kept in the on-disk cache
+    (:mod:`tilec.cache`; ``TILEC_CACHE_DIR``, ``TILEC_DISK_CACHE=0`` turns it off): a later
+    process takes it from there instead of running the backend. The passes still run, since
+    launching reads their IR (the grid, the parameter list)."""
     key = None
     dump_dir = os.environ.get("TILEC_DUMP_DIR")
     if source_key is not None and passes is None:
@@ -63,16 +69,56 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
         verify(kernel, after="frontend")
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
     start = time.perf_counter()
-    rendered = render(result.kernel, options)
+    disk = disk_cache() if key is not None else None
+    disk_key = disk.key_for(source_key, kernel.consts, options) if disk is not None else None
+    entry = disk.get(disk_key) if disk is not None else None
+    rendered = entry.rendered() if entry is not None else render(result.kernel, options)
     times = dict(result.times, backend=time.perf_counter() - start)
     asm = dict(result.stages)
     asm["ptx"] = rendered.ptx
     compiled = Compiled(kernel.name, options, result.kernel, rendered, asm, times)
+    if disk is not None and entry is None:
+        from tilec.cache import metadata_for
+        disk.put(disk_key, rendered.ptx, metadata_for(compiled))
     if dump_dir:
         dump_stages(compiled, dump_dir)
     if key is not None:
         _CACHE[key] = compiled
     return compiled
+
+
+_DISK_CACHES: dict[str, Any] = {}
+
+
+def disk_cache():
+    """The on-disk cache for the current ``TILEC_CACHE_DIR`` (None when
+    ``TILEC_DISK_CACHE=0``). Its version is the compiler version plus a hash of the
+    compiler's own source, so a changed pass or backend never reads an older PTX."""
+    if os.environ.get("TILEC_DISK_CACHE", "1") == "0":
+        return None
+    from tilec.cache import DiskCache, default_cache_dir
+    directory = str(default_cache_dir())
+    cache = _DISK_CACHES.get(directory)
+    if cache is None:
+        cache = DiskCache(directory, version=f"{COMPILER_VERSION}+{compiler_fingerprint()}")
+        _DISK_CACHES[directory] = cache
+    return cache
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of every source file of the compiler (frontend, IR, passes, backend, grammar)."""
+    import tilec
+    import tilec.backend
+    import tilec.grammar
+    import tilec.passes
+    digest = hashlib.sha256()
+    for package in (tilec, tilec.passes, tilec.backend, tilec.grammar):
+        folder = Path(list(package.__path__)[0])  # the package's own folder, first on its path
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in (".py", ".lark") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def dump_stages(compiled: Compiled, directory: str) -> Path:
