@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilec.errors import TileConfigError, located
-from tilec.ir.core import Builder, Kernel, Op, Value, clone_kernel, defining_op
-from tilec.ir.types import F32, MMA_INPUT_DTYPES, TensorType, TileType
+from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
+from tilec.ir.types import F32, MMA_INPUT_DTYPES, TileType
 from tilec.layout import MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
@@ -178,56 +178,43 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                       kernel.source_lines)
 
     # Buffers go right before the loop; the copies replace the loads in place.
-    top = kernel.body.ops
-    pre = Builder(kernel.body)
-    pre.block = type(kernel.body)()
-    with pre.located(loop.loc):
-        zero = constant(pre, 0)
-        buffers = []
-        for op_plan, load in zip(operands, loads):
-            ltype: TileType = load.result.type
-            btype = TileType(ltype.dtype, (1, *ltype.shape), "smem", op_plan.layout)
-            buffers.append(pre.value("smem.alloc", [], btype, f"s{op_plan.role}", stages=1,
-                                     role=op_plan.role))
-    index = top.index(loop)
-    kernel.body.ops = top[:index] + pre.block.ops + top[index:]
+    pre = Builder(Block(), loop.loc)
+    zero = constant(pre, 0)
+    buffers = []
+    for op_plan, load in zip(operands, loads):
+        ltype: TileType = load.result.type
+        btype = TileType(ltype.dtype, (1, *ltype.shape), "smem", op_plan.layout)
+        buffers.append(pre.value("smem.alloc", [], btype, f"s{op_plan.role}", stages=1,
+                                 role=op_plan.role))
+    index = kernel.body.ops.index(loop)
+    kernel.body.ops[index:index] = pre.block.ops
 
-    new_ops: list[Op] = []
-    builder = Builder(body)
+    b = Builder(Block())
     views: dict[Value, Value] = {}
     for op in body.ops:
-        if op in loads:
-            role_index = loads.index(op)
-            buffer = buffers[role_index]
-            builder.block = type(body)()
-            with builder.located(op.loc):
+        with b.located(op.loc):
+            if op in loads:
+                role_index = loads.index(op)
+                buffer = buffers[role_index]
                 view_type = TileType(buffer.type.dtype, buffer.type.shape[1:], "smem",
                                      buffer.type.layout)
-                view = builder.value("smem.stage", [buffer, zero], view_type,
-                                     f"v{operands[role_index].role}")
-                tensor_type = op.operands[0].type
+                view = b.value("smem.stage", [buffer, zero], view_type,
+                               f"v{operands[role_index].role}")
                 masked = [not tile_in_bounds(kernel, offset, extent, dim, options.spec)
                           for offset, extent, dim in zip(op.operands[1:], op.attrs["shape"],
-                                                         tensor_type.shape)]
-                builder.op("copy.global_to_shared", [*op.operands, view],
-                           attrs={"shape": list(op.attrs["shape"]),
-                                  "vec": operands[role_index].vec, "mode": "sync",
-                                  "threads": plan.threads, "masked": masked})
-            new_ops.extend(builder.block.ops)
-            views[op.result] = view
-        elif op is dot:
-            builder.block = type(body)()
-            with builder.located(op.loc):
-                builder.op("gpu.barrier")
-            op.operands = [views[a_val], views[b_val], acc]
-            new_ops.extend(builder.block.ops + [op])
-            builder.block = type(body)()
-            with builder.located(op.loc):
-                builder.op("gpu.barrier")
-            new_ops.extend(builder.block.ops)
-        else:
-            new_ops.append(op)
-    body.ops = new_ops
+                                                         op.operands[0].type.shape)]
+                b.op("copy.global_to_shared", [*op.operands, view],
+                     attrs={"shape": list(op.attrs["shape"]), "vec": operands[role_index].vec,
+                            "mode": "sync", "threads": plan.threads, "masked": masked})
+                views[op.result] = view
+            elif op is dot:
+                b.op("gpu.barrier")
+                op.operands = [views[a_val], views[b_val], acc]
+                b.block.ops.append(op)
+                b.op("gpu.barrier")
+            else:
+                b.block.ops.append(op)
+    body.ops = b.block.ops
 
     for op in kernel.body.ops:
         if op.name == "tile.grid" and len(op.operands) == 2:

@@ -193,9 +193,8 @@ def launch_options(shapes: dict[str, int], **option_args: Any) -> Options:
     """Options as ``TileFunction.compile`` makes them for these sizes: the symbols' largest
     power-of-two divisors go into the spec, so edge masks are dropped where a launch of
     these sizes would drop them."""
-    from tilec.launch import _largest_power_of_two_divisor
-    divisible = tuple(sorted((s, _largest_power_of_two_divisor(v)) for s, v in shapes.items()))
-    return Options(**option_args, spec=Spec(divisible=divisible))
+    from tilec.launch import divisibility
+    return Options(**option_args, spec=Spec(divisible=divisibility(shapes)))
 
 
 # ----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
-from tilec.launch import bind_arguments, grid_size, kernel_arguments, launch_grid, spec_for
+from tilec.launch import bind_arguments, divisibility, grid_size, kernel_arguments, launch_grid, spec_for
 from tilec.options import Options, Spec, target_arch
 from tilec.pipeline import Pass
 
@@ -69,9 +69,7 @@ class TileFunction:
         compiler drop edge masks where the sizes divide the tiles)."""
         option_args, consts, shapes = self._split(kwargs)
         if spec is None and shapes:
-            from tilec.launch import _largest_power_of_two_divisor
-            spec = Spec(divisible=tuple(sorted((s, _largest_power_of_two_divisor(v))
-                                               for s, v in shapes.items())))
+            spec = Spec(divisible=divisibility(shapes))
         options = Options(**option_args, spec=spec or Spec())
         kernel = self.lower(**consts)
         return compile_kernel(kernel, options, source_key=self._key, passes=passes,

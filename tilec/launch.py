@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tilec.backend.abi import kernel_abi
-from tilec.ir.core import Kernel, Op
+from tilec.ir.core import Kernel
 from tilec.ir.types import TensorType
 from tilec.options import Spec, TensorSpec
 
@@ -129,11 +129,14 @@ def tensor_spec(arg) -> TensorSpec:
     return TensorSpec(contiguous, vec)
 
 
+def divisibility(symbols: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """The spec's record of what each shape symbol's value divides."""
+    return tuple(sorted((s, _largest_power_of_two_divisor(v)) for s, v in symbols.items()))
+
+
 def spec_for(bound: Bound) -> Spec:
     tensors = tuple(sorted((name, tensor_spec(arg)) for name, arg in bound.tensors.items()))
-    divisible = tuple(sorted((s, _largest_power_of_two_divisor(v))
-                             for s, v in bound.symbols.items()))
-    return Spec(tensors, divisible)
+    return Spec(tensors, divisibility(bound.symbols))
 
 
 _ARITH = {
