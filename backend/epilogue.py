@@ -1,11 +1,11 @@
 """Emitters for the epilogue: each thread loads and stores exactly the accumulator elements
-it holds in the mma layout (edge masks only where the launch spec needs them; neighbouring
+it holds in the accumulator layout (edge masks only where the launch spec needs them; neighbouring
 columns as one 2-element access).
 """
 from __future__ import annotations
 
 from tilec.ir.core import Op
-from tilec.layout import MMA_M, MMA_N, MmaLayout
+from tilec.layout import DistributedLayout
 
 from .context import Context, TensorRegs
 
@@ -14,33 +14,28 @@ MEMORY_TYPES = {2: "b16", 4: "f32"}
 
 
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ----------
-def c_thread_coords(ctx: Context, layout: MmaLayout) -> tuple[str, str]:
-    """This thread's (row, col) base in the accumulator layout."""
+def c_thread_coords(ctx: Context, layout: DistributedLayout) -> tuple[str, str]:
+    """This thread's (row, col) base in a distributed layout: its warp's tile corner plus its
+    place in the lane grid."""
     def compute() -> tuple[str, str]:
         lane, warp = ctx.lane_warp()
+        lane_cols = layout.lane_grid[1]
         wm = ctx.int_op("div.u32", warp, layout.warps[1])
         wn = ctx.int_op("rem.u32", warp, layout.warps[1])
-        g = ctx.int_op("shr.u32", lane, 2)
-        t2 = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 3), 1)
-        row = ctx.mad(wm, layout.warp_tile[0], g)
-        col = ctx.mad(wn, layout.warp_tile[1], t2)
+        lane_row = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
+        lane_col = ctx.int_op("and.b32", lane, lane_cols - 1)
+        row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
+        col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
         return row, col
     return ctx.w.once(("c_coords", layout), compute)
 
 
-def c_register_offsets(layout: MmaLayout) -> list[tuple[int, int]]:
-    """(row, col) of each accumulator register relative to the thread's base, in register
-    order (the same order as MmaLayout.c_coord)."""
-    offsets = []
-    tiles_m = layout.warp_tile[0] // MMA_M
-    for reg in range(layout.regs_per_thread):
-        tile, r = divmod(reg, 4)
-        tn, tm = divmod(tile, tiles_m)
-        offsets.append((tm * MMA_M + 8 * (r // 2), tn * MMA_N + r % 2))
-    return offsets
+def _scaled(ctx: Context, reg: str, power_of_two: int) -> str:
+    shift = power_of_two.bit_length() - 1
+    return ctx.int_op("shl.b32", reg, shift) if shift else reg
 
 
-def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: MmaLayout,
+def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: DistributedLayout,
                        eb: int, masked: list[bool]):
     """For the registers being emitted: (index, address operand, in-bounds predicate or None,
     element key). One 64-bit base per thread; rows add a per-row register, columns of a
@@ -74,7 +69,7 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: M
     base, coords = state["base"], state["coords"]
     row_bases, predicates = state["row_bases"], state["predicates"]
     combined, seen = state["combined"], state["seen"]
-    relative = c_register_offsets(layout)
+    relative = layout.register_offsets()
     result = []
     for index in ctx.indices(len(relative)):
         rel = relative[index]
@@ -158,8 +153,8 @@ def _store(ctx: Context, op: Op) -> None:
     offsets = [ctx.get(v) for v in op.operands[1:-1]]
     value = op.operands[-1]
     vtype = value.type
-    if not isinstance(vtype.layout, MmaLayout):
-        raise NotImplementedError("the PTX backend stores tiles held in the mma accumulator "
+    if not isinstance(vtype.layout, DistributedLayout) or vtype.layout.operand != "C":
+        raise NotImplementedError("the PTX backend stores tiles held in an accumulator "
                                   f"layout; got {vtype} at {op.loc}")
     eb = vtype.dtype.bytes
     suffix = MEMORY_TYPES[eb]

@@ -9,14 +9,13 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 
-from tilec.backend.epilogue import c_register_offsets
 from tilec.bisect import make_inputs
 from tilec.executor import _ldmatrix_index, register_map, run_kernel
 from tilec.interpreter import InterpreterError
 from tilec.ir.core import Kernel, Op, clone_kernel
 from tilec.kernel import TileFunction, load_file, written_params
 from tilec.layout import (MMA_M, MMA_N, WARP_SIZE, MmaLayout, SmemLayout, Swizzle,
-                          mma_a_coord, mma_b_coord)
+                          mma_a_coord, mma_b_coord, mma_c_coord)
 from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import Pass, pipeline, run_pipeline
 
@@ -215,7 +214,14 @@ def test_waiting_for_every_group_is_slower_but_still_right(stages: int) -> None:
 def test_register_map_is_the_backends_register_order(warps, warp_tile) -> None:
     layout = MmaLayout("C", warps, warp_tile)
     rows, cols = register_map(layout)
-    offsets = np.array(c_register_offsets(layout))  # [regs, 2], from the thread's base
+    offsets = np.array(layout.register_offsets())  # [regs, 2], from the thread's base
+    # The PTX ISA's accumulator fragment (mma_c_coord), tile by tile, m fastest.
+    tiles_m = warp_tile[0] // MMA_M
+    for reg, (row, col) in enumerate(offsets):
+        tile, r = divmod(reg, 4)
+        tn, tm = divmod(tile, tiles_m)
+        m, n = mma_c_coord(0, r)
+        assert (row, col) == (tm * MMA_M + m, tn * MMA_N + n)
     for w in range(warps[0] * warps[1]):
         wm, wn = divmod(w, warps[1])
         for lane in range(WARP_SIZE):

@@ -9,6 +9,7 @@ are in elements unless a name says bytes.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -78,37 +79,127 @@ class SmemLayout:
         return ("T," if self.transposed else "") + str(self.swizzle)
 
 
-@dataclass(frozen=True)
-class MmaLayout:
-    """A tile distributed over warps as mma.m16n8k16 fragments.
+class DistributedLayout:
+    """A tile spread over the warps of a block, each warp owning a ``warp_tile`` of it.
 
-    ``operand`` is A, B or C; ``warps`` the warp grid (along M, along N) and ``warp_tile`` the
-    (rows, cols) of the C tile each warp owns. A fragments are shared by the warps of one
-    warp row, B fragments by those of one warp column.
+    Within a warp the lanes form a ``lane_grid`` (rows x cols of lanes, row-major in the lane
+    index); lane (r, c) starts at ``(r * lane_step[0], c * lane_step[1])`` of its warp tile
+    and holds the elements at :meth:`register_offsets` from there, in register order. The
+    epilogue and the executor only need these three facts, whatever instruction made the
+    tile.
     """
 
     operand: str
     warps: tuple[int, int]
     warp_tile: tuple[int, int]
+    lane_grid: tuple[int, int]
+    lane_step: tuple[int, int]
+    kind: str
+
+    def register_offsets(self) -> list[tuple[int, int]]:
+        raise NotImplementedError
 
     def c_coord(self, warp: int, lane: int, reg: int) -> tuple[int, int]:
-        """Tile coordinate of accumulator register ``reg`` of ``lane`` in ``warp``;
-        registers run over the warp's (m16, n8) tiles, m fastest... n8 tile major."""
+        """Tile coordinate of accumulator register ``reg`` of ``lane`` in ``warp``."""
         wm, wn = divmod(warp, self.warps[1])
-        tiles_m = self.warp_tile[0] // MMA_M
-        tile, r = divmod(reg, 4)
-        tn, tm = divmod(tile, tiles_m)
-        row, col = mma_c_coord(lane, r)
-        return (wm * self.warp_tile[0] + tm * MMA_M + row,
-                wn * self.warp_tile[1] + tn * MMA_N + col)
+        lr, lc = divmod(lane, self.lane_grid[1])
+        row, col = self._offsets()[reg]
+        return (wm * self.warp_tile[0] + lr * self.lane_step[0] + row,
+                wn * self.warp_tile[1] + lc * self.lane_step[1] + col)
+
+    def _offsets(self) -> list[tuple[int, int]]:
+        return _cached_offsets(self)
 
     @property
     def regs_per_thread(self) -> int:
         return self.warp_tile[0] * self.warp_tile[1] // WARP_SIZE
 
     def __str__(self) -> str:
-        return (f"mma_{self.operand.lower()}(warps={self.warps[0]}x{self.warps[1]},"
+        return (f"{self.kind}_{self.operand.lower()}(warps={self.warps[0]}x{self.warps[1]},"
                 f"warp_tile={self.warp_tile[0]}x{self.warp_tile[1]})")
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_offsets(layout: DistributedLayout) -> list[tuple[int, int]]:
+    return layout.register_offsets()
+
+
+@dataclass(frozen=True)
+class MmaLayout(DistributedLayout):
+    """A tile distributed over warps as mma.m16n8k16 fragments.
+
+    ``operand`` is A, B or C; ``warps`` the warp grid (along M, along N) and ``warp_tile`` the
+    (rows, cols) of the C tile each warp owns. A fragments are shared by the warps of one
+    warp row, B fragments by those of one warp column. C registers run over the warp's
+    (m16, n8) tiles, m fastest, four per tile (PTX ISA 9.7.14.5.8).
+    """
+
+    operand: str
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    lane_grid = (8, 4)  # g = lane / 4 picks the row, t = lane % 4 the column pair
+    lane_step = (1, 2)
+    kind = "mma"
+
+    def register_offsets(self) -> list[tuple[int, int]]:
+        offsets = []
+        tiles_m = self.warp_tile[0] // MMA_M
+        for reg in range(self.regs_per_thread):
+            tile, r = divmod(reg, 4)
+            tn, tm = divmod(tile, tiles_m)
+            offsets.append((tm * MMA_M + 8 * (r // 2), tn * MMA_N + r % 2))
+        return offsets
+
+
+# FFMA ("simt") tiles: a warp is 4 x 8 lanes; a lane owns runs of SIMT_VEC consecutive rows
+# (and columns), the runs one lane-grid span apart (16 rows, 32 columns). Runs of 4 make
+# every shared-memory fragment read a 16-byte vector, and the spacing makes the 8 lanes of
+# a lane row read one whole 128-byte line of B.
+SIMT_LANES = (4, 8)
+SIMT_VEC = 4
+SIMT_K = 4  # k values per fragment load: one 16-byte vector along k
+
+
+@dataclass(frozen=True)
+class SimtLayout(DistributedLayout):
+    """A tile distributed over warps for FFMA (fma.rn.f32) products.
+
+    C: lane (r, c) holds rows ``r * 4 + 16 * i + {0..3}`` and columns
+    ``c * 4 + 32 * j + {0..3}`` of its warp tile, registers row-major (column fastest).
+    A (``[BM, SIMT_K]`` per k step): the lane's rows, register ``row * SIMT_K + k``.
+    B (``[SIMT_K, BN]``): the lane's columns, register ``k * cols + col``.
+    """
+
+    operand: str
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    lane_grid = SIMT_LANES
+    lane_step = (SIMT_VEC, SIMT_VEC)
+    kind = "simt"
+
+    @property
+    def lane_rows(self) -> list[int]:
+        """Rows of a lane's C (and A) elements, relative to its first row."""
+        return _runs(self.warp_tile[0] // SIMT_LANES[0], SIMT_LANES[0] * SIMT_VEC)
+
+    @property
+    def lane_cols(self) -> list[int]:
+        return _runs(self.warp_tile[1] // SIMT_LANES[1], SIMT_LANES[1] * SIMT_VEC)
+
+    def register_offsets(self) -> list[tuple[int, int]]:
+        if self.operand == "A":
+            return [(row, k) for row in self.lane_rows for k in range(SIMT_K)]
+        if self.operand == "B":
+            return [(k, col) for k in range(SIMT_K) for col in self.lane_cols]
+        return [(row, col) for row in self.lane_rows for col in self.lane_cols]
+
+    @property
+    def regs_per_thread(self) -> int:
+        return len(self.register_offsets())
+
+
+def _runs(count: int, spacing: int) -> list[int]:
+    return [run * spacing + i for run in range(count // SIMT_VEC) for i in range(SIMT_VEC)]
 
 
 # ---------------------------------------------------------------------------------------
