@@ -1,5 +1,7 @@
-"""Fragment mapping: the dot becomes ldmatrix + mma.sync over each warp's fragments, and the
-accumulator and its epilogue live in the mma accumulator layout.
+"""Fragment mapping: the dot becomes fragment loads and products over each warp's
+fragments, and the accumulator and its epilogue live in the accumulator layout. The product
+kind (passes/kinds.py) picks the ops: ldmatrix + mma.sync for f16/bf16 (shown below), 16-byte
+``ld.shared`` (``frag.lds``) + ``fma.rn.f32`` (``frag.fma``) for f32, k steps of 4.
 
 Requires: the tiling plan and the dot reading shared views (tiling, double buffering).
 
@@ -30,10 +32,11 @@ from __future__ import annotations
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.types import TileType
-from tilec.layout import MMA_K, MmaLayout
+from tilec.layout import DistributedLayout
 from tilec.options import Options
 
 from .common import find_main_loop, tile_in_bounds
+from .kinds import LOAD_OPS, PRODUCT_OPS
 from .tiling import TilingPlan
 
 NAME = "fragments"
@@ -46,16 +49,16 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     view_a, view_b, acc = dot.operands
     bm, bn, bk = plan.block
     dtype = view_a.type.dtype
-    a_type = TileType(dtype, (bm, MMA_K), "reg", MmaLayout("A", plan.warps, plan.warp_tile))
-    b_type = TileType(dtype, (MMA_K, bn), "reg", MmaLayout("B", plan.warps, plan.warp_tile))
+    kind = plan.product
+    step_k = kind.k_step
+    a_type = TileType(dtype, (bm, step_k), "reg", kind.layout("A", plan.warps, plan.warp_tile))
+    b_type = TileType(dtype, (step_k, bn), "reg", kind.layout("B", plan.warps, plan.warp_tile))
     b = Builder(Block(), dot.loc)
-    steps = bk // MMA_K
+    steps = bk // step_k
 
     def load(step: int) -> tuple[Value, Value]:
-        fa = b.value("frag.ldmatrix", [view_a], a_type, f"a{step}", operand="A",
-                     k0=step * MMA_K)
-        fb = b.value("frag.ldmatrix", [view_b], b_type, f"b{step}", operand="B",
-                     k0=step * MMA_K)
+        fa = b.value(kind.load_op, [view_a], a_type, f"a{step}", operand="A", k0=step * step_k)
+        fb = b.value(kind.load_op, [view_b], b_type, f"b{step}", operand="B", k0=step * step_k)
         return fa, fb
 
     fragments = [load(0)]
@@ -64,7 +67,8 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
         if step + 1 < steps:
             fragments.append(load(step + 1))
         last = step + 1 == steps
-        mma = b.op("frag.mma", [*fragments[step], value], [acc_type], hints=[dot.result.hint])
+        mma = b.op(kind.product_op, [*fragments[step], value], [acc_type],
+                   hints=[dot.result.hint])
         if last:
             mma.results[0] = dot.result
             dot.result.owner = mma
@@ -86,7 +90,7 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
     ops = body.ops
     wait = next(op for op in ops if op.name == "copy.wait")
     barrier = next(op for op in ops if op.name == "gpu.barrier")
-    first_ld = next(i for i, op in enumerate(ops) if op.name == "frag.ldmatrix")
+    first_ld = next(i for i, op in enumerate(ops) if op.name in LOAD_OPS)
     read_views = [ops[first_ld].operands[0], ops[first_ld + 1].operands[0]]
     read_stage = read_views[0].owner.operands[1]
     buffers = [v.owner.operands[0] for v in read_views]
@@ -101,7 +105,7 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
     inits = []
     for buffer, op in zip(buffers, first):
         view = pre.value("smem.stage", [buffer, zero], op.operands[0].type, "v0")
-        inits.append(pre.value("frag.ldmatrix", [view], op.result.type, op.result.hint + "_first",
+        inits.append(pre.value(op.name, [view], op.result.type, op.result.hint + "_first",
                                **op.attrs))
     top = kernel.body.ops
     top[top.index(loop):top.index(loop)] = pre.block.ops
@@ -114,7 +118,7 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
     ops = [op for op in ops if op not in first and op is not wait and op is not barrier]
 
     # Before the last mma: wait, barrier, and load k-step 0 of the next stage.
-    last_mma = max(i for i, op in enumerate(ops) if op.name == "frag.mma")
+    last_mma = max(i for i, op in enumerate(ops) if op.name in PRODUCT_OPS)
     b = Builder(Block(), loop.loc)
     b.block.ops.extend([wait, barrier])
     next_stage = b.value("arith.wrap_inc", [read_stage], read_stage.type, "next_stage",
@@ -122,7 +126,7 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
     next_frags = []
     for buffer, op in zip(buffers, first):
         view = b.value("smem.stage", [buffer, next_stage], op.operands[0].type, "v_next")
-        next_frags.append(b.value("frag.ldmatrix", [view], op.result.type,
+        next_frags.append(b.value(op.name, [view], op.result.type,
                                   op.result.hint + "_next", **op.attrs))
     ops[last_mma:last_mma] = b.block.ops
     yield_op = ops[-1]
@@ -132,7 +136,7 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
         loop.results.append(Value(rtype, hint + "_unused", loop))
 
 
-def _broadcast_load(kernel: Kernel, op: Op, layout: MmaLayout) -> Op:
+def _broadcast_load(kernel: Kernel, op: Op, layout: DistributedLayout) -> Op:
     """``broadcast(load 1-D)`` or ``broadcast(reshape(load 1-D))`` as one frag.load."""
     source = defining_op(op.operands[0])
     shape = op.operands[0].type.shape
@@ -155,7 +159,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     plan: TilingPlan = kernel.meta["tiling"]
     loop, dot = find_main_loop(kernel)
     body = loop.regions[0]
-    layout = MmaLayout("C", plan.warps, plan.warp_tile)
+    layout = plan.product.layout("C", plan.warps, plan.warp_tile)
     acc_arg = dot.operands[2]
     if acc_arg not in body.args:
         raise located(TileConfigError, "the product must accumulate into a loop-carried "

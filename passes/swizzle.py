@@ -14,12 +14,15 @@ after checking that it permutes whole rows of the tile.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Kernel, clone_kernel
-from tilec.layout import (MMA_K, WARP_SIZE, SmemLayout, Swizzle, conflict_degree, copy_map,
-                          copy_store_addresses, ldmatrix_addresses, swizzle_candidates)
+from tilec.layout import (MMA_K, SIMT_K, WARP_SIZE, SimtLayout, SmemLayout, Swizzle,
+                          broadcast_conflict_degree, conflict_degree, copy_map,
+                          copy_store_addresses, ldmatrix_addresses, simt_load_addresses,
+                          simt_loads, swizzle_candidates)
 from tilec.options import Options
 
 from .tiling import OperandPlan, TilingPlan
@@ -27,22 +30,41 @@ from .tiling import OperandPlan, TilingPlan
 NAME = "swizzle"
 
 
+def _ldmatrix_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                     elem_bytes: int) -> int:
+    mn_extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
+    warps_along = plan.warps[0] if op_plan.role == "A" else plan.warps[1]
+    return max(conflict_degree(ldmatrix_addresses(layout, op_plan.role, op_plan.k_major,
+                                                  w * mn_extent + mn0, k0, elem_bytes), 16)
+               for w in range(warps_along) for mn0 in range(0, mn_extent, 16)
+               for k0 in range(0, plan.block[2], MMA_K))
+
+
+def _simt_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                 elem_bytes: int) -> int:
+    fragment = SimtLayout(op_plan.role, plan.warps, plan.warp_tile)
+    warps_along = plan.warps[0] if op_plan.role == "A" else plan.warps[1]
+    return max(broadcast_conflict_degree(
+        simt_load_addresses(layout, fragment, load, w, k0, elem_bytes), 16)
+        for w in range(warps_along) for load in simt_loads(fragment, op_plan.k_major)
+        for k0 in range(0, plan.block[2], SIMT_K))
+
+
+# Per product kind: the instruction that reads fragments (the key of its figure in the
+# report) and the worst conflict degree of its reads of one operand.
+READS = {"mma": ("ldmatrix", _ldmatrix_degree), "simt": ("lds", _simt_degree)}
+
+
 @functools.lru_cache(maxsize=512)
 def operand_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
                       elem_bytes: int) -> dict[str, int]:
-    """Worst conflict degree of the copy stores and the ldmatrix loads of one operand."""
+    """Worst conflict degree of the copy stores and the fragment loads of one operand."""
     cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
     stores = max(conflict_degree(copy_store_addresses(layout, cmap, warp, i, elem_bytes),
                                  op_plan.vec * elem_bytes)
                  for warp in range(plan.threads // WARP_SIZE) for i in range(cmap.per_thread))
-    bk = plan.block[2]
-    mn_extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
-    warps_along = plan.warps[0] if op_plan.role == "A" else plan.warps[1]
-    loads = max(conflict_degree(ldmatrix_addresses(layout, op_plan.role, op_plan.k_major,
-                                                   w * mn_extent + mn0, k0, elem_bytes), 16)
-                for w in range(warps_along) for mn0 in range(0, mn_extent, 16)
-                for k0 in range(0, bk, MMA_K))
-    return {"copy": stores, "ldmatrix": loads}
+    name, degree = READS[plan.kind]
+    return {"copy": stores, name: degree(plan, op_plan, layout, elem_bytes)}
 
 
 def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
@@ -63,8 +85,9 @@ def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
         if swizzle.period > base.size and swizzle.bits:
             continue  # would fold rows of different stages together
         degrees = operand_conflicts(plan, op_plan, base.with_swizzle(swizzle), elem_bytes)
-        scored.append(((degrees["ldmatrix"], degrees["copy"], swizzle.bits), swizzle, degrees))
-        if degrees["ldmatrix"] == degrees["copy"] == 1:
+        reads = degrees[READS[plan.kind][0]]
+        scored.append(((reads, degrees["copy"], swizzle.bits), swizzle, degrees))
+        if reads == degrees["copy"] == 1:
             break  # conflict-free, and no later candidate has fewer XOR bits
     if not scored:
         raise ValueError(f"{requested} does not fit a {base.rows}x{base.cols} tile")
@@ -78,7 +101,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     report = {}
     new_operands = []
     for op_plan in plan.operands:
-        elem_bytes = 2
+        elem_bytes = plan.elem_bytes
         try:
             swizzle, degrees = choose(plan, op_plan, elem_bytes, options.swizzle)
         except ValueError as err:
@@ -95,8 +118,6 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         for op in kernel.walk():
             if op.name == "smem.stage" and op.operands[0] is buffer:
                 op.result.type = op.result.type.with_(layout=layout)
-    kernel.meta["tiling"] = TilingPlan(plan.block, plan.warps, plan.warp_tile, plan.instruction,
-                                       plan.threads, plan.dtype, tuple(new_operands),
-                                       plan.raster_group)
+    kernel.meta["tiling"] = dataclasses.replace(plan, operands=tuple(new_operands))
     kernel.meta["bank_conflicts"] = report
     return kernel

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
-from tilec.ir.types import F32, MMA_INPUT_DTYPES, TileType
-from tilec.layout import MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout
+from tilec.ir.types import F32, DType, TileType
+from tilec.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
 from .common import constant, find_main_loop, tile_in_bounds
+from .kinds import KINDS, ProductKind, kind_for
 
 NAME = "tiling"
 # Registers a thread needs beside accumulators and fragments (addresses, indices, masks);
@@ -64,15 +65,38 @@ class TilingPlan:
     dtype: str
     operands: tuple[OperandPlan, OperandPlan]
     raster_group: int
+    kind: str = "mma"  # a key of passes.kinds.KINDS
 
     def operand(self, role: str) -> OperandPlan:
         return self.operands[0] if role == "A" else self.operands[1]
 
+    @property
+    def product(self) -> ProductKind:
+        return KINDS[self.kind]
+
+    @property
+    def elem_bytes(self) -> int:
+        return DType.parse(self.dtype).bytes
+
     def registers_estimate(self) -> int:
-        wm, wn = self.warp_tile
-        acc = wm * wn // WARP_SIZE
-        fragments = 2 * (wm // MMA_M * 4 + wn // MMA_N * 2)  # double-buffered A and B
-        return acc + fragments + REGISTER_OVERHEAD
+        return self.product.registers(self.warp_tile, REGISTER_OVERHEAD)
+
+
+def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPlan, OperandPlan],
+              options: Options) -> TilingPlan:
+    """The plan for a block tile of ``dtype`` operands: the product kind the dtype takes and
+    the warp grid (explicit, or :func:`_choose_warps`). Unknown dtypes get the mma kind, for
+    :func:`_check` to refuse with the source location."""
+    bm, bn, _ = block
+    try:
+        kind = kind_for(dtype)
+    except KeyError:
+        kind = KINDS["mma"]
+    warps = _choose_warps(bm, bn, kind, options)
+    return TilingPlan(block=block, warps=warps, warp_tile=(bm // warps[0], bn // warps[1]),
+                      instruction=kind.instruction, threads=warps[0] * warps[1] * WARP_SIZE,
+                      dtype=dtype, operands=operands, raster_group=options.raster_group,
+                      kind=kind.name)
 
 
 def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
@@ -87,24 +111,29 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     raise ValueError("tensor value is neither a parameter nor a view of one")
 
 
-def _choose_warps(bm: int, bn: int, options: Options) -> tuple[int, int]:
+def _choose_warps(bm: int, bn: int, kind: ProductKind, options: Options) -> tuple[int, int]:
     """The warp grid: explicit, or the fewest warps (up to 8, then up to 16) whose warp tiles
-    are whole mma pieces and fit the registers, preferring square warp tiles (fragment
-    reuse) -- 64x64 for the usual 128x128 or 128x256 blocks."""
+    are whole instruction pieces and fit the registers, preferring square warp tiles
+    (fragment reuse) -- 64x64 mma tiles for the usual 128x128 or 128x256 blocks, 32x64
+    FFMA tiles (8 x 8 elements per lane) for f32."""
     if options.warps is not None:
         return options.warps
     fitting = []
+    gm, gn = kind.granule
     for wm in (1, 2, 4, 8, 16):
         for wn in (1, 2, 4, 8, 16):
             tm, tn = bm // wm if bm % wm == 0 else 0, bn // wn if bn % wn == 0 else 0
-            if not tm or not tn or tm % MMA_M or tn % (2 * MMA_N) or wm * wn > 16:
+            if not tm or not tn or tm % gm or tn % gn or wm * wn > 16:
                 continue
-            regs = tm * tn // WARP_SIZE + 2 * (tm // MMA_M * 4 + tn // MMA_N * 2)
-            if regs + REGISTER_OVERHEAD <= MAX_REGISTERS_PER_THREAD:
+            if kind.registers((tm, tn), REGISTER_OVERHEAD) <= MAX_REGISTERS_PER_THREAD:
                 fitting.append((wm * wn > 8, wm * wn, abs(tm - tn), (wm, wn)))
     if not fitting:  # nothing fits: let _check report the natural choice
         return max(1, bm // 64), max(1, bn // 64)
     return min(fitting)[3]
+
+
+GRANULE_WHY = {"mma": " (m16n8k16 instructions, B loaded two n8 tiles at a time)",
+               "simt": " (4 x 8 lanes, each owning runs of 4 rows and 4 columns)"}
 
 
 def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
@@ -113,23 +142,28 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
 
     bm, bn, bk = plan.block
     (wm, wn), (tm, tn) = plan.warps, plan.warp_tile
-    if plan.dtype not in [d.short for d in MMA_INPUT_DTYPES]:
-        fail(f"the mma path multiplies f16 or bf16 tiles, not {plan.dtype}")
-    if bk % MMA_K:
-        fail(f"BK={bk} is not a multiple of the mma k ({MMA_K})")
+    try:
+        kind_for(plan.dtype)
+    except KeyError as err:
+        fail(err.args[0])
+    kind = plan.product
+    if bk % kind.k_step:
+        fail(f"BK={bk} is not a multiple of the {kind.name} k ({kind.k_step})")
     if bm % wm or bn % wn:
         fail(f"the {bm}x{bn} block does not divide among {wm}x{wn} warps")
-    if tm % MMA_M or tn % (2 * MMA_N):
-        fail(f"each warp's {tm}x{tn} tile must be a multiple of {MMA_M}x{2 * MMA_N} "
-             f"(m16n8k16 instructions, B loaded two n8 tiles at a time)",
-             hint="use BM, BN multiples of 16 per warp row/column")
+    gm, gn = kind.granule
+    if tm % gm or tn % gn:
+        multiples = f"{gm}" if gm == gn else f"{gm} (BM) and {gn} (BN)"
+        fail(f"each warp's {tm}x{tn} tile must be a multiple of {gm}x{gn}"
+             f"{GRANULE_WHY[kind.name]}",
+             hint=f"use BM, BN multiples of {multiples} per warp row/column")
     if plan.threads > MAX_THREADS:
         fail(f"{wm}x{wn} warps make {plan.threads} threads, more than {MAX_THREADS}")
     regs = plan.registers_estimate()
     if regs > MAX_REGISTERS_PER_THREAD:
         fail(f"a {tm}x{tn} warp tile needs about {regs} registers per thread, more than "
              f"{MAX_REGISTERS_PER_THREAD}", hint="use more warps or a smaller block tile")
-    stage_bytes = (bm * bk + bk * bn) * 2
+    stage_bytes = (bm * bk + bk * bn) * plan.elem_bytes
     if stage_bytes * options.stages > options.smem_limit:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
              f"{stage_bytes * options.stages} bytes of shared memory; {options.arch} allows "
@@ -152,7 +186,6 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     a_type, b_type = a_val.type, b_val.type
     bm, bk = a_type.shape
     bn = b_type.shape[1]
-    warps = _choose_warps(bm, bn, options)
     operands = []
     for role, load in zip("AB", loads):
         name, transposed_view = _source_tensor(kernel, load.operands[0])
@@ -167,11 +200,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
         vec = spec.vec_elems if spec.contiguous_dim is not None else 1
         operands.append(OperandPlan(role, name, layout, vec))
-    plan = TilingPlan(block=(bm, bn, bk), warps=warps,
-                      warp_tile=(bm // warps[0], bn // warps[1]),
-                      instruction=(MMA_M, MMA_N, MMA_K), threads=warps[0] * warps[1] * WARP_SIZE,
-                      dtype=a_type.dtype.short, operands=tuple(operands),
-                      raster_group=options.raster_group)
+    plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
     if acc.type.dtype != F32:
         raise located(TileConfigError, "the accumulator must be f32", dot.loc,

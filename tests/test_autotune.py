@@ -92,10 +92,14 @@ def test_shared_memory_depends_on_the_arch():
     assert "sm_86 allows" in config_problem(cfg, "f16", "sm_86")
 
 
-def test_prune_refuses_dtypes_without_mma():
-    assert config_problem(config(), "f32", "sm_80") == \
-        "the mma path multiplies f16 or bf16 tiles, not f32"
+def test_prune_checks_each_dtype_against_its_product_kind():
     assert config_problem(config(), "bf16", "sm_80") is None
+    assert config_problem(config(), "f32", "sm_80") is None  # FFMA: k step 4, not 16
+    assert config_problem(config(BK=10), "f32", "sm_80") == \
+        "BK=10 is not a multiple of the simt k (4)"
+    # f32 stages take twice the bytes: 3 stages of 128x64 + 64x128 f32 exceed sm_86's limit.
+    assert "196608 bytes of shared memory" in config_problem(config(BK=64), "f32", "sm_86")
+    assert config_problem(config(BK=64), "f16", "sm_86") is None
 
 
 def test_prune_keeps_order_and_splits_the_space():

@@ -113,12 +113,18 @@ def test_limits_are_not_too_strict(kwargs, warp_tile) -> None:
     assert accepted(**kwargs).meta["tiling"].warp_tile == warp_tile
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_only_16_bit_inputs_reach_the_mma(dtype: str) -> None:
+@pytest.mark.parametrize("dtype, kind", [("f16", "mma"), ("bf16", "mma"), ("f32", "simt")])
+def test_each_dtype_gets_its_product_kind(dtype: str, kind: str) -> None:
+    plan = accepted(MATMUL.replace("f16[", f"{dtype}[")).meta["tiling"]
+    assert (plan.dtype, plan.kind) == (dtype, kind)
+
+
+def test_simt_warp_tiles_come_in_lane_runs() -> None:
     text = MATMUL.replace("f16[", "f32[")
-    err = compile_error(TileConfigError, text)
-    assert "the mma path multiplies f16 or bf16 tiles, not f32" in err.message
-    assert accepted(MATMUL.replace("f16[", f"{dtype}[")).meta["tiling"].dtype == dtype
+    err = compile_error(TileConfigError, text, BM=64, BN=48, BK=32, warps=(1, 1))
+    assert err.message == ("each warp's 64x48 tile must be a multiple of 16x32 (4 x 8 lanes, "
+                           "each owning runs of 4 rows and 4 columns)")
+    assert "multiples of 16 (BM) and 32 (BN)" in err.hint
 
 
 # --------------------------------------------------------------------------- program shape

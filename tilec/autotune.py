@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from tilec.cache import DiskCache, from_json_value, stable_hash
 from tilec.errors import TileConfigError, TileError
 from tilec.ir.core import Block, Kernel, Op
-from tilec.layout import MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout
+from tilec.layout import SmemLayout
 from tilec.options import Options, target_arch
 from tilec.passes import tiling
 
@@ -112,7 +112,7 @@ def describe(config: Config) -> str:
 def config_problem(config: Config, dtype: str, arch: str) -> Optional[str]:
     """Why tiling would refuse ``config`` for ``dtype`` tiles on ``arch``, or None.
 
-    The plan is built as ``tiling.run`` builds it (warps from ``tiling._choose_warps``) and
+    The plan is built as ``tiling.run`` builds it (``tiling.make_plan``) and
     checked by ``tiling._check``, so pruning and compiling can never disagree."""
     option_args = {k: v for k, v in config.items() if k in OPTION_NAMES and k != "arch"}
     try:
@@ -124,15 +124,10 @@ def config_problem(config: Config, dtype: str, arch: str) -> Optional[str]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return f"{name} must be a positive integer, got {value!r}"
     bm, bn, bk = (config[name] for name in TILE_CONSTANTS)
-    warps = tiling._choose_warps(bm, bn, options)
     # The operands' layouts and vectors do not enter the checks; these are placeholders.
     operands = (tiling.OperandPlan("A", "A", SmemLayout(bm, bk), 8),
                 tiling.OperandPlan("B", "B", SmemLayout(bk, bn), 8))
-    plan = tiling.TilingPlan(block=(bm, bn, bk), warps=warps,
-                             warp_tile=(bm // warps[0], bn // warps[1]),
-                             instruction=(MMA_M, MMA_N, MMA_K),
-                             threads=warps[0] * warps[1] * WARP_SIZE, dtype=dtype,
-                             operands=operands, raster_group=options.raster_group)
+    plan = tiling.make_plan((bm, bn, bk), dtype, operands, options)
     try:
         tiling._check(_NO_PROGRAM, _NO_DOT, plan, options)
     except TileConfigError as err:

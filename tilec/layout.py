@@ -202,6 +202,41 @@ def _runs(count: int, spacing: int) -> list[int]:
     return [run * spacing + i for run in range(count // SIMT_VEC) for i in range(SIMT_VEC)]
 
 
+@dataclass(frozen=True)
+class SimtLoad:
+    """One 16-byte shared load of an FFMA operand's k step, for one lane: the (mn, k) of its
+    first element relative to the lane's first (mn, k), the storage dim it runs along, and
+    the registers its 4 elements fill."""
+
+    mn: int
+    k: int
+    along_k: bool
+    registers: tuple[int, ...]
+
+
+def simt_loads(layout: SimtLayout, k_major: bool) -> list[SimtLoad]:
+    """The loads of one k step of operand ``layout.operand`` (A or B). With k contiguous in
+    shared memory a load covers the SIMT_K values of one row (column); otherwise it covers
+    one run of 4 rows (columns) at one k."""
+    role = layout.operand
+    mns = layout.lane_rows if role == "A" else layout.lane_cols
+
+    def register(i: int, k: int) -> int:
+        return i * SIMT_K + k if role == "A" else k * len(mns) + i
+
+    if k_major:
+        return [SimtLoad(mn, 0, True, tuple(register(i, k) for k in range(SIMT_K)))
+                for i, mn in enumerate(mns)]
+    return [SimtLoad(mns[i], k, False, tuple(register(i + q, k) for q in range(SIMT_VEC)))
+            for k in range(SIMT_K) for i in range(0, len(mns), SIMT_VEC)]
+
+
+def simt_lane_mn(role: str, lane: int) -> int:
+    """The first row (A) or column (B) of a lane's elements within its warp tile."""
+    lane_row, lane_col = divmod(lane, SIMT_LANES[1])
+    return (lane_row if role == "A" else lane_col) * SIMT_VEC
+
+
 # ---------------------------------------------------------------------------------------
 # Global-to-shared copies: each thread moves `vec` contiguous elements per access; threads
 # walk the tile in storage order so that a warp reads whole contiguous rows (coalesced).
@@ -305,6 +340,37 @@ def conflict_degree(addresses: Sequence[int], width: int) -> int:
         if words_per_bank:
             worst = max(worst, max(len(words) for words in words_per_bank.values()))
     return worst
+
+
+def broadcast_conflict_degree(addresses: Sequence[int], width: int) -> int:
+    """Like :func:`conflict_degree` for a warp access whose lanes share addresses: lanes
+    reading one address are served together, so only distinct addresses compete for banks
+    (an FFMA operand read, where 8 lanes want the same row). Wavefronts over the minimum
+    for the distinct bytes: 1 means conflict-free."""
+    distinct = {a for a in addresses if a is not None}
+    words_per_bank: dict[int, set[int]] = {}
+    for address in distinct:
+        for word in range(address // BANK_BYTES, -(-(address + width) // BANK_BYTES)):
+            words_per_bank.setdefault(word % BANKS, set()).add(word)
+    if not words_per_bank:
+        return 1
+    minimum = -(-len(distinct) * width // (BANKS * BANK_BYTES))
+    return -(-max(len(words) for words in words_per_bank.values()) // minimum)
+
+
+def simt_load_addresses(smem: SmemLayout, fragment: SimtLayout, load: SimtLoad,
+                        warp_index: int, k0: int, elem_bytes: int) -> list[int]:
+    """Byte addresses the 32 lanes read in one FFMA operand load (warp ``warp_index`` along
+    the operand's mn dim)."""
+    role = fragment.operand
+    extent = fragment.warp_tile[0] if role == "A" else fragment.warp_tile[1]
+    k_major = operand_k_major(role, smem)
+    result = []
+    for lane in range(WARP_SIZE):
+        mn = warp_index * extent + simt_lane_mn(role, lane) + load.mn
+        row, col = operand_storage_coord(k_major, mn, k0 + load.k)
+        result.append(smem.offset(row, col) * elem_bytes)
+    return result
 
 
 def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int, k0: int,

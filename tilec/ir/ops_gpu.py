@@ -56,6 +56,20 @@ def _frag_ldmatrix(op: Op) -> None:
     _frag_value(op)
 
 
+def _frag_lds(op: Op) -> None:
+    _frag_ldmatrix(op)  # the same contract: a shared tile in, a distributed operand out
+    _require(op.result.type.layout.operand == op.attrs["operand"],
+             "the result layout is the operand's")
+
+
+def _frag_fma(op: Op) -> None:
+    _frag_mma(op)
+    a, b, acc = (v.type for v in op.operands)
+    _require(a.dtype == b.dtype == acc.dtype, "FFMA products are f32 throughout")
+    _require([a.layout.operand, b.layout.operand, acc.layout.operand] == ["A", "B", "C"],
+             "operands are A, B and C fragments")
+
+
 def _frag_mma(op: Op) -> None:
     a, b, acc = (v.type for v in op.operands)
     _require(a.dtype == b.dtype, "mma operands share a dtype")
@@ -110,5 +124,10 @@ for _opdef in [
           attrs=("operand", "k0"), check=_frag_ldmatrix),
     OpDef("frag.mma", "acc + a @ b over each warp's fragments with mma.sync", 3, 1,
           check=_frag_mma),
+    OpDef("frag.lds", "each lane's rows (A) or columns (B) of a k step of an FFMA operand, "
+          "from shared memory in 16-byte vectors", 1, 1, attrs=("operand", "k0"),
+          check=_frag_lds),
+    OpDef("frag.fma", "acc + a @ b over each lane's elements with fma.rn.f32, k in order",
+          3, 1, check=_frag_fma),
 ]:
     register_op(_opdef)
