@@ -17,6 +17,7 @@ ARCHS: dict[str, dict[str, int | str]] = {
     "sm_90": {"ptx_version": "8.0", "smem_optin": 232448},
 }
 MAX_REGISTERS_PER_THREAD = 255
+PACK_POLICIES = ("auto", "always", "off")
 
 
 def target_arch(compute_capability: tuple[int, int]) -> str:
@@ -72,6 +73,9 @@ class Options:
     verify: bool = False
     line_info: bool = True  # .file/.loc directives: profilers show DSL lines
     annotate: bool = False  # a comment before each op's PTX: DSL line, IR op, creating pass
+    # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.packing):
+    # "auto" when large enough to pay, "always", or "off".
+    pack: str = "auto"
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -85,6 +89,8 @@ class Options:
             raise ValueError(f"raster_group must be >= 1, got {self.raster_group}")
         if isinstance(self.swizzle, str) and self.swizzle not in ("auto", "off"):
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
+        if self.pack not in PACK_POLICIES:
+            raise ValueError(f"pack must be one of {', '.join(PACK_POLICIES)}, got {self.pack!r}")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):

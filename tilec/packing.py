@@ -1,0 +1,380 @@
+"""Operand packing at launch: a matmul operand whose rows are not 16-byte aligned is copied
+into aligned scratch first, and the matmul reads the scratch.
+
+Why: the rows of a ragged f16 operand (K = 4093: 8186-byte rows) are only 2-byte aligned, so
+a kernel compiled for that array moves one element at a time from global to shared memory
+through registers, where aligned rows take 16-byte ``cp.async`` (about 56 against 430
+TFLOP/s on an H200 at 4K). Packing reads and writes each element once, tens of microseconds
+for 4K x 4K, before a matmul of several hundred.
+
+Two parts:
+
+- the plan (:func:`plan_packing`), host logic only: which operand tensors to pack, the
+  scratch layout of each, and the launch spec the kernel is then compiled for;
+- the run-time part (:class:`Packer`): scratch buffers and the pack kernel's launches
+  (``backend/pack.py``), queued on the matmul's stream, so the order is the stream's and no
+  host sync is added.
+
+Only the tensors that the ``@`` of the main loop reads are packed, never one the kernel
+writes. The scratch has the tensor's logical shape and its unit-stride dim; the other dim's
+stride (the "row stride") is rounded up to a whole number of 16-byte vectors, and the padding
+is written as zeros.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from tilec.backend.pack import ELEMENT_CLASS, VECTOR_BYTES, pack_entry, pack_ptx, vector_elems
+from tilec.ir.core import Kernel, Value, defining_op
+from tilec.launch import INT32_MAX, tensor_spec
+from tilec.options import Options, Spec, TensorSpec
+
+# "auto" packs a misaligned operand of at least this many elements (one 128x128 tile). An
+# estimate, not a measurement: below it the matmul over the tensor is a few latency-bound
+# blocks, and the pack launch would cost about what the aligned copies save.
+PACK_MIN_ELEMENTS = 128 * 128
+# Threads per block of the pack kernel.
+PACK_THREADS = 256
+MAX_GRID_Y = 65535
+# Free scratch buffers kept for calls that bind their arguments each time (kernel(A, B, C)).
+POOL_BUFFERS = 4
+
+
+# ---------------------------------------------------------------------------------- plan
+
+@dataclass(frozen=True)
+class PackedTensor:
+    """One tensor argument copied to scratch.
+
+    ``inner`` is the scratch's unit-stride dim: the argument's own contiguous dim when it has
+    one. ``row_stride`` is the scratch's stride of the other dim, in elements, a multiple of
+    a 16-byte vector. ``reason`` says why the argument's own vectors were shorter."""
+
+    name: str
+    dtype: str
+    itemsize: int
+    shape: tuple[int, int]
+    strides: tuple[int, int]  # the argument's, in elements
+    inner: int
+    row_stride: int
+    reason: str
+
+    @property
+    def outer(self) -> int:
+        return 1 - self.inner
+
+    @property
+    def rows(self) -> int:
+        return self.shape[self.outer]
+
+    @property
+    def cols(self) -> int:
+        """Elements per row: the extent of the unit-stride dim."""
+        return self.shape[self.inner]
+
+    @property
+    def packed_strides(self) -> tuple[int, int]:
+        strides = [1, 1]
+        strides[self.outer] = self.row_stride
+        return (strides[0], strides[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.row_stride * self.itemsize
+
+    @property
+    def spec(self) -> TensorSpec:
+        """The layout facts of the scratch: unit stride on ``inner``, full 16-byte vectors."""
+        return TensorSpec(self.inner, vector_elems(self.itemsize))
+
+    def describe(self) -> str:
+        """``A packed to stride 4096 (rows were 2-byte aligned)``."""
+        return f"{self.name} packed to stride {self.row_stride} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """The tensors a launch packs (none: the launch is as without packing)."""
+
+    tensors: tuple[PackedTensor, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.tensors)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.tensors)
+
+    def spec(self, spec: Spec) -> Spec:
+        """``spec`` with each packed tensor's layout replaced by its scratch's."""
+        packed = {p.name: p.spec for p in self.tensors}
+        tensors = tuple((name, packed.get(name, layout)) for name, layout in spec.tensors)
+        return Spec(tensors, spec.divisible)
+
+    def options(self, options: Options) -> Options:
+        """The options to compile the kernel with: its spec as the packed arguments have it."""
+        return options.with_(spec=self.spec(options.spec)) if self.tensors else options
+
+    def describe(self) -> list[str]:
+        return [p.describe() for p in self.tensors]
+
+
+def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
+    """The tensor parameters that the kernel's matmuls (``tile.dot``) load their operands
+    from, in order, each once: the tensors the main loop copies to shared memory. Takes the
+    frontend's tile IR (after tiling, the dot reads shared buffers instead)."""
+    names: list[str] = []
+    for op in kernel.walk():
+        if op.name != "tile.dot":
+            continue
+        for value in op.operands[:2]:
+            load = defining_op(value)
+            if load is None or load.name != "tile.load":
+                continue
+            name = _parameter(kernel, load.operands[0])
+            if name is not None and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def _parameter(kernel: Kernel, value: Value) -> Optional[str]:
+    """The parameter a tensor value is, or views through transposes."""
+    op = defining_op(value)
+    if op is not None and op.name == "tensor.transpose":
+        return _parameter(kernel, op.operands[0])
+    for param, arg in zip(kernel.params, kernel.body.args):
+        if arg is value:
+            return param.name
+    return None
+
+
+def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
+                 written: Sequence[str] = ()) -> PackPlan:
+    """Which of the kernel's operand tensors to pack, for these arguments.
+
+    ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
+    (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
+    the parameters the kernel stores to, never packed. A tensor is packed when its widest
+    aligned vector (:func:`tilec.launch.tensor_spec`) is shorter than 16 bytes, it is 2-D and
+    not empty, and, under "auto", it holds at least :data:`PACK_MIN_ELEMENTS` elements."""
+    if policy == "off":
+        return PackPlan()
+    packed = []
+    for name in operand_tensors(kernel):
+        if name in written or name not in tensors:
+            continue
+        entry = _pack_tensor(tensors[name], policy)
+        if entry is not None:
+            packed.append(entry)
+    return PackPlan(tuple(packed))
+
+
+def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
+    if len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
+        return None
+    spec = tensor_spec(arg)
+    if spec.contiguous_dim is not None and spec.vec_elems * arg.itemsize >= VECTOR_BYTES:
+        return None
+    if policy == "auto" and arg.size < PACK_MIN_ELEMENTS:
+        return None
+    inner = spec.contiguous_dim
+    if inner is None:  # no unit stride: the scratch makes the dim of the smaller stride one
+        inner = 0 if arg.strides[0] < arg.strides[1] else 1
+    vec = vector_elems(arg.itemsize)
+    row_stride = -(-arg.shape[inner] // vec) * vec
+    if row_stride > INT32_MAX:  # the kernel takes 32-bit strides
+        return None
+    return PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape), tuple(arg.strides),
+                        inner, row_stride, _reason(arg, spec.contiguous_dim))
+
+
+def _reason(arg: Any, contiguous: Optional[int]) -> str:
+    """Why the argument's vectors are shorter than 16 bytes, in words."""
+    if contiguous is None:
+        return "no dim had unit stride"
+    causes = []
+    rows = _alignment(arg.strides[1 - contiguous] * arg.itemsize)
+    if rows < VECTOR_BYTES:
+        causes.append(f"{'rows' if contiguous == 1 else 'columns'} were {rows}-byte aligned")
+    address = _alignment(arg.ptr)
+    if address < VECTOR_BYTES:
+        causes.append(f"its address was {address}-byte aligned")
+    return " and ".join(causes)
+
+
+def _alignment(value: int) -> int:
+    """The largest power of two dividing ``value``, up to 16 (0 is aligned to anything)."""
+    alignment = 1
+    while alignment < VECTOR_BYTES and value % (alignment * 2) == 0:
+        alignment *= 2
+    return alignment
+
+
+def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
+                     written: Sequence[str] = ()) -> tuple[PackPlan, Spec]:
+    """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
+    ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
+    the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
+    from tilec.ir.types import TensorType
+    from tilec.launch import Bound, spec_for
+    from tilec.runtime.arrays import ArrayArg, c_strides
+
+    tensors = {}
+    for param in kernel.params:
+        if isinstance(param.type, TensorType):
+            shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
+            tensors[param.name] = ArrayArg(param.name, 0, param.type.dtype.short, shape,
+                                           c_strides(shape), device=0)
+    plan = plan_packing(kernel, tensors, policy, written)
+    return plan, plan.spec(spec_for(Bound(tensors, {}, dict(sizes))))
+
+
+# ------------------------------------------------------------------------------ run time
+
+@dataclass(frozen=True)
+class PackLaunch:
+    """One launch of the pack kernel: everything ``Function.launch`` takes."""
+
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple
+
+
+def pack_geometry(packed: PackedTensor) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) of the pack kernel for one tensor: a block's x threads cover a row's
+    vectors (short rows share a block with the next rows, so few threads idle), its y
+    threads rows; the grid's y stops at 65535 and the kernel loops over the remaining rows."""
+    vectors = packed.row_stride // vector_elems(packed.itemsize)
+    block_x = min(PACK_THREADS, 1 << max(vectors - 1, 0).bit_length())
+    block_y = PACK_THREADS // block_x
+    grid = (-(-vectors // block_x), min(-(-packed.rows // block_y), MAX_GRID_Y), 1)
+    return grid, (block_x, block_y, 1)
+
+
+_FUNCTIONS: dict[tuple[int, str], Any] = {}
+
+
+def pack_function(itemsize: int, arch: str) -> Any:
+    """The loaded pack kernel for elements of ``itemsize`` bytes, loaded once per process."""
+    key = (itemsize, arch)
+    if key not in _FUNCTIONS:
+        from tilec.runtime import load_module
+        module = load_module(pack_ptx(itemsize, arch), name=pack_entry(itemsize))
+        _FUNCTIONS[key] = module.function(pack_entry(itemsize))
+    return _FUNCTIONS[key]
+
+
+def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) -> PackLaunch:
+    """The launch that copies ``source`` (an ArrayArg on the GPU) into the scratch at
+    ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
+    from tilec.runtime import I32, Ptr
+    grid, block = pack_geometry(packed)
+    args = (Ptr(source.ptr), Ptr(scratch_ptr), I32(packed.rows), I32(packed.cols),
+            I32(source.strides[packed.outer]), I32(source.strides[packed.inner]),
+            I32(packed.row_stride))
+    return PackLaunch(pack_function(packed.itemsize, arch), grid, block, args)
+
+
+class Packer:
+    """The pack launches of one plan for one set of GPU arguments.
+
+    ``scratch`` maps each packed tensor's name to a device buffer of at least its
+    ``nbytes``. :attr:`args` are the arguments to launch the matmul with: each packed
+    tensor replaced by its scratch (padded strides; the ArrayArg keeps the buffer alive)."""
+
+    def __init__(self, plan: PackPlan, tensors: Mapping[str, Any], arch: str,
+                 scratch: Mapping[str, Any]):
+        from tilec.runtime import ArrayArg
+        self.plan = plan
+        self.args = dict(tensors)
+        self.launches: list[PackLaunch] = []
+        for packed in plan.tensors:
+            source, buffer = tensors[packed.name], scratch[packed.name]
+            if buffer.nbytes < packed.nbytes:
+                raise ValueError(f"scratch for {packed.name} has {buffer.nbytes} bytes, "
+                                 f"{packed.nbytes} needed")
+            self.args[packed.name] = ArrayArg(
+                packed.name, buffer.ptr, packed.dtype, packed.shape, packed.packed_strides,
+                source.device, readonly=True, keepalive=buffer)
+            self.launches.append(pack_launch(packed, source, buffer.ptr, arch))
+
+    def launch(self, stream=None) -> None:
+        """Queue the pack kernels on ``stream``; a matmul queued after them reads the
+        packed data."""
+        for launch in self.launches:
+            launch.function.launch(launch.grid, launch.block, 0, launch.args, stream)
+
+
+def owned_scratch(plan: PackPlan) -> dict[str, Any]:
+    """New scratch buffers for the plan, freed when the last reference goes (a prepared
+    launch keeps them for its lifetime)."""
+    from tilec.runtime import DeviceBuffer
+    return {p.name: DeviceBuffer(p.nbytes) for p in plan.tensors}
+
+
+class ScratchPool:
+    """Free scratch buffers, reused by size: repeated ``kernel(A, B, C)`` calls on operands of
+    one shape pack into the same memory instead of allocating and freeing it each time.
+
+    A buffer is lent to one launch at a time (:meth:`take` removes it from the pool). Pooled
+    scratch is only written and read on the legacy default stream, which orders every later
+    borrower's pack behind this launch's matmul, so a buffer may go back as soon as the
+    launches using it are queued. At most ``limit`` free buffers are kept, the most recently
+    returned; tilec runs on one device per process, so the size is the whole key."""
+
+    def __init__(self, limit: int = POOL_BUFFERS):
+        self.limit = limit
+        self._free: list[Any] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> Any:
+        with self._lock:
+            for index, buffer in enumerate(self._free):
+                if buffer.nbytes == nbytes:
+                    return self._free.pop(index)
+        from tilec.runtime import DeviceBuffer
+        return DeviceBuffer(nbytes)
+
+    def give(self, buffer: Any) -> None:
+        with self._lock:
+            self._free.append(buffer)
+            cut = max(len(self._free) - self.limit, 0)
+            evicted, self._free = self._free[:cut], self._free[cut:]
+        for old in evicted:
+            old.free()
+
+    def clear(self) -> None:
+        """Free every pooled buffer."""
+        with self._lock:
+            evicted, self._free = self._free, []
+        for old in evicted:
+            old.free()
+
+    def sizes(self) -> list[int]:
+        """The sizes of the free buffers, oldest first."""
+        with self._lock:
+            return [buffer.nbytes for buffer in self._free]
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+
+SCRATCH_POOL = ScratchPool()
+
+
+@contextlib.contextmanager
+def pooled_scratch(plan: PackPlan, pool: Optional[ScratchPool] = None
+                   ) -> Iterator[dict[str, Any]]:
+    """Scratch for the plan lent from the pool (:data:`SCRATCH_POOL` by default) and given
+    back on exit. Only for launches on the legacy default stream (see :class:`ScratchPool`)."""
+    pool = SCRATCH_POOL if pool is None else pool
+    buffers = {p.name: pool.take(p.nbytes) for p in plan.tensors}
+    try:
+        yield buffers
+    finally:
+        for buffer in buffers.values():
+            pool.give(buffer)
