@@ -17,6 +17,7 @@ from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
 from tilec.launch import bind_arguments, divisibility, grid_size, kernel_arguments, launch_grid, spec_for
 from tilec.options import Options, Spec, target_arch
+from tilec.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
 from tilec.pipeline import Pass
 
 # Keyword arguments of compile/ptx that are options, not the program's constants.
@@ -139,8 +140,10 @@ class TileFunction:
         kernel = self.lower(**consts)
         sizes = grid_size(kernel, bound.symbols)
         options = Options(**option_args, spec=spec_for(bound))
-        compiled = compile_kernel(kernel, options, source_key=self._key)
-        return PreparedLaunch(compiled, bound, sizes, stream)
+        packing = PackPlan() if 0 in sizes else plan_packing(
+            kernel, bound.tensors, options.pack, written_params(kernel))
+        compiled = compile_kernel(kernel, packing.options(options), source_key=self._key)
+        return PreparedLaunch(compiled, bound, sizes, stream, packing)
 
     def _run_gpu(self, args, call_kwargs, compile_kwargs):
         values = {p.name: v for p, v in zip(self.signature.params, args)}
@@ -174,8 +177,13 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
                        for name, arg in bound.tensors.items()}
         if 0 not in sizes:
             options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
-            compiled = compile_kernel(kernel, options, source_key=source_key)
-            launch_compiled(compiled, bound, device_args, sizes)
+            packing = plan_packing(kernel, device_args, options.pack, written)
+            compiled = compile_kernel(kernel, packing.options(options), source_key=source_key)
+            # Pooled scratch may go back once the launches are queued: see ScratchPool.
+            with pooled_scratch(packing) as scratch:
+                packer = Packer(packing, device_args, compiled.options.arch, scratch)
+                packer.launch()
+                launch_compiled(compiled, bound, packer.args, sizes)
         staging.copy_back()
     return written
 
@@ -206,19 +214,26 @@ def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
 
 
 class PreparedLaunch:
-    """A compiled kernel with its argument list packed: calling it only launches."""
+    """A compiled kernel with its argument list packed: calling it only launches. When
+    ``packing`` names operand tensors, their pack kernels go first, on the same stream,
+    into scratch that lives as long as this object."""
 
-    def __init__(self, compiled: Compiled, bound, sizes, stream):
+    def __init__(self, compiled: Compiled, bound, sizes, stream,
+                 packing: PackPlan = PackPlan()):
         self.compiled = compiled
         self.function = loaded_function(compiled)
         self.grid = launch_grid(sizes, compiled.kernel)
         self.empty = 0 in sizes
         self.block = (compiled.rendered.threads, 1, 1)
-        self.args = kernel_arguments(compiled.kernel, bound, bound.tensors)
+        self.packing = packing
+        self.packer = Packer(packing, bound.tensors, compiled.options.arch,
+                             owned_scratch(packing))
+        self.args = kernel_arguments(compiled.kernel, bound, self.packer.args)
         self.stream = stream
 
     def __call__(self) -> None:
         if not self.empty:
+            self.packer.launch(self.stream)
             self.function.launch(self.grid, self.block, self.compiled.rendered.smem_bytes,
                                  self.args, self.stream)
 
