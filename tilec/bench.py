@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from tilec.options import PACK_POLICIES
+
 # The parts live in tilec/benchmarking/ (its __init__ lists them); every name the tests,
 # benchmarks/ and tilec.cli use stays importable from here. run() looks its parts up in this
 # module, so patching tilec.bench.<name> (as the CPU tests do) reaches the command; the parts
@@ -161,6 +163,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         help="tilec's shared-memory pipeline stages")
     parser.add_argument("--warps", type=_warps, metavar="MxN", help="tilec's warp grid, e.g. 2x4")
     parser.add_argument("--swizzle", choices=("auto", "off"), help="tilec's shared swizzle")
+    parser.add_argument("--pack", choices=PACK_POLICIES,
+                        help="tilec's packing of misaligned operands at launch (default auto)")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -200,7 +204,8 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         raise CommandError(f"the matmul sample has no constant {', '.join(unknown)} "
                            f"(its constants: {', '.join(known)})")
     options = {name: value for name, value in (("stages", args.stages), ("warps", args.warps),
-                                               ("swizzle", args.swizzle)) if value is not None}
+                                               ("swizzle", args.swizzle), ("pack", args.pack))
+               if value is not None}
     return consts, options
 
 

@@ -23,7 +23,7 @@ from tilec.errors import TileError
 from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, I32, DType, TensorType
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.options import ARCHS, target_arch
+from tilec.options import ARCHS, PACK_POLICIES, target_arch
 from tilec.pipeline import pipeline
 
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
     run_cmd.add_argument("--cpu", action="store_true",
                          help="run in the CPU interpreter even when a GPU is present")
+    _add_pack_argument(run_cmd)
     run_cmd.set_defaults(handler=cmd_run)
 
     explain_cmd = commands.add_parser(
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="sizes the kernel will see (as for compile)")
     explain_cmd.add_argument("--no-ptxas", action="store_true",
                              help="skip ptxas's register and spill report")
+    _add_pack_argument(explain_cmd)
     explain_cmd.set_defaults(handler=cmd_explain)
 
     from tilec import bisect
@@ -182,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="time tilec's matmul against cuBLAS and Triton (needs a GPU)",
         description=bench.DESCRIPTION))
     return parser
+
+
+def _add_pack_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pack", choices=PACK_POLICIES,
+                        help="copy matmul operands whose rows are not 16-byte aligned into "
+                        "aligned scratch at launch (default auto: when large enough to pay)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -243,7 +251,8 @@ def _select(path: Path, name: Optional[str]) -> list[TileFunction]:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The compile options given on the command line; the others keep Options' defaults."""
     options = {"arch": args.arch, "stages": args.stages, "warps": args.warps,
-               "swizzle": args.swizzle, "raster_group": args.raster_group}
+               "swizzle": args.swizzle, "raster_group": args.raster_group,
+               "pack": getattr(args, "pack", None)}
     options = {name: value for name, value in options.items() if value is not None}
     if args.disable:
         options["disable"] = tuple(args.disable)
@@ -342,11 +351,27 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from tilec.explain import explain, render_explanation
     sound = True
     for index, fn in enumerate(_select(args.file, args.kernel)):
-        compiled = fn.compile(**_options(args), **_consts(fn, args), **_shapes(fn, args))
-        explanation = explain(compiled, ptxas=not args.no_ptxas)
+        consts, shapes, options = _consts(fn, args), _shapes(fn, args), _options(args)
+        packing = None
+        if set(fn.signature.symbols) <= set(shapes):  # the launch's layout facts are known
+            plan, spec = _row_major_launch(fn.lower(**consts), shapes, options)
+            compiled = fn.compile(spec=spec, **options, **consts)
+            packing = plan.describe()
+        else:
+            compiled = fn.compile(**options, **consts, **shapes)
+        explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing)
         sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
         sound &= not explanation.hazard
     return 0 if sound else 1
+
+
+def _row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, Any]):
+    """(the operands a GPU launch packs, the spec it compiles for) on fresh row-major arrays
+    of these sizes: what ``run`` stages host arrays as."""
+    from tilec.options import Options
+    from tilec.packing import row_major_launch
+    policy = options.get("pack", Options.pack)
+    return row_major_launch(kernel, sizes, policy, written_params(kernel))
 
 
 # --------------------------------------------------------------------------------- run
@@ -384,10 +409,14 @@ def run_and_check(fn: TileFunction, args: argparse.Namespace, on_gpu: bool,
     if on_gpu:
         from tilec.runtime import current_device
         options.setdefault("arch", target_arch(current_device().compute_capability))
-    compiled = fn.compile(**options, **consts, **sizes)
+    packing, spec = _row_major_launch(kernel, sizes, options)
+    compiled = fn.compile(spec=spec, **options, **consts)
     print(f"{fn.name} from {args.file}")
     print(f"  shapes    {_describe_args(kernel, arrays, scalars)}")
     print(f"  compiled  {summary(compiled)}")
+    if on_gpu:
+        for line in packing.describe():
+            print(f"  packed    {line}")
 
     values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
     start = time.perf_counter()

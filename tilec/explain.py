@@ -10,7 +10,9 @@
 - the shared-memory plan, laid out as the backend lays it out (``backend.memory``);
 - bank conflicts of every shared access the backend emits, enumerated instance by instance
   with :mod:`tilec.layout`, beside what an unswizzled layout would give;
-- the register estimate, and ptxas's own report when ``ptxas`` is on PATH.
+- the register estimate, and ptxas's own report when ``ptxas`` is on PATH;
+- given the sizes, which operands a launch would pack into aligned scratch
+  (:mod:`tilec.packing`).
 
 :func:`render_explanation` turns the :class:`Explanation` into the text the CLI prints.
 """
@@ -176,13 +178,18 @@ class Explanation:
     ptxas_note: str  # why there is no ptxas report, or ""
     hazard: str  # the hazard checker's error, "" when the schedule is sound
     checked_trip_counts: tuple[int, ...]
+    # What a launch on row-major arrays of the given sizes packs (PackPlan.describe());
+    # None when the sizes are not known.
+    packing: Optional[tuple[str, ...]] = None
 
 
 # ----------------------------------------------------------------------------- gather
 
-def explain(compiled: Compiled, *, ptxas: bool = True) -> Explanation:
+def explain(compiled: Compiled, *, ptxas: bool = True,
+            packing: Optional[Sequence[str]] = None) -> Explanation:
     """Everything :func:`render_explanation` prints about a compiled kernel. ``ptxas``:
-    run ptxas for its register report when it is on PATH."""
+    run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
+    packing in words (:meth:`tilec.packing.PackPlan.describe`), when the sizes are known."""
     kernel = compiled.kernel
     plan: TilingPlan = kernel.meta["tiling"]
     options = compiled.options
@@ -214,6 +221,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True) -> Explanation:
         ptxas_note=note,
         hazard=hazard,
         checked_trip_counts=tuple(trip_counts(stages)),
+        packing=None if packing is None else tuple(packing),
     )
 
 
@@ -588,6 +596,9 @@ def render_explanation(e: Explanation) -> str:
           f"{c.vec_elems} x {h.dtype} = {c.vec_bytes} B", c.per_thread, c.threads_per_row,
           c.rows_per_pass, "cp.async" if c.mode == "async" else "ld.global + st.shared"]
          for c in h.copies], indent="    ")
+    if e.packing is not None:
+        lines.append("  packed at launch, for row-major arrays of these sizes: "
+                     + ("; ".join(e.packing) or "none"))
 
     s = e.schedule
     fragments = ", next iteration's first fragments loaded early" if s.carried else ""

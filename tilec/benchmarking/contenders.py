@@ -50,8 +50,10 @@ def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
     return trimmed
 
 
-def describe_compiled(compiled: Any) -> str:
-    """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose."""
+def describe_compiled(compiled: Any, packing: Any = None) -> str:
+    """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose, and what the launch
+    packs (``packing``: a :class:`tilec.packing.PackPlan`), e.g. ``, A packed to stride
+    4096 (rows were 2-byte aligned)``."""
     plan = compiled.kernel.meta.get("tiling")
     stages = compiled.kernel.meta.get("stages", compiled.options.stages)
     text = f"stages {stages}"
@@ -60,6 +62,8 @@ def describe_compiled(compiled: Any) -> str:
                 + text)
     if compiled.options.swizzle == "off":
         text += " swizzle off"
+    if packing:
+        text += ", " + ", ".join(packing.describe())
     return text
 
 
@@ -100,7 +104,8 @@ class TilecContender(Contender):
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
-        return (lambda i: launches[i]()), describe_compiled(launches[0].compiled)
+        return (lambda i: launches[i]()), describe_compiled(launches[0].compiled,
+                                                            launches[0].packing)
 
 
 class CublasContender(Contender):
