@@ -1,0 +1,220 @@
+"""Operand packing on the GPU: ragged matmuls whose operand rows are not 16-byte aligned are
+packed at launch and checked against a float64 reference (f16 and bf16, B plain and
+transposed); the launch says what it packed and reads fresh operand data on every call;
+``pack="off"`` is still right; and the pack kernel itself, its scratch compared element by
+element, zero padding included."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilec.kernel import load_file
+from tilec.options import target_arch
+from tilec.packing import SCRATCH_POOL, Packer, owned_scratch, plan_packing, row_major_launch
+from tilec.runtime import (DeviceBuffer, as_array_arg, current_device, gpu_unavailable_reason,
+                           has_gpu, synchronize)
+from tilec.runtime.arrays import c_strides, from_bf16_bits, to_bf16_bits
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
+]
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+# Every operand's rows are 2-byte aligned (odd K, odd N) and large enough for "auto".
+SHAPES = [(257, 263, 135), (1000, 1003, 77)]
+
+
+def sample(name: str, dtype: str = "f16"):
+    """The sample with every f16 of its source read as ``dtype``."""
+    path = SAMPLES / f"{name}.py"
+    text = re.sub(r"\bf16\b", dtype, path.read_text())
+    (function,) = load_file(path, text=text).values()
+    return function
+
+
+def operand(rng, shape, dtype: str):
+    """(the host array tilec takes, its values in float64)."""
+    values = rng.standard_normal(shape, dtype=np.float32)
+    if dtype == "f16":
+        array = values.astype(np.float16)
+        return array, array.astype(np.float64)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits = to_bf16_bits(values)
+    return bits.view(ml_dtypes.bfloat16), from_bf16_bits(bits).astype(np.float64)
+
+
+def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+    assert not np.isnan(out).any(), "some outputs were never written"
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+class DeviceArray:
+    """Device memory holding ``storage``, seen through __cuda_array_interface__ as any view
+    of it: a shape, element strides and an element offset (strided or misaligned arrays)."""
+
+    def __init__(self, storage: np.ndarray, shape=None, strides=None, offset: int = 0):
+        self.storage = np.ascontiguousarray(storage)
+        self.buffer = DeviceBuffer(self.storage.nbytes)
+        self.buffer.copy_from_host(self.storage)
+        self.shape = tuple(self.storage.shape if shape is None else shape)
+        self.strides = tuple(c_strides(self.shape) if strides is None else strides)
+        self.offset = offset
+        itemsize = self.storage.itemsize
+        self.__cuda_array_interface__ = {
+            "shape": self.shape, "typestr": self.storage.dtype.str, "version": 3,
+            "data": (self.buffer.ptr + offset * itemsize, False),
+            "strides": tuple(s * itemsize for s in self.strides)}
+
+    def upload(self, storage: np.ndarray) -> None:
+        self.storage[...] = storage
+        self.buffer.copy_from_host(self.storage)
+
+    def values(self) -> np.ndarray:
+        """The view's elements as float64, read back from the device."""
+        synchronize()
+        self.buffer.copy_to_host(self.storage)
+        flat = self.storage.reshape(-1)[self.offset:]
+        itemsize = self.storage.itemsize
+        view = np.lib.stride_tricks.as_strided(
+            flat, self.shape, tuple(s * itemsize for s in self.strides))
+        return view.astype(np.float64)
+
+
+def nan_output(m: int, n: int) -> DeviceArray:
+    return DeviceArray(np.full((m, n), np.nan, np.float32))
+
+
+# ------------------------------------------------------------------ matmuls, packed
+
+@pytest.mark.parametrize("name", ["matmul", "matmul_bt"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ragged_host_operands_are_packed_and_right(name, dtype, shape):
+    m, n, k = shape
+    function = sample(name, dtype)
+    packing, _ = row_major_launch(function.lower(), {"M": m, "N": n, "K": k}, "auto", ("C",))
+    assert packing.names == ("A", "B")
+    rng = np.random.default_rng(1)
+    a, a64 = operand(rng, (m, k), dtype)
+    b, b64 = operand(rng, (n, k) if name == "matmul_bt" else (k, n), dtype)
+    ref = a64 @ (b64.T if name == "matmul_bt" else b64)
+    SCRATCH_POOL.clear()
+    for _ in range(2):
+        c = np.full((m, n), np.nan, np.float32)
+        function(a, b, c, device="gpu")
+        assert rel_error(c.astype(np.float64), ref) < TOLERANCE[dtype]
+        # The scratch went back to the pool, and the second call reused it.
+        assert sorted(SCRATCH_POOL.sizes()) == sorted(p.nbytes for p in packing.tensors)
+
+
+def test_prepared_launch_packs_says_so_and_repacks_each_call():
+    m, n, k = 257, 263, 135
+    rng = np.random.default_rng(2)
+    a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
+    b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
+    c = nan_output(m, n)
+    launch = sample("matmul").prepare(a, b, c)
+    assert launch.packing.describe() == ["A packed to stride 136 (rows were 2-byte aligned)",
+                                         "B packed to stride 264 (rows were 2-byte aligned)"]
+    assert [o.vec for o in launch.compiled.kernel.meta["tiling"].operands] == [8, 8]
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+    # New operand data, same launch: the pack kernels run again and the product follows.
+    a.upload(rng.standard_normal((m, k)).astype(np.float16))
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+
+
+def test_pack_off_copies_elements_and_is_still_right():
+    m, n, k = 257, 263, 135
+    rng = np.random.default_rng(3)
+    a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
+    b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
+    c = nan_output(m, n)
+    launch = sample("matmul").prepare(a, b, c, pack="off")
+    assert not launch.packing
+    assert [o.vec for o in launch.compiled.kernel.meta["tiling"].operands] == [1, 1]
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+
+
+def test_column_major_strided_and_offset_operands_are_packed_and_right():
+    m, n, k = 300, 264, 135
+    rng = np.random.default_rng(4)
+    # A column-major with 2-byte aligned columns; B every other column of a wider array.
+    a = DeviceArray(rng.standard_normal((k, m)).astype(np.float16), shape=(m, k),
+                    strides=(1, m))
+    b = DeviceArray(rng.standard_normal((k, 2 * n)).astype(np.float16), shape=(k, n),
+                    strides=(2 * n, 2))
+    c = nan_output(m, n)
+    launch = sample("matmul").prepare(a, b, c)
+    assert launch.packing.describe() == ["A packed to stride 304 (columns were 8-byte aligned)",
+                                         "B packed to stride 264 (no dim had unit stride)"]
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+    # Rows 16-byte aligned, but the array starts one element into its buffer.
+    k = 136
+    a = DeviceArray(rng.standard_normal(m * k + 1).astype(np.float16), shape=(m, k),
+                    strides=(k, 1), offset=1)
+    b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
+    c = nan_output(m, n)
+    launch = sample("matmul").prepare(a, b, c)
+    assert launch.packing.describe() == [
+        "A packed to stride 136 (its address was 2-byte aligned)"]
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+
+
+def test_an_empty_grid_packs_and_launches_nothing():
+    a = DeviceArray(np.zeros((0, 135), np.float16))
+    b = DeviceArray(np.ones((135, 263), np.float16))  # misaligned and large: would be packed
+    c = DeviceArray(np.zeros((0, 263), np.float32))
+    launch = sample("matmul").prepare(a, b, c)
+    assert launch.empty and not launch.packing
+    launch()
+    synchronize()
+
+
+# -------------------------------------------------------------------- the pack kernel
+
+@pytest.mark.parametrize("dtype, col_stride, grid_y", [
+    (np.float16, 1, None),
+    (np.float32, 1, None),
+    (np.float16, 3, None),  # a strided source: scalar loads at any element stride
+    (np.float16, 1, 1),     # one block row in the grid: each thread loops over the rows
+])
+def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, grid_y):
+    rows, cols, src_row_stride = 37, 77, 251
+    rng = np.random.default_rng(5)
+    storage = rng.standard_normal((rows, src_row_stride)).astype(dtype)
+    source = DeviceArray(storage, shape=(rows, cols), strides=(src_row_stride, col_stride))
+    tensor = as_array_arg(source, "A", "f16" if dtype == np.float16 else "f32", 2)
+    packing = plan_packing(sample("matmul").lower(), {"A": tensor}, "always")
+    (packed,) = packing.tensors
+    vec = 16 // storage.itemsize
+    assert packed.row_stride == -(-cols // vec) * vec
+    scratch = owned_scratch(packing)
+    scratch["A"].memset_d8(0xFF)  # anything the kernel leaves unwritten shows up
+    packer = Packer(packing, {"A": tensor}, target_arch(current_device().compute_capability),
+                    scratch)
+    if grid_y is not None:
+        grid = packer.launches[0].grid
+        packer.launches[0] = dataclasses.replace(packer.launches[0],
+                                                 grid=(grid[0], grid_y, 1))
+    packer.launch()
+    synchronize()
+    out = np.empty((rows, packed.row_stride), dtype)
+    scratch["A"].copy_to_host(out)
+    bits = {2: np.uint16, 4: np.uint32}[storage.itemsize]
+    expected = storage[:, :cols * col_stride:col_stride]
+    assert np.array_equal(out[:, :cols].view(bits), expected.view(bits))
+    assert not out[:, cols:].view(bits).any()  # the padding is zeros
+    # The matmul is handed the scratch with its padded stride.
+    assert packer.args["A"].ptr == scratch["A"].ptr
+    assert packer.args["A"].strides == (packed.row_stride, 1)

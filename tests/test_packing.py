@@ -1,0 +1,358 @@
+"""Operand packing, without a GPU: which tensors a launch packs and how (the plan), the spec
+the kernel is then compiled for, the launch arguments that reach both kernels, the scratch
+pool, the pack kernel's PTX (assembled by ptxas for every target), and the CLI and benchmark
+descriptions. tests/gpu/test_packing_gpu.py runs it all."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tilec.backend.pack import PACK_PARAMS, pack_entry, pack_ptx, vector_elems
+from tilec.backend.ptx import ptx_header
+from tilec.kernel import load_file, written_params
+from tilec.launch import bind_arguments, kernel_arguments, spec_for, tensor_spec
+from tilec.options import ARCHS, Options, Spec, TensorSpec
+from tilec.packing import (
+    MAX_GRID_Y,
+    PACK_MIN_ELEMENTS,
+    PACK_THREADS,
+    PackPlan,
+    Packer,
+    ScratchPool,
+    operand_tensors,
+    pack_geometry,
+    plan_packing,
+    pooled_scratch,
+    row_major_launch,
+)
+from tilec.runtime.arrays import ArrayArg, c_strides
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+PTXAS = shutil.which("ptxas")
+BASE = 1 << 20  # a 16-byte aligned device address (never dereferenced here)
+
+
+def sample(name: str):
+    (function,) = load_file(SAMPLES / f"{name}.py").values()
+    return function
+
+
+def arg(name: str, shape, strides=None, dtype="f16", ptr=BASE) -> ArrayArg:
+    strides = c_strides(shape) if strides is None else strides
+    return ArrayArg(name=name, ptr=ptr, dtype=dtype, shape=tuple(shape),
+                    strides=tuple(strides), device=0)
+
+
+def matmul_args(m: int, n: int, k: int, dtype="f16") -> dict[str, ArrayArg]:
+    return {"A": arg("A", (m, k), dtype=dtype), "B": arg("B", (k, n), dtype=dtype),
+            "C": arg("C", (m, n), dtype="f32")}
+
+
+def plan(name: str, tensors, policy="auto") -> PackPlan:
+    kernel = sample(name).lower()
+    return plan_packing(kernel, tensors, policy, written_params(kernel))
+
+
+# ---------------------------------------------------------------------------------- plan
+
+@pytest.mark.parametrize("name", ["matmul", "matmul_bt", "gemm_epilogue"])
+def test_operands_are_the_tensors_the_tiling_pass_copies(name):
+    function = sample(name)
+    tiling = function.compile().kernel.meta["tiling"]
+    assert operand_tensors(function.lower()) == tuple(o.tensor for o in tiling.operands)
+    assert operand_tensors(function.lower()) == ("A", "B")
+
+
+def test_ragged_f16_operands_are_packed_to_16_byte_rows():
+    packing = plan("matmul", matmul_args(4095, 4097, 4093))
+    assert packing.names == ("A", "B")
+    a, b = packing.tensors
+    assert (a.shape, a.strides, a.inner, a.row_stride) == ((4095, 4093), (4093, 1), 1, 4096)
+    assert (b.shape, b.strides, b.inner, b.row_stride) == ((4093, 4097), (4097, 1), 1, 4104)
+    assert a.packed_strides == (4096, 1) and b.packed_strides == (4104, 1)
+    assert a.nbytes == 4095 * 4096 * 2
+    assert packing.describe() == ["A packed to stride 4096 (rows were 2-byte aligned)",
+                                  "B packed to stride 4104 (rows were 2-byte aligned)"]
+
+
+def test_the_packed_spec_has_full_vectors_and_keeps_the_rest():
+    tensors = matmul_args(4095, 4097, 4093)
+    packing = plan("matmul", tensors)
+    spec = spec_for_tensors(tensors, {"M": 4095, "N": 4097, "K": 4093})
+    assert spec.tensor("A", 2, 2).vec_elems == 1
+    packed = packing.spec(spec)
+    assert packed.tensor("A", 2, 2) == packed.tensor("B", 2, 2) == TensorSpec(1, 8)
+    assert packed.tensor("C", 2, 4) == spec.tensor("C", 2, 4)  # C is never packed
+    assert packed.divisible == spec.divisible
+    # The spec the plan claims is the one the launcher computes for the scratch itself.
+    for p in packing.tensors:
+        scratch = arg(p.name, p.shape, p.packed_strides, ptr=BASE + (1 << 24))
+        assert tensor_spec(scratch) == p.spec
+    options = Options(spec=spec)
+    assert packing.options(options).spec == packed
+    assert PackPlan().options(options) is options
+
+
+def spec_for_tensors(tensors, symbols) -> Spec:
+    from tilec.launch import Bound
+    return spec_for(Bound(tensors, {}, symbols))
+
+
+def test_aligned_and_off_and_empty_pack_nothing():
+    assert not plan("matmul", matmul_args(4096, 4096, 4096))
+    assert not plan("matmul", matmul_args(4095, 4097, 4093), policy="off")
+    assert not plan("matmul", matmul_args(4095, 4097, 0))  # K = 0: both operands empty
+    assert plan("matmul", matmul_args(0, 4097, 4093)).names == ("B",)  # A is empty
+
+
+def test_auto_skips_small_tensors_and_always_does_not():
+    tensors = matmul_args(100, 4097, 101)  # A: 100 x 101, below the auto threshold
+    assert tensors["A"].size < PACK_MIN_ELEMENTS <= tensors["B"].size
+    assert plan("matmul", tensors).names == ("B",)
+    assert plan("matmul", tensors, policy="always").names == ("A", "B")
+
+
+def test_bf16_and_the_transposed_weight_of_matmul_bt():
+    tensors = {"A": arg("A", (1000, 77), dtype="bf16"), "B": arg("B", (1003, 77), dtype="bf16"),
+               "C": arg("C", (1000, 1003), dtype="f32")}
+    packing = plan("matmul_bt", tensors)
+    assert packing.names == ("A", "B")
+    b = packing.tensors[1]
+    assert (b.shape, b.inner, b.row_stride, b.packed_strides) == ((1003, 77), 1, 80, (80, 1))
+
+
+def test_column_major_strided_and_offset_operands():
+    tensors = matmul_args(512, 512, 501)
+    tensors["A"] = arg("A", (512, 501), (1, 515))          # column-major, 2-byte columns
+    tensors["B"] = arg("B", (501, 512), (1024, 2))         # every other column: no unit dim
+    a, b = plan("matmul", tensors).tensors
+    assert (a.inner, a.row_stride, a.packed_strides) == (0, 512, (1, 512))
+    assert a.reason == "columns were 2-byte aligned"
+    assert (b.inner, b.row_stride, b.reason) == (1, 512, "no dim had unit stride")
+    offset = matmul_args(512, 512, 512)
+    offset["A"] = arg("A", (512, 512), ptr=BASE + 2)
+    (a,) = plan("matmul", offset).tensors
+    assert a.describe() == "A packed to stride 512 (its address was 2-byte aligned)"
+
+
+def test_written_tensors_are_never_packed():
+    kernel = sample("matmul").lower()
+    tensors = matmul_args(4095, 4097, 4093)
+    assert plan_packing(kernel, tensors, "always", written=("A",)).names == ("B",)
+    gemm = sample("gemm_epilogue").lower()  # reads C in the epilogue, writes it: not an operand
+    tensors = {**matmul_args(4095, 4097, 4093), "C": arg("C", (4095, 4097))}
+    assert plan_packing(gemm, tensors, "always", written_params(gemm)).names == ("A", "B")
+
+
+def test_compiled_for_the_packed_spec_the_copies_are_16_byte_cp_async():
+    function = sample("matmul")
+    kernel = function.lower()
+    tensors = matmul_args(4095, 4097, 4093)
+    spec = spec_for_tensors(tensors, {"M": 4095, "N": 4097, "K": 4093})
+    packed = plan_packing(kernel, tensors, "auto").spec(spec)
+    operands = function.compile(spec=packed).kernel.meta["tiling"].operands
+    assert [o.vec for o in operands] == [8, 8]
+    unpacked = function.compile(spec=spec)
+    assert [o.vec for o in unpacked.kernel.meta["tiling"].operands] == [1, 1]
+    assert "cp.async.cg" in function.compile(spec=packed).ptx
+    assert "cp.async.cg" not in unpacked.ptx and "ld.global.nc.b16" in unpacked.ptx
+
+
+def test_row_major_launch_is_what_a_staged_host_launch_gets():
+    kernel = sample("matmul").lower()
+    sizes = {"M": 4095, "N": 4097, "K": 4093}
+    packing, spec = row_major_launch(kernel, sizes, "auto", ("C",))
+    assert packing == plan_packing(kernel, matmul_args(**dict(zip("mnk", sizes.values()))),
+                                   "auto", ("C",))
+    assert spec == packing.spec(spec_for_tensors(matmul_args(4095, 4097, 4093), sizes))
+
+
+def test_options_check_the_policy():
+    assert Options().pack == "auto"
+    with pytest.raises(ValueError, match="pack must be one of auto, always, off"):
+        Options(pack="sometimes")
+
+
+# ------------------------------------------------------------------- launch arguments
+
+class GpuArray:
+    """Something exposing __cuda_array_interface__, as cupy or numba arrays do."""
+
+    def __init__(self, shape, typestr="<f2", ptr=BASE):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr,
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
+class FakeFunction:
+    def __init__(self):
+        self.launches = []
+
+    def launch(self, grid, block, smem, args, stream=None):
+        self.launches.append((grid, block, smem, tuple(args), stream))
+
+
+class FakeBuffer:
+    def __init__(self, nbytes, ptr=BASE << 8):
+        self.nbytes, self.ptr, self.freed = nbytes, ptr, False
+
+    def free(self):
+        self.freed = True
+
+
+def test_packer_hands_both_kernels_the_scratch(monkeypatch):
+    fake = FakeFunction()
+    monkeypatch.setattr("tilec.packing.pack_function", lambda itemsize, arch: fake)
+    function = sample("matmul")
+    arrays = {"A": GpuArray((300, 135)), "B": GpuArray((135, 263), ptr=BASE * 2),
+              "C": GpuArray((300, 263), "<f4", ptr=BASE * 3)}
+    bound = bind_arguments(function.signature.params, function.signature.symbols, [], arrays)
+    a, b, c = (bound.tensors[name] for name in "ABC")
+    packing = plan("matmul", bound.tensors)
+    assert packing.names == ("A", "B")
+    scratch = {"A": FakeBuffer(300 * 136 * 2, ptr=0xA0000), "B": FakeBuffer(135 * 264 * 2,
+                                                                             ptr=0xB0000)}
+    packer = Packer(packing, bound.tensors, "sm_90", scratch)
+    packer.launch(stream=7)
+    (grid_a, block_a, smem, args_a, stream), (_, _, _, args_b, _) = fake.launches
+    assert (smem, stream) == (0, 7)
+    # src, dst, rows, cols, src row stride, src element stride, dst row stride
+    assert args_a == (a.ptr, 0xA0000, 300, 135, 135, 1, 136)
+    assert args_b == (b.ptr, 0xB0000, 135, 263, 263, 1, 264)
+    assert len(args_a) == len(PACK_PARAMS)
+    assert (grid_a, block_a) == pack_geometry(packing.tensors[0])
+    # The matmul reads the scratch with its padded stride; C stays the user's.
+    compiled = function.compile(spec=packing.spec(spec_for(bound)))
+    values = dict(zip([p.name for p in kernel_abi_params(compiled)],
+                      kernel_arguments(compiled.kernel, bound, packer.args)))
+    assert (values["A_ptr"], values["A_stride0"], values["A_stride1"]) == (0xA0000, 136, 1)
+    assert (values["B_ptr"], values["B_stride0"]) == (0xB0000, 264)
+    assert (values["C_ptr"], values["C_stride0"]) == (c.ptr, 263)
+
+
+def kernel_abi_params(compiled):
+    from tilec.backend.abi import kernel_abi
+    return kernel_abi(compiled.kernel)
+
+
+def test_packer_refuses_short_scratch(monkeypatch):
+    monkeypatch.setattr("tilec.packing.pack_function", lambda itemsize, arch: FakeFunction())
+    tensors = matmul_args(300, 263, 135)
+    packing = plan("matmul", tensors)
+    with pytest.raises(ValueError, match="scratch for A has 8 bytes"):
+        Packer(packing, tensors, "sm_80", {"A": FakeBuffer(8), "B": FakeBuffer(1 << 20)})
+
+
+@pytest.mark.parametrize("rows, cols, grid, block", [
+    (4095, 4093, (2, 4095, 1), (256, 1, 1)),   # 512 vectors a row: two blocks of 256
+    (1000, 77, (1, 63, 1), (16, 16, 1)),       # 10 vectors a row: 16 rows a block
+    (3, 5, (1, 1, 1), (1, 256, 1)),            # one vector a row
+    (2**24, 3, (1, MAX_GRID_Y, 1), (1, 256, 1)),  # past 65535 x 256 rows the kernel loops
+])
+def test_pack_geometry(rows, cols, grid, block):
+    packing = plan("matmul", {"A": arg("A", (rows, cols)), "B": arg("B", (cols, 64)),
+                              "C": arg("C", (rows, 64), dtype="f32")}, policy="always")
+    assert pack_geometry(packing.tensors[0]) == (grid, block)
+    assert block[0] * block[1] == PACK_THREADS
+
+
+def test_pool_lends_each_buffer_once_and_keeps_a_few():
+    pool = ScratchPool(limit=2)
+    first, second, third = FakeBuffer(64), FakeBuffer(128), FakeBuffer(64)
+    for buffer in (first, second, third):
+        pool.give(buffer)
+    assert first.freed and not second.freed and pool.sizes() == [128, 64]
+    assert pool.take(64) is third and pool.sizes() == [128]
+    packing = plan("matmul", matmul_args(300, 263, 135))
+    pool.give(FakeBuffer(packing.tensors[0].nbytes))
+    pool.give(FakeBuffer(packing.tensors[1].nbytes))
+    with pooled_scratch(packing, pool) as scratch:
+        assert len(pool) == 0  # both lent: a second launch gets its own
+        assert [scratch[p.name].nbytes for p in packing.tensors] == \
+            [p.nbytes for p in packing.tensors]
+    assert sorted(pool.sizes()) == sorted(p.nbytes for p in packing.tensors)
+    pool.clear()
+    assert len(pool) == 0
+
+
+# ------------------------------------------------------------------------ the pack PTX
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_pack_ptx_shape(itemsize):
+    ptx = pack_ptx(itemsize, "sm_90")
+    assert pack_ptx(itemsize, "sm_90") is ptx  # memoised
+    header = "\n".join(ptx_header(Options(arch="sm_90")))
+    assert header in ptx and f".entry {pack_entry(itemsize)}(" in ptx
+    per_vector = vector_elems(itemsize)
+    kind = f"b{8 * itemsize}"
+    # Every element of the vector is loaded under its own in-row predicate, then one store.
+    assert len(re.findall(rf"@%p\d+ ld\.global\.nc\.{kind} ", ptx)) == per_vector
+    assert ptx.count("st.global.v4.b32") == 1
+    assert len(re.findall(r"mul\.wide\.u32", ptx)) >= 4  # 64-bit addresses
+    params = re.findall(r"\.param \.(\w+) (\w+)", ptx)
+    assert params == [(kind_, name) for name, kind_ in PACK_PARAMS]
+
+
+def test_pack_ptx_refuses_other_sizes_and_targets():
+    with pytest.raises(ValueError, match="2- or 4-byte"):
+        pack_ptx(1, "sm_80")
+    with pytest.raises(ValueError, match="unknown arch"):
+        pack_ptx(2, "sm_70")
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_pack_ptx_assembles(tmp_path, arch, itemsize):
+    path = tmp_path / "pack.ptx"
+    path.write_text(pack_ptx(itemsize, arch))
+    command = [PTXAS, "-v", f"-arch={arch}", str(path), "-o", str(tmp_path / "pack.cubin")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"Repro command: {' '.join(command)}\n{log}"
+    assert re.search(r"0 bytes spill stores|Used \d+ registers", log), log
+    assert "spill" not in log or "0 bytes spill stores" in log
+
+
+# ------------------------------------------------------------------------ descriptions
+
+def test_describe_compiled_mentions_the_packing():
+    from tilec.benchmarking.contenders import describe_compiled
+    compiled = sample("matmul").compile(arch="sm_80")
+    packing = plan("matmul", matmul_args(4095, 4097, 4093))
+    assert describe_compiled(compiled) == "128x128x32 warps 2x2 stages 3"
+    assert describe_compiled(compiled, packing) == (
+        "128x128x32 warps 2x2 stages 3, A packed to stride 4096 (rows were 2-byte aligned), "
+        "B packed to stride 4104 (rows were 2-byte aligned)")
+
+
+def test_cli_explain_shows_the_packing_and_pack_off(capsys):
+    from tilec.cli import main
+    ragged = ["explain", str(SAMPLES / "matmul.py"), "--shape", "M=4095,N=4097,K=4093",
+              "--no-ptxas"]
+    assert main(ragged) == 0
+    out = capsys.readouterr().out
+    assert ("packed at launch, for row-major arrays of these sizes: A packed to stride 4096 "
+            "(rows were 2-byte aligned); B packed to stride 4104") in out
+    assert "8 x f16 = 16 B" in out
+    assert main(ragged + ["--pack", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "row-major arrays of these sizes: none" in out
+    assert "1 x f16 = 2 B" in out and "8 x f16" not in out
+    assert main(["explain", str(SAMPLES / "matmul.py"), "--no-ptxas"]) == 0
+    assert "packed at launch" not in capsys.readouterr().out  # sizes unknown: not said
+
+
+def test_cli_and_bench_take_pack():
+    from tilec import bench
+    from tilec.cli import _options, build_parser
+    args = build_parser().parse_args(["run", "samples/matmul.py", "--pack", "off"])
+    assert _options(args)["pack"] == "off"
+    args = build_parser().parse_args(["compile", "samples/matmul.py"])
+    assert "pack" not in _options(args)
+    parser = bench.add_arguments(__import__("argparse").ArgumentParser())
+    args = parser.parse_args(["--pack", "always"])
+    assert bench._tilec_settings(args)[1] == {"pack": "always"}
