@@ -5,6 +5,8 @@ entry, the other pieces follow it by a small XOR and an immediate.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from tilec.ir.core import Op
 from tilec.layout import (LDMATRIX_ORDER, WARP_SIZE, ldmatrix_lane_coord, offset_relation,
                           operand_k_major, operand_storage_coord)
@@ -76,6 +78,26 @@ def piece_offsets(plan, role: str, layout, mn0: int, k0: int, elem_bytes: int) -
     return offsets
 
 
+def relative_address(ctx: Context, view: SmemView, relation: tuple[int, int] | None,
+                     state: dict, reference_offset: Callable[[], str],
+                     own_offset: Callable[[], str]) -> str:
+    """The shared address operand of one fragment load of ``view``.
+
+    One lane offset per operand (``reference_offset``, computed at entry) serves every load
+    whose lanes' offsets are the reference's XOR a small constant (the swizzle permuting
+    chunks within a line) plus an immediate (``relation``, from
+    :func:`~tilec.layout.offset_relation`), so few registers stay live across the loop;
+    other loads get their own lane offset. ``state`` carries the view's base between the
+    loads of one op."""
+    if relation is None:
+        return ctx.int_op("add.s32", view.address, own_offset()) + "+0"
+    if "base" not in state:
+        state["base"] = ctx.int_op("add.s32", view.address, reference_offset())
+    flip, immediate = relation
+    address = ctx.int_op("xor.b32", state["base"], flip) if flip else state["base"]
+    return f"{address}+{immediate}"
+
+
 def _ldmatrix(ctx: Context, op: Op) -> None:
     view: SmemView = ctx.get(op.operands[0])
     role, k0 = op.attrs["operand"], op.attrs["k0"]
@@ -83,26 +105,17 @@ def _ldmatrix(ctx: Context, op: Op) -> None:
     eb = view.buffer.elem_bytes
     trans = "" if operand_k_major(role, layout) else ".trans"
     reference = piece_offsets(ctx.plan, role, layout, 0, 0, eb)
-    base = None
+    state: dict = {}
     regs: list[str] = []
     for mn0 in ldmatrix_pieces(ctx.plan, role):
-        # One lane offset per operand; other pieces are a small XOR (the swizzle permutes
-        # chunks within a line) and an immediate add away, so few registers stay live
-        # across the loop.
         relation = offset_relation(reference, piece_offsets(ctx.plan, role, layout, mn0, k0, eb))
-        if relation is None:
-            address = ctx.int_op("add.s32", view.address,
-                                 _ldmatrix_lane_offsets(ctx, view, role, mn0, k0))
-            immediate = 0
-        else:
-            if base is None:
-                base = ctx.int_op("add.s32", view.address,
-                                  _ldmatrix_lane_offsets(ctx, view, role, 0, 0))
-            flip, immediate = relation
-            address = ctx.int_op("xor.b32", base, flip) if flip else base
+        address = relative_address(
+            ctx, view, relation, state,
+            lambda: _ldmatrix_lane_offsets(ctx, view, role, 0, 0),
+            lambda mn0=mn0: _ldmatrix_lane_offsets(ctx, view, role, mn0, k0))
         out = ctx.w.regs("b32", 4)
         ctx.w.emit(f"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{{', '.join(out)}}}, "
-                   f"[{address}+{immediate}];")
+                   f"[{address}];")
         regs.extend(out)
     ctx.bind(op.result, regs)
 

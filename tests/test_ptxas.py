@@ -1,4 +1,4 @@
-"""Every sample, in f16 and bf16, for every target and a spread of configurations, assembled
+"""Every sample, in f16, bf16 and f32, for every target and a spread of configurations, assembled
 by ptxas: it must accept the PTX, and the main matmul configurations must not spill.
 
 The combinations are chosen, not a cartesian product, to stay well under a minute on two cores:
@@ -31,12 +31,12 @@ RAGGED = (("M", 1000), ("N", 1003), ("K", 77))
 
 @functools.lru_cache(maxsize=None)
 def load_sample(name: str, dtype: str) -> TileFunction:
-    """A sample's tile function; ``bf16`` reads its inputs A and B as bf16."""
+    """A sample's tile function; ``bf16`` or ``f32`` reads f16 inputs A and B as that."""
     path = SAMPLES / f"{name}.py"
     text = path.read_text(encoding="utf-8")
-    if dtype == "bf16":
-        text = text.replace("A: f16[", "A: bf16[").replace("B: f16[", "B: bf16[")
-        assert "A: bf16[" in text and "B: bf16[" in text, f"{path} has no f16 inputs A, B"
+    if dtype != "f16" and f"A: {dtype}[" not in text:
+        text = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
+        assert f"A: {dtype}[" in text and f"B: {dtype}[" in text, f"{path}: no f16 A, B"
     functions = load_file(path, text=text)
     (function,) = functions.values()
     return function
@@ -82,7 +82,14 @@ def main_matmul_cases() -> Iterator[Case]:
                        stages=2 if arch == "sm_86" else 3)
 
 
-MAIN = list(main_matmul_cases())
+def main_sgemm_cases() -> Iterator[Case]:
+    """The f32 (FFMA) sample's tuned configurations: 8 warps of 32x64, no spills."""
+    for arch in ARCHS:
+        yield case("sgemm", "f32", arch)  # 128x128x16, 3 stages
+        yield case("sgemm", "f32", arch, DIVISIBLE, BK=32, stages=2)
+
+
+MAIN = list(main_matmul_cases()) + list(main_sgemm_cases())
 
 OTHERS = [
     case("matmul", "f16", "sm_80", stages=1),
@@ -113,6 +120,18 @@ OTHERS = [
     case("gemm_epilogue", "bf16", "sm_90", RAGGED),
     case("gemm_epilogue", "f16", "sm_80", DIVISIBLE, swizzle="off"),
     case("gemm_epilogue", "bf16", "sm_90", BM=64, BN=64, BK=32, stages=2),  # one warp
+    # FFMA: ragged, unswizzled, synchronous, transposed operands, small and fused.
+    case("sgemm", "f32", "sm_80", RAGGED),
+    case("sgemm", "f32", "sm_86", swizzle="off", stages=1),
+    case("sgemm", "f32", "sm_90", stages=4, BK=8),
+    case("sgemm", "f32", "sm_80", spec=Spec(tensors=(("A", TensorSpec(0, 4)),
+                                                     ("B", TensorSpec(0, 4))))),
+    case("sgemm", "f32", "sm_86", spec=Spec(tensors=(("A", TensorSpec(None, 1)),))),
+    case("sgemm", "f32", "sm_90", BM=64, BN=64, BK=16),
+    case("matmul_bt", "f32", "sm_80", RAGGED),
+    case("matmul", "f32", "sm_86"),
+    case("gemm_epilogue", "f32", "sm_90"),
+    case("gemm_epilogue", "f32", "sm_86", RAGGED, BM=64, BN=128, BK=16, stages=2),
 ]
 
 # The fused epilogue sample in its default configuration: it spilled until the epilogue was
@@ -206,5 +225,6 @@ def test_every_sample_is_covered() -> None:
     cases = [p.values[0] if hasattr(p, "values") else p for p in ALL]
     for path in SAMPLES.glob("*.py"):
         mine = [c for c in cases if c.sample == path.stem]
-        assert {c.dtype for c in mine} == {"f16", "bf16"}, path.stem
+        dtypes = {"f16", "bf16", "f32"} if "A: f16[" in path.read_text() else {"f32"}
+        assert {c.dtype for c in mine} == dtypes, path.stem
         assert {c.arch for c in mine} == set(ARCHS), path.stem

@@ -70,7 +70,7 @@ from tilec.interpreter import (InterpState, TensorRef, register_semantics, run_k
 from tilec.ir import ops_gpu  # noqa: F401  (defines the lowered ops given semantics here)
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.layout import (MMA_K, MMA_M, MMA_N, WARP_SIZE, MmaLayout, SmemLayout, copy_map,
+from tilec.layout import (MMA_K, MMA_M, MMA_N, WARP_SIZE, DistributedLayout, MmaLayout, SmemLayout, copy_map,
                           ldmatrix_lane_coord, mma_a_coord, mma_b_coord, mma_c_coord,
                           operand_k_major, operand_storage_coord)
 
@@ -246,8 +246,8 @@ def _register_map(layout: MmaLayout) -> tuple[np.ndarray, np.ndarray]:
 def _checked_register_map(state: InterpState, op: Op, layout: Any, shape: tuple[int, ...]
                           ) -> tuple[np.ndarray, np.ndarray]:
     """The register map of a distributed tile, checked to hold each element exactly once."""
-    if not isinstance(layout, MmaLayout) or layout.operand != "C":
-        raise state.error(op, f"expected a tile in the mma accumulator layout, got {layout}")
+    if not isinstance(layout, DistributedLayout) or layout.operand != "C":
+        raise state.error(op, f"expected a tile in an accumulator layout, got {layout}")
     if not _holds_each_element_once(layout, tuple(shape)):
         raise state.error(op, f"{layout} does not hold each element of a "
                               f"{shape[0]}x{shape[1]} tile exactly once")
@@ -543,3 +543,7 @@ def _frag_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     tile = np.empty(rtype.shape, dtype=registers.dtype)
     tile[rows, cols] = registers
     return [tile]
+
+
+# The FFMA product kind's ops live beside, sharing this module's values and helpers.
+from tilec import executor_simt  # noqa: E402,F401
