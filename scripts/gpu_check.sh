@@ -29,7 +29,7 @@ python3 -c 'import cuda.bindings, numpy, sys; print("python", sys.version.split(
 
 tests_status=0
 if [ "${GPU_TESTS:-1}" != 0 ]; then
-    python3 -m pytest -m gpu -x -q tests 2>&1 | tee "$OUT/gpu_tests.log"
+    python3 -m pytest -m gpu --maxfail=25 -q tests 2>&1 | tee "$OUT/gpu_tests.log"
     tests_status=$?
     echo "gpu_check: GPU tests exited with $tests_status"
 fi

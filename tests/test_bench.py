@@ -345,8 +345,7 @@ def test_cublas_writes_the_inputs_dtype_and_passes_its_tolerance():
         assert measured.config.startswith("numpy.matmul, C " + dtype)
     assert bench.TritonContender(arrays).unsupported(Case(8, 8, 8, "f16")) == \
         "the Triton kernel runs on torch tensors"
-    assert bench.TilecContender({}, {}).unsupported(Case(8, 8, 8, "f32")) == \
-        "tilec has no f32 path yet"
+    assert bench.TilecContender({}, {}).unsupported(Case(8, 8, 8, "f32")) is None
 
 
 def test_the_event_timer_excludes_warm_up_and_takes_the_median():
@@ -582,11 +581,11 @@ def test_the_command_prints_references_then_the_table_and_writes_json(
     assert [line.split()[:2] for line in lines[header + 1:header + 5]] == [
         ["32x24x16", "f16"], ["32x24x16", "f32"], ["16x512x256", "f16"], ["16x512x256", "f32"]]
     assert "memory bounds of the skinny shapes" in captured.out
-    assert re.search(r"\[4/4\] 16x512x256 f32: tilec n/a, cuBLAS \d", captured.err)
+    assert re.search(r"\[4/4\] 16x512x256 f32: tilec \d.*, cuBLAS \d", captured.err)
     data = json.loads(out_json.read_text())
     assert data["device"]["name"] == "Fake GPU"
     assert data["contenders"] == ["tilec", "cuBLAS"]  # Triton is not installed here
-    assert [r["contenders"]["tilec"]["status"] for r in data["rows"]] == ["ok", "n/a"] * 2
+    assert [r["contenders"]["tilec"]["status"] for r in data["rows"]] == ["ok"] * 4
     if with_matplotlib:
         assert out_png.read_bytes()[:8] == PNG_SIGNATURE
     else:
@@ -626,3 +625,17 @@ def test_a_small_sweep_on_the_gpu(tmp_path, capsys):
         if tilec["status"] == "ok":
             assert tilec["error"] <= bench.TOLERANCE[row["dtype"]]
             assert tilec["tflops"] > 0
+
+
+def test_tuned_defaults_per_dtype_family_and_shape_compile():
+    """The configurations the bench runs by default are ones tiling accepts: the tuned
+    mma tiles for f16/bf16, the FFMA tiles for f32, short tiles for M <= 64."""
+    from tilec.autotune import config_problem
+    from tilec.benchmarking.contenders import tuned_config
+    for dtype in ("f16", "bf16", "f32"):
+        for m in (16, 4096):
+            config = tuned_config(Case(m, 8192, 8192, dtype))
+            assert (config["BM"] <= 32) == (m <= 64)
+            full = {"swizzle": "auto", "raster_group": 8, "warps": None, **config}
+            assert config_problem(full, dtype, "sm_90") is None, (dtype, m, config)
+    assert tuned_config(Case(4096, 4096, 4096, "f32"))["BK"] == 16

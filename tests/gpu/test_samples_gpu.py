@@ -1,5 +1,5 @@
-"""Every sample, through the DSL frontend, on the GPU against a float64 reference: f16 and
-bf16, stage counts 1 to 4, the shapes the compiler must handle (1x1x1, ragged, large).
+"""Every sample, through the DSL frontend, on the GPU against a float64 reference: f16,
+bf16 and f32, stage counts 1 to 4, the shapes the compiler must handle (1x1x1, ragged, large).
 Inputs are fresh random draws; outputs are poisoned with NaN before each run."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 SHAPES = [(1, 1, 1), (127, 129, 65), (1000, 1003, 77), (4096, 4096, 4096)]
-TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-5}  # f32: exact FFMA, no TF32
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
 
@@ -39,7 +39,7 @@ def operands(m, n, k, dtype, b_transposed=False):
     return a, b.to(TORCH[dtype])
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matmul(dtype, stages, shape):
@@ -52,7 +52,7 @@ def test_matmul(dtype, stages, shape):
     assert rel_error(c, a.double() @ b.double()) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matmul_bt(dtype, stages, shape):
@@ -65,7 +65,7 @@ def test_matmul_bt(dtype, stages, shape):
     assert rel_error(c, a.double() @ b.double().T) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gemm_epilogue(dtype, stages, shape):
@@ -83,6 +83,22 @@ def test_gemm_epilogue(dtype, stages, shape):
     assert rel_error(c, ref) < 2 * TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("config", [dict(), dict(BK=32, stages=2), dict(BM=64, BN=64),
+                                    dict(BM=64, BN=128, BK=8, stages=4, swizzle="off")],
+                         ids=["default", "BK32", "64x64", "BK8-noswizzle"])
+@pytest.mark.parametrize("shape", SHAPES + [(2048, 8, 4096), (8, 2048, 1000)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_sgemm(shape, config):
+    """f32 through FFMA: every product exact, so the error is f32 summation's alone."""
+    m, n, k = shape
+    kernel = load_file(SAMPLES / "sgemm.py")["sgemm"]
+    a, b = operands(m, n, k, "f32")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c, **config)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE["f32"]
+
+
 def test_numpy_arguments_and_strided_views():
     """Host arrays are copied in and out; a transposed view is read through its strides."""
     import numpy as np
@@ -98,7 +114,7 @@ def test_numpy_arguments_and_strided_views():
     assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 2e-3
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
 def test_gpu_views_read_through_strides(dtype):
     """Column-major A and B (transposed torch views) and a slice of a larger C."""
     m, n, k = 520, 392, 200

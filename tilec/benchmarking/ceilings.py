@@ -8,7 +8,6 @@ import struct
 from typing import Sequence
 
 from tilec.benchmarking.array_libraries import Arrays
-from tilec.benchmarking.cases import TILEC_DTYPES
 from tilec.benchmarking.results import References, first_line
 from tilec.benchmarking.timing import Timer
 
@@ -24,6 +23,7 @@ MMA_FLOP = 2 * 16 * 8 * 16  # one m16n8k16 of one warp
 MMA_TRIPS = 4096
 MMA_TARGET_MS = 10.0
 MMA_SEED = 1.0 / 64  # operand values stay near 0.02-0.08: no overflow, no zeros
+MMA_DTYPES = ("f16", "bf16")  # the inputs mma.sync m16n8k16 takes (f32 runs on FFMA)
 
 
 def _f32_literal(value: float) -> str:
@@ -38,7 +38,7 @@ def mma_loop_ptx(arch: str = "sm_80", dtype: str = "f16", chains: int = MMA_CHAI
     come from the seed parameter and the thread index, and chain c starts at c, so no two
     chains compute the same thing. Parameters: out (f32 per thread), trips (>= 1), seed."""
     from tilec.options import ARCHS
-    if dtype not in TILEC_DTYPES:
+    if dtype not in MMA_DTYPES:
         raise ValueError(f"mma_loop_ptx: dtype must be f16 or bf16, got {dtype!r}")
     accumulators = chains * 4
     # PTX ISA 9.7.14.5.14, mma.m16n8k16: A is 4 .b32 registers, B 2, C and D 4 .f32 each.
@@ -126,7 +126,7 @@ def measure_references(arrays: Arrays, timer: Timer, dtypes: Sequence[str]) -> R
     except Exception as err:  # noqa: BLE001 - the sweep still runs, without memory bounds
         references.problems.append(f"copy bandwidth: {first_line(err)}")
     arrays.release()
-    for dtype in [d for d in TILEC_DTYPES if d == "f16" or d in dtypes]:
+    for dtype in [d for d in MMA_DTYPES if d == "f16" or d in dtypes]:
         try:
             references.mma_tflops[dtype], references.mma_launch = mma_ceiling(timer, dtype)
         except Exception as err:  # noqa: BLE001 - the sweep still runs, without this bound

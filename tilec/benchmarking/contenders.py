@@ -50,6 +50,22 @@ def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
     return trimmed
 
 
+# The configurations tilec runs when neither --autotune nor the command line chooses: the
+# best measured on an H200 (benchmarks/NOTES.md), per dtype family and problem class.
+TUNED = {
+    ("mma", "square"): dict(BM=128, BN=256, BK=128, stages=2, warps=(2, 4)),
+    ("mma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
+    ("simt", "square"): dict(BM=128, BN=128, BK=16, stages=3),
+    ("simt", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(2, 2)),
+}
+SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
+
+
+def tuned_config(case: Case) -> dict[str, Any]:
+    family = "simt" if case.dtype == "f32" else "mma"
+    return dict(TUNED[family, "short" if case.M <= SHORT_M else "square"])
+
+
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
     """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose, and what the launch
     packs (``packing``: a :class:`tilec.packing.PackPlan`), e.g. ``, A packed to stride
@@ -97,7 +113,11 @@ class TilecContender(Contender):
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         kernel = self.kernel(case.dtype)
-        kwargs = {**self.consts, **self.options}
+        # Knobs given on the command line win; the tuned defaults fill in the rest, as long
+        # as the command line fixes no tile size (a half-tuned tile would not fit).
+        fixed = {**self.consts, **self.options}
+        tuned = {} if self.autotune or self.consts else tuned_config(case)
+        kwargs = {**tuned, **fixed}
         if self.autotune:
             from tilec.autotune import autotune
             best = autotune(kernel, (*inputs[0], outputs[0]), autotune_space(case, kwargs),
