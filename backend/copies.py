@@ -162,6 +162,10 @@ def _copy(ctx: Context, op: Op) -> None:
         dst = ctx.int_op("add.s32", view.address, smem)
         if access["smem_imm"]:
             dst = f"{dst}+{access['smem_imm']}"
+        # A thread without a vector in this access (more threads than vectors) must not
+        # write at all: its shared address lies past the tile, and a cp.async of 0 source
+        # bytes still writes 16 bytes of zeros there.
+        guard = f"@{access['active']} " if access["active"] else ""
         inside = ctx.and_pred(predicate, access["active"])
         partial_bytes = None
         for dim in range(rank):
@@ -184,17 +188,17 @@ def _copy(ctx: Context, op: Op) -> None:
         if op.attrs["mode"] == "async":
             cache = "cg" if nbytes == 16 else "ca"
             if partial_bytes is None and inside is None:
-                w.emit(f"cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes};")
+                w.emit(f"{guard}cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes};")
                 continue
             size = partial_bytes if partial_bytes is not None else nbytes
             if inside is not None:
                 guarded = w.reg("b32")
                 w.emit(f"selp.b32 {guarded}, {size}, 0, {inside};")
                 size = guarded
-            w.emit(f"cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes}, {size};")
+            w.emit(f"{guard}cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes}, {size};")
         else:
-            pending_stores.extend(_copy_sync_loads(ctx, src, dst, vec, eb, inside,
-                                                   partial_bytes))
+            stores = _copy_sync_loads(ctx, src, dst, vec, eb, inside, partial_bytes)
+            pending_stores.extend(guard + store for store in stores)
             if len(pending_stores) >= SYNC_BATCH:
                 _flush_stores(ctx, pending_stores)
     _flush_stores(ctx, pending_stores)

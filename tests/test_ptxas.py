@@ -228,3 +228,15 @@ def test_every_sample_is_covered() -> None:
         dtypes = {"f16", "bf16", "f32"} if "A: f16[" in path.read_text() else {"f32"}
         assert {c.dtype for c in mine} == dtypes, path.stem
         assert {c.arch for c in mine} == set(ARCHS), path.stem
+
+
+def test_threads_without_a_vector_write_nothing():
+    """128x256x8 f32 has 512 threads for 256 vectors of A: half the threads are idle in A's
+    copy, and their shared addresses lie past the tile, so their cp.async (which writes 16
+    bytes even when it reads 0) must be predicated off, not given 0 source bytes."""
+    ptx = load_sample("sgemm", "f32").ptx(arch="sm_80", BM=128, BN=256, BK=8, stages=2)
+    copies = [line.strip() for line in ptx.splitlines() if "cp.async.cg" in line]
+    guarded = [line for line in copies if line.startswith("@")]
+    # Per stage copy: one access of A (half the threads idle), one of B (all busy).
+    assert len(guarded) == len(copies) // 2 > 0, copies
+    assert all(line.startswith("@%p1 ") for line in guarded)  # the same thread predicate

@@ -148,3 +148,17 @@ def test_k_zero_leaves_the_beta_scaled_epilogue():
     kernel(a, b, c, bias, 2.0, -0.5)
     torch.cuda.synchronize()
     assert rel_error(c, expected) < 2e-3
+
+
+@pytest.mark.parametrize("config", [dict(BM=128, BN=256, BK=8, stages=2),
+                                    dict(BM=256, BN=128, BK=8, stages=3)],
+                         ids=["A-idle", "B-idle"])
+def test_more_threads_than_copy_vectors(config):
+    """16 warps for a tile of 256 vectors: idle threads must not write shared memory (they
+    once wrote zeros past the tile: wrong results, then an illegal address)."""
+    kernel = load_file(SAMPLES / "sgemm.py")["sgemm"]
+    a, b = operands(1024, 1024, 1024, "f32")
+    c = torch.full((1024, 1024), float("nan"), device="cuda")
+    kernel(a, b, c, **config)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE["f32"]
