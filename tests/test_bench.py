@@ -633,9 +633,10 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
     from tilec.autotune import config_problem
     from tilec.benchmarking.contenders import tuned_config
     for dtype in ("f16", "bf16", "f32"):
-        for m in (16, 4096):
+        for m in (16, 4095, 4096):
             config = tuned_config(Case(m, 8192, 8192, dtype))
             assert (config["BM"] <= 32) == (m <= 64)
             full = {"swizzle": "auto", "raster_group": 8, "warps": None, **config}
             assert config_problem(full, dtype, "sm_90") is None, (dtype, m, config)
-    assert tuned_config(Case(4096, 4096, 4096, "f32"))["BK"] == 16
+    assert tuned_config(Case(4096, 4096, 4096, "f16"))["BN"] == 256
+    assert tuned_config(Case(4095, 4097, 4093, "f16"))["BN"] == 128

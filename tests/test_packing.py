@@ -72,11 +72,11 @@ def test_ragged_f16_operands_are_packed_to_16_byte_rows():
     assert packing.names == ("A", "B")
     a, b = packing.tensors
     assert (a.shape, a.strides, a.inner, a.row_stride) == ((4095, 4093), (4093, 1), 1, 4096)
-    assert (b.shape, b.strides, b.inner, b.row_stride) == ((4093, 4097), (4097, 1), 1, 4104)
-    assert a.packed_strides == (4096, 1) and b.packed_strides == (4104, 1)
+    assert (b.shape, b.strides, b.inner, b.row_stride) == ((4093, 4097), (4097, 1), 1, 4160)
+    assert a.packed_strides == (4096, 1) and b.packed_strides == (4160, 1)
     assert a.nbytes == 4095 * 4096 * 2
     assert packing.describe() == ["A packed to stride 4096 (rows were 2-byte aligned)",
-                                  "B packed to stride 4104 (rows were 2-byte aligned)"]
+                                  "B packed to stride 4160 (rows were 2-byte aligned)"]
 
 
 def test_the_packed_spec_has_full_vectors_and_keeps_the_rest():
@@ -122,7 +122,7 @@ def test_bf16_and_the_transposed_weight_of_matmul_bt():
     packing = plan("matmul_bt", tensors)
     assert packing.names == ("A", "B")
     b = packing.tensors[1]
-    assert (b.shape, b.inner, b.row_stride, b.packed_strides) == ((1003, 77), 1, 80, (80, 1))
+    assert (b.shape, b.inner, b.row_stride, b.packed_strides) == ((1003, 77), 1, 128, (128, 1))
 
 
 def test_column_major_strided_and_offset_operands():
@@ -213,23 +213,23 @@ def test_packer_hands_both_kernels_the_scratch(monkeypatch):
     a, b, c = (bound.tensors[name] for name in "ABC")
     packing = plan("matmul", bound.tensors)
     assert packing.names == ("A", "B")
-    scratch = {"A": FakeBuffer(300 * 136 * 2, ptr=0xA0000), "B": FakeBuffer(135 * 264 * 2,
+    scratch = {"A": FakeBuffer(300 * 192 * 2, ptr=0xA0000), "B": FakeBuffer(135 * 320 * 2,
                                                                              ptr=0xB0000)}
     packer = Packer(packing, bound.tensors, "sm_90", scratch)
     packer.launch(stream=7)
     (grid_a, block_a, smem, args_a, stream), (_, _, _, args_b, _) = fake.launches
     assert (smem, stream) == (0, 7)
     # src, dst, rows, cols, src row stride, src element stride, dst row stride
-    assert args_a == (a.ptr, 0xA0000, 300, 135, 135, 1, 136)
-    assert args_b == (b.ptr, 0xB0000, 135, 263, 263, 1, 264)
+    assert args_a == (a.ptr, 0xA0000, 300, 135, 135, 1, 192)  # rows of whole 128-byte lines
+    assert args_b == (b.ptr, 0xB0000, 135, 263, 263, 1, 320)
     assert len(args_a) == len(PACK_PARAMS)
     assert (grid_a, block_a) == pack_geometry(packing.tensors[0])
     # The matmul reads the scratch with its padded stride; C stays the user's.
     compiled = function.compile(spec=packing.spec(spec_for(bound)))
     values = dict(zip([p.name for p in kernel_abi_params(compiled)],
                       kernel_arguments(compiled.kernel, bound, packer.args)))
-    assert (values["A_ptr"], values["A_stride0"], values["A_stride1"]) == (0xA0000, 136, 1)
-    assert (values["B_ptr"], values["B_stride0"]) == (0xB0000, 264)
+    assert (values["A_ptr"], values["A_stride0"], values["A_stride1"]) == (0xA0000, 192, 1)
+    assert (values["B_ptr"], values["B_stride0"]) == (0xB0000, 320)
     assert (values["C_ptr"], values["C_stride0"]) == (c.ptr, 263)
 
 
@@ -248,9 +248,9 @@ def test_packer_refuses_short_scratch(monkeypatch):
 
 @pytest.mark.parametrize("rows, cols, grid, block", [
     (4095, 4093, (2, 4095, 1), (256, 1, 1)),   # 512 vectors a row: two blocks of 256
-    (1000, 77, (1, 63, 1), (16, 16, 1)),       # 10 vectors a row: 16 rows a block
-    (3, 5, (1, 1, 1), (1, 256, 1)),            # one vector a row
-    (2**24, 3, (1, MAX_GRID_Y, 1), (1, 256, 1)),  # past 65535 x 256 rows the kernel loops
+    (1000, 77, (1, 63, 1), (16, 16, 1)),       # 16 vectors a row: 16 rows a block
+    (3, 5, (1, 1, 1), (8, 32, 1)),             # one 128-byte line a row: 8 vectors
+    (2**24, 3, (1, MAX_GRID_Y, 1), (8, 32, 1)),  # past 65535 x 32 rows the kernel loops
 ])
 def test_pack_geometry(rows, cols, grid, block):
     packing = plan("matmul", {"A": arg("A", (rows, cols)), "B": arg("B", (cols, 64)),
@@ -326,7 +326,7 @@ def test_describe_compiled_mentions_the_packing():
     assert describe_compiled(compiled) == "128x128x32 warps 2x2 stages 3"
     assert describe_compiled(compiled, packing) == (
         "128x128x32 warps 2x2 stages 3, A packed to stride 4096 (rows were 2-byte aligned), "
-        "B packed to stride 4104 (rows were 2-byte aligned)")
+        "B packed to stride 4160 (rows were 2-byte aligned)")
 
 
 def test_cli_explain_shows_the_packing_and_pack_off(capsys):
@@ -336,7 +336,7 @@ def test_cli_explain_shows_the_packing_and_pack_off(capsys):
     assert main(ragged) == 0
     out = capsys.readouterr().out
     assert ("packed at launch, for row-major arrays of these sizes: A packed to stride 4096 "
-            "(rows were 2-byte aligned); B packed to stride 4104") in out
+            "(rows were 2-byte aligned); B packed to stride 4160") in out
     assert "8 x f16 = 16 B" in out
     assert main(ragged + ["--pack", "off"]) == 0
     out = capsys.readouterr().out

@@ -38,6 +38,7 @@ from tilec.options import Options, Spec, TensorSpec
 PACK_MIN_ELEMENTS = 128 * 128
 # Threads per block of the pack kernel.
 PACK_THREADS = 256
+ROW_ALIGN_BYTES = 128  # the scratch's rows start on L2 cache lines
 MAX_GRID_Y = 65535
 # Free scratch buffers kept for calls that bind their arguments each time (kernel(A, B, C)).
 POOL_BUFFERS = 4
@@ -51,7 +52,7 @@ class PackedTensor:
 
     ``inner`` is the scratch's unit-stride dim: the argument's own contiguous dim when it has
     one. ``row_stride`` is the scratch's stride of the other dim, in elements, a multiple of
-    a 16-byte vector. ``reason`` says why the argument's own vectors were shorter."""
+    a 128-byte line. ``reason`` says why the argument's own vectors were shorter."""
 
     name: str
     dtype: str
@@ -183,8 +184,10 @@ def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
     inner = spec.contiguous_dim
     if inner is None:  # no unit stride: the scratch makes the dim of the smaller stride one
         inner = 0 if arg.strides[0] < arg.strides[1] else 1
-    vec = vector_elems(arg.itemsize)
-    row_stride = -(-arg.shape[inner] // vec) * vec
+    # Rows start on 128-byte lines, not just 16-byte vectors: a tile row then spans whole
+    # lines, where a 16-byte-aligned stride would touch one more line per row.
+    per_line = ROW_ALIGN_BYTES // arg.itemsize
+    row_stride = -(-arg.shape[inner] // per_line) * per_line
     if row_stride > INT32_MAX:  # the kernel takes 32-bit strides
         return None
     return PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape), tuple(arg.strides),

@@ -53,17 +53,28 @@ def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
 # The configurations tilec runs when neither --autotune nor the command line chooses: the
 # best measured on an H200 (benchmarks/NOTES.md), per dtype family and problem class.
 TUNED = {
-    ("mma", "square"): dict(BM=128, BN=256, BK=128, stages=2, warps=(2, 4)),
+    ("mma", "tiled"): dict(BM=128, BN=256, BK=128, stages=2, warps=(2, 4)),
+    ("mma", "ragged"): dict(BM=128, BN=128, BK=64, stages=3),
     ("mma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
-    ("simt", "square"): dict(BM=128, BN=128, BK=16, stages=3),
+    ("simt", "tiled"): dict(BM=64, BN=128, BK=32, stages=3),
+    ("simt", "ragged"): dict(BM=64, BN=128, BK=32, stages=3),
     ("simt", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(2, 2)),
 }
 SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
 
 
+def problem_class(case: Case) -> str:
+    """short (M <= SHORT_M), tiled (every dim a multiple of the large tiles) or ragged:
+    ragged edges mask every copy and waste the edge blocks, where smaller tiles win."""
+    if case.M <= SHORT_M:
+        return "short"
+    tiled = case.M % 128 == 0 and case.N % 256 == 0 and case.K % 128 == 0
+    return "tiled" if tiled else "ragged"
+
+
 def tuned_config(case: Case) -> dict[str, Any]:
     family = "simt" if case.dtype == "f32" else "mma"
-    return dict(TUNED[family, "short" if case.M <= SHORT_M else "square"])
+    return dict(TUNED[family, problem_class(case)])
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
