@@ -187,15 +187,19 @@ def _copy(ctx: Context, op: Op) -> None:
                 inside = ctx.and_pred(inside, ok)
         if op.attrs["mode"] == "async":
             cache = "cg" if nbytes == 16 else "ca"
+            if ctx.options.l2_prefetch:
+                cache += f".shared.global.L2::{ctx.options.l2_prefetch}B"
+            else:
+                cache += ".shared.global"
             if partial_bytes is None and inside is None:
-                w.emit(f"{guard}cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes};")
+                w.emit(f"{guard}cp.async.{cache} [{dst}], [{src}], {nbytes};")
                 continue
             size = partial_bytes if partial_bytes is not None else nbytes
             if inside is not None:
                 guarded = w.reg("b32")
                 w.emit(f"selp.b32 {guarded}, {size}, 0, {inside};")
                 size = guarded
-            w.emit(f"{guard}cp.async.{cache}.shared.global [{dst}], [{src}], {nbytes}, {size};")
+            w.emit(f"{guard}cp.async.{cache} [{dst}], [{src}], {nbytes}, {size};")
         else:
             stores = _copy_sync_loads(ctx, src, dst, vec, eb, inside, partial_bytes)
             pending_stores.extend(guard + store for store in stores)

@@ -130,6 +130,8 @@ OTHERS = [
     case("sgemm", "f32", "sm_90", BM=64, BN=64, BK=16),
     case("matmul_bt", "f32", "sm_80", RAGGED),
     case("matmul", "f32", "sm_86"),
+    case("matmul", "f16", "sm_90", l2_prefetch=256),
+    case("sgemm", "f32", "sm_80", RAGGED, l2_prefetch=128),
     case("gemm_epilogue", "f32", "sm_90"),
     case("gemm_epilogue", "f32", "sm_86", RAGGED, BM=64, BN=128, BK=16, stages=2),
 ]

@@ -17,6 +17,7 @@ ARCHS: dict[str, dict[str, int | str]] = {
     "sm_90": {"ptx_version": "8.0", "smem_optin": 232448},
 }
 MAX_REGISTERS_PER_THREAD = 255
+L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
 
 
@@ -69,6 +70,9 @@ class Options:
     swizzle: str | Swizzle = "auto"  # "auto", "off", or explicit parameters
     pipeline_fragments: bool = True  # load the next stage's first fragments a step early
     mma_order: str = "n"  # "n": consecutive mmas share B fragments; "m": they share A
+    # cp.async's L2 prefetch-size hint in bytes (0: none; 64, 128 or 256, PTX ISA 9.7.9.25):
+    # for memory-bound shapes, each request then fetches the rest of the line ahead.
+    l2_prefetch: int = 0
     disable: tuple[str, ...] = ()
     verify: bool = False
     line_info: bool = True  # .file/.loc directives: profilers show DSL lines
@@ -91,6 +95,9 @@ class Options:
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
         if self.pack not in PACK_POLICIES:
             raise ValueError(f"pack must be one of {', '.join(PACK_POLICIES)}, got {self.pack!r}")
+        if self.l2_prefetch not in L2_PREFETCH_BYTES:
+            raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
+                             f"{self.l2_prefetch!r}")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):
