@@ -120,8 +120,8 @@ def test_prepared_launch_packs_says_so_and_repacks_each_call():
     b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c)
-    assert launch.packing.describe() == ["A packed to stride 136 (rows were 2-byte aligned)",
-                                         "B packed to stride 264 (rows were 2-byte aligned)"]
+    assert launch.packing.describe() == ["A packed to stride 192 (rows were 2-byte aligned)",
+                                         "B packed to stride 320 (rows were 2-byte aligned)"]
     assert [o.vec for o in launch.compiled.kernel.meta["tiling"].operands] == [8, 8]
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
@@ -154,8 +154,8 @@ def test_column_major_strided_and_offset_operands_are_packed_and_right():
                     strides=(2 * n, 2))
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c)
-    assert launch.packing.describe() == ["A packed to stride 304 (columns were 8-byte aligned)",
-                                         "B packed to stride 264 (no dim had unit stride)"]
+    assert launch.packing.describe() == ["A packed to stride 320 (columns were 8-byte aligned)",
+                                         "B packed to stride 320 (no dim had unit stride)"]
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
     # Rows 16-byte aligned, but the array starts one element into its buffer.
@@ -166,7 +166,7 @@ def test_column_major_strided_and_offset_operands_are_packed_and_right():
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c)
     assert launch.packing.describe() == [
-        "A packed to stride 136 (its address was 2-byte aligned)"]
+        "A packed to stride 192 (its address was 2-byte aligned)"]
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
 
@@ -197,8 +197,8 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     tensor = as_array_arg(source, "A", "f16" if dtype == np.float16 else "f32", 2)
     packing = plan_packing(sample("matmul").lower(), {"A": tensor}, "always")
     (packed,) = packing.tensors
-    vec = 16 // storage.itemsize
-    assert packed.row_stride == -(-cols // vec) * vec
+    per_line = 128 // storage.itemsize  # scratch rows start on 128-byte lines
+    assert packed.row_stride == -(-cols // per_line) * per_line
     scratch = owned_scratch(packing)
     scratch["A"].memset_d8(0xFF)  # anything the kernel leaves unwritten shows up
     packer = Packer(packing, {"A": tensor}, target_arch(current_device().compute_capability),
