@@ -2,17 +2,22 @@
 
 :func:`explain` gathers, from the IR after the last pass and the tiling plan:
 
-- the tile hierarchy (block, warp grid and warp tile, the m16n8k16 instruction tile, threads)
-  and each operand's global-to-shared copy mapping;
+- the tile hierarchy (block, warp grid and warp tile, the instruction, threads) and each
+  operand's global-to-shared copy mapping;
 - the pipeline schedule as the hazard checker runs it (:mod:`tilec.hazards`): the prologue's
-  copies, then the K loop's waits, barriers, copies, commits, ldmatrix loads and mmas with
-  their stage indices written as functions of the iteration ``it``;
+  copies, then the K loop's waits, barriers, copies, commits, fragment loads and products
+  with their stage indices written as functions of the iteration ``it``;
 - the shared-memory plan, laid out as the backend lays it out (``backend.memory``);
 - bank conflicts of every shared access the backend emits, enumerated instance by instance
   with :mod:`tilec.layout`, beside what an unswizzled layout would give;
 - the register estimate, and ptxas's own report when ``ptxas`` is on PATH;
 - given the sizes, which operands a launch would pack into aligned scratch
   (:mod:`tilec.packing`).
+
+What depends on the product kind (:mod:`tilec.passes.kinds`: ``mma`` for f16/bf16, ``simt``
+for f32) is one row of :data:`KIND_VIEWS`: the instructions' names, the per-k-step counts,
+the warp-tile and instruction lines, and which fragment reads the bank-conflict rows
+enumerate.
 
 :func:`render_explanation` turns the :class:`Explanation` into the text the CLI prints.
 """
@@ -24,16 +29,19 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from tilec.backend.copies import SMEM_ALIGN
 from tilec.compiler import Compiled
 from tilec.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.layout import (BANK_BYTES, MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout, Swizzle,
+from tilec.layout import (BANK_BYTES, MMA_K, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
+                          SimtLayout, SmemLayout, Swizzle, broadcast_conflict_degree,
                           conflict_degree, copy_map, copy_store_addresses, ldmatrix_addresses,
-                          operand_k_major)
+                          operand_k_major, simt_load_addresses, simt_loads)
+from tilec.passes.kinds import KINDS, LOAD_OPS, PRODUCT_OPS
+from tilec.passes.swizzle import READS
 from tilec.passes.tiling import REGISTER_OVERHEAD, OperandPlan, TilingPlan
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -61,6 +69,26 @@ class CopyMapping:
 
 
 @dataclass(frozen=True)
+class Run:
+    """How a lane's rows (or columns) of C lie in its warp tile: ``count`` runs of
+    ``length`` consecutive ones, each ``spacing`` after the previous."""
+
+    count: int
+    length: int
+    spacing: int
+
+
+@dataclass(frozen=True)
+class LanePiece:
+    """The part of its warp's C tile one lane computes (kinds whose lanes own C pieces)."""
+
+    lane_grid: tuple[int, int]  # lanes along the warp tile's rows and columns
+    shape: tuple[int, int]  # rows x columns of C per lane
+    rows: Run
+    cols: Run
+
+
+@dataclass(frozen=True)
 class Hierarchy:
     block: tuple[int, int, int]
     warps: tuple[int, int]
@@ -68,10 +96,13 @@ class Hierarchy:
     instruction: tuple[int, int, int]
     threads: int
     dtype: str
-    mma_per_k_step: int  # mma.sync per warp per k16 step
-    k_steps: int  # k16 steps per BK
-    ldmatrix_per_k_step: tuple[int, int]  # ldmatrix.x4 per warp per k16 step, A and B
+    kind: str  # the product kind, a key of passes.kinds.KINDS and of KIND_VIEWS
+    k_step: int  # k covered by one fragment load and one product
+    k_steps: int  # k-steps per BK
+    products_per_k_step: int  # product instructions per k-step: per warp (mma), per thread
+    loads_per_k_step: tuple[int, int]  # fragment loads per k-step (same issuer), A and B
     copies: tuple[CopyMapping, ...]
+    lanes: Optional[LanePiece] = None  # simt: what one lane computes
 
 
 @dataclass(frozen=True)
@@ -112,6 +143,9 @@ class Schedule:
     pipeline_fragments: bool  # the next iteration's first fragments load in this one
     rows: tuple[ScheduleRow, ...]
     carried: tuple[str, ...]  # fragments the K loop carries from one iteration to the next
+    # Fragment ops of the kernel the schedule simulation (tilec.hazards) does not record, so
+    # missing from ``rows`` (and, for loads, from the hazard check).
+    unrecorded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,7 +168,7 @@ class Conflicts:
     same buffer unswizzled. 1 = conflict-free; n = n times the minimum wavefronts."""
 
     role: str
-    access: str  # "cp.async 16 B", "st.shared.b16", "ldmatrix.x4", "ldmatrix.x4.trans"
+    access: str  # "cp.async 16 B", "st.shared.b16", "ldmatrix.x4[.trans]", "ld.shared.v4"
     layout: str
     instances: int
     worst: int
@@ -204,13 +238,16 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     if ptxas:
         report, note = run_ptxas(compiled.ptx, options.arch, compiled.rendered.entry)
     swizzle = options.swizzle if isinstance(options.swizzle, str) else str(options.swizzle)
+    # Options only one kind's backend reads (mma_order) are shown for that kind alone.
+    kind_options = "".join(f", {name.replace('_', ' ')} {getattr(options, name)}"
+                           for name in KIND_VIEWS[plan.kind].options)
     return Explanation(
         kernel=compiled.name,
         source=kernel.source_file,
         arch=options.arch,
         options=(f"stages {stages}, swizzle {swizzle}, pipeline_fragments "
-                 f"{'on' if options.pipeline_fragments else 'off'}, mma order "
-                 f"{options.mma_order}, raster group {options.raster_group}"),
+                 f"{'on' if options.pipeline_fragments else 'off'}{kind_options}, "
+                 f"raster group {options.raster_group}"),
         hierarchy=_hierarchy(kernel, plan),
         schedule=_schedule(kernel, stages, bool(options.pipeline_fragments)),
         shared=SharedMemory(tuple(buffers), _end_of(buffers), compiled.rendered.smem_bytes,
@@ -255,10 +292,14 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
             op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
             op_plan.vec, op_plan.vec * elem_bytes, cmap.per_thread, per_row,
             max(1, plan.threads // per_row), mode))
-    tm, tn = plan.warp_tile
-    return Hierarchy(plan.block, plan.warps, plan.warp_tile, plan.instruction, plan.threads,
-                     plan.dtype, (tm // MMA_M) * (tn // MMA_N), plan.block[2] // MMA_K,
-                     (tm // 16, tn // 16), tuple(mappings))
+    kind, view = plan.product, KIND_VIEWS[plan.kind]
+    accumulator = kind.layout("C", plan.warps, plan.warp_tile)
+    return Hierarchy(
+        plan.block, plan.warps, plan.warp_tile, plan.instruction, plan.threads, plan.dtype,
+        kind=kind.name, k_step=kind.k_step, k_steps=plan.block[2] // kind.k_step,
+        products_per_k_step=view.products(accumulator),
+        loads_per_k_step=view.loads(plan), copies=tuple(mappings),
+        lanes=view.lanes(accumulator))
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -292,9 +333,10 @@ def _end_of(buffers: Sequence[Buffer]) -> int:
 
 
 def _registers(plan: TilingPlan) -> Registers:
+    """The tiling plan's estimate, split as ProductKind.registers adds it up."""
     tm, tn = plan.warp_tile
     accumulators = tm * tn // WARP_SIZE
-    fragments = 2 * (tm // MMA_M * 4 + tn // MMA_N * 2)
+    fragments = 2 * plan.product.fragment_registers(tm, tn)
     return Registers(plan.registers_estimate(), accumulators, fragments, REGISTER_OVERHEAD)
 
 
@@ -329,9 +371,16 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
     carried = ()
     if loop is not None:
         carried = tuple(f"{arg.hint} = {_fragment_source(arg, loop)}"
-                        for arg in loop.regions[0].args[1:]
-                        if str(getattr(arg.type, "layout", "")).startswith(("mma_a", "mma_b")))
-    return Schedule(stages, pipeline_fragments, tuple(rows), carried)
+                        for arg in loop.regions[0].args[1:] if _is_operand_fragment(arg))
+    recorded = {event.op for event in trace.events}
+    unrecorded = tuple(sorted({op.name for op in kernel.walk()
+                               if op.name in (*LOAD_OPS, *PRODUCT_OPS) and op not in recorded}))
+    return Schedule(stages, pipeline_fragments, tuple(rows), carried, unrecorded)
+
+
+def _is_operand_fragment(value: Value) -> bool:
+    layout = getattr(value.type, "layout", None)
+    return isinstance(layout, DistributedLayout) and layout.operand in ("A", "B")
 
 
 def _k_iteration(event: Event, lower: int, step: int) -> Optional[int]:
@@ -391,31 +440,34 @@ def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Option
         return ScheduleRow(phase, "wait", "", f"pending <= {pending}: {what}")
     if name == "gpu.barrier":
         return ScheduleRow(phase, "barrier", "", "bar.sync 0: every thread of the block")
-    if name == "frag.ldmatrix":
+    if name in LOAD_OPS:
+        view = KIND_VIEWS[op.result.type.layout.kind]
         detail = f"{op.attrs['operand']} k0={op.attrs['k0']}"
         if loop is not None and phase == "loop" and op.result in loop.regions[0].ops[-1].operands:
             detail += ", carried into the next iteration"
         elif loop is not None and phase == "prologue" and op.result in loop.operands:
             detail += ", carried into iteration 0"
-        return ScheduleRow(phase, "ldmatrix", target, detail)
-    if name == "frag.mma":
+        return ScheduleRow(phase, view.load_row, target, detail)
+    if name in PRODUCT_OPS:
+        layout = op.result.type.layout
+        view = KIND_VIEWS[layout.kind]
         sources = [_fragment_source(value, loop) for value in op.operands[:2]]
-        tile_m, tile_n = op.result.type.layout.warp_tile
-        count = (tile_m // MMA_M) * (tile_n // MMA_N)
-        return ScheduleRow(phase, "mma", "", f"{', '.join(sources)}: {count} mma.sync per warp")
+        return ScheduleRow(phase, view.product_row, "",
+                           f"{', '.join(sources)}: {view.products(layout)} {view.product} "
+                           f"per {view.issuer}")
     return ScheduleRow(phase, name, target, "")
 
 
 def _fragment_source(value: Value, loop: Optional[Op]) -> str:
-    """``A k0=16`` for a fragment an ldmatrix loads; ``A k0=0 (carried)`` for one the loop
-    carries, named by the ldmatrix that loads it in the previous iteration."""
+    """``A k0=16`` for a fragment a fragment load (ldmatrix, lds) loads; ``A k0=0 (carried)``
+    for one the loop carries, named by the load that loads it in the previous iteration."""
     producer = defining_op(value)
-    if producer is not None and producer.name == "frag.ldmatrix":
+    if producer is not None and producer.name in LOAD_OPS:
         return f"{producer.attrs['operand']} k0={producer.attrs['k0']}"
     if loop is not None and value in loop.regions[0].args:
         index = loop.regions[0].args.index(value) - 1
         carried = defining_op(loop.regions[0].ops[-1].operands[index])
-        if carried is not None and carried.name == "frag.ldmatrix":
+        if carried is not None and carried.name in LOAD_OPS:
             return f"{carried.attrs['operand']} k0={carried.attrs['k0']} (carried)"
     return value.hint
 
@@ -474,6 +526,24 @@ def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPla
                                                                 start + mn0, k0, elem_bytes)]
 
 
+def lds_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
+                  buffer: Buffer) -> Iterator[list[int]]:
+    """Lane byte addresses of every 16-byte ``ld.shared.v4`` of an FFMA operand: per stage,
+    warp, k-step and load of :func:`tilec.layout.simt_loads`, as the swizzle pass scores
+    them (:func:`tilec.passes.swizzle.operand_conflicts`)."""
+    fragment = SimtLayout(op_plan.role, plan.warps, plan.warp_tile)
+    loads = simt_loads(fragment, op_plan.k_major)
+    for stage in range(buffer.stages):
+        base = buffer.offset + stage * buffer.stage_bytes
+        for warp in range(plan.warps[0] * plan.warps[1]):
+            warp_m, warp_n = divmod(warp, plan.warps[1])
+            index = warp_m if op_plan.role == "A" else warp_n
+            for k0 in range(0, plan.block[2], plan.product.k_step):
+                for load in loads:
+                    yield [base + a for a in simt_load_addresses(layout, fragment, load, index,
+                                                                 k0, buffer.elem_bytes)]
+
+
 def _degree(addresses: list[int | None], width: int) -> int:
     # conflict_degree counts the 4-byte words a lane touches as [a/4, (a+width)/4), which is
     # empty for a 2-byte access at a word boundary; a sub-word access is its word's access.
@@ -504,11 +574,11 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
         plain = [_degree(a, w) for a, w in copy_store_instances(linear, op_plan, plan, buffer,
                                                                 mode)]
         rows.append(_conflict_row(op_plan.role, store, layout, chosen, plain, figure.get("copy")))
-        trans = "" if operand_k_major(op_plan.role, layout) else ".trans"
-        chosen = [_degree(a, 16) for a in ldmatrix_instances(layout, op_plan, plan, buffer)]
-        plain = [_degree(a, 16) for a in ldmatrix_instances(linear, op_plan, plan, buffer)]
-        rows.append(_conflict_row(op_plan.role, f"ldmatrix.x4{trans}", layout, chosen, plain,
-                                  figure.get("ldmatrix")))
+        view = KIND_VIEWS[plan.kind]
+        chosen = [view.read_degree(a) for a in view.reads(layout, op_plan, plan, buffer)]
+        plain = [view.read_degree(a) for a in view.reads(linear, op_plan, plan, buffer)]
+        rows.append(_conflict_row(op_plan.role, view.read_access(op_plan.role, layout), layout,
+                                  chosen, plain, figure.get(READS[plan.kind][0])))
     return rows
 
 
@@ -559,6 +629,114 @@ def parse_ptxas(log: str, arch: str) -> Optional[PtxasReport]:
                        number(r"(\d+) bytes smem"), number(r"used (\d+) barriers"), log)
 
 
+# ---------------------------------------------------------------------- product kinds
+
+def _mma_loads(plan: TilingPlan) -> tuple[int, int]:
+    """ldmatrix.x4 per warp per k16 step: one per 16 rows of A, one per 16 columns of B."""
+    tm, tn = plan.warp_tile
+    return tm // 16, tn // 16
+
+
+def _mma_products(layout: DistributedLayout) -> int:
+    """mma.sync per warp per k-step: one per m16 x n8 tile of the warp tile."""
+    tm, tn = layout.warp_tile
+    return (tm // MMA_M) * (tn // MMA_N)
+
+
+def _simt_loads(plan: TilingPlan) -> tuple[int, int]:
+    """ld.shared.v4 per thread per k-step, A and B, as the backend issues them."""
+    return tuple(len(simt_loads(SimtLayout(op.role, plan.warps, plan.warp_tile), op.k_major))
+                 for op in (plan.operand("A"), plan.operand("B")))
+
+
+def _simt_products(layout: DistributedLayout) -> int:
+    """fma.rn.f32 per thread per k-step: every (row, column) of its C piece at every k."""
+    return len(layout.lane_rows) * len(layout.lane_cols) * KINDS[layout.kind].k_step
+
+
+def _run(offsets: Sequence[int]) -> Run:
+    starts = [o for i, o in enumerate(offsets) if i == 0 or offsets[i - 1] != o - 1]
+    spacing = starts[1] - starts[0] if len(starts) > 1 else 0
+    return Run(len(starts), len(offsets) // len(starts), spacing)
+
+
+def _simt_lanes(layout: DistributedLayout) -> LanePiece:
+    return LanePiece(layout.lane_grid, (len(layout.lane_rows), len(layout.lane_cols)),
+                     _run(layout.lane_rows), _run(layout.lane_cols))
+
+
+def _mma_warp_tile(h: Hierarchy) -> str:
+    (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
+    view = KIND_VIEWS[h.kind]
+    a, b = h.loads_per_k_step
+    return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
+            f"{view.product} and {a + b} {view.load} (A {a}, B {b}) per k-step")
+
+
+def _runs_text(rows: Run, cols: Run) -> str:
+    """``runs of 4 rows 16 apart, 4 columns 32 apart``; a single run is ``4 rows``."""
+    parts = [f"{run.length} {noun}" + (f" {run.spacing} apart" if run.count > 1 else "")
+             for run, noun in ((rows, "rows"), (cols, "columns"))]
+    return ("runs of " if rows.count > 1 or cols.count > 1 else "") + ", ".join(parts)
+
+
+def _simt_warp_tile(h: Hierarchy) -> str:
+    tm, tn = h.warp_tile
+    view, lanes = KIND_VIEWS[h.kind], h.lanes
+    rows, cols = lanes.shape
+    article = "an" if str(rows).startswith("8") else "a"
+    a, b = h.loads_per_k_step
+    return (f"{tm} x {tn}: {lanes.lane_grid[0]} x {lanes.lane_grid[1]} lanes, each {article} "
+            f"{rows} x {cols} piece of C ({_runs_text(lanes.rows, lanes.cols)}); per k-step "
+            f"of {h.k_step}: {a + b} {view.load} (A {a}, B {b}) and {h.products_per_k_step} "
+            f"{view.product} per {view.issuer}")
+
+
+@dataclass(frozen=True)
+class KindView:
+    """What explain says about one product kind (a row of :data:`KIND_VIEWS`, keyed like
+    :data:`tilec.passes.kinds.KINDS`)."""
+
+    load: str  # the PTX of one fragment load
+    product: str  # the PTX of one product
+    issuer: str  # who issues the per-k-step counts: "warp" or "thread"
+    load_row: str  # the schedule table's names of the fragment ops
+    product_row: str
+    read_pieces: str  # what one k-step's fragment reads are made of
+    options: tuple[str, ...]  # fields of Options that only this kind's backend reads
+    loads: Callable[[TilingPlan], tuple[int, int]]  # fragment loads per k-step, A and B
+    products: Callable[[DistributedLayout], int]  # products per k-step, from the C layout
+    lanes: Callable[[DistributedLayout], Optional[LanePiece]]
+    warp_tile: Callable[[Hierarchy], str]  # the warp tile line, after "warp tile"
+    instruction: Callable[[Hierarchy], tuple[str, str]]  # (label, text) of the next line
+    # Every fragment read of an operand (lane byte addresses) under a layout, its access's
+    # name and the conflict degree of one read.
+    reads: Callable[[SmemLayout, OperandPlan, TilingPlan, Buffer], Iterator[list[int]]]
+    read_access: Callable[[str, SmemLayout], str]
+    read_degree: Callable[[list[int]], int]
+
+
+KIND_VIEWS = {
+    "mma": KindView(
+        "ldmatrix.x4", "mma.sync", "warp", "ldmatrix", "mma", "pieces", ("mma_order",),
+        _mma_loads, _mma_products, lambda layout: None, _mma_warp_tile,
+        lambda h: ("instruction tile", "m{}n{}k{}".format(*h.instruction)
+                   + f", {h.k_steps} k-steps per BK"),
+        ldmatrix_instances,
+        lambda role, layout: "ldmatrix.x4" + ("" if operand_k_major(role, layout)
+                                              else ".trans"),
+        lambda addresses: _degree(addresses, 16)),
+    "simt": KindView(
+        "ld.shared.v4", "fma.rn.f32", "thread", "lds", "fma", "loads", (),
+        _simt_loads, _simt_products, _simt_lanes, _simt_warp_tile,
+        lambda h: ("instruction", f"fma.rn.f32, one multiply-add per thread (exact f32 "
+                   f"product, one rounding); {h.k_steps} k-steps of {h.k_step} per BK"),
+        lds_instances, lambda role, layout: "ld.shared.v4",
+        # Lanes that read one address are served together (8 lanes share an A row).
+        lambda addresses: broadcast_conflict_degree(addresses, 16)),
+}
+
+
 # ----------------------------------------------------------------------------- render
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
@@ -575,18 +753,17 @@ def _kib(nbytes: int) -> str:
 
 def render_explanation(e: Explanation) -> str:
     h = e.hierarchy
+    view = KIND_VIEWS[h.kind]
     bm, bn, bk = h.block
-    (wm, wn), (tm, tn) = h.warps, h.warp_tile
-    im, in_, ik = h.instruction
+    wm, wn = h.warps
+    label, instruction = view.instruction(h)
     lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
     lines += [
         f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, f32 "
         "accumulator",
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads",
-        f"  warp tile         {tm} x {tn}: {tm // im} x {tn // in_} mma tiles, "
-        f"{h.mma_per_k_step} mma.sync and {sum(h.ldmatrix_per_k_step)} ldmatrix.x4 "
-        f"(A {h.ldmatrix_per_k_step[0]}, B {h.ldmatrix_per_k_step[1]}) per k-step",
-        f"  instruction tile  m{im}n{in_}k{ik}, {h.k_steps} k-steps per BK",
+        f"  warp tile         {view.warp_tile(h)}",
+        f"  {label:<16}  {instruction}",
         "  copies, global -> shared, each BK step:",
     ]
     lines += _table(
@@ -619,6 +796,9 @@ def render_explanation(e: Explanation) -> str:
     lines += _table(["when", "op", "stage", "what"], table_rows)
     if s.carried:
         lines.append(f"  loop-carried fragments: {', '.join(s.carried)}")
+    if s.unrecorded:
+        lines.append(f"  not shown: {', '.join(s.unrecorded)} (the schedule simulation, "
+                     "tilec.hazards, does not record them)")
 
     m = e.shared
     lines += ["", "Shared memory (dynamic, one block)"]
@@ -636,7 +816,7 @@ def render_explanation(e: Explanation) -> str:
 
     lines += ["", "Bank conflicts: worst wavefronts per warp access over the minimum "
               "(1 = conflict-free),", "  over every instance (stages x warps x accesses, or "
-              "stages x warps x k-steps x pieces)"]
+              f"stages x warps x k-steps x {view.read_pieces})"]
     lines += _table(["operand", "access", "layout", "instances", "worst", "linear layout"],
                     [[c.role, c.access, c.layout, c.instances,
                       f"{c.worst} ({c.at_worst} of {c.instances})" if c.worst > 1 else c.worst,
@@ -666,4 +846,8 @@ def render_explanation(e: Explanation) -> str:
     else:
         lines.append(f"Hazard check: no shared-memory race in runs of {counts} K-loop "
                      "iterations")
+        unchecked = [name for name in s.unrecorded if name in LOAD_OPS]
+        if unchecked:
+            lines.append(f"  not checked: the shared-memory reads of {', '.join(unchecked)}, "
+                         "which the simulation does not record")
     return "\n".join(lines) + "\n"
