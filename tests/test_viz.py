@@ -16,6 +16,7 @@ from tilec.layout import SmemLayout, Swizzle
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "samples" / "matmul.py"
 MATMUL_BT = ROOT / "samples" / "matmul_bt.py"
+SGEMM = ROOT / "samples" / "sgemm.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -222,3 +223,24 @@ def test_viz_errors_are_worded(tmp_path, capsys, argv, message):
     captured = capsys.readouterr()
     assert code == 1 and message in captured.err
     assert captured.out == ""
+
+
+# ------------------------------------------------------------------- the FFMA kind
+
+def test_an_ffma_plan_has_no_ldmatrix_bank_views():
+    plan, _ = compiled_plan(SGEMM)
+    assert plan.kind == "simt"
+    with pytest.raises(ValueError, match="viz draws mma fragment layouts.*uses FFMA"):
+        viz.bank_views(plan, plan.operand("A"))
+
+
+def test_viz_refuses_an_ffma_kernel_and_writes_nothing(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "pictures"
+    code = viz.main([str(SGEMM), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == ""
+    assert captured.err.startswith("tilec: error: viz draws mma fragment layouts and ldmatrix "
+                                   "bank maps; kernel 'sgemm' uses FFMA (f32 tiles")
+    assert "Traceback" not in captured.err
+    assert not out.exists()

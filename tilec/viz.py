@@ -7,6 +7,10 @@ writes, for each kernel in the file, ``<kernel>_A_banks.png`` and ``<kernel>_B_b
 lanes of one ldmatrix phase marked and the conflicting ones in red), and ``mma_fragments.png``
 (the lane and fragment element holding each element of the m16n8k16 operands).
 
+The pictures are of the mma product kind (f16/bf16 tiles: ldmatrix + mma.sync). A kernel of
+another kind (f32 tiles take FFMA: ld.shared.v4 + fma.rn.f32) is refused with a message, not
+drawn as if it were mma: :func:`require_mma`.
+
 Every number drawn comes from :mod:`tilec.layout` through the functions here that return
 numpy arrays (:func:`bank_groups`, :func:`phase_conflicts`, :func:`bank_views`,
 :func:`fragment_owners`); the ``*_png`` functions only draw them. matplotlib is optional
@@ -119,9 +123,20 @@ def phase_view(layout: SmemLayout, role: str, k_major: bool, position: tuple[int
                      conflict_degree(phase_addresses, CHUNK_BYTES))
 
 
+def require_mma(plan: TilingPlan, kernel_name: str = "") -> None:
+    """Raise ValueError unless the plan's product kind is mma, the one viz draws."""
+    if plan.kind != "mma":
+        kernel = f"kernel '{kernel_name}'" if kernel_name else "this kernel"
+        raise ValueError(f"viz draws mma fragment layouts and ldmatrix bank maps; {kernel} "
+                         f"uses FFMA ({plan.dtype} tiles: ld.shared.v4 + fma.rn.f32, product "
+                         f"kind '{plan.kind}'); see `tilec explain` for its bank conflicts")
+
+
 def bank_views(plan: TilingPlan, op_plan: OperandPlan) -> tuple[PhaseView, PhaseView]:
     """The operand's tile unswizzled and with its chosen layout, at the same ldmatrix phase:
-    the one that conflicts most without the swizzle (then most with it; the first such)."""
+    the one that conflicts most without the swizzle (then most with it; the first such).
+    ValueError for a plan that is not of the mma kind."""
+    require_mma(plan)
     elem_bytes = DType.parse(plan.dtype).bytes
     chosen = op_plan.layout
     linear = chosen.with_swizzle(Swizzle())
@@ -402,13 +417,21 @@ def run(args: argparse.Namespace) -> int:
                                                ("warps", args.warps)) if value is not None}
     try:
         functions = _select(args.file, args.kernel)
-        args.out.mkdir(parents=True, exist_ok=True)
-        written = []
+        plans = []
         for fn in functions:
             compiled = fn.compile(**options, **_consts(fn, args))
             plan = compiled.kernel.meta.get("tiling")
             if plan is None:
                 raise CommandError(f"kernel '{fn.name}' has no tiling plan to draw")
+            try:
+                require_mma(plan, fn.name)
+            except ValueError as err:
+                raise CommandError(str(err)) from None
+            plans.append((fn, plan))
+        # Drawn once every kernel is known to be drawable: a refusal writes nothing.
+        args.out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for fn, plan in plans:
             for op_plan in plan.operands:
                 written.append(bank_map_png(plan, op_plan,
                                             args.out / f"{fn.name}_{op_plan.role}_banks.png",
