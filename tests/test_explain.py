@@ -366,8 +366,7 @@ def _sgemm_loop():
 
 
 def test_schedule_rows_of_ffma_fragment_loads_and_products() -> None:
-    """The rows explain writes for frag.lds and frag.fma events (built here: see the xfail
-    below for why the simulation does not yet produce them)."""
+    """The rows explain writes for frag.lds and frag.fma events."""
     loop, ops = _sgemm_loop()
     lds = [op for op in ops if op.name == "frag.lds"]
     fma = [op for op in ops if op.name == "frag.fma"]
@@ -402,9 +401,6 @@ def test_fragment_ops_the_simulation_misses_are_named_not_dropped() -> None:
     assert explained(**KNOWN).schedule.unrecorded == ()
 
 
-@pytest.mark.xfail(strict=True, reason="tilec.hazards.simulate records neither frag.lds "
-                   "(READERS) nor frag.fma, so the schedule has no rows for them and the "
-                   "hazard check does not see the lds reads")
 def test_the_sgemm_schedule_table_shows_its_fragment_ops() -> None:
     rows = explain(sgemm().compile(), ptxas=False).schedule.rows
     loop = [(r.op, r.target, r.detail) for r in rows if r.phase == "loop"]

@@ -49,7 +49,7 @@ def broken(kernel: Kernel, edit: Callable[[list[Op]], None]) -> HazardError:
 
 # --------------------------------------------------------------------- sound schedules
 
-@pytest.mark.parametrize("name", ["matmul", "matmul_bt", "gemm_epilogue"])
+@pytest.mark.parametrize("name", ["matmul", "matmul_bt", "gemm_epilogue", "sgemm"])
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 @pytest.mark.parametrize("pipeline_fragments", [True, False])
 def test_the_compilers_schedules_have_no_hazards(name, stages, pipeline_fragments) -> None:
@@ -109,6 +109,13 @@ def test_a_missing_barrier_before_the_reads_names_the_copy_and_the_read() -> Non
             "at ") in text
     assert str(error.first.op.loc) in text and str(error.second.op.loc) in text
     assert text.startswith(f"{error.second.op.loc}: schedule error:")
+
+
+def test_ffma_operand_reads_are_checked_like_ldmatrix() -> None:
+    kernel = clone_kernel(sample("sgemm").compile(stages=3).kernel)
+    error = broken(kernel, lambda ops: ops.remove(first(ops, "gpu.barrier")))
+    assert error.second.op.name == "frag.lds"
+    assert "frag.lds of operand A (k0 = " in error.render()
 
 
 def test_a_wait_that_leaves_the_stage_in_flight_is_a_read_after_write_race() -> None:

@@ -33,6 +33,7 @@ from typing import Callable, Optional
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
 from tilec.ir.types import ScalarType, TileType
+from tilec.passes.kinds import LOAD_OPS, PRODUCT_OPS
 
 # The scalar ops whose values the schedule depends on; PTX's div/rem truncate, which is floor
 # division for the non-negative indices the passes compute.
@@ -48,7 +49,7 @@ ARITHMETIC: dict[str, Callable[[int, int], int]] = {
     "arith.lt": operator.lt,
 }
 # Ops that read a shared stage: every operand that is a shared view is read.
-READERS = ("frag.ldmatrix", "tile.dot")
+READERS = (*LOAD_OPS, "tile.dot")
 
 
 class HazardError(TileConfigError):
@@ -108,8 +109,8 @@ class Event:
         if self.is_write:
             what = (f"{self.op.name} ({self.op.attrs.get('mode', 'sync')}) writing "
                     f"{self.buffer_name} stage {self.stage}")
-        elif self.op.name == "frag.ldmatrix":
-            what = (f"frag.ldmatrix of operand {self.op.attrs['operand']} "
+        elif self.op.name in LOAD_OPS:
+            what = (f"{self.op.name} of operand {self.op.attrs['operand']} "
                     f"(k0 = {self.op.attrs['k0']}) reading {self.buffer_name} stage {self.stage}")
         elif self.op.name == "copy.wait":
             what = f"copy.wait {{pending = {self.pending}}}"
@@ -199,7 +200,7 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
                 record(op, pending=op.attrs["pending"])
             elif name == "gpu.barrier":
                 record(op)
-            elif name == "frag.mma":
+            elif name in PRODUCT_OPS:
                 record(op)
             elif name == "scf.for":
                 run_loop(op)
