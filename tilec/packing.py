@@ -17,7 +17,7 @@ Two parts:
 
 Only the tensors that the ``@`` of the main loop reads are packed, never one the kernel
 writes. The scratch has the tensor's logical shape and its unit-stride dim; the other dim's
-stride (the "row stride") is rounded up to a whole number of 16-byte vectors, and the padding
+stride (the "row stride") is rounded up to a whole number of 128-byte lines, and the padding
 is written as zeros.
 """
 from __future__ import annotations
