@@ -143,9 +143,6 @@ class Schedule:
     pipeline_fragments: bool  # the next iteration's first fragments load in this one
     rows: tuple[ScheduleRow, ...]
     carried: tuple[str, ...]  # fragments the K loop carries from one iteration to the next
-    # Fragment ops of the kernel the schedule simulation (tilec.hazards) does not record, so
-    # missing from ``rows`` (and, for loads, from the hazard check).
-    unrecorded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -372,10 +369,7 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
     if loop is not None:
         carried = tuple(f"{arg.hint} = {_fragment_source(arg, loop)}"
                         for arg in loop.regions[0].args[1:] if _is_operand_fragment(arg))
-    recorded = {event.op for event in trace.events}
-    unrecorded = tuple(sorted({op.name for op in kernel.walk()
-                               if op.name in (*LOAD_OPS, *PRODUCT_OPS) and op not in recorded}))
-    return Schedule(stages, pipeline_fragments, tuple(rows), carried, unrecorded)
+    return Schedule(stages, pipeline_fragments, tuple(rows), carried)
 
 
 def _is_operand_fragment(value: Value) -> bool:
@@ -796,9 +790,6 @@ def render_explanation(e: Explanation) -> str:
     lines += _table(["when", "op", "stage", "what"], table_rows)
     if s.carried:
         lines.append(f"  loop-carried fragments: {', '.join(s.carried)}")
-    if s.unrecorded:
-        lines.append(f"  not shown: {', '.join(s.unrecorded)} (the schedule simulation, "
-                     "tilec.hazards, does not record them)")
 
     m = e.shared
     lines += ["", "Shared memory (dynamic, one block)"]
@@ -846,8 +837,4 @@ def render_explanation(e: Explanation) -> str:
     else:
         lines.append(f"Hazard check: no shared-memory race in runs of {counts} K-loop "
                      "iterations")
-        unchecked = [name for name in s.unrecorded if name in LOAD_OPS]
-        if unchecked:
-            lines.append(f"  not checked: the shared-memory reads of {', '.join(unchecked)}, "
-                         "which the simulation does not record")
     return "\n".join(lines) + "\n"
