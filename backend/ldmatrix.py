@@ -29,7 +29,7 @@ def _ldmatrix_lane_offsets(ctx: Context, view: SmemView, role: str, mn0: int, k0
     k_major = operand_k_major(role, layout)
 
     def compute() -> str:
-        lane, warp = ctx.lane_warp()
+        lane, _ = ctx.lane_warp()
         matrix = ctx.int_op("shr.u32", lane, 3)
         r = ctx.int_op("and.b32", lane, 7)
         blocks = []
@@ -41,21 +41,33 @@ def _ldmatrix_lane_offsets(ctx: Context, view: SmemView, role: str, mn0: int, k0
             mn = ctx.int_op("add.s32", mn, r)
         else:
             k = ctx.int_op("add.s32", k, r)
-        if role == "A":
-            warp_index = ctx.int_op("div.u32", warp, plan.warps[1])
-            extent = plan.warp_tile[0]
-        else:
-            warp_index = ctx.int_op("rem.u32", warp, plan.warps[1])
-            extent = plan.warp_tile[1]
-        mn = ctx.mad(warp_index, extent, ctx.int_op("add.s32", mn, mn0))
-        k = ctx.int_op("add.s32", k, k0)
-        row, col = operand_storage_coord(k_major, mn, k)
-        linear = ctx.mad(row, layout.cols, col)
-        return ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle),
-                          view.buffer.elem_bytes)
+        return operand_offset(ctx, view, role, plan.warps, plan.warp_tile, mn, mn0,
+                              ctx.int_op("add.s32", k, k0))
 
     key = ("ldmatrix", id(view.buffer), role, mn0, k0)
     return ctx.w.once(key, compute)
+
+
+def operand_offset(ctx: Context, view: SmemView, role: str, warps: tuple[int, int],
+                   warp_tile: tuple[int, int], lane_mn: str, mn_rel: int,
+                   k: str | int) -> str:
+    """Byte offset from the stage start of operand element (mn, k), where mn is this warp's
+    first row (A) or column (B) plus ``lane_mn + mn_rel``: the warp's place, the storage
+    orientation and the swizzle, shared by every fragment load. ``k`` may be an immediate."""
+    layout = view.buffer.layout
+    _, warp = ctx.lane_warp()
+    if role == "A":
+        warp_index, extent = ctx.int_op("div.u32", warp, warps[1]), warp_tile[0]
+    else:
+        warp_index, extent = ctx.int_op("rem.u32", warp, warps[1]), warp_tile[1]
+    mn = ctx.mad(warp_index, extent, ctx.int_op("add.s32", lane_mn, mn_rel))
+    row, col = operand_storage_coord(operand_k_major(role, layout), mn, k)
+    if isinstance(row, int):  # PTX's mad takes no immediate multiplicand
+        linear = ctx.int_op("add.s32", col, row * layout.cols)
+    else:
+        linear = ctx.mad(row, layout.cols, col)
+    return ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle),
+                      view.buffer.elem_bytes)
 
 
 def ldmatrix_pieces(plan, role: str) -> list[int]:

@@ -8,39 +8,28 @@ the CPU model cannot drift apart.
 from __future__ import annotations
 
 from tilec.ir.core import Op
-from tilec.layout import (SimtLayout, offset_relation, operand_k_major, operand_storage_coord,
-                          simt_load_addresses, simt_loads)
+from tilec.layout import (SIMT_LANES, SIMT_VEC, SimtLayout, offset_relation,
+                          operand_k_major, simt_load_addresses, simt_loads)
 
 from .context import Context, SmemView
-from .ldmatrix import relative_address
+from .ldmatrix import operand_offset, relative_address
 
 
 def _lane_offset(ctx: Context, view: SmemView, fragment: SimtLayout, mn_rel: int,
                  k: int) -> str:
     """Byte offset (from the stage start) of this lane's element (first mn + mn_rel, k)."""
-    layout = view.buffer.layout
     role = fragment.operand
-    k_major = operand_k_major(role, layout)
 
     def compute() -> str:
-        lane, warp = ctx.lane_warp()
+        lane, _ = ctx.lane_warp()
+        lane_cols = SIMT_LANES[1]
         if role == "A":
-            warp_index = ctx.int_op("div.u32", warp, fragment.warps[1])
-            lane_mn = ctx.int_op("shr.u32", lane, 3)
-            extent = fragment.warp_tile[0]
+            lane_index = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
         else:
-            warp_index = ctx.int_op("rem.u32", warp, fragment.warps[1])
-            lane_mn = ctx.int_op("and.b32", lane, 7)
-            extent = fragment.warp_tile[1]
-        first = ctx.int_op("shl.b32", lane_mn, 2)  # runs of SIMT_VEC = 4
-        mn = ctx.mad(warp_index, extent, ctx.int_op("add.s32", first, mn_rel))
-        row, col = operand_storage_coord(k_major, mn, k)
-        if k_major:
-            linear = ctx.mad(row, layout.cols, col)
-        else:
-            linear = ctx.int_op("add.s32", col, row * layout.cols)
-        return ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle),
-                          view.buffer.elem_bytes)
+            lane_index = ctx.int_op("and.b32", lane, lane_cols - 1)
+        first = ctx.int_op("shl.b32", lane_index, SIMT_VEC.bit_length() - 1)
+        return operand_offset(ctx, view, role, fragment.warps, fragment.warp_tile, first,
+                              mn_rel, k)
 
     return ctx.w.once(("lds", id(view.buffer), role, mn_rel, k), compute)
 

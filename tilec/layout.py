@@ -195,7 +195,7 @@ class SimtLayout(DistributedLayout):
 
     @property
     def regs_per_thread(self) -> int:
-        return len(self.register_offsets())
+        return len(self._offsets())
 
 
 def _runs(count: int, spacing: int) -> list[int]:
