@@ -1,7 +1,8 @@
 """The kernel's parameter list, shared by the PTX emitter and the launcher.
 
 Per tensor parameter: its base address (u64) and one stride per dim in elements (s32);
-per scalar parameter: its value; then each shape symbol (s32), in ``Kernel.symbols`` order.
+per scalar parameter: its value; then each shape symbol (s32), in ``Kernel.symbols`` order;
+then, for a split-K kernel, its workspace pointers (``backend/split.py``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class AbiParam:
     name: str  # the PTX parameter name
     kind: str  # "ptr", "i32" or "f32"
     source: str  # the kernel parameter or symbol it comes from
-    role: str  # "ptr", "stride", "scalar" or "symbol"
+    role: str  # "ptr", "stride", "scalar", "symbol" or "workspace"
     dim: int = -1
 
 
@@ -34,4 +35,7 @@ def kernel_abi(kernel: Kernel) -> list[AbiParam]:
             params.append(AbiParam(param.name, param.type.dtype.short, param.name, "scalar"))
     for symbol in kernel.symbols:
         params.append(AbiParam(f"dim_{symbol}", "i32", symbol, "symbol"))
+    if kernel.meta.get("split_k", 1) > 1:
+        from .split import WORKSPACE_PARAMS
+        params.extend(AbiParam(name, "ptr", name, "workspace") for name in WORKSPACE_PARAMS)
     return params

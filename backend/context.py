@@ -54,6 +54,10 @@ class Context:
         # the chunks (addresses, predicates, values already loaded).
         self.active: Optional[range] = None
         self.op_state: dict[object, dict] = {}
+        # Hidden parameters' registers (split-K workspace), and how many CUDA grid axes
+        # number the output tiles (the grid emitter knows).
+        self.workspace: dict[str, str] = {}
+        self.grid_tile_axes = 1
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:

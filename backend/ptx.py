@@ -14,7 +14,7 @@ from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
-from . import compute, copies, epilogue, ldmatrix, simt
+from . import compute, copies, epilogue, ldmatrix, simt, split
 from .abi import PARAM_PTX_TYPES, AbiParam, kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, register_class
@@ -90,12 +90,15 @@ def _compare(ctx: Context, op: Op) -> None:
 
 # -- the grid: PTX ISA 10 (special registers %ctaid) ------------------------------------
 def _grid(ctx: Context, op: Op) -> None:
+    """Program ids from %ctaid. Grouped rasterization folds two tile axes into x; a split-K
+    slice axis (always the grid's last) takes the next CUDA axis after the tile axes."""
     w = ctx.w
     group = op.attrs.get("raster_group")
-    if group and len(op.operands) == 2:
+    tile_axes = len(op.operands) - (1 if op.attrs.get("split_k") else 0)
+    if group and tile_axes == 2:
         # Grouped order: `group` block rows walk the N blocks together so that the A and B
         # tiles they share stay in L2.
-        gm, gn = (ctx.get(v) for v in op.operands)
+        gm, gn = (ctx.get(v) for v in op.operands[:2])
         pid = w.reg("b32")
         w.emit(f"mov.u32 {pid}, %ctaid.x;")
         per_group = ctx.int_op("mul.lo.s32", gn, group)
@@ -108,7 +111,13 @@ def _grid(ctx: Context, op: Op) -> None:
         pid_n = ctx.int_op("div.u32", in_group, group_rows)
         ctx.bind(op.results[0], pid_m)
         ctx.bind(op.results[1], pid_n)
+        ctx.grid_tile_axes = 1
+        for axis, result in zip("yz", op.results[2:]):
+            reg = w.reg("b32")
+            w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
+            ctx.bind(result, reg)
         return
+    ctx.grid_tile_axes = tile_axes
     for axis, result in zip("xyz", op.results):
         reg = w.reg("b32")
         w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
@@ -193,6 +202,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     **copies.EMITTERS,
     **ldmatrix.EMITTERS,
     **simt.EMITTERS,
+    **split.EMITTERS,
     **epilogue.EMITTERS,
     **compute.EMITTERS,
 }
@@ -215,7 +225,10 @@ def _emit_body(ctx: Context, ops: list[Op]) -> None:
     if not loops or plan is None:
         emit_block(ctx, ops)
         return
-    head, tail = ops[:loops[-1] + 1], ops[loops[-1] + 1:]
+    # The split-K meeting (one barrier for the whole tile) goes before the chunks.
+    reduces = [i for i, op in enumerate(ops) if op.name == "split.reduce"]
+    end = max([loops[-1], *reduces]) + 1
+    head, tail = ops[:end], ops[end:]
     emit_block(ctx, head)
     chunkable = all(op.name in CHUNKED or not op.regions and not any(
         isinstance(r.type, TileType) for r in op.results) for op in tail)
@@ -262,6 +275,8 @@ def _load_params(ctx: Context, abi: list[AbiParam]) -> None:
         else:
             reg = w.reg("f32" if p.kind == "f32" else "b32")
             w.emit(f"ld.param{PARAM_PTX_TYPES[p.kind]} {reg}, [{p.name}];")
+        if p.role == "workspace":
+            ctx.workspace[p.source] = reg
         by_source.setdefault(p.source, {})[(p.role, p.dim)] = reg
     kernel = ctx.kernel
     symbol_regs = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}

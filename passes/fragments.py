@@ -42,7 +42,8 @@ from .tiling import TilingPlan
 NAME = "fragments"
 # Ops whose result takes the accumulator layout when it has the block's shape.
 LAYOUT_FOLLOWERS = {"tile.full", "tile.splat", "tile.add", "tile.sub", "tile.mul", "tile.div",
-                    "tile.max", "tile.min", "tile.neg", "tile.relu", "tile.cast"}
+                    "tile.max", "tile.min", "tile.neg", "tile.relu", "tile.cast",
+                    "split.reduce"}
 
 
 def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:

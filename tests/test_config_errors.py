@@ -177,9 +177,12 @@ def test_program_shape_errors(text: str, message: str, line) -> None:
     (dict(warps=(0, 2)), "warps must be a pair of positive counts, got (0, 2)"),
     (dict(warps=(2,)), "warps must be a pair of positive counts, got (2,)"),
     (dict(raster_group=0), "raster_group must be >= 1, got 0"),
-    (dict(disable=("tiling",)), "pass 'double_buffer' needs 'tiling', which is disabled"),
+    (dict(disable=("tiling",)), "pass 'split_k' needs 'tiling', which is disabled"),
+    (dict(split_k=0), "split_k must be an integer from 1 to 64, got 0"),
+    (dict(split_k=65), "split_k must be an integer from 1 to 64, got 65"),
+    (dict(split_k=2.0), "split_k must be an integer from 1 to 64, got 2.0"),
 ], ids=["sm_75", "sm_89", "stages=0", "stages=2.5", "swizzle", "warps-zero", "warps-one",
-        "raster", "disable-tiling"])
+        "raster", "disable-tiling", "split_k=0", "split_k=65", "split_k=2.0"])
 def test_option_errors(kwargs, message: str) -> None:
     err = compile_error(ValueError, **kwargs)
     assert str(err) == message

@@ -12,10 +12,10 @@ from tilec.frontend import lower, parse_function
 from tilec.ir import Kernel, Op, TileType, Value, defining_op, print_kernel, verify
 from tilec.layout import MMA_K, MmaLayout, SmemLayout, Swizzle
 from tilec.options import Options, Spec, TensorSpec
-from tilec.passes import double_buffer, fragments, swizzle, tiling
+from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling
 from tilec.pipeline import pipeline
 
-PASSES = [tiling, double_buffer, swizzle, fragments]  # in pipeline order
+PASSES = [tiling, split_k, double_buffer, swizzle, fragments]  # in pipeline order
 
 MATMUL = '''\
 def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=32, BN=32, BK=16):
@@ -545,7 +545,8 @@ def test_pass_output_text(module, stages: int, before: str, expected: str) -> No
 @pytest.mark.parametrize("stages", [1, 3])
 @pytest.mark.parametrize("text", [MATMUL, EPILOGUE], ids=["matmul", "epilogue"])
 def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None:
-    options = Options(warps=(2, 1), stages=stages)
+    # split_k changes nothing unless asked to split.
+    options = Options(warps=(2, 1), stages=stages, split_k=2 if module is split_k else 1)
     kernel = input_of(module, options, text)
     before = print_kernel(kernel, locs=True)
     meta = dict(kernel.meta)

@@ -21,18 +21,18 @@ def matmul():
 
 def test_the_pipeline_is_an_ordered_list_of_named_passes():
     names = [p.name for p in pipeline()]
-    assert names == ["tiling", "double_buffer", "swizzle", "fragments"]
+    assert names == ["tiling", "split_k", "double_buffer", "swizzle", "fragments"]
     assert all(p.doc for p in pipeline())
     assert tilec.pipeline() is not tilec.pipeline()  # a fresh list each time: safe to edit
 
 
 def test_every_stage_has_text_and_a_time(matmul):
     compiled = matmul.compile(keep_ir=True, verify=True)
-    assert list(compiled.asm) == ["tile", "tiling", "double_buffer", "swizzle", "fragments",
+    assert list(compiled.asm) == ["tile", "tiling", "split_k", "double_buffer", "swizzle", "fragments",
                                   "ptx"]
     assert "copy.global_to_shared" in compiled.asm["tiling"]
     assert "frag.mma" in compiled.asm["fragments"]
-    assert set(compiled.times) == {"tiling", "double_buffer", "swizzle", "fragments", "hazards",
+    assert set(compiled.times) == {"tiling", "split_k", "double_buffer", "swizzle", "fragments", "hazards",
                                    "backend"}
     assert all(t >= 0 for t in compiled.times.values())
 
@@ -90,7 +90,7 @@ def test_a_user_pass_that_breaks_the_ir_is_named_with_the_invariant_and_a_dump(m
 def test_registered_pass_joins_the_default_pipeline(matmul):
     register_pass(Pass("noop", _identity), after="swizzle")
     try:
-        assert [p.name for p in pipeline()][3] == "noop"
+        assert [p.name for p in pipeline()][4] == "noop"
         assert "noop" in matmul.compile(keep_ir=True, M=256).asm
         with pytest.raises(ValueError, match="unknown pass 'nope'"):
             register_pass(Pass("other", _identity), after="nope")
@@ -111,9 +111,9 @@ def test_dump_dir_writes_every_stage(matmul, tmp_path, monkeypatch):
     matmul.compile(stages=2, BM=64)
     (folder,) = list(tmp_path.iterdir())
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["00-tile.ir", "01-tiling.ir", "02-double_buffer.ir", "03-swizzle.ir",
-                     "04-fragments.ir", "05-ptx.ptx", "options.txt"]
-    assert ".entry matmul" in (folder / "05-ptx.ptx").read_text()
+    assert names == ["00-tile.ir", "01-tiling.ir", "02-split_k.ir", "03-double_buffer.ir",
+                     "04-swizzle.ir", "05-fragments.ir", "06-ptx.ptx", "options.txt"]
+    assert ".entry matmul" in (folder / "06-ptx.ptx").read_text()
 
 
 def test_same_input_gives_byte_identical_ptx(matmul):

@@ -134,6 +134,13 @@ OTHERS = [
     case("sgemm", "f32", "sm_80", RAGGED, l2_prefetch=128),
     case("gemm_epilogue", "f32", "sm_90"),
     case("gemm_epilogue", "f32", "sm_86", RAGGED, BM=64, BN=128, BK=16, stages=2),
+    # Split-K: the skinny tile it is for, a fused epilogue after the meeting, FFMA, and
+    # empty slices (7 slices of 3 K steps).
+    case("matmul", "f16", "sm_90", DIVISIBLE, BM=16, BN=64, BK=128, warps=(1, 4), stages=4,
+         split_k=4),
+    case("gemm_epilogue", "bf16", "sm_80", RAGGED, split_k=3),
+    case("sgemm", "f32", "sm_86", split_k=2),
+    case("matmul", "f16", "sm_80", RAGGED, BK=32, split_k=7, raster_group=1),
 ]
 
 # The fused epilogue sample in its default configuration: it spilled until the epilogue was

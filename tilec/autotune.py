@@ -36,7 +36,7 @@ Config = dict[str, Any]
 Timer = Callable[[Callable[[], None]], float]
 
 TILE_CONSTANTS = ("BM", "BN", "BK")
-KNOBS = TILE_CONSTANTS + ("warps", "stages", "swizzle", "raster_group")
+KNOBS = TILE_CONSTANTS + ("warps", "stages", "swizzle", "raster_group", "split_k")
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options)) - {"spec"}
 # The shape class records each shape symbol rounded up to a power of two (see shape_class).
 WARMUP_LAUNCHES = 5
@@ -82,12 +82,18 @@ def search_space(BM: Iterable[int] = (64, 128, 256), BN: Iterable[int] = (64, 12
                  BK: Iterable[int] = (32, 64),
                  warps: Iterable[Optional[tuple[int, int]]] = (None,),
                  stages: Iterable[int] = (2, 3, 4), swizzle: Iterable[str] = ("auto",),
-                 raster_group: Iterable[int] = (8,)) -> list[Config]:
+                 raster_group: Iterable[int] = (8,),
+                 split_k: Iterable[int] = (1,)) -> list[Config]:
     """Every combination of the knobs' choices, in order, without repeats. The block tile
     keeps the DSL's constant names (``BM``...) because configurations are passed to the
-    program as they are. ``warps``: None lets tiling choose, or (warps_m, warps_n)."""
+    program as they are. ``warps``: None lets tiling choose, or (warps_m, warps_n).
+    ``split_k``: blocks per output tile along K (worth it where the output tiles are too
+    few to fill the GPU; left out of the configurations when it is only 1, so they read as
+    before split-K existed)."""
     knobs = {"BM": BM, "BN": BN, "BK": BK, "warps": warps, "stages": stages,
              "swizzle": swizzle, "raster_group": raster_group}
+    if _choices("split_k", split_k) != (1,):
+        knobs["split_k"] = split_k
     axes = [_choices(name, value) for name, value in knobs.items()]
     space: list[Config] = []
     for values in itertools.product(*axes):

@@ -148,7 +148,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                   default_dtypes: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     """The ``tilec bench`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s).
     ``default_sizes`` and ``default_dtypes`` replace the default sweep."""
-    from tilec.cli import _assignments, _positive, _warps
+    from tilec.cli import _assignments, _positive, _split_k, _warps
     shown_sizes = default_sizes or [size_text(size) for size in DEFAULT_SIZES]
     parser.add_argument("--sizes", nargs="+", type=parse_sizes, metavar="SIZE",
                         help="N for N^3, or MxNxK; commas or spaces between (default: "
@@ -163,6 +163,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         help="tilec's shared-memory pipeline stages")
     parser.add_argument("--warps", type=_warps, metavar="MxN", help="tilec's warp grid, e.g. 2x4")
     parser.add_argument("--swizzle", choices=("auto", "off"), help="tilec's shared swizzle")
+    parser.add_argument("--split-k", type=_split_k, metavar="S",
+                        help="tilec's blocks per output tile along K (split-K)")
     parser.add_argument("--pack", choices=PACK_POLICIES,
                         help="tilec's packing of misaligned operands at launch (default auto)")
     parser.add_argument("--autotune", action="store_true",
@@ -204,7 +206,8 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         raise CommandError(f"the matmul sample has no constant {', '.join(unknown)} "
                            f"(its constants: {', '.join(known)})")
     options = {name: value for name, value in (("stages", args.stages), ("warps", args.warps),
-                                               ("swizzle", args.swizzle), ("pack", args.pack))
+                                               ("swizzle", args.swizzle), ("pack", args.pack),
+                                               ("split_k", args.split_k))
                if value is not None}
     return consts, options
 

@@ -23,7 +23,7 @@ from tilec.errors import TileError
 from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, I32, DType, TensorType
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.options import ARCHS, PACK_POLICIES, target_arch
+from tilec.options import ARCHS, MAX_SPLIT_K, PACK_POLICIES, target_arch
 from tilec.pipeline import pipeline
 
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
@@ -96,6 +96,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _split_k(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_SPLIT_K:
+        raise argparse.ArgumentTypeError(f"split-K takes 1 to {MAX_SPLIT_K} slices, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tilec", description="Compile tile-level matmul programs to PTX, and run them.")
@@ -116,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--swizzle", choices=("auto", "off"), help="shared-memory swizzle")
     common.add_argument("--raster-group", type=_positive, metavar="N",
                         help="rows of tiles per rasterisation group")
+    common.add_argument("--split-k", type=_split_k, metavar="S",
+                        help="blocks per output tile along K, each summing a slice (split-K)")
     common.add_argument("--disable", metavar="PASS", action="append", default=[],
                         choices=[p.name for p in pipeline()], help="skip a pass")
     common.add_argument("--verify", action="store_true",
@@ -252,7 +261,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The compile options given on the command line; the others keep Options' defaults."""
     options = {"arch": args.arch, "stages": args.stages, "warps": args.warps,
                "swizzle": args.swizzle, "raster_group": args.raster_group,
-               "pack": getattr(args, "pack", None)}
+               "pack": getattr(args, "pack", None), "split_k": args.split_k}
     options = {name: value for name, value in options.items() if value is not None}
     if args.disable:
         options["disable"] = tuple(args.disable)
@@ -300,6 +309,8 @@ def summary(compiled) -> str:
     parts.append(f"{rendered.threads} threads")
     parts.append(f"{compiled.kernel.meta.get('stages', compiled.options.stages)} stages")
     parts.append(f"{rendered.smem_bytes / 1024:g} KiB shared memory")
+    if compiled.kernel.meta.get("split_k", 1) > 1:
+        parts.append(f"split-K {compiled.kernel.meta['split_k']}")
     ptx = rendered.ptx
     parts.append(f"PTX {ptx.count(chr(10)):,} lines, {len(ptx.encode()) / 1024:.1f} KiB")
     return ", ".join(parts)

@@ -180,6 +180,11 @@ class TensorRef:
         self.array[index] = values
 
 
+class ProgramEnd(Exception):
+    """Raised by an op at which its program ends early (a split-K slice that is not the last
+    of its output tile); the launch goes on with the next program."""
+
+
 class InterpState:
     """What the semantics functions see: the values computed so far and the program id.
 
@@ -192,6 +197,8 @@ class InterpState:
         self.kernel = kernel
         self.env: dict[Value, Any] = {}
         self.program_id: tuple[int, ...] = ()
+        # What programs leave for other programs of the launch (split-K partial sums).
+        self.meetings: dict[Any, dict[int, Any]] = {}
         self._yielded: list[Optional[list[Any]]] = []
 
     def error(self, op: Op, message: str) -> InterpreterError:
@@ -343,6 +350,24 @@ def _grid(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     if len(state.program_id) != len(op.results):
         raise state.error(op, f"{len(op.results)}-D grid but program id is {state.program_id}")
     return list(state.program_id)
+
+
+@_semantics("split.reduce")
+def _split_reduce(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    partial, slice_id = operands
+    splits = op.attrs["splits"]
+    if not 0 <= slice_id < splits:
+        raise state.error(op, f"slice {slice_id} of {splits}")
+    # The grid's last axis is the slice: the rest names the output tile.
+    arrived = state.meetings.setdefault((op, state.program_id[:-1]), {})
+    arrived[slice_id] = partial
+    if len(arrived) < splits:
+        raise ProgramEnd
+    del state.meetings[(op, state.program_id[:-1])]
+    total = arrived[0]
+    for index in range(1, splits):
+        total = total + arrived[index]
+    return [total]
 
 
 # --- making tiles ---
@@ -673,4 +698,7 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
         for program_id in itertools.product(*(range(size) for size in sizes)):
             state.env = dict(launch_env)
             state.program_id = program_id
-            state.run_ops(ops[grid_at[0]:])
+            try:
+                state.run_ops(ops[grid_at[0]:])
+            except ProgramEnd:
+                pass

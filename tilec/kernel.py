@@ -19,6 +19,7 @@ from tilec.launch import bind_arguments, divisibility, grid_size, kernel_argumen
 from tilec.options import Options, Spec, target_arch
 from tilec.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
 from tilec.pipeline import Pass
+from tilec.split_workspace import Workspace, shared_workspace, workspace_size
 
 # Keyword arguments of compile/ptx that are options, not the program's constants.
 OPTION_NAMES = {f.name for f in dataclasses.fields(Options)} - {"spec"}
@@ -183,7 +184,9 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
             with pooled_scratch(packing) as scratch:
                 packer = Packer(packing, device_args, compiled.options.arch, scratch)
                 packer.launch()
-                launch_compiled(compiled, bound, packer.args, sizes)
+                size = workspace_size(compiled.kernel, sizes)
+                hidden = shared_workspace(size).args if size else {}
+                launch_compiled(compiled, bound, {**packer.args, **hidden}, sizes)
         staging.copy_back()
     return written
 
@@ -216,7 +219,8 @@ def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
 class PreparedLaunch:
     """A compiled kernel with its argument list packed: calling it only launches. When
     ``packing`` names operand tensors, their pack kernels go first, on the same stream,
-    into scratch that lives as long as this object."""
+    into scratch that lives as long as this object; a split-K kernel's workspace lives as
+    long, too. Calls on one prepared launch are ordered by its stream."""
 
     def __init__(self, compiled: Compiled, bound, sizes, stream,
                  packing: PackPlan = PackPlan()):
@@ -228,7 +232,11 @@ class PreparedLaunch:
         self.packing = packing
         self.packer = Packer(packing, bound.tensors, compiled.options.arch,
                              owned_scratch(packing))
-        self.args = kernel_arguments(compiled.kernel, bound, self.packer.args)
+        size = None if self.empty else workspace_size(compiled.kernel, sizes)
+        # Owned, not shared: this launch may run on its own stream beside others.
+        self.workspace = Workspace(size) if size else None
+        hidden = self.workspace.args if self.workspace else {}
+        self.args = kernel_arguments(compiled.kernel, bound, {**self.packer.args, **hidden})
         self.stream = stream
 
     def __call__(self) -> None:

@@ -161,12 +161,16 @@ def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
 
 
 def launch_grid(sizes: list[int], compiled_kernel: Kernel) -> tuple[int, int, int]:
-    """The CUDA grid for the compiled kernel: its grid op says whether the passes folded
-    the axes into one (grouped rasterization)."""
+    """The CUDA grid for the compiled kernel (``sizes``: its tile axes, as
+    :func:`grid_size` evaluates them): its grid op says whether the passes folded two axes
+    into one (grouped rasterization) and whether split-K added a slice axis after them."""
     grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
-    if grid_op.attrs.get("raster_group") and len(sizes) == 2:
-        return (sizes[0] * sizes[1], 1, 1)
-    padded = list(sizes) + [1] * (3 - len(sizes))
+    split = grid_op.attrs.get("split_k")
+    axes = list(sizes)
+    if grid_op.attrs.get("raster_group") and len(axes) == 2:
+        axes = [axes[0] * axes[1]]
+    axes += [split] if split else []
+    padded = axes + [1] * (3 - len(axes))
     return (padded[0], padded[1], padded[2])
 
 
@@ -175,7 +179,7 @@ def kernel_arguments(kernel: Kernel, bound: Bound, device_args: dict[str, Any]) 
 
     out = []
     for p in kernel_abi(kernel):
-        if p.role == "ptr":
+        if p.role in ("ptr", "workspace"):
             out.append(Ptr(device_args[p.source].ptr))
         elif p.role == "stride":
             out.append(I32(device_args[p.source].strides[p.dim]))

@@ -19,6 +19,7 @@ ARCHS: dict[str, dict[str, int | str]] = {
 MAX_REGISTERS_PER_THREAD = 255
 L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
+MAX_SPLIT_K = 64
 
 
 def target_arch(compute_capability: tuple[int, int]) -> str:
@@ -80,6 +81,10 @@ class Options:
     # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.packing):
     # "auto" when large enough to pay, "always", or "off".
     pack: str = "auto"
+    # Blocks per output tile along K (passes/split_k.py): each sums a slice of the K loop and
+    # the last to finish adds the slices up before the epilogue. For shapes with too few
+    # output tiles to fill the GPU (skinny M, small M x N with long K).
+    split_k: int = 1
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -95,6 +100,10 @@ class Options:
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
         if self.pack not in PACK_POLICIES:
             raise ValueError(f"pack must be one of {', '.join(PACK_POLICIES)}, got {self.pack!r}")
+        if (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)
+                or not 1 <= self.split_k <= MAX_SPLIT_K):
+            raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got "
+                             f"{self.split_k!r}")
         if self.l2_prefetch not in L2_PREFETCH_BYTES:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
                              f"{self.l2_prefetch!r}")

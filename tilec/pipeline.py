@@ -17,7 +17,7 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from tilec.passes import double_buffer, fragments, swizzle, tiling
+from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ def pipeline() -> list[Pass]:
 def _builtin_pipeline() -> list[Pass]:
     return [
         _pass(tiling),
+        # Slicing K rewrites the loop bounds, which the copies double buffering predicates
+        # on read; it needs the loop in tile form, with the plan fixed.
+        _pass(split_k, ("tiling",)),
         # Stages multiply the buffers tiling made; swizzle then sees the final buffers.
         _pass(double_buffer, ("tiling",)),
         # Swizzle needs the copy vectors and warp tiles the tiling plan fixed.
@@ -157,7 +160,7 @@ def _dump_failed(name: str, kernel: Kernel) -> str | None:
     return path
 
 
-_BUILTIN = {"tiling", "double_buffer", "swizzle", "fragments"}
+_BUILTIN = {"tiling", "split_k", "double_buffer", "swizzle", "fragments"}
 
 
 def register_pass(p: Pass, *, after: str) -> None:

@@ -2,6 +2,7 @@
 
 ``smem.*``: shared-memory buffers and their stage views (from tiling / double buffering).
 ``copy.*`` and ``gpu.*``: data movement and synchronisation.
+``split.reduce``: the meeting of the K slices of one output tile (split-K).
 ``frag.*``: values distributed over the threads in an mma fragment layout (fragments pass).
 """
 from __future__ import annotations
@@ -97,6 +98,16 @@ def _frag_load(op: Op) -> None:
     _frag_value(op)
 
 
+def _split_reduce(op: Op) -> None:
+    partial, slice_id = op.operands
+    _require(isinstance(partial.type, TileType) and partial.type.space == "reg"
+             and partial.type.dtype.short == "f32", "split.reduce sums an f32 register tile")
+    _require(slice_id.type == ScalarType(I32), "the slice index is i32")
+    _require(op.result.type == partial.type, "the sum has the partial's type")
+    _require(isinstance(op.attrs["splits"], int) and op.attrs["splits"] >= 2,
+             "split.reduce needs at least 2 splits")
+
+
 def _wrap_inc(op: Op) -> None:
     _require(op.operands[0].type == op.result.type == ScalarType(I32), "wrap_inc is on i32")
     _require(isinstance(op.attrs["modulus"], int) and op.attrs["modulus"] >= 1,
@@ -119,6 +130,10 @@ for _opdef in [
     OpDef("copy.commit", "close the group of async copies issued so far", 0, 0),
     OpDef("copy.wait", "wait until at most `pending` async copy groups are in flight", 0, 0,
           attrs=("pending",)),
+    OpDef("split.reduce", "operands: a K slice's partial tile and the slice index; the last "
+          "block of the output tile to get here gets the sum of all `splits` partials in "
+          "slice order and goes on, the others end", 2, 1, attrs=("splits",),
+          check=_split_reduce),
     OpDef("gpu.barrier", "all threads of the block reach this point (bar.sync 0)", 0, 0),
     OpDef("frag.ldmatrix", "a warp-tile slice of an mma operand from shared memory", 1, 1,
           attrs=("operand", "k0"), check=_frag_ldmatrix),

@@ -1,0 +1,91 @@
+"""The emitter of ``split.reduce``: the K slices of one output tile meet in global memory.
+
+The workspace, two hidden kernel parameters (``backend/abi.py``):
+
+- ``split_partials``: f32, ``tiles x splits x registers x threads``; a block writes its
+  partial at ``[tile][slice]``, each register of all threads contiguous (coalesced stores
+  and loads, and every thread reads back exactly the elements it holds);
+- ``split_counters``: one u32 per output tile, zero before a launch; the last block of a
+  tile to arrive sets it back to zero, so the next launch finds it so.
+
+The handshake is the "last block" pattern (PTX ISA 8.0, memory consistency model): every
+thread's stores, then a gpu-scope fence and a block barrier, then one acq_rel atomic add per
+block; the block that sees ``splits - 1`` is last, learns it in every thread through
+``bar.red.or.pred``, fences, and sums the partials with gpu-scope loads (L2, never a stale
+L1 line). The others exit. The sum goes in slice order whichever block is last, so the
+result is the same from run to run.
+"""
+from __future__ import annotations
+
+from tilec.ir.core import Op
+
+from .context import Context
+
+F32_BYTES = 4
+WORKSPACE_PARAMS = ("split_partials", "split_counters")
+
+
+def _tile_index(ctx: Context) -> str:
+    """The output tile's linear index: the CUDA grid axes before the slice axis."""
+    w = ctx.w
+    x = w.reg("b32")
+    w.emit(f"mov.u32 {x}, %ctaid.x;")
+    if ctx.grid_tile_axes == 1:
+        return x
+    y, width = w.reg("b32"), w.reg("b32")
+    w.emit(f"mov.u32 {y}, %ctaid.y;")
+    w.emit(f"mov.u32 {width}, %nctaid.x;")
+    return ctx.mad(y, width, x)
+
+
+def _split_reduce(ctx: Context, op: Op) -> None:
+    w = ctx.w
+    partial_value, slice_value = op.operands
+    splits = op.attrs["splits"]
+    partial = ctx.get(partial_value)
+    threads = ctx.plan.threads
+    register_stride = threads * F32_BYTES
+    slice_bytes = len(partial) * register_stride
+    partials, counters = (ctx.workspace[name] for name in WORKSPACE_PARAMS)
+    tid = ctx.tid()
+    tile = _tile_index(ctx)
+
+    # This thread's first element of the tile's slice 0, and of its own slice.
+    tile_slot = ctx.int_op("mul.lo.s32", tile, splits)
+    tile_base = w.reg("b64")
+    w.emit(f"mul.wide.u32 {tile_base}, {tile_slot}, {slice_bytes};")
+    w.emit(f"add.s64 {tile_base}, {tile_base}, {partials};")
+    w.emit(f"mad.wide.u32 {tile_base}, {tid}, {F32_BYTES}, {tile_base};")
+    own = w.reg("b64")
+    w.emit(f"mad.wide.u32 {own}, {ctx.get(slice_value)}, {slice_bytes}, {tile_base};")
+    for index, reg in enumerate(partial):
+        w.emit(f"st.global.f32 [{own}+{index * register_stride}], {reg};")
+
+    w.emit("fence.acq_rel.gpu;")
+    w.emit("bar.sync 0;")
+    counter = w.reg("b64")
+    w.emit(f"mad.wide.u32 {counter}, {tile}, 4, {counters};")
+    first, arrived, last_here, last = (w.reg("pred"), w.reg("b32"), w.reg("pred"),
+                                       w.reg("pred"))
+    w.emit(f"setp.eq.u32 {first}, {tid}, 0;")
+    w.emit(f"mov.u32 {arrived}, 0;")
+    w.emit(f"@{first} atom.acq_rel.gpu.global.add.u32 {arrived}, [{counter}], 1;")
+    w.emit(f"setp.eq.and.u32 {last_here}, {arrived}, {splits - 1}, {first};")
+    w.emit(f"@{last_here} st.relaxed.gpu.global.u32 [{counter}], 0;")
+    w.emit(f"bar.red.or.pred {last}, 0, {last_here};")
+    w.emit(f"@!{last} exit;")
+    w.emit("fence.acq_rel.gpu;")
+
+    total = w.regs("f32", len(partial))
+    loaded = w.reg("f32")
+    for index, reg in enumerate(total):
+        for slice_index in range(splits):
+            offset = slice_index * slice_bytes + index * register_stride
+            target = reg if slice_index == 0 else loaded
+            w.emit(f"ld.relaxed.gpu.global.f32 {target}, [{tile_base}+{offset}];")
+            if slice_index:
+                w.emit(f"add.f32 {reg}, {reg}, {loaded};")
+    ctx.bind(op.result, total)
+
+
+EMITTERS = {"split.reduce": _split_reduce}

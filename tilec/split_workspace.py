@@ -1,0 +1,67 @@
+"""The global memory a split-K kernel's blocks meet in (``backend/split.py``).
+
+A workspace is two device buffers: the partial sums (f32, one block tile per output tile and
+slice) and one u32 counter per output tile. The counters are zeroed when the buffer is made,
+and every launch leaves them zero again (the last block of a tile resets its counter), so a
+workspace is reused without a memset per launch. Two launches must not share one at the same
+time: a prepared launch owns its workspace; plain calls, which run on the legacy default
+stream one after another, share one per size (:func:`shared_workspace`).
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from tilec.backend.split import F32_BYTES, WORKSPACE_PARAMS
+from tilec.ir.core import Kernel
+
+COUNTER_BYTES = 4
+SHARED_LIMIT = 4  # workspaces kept for plain calls (the most recently used)
+
+
+@dataclass(frozen=True)
+class WorkspaceSize:
+    partial_bytes: int
+    counter_bytes: int
+
+
+def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int]) -> Optional[WorkspaceSize]:
+    """What a launch of the compiled kernel over ``sizes`` (its tile axes) needs; None for a
+    kernel without split-K."""
+    splits = compiled_kernel.meta.get("split_k", 1)
+    if splits == 1:
+        return None
+    plan = compiled_kernel.meta["tiling"]
+    tiles = math.prod(sizes)
+    block_elements = plan.block[0] * plan.block[1]
+    return WorkspaceSize(tiles * splits * block_elements * F32_BYTES, tiles * COUNTER_BYTES)
+
+
+class Workspace:
+    def __init__(self, size: WorkspaceSize):
+        from tilec.runtime import DeviceBuffer
+        self.size = size
+        self.partials = DeviceBuffer(size.partial_bytes)
+        self.counters = DeviceBuffer(size.counter_bytes)
+        self.counters.memset_d8(0)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The hidden kernel arguments, by ABI name."""
+        return dict(zip(WORKSPACE_PARAMS, (self.partials, self.counters)))
+
+
+_shared: dict[WorkspaceSize, Workspace] = {}
+_lock = threading.Lock()
+
+
+def shared_workspace(size: WorkspaceSize) -> Workspace:
+    """The workspace plain calls of this size share (made on first use)."""
+    with _lock:
+        workspace = _shared.pop(size, None) or Workspace(size)
+        _shared[size] = workspace  # most recently used last
+        while len(_shared) > SHARED_LIMIT:
+            del _shared[next(iter(_shared))]
+        return workspace
