@@ -417,14 +417,18 @@ def test_the_autotune_space_fits_the_shape_and_leaves_out_fixed_knobs():
     assert len(general) == 16
     assert {(c["BM"], c["BN"]) for c in general} == {(64, 128), (64, 256), (128, 128),
                                                      (128, 256)}
+    assert all("split_k" not in c for c in general)  # enough output tiles without it
     skinny = bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
     assert {c["BM"] for c in skinny} == {16}
-    fixed = bench.autotune_space(Case(40, 512, 512, "f16"), {"stages": 4, "BK": 64})
+    assert {c["split_k"] for c in skinny} == {1, 2, 4, 8}
+    fixed = bench.autotune_space(Case(40, 512, 512, "f16"), {"stages": 4, "BK": 64,
+                                                             "split_k": 2})
     assert {c["BM"] for c in fixed} == {16, 32, 64}
-    assert all("stages" not in c and "BK" not in c for c in fixed)
+    assert all("stages" not in c and "BK" not in c and "split_k" not in c for c in fixed)
     assert len(fixed) == 9  # 3 BM x 3 BN, repeats dropped
     from tilec.autotune import prune
-    kept, _ = prune([{"BK": 64, "stages": 4, **c} for c in fixed], "f16", "sm_90")
+    kept, _ = prune([{"BK": 64, "stages": 4, "split_k": 2, **c} for c in fixed], "f16",
+                    "sm_90")
     assert len(kept) == 9
 
 

@@ -39,7 +39,8 @@ def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
     if case.M <= 64:
         fitting = max(16, 1 << (case.M - 1).bit_length())
         space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
-                             BN=(64, 128, 256), BK=(32, 64), stages=(3, 4))
+                             BN=(64, 128, 256), BK=(64, 128), stages=(3, 4),
+                             split_k=(1, 2, 4, 8))
     else:
         space = search_space(BM=(64, 128), BN=(128, 256), BK=(32, 64), stages=(3, 4))
     trimmed: list[dict[str, Any]] = []
@@ -89,6 +90,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
                 + text)
     if compiled.options.swizzle == "off":
         text += " swizzle off"
+    if compiled.options.split_k > 1:
+        text += f" split-K {compiled.options.split_k}"
     if packing:
         text += ", " + ", ".join(packing.describe())
     return text
