@@ -2,10 +2,9 @@
 boundaries, so that the matmul's global->shared copies move whole 16-byte vectors with
 cp.async. ``tilec/packing.py`` decides when to pack and launches it.
 
-One thread writes one 16-byte vector of a destination row. It reads the vector's elements
-from the source with scalar loads (consecutive threads read consecutive elements, so a warp's
-loads are coalesced when the source rows are contiguous), leaves zeros past the row's end, and
-stores the vector with one ``st.global.v4.b32``. The grid is 2-D: x over the vectors of a row,
+One thread writes one 16-byte vector of a destination row with one ``st.global.v4.b32``,
+zeros past the row's end. Source rows with unit element stride are read as aligned 16-byte
+chunks and shifted into place (any 2-byte alignment); strided ones one element at a time. The grid is 2-D: x over the vectors of a row,
 y over rows; each thread steps down the rows by the grid's height, since gridDim.y is at most
 65535. Addresses are 64-bit throughout.
 
@@ -61,10 +60,9 @@ def pack_ptx(elem_bytes: int, arch: str) -> str:
 
 def _emit_pack(w: PtxWriter, elem_bytes: int) -> None:
     per_vector = vector_elems(elem_bytes)
-    cls = ELEMENT_CLASS[elem_bytes]
     elem_shift = elem_bytes.bit_length() - 1
     p = _load_params(w)
-    done, loop = w.label("done"), w.label("rows")
+    done = w.label("done")
 
     # PTX ISA 10 (special registers): this thread's vector within a row, and its first row.
     vector = _special_mad(w, "x")
@@ -75,51 +73,169 @@ def _emit_pack(w: PtxWriter, elem_bytes: int) -> None:
     row = _special_mad(w, "y")
     row_step = _int(w, "mul.lo.s32", _special(w, "%nctaid.y"), _special(w, "%ntid.y"))
 
-    # Per thread, the same for every row: which of the vector's elements lie inside the row
-    # (the others stay the zeros set here), and the column parts of both addresses.
+    # Per thread, the same for every row: how many of the vector's elements lie inside the
+    # row, and the column parts of both addresses.
     first_col = _int(w, "shl.b32", vector, per_vector.bit_length() - 1)
     left = _int(w, "sub.s32", p["cols"], first_col)
-    values, inside = [], []
+    dst_col = _wide(w, first_col, elem_bytes)
+    rows = RowLoop(w, p, row, row_step, elem_shift, dst_col, done)
+
+    unit = w.reg("pred")
+    w.emit(f"setp.eq.u32 {unit}, {p['src_col_stride']}, 1;")
+    strided = w.label("strided")
+    w.emit(f"@!{unit} bra.uni {strided};")
+    _contiguous_rows(w, rows, left, first_col, elem_bytes)
+    w.raw(f"{strided}:")
+    _strided_rows(w, rows, left, first_col, elem_bytes)
+    w.raw(f"{done}:")
+    w.emit("ret;")
+
+
+class RowLoop:
+    """The loop over this thread's rows: the body loads one row's vector into four 32-bit
+    words given the row's source offset in elements; the loop stores them (PTX ISA 9.7.9.9)
+    and steps down by the grid's height."""
+
+    def __init__(self, w: PtxWriter, p: dict[str, str], row: str, row_step: str,
+                 elem_shift: int, dst_col: str, done: str):
+        self.w, self.p, self.row, self.row_step = w, p, row, row_step
+        self.elem_shift, self.dst_col, self.done = elem_shift, dst_col, done
+
+    def emit(self, load_words) -> None:
+        w, p = self.w, self.p
+        loop = w.label("rows")
+        row = w.reg("b32")
+        w.emit(f"mov.u32 {row}, {self.row};")
+        w.raw(f"{loop}:")
+        finished = w.reg("pred")
+        w.emit(f"setp.ge.u32 {finished}, {row}, {p['rows']};")
+        w.emit(f"@{finished} bra {self.done};")
+        words = load_words(_wide(w, row, p["src_row_stride"]))
+        dst = _wide(w, row, p["dst_row_stride"])
+        w.emit(f"shl.b64 {dst}, {dst}, {self.elem_shift};")
+        w.emit(f"add.s64 {dst}, {dst}, {self.dst_col};")
+        w.emit(f"add.s64 {dst}, {dst}, {p['dst']};")
+        w.emit(f"st.global.v4.b32 [{dst}], {{{', '.join(words)}}};")
+        w.emit(f"add.s32 {row}, {row}, {self.row_step};")
+        w.emit(f"bra {loop};")
+
+
+def _contiguous_rows(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
+                     elem_bytes: int) -> None:
+    """Rows with unit element stride: the 16 bytes a vector needs start anywhere an element
+    may (2-byte aligned rows of an odd-K f16 operand), so they are read as the two aligned
+    16-byte chunks that hold them (PTX ISA 9.7.9.8, ld.global.nc.v4) and shifted into
+    place: whole words picked by ``selp``, the rest by a funnel shift (9.7.8.7, shf). The
+    second chunk is read only when the vector reaches into it. Elements past the row's end
+    are masked to zero."""
+    p = rows.p
+    available = _int(w, "shl.b32", left, elem_bytes.bit_length() - 1)  # bytes, may be <= 0
+    some = w.reg("pred")
+    w.emit(f"setp.gt.s32 {some}, {available}, 0;")
+    masks = _inside_masks(w, left, elem_bytes)
+    col = _wide(w, first_col, elem_bytes)
+
+    def load_words(row_offset: str) -> list[str]:
+        address = w.reg("b64")
+        w.emit(f"shl.b64 {address}, {row_offset}, {rows.elem_shift};")
+        w.emit(f"add.s64 {address}, {address}, {col};")
+        w.emit(f"add.s64 {address}, {address}, {p['src']};")
+        low = w.reg("b32")
+        w.emit(f"cvt.u32.u64 {low}, {address};")
+        skew = _int(w, "and.b32", low, VECTOR_BYTES - 1)
+        chunk = w.reg("b64")
+        w.emit(f"and.b64 {chunk}, {address}, {-VECTOR_BYTES};")
+        reach = _int(w, "add.s32", skew, available)
+        second = w.reg("pred")
+        w.emit(f"setp.gt.and.s32 {second}, {reach}, {VECTOR_BYTES}, {some};")
+        loaded = w.regs("b32", 8)
+        for word in loaded:
+            w.emit(f"mov.b32 {word}, 0;")
+        w.emit(f"@{some} ld.global.nc.v4.b32 {{{', '.join(loaded[:4])}}}, [{chunk}];")
+        w.emit(f"@{second} ld.global.nc.v4.b32 {{{', '.join(loaded[4:])}}}, "
+               f"[{chunk}+{VECTOR_BYTES}];")
+        # Whole words first: picked[j] = loaded[j + skew / 4], for j = 0..4.
+        whole = _int(w, "shr.u32", skew, 2)
+        by = []
+        for count in (1, 2, 3):
+            pred = w.reg("pred")
+            w.emit(f"setp.eq.u32 {pred}, {whole}, {count};")
+            by.append(pred)
+        picked = []
+        for j in range(5):
+            value = loaded[j]
+            for count, pred in zip((1, 2, 3), by):
+                chosen = w.reg("b32")
+                w.emit(f"selp.b32 {chosen}, {loaded[j + count]}, {value}, {pred};")
+                value = chosen
+            picked.append(value)
+        bits = _int(w, "and.b32", skew, 3)
+        bits = _int(w, "shl.b32", bits, 3)
+        words = []
+        for j in range(4):
+            word = w.reg("b32")
+            w.emit(f"shf.r.clamp.b32 {word}, {picked[j]}, {picked[j + 1]}, {bits};")
+            w.emit(f"and.b32 {word}, {word}, {masks[j]};")
+            words.append(word)
+        return words
+
+    rows.emit(load_words)
+
+
+def _inside_masks(w: PtxWriter, left: str, elem_bytes: int) -> list[str]:
+    """Per 32-bit word of the vector, the bits of the elements inside the row (``left``
+    elements remain from the vector's first)."""
+    per_word = 4 // elem_bytes
+    element_bits = (1 << (8 * elem_bytes)) - 1
+    masks = []
+    for j in range(4):
+        mask = w.reg("b32")
+        w.emit(f"mov.b32 {mask}, 0;")
+        for e in range(per_word):
+            ok = w.reg("pred")
+            w.emit(f"setp.gt.s32 {ok}, {left}, {j * per_word + e};")
+            w.emit(f"@{ok} or.b32 {mask}, {mask}, {element_bits << (8 * elem_bytes * e)};")
+        masks.append(mask)
+    return masks
+
+
+def _strided_rows(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
+                  elem_bytes: int) -> None:
+    """Rows whose elements are apart in memory: one scalar load per element inside the row
+    (consecutive threads read consecutive elements), zeros past its end."""
+    p, cls = rows.p, ELEMENT_CLASS[elem_bytes]
+    per_vector = vector_elems(elem_bytes)
+    inside = []
     for e in range(per_vector):
         ok = w.reg("pred")
         w.emit(f"setp.gt.s32 {ok}, {left}, {e};")
-        value = w.reg(cls)
-        w.emit(f"mov.{cls} {value}, 0;")
         inside.append(ok)
-        values.append(value)
     src_col = _wide(w, first_col, p["src_col_stride"])
     src_step = _wide(w, p["src_col_stride"], elem_bytes)
-    dst_col = _wide(w, first_col, elem_bytes)
 
-    # PTX ISA 9.7.9.8 (ld), 9.7.9.9 (st): one row per trip.
-    w.raw(f"{loop}:")
-    finished = w.reg("pred")
-    w.emit(f"setp.ge.u32 {finished}, {row}, {p['rows']};")
-    w.emit(f"@{finished} bra {done};")
-    src = _wide(w, row, p["src_row_stride"])
-    w.emit(f"add.s64 {src}, {src}, {src_col};")
-    w.emit(f"shl.b64 {src}, {src}, {elem_shift};")
-    w.emit(f"add.s64 {src}, {src}, {p['src']};")
-    for e, (value, ok) in enumerate(zip(values, inside)):
-        if e:
-            w.emit(f"add.s64 {src}, {src}, {src_step};")
-        w.emit(f"@{ok} ld.global.nc.{cls} {value}, [{src}];")
-    words = values
-    if elem_bytes == 2:  # two elements per 32-bit word, the first in the low half
-        words = []
+    def load_words(row_offset: str) -> list[str]:
+        src = w.reg("b64")
+        w.emit(f"add.s64 {src}, {row_offset}, {src_col};")
+        w.emit(f"shl.b64 {src}, {src}, {rows.elem_shift};")
+        w.emit(f"add.s64 {src}, {src}, {p['src']};")
+        values = []
+        for e, ok in enumerate(inside):
+            if e:
+                w.emit(f"add.s64 {src}, {src}, {src_step};")
+            value = w.reg(cls)
+            w.emit(f"mov.{cls} {value}, 0;")
+            w.emit(f"@{ok} ld.global.nc.{cls} {value}, [{src}];")
+            values.append(value)
+        if elem_bytes == 4:
+            return values
+        words = []  # two elements per 32-bit word, the first in the low half
         for low, high in zip(values[::2], values[1::2]):
             word = w.reg("b32")
             w.emit(f"mov.b32 {word}, {{{low}, {high}}};")
             words.append(word)
-    dst = _wide(w, row, p["dst_row_stride"])
-    w.emit(f"shl.b64 {dst}, {dst}, {elem_shift};")
-    w.emit(f"add.s64 {dst}, {dst}, {dst_col};")
-    w.emit(f"add.s64 {dst}, {dst}, {p['dst']};")
-    w.emit(f"st.global.v4.b32 [{dst}], {{{', '.join(words)}}};")
-    w.emit(f"add.s32 {row}, {row}, {row_step};")
-    w.emit(f"bra {loop};")
-    w.raw(f"{done}:")
-    w.emit("ret;")
+        return words
+
+    rows.emit(load_words)
 
 
 def _load_params(w: PtxWriter) -> dict[str, str]:

@@ -288,9 +288,13 @@ def test_pack_ptx_shape(itemsize):
     assert header in ptx and f".entry {pack_entry(itemsize)}(" in ptx
     per_vector = vector_elems(itemsize)
     kind = f"b{8 * itemsize}"
-    # Every element of the vector is loaded under its own in-row predicate, then one store.
+    # Strided rows: every element of the vector is loaded under its own in-row predicate.
     assert len(re.findall(rf"@%p\d+ ld\.global\.nc\.{kind} ", ptx)) == per_vector
-    assert ptx.count("st.global.v4.b32") == 1
+    # Contiguous rows: two aligned 16-byte chunks, each only when the vector reaches it,
+    # funnel-shifted into four words.
+    assert len(re.findall(r"@%p\d+ ld\.global\.nc\.v4\.b32 ", ptx)) == 2
+    assert ptx.count("shf.r.clamp.b32") == 4
+    assert ptx.count("st.global.v4.b32") == 2  # one store per path
     assert len(re.findall(r"mul\.wide\.u32", ptx)) >= 4  # 64-bit addresses
     params = re.findall(r"\.param \.(\w+) (\w+)", ptx)
     assert params == [(kind_, name) for name, kind_ in PACK_PARAMS]

@@ -183,17 +183,26 @@ def test_an_empty_grid_packs_and_launches_nothing():
 
 # -------------------------------------------------------------------- the pack kernel
 
-@pytest.mark.parametrize("dtype, col_stride, grid_y", [
-    (np.float16, 1, None),
-    (np.float32, 1, None),
-    (np.float16, 3, None),  # a strided source: scalar loads at any element stride
-    (np.float16, 1, 1),     # one block row in the grid: each thread loops over the rows
+@pytest.mark.parametrize("dtype, col_stride, grid_y, offset, src_row_stride", [
+    # Contiguous rows of odd stride: every 2-byte (f16) or 4-byte (f32) skew of a row's
+    # start within its 16-byte chunk occurs.
+    (np.float16, 1, None, 0, 251),
+    (np.float32, 1, None, 0, 251),
+    (np.float16, 1, None, 3, 251),  # the first row starts misaligned too
+    # Rows that fill the storage to its last element: the last vector's second chunk ends
+    # the buffer.
+    (np.float16, 1, None, 1, 77),
+    (np.float16, 3, None, 0, 251),  # a strided source: scalar loads at any element stride
+    (np.float16, 1, 1, 0, 251),     # one block row in the grid: each thread loops over rows
 ])
-def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, grid_y):
-    rows, cols, src_row_stride = 37, 77, 251
+def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, grid_y, offset,
+                                                            src_row_stride):
+    rows, cols = 37, 77
     rng = np.random.default_rng(5)
-    storage = rng.standard_normal((rows, src_row_stride)).astype(dtype)
-    source = DeviceArray(storage, shape=(rows, cols), strides=(src_row_stride, col_stride))
+    # The view starts `offset` elements in and its last row ends where its storage does.
+    storage = rng.standard_normal(offset + rows * src_row_stride).astype(dtype)
+    source = DeviceArray(storage, shape=(rows, cols), strides=(src_row_stride, col_stride),
+                         offset=offset)
     tensor = as_array_arg(source, "A", "f16" if dtype == np.float16 else "f32", 2)
     packing = plan_packing(sample("matmul").lower(), {"A": tensor}, "always")
     (packed,) = packing.tensors
@@ -212,7 +221,9 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     out = np.empty((rows, packed.row_stride), dtype)
     scratch["A"].copy_to_host(out)
     bits = {2: np.uint16, 4: np.uint32}[storage.itemsize]
-    expected = storage[:, :cols * col_stride:col_stride]
+    expected = np.lib.stride_tricks.as_strided(
+        storage[offset:], (rows, cols), (src_row_stride * storage.itemsize,
+                                 col_stride * storage.itemsize))
     assert np.array_equal(out[:, :cols].view(bits), expected.view(bits))
     assert not out[:, cols:].view(bits).any()  # the padding is zeros
     # The matmul is handed the scratch with its padded stride.
