@@ -19,6 +19,9 @@ ARCHS: dict[str, dict[str, int | str]] = {
 MAX_REGISTERS_PER_THREAD = 255
 L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
+# How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
+# TF32 off), "tf32" tensor cores (mma.sync m16n8k8 .tf32, inputs rounded to 10 mantissa bits).
+F32_MATH = ("ffma", "tf32")
 
 
 def target_arch(compute_capability: tuple[int, int]) -> str:
@@ -80,6 +83,9 @@ class Options:
     # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.packing):
     # "auto" when large enough to pay, "always", or "off".
     pack: str = "auto"
+    # Products of f32 operand tiles: "ffma" (exact f32) or "tf32" (tensor cores, each input
+    # rounded to tf32 with cvt.rna first, f32 accumulation). f16/bf16 tiles ignore it.
+    f32_math: str = "ffma"
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -95,6 +101,9 @@ class Options:
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
         if self.pack not in PACK_POLICIES:
             raise ValueError(f"pack must be one of {', '.join(PACK_POLICIES)}, got {self.pack!r}")
+        if self.f32_math not in F32_MATH:
+            raise ValueError(f"f32_math must be one of {', '.join(F32_MATH)}, got "
+                             f"{self.f32_math!r}")
         if self.l2_prefetch not in L2_PREFETCH_BYTES:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
                              f"{self.l2_prefetch!r}")
