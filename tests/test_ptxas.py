@@ -1,5 +1,6 @@
-"""Every sample, in f16, bf16 and f32 (FFMA and TF32), for every target and a spread of configurations, assembled
-by ptxas: it must accept the PTX, and the main matmul configurations must not spill.
+"""Every sample, in f16, bf16 and f32 (FFMA, and TF32 with f32_math="tf32"), for every target
+and a spread of configurations, assembled by ptxas: it must accept the PTX, and the main
+matmul configurations must not spill.
 
 The combinations are chosen, not a cartesian product, to stay well under a minute on two cores:
 ptxas runs in a pool of two while the next kernels compile.

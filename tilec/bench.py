@@ -8,9 +8,10 @@ every contender: tilec with ``f32_math="tf32"``, cuBLAS with TF32 allowed for th
 only, Triton's default (TF32) f32 dot. For every case each contender is checked before it
 is timed: its outputs poisoned with NaN, one launch per input set, then the relative
 Frobenius error against a float64 product of the same inputs (first and last set; every
-other set must hold no NaN), within 2e-3 for f16 and tf32, 1e-2 for bf16 and 1e-4 for f32. A contender that fails is reported as FAIL and never timed or compared. Times are
-medians of device-event timings (``triton.testing.do_bench``, else CUDA events through torch
-or cupy), warm-up excluded, inputs rotated among enough sets to exceed 3x the L2 cache.
+other set must hold no NaN), within 2e-3 for f16 and tf32, 1e-2 for bf16 and 1e-4 for f32.
+A contender that fails is reported as FAIL and never timed or compared. Times are medians of
+device-event timings (``triton.testing.do_bench``, else CUDA events through torch or cupy),
+warm-up excluded, inputs rotated among enough sets to exceed 3x the L2 cache.
 
 Printed first, measured in the same run: the device-to-device copy bandwidth and the ceiling
 of the mma.sync path (a register-only loop of ``mma.sync.m16n8k16``); each case is then set
@@ -120,8 +121,8 @@ __all__ = [
     "FALLBACK_L2_BYTES", "Arrays", "CupyArrays", "TorchArrays", "open_arrays",
     # cases
     "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR", "MAX_SETS",
-    "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "TOLERANCE", "Case", "Size", "parse_sizes", "rotation_sets", "size_text",
-    "sweep",
+    "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "TOLERANCE", "Case", "Size", "parse_sizes",
+    "rotation_sets", "size_text", "sweep",
     # ceilings
     "COPY_MIN_BYTES", "MMA_BLOCKS_PER_SM", "MMA_CHAINS", "MMA_ENTRY", "MMA_FLOP", "MMA_SEED",
     "MMA_TARGET_MS", "MMA_TRIPS", "MMA_UNROLL", "MMA_WARPS", "copy_bandwidth",

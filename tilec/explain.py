@@ -15,9 +15,9 @@
   (:mod:`tilec.packing`).
 
 What depends on the product kind (:mod:`tilec.passes.kinds`: ``mma`` for f16/bf16, ``simt``
-for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is one row of :data:`KIND_VIEWS`: the instructions' names, the per-k-step counts,
-the warp-tile and instruction lines, and which fragment reads the bank-conflict rows
-enumerate.
+for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is one row of :data:`KIND_VIEWS`: the
+instructions' names, the per-k-step counts, the warp-tile and instruction lines, and which
+fragment reads the bank-conflict rows enumerate.
 
 :func:`render_explanation` turns the :class:`Explanation` into the text the CLI prints.
 """
@@ -36,7 +36,7 @@ from tilec.compiler import Compiled
 from tilec.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.layout import (BANK_BYTES, MMA_K, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
+from tilec.layout import (BANK_BYTES, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
                           SimtLayout, SmemLayout, Swizzle, broadcast_conflict_degree,
                           conflict_degree, copy_map, copy_store_addresses, ldmatrix_addresses,
                           operand_k_major, simt_load_addresses, simt_loads, tf32_registers,
