@@ -1,4 +1,5 @@
-"""Emitters for arithmetic on distributed tiles: mma.sync, elementwise ops, casts, fills.
+"""Emitters for arithmetic on distributed tiles: mma.sync (f16/bf16 m16n8k16, tf32 m16n8k8),
+elementwise ops, casts, fills.
 
 A distributed tile is a list of per-thread registers in the layout's register order; a
 tile made from one value (``tile.full``, ``tile.splat``) repeats one register.
@@ -12,7 +13,9 @@ from tilec.layout import MMA_M, MMA_N
 from .context import Context
 
 # mma.sync.aligned.m16n8k16.row.col: PTX ISA 9.7.14.5.14; the type suffix per input dtype.
-MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32"}
+# f32 tiles reach frag.mma only through the tf32 kind (m16n8k8, registers already rounded
+# to tf32 by frag.ldtf32); the shape is the plan's instruction.
+MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32", F32: "f32.tf32.tf32.f32"}
 
 # Elementwise ops on f32 registers: PTX ISA 9.7.3. max/min .NaN propagate NaN (sm_80+),
 # as numpy's maximum/minimum do.
@@ -32,6 +35,7 @@ def _mma(ctx: Context, op: Op) -> None:
     tiles_m = plan.warp_tile[0] // MMA_M
     tiles_n = plan.warp_tile[1] // MMA_N
     suffix = MMA_TYPES[op.operands[0].type.dtype]
+    shape = "m{}n{}k{}".format(*plan.instruction)
     # Accumulate in place when nothing else reads the old accumulator: the loop then carries
     # the same registers from iteration to iteration, with no copies for ptxas to remove.
     in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
@@ -48,7 +52,7 @@ def _mma(ctx: Context, op: Op) -> None:
         first = (tn * tiles_m + tm) * 4
         c = acc[first:first + 4]
         d = c if in_place else ctx.w.regs("f32", 4)
-        ctx.w.emit(f"mma.sync.aligned.m16n8k16.row.col.{suffix} {{{', '.join(d)}}}, "
+        ctx.w.emit(f"mma.sync.aligned.{shape}.row.col.{suffix} {{{', '.join(d)}}}, "
                    f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
         out[first:first + 4] = d
     ctx.bind(op.result, out)

@@ -28,6 +28,11 @@ def _ldmatrix_lane_offsets(ctx: Context, view: SmemView, role: str, mn0: int, k0
     layout = view.buffer.layout
     k_major = operand_k_major(role, layout)
 
+    # A matrix is 8 rows of one 16-byte row each: blocks step 8 along the row dim and one
+    # row's elements (8 of f16, 4 of f32) along the contiguous dim (ldmatrix_lane_coord).
+    row_elems = 16 // view.buffer.elem_bytes
+    steps = (8, row_elems) if k_major else (row_elems, 8)
+
     def compute() -> str:
         lane, _ = ctx.lane_warp()
         matrix = ctx.int_op("shr.u32", lane, 3)
@@ -35,7 +40,8 @@ def _ldmatrix_lane_offsets(ctx: Context, view: SmemView, role: str, mn0: int, k0
         blocks = []
         for index in (0, 1):
             bit = ctx.int_op("shr.u32", _order_mask(role, index), matrix)
-            blocks.append(ctx.int_op("shl.b32", ctx.int_op("and.b32", bit, 1), 3))
+            blocks.append(ctx.int_op("shl.b32", ctx.int_op("and.b32", bit, 1),
+                                     steps[index].bit_length() - 1))
         mn, k = blocks
         if k_major:
             mn = ctx.int_op("add.s32", mn, r)
@@ -84,7 +90,7 @@ def piece_offsets(plan, role: str, layout, mn0: int, k0: int, elem_bytes: int) -
     offsets = []
     for w in range(warps_along):
         for lane in range(WARP_SIZE):
-            mn, k = ldmatrix_lane_coord(role, k_major, lane)
+            mn, k = ldmatrix_lane_coord(role, k_major, lane, 16 // elem_bytes)
             row, col = operand_storage_coord(k_major, w * extent + mn0 + mn, k0 + k)
             offsets.append(layout.offset(row, col) * elem_bytes)
     return offsets
@@ -112,7 +118,13 @@ def relative_address(ctx: Context, view: SmemView, relation: tuple[int, int] | N
 
 def _ldmatrix(ctx: Context, op: Op) -> None:
     view: SmemView = ctx.get(op.operands[0])
-    role, k0 = op.attrs["operand"], op.attrs["k0"]
+    ctx.bind(op.result, ldmatrix_registers(ctx, view, op.attrs["operand"], op.attrs["k0"]))
+
+
+def ldmatrix_registers(ctx: Context, view: SmemView, role: str, k0: int) -> list[str]:
+    """ldmatrix.x4 of every piece of this warp's slice of operand ``role`` at ``k0``: the
+    fragment registers, 4 a piece, in the mma's order (LDMATRIX_ORDER). A piece is 16 mn x
+    32 bytes of k: k16 of f16, or k8 of f32 (the tf32 fragment, non-.trans only)."""
     layout = view.buffer.layout
     eb = view.buffer.elem_bytes
     trans = "" if operand_k_major(role, layout) else ".trans"
@@ -129,7 +141,7 @@ def _ldmatrix(ctx: Context, op: Op) -> None:
         ctx.w.emit(f"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{{', '.join(out)}}}, "
                    f"[{address}];")
         regs.extend(out)
-    ctx.bind(op.result, regs)
+    return regs
 
 
 EMITTERS = {"frag.ldmatrix": _ldmatrix}

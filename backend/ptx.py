@@ -14,7 +14,7 @@ from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
-from . import compute, copies, epilogue, ldmatrix, simt, split
+from . import compute, copies, epilogue, ldmatrix, simt, split, tf32
 from .abi import PARAM_PTX_TYPES, AbiParam, kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, register_class
@@ -203,6 +203,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     **ldmatrix.EMITTERS,
     **simt.EMITTERS,
     **split.EMITTERS,
+    **tf32.EMITTERS,
     **epilogue.EMITTERS,
     **compute.EMITTERS,
 }

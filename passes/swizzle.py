@@ -5,8 +5,9 @@ vector width) and the shared buffers it made.
 
 Produces: every ``smem.alloc`` and ``smem.stage`` of an operand typed with the chosen
 :class:`~tilec.layout.SmemLayout`; ``kernel.meta["bank_conflicts"]`` maps each operand to the
-worst conflict degree of its copy stores and ldmatrix loads under the chosen swizzle and
-under no swizzle (1 = conflict-free), the figures ``tilec explain`` prints.
+worst conflict degree of its copy stores and fragment reads (ldmatrix, 16-byte ``lds`` of
+FFMA, tf32's ldmatrix or ``ld.shared.b32``) under the chosen swizzle and under no swizzle
+(1 = conflict-free), the figures ``tilec explain`` prints.
 
 ``options.swizzle``: "auto" searches the candidates for the fewest conflicts (ties go to
 fewer XOR bits); "off" keeps rows linear; a :class:`~tilec.layout.Swizzle` is used as given
@@ -19,10 +20,11 @@ import functools
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Kernel, clone_kernel
-from tilec.layout import (MMA_K, SIMT_K, WARP_SIZE, SimtLayout, SmemLayout, Swizzle,
+from tilec.layout import (BANK_BYTES, SIMT_K, WARP_SIZE, SimtLayout, SmemLayout, Swizzle,
                           broadcast_conflict_degree, conflict_degree, copy_map,
                           copy_store_addresses, ldmatrix_addresses, simt_load_addresses,
-                          simt_loads, swizzle_candidates)
+                          simt_loads, swizzle_candidates, tf32_registers,
+                          tf32_word_addresses)
 from tilec.options import Options
 
 from .tiling import OperandPlan, TilingPlan
@@ -37,7 +39,7 @@ def _ldmatrix_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
     return max(conflict_degree(ldmatrix_addresses(layout, op_plan.role, op_plan.k_major,
                                                   w * mn_extent + mn0, k0, elem_bytes), 16)
                for w in range(warps_along) for mn0 in range(0, mn_extent, 16)
-               for k0 in range(0, plan.block[2], MMA_K))
+               for k0 in range(0, plan.block[2], plan.product.k_step))
 
 
 def _simt_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
@@ -50,9 +52,30 @@ def _simt_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
         for k0 in range(0, plan.block[2], SIMT_K))
 
 
+def _tf32_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                 elem_bytes: int) -> int:
+    """tf32 fragments: ldmatrix where k is contiguous; else one ``ld.shared.b32`` per
+    fragment register, its 32 lanes reading 4 k rows x 8 consecutive mn words (A: m, B: n),
+    all distinct, so they compete for banks in one wavefront."""
+    if op_plan.k_major:
+        return _ldmatrix_degree(plan, op_plan, layout, elem_bytes)
+    warps_along = plan.warps[0] if op_plan.role == "A" else plan.warps[1]
+    return max(conflict_degree(tf32_word_addresses(layout, op_plan.role, plan.warp_tile, w,
+                                                   reg, k0, elem_bytes), BANK_BYTES)
+               for w in range(warps_along)
+               for reg in range(tf32_registers(op_plan.role, plan.warp_tile))
+               for k0 in range(0, plan.block[2], plan.product.k_step))
+
+
 # Per product kind: the instruction that reads fragments (the key of its figure in the
 # report) and the worst conflict degree of its reads of one operand.
-READS = {"mma": ("ldmatrix", _ldmatrix_degree), "simt": ("lds", _simt_degree)}
+READS = {"mma": ("ldmatrix", _ldmatrix_degree), "simt": ("lds", _simt_degree),
+         "tf32": ("ldtf32", _tf32_degree)}
+# Per product kind, the byte units the candidate swizzles permute (default: 16-byte
+# chunks). tf32's 32-bit reads put 8 consecutive words of 4 rows in one wavefront; XOR-ing
+# 32-byte units by the row moves each row's 8 words to banks of their own (see
+# tilec.layout.swizzle_candidates).
+SWIZZLE_UNITS = {"tf32": (16, 32)}
 
 
 @functools.lru_cache(maxsize=512)
@@ -79,7 +102,7 @@ def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
     elif isinstance(requested, Swizzle):
         candidates = [requested]
     else:
-        candidates = swizzle_candidates(elem_bytes)
+        candidates = swizzle_candidates(elem_bytes, SWIZZLE_UNITS.get(plan.kind, (16,)))
     scored = []
     for swizzle in sorted(candidates, key=lambda c: c.bits):
         if swizzle.period > base.size and swizzle.bits:

@@ -85,11 +85,12 @@ class TilingPlan:
 def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPlan, OperandPlan],
               options: Options) -> TilingPlan:
     """The plan for a block tile of ``dtype`` operands: the product kind the dtype takes and
-    the warp grid (explicit, or :func:`_choose_warps`). Unknown dtypes get the mma kind, for
-    :func:`_check` to refuse with the source location."""
+    the warp grid (explicit, or :func:`_choose_warps`); ``options.f32_math`` picks the kind
+    of f32 tiles. Unknown dtypes get the mma kind, for :func:`_check` to refuse with the
+    source location."""
     bm, bn, _ = block
     try:
-        kind = kind_for(dtype)
+        kind = kind_for(dtype, options.f32_math)
     except KeyError:
         kind = KINDS["mma"]
     warps = _choose_warps(bm, bn, kind, options)
@@ -114,8 +115,8 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
 def _choose_warps(bm: int, bn: int, kind: ProductKind, options: Options) -> tuple[int, int]:
     """The warp grid: explicit, or the fewest warps (up to 8, then up to 16) whose warp tiles
     are whole instruction pieces and fit the registers, preferring square warp tiles
-    (fragment reuse) -- 64x64 mma tiles for the usual 128x128 or 128x256 blocks, 32x64
-    FFMA tiles (8 x 8 elements per lane) for f32."""
+    (fragment reuse) -- 64x64 mma (and tf32 mma) tiles for the usual 128x128 or 128x256
+    blocks, 32x64 FFMA tiles (8 x 8 elements per lane) for f32."""
     if options.warps is not None:
         return options.warps
     fitting = []
@@ -133,7 +134,8 @@ def _choose_warps(bm: int, bn: int, kind: ProductKind, options: Options) -> tupl
 
 
 GRANULE_WHY = {"mma": " (m16n8k16 instructions, B loaded two n8 tiles at a time)",
-               "simt": " (4 x 8 lanes, each owning runs of 4 rows and 4 columns)"}
+               "simt": " (4 x 8 lanes, each owning runs of 4 rows and 4 columns)",
+               "tf32": " (m16n8k8 tf32 instructions, B loaded two n8 tiles at a time)"}
 
 
 def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
@@ -143,7 +145,7 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     bm, bn, bk = plan.block
     (wm, wn), (tm, tn) = plan.warps, plan.warp_tile
     try:
-        kind_for(plan.dtype)
+        kind_for(plan.dtype, options.f32_math)
     except KeyError as err:
         fail(err.args[0])
     kind = plan.product

@@ -102,6 +102,20 @@ def test_prune_checks_each_dtype_against_its_product_kind():
     assert config_problem(config(BK=64), "f16", "sm_86") is None
 
 
+def test_prune_checks_f32_against_the_kind_the_fixed_options_pick():
+    # BK=12 is whole FFMA k-steps (4) but not whole tf32 k-steps (8).
+    tf32 = {"f32_math": "tf32", "stages": 3}
+    assert config_problem(config(BK=12), "f32", "sm_80") is None
+    assert config_problem(config(BK=12), "f32", "sm_80", tf32) == \
+        "BK=12 is not a multiple of the tf32 k (8)"
+    # A 64x16 warp tile is whole m16n8 tiles for tf32; FFMA needs 32 columns a warp.
+    narrow = config(BM=64, BN=32, BK=16, warps=(1, 2))
+    assert "multiple of 16x32" in config_problem(narrow, "f32", "sm_80")
+    assert config_problem(narrow, "f32", "sm_80", tf32) is None
+    kept, pruned = prune([config(BK=12), narrow], "f32", "sm_80", tf32)
+    assert kept == [narrow] and [c for c, _ in pruned] == [config(BK=12)]
+
+
 def test_prune_keeps_order_and_splits_the_space():
     space = [config(BK=24), config(), config(warps=(1, 1)), config(BM=64)]
     kept, pruned = prune(space, "f16", "sm_80")

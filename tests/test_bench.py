@@ -20,9 +20,10 @@ import pytest
 
 from tilec import bench
 from tilec.bench import Case, CaseResult, Measurement, References, Report
-from tilec.benchmarking import ceilings
+from tilec.benchmarking import ceilings, contenders
 from tilec.cli import CommandError, build_parser
 from tilec.cli import main as cli_main
+from tilec.executor_tf32 import round_tf32
 from tilec.runtime import driver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +46,14 @@ class NumpyArrays:
     name = "numpy"
     version = np.__version__
     tf32 = False
-    dtypes = {"f16": np.float16, "bf16": np.float32, "f32": np.float32}  # bf16: a stand-in
+    dtypes = {"f16": np.float16, "bf16": np.float32, "f32": np.float32,  # bf16: a stand-in
+              "tf32": np.float32}
 
     def __init__(self, l2_bytes: int = 64 * 1024) -> None:
         self.l2_bytes = l2_bytes
         self.rng = np.random.default_rng(0)
         self.now = 0.0  # milliseconds; steps under test advance it
+        self.tf32_calls: list[bool] = []
 
     def unsupported(self, dtype: str) -> Any:
         return None
@@ -73,7 +76,10 @@ class NumpyArrays:
     def all_finite(self, array) -> bool:
         return bool(np.isfinite(array).all())
 
-    def matmul(self, a, b, out) -> None:
+    def matmul(self, a, b, out, tf32=False) -> None:
+        self.tf32_calls.append(tf32)
+        if tf32:  # what cuBLAS computes with TF32 allowed: tf32 inputs
+            a, b = round_tf32(a.astype(np.float32)), round_tf32(b.astype(np.float32))
         out[...] = a.astype(np.float32) @ b.astype(np.float32)
 
     def copy(self, dst, src) -> None:
@@ -641,5 +647,89 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
             assert (config["BM"] <= 32) == (m <= 64)
             full = {"swizzle": "auto", "raster_group": 8, "warps": None, **config}
             assert config_problem(full, dtype, "sm_90") is None, (dtype, m, config)
+    for m in (16, 4095, 4096):  # tf32 compiles as f32 with f32_math="tf32"
+        config = tuned_config(Case(m, 8192, 8192, "tf32"))
+        full = {"swizzle": "auto", "raster_group": 8, "warps": None, "f32_math": "tf32",
+                **config}
+        assert config_problem(full, "f32", "sm_86") is None, (m, config)
+    assert tuned_config(Case(4096, 4096, 4096, "tf32")) == dict(BM=128, BN=128, BK=32,
+                                                                stages=3)
     assert tuned_config(Case(4096, 4096, 4096, "f16"))["BN"] == 256
     assert tuned_config(Case(4095, 4097, 4093, "f16"))["BN"] == 128
+
+
+# -- the tf32 dtype: f32 operands, TF32 math for every contender -----------------------------
+
+def test_tf32_is_a_bench_dtype_outside_the_default_sweep():
+    assert "tf32" in bench.DTYPES and "tf32" in bench.TILEC_DTYPES
+    assert {c.dtype for c in bench.sweep(None, None)} == {"f16", "bf16", "f32"}
+    args = build_parser().parse_args(["bench", "--dtypes", "tf32", "--f32-math", "tf32"])
+    assert args.dtypes == ["tf32"] and args.f32_math == "tf32"
+    assert bench.TOLERANCE["tf32"] == bench.TOLERANCE["f16"] > bench.TOLERANCE["f32"]
+
+
+def test_cublas_uses_tf32_for_the_tf32_rows_only():
+    arrays = NumpyArrays()
+    for dtype in ("tf32", "f32"):
+        result = bench.run_case(Case(40, 24, 72, dtype), arrays,
+                                [bench.CublasContender(arrays)], counting_timer([]), None)
+        measured = result.measurements["cuBLAS"]
+        assert measured.status == "ok", measured
+        assert measured.config == ("numpy.matmul, C f32, TF32 on" if dtype == "tf32"
+                                   else "numpy.matmul, C f32, TF32 off")
+        assert set(arrays.tf32_calls) == {dtype == "tf32"}
+        # TF32 products are far from f32 exactness and well inside the tf32 tolerance.
+        assert (1e-4 < measured.error < bench.TOLERANCE["tf32"]) == (dtype == "tf32")
+        arrays.tf32_calls.clear()
+
+
+def test_torch_allows_tf32_for_one_product_and_restores_the_flag():
+    seen = []
+    flags = SimpleNamespace(allow_tf32=False)
+
+    def matmul(a, b, out):
+        seen.append(flags.allow_tf32)
+        if a == "raise":
+            raise RuntimeError("cuBLAS failed")
+
+    arrays = object.__new__(bench.TorchArrays)
+    arrays.torch = SimpleNamespace(backends=SimpleNamespace(cuda=SimpleNamespace(matmul=flags)),
+                                   matmul=matmul)
+    arrays.matmul("a", "b", "out", tf32=True)
+    arrays.matmul("a", "b", "out")
+    with pytest.raises(RuntimeError):
+        arrays.matmul("raise", "b", "out", tf32=True)
+    assert seen == [True, False, True] and flags.allow_tf32 is False
+
+
+def test_tilec_compiles_the_tf32_rows_as_f32_with_tf32_math(monkeypatch):
+    prepared = []
+
+    class Kernel:
+        def prepare(self, a, b, c, **kwargs):
+            prepared.append(kwargs)
+            return SimpleNamespace(compiled=None, packing=None)
+
+    contender = bench.TilecContender({}, {"stages": 4})
+    asked = []
+    monkeypatch.setattr(contender, "kernel", lambda dtype: asked.append(dtype) or Kernel())
+    monkeypatch.setattr(contenders, "describe_compiled", lambda compiled, packing: "")
+    contender.prepare(Case(4096, 4096, 4096, "tf32"), [(None, None)], [None])
+    assert asked == ["f32"]
+    assert prepared == [dict(BM=128, BN=128, BK=32, stages=4, f32_math="tf32")]
+    assert contender.math(Case(8, 8, 8, "tf32")) == "tf32"
+
+
+def test_f32_rows_of_tilec_with_tf32_math_are_checked_with_the_tf32_tolerance():
+    class Tf32Tilec(NumpyTilec):
+        def prepare(self, case, inputs, outputs):
+            def run(i: int) -> None:
+                a, b = (round_tf32(x.astype(np.float32)) for x in inputs[i])
+                outputs[i][...] = a @ b
+            return run, "numpy tf32 stand-in"
+
+    case = Case(40, 24, 72, "f32")
+    for options, status in (({"f32_math": "tf32"}, "ok"), ({}, "FAIL")):
+        result = bench.run_case(case, NumpyArrays(), [Tf32Tilec({}, options)],
+                                counting_timer([]), None)
+        assert result.measurements["tilec"].status == status, options

@@ -66,6 +66,32 @@ def test_compile_options_reach_the_compiler(tmp_path, capsys):
     assert ".maxntid 256, 1, 1" in out.read_text()
 
 
+SGEMM = str(Path(MATMUL).with_name("sgemm.py"))
+
+
+def test_f32_math_tf32_reaches_compile_run_and_explain(tmp_path, capsys):
+    out = tmp_path / "s.ptx"
+    code, _, stderr = run_cli(capsys, "compile", SGEMM, "-o", str(out), "--f32-math", "tf32")
+    assert code == 0 and "warps 2x2, tf32 tensor cores, 128 threads" in stderr
+    ptx = out.read_text()
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assert "cvt.rna.tf32.f32" in ptx and "fma.rn.f32" not in ptx
+    code, stdout, _ = run_cli(capsys, "run", SGEMM, "--f32-math", "tf32", *CPU_SMALL)
+    assert code == 0 and "tf32 tensor cores" in stdout and "PASS" in stdout
+    code, stdout, _ = run_cli(capsys, "explain", SGEMM, "--f32-math", "tf32", "--no-ptxas")
+    assert code == 0 and "f32 math tf32" in stdout and "m16n8k8 .tf32" in stdout
+    code, _, stderr = run_cli(capsys, "compile", SGEMM, "--f32-math", "ffma", "-o", str(out))
+    assert code == 0 and "tensor cores" not in stderr and "fma.rn.f32" in out.read_text()
+
+
+def test_an_unknown_f32_math_names_the_choices(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compile", SGEMM, "--f32-math", "tf16"])
+    assert exit_info.value.code == 2
+    assert "argument --f32-math: invalid choice: 'tf16' (choose from 'ffma', 'tf32')" in \
+        capsys.readouterr().err
+
+
 def test_dump_ir_all_shows_every_stage(tmp_path, capsys):
     code, _, stderr = run_cli(capsys, "compile", MATMUL, "-o", str(tmp_path / "m.ptx"),
                               "--dump-ir", "all")

@@ -417,3 +417,68 @@ def test_cli_explain_sgemm_with_shapes(capsys) -> None:
     assert "packed at launch, for row-major arrays of these sizes:" in out
     assert "16 ld.shared.v4 (A 8, B 8) and 256 fma.rn.f32 per thread" in out
     assert "ld.shared.v4" in out and "ldmatrix" not in out and "mma" not in out
+
+
+# ------------------------------------------------------------------- the tf32 kind
+
+def test_the_tf32_hierarchy_names_each_operands_reads() -> None:
+    compiled = sgemm().compile(f32_math="tf32")
+    e = explain(compiled, ptxas=False)
+    h = e.hierarchy
+    assert (h.block, h.warps, h.warp_tile, h.instruction, h.kind) == (
+        (128, 128, 16), (2, 2), (64, 64), (16, 8, 8), "tf32")
+    assert (h.k_step, h.k_steps, h.products_per_k_step, h.lanes) == (8, 2, 32, None)
+    # A (k contiguous): 4 ldmatrix.x4 per k-step; row-major B: 8 n8 tiles x 2 registers.
+    assert h.loads_per_k_step == (4, 16)
+    text = render_explanation(e)
+    assert e.options.startswith("stages 3, swizzle auto, pipeline_fragments on, f32 math tf32, "
+                                "mma order n")
+    assert ("  warp tile         64 x 64: 4 x 8 mma tiles, 32 mma.sync and 20 fragment loads "
+            "(A 4 ldmatrix.x4, B 16 ld.shared.b32) per k-step, each register then rounded by "
+            "cvt.rna.tf32.f32\n") in text
+    assert ("  instruction tile  m16n8k8 .tf32 (f32 inputs rounded to tf32, f32 accumulation), "
+            "2 k-steps per BK\n") in text
+    assert "fma.rn.f32" not in text and "ld.shared.v4" not in text
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_the_tf32_counts_are_the_instructions_the_backend_emits(tmp_path, b_transposed):
+    fn = sgemm_bt(tmp_path) if b_transposed else sgemm()
+    compiled = fn.compile(f32_math="tf32", pipeline_fragments=False)
+    h = explain(compiled, ptxas=False).hierarchy
+    a, b = h.loads_per_k_step
+    words = 0 if b_transposed else b
+    ptx = compiled.ptx
+    assert ptx.count("ldmatrix.sync") == h.k_steps * (a + b - words)
+    assert ptx.count("ld.shared.b32") == h.k_steps * words
+    assert ptx.count("mma.sync.aligned.m16n8k8") == h.k_steps * h.products_per_k_step
+    registers = 4 * (a + b - words) + words  # 4 registers an ldmatrix.x4, 1 a b32 read
+    assert ptx.count("cvt.rna.tf32.f32") == h.k_steps * registers
+
+
+@pytest.mark.parametrize("options", [{}, {"swizzle": "off"}, {"BN": 32, "warps": (4, 1)},
+                                     {"BK": 32, "stages": 2}])
+def test_the_tf32_enumeration_agrees_with_the_swizzle_pass(options) -> None:
+    compiled = sgemm().compile(f32_math="tf32", **options)
+    report = compiled.kernel.meta["bank_conflicts"]
+    rows = explain(compiled, ptxas=False).conflicts
+    assert [(c.role, c.access) for c in rows] == [
+        ("A", "cp.async 16 B"), ("A", "ldmatrix.x4"), ("B", "cp.async 16 B"),
+        ("B", "ld.shared.b32")]
+    for c in rows:
+        assert c.pass_figure == c.worst, c
+        key = "copy" if c.access.startswith("cp.async") else "ldtf32"
+        assert c.linear == report[c.role]["linear"][key], c
+    b32 = rows[3]
+    assert b32.linear == 4  # 4 k rows of 8 words on the same banks, unswizzled
+    assert b32.worst == (4 if options.get("swizzle") == "off" else 1)
+
+
+def test_the_tf32_schedule_rows() -> None:
+    rows = explain(sgemm().compile(f32_math="tf32"), ptxas=False).schedule.rows
+    loop = [(r.op, r.target, r.detail) for r in rows if r.phase == "loop"]
+    assert [op for op, _, _ in loop] == [
+        "cp.async", "cp.async", "commit", "ldtf32", "ldtf32", "mma", "wait", "barrier",
+        "ldtf32", "ldtf32", "mma"]
+    assert loop[3] == ("ldtf32", "sA[it%3]", "A k0=8")
+    assert loop[5] == ("mma", "", "A k0=0 (carried), B k0=0 (carried): 32 mma.sync per warp")

@@ -118,6 +118,13 @@ def test_ffma_operand_reads_are_checked_like_ldmatrix() -> None:
     assert "frag.lds of operand A (k0 = " in error.render()
 
 
+def test_tf32_operand_reads_are_checked_like_ldmatrix() -> None:
+    kernel = clone_kernel(sample("sgemm").compile(stages=3, f32_math="tf32").kernel)
+    error = broken(kernel, lambda ops: ops.remove(first(ops, "gpu.barrier")))
+    assert error.second.op.name == "frag.ldtf32"
+    assert "frag.ldtf32 of operand A (k0 = " in error.render()
+
+
 def test_a_wait_that_leaves_the_stage_in_flight_is_a_read_after_write_race() -> None:
     def wait_for_less(ops: list[Op]) -> None:
         first(ops, "copy.wait").attrs["pending"] = 3 - 1

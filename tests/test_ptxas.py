@@ -1,5 +1,6 @@
-"""Every sample, in f16, bf16 and f32, for every target and a spread of configurations, assembled
-by ptxas: it must accept the PTX, and the main matmul configurations must not spill.
+"""Every sample, in f16, bf16 and f32 (FFMA, and TF32 with f32_math="tf32"), for every target
+and a spread of configurations, assembled by ptxas: it must accept the PTX, and the main
+matmul configurations must not spill.
 
 The combinations are chosen, not a cartesian product, to stay well under a minute on two cores:
 ptxas runs in a pool of two while the next kernels compile.
@@ -89,7 +90,16 @@ def main_sgemm_cases() -> Iterator[Case]:
         yield case("sgemm", "f32", arch, DIVISIBLE, BK=32, stages=2)
 
 
-MAIN = list(main_matmul_cases()) + list(main_sgemm_cases())
+def main_tf32_cases() -> Iterator[Case]:
+    """f32 on tensor cores (f32_math="tf32"), both operand orientations: row-major B read
+    with ld.shared.b32 (sgemm) and B given transposed, read with ldmatrix (matmul_bt)."""
+    for arch in ARCHS:
+        yield case("sgemm", "f32", arch, f32_math="tf32")  # 128x128x16, 2x2 warps of 64x64
+        yield case("matmul_bt", "f32", arch, f32_math="tf32")  # 128x128x32
+        yield case("sgemm", "f32", arch, DIVISIBLE, BK=32, f32_math="tf32")
+
+
+MAIN = list(main_matmul_cases()) + list(main_sgemm_cases()) + list(main_tf32_cases())
 
 OTHERS = [
     case("matmul", "f16", "sm_80", stages=1),
@@ -141,6 +151,21 @@ OTHERS = [
     case("gemm_epilogue", "bf16", "sm_80", RAGGED, split_k=3),
     case("sgemm", "f32", "sm_86", split_k=2),
     case("matmul", "f16", "sm_80", RAGGED, BK=32, split_k=7, raster_group=1),
+    # TF32: ragged, one stage, unswizzled (conflicted but correct addressing), small tiles
+    # (32-bit reads of 128-byte rows), A column-major (32-bit reads of A, ldmatrix for a
+    # column-major B), element copies, and a fused epilogue.
+    case("sgemm", "f32", "sm_80", RAGGED, f32_math="tf32"),
+    case("sgemm", "f32", "sm_86", stages=1, f32_math="tf32"),
+    case("sgemm", "f32", "sm_90", swizzle="off", f32_math="tf32"),
+    case("sgemm", "f32", "sm_80", BM=64, BN=32, BK=8, warps=(2, 1), f32_math="tf32"),
+    case("sgemm", "f32", "sm_86", spec=Spec(tensors=(("A", TensorSpec(0, 4)),
+                                                     ("B", TensorSpec(0, 4)))),
+         f32_math="tf32"),
+    case("sgemm", "f32", "sm_90", spec=Spec(tensors=(("A", TensorSpec(None, 1)),)),
+         f32_math="tf32"),
+    case("matmul_bt", "f32", "sm_86", RAGGED, stages=2, f32_math="tf32"),
+    case("matmul", "f32", "sm_90", BM=128, BN=256, BK=32, warps=(2, 4), f32_math="tf32"),
+    case("gemm_epilogue", "f32", "sm_80", f32_math="tf32"),
 ]
 
 # The fused epilogue sample in its default configuration: it spilled until the epilogue was

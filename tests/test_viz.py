@@ -244,3 +244,11 @@ def test_viz_refuses_an_ffma_kernel_and_writes_nothing(tmp_path, capsys):
                                    "bank maps; kernel 'sgemm' uses FFMA (f32 tiles")
     assert "Traceback" not in captured.err
     assert not out.exists()
+
+
+def test_a_tf32_plan_is_refused_naming_its_instructions():
+    plan, _ = compiled_plan(SGEMM, f32_math="tf32")
+    assert plan.kind == "tf32"
+    with pytest.raises(ValueError, match=r"kernel 'sgemm' uses TF32 tensor cores \(f32 tiles: "
+                                         r"ldmatrix or ld\.shared\.b32 \+ mma\.sync m16n8k8"):
+        viz.require_mma(plan, "sgemm")

@@ -115,12 +115,15 @@ def describe(config: Config) -> str:
 
 # -- pruning --------------------------------------------------------------------------------
 
-def config_problem(config: Config, dtype: str, arch: str) -> Optional[str]:
-    """Why tiling would refuse ``config`` for ``dtype`` tiles on ``arch``, or None.
+def config_problem(config: Config, dtype: str, arch: str,
+                   fixed: Optional[Config] = None) -> Optional[str]:
+    """Why tiling would refuse ``config`` for ``dtype`` tiles on ``arch``, or None;
+    ``fixed``: the options given beside the space (f32_math picks the f32 product kind).
 
     The plan is built as ``tiling.run`` builds it (``tiling.make_plan``) and
     checked by ``tiling._check``, so pruning and compiling can never disagree."""
-    option_args = {k: v for k, v in config.items() if k in OPTION_NAMES and k != "arch"}
+    option_args = {k: v for k, v in {**(fixed or {}), **config}.items()
+                   if k in OPTION_NAMES and k != "arch"}
     try:
         options = Options(**option_args, arch=arch)
     except (TypeError, ValueError) as err:
@@ -141,14 +144,14 @@ def config_problem(config: Config, dtype: str, arch: str) -> Optional[str]:
     return None
 
 
-def prune(space: Sequence[Config], dtype: str,
-          arch: str) -> tuple[list[Config], list[tuple[Config, str]]]:
+def prune(space: Sequence[Config], dtype: str, arch: str,
+          fixed: Optional[Config] = None) -> tuple[list[Config], list[tuple[Config, str]]]:
     """Split the space into the configurations tiling accepts and those it refuses, each
-    of the latter with the reason."""
+    of the latter with the reason (``fixed``: the options given beside the space)."""
     kept: list[Config] = []
     pruned: list[tuple[Config, str]] = []
     for config in space:
-        problem = config_problem(config, dtype, arch)
+        problem = config_problem(config, dtype, arch, fixed)
         if problem is None:
             kept.append(config)
         else:
@@ -273,7 +276,7 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
                            {k: v for k, v in kwargs.items() if k in param_names})
     consts = {k: v for k, v in fixed.items() if k not in OPTION_NAMES}
     dtype = program_dtype(tile_function, consts)
-    kept, pruned = prune(space, dtype, arch)
+    kept, pruned = prune(space, dtype, arch, shared)
     if not kept:
         raise NoFittingConfigError(name, arch, dtype, pruned)
 

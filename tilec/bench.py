@@ -2,13 +2,16 @@
 
 Contenders: tilec (``samples/matmul.py``, its A and B retyped for each dtype; C is f32),
 cuBLAS through ``torch.matmul`` (else ``cupy.matmul``; C in the inputs' dtype, f32 products
-with TF32 off) and a Triton matmul (when Triton is installed; C is f32). For every case each
-contender is checked before it is timed: its outputs poisoned with NaN, one launch per input
-set, then the relative Frobenius error against a float64 product of the same inputs (first
-and last set; every other set must hold no NaN), within 2e-3 for f16, 1e-2 for bf16 and 1e-4
-for f32. A contender that fails is reported as FAIL and never timed or compared. Times are
-medians of device-event timings (``triton.testing.do_bench``, else CUDA events through torch
-or cupy), warm-up excluded, inputs rotated among enough sets to exceed 3x the L2 cache.
+with TF32 off) and a Triton matmul (when Triton is installed; C is f32). The ``tf32`` dtype
+(``--dtypes tf32``, not in the default sweep) is f32 operands with TF32 tensor-core math for
+every contender: tilec with ``f32_math="tf32"``, cuBLAS with TF32 allowed for those products
+only, Triton's default (TF32) f32 dot. For every case each contender is checked before it
+is timed: its outputs poisoned with NaN, one launch per input set, then the relative
+Frobenius error against a float64 product of the same inputs (first and last set; every
+other set must hold no NaN), within 2e-3 for f16 and tf32, 1e-2 for bf16 and 1e-4 for f32.
+A contender that fails is reported as FAIL and never timed or compared. Times are medians of
+device-event timings (``triton.testing.do_bench``, else CUDA events through torch or cupy),
+warm-up excluded, inputs rotated among enough sets to exceed 3x the L2 cache.
 
 Printed first, measured in the same run: the device-to-device copy bandwidth and the ceiling
 of the mma.sync path (a register-only loop of ``mma.sync.m16n8k16``); each case is then set
@@ -29,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tilec.options import PACK_POLICIES
+from tilec.options import F32_MATH, PACK_POLICIES
 
 # The parts live in tilec/benchmarking/ (its __init__ lists them); every name the tests,
 # benchmarks/ and tilec.cli use stays importable from here. run() looks its parts up in this
@@ -43,6 +46,7 @@ from tilec.benchmarking.array_libraries import (
     open_arrays,
 )
 from tilec.benchmarking.cases import (
+    DEFAULT_DTYPES,
     DEFAULT_SIZES,
     DTYPES,
     ITEMSIZE,
@@ -116,9 +120,9 @@ __all__ = [
     # array_libraries
     "FALLBACK_L2_BYTES", "Arrays", "CupyArrays", "TorchArrays", "open_arrays",
     # cases
-    "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR", "MAX_SETS", "MIN_SETS", "SKINNY_RATIO",
-    "TILEC_DTYPES", "TOLERANCE", "Case", "Size", "parse_sizes", "rotation_sets", "size_text",
-    "sweep",
+    "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR", "MAX_SETS",
+    "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "TOLERANCE", "Case", "Size", "parse_sizes",
+    "rotation_sets", "size_text", "sweep",
     # ceilings
     "COPY_MIN_BYTES", "MMA_BLOCKS_PER_SM", "MMA_CHAINS", "MMA_ENTRY", "MMA_FLOP", "MMA_SEED",
     "MMA_TARGET_MS", "MMA_TRIPS", "MMA_UNROLL", "MMA_WARPS", "copy_bandwidth",
@@ -154,8 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         help="N for N^3, or MxNxK; commas or spaces between (default: "
                         f"{', '.join(shown_sizes)})")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, metavar="DTYPE",
-                        help=f"operand dtypes among {', '.join(DTYPES)} (default: "
-                        f"{', '.join(default_dtypes or DTYPES)})")
+                        help=f"operand dtypes among {', '.join(DTYPES)}; tf32: f32 operands "
+                        "with TF32 tensor-core math for every contender (default: "
+                        f"{', '.join(default_dtypes or DEFAULT_DTYPES)})")
     parser.add_argument("--const", nargs="+", action="extend", default=[], metavar="NAME=VALUE",
                         type=_assignments("constant"),
                         help="tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)")
@@ -165,6 +170,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     parser.add_argument("--swizzle", choices=("auto", "off"), help="tilec's shared swizzle")
     parser.add_argument("--split-k", type=_split_k, metavar="S",
                         help="tilec's blocks per output tile along K (split-K)")
+    parser.add_argument("--f32-math", choices=F32_MATH,
+                        help="tilec's math for the f32 rows (default ffma; checked with the "
+                        "tf32 tolerance when tf32); the tf32 rows always use tf32")
     parser.add_argument("--pack", choices=PACK_POLICIES,
                         help="tilec's packing of misaligned operands at launch (default auto)")
     parser.add_argument("--autotune", action="store_true",
@@ -207,7 +215,8 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
                            f"(its constants: {', '.join(known)})")
     options = {name: value for name, value in (("stages", args.stages), ("warps", args.warps),
                                                ("swizzle", args.swizzle), ("pack", args.pack),
-                                               ("split_k", args.split_k))
+                                               ("split_k", args.split_k),
+                                               ("f32_math", args.f32_math))
                if value is not None}
     return consts, options
 

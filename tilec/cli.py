@@ -23,7 +23,7 @@ from tilec.errors import TileError
 from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, I32, DType, TensorType
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.options import ARCHS, MAX_SPLIT_K, PACK_POLICIES, target_arch
+from tilec.options import ARCHS, F32_MATH, MAX_SPLIT_K, PACK_POLICIES, target_arch
 from tilec.pipeline import pipeline
 
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
@@ -32,6 +32,8 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 # Relative Frobenius error allowed against a reference, by the tensors' dtypes (the loosest
 # wins; f32 tensors take f16's): f16 rounds at 2^-11 and bf16 at 2^-8, and K-long f32 sums stay
 # far below either.
+# Relative Frobenius error allowed per input dtype (others: f16's). f32 products on tf32
+# tensor cores (--f32-math tf32) stay near 3e-4 on random inputs, inside f16's 2e-3.
 TOLERANCE = {F16: 2e-3, BF16: 1e-2}
 
 
@@ -121,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shared-memory pipeline stages")
     common.add_argument("--warps", type=_warps, metavar="MxN", help="warp grid, e.g. 2x2")
     common.add_argument("--swizzle", choices=("auto", "off"), help="shared-memory swizzle")
+    common.add_argument("--f32-math", choices=F32_MATH,
+                        help="products of f32 tiles: ffma (exact f32, the default) or tf32 "
+                             "(tensor cores, inputs rounded to tf32)")
     common.add_argument("--raster-group", type=_positive, metavar="N",
                         help="rows of tiles per rasterisation group")
     common.add_argument("--split-k", type=_split_k, metavar="S",
@@ -261,7 +266,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The compile options given on the command line; the others keep Options' defaults."""
     options = {"arch": args.arch, "stages": args.stages, "warps": args.warps,
                "swizzle": args.swizzle, "raster_group": args.raster_group,
-               "pack": getattr(args, "pack", None), "split_k": args.split_k}
+               "f32_math": args.f32_math, "pack": getattr(args, "pack", None),
+               "split_k": args.split_k}
     options = {name: value for name, value in options.items() if value is not None}
     if args.disable:
         options["disable"] = tuple(args.disable)
@@ -306,6 +312,8 @@ def summary(compiled) -> str:
     if plan is not None:
         parts.append("tile " + "x".join(str(d) for d in plan.block))
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
+        if plan.product.f32_math == "tf32":  # not the default: say the products round
+            parts.append("tf32 tensor cores")
     parts.append(f"{rendered.threads} threads")
     parts.append(f"{compiled.kernel.meta.get('stages', compiled.options.stages)} stages")
     parts.append(f"{rendered.smem_bytes / 1024:g} KiB shared memory")

@@ -36,7 +36,10 @@ The model, one program at a time (one thread block):
   ``4 tm .. 4 tm + 3`` per m16 piece; B: ``2 tn, 2 tn + 1`` per n8 tile; C: ``4 (tn *
   tiles_m + tm) + r``) and ``D = f32(C + A @ B)`` with the products summed in float64: 16-bit
   products are exact, so this is one rounding per mma (per k16 step). mma.sync's internal
-  accumulation is not specified bit for bit; this is at least as accurate.
+  accumulation is not specified bit for bit; this is at least as accurate. Fragments of the
+  tf32 kind (:data:`MMA_FRAGMENTS`) hold one f32, already rounded to tf32 by
+  ``frag.ldtf32`` (:mod:`tilec.executor_tf32`), at :func:`~tilec.layout.tf32_a_coord` /
+  ``tf32_b_coord``, one m16n8k8 per k8 step; tf32 products are exact in float64 too.
 - **Values.** The interpreter checks every tile result against its type's shape, so values
   keep their types' shapes:
 
@@ -70,9 +73,10 @@ from tilec.interpreter import (InterpState, TensorRef, register_semantics, run_k
 from tilec.ir import ops_gpu  # noqa: F401  (defines the lowered ops given semantics here)
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.layout import (MMA_K, MMA_M, MMA_N, WARP_SIZE, DistributedLayout, MmaLayout, SmemLayout, copy_map,
-                          ldmatrix_lane_coord, mma_a_coord, mma_b_coord, mma_c_coord,
-                          operand_k_major, operand_storage_coord)
+from tilec.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, DistributedLayout, MmaLayout,
+                          SmemLayout, copy_map, ldmatrix_lane_coord, mma_a_coord, mma_b_coord,
+                          mma_c_coord, operand_k_major, operand_storage_coord, tf32_a_coord,
+                          tf32_b_coord)
 
 __all__ = ["run_kernel", "Fragment", "SharedBuffer", "BlockState", "block_state",
            "register_map"]
@@ -263,11 +267,16 @@ def _holds_each_element_once(layout: MmaLayout, shape: tuple[int, ...]) -> bool:
 
 @lru_cache(maxsize=None)
 def _ldmatrix_index(layout: SmemLayout, role: str, warps: tuple[int, int],
-                    warp_tile: tuple[int, int], k0: int) -> tuple[np.ndarray, bool]:
-    """Storage offset (within a stage) of every element ``[warps, 32, regs, 2]`` the warps'
-    ldmatrix.x4 instructions deliver for one k16 step, and whether every row address is
-    16-byte aligned, as ldmatrix requires."""
+                    warp_tile: tuple[int, int], k0: int,
+                    elem_bytes: int = 2) -> tuple[np.ndarray, bool]:
+    """Storage offset (within a stage) of every element ``[warps, 32, regs, halves]`` the
+    warps' ldmatrix.x4 instructions deliver for one k step (k16 of 16-bit elements, two
+    halves a register; k8 of 32-bit ones, one), and whether every row address is 16-byte
+    aligned, as ldmatrix requires. ldmatrix moves 32-bit words: lane ``l`` gets word
+    ``l % 4`` of row ``l // 4`` whatever the elements are."""
     k_major = operand_k_major(role, layout)
+    row_elems = 16 // elem_bytes  # one 16-byte row
+    halves = 4 // elem_bytes  # elements per 32-bit word
     extent = warp_tile[0] if role == "A" else warp_tile[1]
     pieces = range(0, extent, 2 * LDMATRIX_ROW)
     count = warps[0] * warps[1]
@@ -277,32 +286,42 @@ def _ldmatrix_index(layout: SmemLayout, role: str, warps: tuple[int, int],
         warp_index = w // warps[1] if role == "A" else w % warps[1]
         for p, mn0 in enumerate(pieces):
             for lane in range(WARP_SIZE):
-                mn, k = ldmatrix_lane_coord(role, k_major, lane)
+                mn, k = ldmatrix_lane_coord(role, k_major, lane, row_elems)
                 row, col = operand_storage_coord(k_major, warp_index * extent + mn0 + mn,
                                                  k0 + k)
                 addresses[w, p, lane] = layout.offset(row, col)
     lane = np.arange(WARP_SIZE)[:, None, None]
     matrix = np.arange(4)[None, :, None]
-    half = np.arange(2)[None, None, :]
+    half = np.arange(halves)[None, None, :]
     if k_major:
-        supplier, within = 8 * matrix + lane // 4, 2 * (lane % 4) + half
-    else:  # .trans
+        supplier, within = 8 * matrix + lane // 4, halves * (lane % 4) + half
+    else:  # .trans, of 16-bit elements
         supplier, within = 8 * matrix + 2 * (lane % 4) + half, lane // 4
-    index = addresses[:, :, supplier] + within  # [warps, pieces, 32, 4, 2]
+    index = addresses[:, :, supplier] + within  # [warps, pieces, 32, 4, halves]
     # Register 4 p + j holds matrix j of piece p: the backend's order.
-    index = index.transpose(0, 2, 1, 3, 4).reshape(count, WARP_SIZE, 4 * len(pieces), 2)
+    index = index.transpose(0, 2, 1, 3, 4).reshape(count, WARP_SIZE, 4 * len(pieces), halves)
     index.flags.writeable = False
-    return index, not np.any(addresses % LDMATRIX_ROW)
+    return index, not np.any(addresses % row_elems)
+
+
+# Per mma fragment kind (a DistributedLayout's kind): the instruction's k, the elements a
+# 32-bit register holds, and the (m, k) of A and (k, n) of B of each (lane, reg, half).
+MMA_FRAGMENTS = {
+    "mma": (MMA_K, 2, mma_a_coord, mma_b_coord),  # m16n8k16, PTX ISA 9.7.14.5.8
+    "tf32": (TF32_K, 1, lambda lane, r, h: tf32_a_coord(lane, r),  # m16n8k8 .tf32
+             lambda lane, r, h: tf32_b_coord(lane, r)),
+}
 
 
 @lru_cache(maxsize=None)
-def _fragment_positions() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Flat position in the 16x16 A, 16x8 B and 16x8 C tiles of one mma of each (lane, reg,
-    half) or (lane, reg), in C order: the fragment layouts of PTX ISA 9.7.14.5.8."""
-    a = [m * MMA_K + k for lane in range(WARP_SIZE) for r in range(4) for h in range(2)
-         for m, k in [mma_a_coord(lane, r, h)]]
-    b = [k * MMA_N + n for lane in range(WARP_SIZE) for r in range(2) for h in range(2)
-         for k, n in [mma_b_coord(lane, r, h)]]
+def _fragment_positions(kind: str = "mma") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat position in the 16 x k A, k x 8 B and 16x8 C tiles of one mma of each (lane,
+    reg, half) or (lane, reg), in C order: the fragment layouts of :data:`MMA_FRAGMENTS`."""
+    mma_k, halves, a_coord, b_coord = MMA_FRAGMENTS[kind]
+    a = [m * mma_k + k for lane in range(WARP_SIZE) for r in range(4) for h in range(halves)
+         for m, k in [a_coord(lane, r, h)]]
+    b = [k * MMA_N + n for lane in range(WARP_SIZE) for r in range(2) for h in range(halves)
+         for k, n in [b_coord(lane, r, h)]]
     c = [m * MMA_N + n for lane in range(WARP_SIZE) for r in range(4)
          for m, n in [mma_c_coord(lane, r)]]
     return np.array(a), np.array(b), np.array(c)
@@ -484,7 +503,7 @@ def _ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 def _lanes(state: InterpState, op: Op, value: Any, which: str) -> np.ndarray:
     if not isinstance(value, Fragment) or value.lanes is None:
-        raise state.error(op, f"operand {which} is not a fragment made by frag.ldmatrix")
+        raise state.error(op, f"operand {which} is not a fragment made by a fragment load")
     return value.lanes
 
 
@@ -497,29 +516,34 @@ def _mma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     c_layout: MmaLayout = c_type.layout
     rows, cols = _checked_register_map(state, op, c_layout, c_type.shape)
     for t in (a_type, b_type):
-        if (t.layout.warps, t.layout.warp_tile) != (c_layout.warps, c_layout.warp_tile):
+        if (t.layout.warps, t.layout.warp_tile, t.layout.kind) != (
+                c_layout.warps, c_layout.warp_tile, c_layout.kind):
             raise state.error(op, f"fragment layout {t.layout} does not match the "
                                   f"accumulator's {c_layout}")
+    if c_layout.kind not in MMA_FRAGMENTS:
+        raise state.error(op, f"no mma fragments of kind {c_layout.kind!r}")
+    mma_k, halves = MMA_FRAGMENTS[c_layout.kind][:2]
     tiles_m = c_layout.warp_tile[0] // MMA_M
     tiles_n = c_layout.warp_tile[1] // MMA_N
     warps = a_lanes.shape[0]
-    if a_lanes.shape[2] != 4 * tiles_m or b_lanes.shape[2] != 2 * tiles_n:
+    if a_lanes.size != warps * WARP_SIZE * 4 * tiles_m * halves \
+            or b_lanes.size != warps * WARP_SIZE * 2 * tiles_n * halves:
         raise state.error(op, "fragments hold the wrong number of registers for the warp tile")
-    a_pos, b_pos, c_pos = _fragment_positions()
-    # Per warp and m16 piece the 16x16 A tile, per n8 tile the 16x8 B tile; positions a
+    a_pos, b_pos, c_pos = _fragment_positions(c_layout.kind)
+    # Per warp and m16 piece the 16 x k A tile, per n8 tile the k x 8 B tile; positions a
     # fragment does not fill stay NaN.
-    a = np.full((warps, tiles_m, MMA_M * MMA_K), np.nan)
-    a[..., a_pos] = a_lanes.reshape(warps, WARP_SIZE, tiles_m, 4, 2).transpose(
+    a = np.full((warps, tiles_m, MMA_M * mma_k), np.nan)
+    a[..., a_pos] = a_lanes.reshape(warps, WARP_SIZE, tiles_m, 4, halves).transpose(
         0, 2, 1, 3, 4).reshape(warps, tiles_m, -1)
-    b = np.full((warps, tiles_n, MMA_K * MMA_N), np.nan)
-    b[..., b_pos] = b_lanes.reshape(warps, WARP_SIZE, tiles_n, 2, 2).transpose(
+    b = np.full((warps, tiles_n, mma_k * MMA_N), np.nan)
+    b[..., b_pos] = b_lanes.reshape(warps, WARP_SIZE, tiles_n, 2, halves).transpose(
         0, 2, 1, 3, 4).reshape(warps, tiles_n, -1)
     # Accumulator registers 4 (tn * tiles_m + tm) + r of each lane.
     registers = acc[rows, cols].reshape(warps, WARP_SIZE, tiles_n, tiles_m, 4)
     c = np.empty((warps, tiles_m, tiles_n, MMA_M * MMA_N))
     c[..., c_pos] = registers.transpose(0, 3, 2, 1, 4).reshape(warps, tiles_m, tiles_n, -1)
-    product = (a.reshape(warps, tiles_m, 1, MMA_M, MMA_K)
-               @ b.reshape(warps, 1, tiles_n, MMA_K, MMA_N))
+    product = (a.reshape(warps, tiles_m, 1, MMA_M, mma_k)
+               @ b.reshape(warps, 1, tiles_n, mma_k, MMA_N))
     d = (c + product.reshape(warps, tiles_m, tiles_n, -1)).astype(np.float32)
     d_registers = d[..., c_pos].reshape(warps, tiles_m, tiles_n, WARP_SIZE, 4).transpose(
         0, 3, 2, 1, 4).reshape(warps, WARP_SIZE, -1)
@@ -545,5 +569,5 @@ def _frag_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [tile]
 
 
-# The FFMA product kind's ops live beside, sharing this module's values and helpers.
-from tilec import executor_simt  # noqa: E402,F401
+# The FFMA and tf32 product kinds' ops live beside, sharing this module's values and helpers.
+from tilec import executor_simt, executor_tf32  # noqa: E402,F401

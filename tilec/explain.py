@@ -15,9 +15,9 @@
   (:mod:`tilec.packing`).
 
 What depends on the product kind (:mod:`tilec.passes.kinds`: ``mma`` for f16/bf16, ``simt``
-for f32) is one row of :data:`KIND_VIEWS`: the instructions' names, the per-k-step counts,
-the warp-tile and instruction lines, and which fragment reads the bank-conflict rows
-enumerate.
+for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is one row of :data:`KIND_VIEWS`: the
+instructions' names, the per-k-step counts, the warp-tile and instruction lines, and which
+fragment reads the bank-conflict rows enumerate.
 
 :func:`render_explanation` turns the :class:`Explanation` into the text the CLI prints.
 """
@@ -36,10 +36,11 @@ from tilec.compiler import Compiled
 from tilec.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.layout import (BANK_BYTES, MMA_K, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
+from tilec.layout import (BANK_BYTES, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
                           SimtLayout, SmemLayout, Swizzle, broadcast_conflict_degree,
                           conflict_degree, copy_map, copy_store_addresses, ldmatrix_addresses,
-                          operand_k_major, simt_load_addresses, simt_loads)
+                          operand_k_major, simt_load_addresses, simt_loads, tf32_registers,
+                          tf32_word_addresses)
 from tilec.passes.kinds import KINDS, LOAD_OPS, PRODUCT_OPS
 from tilec.passes.swizzle import READS
 from tilec.passes.tiling import REGISTER_OVERHEAD, OperandPlan, TilingPlan
@@ -165,7 +166,8 @@ class Conflicts:
     same buffer unswizzled. 1 = conflict-free; n = n times the minimum wavefronts."""
 
     role: str
-    access: str  # "cp.async 16 B", "st.shared.b16", "ldmatrix.x4[.trans]", "ld.shared.v4"
+    access: str  # "cp.async 16 B", "st.shared.b16", "ldmatrix.x4[.trans]", "ld.shared.v4",
+    # "ld.shared.b32"
     layout: str
     instances: int
     worst: int
@@ -504,8 +506,8 @@ def copy_store_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingP
 
 def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
                        buffer: Buffer) -> Iterator[list[int]]:
-    """Lane byte addresses of every ldmatrix.x4 of this operand: per stage, warp, k16 step
-    and 16-wide piece of the warp tile."""
+    """Lane byte addresses of every ldmatrix.x4 of this operand: per stage, warp, k-step
+    (k16 of f16, k8 of tf32) and 16-wide piece of the warp tile."""
     elem_bytes = buffer.elem_bytes
     k_major = operand_k_major(op_plan.role, layout)
     extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
@@ -514,7 +516,7 @@ def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPla
         for warp in range(plan.warps[0] * plan.warps[1]):
             warp_m, warp_n = divmod(warp, plan.warps[1])
             start = (warp_m if op_plan.role == "A" else warp_n) * extent
-            for k0 in range(0, plan.block[2], MMA_K):
+            for k0 in range(0, plan.block[2], plan.product.k_step):
                 for mn0 in range(0, extent, 16):
                     yield [base + a for a in ldmatrix_addresses(layout, op_plan.role, k_major,
                                                                 start + mn0, k0, elem_bytes)]
@@ -536,6 +538,26 @@ def lds_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
                 for load in loads:
                     yield [base + a for a in simt_load_addresses(layout, fragment, load, index,
                                                                  k0, buffer.elem_bytes)]
+
+
+def tf32_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
+                   buffer: Buffer) -> Iterator[list[int]]:
+    """Lane byte addresses of every fragment read of a tf32 operand: its ldmatrix.x4 where
+    k is contiguous, else every ``ld.shared.b32`` (per stage, warp, k8 step and fragment
+    register), as the swizzle pass scores them."""
+    if operand_k_major(op_plan.role, layout):
+        yield from ldmatrix_instances(layout, op_plan, plan, buffer)
+        return
+    for stage in range(buffer.stages):
+        base = buffer.offset + stage * buffer.stage_bytes
+        for warp in range(plan.warps[0] * plan.warps[1]):
+            warp_m, warp_n = divmod(warp, plan.warps[1])
+            index = warp_m if op_plan.role == "A" else warp_n
+            for k0 in range(0, plan.block[2], plan.product.k_step):
+                for reg in range(tf32_registers(op_plan.role, plan.warp_tile)):
+                    yield [base + a for a in tf32_word_addresses(
+                        layout, op_plan.role, plan.warp_tile, index, reg, k0,
+                        buffer.elem_bytes)]
 
 
 def _degree(addresses: list[int | None], width: int) -> int:
@@ -569,8 +591,11 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
                                                                 mode)]
         rows.append(_conflict_row(op_plan.role, store, layout, chosen, plain, figure.get("copy")))
         view = KIND_VIEWS[plan.kind]
-        chosen = [view.read_degree(a) for a in view.reads(layout, op_plan, plan, buffer)]
-        plain = [view.read_degree(a) for a in view.reads(linear, op_plan, plan, buffer)]
+        k_major = operand_k_major(op_plan.role, layout)
+        chosen = [view.read_degree(k_major, a)
+                  for a in view.reads(layout, op_plan, plan, buffer)]
+        plain = [view.read_degree(k_major, a)
+                 for a in view.reads(linear, op_plan, plan, buffer)]
         rows.append(_conflict_row(op_plan.role, view.read_access(op_plan.role, layout), layout,
                                   chosen, plain, figure.get(READS[plan.kind][0])))
     return rows
@@ -648,6 +673,28 @@ def _simt_products(layout: DistributedLayout) -> int:
     return len(layout.lane_rows) * len(layout.lane_cols) * KINDS[layout.kind].k_step
 
 
+def _tf32_loads(plan: TilingPlan) -> tuple[int, int]:
+    """Fragment loads per warp per k8 step, A and B: one ldmatrix.x4 per 16-wide piece where
+    k is contiguous, else one ld.shared.b32 per fragment register."""
+    return tuple(_tf32_pieces(plan, op.role) if op.k_major
+                 else tf32_registers(op.role, plan.warp_tile)
+                 for op in (plan.operand("A"), plan.operand("B")))
+
+
+def _tf32_pieces(plan: TilingPlan, role: str) -> int:
+    return (plan.warp_tile[0] if role == "A" else plan.warp_tile[1]) // 16
+
+
+def _tf32_warp_tile(h: Hierarchy) -> str:
+    (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
+    readers = [("ldmatrix.x4" if c.transposed == (c.role == "B") else "ld.shared.b32")
+               for c in h.copies]
+    a, b = h.loads_per_k_step
+    return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
+            f"mma.sync and {a + b} fragment loads (A {a} {readers[0]}, B {b} {readers[1]}) "
+            f"per k-step, each register then rounded by cvt.rna.tf32.f32")
+
+
 def _run(offsets: Sequence[int]) -> Run:
     starts = [o for i, o in enumerate(offsets) if i == 0 or offsets[i - 1] != o - 1]
     spacing = starts[1] - starts[0] if len(starts) > 1 else 0
@@ -707,7 +754,7 @@ class KindView:
     # name and the conflict degree of one read.
     reads: Callable[[SmemLayout, OperandPlan, TilingPlan, Buffer], Iterator[list[int]]]
     read_access: Callable[[str, SmemLayout], str]
-    read_degree: Callable[[list[int]], int]
+    read_degree: Callable[[bool, list[int]], int]  # (k contiguous, lane addresses)
 
 
 KIND_VIEWS = {
@@ -719,7 +766,7 @@ KIND_VIEWS = {
         ldmatrix_instances,
         lambda role, layout: "ldmatrix.x4" + ("" if operand_k_major(role, layout)
                                               else ".trans"),
-        lambda addresses: _degree(addresses, 16)),
+        lambda k_major, addresses: _degree(addresses, 16)),
     "simt": KindView(
         "ld.shared.v4", "fma.rn.f32", "thread", "lds", "fma", "loads", (),
         _simt_loads, _simt_products, _simt_lanes, _simt_warp_tile,
@@ -727,7 +774,18 @@ KIND_VIEWS = {
                    f"product, one rounding); {h.k_steps} k-steps of {h.k_step} per BK"),
         lds_instances, lambda role, layout: "ld.shared.v4",
         # Lanes that read one address are served together (8 lanes share an A row).
-        lambda addresses: broadcast_conflict_degree(addresses, 16)),
+        lambda k_major, addresses: broadcast_conflict_degree(addresses, 16)),
+    "tf32": KindView(
+        "fragment loads", "mma.sync", "warp", "ldtf32", "mma", "reads",
+        ("f32_math", "mma_order"), _tf32_loads, _mma_products, lambda layout: None,
+        _tf32_warp_tile,
+        lambda h: ("instruction tile", "m{}n{}k{} .tf32".format(*h.instruction)
+                   + f" (f32 inputs rounded to tf32, f32 accumulation), {h.k_steps} k-steps "
+                   "per BK"),
+        tf32_instances,
+        lambda role, layout: ("ldmatrix.x4" if operand_k_major(role, layout)
+                              else "ld.shared.b32"),
+        lambda k_major, addresses: _degree(addresses, 16 if k_major else BANK_BYTES)),
 }
 
 

@@ -15,6 +15,9 @@ from typing import Iterable, Sequence
 
 # mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
 MMA_M, MMA_N, MMA_K = 16, 8, 16
+# mma.sync.aligned.m16n8k8 with .tf32 inputs: PTX ISA "Matrix Fragments for mma.m16n8k8"; one
+# 32-bit element a register, so k 8 (32 bytes of f32, as k16 is 32 bytes of f16).
+TF32_K = 8
 WARP_SIZE = 32
 BANKS = 32
 BANK_BYTES = 4
@@ -149,6 +152,16 @@ class MmaLayout(DistributedLayout):
             tn, tm = divmod(tile, tiles_m)
             offsets.append((tm * MMA_M + 8 * (r // 2), tn * MMA_N + r % 2))
         return offsets
+
+
+@dataclass(frozen=True)
+class Tf32Layout(MmaLayout):
+    """A tile distributed over warps as mma.m16n8k8 .tf32 fragments: C exactly as
+    :class:`MmaLayout`'s (the m16n8 accumulator fragment is the same); A and B hold one f32
+    (rounded to tf32) per register, at :func:`tf32_a_coord` and :func:`tf32_b_coord`, four
+    registers per m16 piece of A and two per n8 tile of B, in the mma kind's order."""
+
+    kind = "tf32"
 
 
 # FFMA ("simt") tiles: a warp is 4 x 8 lanes; a lane owns runs of SIMT_VEC consecutive rows
@@ -293,6 +306,55 @@ def mma_c_coord(lane: int, reg: int) -> tuple[int, int]:
     return g + 8 * (reg // 2), 2 * t + reg % 2
 
 
+# mma.m16n8k8 .tf32 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8"): one f32 per
+# 32-bit register; g = lane / 4, t = lane % 4 as for m16n8k16.
+
+def tf32_a_coord(lane: int, reg: int) -> tuple[int, int]:
+    """(row m, col k) of A register ``reg`` (0..3) of an m16 x k8 piece: (g, t),
+    (g + 8, t), (g, t + 4), (g + 8, t + 4)."""
+    g, t = divmod(lane, 4)
+    return g + 8 * (reg % 2), t + 4 * (reg // 2)
+
+
+def tf32_b_coord(lane: int, reg: int) -> tuple[int, int]:
+    """(row k, col n) of B register ``reg`` (0..1) of a k8 x n8 tile: (t, g), (t + 4, g)."""
+    g, t = divmod(lane, 4)
+    return t + 4 * reg, g
+
+
+def tf32_operand_coord(role: str, lane: int, reg: int) -> tuple[int, int]:
+    """(mn, k) of fragment register ``reg`` of ``lane``: register ``4 p + r`` of A is
+    register r of m16 piece p, register ``2 p + r`` of B register r of n8 tile p."""
+    if role == "A":
+        piece, r = divmod(reg, 4)
+        m, k = tf32_a_coord(lane, r)
+        return piece * MMA_M + m, k
+    piece, r = divmod(reg, 2)
+    k, n = tf32_b_coord(lane, r)
+    return piece * MMA_N + n, k
+
+
+def tf32_registers(role: str, warp_tile: tuple[int, int]) -> int:
+    """Fragment registers one k8 step of operand ``role`` takes per lane."""
+    return warp_tile[0] // MMA_M * 4 if role == "A" else warp_tile[1] // MMA_N * 2
+
+
+def tf32_word_addresses(layout: SmemLayout, role: str, warp_tile: tuple[int, int],
+                        warp_index: int, reg: int, k0: int, elem_bytes: int) -> list[int]:
+    """Byte addresses the 32 lanes read in the ``ld.shared.b32`` of fragment register
+    ``reg`` (warp ``warp_index`` along the operand's mn dim, k step at ``k0``): how operands
+    whose mn dim is contiguous in shared memory are loaded (ldmatrix cannot transpose
+    32-bit elements)."""
+    extent = warp_tile[0] if role == "A" else warp_tile[1]
+    k_major = operand_k_major(role, layout)
+    result = []
+    for lane in range(WARP_SIZE):
+        mn, k = tf32_operand_coord(role, lane, reg)
+        row, col = operand_storage_coord(k_major, warp_index * extent + mn, k0 + k)
+        result.append(layout.offset(row, col) * elem_bytes)
+    return result
+
+
 # ldmatrix.x4: lanes 8j..8j+7 give the row addresses of 8x8 matrix j, and matrix j fills
 # destination register j. Per operand, which (mn block, k block) of the 16x16 piece each
 # matrix holds, so that register j is the mma's fragment register j:
@@ -302,17 +364,22 @@ LDMATRIX_ORDER = {
 }
 
 
-def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int) -> tuple[int, int]:
-    """(mn, k) within a 16x16 operand piece whose row address lane ``lane`` supplies.
+def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int,
+                        row_elems: int = 8) -> tuple[int, int]:
+    """(mn, k) within an operand piece (16 mn x two 16-byte rows of k, or the transpose)
+    whose row address lane ``lane`` supplies; ``row_elems`` elements make one 16-byte
+    ldmatrix row (8 of f16, 4 of f32).
 
     ``k_major``: the shared tile stores k contiguously (A row-major, or B given as B.T);
-    then plain ldmatrix gives the fragment. Otherwise mn is contiguous and ``.trans`` does.
+    then plain ldmatrix gives the fragment: 16x16 of f16, or 16 x 8 of f32, whose 32-bit
+    words are exactly the tf32 mma's fragment registers. Otherwise mn is contiguous and
+    ``.trans`` does (16-bit elements only).
     """
     mn_block, k_block = LDMATRIX_ORDER[operand][lane // 8]
     r = lane % 8
     if k_major:
-        return mn_block * 8 + r, k_block * 8
-    return mn_block * 8, k_block * 8 + r
+        return mn_block * 8 + r, k_block * row_elems
+    return mn_block * row_elems, k_block * 8 + r
 
 
 def operand_storage_coord(k_major: bool, mn: int, k: int) -> tuple[int, int]:
@@ -378,7 +445,7 @@ def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int
     """Byte addresses the 32 lanes give one ldmatrix.x4 at operand position (mn0, k0)."""
     result = []
     for lane in range(WARP_SIZE):
-        mn, k = ldmatrix_lane_coord(operand, k_major, lane)
+        mn, k = ldmatrix_lane_coord(operand, k_major, lane, 16 // elem_bytes)
         row, col = operand_storage_coord(k_major, mn0 + mn, k0 + k)
         result.append(layout.offset(row, col) * elem_bytes)
     return result
@@ -403,11 +470,21 @@ def worst_conflicts(degrees: Iterable[int]) -> int:
     return max(degrees, default=1)
 
 
-def swizzle_candidates(elem_bytes: int) -> list[Swizzle]:
-    """Swizzles that permute 16-byte chunks: base = log2(elements per 16 bytes)."""
-    base = {1: 4, 2: 3, 4: 2}[elem_bytes]
-    return [Swizzle(0, base, 3)] + [Swizzle(bits, base, shift)
-                                    for bits in (1, 2, 3) for shift in range(3, 8)]
+def swizzle_candidates(elem_bytes: int, unit_bytes: tuple[int, ...] = (16,)) -> list[Swizzle]:
+    """Swizzles that permute 16-byte chunks: base = log2(elements per 16 bytes); with
+    ``unit_bytes`` (16, 32) also those that permute 32-byte pairs of chunks. 32-bit reads
+    of 4 rows x 8 consecutive words (tf32 fragments of an mn-contiguous operand) need each
+    row's XOR to move its 8 words by whole 32-byte units: two XOR bits of 32-byte units from
+    the row index do it at any row width, where 16-byte chunks need three bits, one of them
+    from the column, and no candidate at all for 128-byte rows."""
+    candidates = [Swizzle(0, {1: 4, 2: 3, 4: 2}[elem_bytes], 3)]
+    line = (128 // elem_bytes).bit_length() - 1  # log2(elements per 128-byte line)
+    for unit in unit_bytes:
+        base = (unit // elem_bytes).bit_length() - 1
+        # XOR sources from the 128-byte line index up (shift 3 for 16-byte units).
+        candidates += [Swizzle(bits, base, shift) for bits in (1, 2, 3)
+                       for shift in range(line - base, line - base + 5)]
+    return candidates
 
 
 # Stage addresses are multiples of this, so XOR-ing a smaller constant into an offset commutes

@@ -20,6 +20,9 @@ MAX_REGISTERS_PER_THREAD = 255
 L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
 MAX_SPLIT_K = 64
+# How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
+# TF32 off), "tf32" tensor cores (mma.sync m16n8k8 .tf32, inputs rounded to 10 mantissa bits).
+F32_MATH = ("ffma", "tf32")
 
 
 def target_arch(compute_capability: tuple[int, int]) -> str:
@@ -85,6 +88,9 @@ class Options:
     # the last to finish adds the slices up before the epilogue. For shapes with too few
     # output tiles to fill the GPU (skinny M, small M x N with long K).
     split_k: int = 1
+    # Products of f32 operand tiles: "ffma" (exact f32) or "tf32" (tensor cores, each input
+    # rounded to tf32 with cvt.rna first, f32 accumulation). f16/bf16 tiles ignore it.
+    f32_math: str = "ffma"
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -104,6 +110,9 @@ class Options:
                 or not 1 <= self.split_k <= MAX_SPLIT_K):
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got "
                              f"{self.split_k!r}")
+        if self.f32_math not in F32_MATH:
+            raise ValueError(f"f32_math must be one of {', '.join(F32_MATH)}, got "
+                             f"{self.f32_math!r}")
         if self.l2_prefetch not in L2_PREFETCH_BYTES:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
                              f"{self.l2_prefetch!r}")

@@ -123,13 +123,19 @@ def phase_view(layout: SmemLayout, role: str, k_major: bool, position: tuple[int
                      conflict_degree(phase_addresses, CHUNK_BYTES))
 
 
+# The product kinds viz does not draw, in words: (what the kernel uses, its instructions).
+NOT_DRAWN = {"simt": ("FFMA", "ld.shared.v4 + fma.rn.f32"),
+             "tf32": ("TF32 tensor cores", "ldmatrix or ld.shared.b32 + mma.sync m16n8k8 .tf32")}
+
+
 def require_mma(plan: TilingPlan, kernel_name: str = "") -> None:
     """Raise ValueError unless the plan's product kind is mma, the one viz draws."""
     if plan.kind != "mma":
         kernel = f"kernel '{kernel_name}'" if kernel_name else "this kernel"
+        uses, instructions = NOT_DRAWN[plan.kind]
         raise ValueError(f"viz draws mma fragment layouts and ldmatrix bank maps; {kernel} "
-                         f"uses FFMA ({plan.dtype} tiles: ld.shared.v4 + fma.rn.f32, product "
-                         f"kind '{plan.kind}'); see `tilec explain` for its bank conflicts")
+                         f"uses {uses} ({plan.dtype} tiles: {instructions}, product kind "
+                         f"'{plan.kind}'); see `tilec explain` for its bank conflicts")
 
 
 def bank_views(plan: TilingPlan, op_plan: OperandPlan) -> tuple[PhaseView, PhaseView]:

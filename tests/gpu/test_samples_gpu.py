@@ -162,3 +162,32 @@ def test_more_threads_than_copy_vectors(config):
     kernel(a, b, c, **config)
     torch.cuda.synchronize()
     assert rel_error(c, a.double() @ b.double()) < TOLERANCE["f32"]
+
+
+def round_tf32(x):
+    """f32 rounded as cvt.rna.tf32.f32 rounds: to 10 mantissa bits, ties away from zero
+    (finite inputs: half of the 13 dropped bits added to the magnitude bits, then cut)."""
+    return ((x.float().view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["sgemm", "sgemm-B-given-as-BT"])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_tf32(b_transposed, stages, shape):
+    """f32 on TF32 tensor cores (f32_math="tf32"): the product of tf32-rounded inputs,
+    accumulated in f32. Against that reference the error is summation's alone (a wrong
+    fragment register, or inputs truncated instead of rounded, would be far off); against
+    the exact product it is TF32's (~3e-4)."""
+    m, n, k = shape
+    if b_transposed:
+        kernel = sample("matmul_bt", "f32")["matmul_bt"]
+    else:
+        kernel = load_file(SAMPLES / "sgemm.py")["sgemm"]
+    a, b = operands(m, n, k, "f32", b_transposed)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c, stages=stages, f32_math="tf32")
+    torch.cuda.synchronize()
+    b_logical = b.T if b_transposed else b
+    rounded = round_tf32(a).double() @ round_tf32(b_logical).double()
+    assert rel_error(c, rounded) < TOLERANCE["f32"]
+    assert rel_error(c, a.double() @ b_logical.double()) < 2e-3

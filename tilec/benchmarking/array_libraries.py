@@ -23,7 +23,7 @@ class Arrays(Protocol):
     def reference(self, a: Any, b: Any) -> Any: ...
     def rel_error(self, out: Any, ref: Any) -> float: ...
     def all_finite(self, array: Any) -> bool: ...
-    def matmul(self, a: Any, b: Any, out: Any) -> None: ...
+    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None: ...
     def copy(self, dst: Any, src: Any) -> None: ...
     def synchronize(self) -> None: ...
     def event(self) -> Any: ...
@@ -47,7 +47,9 @@ class TorchArrays:
         self.version = torch.__version__
         self.l2_bytes = int(getattr(torch.cuda.get_device_properties(self.device),
                                     "L2_cache_size", 0) or FALLBACK_L2_BYTES)
-        self.dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+        # tf32 cases hold f32 arrays; only their products differ (matmul's tf32).
+        self.dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
+                       "tf32": torch.float32}
 
     def unsupported(self, dtype: str) -> Optional[str]:
         return None
@@ -73,8 +75,16 @@ class TorchArrays:
     def all_finite(self, array: Any) -> bool:
         return bool(self.torch.isfinite(array).all())
 
-    def matmul(self, a: Any, b: Any, out: Any) -> None:
-        self.torch.matmul(a, b, out=out)
+    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None:
+        """``out = a @ b``; ``tf32`` allows cuBLAS TF32 tensor cores for this product only
+        (the tf32 rows), and the flag is restored after, so the f32 rows stay exact."""
+        flags = self.torch.backends.cuda.matmul
+        previous = flags.allow_tf32
+        flags.allow_tf32 = tf32
+        try:
+            self.torch.matmul(a, b, out=out)
+        finally:
+            flags.allow_tf32 = previous
 
     def copy(self, dst: Any, src: Any) -> None:
         dst.copy_(src)
@@ -107,9 +117,11 @@ class CupyArrays:
         self.version = cupy.__version__
         properties = cupy.cuda.runtime.getDeviceProperties(ordinal)
         self.l2_bytes = int(properties.get("l2CacheSize", 0) or FALLBACK_L2_BYTES)
-        self.dtypes = {"f16": cupy.float16, "f32": cupy.float32}
+        self.dtypes = {"f16": cupy.float16, "f32": cupy.float32, "tf32": cupy.float32}
 
     def unsupported(self, dtype: str) -> Optional[str]:
+        if dtype == "tf32" and not self.tf32:
+            return "cupy allows TF32 only process-wide (CUPY_TF32=1 before importing cupy)"
         return None if dtype in self.dtypes else "cupy has no bfloat16 arrays"
 
     def random(self, shape: tuple[int, ...], dtype: str) -> Any:
@@ -134,7 +146,8 @@ class CupyArrays:
     def all_finite(self, array: Any) -> bool:
         return bool(self.cupy.isfinite(array).all())
 
-    def matmul(self, a: Any, b: Any, out: Any) -> None:
+    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None:
+        # TF32 follows CUPY_TF32 for every product (unsupported() refuses tf32 rows without).
         self.cupy.matmul(a, b, out=out)
 
     def copy(self, dst: Any, src: Any) -> None:

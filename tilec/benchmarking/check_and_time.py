@@ -24,7 +24,7 @@ def measure(contender: Contender, case: Case, arrays: Arrays,
     reason = contender.unsupported(case)
     if reason is not None:
         return Measurement("n/a", note=reason)
-    tolerance, config = TOLERANCE[case.dtype], ""
+    tolerance, config = TOLERANCE[contender.math(case)], ""
     try:
         outputs = [arrays.empty((case.M, case.N), contender.out_dtype(case)) for _ in inputs]
         run, config = contender.prepare(case, inputs, outputs)

@@ -26,6 +26,11 @@ class Contender:
     def out_dtype(self, case: Case) -> str:
         return "f32"
 
+    def math(self, case: Case) -> str:
+        """The dtype whose numerics (and tolerance) the contender's product has: the case's,
+        unless it was told to compute f32 otherwise."""
+        return case.dtype
+
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         """A function running set i (inputs[i] into outputs[i]), and the config it uses."""
@@ -60,7 +65,15 @@ TUNED = {
     ("simt", "tiled"): dict(BM=64, BN=128, BK=32, stages=3),
     ("simt", "ragged"): dict(BM=64, BN=128, BK=32, stages=3),
     ("simt", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(2, 2)),
+    # tf32 mma: mma-like starting points, not yet measured on a GPU.
+    ("tf32", "tiled"): dict(BM=128, BN=128, BK=32, stages=3),
+    ("tf32", "ragged"): dict(BM=128, BN=128, BK=32, stages=3),
+    ("tf32", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(1, 4)),
 }
+# The product kind (passes.kinds) each bench dtype runs on.
+FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
+# What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
+TILEC_AS = {"tf32": ("f32", {"f32_math": "tf32"})}
 SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
 
 
@@ -74,8 +87,7 @@ def problem_class(case: Case) -> str:
 
 
 def tuned_config(case: Case) -> dict[str, Any]:
-    family = "simt" if case.dtype == "f32" else "mma"
-    return dict(TUNED[family, problem_class(case)])
+    return dict(TUNED[FAMILY[case.dtype], problem_class(case)])
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
@@ -92,6 +104,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " swizzle off"
     if compiled.options.split_k > 1:
         text += f" split-K {compiled.options.split_k}"
+    if plan is not None and plan.product.f32_math == "tf32":
+        text += " tf32"
     if packing:
         text += ", " + ", ".join(packing.describe())
     return text
@@ -121,15 +135,22 @@ class TilecContender(Contender):
             self._kernels[dtype] = sample_kernel(dtype)
         return self._kernels[dtype]
 
+    def math(self, case: Case) -> str:
+        if case.dtype == "f32" and self.options.get("f32_math") == "tf32":
+            return "tf32"  # --f32-math tf32: the f32 rows are tf32 products
+        return case.dtype
+
     def unsupported(self, case: Case) -> Optional[str]:
         return None if case.dtype in TILEC_DTYPES else f"tilec has no {case.dtype} path yet"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
-        kernel = self.kernel(case.dtype)
+        dtype, forced = TILEC_AS.get(case.dtype, (case.dtype, {}))
+        kernel = self.kernel(dtype)
         # Knobs given on the command line win; the tuned defaults fill in the rest, as long
-        # as the command line fixes no tile size (a half-tuned tile would not fit).
-        fixed = {**self.consts, **self.options}
+        # as the command line fixes no tile size (a half-tuned tile would not fit). What the
+        # dtype means (tf32: f32_math="tf32") wins over both.
+        fixed = {**self.consts, **self.options, **forced}
         tuned = {} if self.autotune or self.consts else tuned_config(case)
         kwargs = {**tuned, **fixed}
         if self.autotune:
@@ -149,14 +170,16 @@ class CublasContender(Contender):
         self.arrays = arrays
 
     def out_dtype(self, case: Case) -> str:
-        return case.dtype
+        return "f32" if case.dtype == "tf32" else case.dtype
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
+        tf32 = case.dtype == "tf32"
+
         def run(i: int) -> None:
-            self.arrays.matmul(*inputs[i], outputs[i])
-        tf32 = ", TF32 off" if case.dtype == "f32" else ""
-        return run, f"{self.arrays.name}.matmul, C {case.dtype}{tf32}"
+            self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
+        note = {"f32": ", TF32 off", "tf32": ", TF32 on"}.get(case.dtype, "")
+        return run, f"{self.arrays.name}.matmul, C {self.out_dtype(case)}{note}"
 
 
 class TritonContender(Contender):
@@ -171,10 +194,10 @@ class TritonContender(Contender):
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         config = TRITON_CONFIG[case.dtype]
-        ieee = case.dtype == "f32"
+        ieee = case.dtype == "f32"  # tf32: Triton's default f32 dot, TF32
 
         def run(i: int) -> None:
             triton_matmul(*inputs[i], outputs[i], config, ieee=ieee)
         bm, bn, bk, stages, warps = config
-        precision = ", ieee f32 dot" if ieee else ""
+        precision = {"f32": ", ieee f32 dot", "tf32": ", tf32 dot"}.get(case.dtype, "")
         return run, f"{bm}x{bn}x{bk} warps {warps} stages {stages}{precision}"

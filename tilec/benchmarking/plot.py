@@ -18,7 +18,7 @@ def require_matplotlib() -> None:
 
 
 CONTENDER_COLORS = {"tilec": "tab:blue", "cuBLAS": "tab:green", "Triton": "tab:orange"}
-DTYPE_STYLES = {"f16": "-", "bf16": "--", "f32": ":"}
+DTYPE_STYLES = {"f16": "-", "bf16": "--", "f32": ":", "tf32": "-."}
 
 
 def write_plot(report: Report, path: Path) -> None:

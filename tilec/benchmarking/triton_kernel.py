@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 TRITON_CONFIG = {"f16": (128, 256, 64, 3, 8), "bf16": (128, 256, 64, 3, 8),
-                 "f32": (128, 128, 32, 3, 8)}  # BM, BN, BK, stages, warps
+                 "f32": (128, 128, 32, 3, 8), "tf32": (128, 128, 32, 3, 8)}
+# (BM, BN, BK, stages, warps)
 
 # triton.language once _triton_kernel() has imported it: the kernel's body reads this global
 # when Triton compiles it, and importing Triton is left until a Triton kernel is wanted.

@@ -3,7 +3,7 @@
 ``smem.*``: shared-memory buffers and their stage views (from tiling / double buffering).
 ``copy.*`` and ``gpu.*``: data movement and synchronisation.
 ``split.reduce``: the meeting of the K slices of one output tile (split-K).
-``frag.*``: values distributed over the threads in an mma fragment layout (fragments pass).
+``frag.*``: values distributed over the threads in a fragment layout (fragments pass).
 """
 from __future__ import annotations
 
@@ -144,5 +144,8 @@ for _opdef in [
           check=_frag_lds),
     OpDef("frag.fma", "acc + a @ b over each lane's elements with fma.rn.f32, k in order",
           3, 1, check=_frag_fma),
+    OpDef("frag.ldtf32", "a warp-tile slice of an f32 mma operand from shared memory as "
+          "m16n8k8 .tf32 fragments, each register rounded to tf32 (cvt.rna)", 1, 1,
+          attrs=("operand", "k0"), check=_frag_lds),
 ]:
     register_op(_opdef)
