@@ -651,9 +651,10 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
         config = tuned_config(Case(m, 8192, 8192, "tf32"))
         full = {"swizzle": "auto", "raster_group": 8, "warps": None, "f32_math": "tf32",
                 **config}
-        assert config_problem(full, "f32", "sm_86") is None, (m, config)
-    assert tuned_config(Case(4096, 4096, 4096, "tf32")) == dict(BM=128, BN=128, BK=32,
-                                                                stages=3)
+        assert config_problem(full, "f32", "sm_90") is None, (m, config)
+    assert tuned_config(Case(4096, 4096, 4096, "tf32")) == dict(BM=128, BN=256, BK=64,
+                                                                stages=2, warps=(2, 4))
+    assert tuned_config(Case(16, 8192, 8192, "f32"))["split_k"] == 4
     assert tuned_config(Case(4096, 4096, 4096, "f16"))["BN"] == 256
     assert tuned_config(Case(4095, 4097, 4093, "f16"))["BN"] == 128
 
@@ -716,7 +717,7 @@ def test_tilec_compiles_the_tf32_rows_as_f32_with_tf32_math(monkeypatch):
     monkeypatch.setattr(contenders, "describe_compiled", lambda compiled, packing: "")
     contender.prepare(Case(4096, 4096, 4096, "tf32"), [(None, None)], [None])
     assert asked == ["f32"]
-    assert prepared == [dict(BM=128, BN=128, BK=32, stages=4, f32_math="tf32")]
+    assert prepared == [dict(BM=128, BN=256, BK=64, stages=4, warps=(2, 4), f32_math="tf32")]
     assert contender.math(Case(8, 8, 8, "tf32")) == "tf32"
 
 
