@@ -83,8 +83,9 @@ def test_the_simulation_evaluates_stage_indices_per_iteration() -> None:
                    and e.buffer_name == "sA"]
     assert [(e.iteration, e.stage, e.group) for e in loop_copies] == [
         (it, (it + 2) % 3, it + 2) for it in range(6)]
-    # The K offset of iteration it's copy is (it + 2) * BK; the tile row offset is unknown.
-    assert [e.offsets for e in loop_copies[:2]] == [(None, 64), (None, 96)]
+    # The K offset of iteration it's copy is (it + 2) * BK; the tile row offset is the first
+    # program's, 0.
+    assert [e.offsets for e in loop_copies[:2]] == [(0, 64), (0, 96)]
     reads = [(e.iteration, e.stage, e.op.attrs["k0"]) for e in trace.events
              if e.op.name == "frag.ldmatrix" and e.buffer_name == "sB" and e.phase == "loop"]
     assert reads[:4] == [(0, 0, 16), (0, 1, 0), (1, 1, 16), (1, 2, 0)]

@@ -182,3 +182,14 @@ def test_the_ptx_stores_and_sums_every_accumulator_register() -> None:
     # The meeting comes before the epilogue's chunks: one barrier reduction in all.
     assert ptx.count("bar.red.or.pred") == 1
     assert ptx.index("bar.red.or.pred") < ptx.rindex("st.global.v2.f32")
+
+
+def test_explain_names_the_split_and_the_schedule_of_a_slice() -> None:
+    from tilec.explain import explain, render_explanation
+    compiled = load_file(SAMPLES / "matmul.py")["matmul"].compile(split_k=4, stages=3)
+    text = render_explanation(explain(compiled, ptxas=False))
+    assert "split-K           4 blocks per output tile" in text
+    assert "256 KiB of workspace per tile" in text  # 4 partials of 128 x 128 f32
+    assert "k = the slice start + it * BK" in text
+    assert "A tile of k-iteration 1, only while k < the slice's end" in text
+    assert "?" not in text.split("Pipeline schedule")[1].split("\n\n")[1]

@@ -104,6 +104,7 @@ class Hierarchy:
     loads_per_k_step: tuple[int, int]  # fragment loads per k-step (same issuer), A and B
     copies: tuple[CopyMapping, ...]
     lanes: Optional[LanePiece] = None  # simt: what one lane computes
+    split_k: int = 1  # blocks per output tile along K
 
 
 @dataclass(frozen=True)
@@ -298,7 +299,7 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         kind=kind.name, k_step=kind.k_step, k_steps=plan.block[2] // kind.k_step,
         products_per_k_step=view.products(accumulator),
         loads_per_k_step=view.loads(plan), copies=tuple(mappings),
-        lanes=view.lanes(accumulator))
+        lanes=view.lanes(accumulator), split_k=kernel.meta.get("split_k", 1))
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -414,7 +415,8 @@ def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Option
         role = defining_op(events[0].buffer).attrs["role"]
         k_it = _of_it([copy_k[e.position] for e in events])
         rank = op.operands[0].type.rank
-        guard = ", only while k < K" if len(op.operands) > 2 + rank else ""
+        end = "K" if loop is None or loop.operands[1].hint != "k_end" else "the slice's end"
+        guard = f", only while k < {end}" if len(op.operands) > 2 + rank else ""
         short = "cp.async" if op.attrs["mode"] == "async" else "ld+st.shared"
         return ScheduleRow(phase, short, target, f"{role} tile of k-iteration {k_it}{guard}")
     if name == "copy.commit":
@@ -816,8 +818,13 @@ def render_explanation(e: Explanation) -> str:
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads",
         f"  warp tile         {view.warp_tile(h)}",
         f"  {label:<16}  {instruction}",
-        "  copies, global -> shared, each BK step:",
     ]
+    if h.split_k > 1:
+        lines.append(f"  split-K           {h.split_k} blocks per output tile, each over "
+                     f"ceil(K steps / {h.split_k}) steps of K; the last to finish adds the "
+                     f"{h.split_k} f32 partials ({_kib(h.split_k * bm * bn * 4)} of workspace "
+                     "per tile) and runs the epilogue")
+    lines.append("  copies, global -> shared, each BK step:")
     lines += _table(
         ["operand", "tensor", "stored", "vector", "accesses/thread", "threads/row",
          "rows/pass", "instruction"],
@@ -832,7 +839,8 @@ def render_explanation(e: Explanation) -> str:
     s = e.schedule
     fragments = ", next iteration's first fragments loaded early" if s.carried else ""
     lines += ["", f"Pipeline schedule: {s.stages} stage{'s' if s.stages > 1 else ''}"
-              f"{fragments}; it = K-loop iteration, k = it * BK"]
+              f"{fragments}; it = K-loop iteration, k = "
+              f"{'the slice start + ' if h.split_k > 1 else ''}it * BK"]
     lines += _table(["buffer", "shape", "stage bytes", "total bytes", "layout", "align"],
                     [[b.name, f"{b.stages}x{b.rows}x{b.cols} {b.dtype}", b.stage_bytes,
                       b.total_bytes, b.layout, f"{b.alignment} B"]

@@ -141,7 +141,9 @@ def main_loop(kernel: Kernel) -> Optional[Op]:
 
 def simulate(kernel: Kernel, trip_count: int) -> Trace:
     """Run the schedule with the K loop taking ``trip_count`` iterations (its upper bound is
-    bound accordingly when unknown at compile time) and record every event."""
+    bound accordingly when unknown at compile time) and record every event. The program is
+    the grid's first (every program id 0): a split-K block's slice then starts at k = 0,
+    and the schedule is the same for every block."""
     trace = Trace(trip_count=trip_count, loop=main_loop(kernel))
     env: dict[Value, Optional[int]] = trace.values
     state = {"phase": "prologue", "iteration": None, "commits": 0}
@@ -177,7 +179,13 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
                 a, b = (value(v) for v in op.operands)
                 known = a is not None and b is not None and not (
                     name in ("arith.floordiv", "arith.mod", "arith.cdiv") and b == 0)
-                env[op.result] = ARITHMETIC[name](a, b) if known else None
+                if name == "arith.mul" and 0 in (a, b):
+                    env[op.result] = 0  # slice 0 times a width known only at launch
+                else:
+                    env[op.result] = ARITHMETIC[name](a, b) if known else None
+            elif name == "tile.grid":
+                for result in op.results:
+                    env[result] = 0
             elif name == "arith.wrap_inc":
                 # As the backend emits it: a + 1, or 0 when that reaches the modulus.
                 a = value(op.operands[0])
