@@ -22,16 +22,9 @@ from tilec.options import Options
 from tilec.passes import split_k, tiling
 from tilec.split_workspace import workspace_size
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+from tests.test_passes import MATMUL  # 32x32x16 tiles over M, N, K
 
-MATMUL = '''\
-def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=32, BN=32, BK=16):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * BN : +BN] = acc
-'''
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
 def tiled(text: str = MATMUL, **option_args):

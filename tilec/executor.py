@@ -64,7 +64,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -474,24 +474,42 @@ def _barrier(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return []
 
 
+def smem_itemsize(op: Op) -> int:
+    """Bytes per element of the shared tile a fragment load reads, as the GPU stores it."""
+    return op.operands[0].type.dtype.bytes
+
+
+def read_fragment_lanes(state: InterpState, op: Op, view: Any, layout_type: type,
+                        index: Callable[[SmemLayout, Any, int], tuple[np.ndarray, bool]],
+                        misaligned: str) -> np.ndarray:
+    """What a fragment load (``frag.ldmatrix``, ``frag.lds``, ``frag.ldtf32``) reads: the
+    elements of its stage at ``index(shared layout, fragment layout, k0)``, the lanes'
+    flat offsets into the stage and whether every access is aligned. Checks that the result
+    layout is the load's operand of ``layout_type``, the alignment (``misaligned`` names
+    the access) and that the stage holds every offset."""
+    buffer, stage = block_state(state).shared(state, op, view, want_stage=True)
+    smem: SmemLayout = op.operands[0].type.layout
+    fragment = op.result.type.layout
+    role, k0 = op.attrs["operand"], op.attrs["k0"]
+    if not isinstance(fragment, layout_type) or fragment.operand != role:
+        raise state.error(op, f"operand {role} loaded into a tile of layout {fragment}")
+    offsets, aligned = index(smem, fragment, k0)
+    if not aligned:
+        raise state.error(op, f"{misaligned} under {smem}")
+    if offsets.max() >= buffer.stage_size:
+        raise state.error(op, f"k0 = {k0} reads past the end of the stage")
+    return buffer.storage[stage * buffer.stage_size + offsets]
+
+
 @_semantics("frag.ldmatrix")
 def _ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
-    buffer, stage = block_state(state).shared(state, op, operands[0], want_stage=True)
-    layout: SmemLayout = op.operands[0].type.layout
     rtype: TileType = op.result.type
-    role, k0 = op.attrs["operand"], op.attrs["k0"]
+    lanes = read_fragment_lanes(
+        state, op, operands[0], MmaLayout,
+        lambda smem, mma, k0: _ldmatrix_index(smem, mma.operand, mma.warps, mma.warp_tile, k0),
+        "an ldmatrix row address is not 16-byte aligned")
     mma = rtype.layout
-    if not isinstance(mma, MmaLayout) or mma.operand != role:
-        raise state.error(op, f"operand {role} loaded into a tile of layout {mma}")
-    index, aligned = _ldmatrix_index(layout, role, mma.warps, mma.warp_tile, k0)
-    if not aligned:
-        raise state.error(op, "an ldmatrix row address is not 16-byte aligned under "
-                              f"{layout}")
-    absolute = stage * buffer.stage_size + index
-    if absolute.max() >= buffer.storage.size:
-        raise state.error(op, f"k0 = {k0} reads past the end of the shared buffer")
-    lanes = buffer.storage[absolute]
-    warp, lane, reg, half, row, col = _fragment_tile_map(role, mma.warps, mma.warp_tile)
+    warp, lane, reg, half, row, col = _fragment_tile_map(mma.operand, mma.warps, mma.warp_tile)
     tile = np.full(rtype.shape, np.nan, dtype=lanes.dtype)
     if row.max() >= rtype.shape[0] or col.max() >= rtype.shape[1]:
         raise state.error(op, f"{mma} does not fit a {list(rtype.shape)} tile")

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tilec.executor import Fragment, _checked_register_map, _semantics, block_state
+from tilec.executor import (Fragment, _checked_register_map, _semantics, read_fragment_lanes,
+                            smem_itemsize)
 from tilec.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
@@ -72,19 +73,12 @@ def _fragment_tile(lanes: np.ndarray, fragment: SimtLayout, shape: tuple[int, ..
 
 @_semantics("frag.lds")
 def _lds(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
-    buffer, stage = block_state(state).shared(state, op, operands[0], want_stage=True)
-    smem: SmemLayout = op.operands[0].type.layout
     rtype: TileType = op.result.type
+    lanes = read_fragment_lanes(
+        state, op, operands[0], SimtLayout,
+        lambda smem, fragment, k0: _lds_index(smem, fragment, k0, smem_itemsize(op)),
+        "a 16-byte shared load is misaligned")
     fragment = rtype.layout
-    if not isinstance(fragment, SimtLayout) or fragment.operand != op.attrs["operand"]:
-        raise state.error(op, f"operand {op.attrs['operand']} loaded into a tile of layout "
-                              f"{fragment}")
-    index, aligned = _lds_index(smem, fragment, op.attrs["k0"], buffer.storage.itemsize)
-    if not aligned:
-        raise state.error(op, f"a 16-byte shared load is misaligned under {smem}")
-    if index.max() >= buffer.stage_size:
-        raise state.error(op, f"k0 = {op.attrs['k0']} reads past the end of the stage")
-    lanes = buffer.storage[stage * buffer.stage_size + index]
     fragment_value = _fragment_tile(lanes, fragment, tuple(rtype.shape)).view(Fragment)
     fragment_value.lanes = lanes
     return [fragment_value]

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from tilec.executor import Fragment, _ldmatrix_index, _semantics, block_state
+from tilec.executor import (Fragment, _ldmatrix_index, _semantics, read_fragment_lanes,
+                            smem_itemsize)
 from tilec.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
@@ -92,19 +93,12 @@ def _tile_map(fragment: Tf32Layout) -> tuple[np.ndarray, ...]:
 
 @_semantics("frag.ldtf32")
 def _ldtf32(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
-    buffer, stage = block_state(state).shared(state, op, operands[0], want_stage=True)
-    smem: SmemLayout = op.operands[0].type.layout
     rtype: TileType = op.result.type
+    lanes = round_tf32(read_fragment_lanes(
+        state, op, operands[0], Tf32Layout,
+        lambda smem, fragment, k0: _index(smem, fragment, k0, smem_itemsize(op)),
+        "an ldmatrix row address is not 16-byte aligned"))
     fragment = rtype.layout
-    if not isinstance(fragment, Tf32Layout) or fragment.operand != op.attrs["operand"]:
-        raise state.error(op, f"operand {op.attrs['operand']} loaded into a tile of layout "
-                              f"{fragment}")
-    index, aligned = _index(smem, fragment, op.attrs["k0"], buffer.storage.itemsize)
-    if not aligned:
-        raise state.error(op, f"an ldmatrix row address is not 16-byte aligned under {smem}")
-    if index.max() >= buffer.stage_size:
-        raise state.error(op, f"k0 = {op.attrs['k0']} reads past the end of the stage")
-    lanes = round_tf32(buffer.storage[stage * buffer.stage_size + index])
     warp, lane, reg, row, col = _tile_map(fragment)
     if row.max() >= rtype.shape[0] or col.max() >= rtype.shape[1]:
         raise state.error(op, f"{fragment} does not fit a {list(rtype.shape)} tile")

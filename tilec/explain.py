@@ -506,22 +506,30 @@ def copy_store_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingP
                            for a in lanes], elem_bytes
 
 
-def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
-                       buffer: Buffer) -> Iterator[list[int]]:
-    """Lane byte addresses of every ldmatrix.x4 of this operand: per stage, warp, k-step
-    (k16 of f16, k8 of tf32) and 16-wide piece of the warp tile."""
-    elem_bytes = buffer.elem_bytes
-    k_major = operand_k_major(op_plan.role, layout)
-    extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
+def _warp_k_steps(op_plan: OperandPlan, plan: TilingPlan,
+                  buffer: Buffer) -> Iterator[tuple[int, int, int]]:
+    """(stage base byte, the warp's index along the operand's M or N, k0) for every stage,
+    warp and k-step of the block: where each fragment read of an operand happens."""
     for stage in range(buffer.stages):
         base = buffer.offset + stage * buffer.stage_bytes
         for warp in range(plan.warps[0] * plan.warps[1]):
             warp_m, warp_n = divmod(warp, plan.warps[1])
-            start = (warp_m if op_plan.role == "A" else warp_n) * extent
+            index = warp_m if op_plan.role == "A" else warp_n
             for k0 in range(0, plan.block[2], plan.product.k_step):
-                for mn0 in range(0, extent, 16):
-                    yield [base + a for a in ldmatrix_addresses(layout, op_plan.role, k_major,
-                                                                start + mn0, k0, elem_bytes)]
+                yield base, index, k0
+
+
+def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
+                       buffer: Buffer) -> Iterator[list[int]]:
+    """Lane byte addresses of every ldmatrix.x4 of this operand: per stage, warp, k-step
+    (k16 of f16, k8 of tf32) and 16-wide piece of the warp tile."""
+    k_major = operand_k_major(op_plan.role, layout)
+    extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
+    for base, index, k0 in _warp_k_steps(op_plan, plan, buffer):
+        for mn0 in range(0, extent, 16):
+            yield [base + a for a in ldmatrix_addresses(layout, op_plan.role, k_major,
+                                                        index * extent + mn0, k0,
+                                                        buffer.elem_bytes)]
 
 
 def lds_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
@@ -531,15 +539,10 @@ def lds_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
     them (:func:`tilec.passes.swizzle.operand_conflicts`)."""
     fragment = SimtLayout(op_plan.role, plan.warps, plan.warp_tile)
     loads = simt_loads(fragment, op_plan.k_major)
-    for stage in range(buffer.stages):
-        base = buffer.offset + stage * buffer.stage_bytes
-        for warp in range(plan.warps[0] * plan.warps[1]):
-            warp_m, warp_n = divmod(warp, plan.warps[1])
-            index = warp_m if op_plan.role == "A" else warp_n
-            for k0 in range(0, plan.block[2], plan.product.k_step):
-                for load in loads:
-                    yield [base + a for a in simt_load_addresses(layout, fragment, load, index,
-                                                                 k0, buffer.elem_bytes)]
+    for base, index, k0 in _warp_k_steps(op_plan, plan, buffer):
+        for load in loads:
+            yield [base + a for a in simt_load_addresses(layout, fragment, load, index, k0,
+                                                         buffer.elem_bytes)]
 
 
 def tf32_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
@@ -550,16 +553,10 @@ def tf32_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
     if operand_k_major(op_plan.role, layout):
         yield from ldmatrix_instances(layout, op_plan, plan, buffer)
         return
-    for stage in range(buffer.stages):
-        base = buffer.offset + stage * buffer.stage_bytes
-        for warp in range(plan.warps[0] * plan.warps[1]):
-            warp_m, warp_n = divmod(warp, plan.warps[1])
-            index = warp_m if op_plan.role == "A" else warp_n
-            for k0 in range(0, plan.block[2], plan.product.k_step):
-                for reg in range(tf32_registers(op_plan.role, plan.warp_tile)):
-                    yield [base + a for a in tf32_word_addresses(
-                        layout, op_plan.role, plan.warp_tile, index, reg, k0,
-                        buffer.elem_bytes)]
+    for base, index, k0 in _warp_k_steps(op_plan, plan, buffer):
+        for reg in range(tf32_registers(op_plan.role, plan.warp_tile)):
+            yield [base + a for a in tf32_word_addresses(
+                layout, op_plan.role, plan.warp_tile, index, reg, k0, buffer.elem_bytes)]
 
 
 def _degree(addresses: list[int | None], width: int) -> int:
