@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilec.ir.core import Kernel
+from tilec.ir.core import Kernel, Op
 from tilec.ir.types import TensorType
 
+# The split-K workspace's hidden parameters (backend/split.py), after the shape symbols.
+WORKSPACE_PARAMS = ("split_partials", "split_counters")
 PARAM_PTX_TYPES = {"ptr": ".u64", "i32": ".u32", "f32": ".f32"}
 
 
@@ -36,6 +38,22 @@ def kernel_abi(kernel: Kernel) -> list[AbiParam]:
     for symbol in kernel.symbols:
         params.append(AbiParam(f"dim_{symbol}", "i32", symbol, "symbol"))
     if kernel.meta.get("split_k", 1) > 1:
-        from .split import WORKSPACE_PARAMS
         params.extend(AbiParam(name, "ptr", name, "workspace") for name in WORKSPACE_PARAMS)
     return params
+
+
+# -- the grid: which CUDA axes number what ---------------------------------------------
+def tile_axes(grid_op: Op) -> int:
+    """The grid's output-tile axes: all but a split-K slice axis (always the last)."""
+    return len(grid_op.operands) - (1 if grid_op.attrs.get("split_k") else 0)
+
+
+def folds_tile_axes(grid_op: Op) -> bool:
+    """Grouped rasterization: two tile axes launched as one CUDA x axis, which the kernel
+    unfolds; a slice axis then takes CUDA's y."""
+    return bool(grid_op.attrs.get("raster_group")) and tile_axes(grid_op) == 2
+
+
+def cuda_tile_axes(grid_op: Op) -> int:
+    """How many CUDA grid axes (x, then y) number the output tiles."""
+    return 1 if folds_tile_axes(grid_op) else tile_axes(grid_op)

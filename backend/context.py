@@ -54,10 +54,8 @@ class Context:
         # the chunks (addresses, predicates, values already loaded).
         self.active: Optional[range] = None
         self.op_state: dict[object, dict] = {}
-        # Hidden parameters' registers (split-K workspace), and how many CUDA grid axes
-        # number the output tiles (the grid emitter knows).
+        # Hidden parameters' registers (the split-K workspace), by ABI name.
         self.workspace: dict[str, str] = {}
-        self.grid_tile_axes = 1
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:

@@ -15,7 +15,7 @@ from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
 from . import compute, copies, epilogue, ldmatrix, simt, split, tf32
-from .abi import PARAM_PTX_TYPES, AbiParam, kernel_abi
+from .abi import PARAM_PTX_TYPES, AbiParam, folds_tile_axes, kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, register_class
 
@@ -94,8 +94,7 @@ def _grid(ctx: Context, op: Op) -> None:
     slice axis (always the grid's last) takes the next CUDA axis after the tile axes."""
     w = ctx.w
     group = op.attrs.get("raster_group")
-    tile_axes = len(op.operands) - (1 if op.attrs.get("split_k") else 0)
-    if group and tile_axes == 2:
+    if folds_tile_axes(op):
         # Grouped order: `group` block rows walk the N blocks together so that the A and B
         # tiles they share stay in L2.
         gm, gn = (ctx.get(v) for v in op.operands[:2])
@@ -111,13 +110,11 @@ def _grid(ctx: Context, op: Op) -> None:
         pid_n = ctx.int_op("div.u32", in_group, group_rows)
         ctx.bind(op.results[0], pid_m)
         ctx.bind(op.results[1], pid_n)
-        ctx.grid_tile_axes = 1
         for axis, result in zip("yz", op.results[2:]):
             reg = w.reg("b32")
             w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
             ctx.bind(result, reg)
         return
-    ctx.grid_tile_axes = tile_axes
     for axis, result in zip("xyz", op.results):
         reg = w.reg("b32")
         w.emit(f"mov.u32 {reg}, %ctaid.{axis};")

@@ -19,18 +19,19 @@ from __future__ import annotations
 
 from tilec.ir.core import Op
 
+from .abi import WORKSPACE_PARAMS, cuda_tile_axes
 from .context import Context
 
 F32_BYTES = 4
-WORKSPACE_PARAMS = ("split_partials", "split_counters")
 
 
 def _tile_index(ctx: Context) -> str:
     """The output tile's linear index: the CUDA grid axes before the slice axis."""
     w = ctx.w
+    grid = next(op for op in ctx.kernel.body.ops if op.name == "tile.grid")
     x = w.reg("b32")
     w.emit(f"mov.u32 {x}, %ctaid.x;")
-    if ctx.grid_tile_axes == 1:
+    if cuda_tile_axes(grid) == 1:
         return x
     y, width = w.reg("b32"), w.reg("b32")
     w.emit(f"mov.u32 {y}, %ctaid.y;")

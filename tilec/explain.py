@@ -353,6 +353,7 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
     if loop is not None:
         lower = trace.values.get(loop.operands[0]) or 0
     step = loop.attrs["step_const"] if loop is not None else 1
+    k_end = "the slice's end" if kernel.meta.get("split_k", 1) > 1 else "K"
     copy_k = {e.position: _k_iteration(e, lower, step) for e in trace.events if e.is_write}
     by_op: dict[Op, list[Event]] = {}
     for event in trace.events:
@@ -367,7 +368,7 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
             events = [e for e in by_op[event.op] if e.phase == "loop"]
         else:
             events = [event]
-        rows.append(_row(event.phase, events, trace, copy_k, stages, loop))
+        rows.append(_row(event.phase, events, trace, copy_k, stages, loop, k_end))
     carried = ()
     if loop is not None:
         carried = tuple(f"{arg.hint} = {_fragment_source(arg, loop)}"
@@ -405,7 +406,7 @@ def _of_it(values: Sequence[Optional[int]], stages: Optional[int] = None) -> str
 
 
 def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Optional[int]],
-         stages: int, loop: Optional[Op]) -> ScheduleRow:
+         stages: int, loop: Optional[Op], k_end: str = "K") -> ScheduleRow:
     op = events[0].op
     name = op.name
     target = ""
@@ -415,8 +416,7 @@ def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Option
         role = defining_op(events[0].buffer).attrs["role"]
         k_it = _of_it([copy_k[e.position] for e in events])
         rank = op.operands[0].type.rank
-        end = "K" if loop is None or loop.operands[1].hint != "k_end" else "the slice's end"
-        guard = f", only while k < {end}" if len(op.operands) > 2 + rank else ""
+        guard = f", only while k < {k_end}" if len(op.operands) > 2 + rank else ""
         short = "cp.async" if op.attrs["mode"] == "async" else "ld+st.shared"
         return ScheduleRow(phase, short, target, f"{role} tile of k-iteration {k_it}{guard}")
     if name == "copy.commit":

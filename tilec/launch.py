@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tilec.backend.abi import kernel_abi
+from tilec.backend.abi import folds_tile_axes, kernel_abi
 from tilec.ir.core import Kernel
 from tilec.ir.types import TensorType
 from tilec.options import Spec, TensorSpec
@@ -167,7 +167,7 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel) -> tuple[int, int, in
     grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
-    if grid_op.attrs.get("raster_group") and len(axes) == 2:
+    if folds_tile_axes(grid_op):
         axes = [axes[0] * axes[1]]
     axes += [split] if split else []
     padded = axes + [1] * (3 - len(axes))

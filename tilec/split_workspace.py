@@ -14,7 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from tilec.backend.split import F32_BYTES, WORKSPACE_PARAMS
+from tilec.backend.abi import WORKSPACE_PARAMS
+from tilec.backend.split import F32_BYTES
 from tilec.ir.core import Kernel
 
 COUNTER_BYTES = 4
