@@ -54,6 +54,7 @@ class NumpyArrays:
         self.rng = np.random.default_rng(0)
         self.now = 0.0  # milliseconds; steps under test advance it
         self.tf32_calls: list[bool] = []
+        self.flushes = 0
 
     def unsupported(self, dtype: str) -> Any:
         return None
@@ -84,6 +85,14 @@ class NumpyArrays:
 
     def copy(self, dst, src) -> None:
         dst[...] = src
+
+    def reader(self, nbytes):
+        self.flush_bytes = nbytes
+
+        def flush() -> None:
+            self.flushes += 1
+            self.now += 1000.0  # slow, and never inside a timed pair
+        return flush
 
     def synchronize(self) -> None:
         pass
@@ -366,6 +375,22 @@ def test_the_event_timer_excludes_warm_up_and_takes_the_median():
     assert ms == 2.0  # median of the timed calls; the 500 ms first call is not among them
     # 1 first call, 5 to estimate, 10 ms of warm-up at 1 ms, then 50 ms worth (50 calls).
     assert len(calls) == 1 + bench.EVENT_ESTIMATE_CALLS + 10 + 50
+
+
+def test_the_benchmark_timer_flushes_l2_before_each_call_outside_the_events():
+    arrays = NumpyArrays(l2_bytes=1000)
+    timer, name = bench.make_timer(arrays, quick=True)
+    assert arrays.flush_bytes == bench.FLUSH_L2_FACTOR * 1000 and "flush" in name
+    flushes_seen = []
+
+    def step() -> None:
+        flushes_seen.append(arrays.flushes)
+        arrays.now += 2.0
+    assert timer(step) == 2.0  # the 1000 ms flushes are outside every timed pair
+    warm_and_timed = len(flushes_seen) - 1 - bench.EVENT_ESTIMATE_CALLS
+    assert arrays.flushes == warm_and_timed > 0
+    # every warm-up and timed call had its own flush just before it
+    assert flushes_seen[-warm_and_timed:] == list(range(1, warm_and_timed + 1))
 
 
 def test_the_event_timer_repeats_at_least_its_minimum():

@@ -10,8 +10,10 @@ is timed: its outputs poisoned with NaN, one launch per input set, then the rela
 Frobenius error against a float64 product of the same inputs (first and last set; every
 other set must hold no NaN), within 2e-3 for f16 and tf32, 1e-2 for bf16 and 1e-4 for f32.
 A contender that fails is reported as FAIL and never timed or compared. Times are medians of
-device-event timings (``triton.testing.do_bench``, else CUDA events through torch or cupy),
-warm-up excluded, inputs rotated among enough sets to exceed 3x the L2 cache.
+CUDA events around each call (through torch or cupy), warm-up excluded, each call after a
+read-only pass over 4x the L2 cache (so it starts cold, with no dirty lines of earlier work
+to write back; ``tilec/benchmarking/timing.py`` says why not do_bench's flush), inputs
+rotated among enough sets to exceed 3x the L2 cache.
 
 Printed first, measured in the same run: the device-to-device copy bandwidth and the ceiling
 of the mma.sync path (a register-only loop of ``mma.sync.m16n8k16``); each case is then set
@@ -105,10 +107,11 @@ from tilec.benchmarking.timing import (
     EVENT_ESTIMATE_CALLS,
     EVENT_MAX_REPS,
     EVENT_MIN_REPS,
+    FLUSH_L2_FACTOR,
     REP_MS,
+    TIMER_NAME,
     WARMUP_MS,
     Timer,
-    do_bench_timer,
     event_timer,
     make_timer,
     rotating,
@@ -137,8 +140,8 @@ __all__ = [
     "require_matplotlib", "write_plot", "CaseResult", "Measurement", "References", "Report",
     "format_notes", "format_references", "format_table",
     # timing
-    "EVENT_ESTIMATE_CALLS", "EVENT_MAX_REPS", "EVENT_MIN_REPS", "REP_MS", "WARMUP_MS", "Timer",
-    "do_bench_timer", "event_timer", "make_timer", "rotating",
+    "EVENT_ESTIMATE_CALLS", "EVENT_MAX_REPS", "EVENT_MIN_REPS", "FLUSH_L2_FACTOR", "REP_MS",
+    "TIMER_NAME", "WARMUP_MS", "Timer", "event_timer", "make_timer", "rotating",
     # triton_kernel
     "TRITON_CONFIG", "triton_matmul",
 ]

@@ -3,7 +3,7 @@
 cases            dtypes, tolerances, the default sweep, sizes, input-set rotation
 results          Measurement, CaseResult, References, Report
 array_libraries  torch or cupy behind one protocol (inputs, cuBLAS, events)
-timing           device-event timers (do_bench when Triton is there) and rotation
+timing           the device-event timer (read-only L2 flush) and rotation
 ceilings         the copy bandwidth and the mma.sync loop (hand-written PTX)
 triton_kernel    the Triton matmul
 contenders       tilec, cuBLAS and Triton as contenders

@@ -3,7 +3,7 @@ either through :class:`Arrays`, so the CPU tests can hand it a numpy stand-in.""
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 FALLBACK_L2_BYTES = 64 * 2**20  # when the array library cannot say
 
@@ -25,6 +25,7 @@ class Arrays(Protocol):
     def all_finite(self, array: Any) -> bool: ...
     def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None: ...
     def copy(self, dst: Any, src: Any) -> None: ...
+    def reader(self, nbytes: int) -> Callable[[], None]: ...
     def synchronize(self) -> None: ...
     def event(self) -> Any: ...
     def elapsed_ms(self, start: Any, end: Any) -> float: ...
@@ -89,6 +90,13 @@ class TorchArrays:
     def copy(self, dst: Any, src: Any) -> None:
         dst.copy_(src)
 
+    def reader(self, nbytes: int) -> Callable[[], None]:
+        """A step that reads ``nbytes`` of device memory and writes next to nothing (a sum
+        of ones): the timer's L2 flush."""
+        buffer = self.torch.ones(max(1, nbytes // 4), dtype=self.torch.int32,
+                                 device=self.device)
+        return lambda: buffer.sum()
+
     def synchronize(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
@@ -152,6 +160,10 @@ class CupyArrays:
 
     def copy(self, dst: Any, src: Any) -> None:
         dst.data.copy_from_device_async(src.data, src.nbytes)
+
+    def reader(self, nbytes: int) -> Callable[[], None]:
+        buffer = self.cupy.ones(max(1, nbytes // 4), dtype=self.cupy.int32)
+        return lambda: buffer.sum()
 
     def synchronize(self) -> None:
         self.cupy.cuda.Device().synchronize()
