@@ -9,8 +9,9 @@ y over rows; each thread steps down the rows by the grid's height, since gridDim
 65535. Addresses are 64-bit throughout.
 
 Parameters, in :data:`PACK_PARAMS` order: the source and destination addresses, then the
-rows, the elements per row (``cols``), and the source row stride, source element stride and
-destination row stride, all in elements. The destination row stride must be a multiple of
+destination's rows, the rows to copy (``src_rows``; the rows after them are written as
+zeros: a reduction dim padded to whole K steps), the elements per row (``cols``), and the
+source row stride, source element stride and destination row stride, all in elements. The destination row stride must be a multiple of
 :func:`vector_elems`; the launcher rounds it up so.
 """
 from __future__ import annotations
@@ -26,7 +27,8 @@ VECTOR_BYTES = 16
 # Per element size: the register class one element is loaded into (PTX ISA 5.2).
 ELEMENT_CLASS = {2: "b16", 4: "b32"}
 # (name, PTX type), in the order the launcher passes them.
-PACK_PARAMS = (("src", "u64"), ("dst", "u64"), ("rows", "u32"), ("cols", "u32"),
+PACK_PARAMS = (("src", "u64"), ("dst", "u64"), ("rows", "u32"), ("src_rows", "u32"),
+               ("cols", "u32"),
                ("src_row_stride", "u32"), ("src_col_stride", "u32"),
                ("dst_row_stride", "u32"))
 
@@ -93,8 +95,8 @@ def _emit_pack(w: PtxWriter, elem_bytes: int) -> None:
 
 class RowLoop:
     """The loop over this thread's rows: the body loads one row's vector into four 32-bit
-    words given the row's source offset in elements; the loop stores them (PTX ISA 9.7.9.9)
-    and steps down by the grid's height."""
+    words given the row's source offset in elements; the loop stores them (PTX ISA 9.7.9.9),
+    or zeros from row ``src_rows`` on, and steps down by the grid's height."""
 
     def __init__(self, w: PtxWriter, p: dict[str, str], row: str, row_step: str,
                  elem_shift: int, dst_col: str, done: str):
@@ -110,12 +112,22 @@ class RowLoop:
         finished = w.reg("pred")
         w.emit(f"setp.ge.u32 {finished}, {row}, {p['rows']};")
         w.emit(f"@{finished} bra {self.done};")
-        words = load_words(_wide(w, row, p["src_row_stride"]))
         dst = _wide(w, row, p["dst_row_stride"])
         w.emit(f"shl.b64 {dst}, {dst}, {self.elem_shift};")
         w.emit(f"add.s64 {dst}, {dst}, {self.dst_col};")
         w.emit(f"add.s64 {dst}, {dst}, {p['dst']};")
+        padding, next_row = w.label("zero_row"), w.label("next_row")
+        beyond = w.reg("pred")
+        w.emit(f"setp.ge.u32 {beyond}, {row}, {p['src_rows']};")
+        w.emit(f"@{beyond} bra {padding};")
+        words = load_words(_wide(w, row, p["src_row_stride"]))
         w.emit(f"st.global.v4.b32 [{dst}], {{{', '.join(words)}}};")
+        w.emit(f"bra.uni {next_row};")
+        w.raw(f"{padding}:")
+        zero = w.reg("b32")
+        w.emit(f"mov.b32 {zero}, 0;")
+        w.emit(f"st.global.v4.b32 [{dst}], {{{', '.join([zero] * 4)}}};")
+        w.raw(f"{next_row}:")
         w.emit(f"add.s32 {row}, {row}, {self.row_step};")
         w.emit(f"bra {loop};")
 

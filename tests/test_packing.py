@@ -4,6 +4,7 @@ pool, the pack kernel's PTX (assembled by ptxas for every target), and the CLI a
 descriptions. tests/gpu/test_packing_gpu.py runs it all."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -52,9 +53,15 @@ def matmul_args(m: int, n: int, k: int, dtype="f16") -> dict[str, ArrayArg]:
             "C": arg("C", (m, n), dtype="f32")}
 
 
-def plan(name: str, tensors, policy="auto") -> PackPlan:
-    kernel = sample(name).lower()
-    return plan_packing(kernel, tensors, policy, written_params(kernel))
+def plan(name: str, tensors, policy="auto", pad=True, consts=None) -> PackPlan:
+    """The sample's packing for these arguments (``pad=False``: without K padding)."""
+    kernel = sample(name).lower(**(consts or {}))
+    packing = plan_packing(kernel, tensors, policy, written_params(kernel))
+    return packing if pad else PackPlan(tuple(
+        dataclasses.replace(p, shape=p.source_shape, row_stride=p.padded(0, p.source_shape[0])
+                            .row_stride if p.inner == 0 else
+                            p.padded(1, p.source_shape[1]).row_stride)
+        for p in packing.tensors))
 
 
 # ---------------------------------------------------------------------------------- plan
@@ -68,8 +75,8 @@ def test_operands_are_the_tensors_the_tiling_pass_copies(name):
 
 
 def test_ragged_f16_operands_are_packed_to_16_byte_rows():
-    packing = plan("matmul", matmul_args(4095, 4097, 4093))
-    assert packing.names == ("A", "B")
+    packing = plan("matmul", matmul_args(4095, 4097, 4093), pad=False)
+    assert packing.names == ("A", "B") and packing.padded == ()
     a, b = packing.tensors
     assert (a.shape, a.strides, a.inner, a.row_stride) == ((4095, 4093), (4093, 1), 1, 4096)
     assert (b.shape, b.strides, b.inner, b.row_stride) == ((4093, 4097), (4097, 1), 1, 4160)
@@ -77,6 +84,97 @@ def test_ragged_f16_operands_are_packed_to_16_byte_rows():
     assert a.nbytes == 4095 * 4096 * 2
     assert packing.describe() == ["A packed to stride 4096 (rows were 2-byte aligned)",
                                   "B packed to stride 4160 (rows were 2-byte aligned)"]
+
+
+def test_a_ragged_k_is_padded_with_zeros_to_whole_k_steps():
+    packing = plan("matmul", matmul_args(4095, 4097, 4093))  # BK = 32
+    assert packing.padded == (("K", 4096),)
+    a, b = packing.tensors
+    # A's K is its row: columns 4093..4095 are zeros within the stride it had anyway.
+    assert (a.shape, a.source_shape, a.cols, a.rows, a.row_stride) == (
+        (4095, 4096), (4095, 4093), 4093, 4095, 4096)
+    # B's K is its rows: three zero rows more.
+    assert (b.shape, b.source_shape, b.rows, b.source_rows) == (
+        (4096, 4097), (4093, 4097), 4096, 4093)
+    assert b.nbytes == 4096 * 4160 * 2
+    assert packing.describe()[-1] == "K padded to 4096 with zeros"
+    # BK = 128 past A's 128-byte stride: the stride grows with the padded row.
+    wide = plan("matmul", matmul_args(4095, 4097, 4001), consts={"BK": 128})
+    assert wide.tensors[0].row_stride == 4096 > -(-4001 // 64) * 64
+    assert wide.padded == (("K", 4096),)
+    # The launch binds the padded K, and the spec says what it divides.
+    from tilec.launch import Bound
+    bound = Bound(matmul_args(4095, 4097, 4093), {}, {"M": 4095, "N": 4097, "K": 4093})
+    assert packing.bound(bound).symbols == {"M": 4095, "N": 4097, "K": 4096}
+    assert PackPlan(packing.tensors).bound(bound) is bound
+    spec = packing.spec(spec_for(bound))
+    assert spec.divides("K", 32) and spec.divides("K", 256) and not spec.divides("N", 2)
+
+
+def test_the_padded_kernel_has_no_k_edge_mask():
+    function = sample("matmul")
+    kernel = function.lower()
+    tensors = matmul_args(4095, 4097, 4093)
+    spec = spec_for_tensors(tensors, {"M": 4095, "N": 4097, "K": 4093})
+    padded = plan_packing(kernel, tensors, "auto")
+    unpadded = PackPlan(plan_packing(kernel, tensors, "auto").tensors)  # same scratch, no pad
+    masks = {}
+    for name, packing in (("padded", padded), ("unpadded", unpadded)):
+        compiled = function.compile(spec=packing.spec(spec))
+        masks[name] = sorted({tuple(op.attrs["masked"]) for op in compiled.kernel.walk()
+                              if op.name == "copy.global_to_shared"})
+    # Rows of A (M) and columns of B (N) stay ragged; the K edge of both is gone.
+    assert masks["unpadded"] == [(True, True)]
+    assert masks["padded"] == [(False, True), (True, False)]
+
+
+@pytest.mark.parametrize("why, source, tensors", [
+    ("B is aligned, so not packed: its K rows past 4093 are someone else's memory",
+     None, lambda: {**matmul_args(4095, 4096, 4093),
+                    "B": arg("B", (4093, 4096), ptr=BASE)}),
+    ("K divides BK already", None, lambda: matmul_args(4095, 4097, 4096)),
+    ("the loop's bound is computed from K: a padded K would change its trips",
+     '''
+@tile
+def short(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=128, BN=128, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K - BK, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+''', lambda: matmul_args(4095, 4097, 4093)),
+    ("a second tensor with K, D, is written, so never packed",
+     '''
+@tile
+def two(A: f16[M, K], B: f16[K, N], C: f32[M, N], D: f32[M, K], BM=128, BN=128, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+        D[m * BM : +BM, 0 : +BK] = zeros([BM, BK], f32)
+''', lambda: {**matmul_args(4095, 4097, 4093), "D": arg("D", (4095, 4093), dtype="f32")}),
+    ("A's tile is not the loop's step wide",
+     '''
+@tile
+def half(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=128, BN=128, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, 2 * BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+''', lambda: matmul_args(4095, 4097, 4093)),
+])
+def test_k_is_not_padded_when_zeros_could_change_the_result(why, source, tensors):
+    if source is None:
+        function = sample("matmul")
+    else:
+        header = "from tilec import f16, f32, tile\n"
+        (function,) = load_file("padding.py", text=header + source).values()
+    kernel = function.lower()
+    packing = plan_packing(kernel, tensors(), "auto", written_params(kernel))
+    assert packing.padded == (), why
+    assert all(p.shape == p.source_shape for p in packing.tensors), why
 
 
 def test_the_packed_spec_has_full_vectors_and_keeps_the_rest():
@@ -87,7 +185,8 @@ def test_the_packed_spec_has_full_vectors_and_keeps_the_rest():
     packed = packing.spec(spec)
     assert packed.tensor("A", 2, 2) == packed.tensor("B", 2, 2) == TensorSpec(1, 8)
     assert packed.tensor("C", 2, 4) == spec.tensor("C", 2, 4)  # C is never packed
-    assert packed.divisible == spec.divisible
+    # M and N keep what they divide; K is launched padded to 4096.
+    assert dict(packed.divisible) == {**dict(spec.divisible), "K": 256}
     # The spec the plan claims is the one the launcher computes for the scratch itself.
     for p in packing.tensors:
         scratch = arg(p.name, p.shape, p.packed_strides, ptr=BASE + (1 << 24))
@@ -122,7 +221,9 @@ def test_bf16_and_the_transposed_weight_of_matmul_bt():
     packing = plan("matmul_bt", tensors)
     assert packing.names == ("A", "B")
     b = packing.tensors[1]
-    assert (b.shape, b.inner, b.row_stride, b.packed_strides) == ((1003, 77), 1, 128, (128, 1))
+    # B is read transposed: its K is its row, padded to 96 within the 128-element stride.
+    assert (b.shape, b.inner, b.row_stride, b.packed_strides) == ((1003, 96), 1, 128, (128, 1))
+    assert packing.padded == (("K", 96),)
 
 
 def test_column_major_strided_and_offset_operands():
@@ -213,21 +314,22 @@ def test_packer_hands_both_kernels_the_scratch(monkeypatch):
     a, b, c = (bound.tensors[name] for name in "ABC")
     packing = plan("matmul", bound.tensors)
     assert packing.names == ("A", "B")
-    scratch = {"A": FakeBuffer(300 * 192 * 2, ptr=0xA0000), "B": FakeBuffer(135 * 320 * 2,
+    scratch = {"A": FakeBuffer(300 * 192 * 2, ptr=0xA0000), "B": FakeBuffer(160 * 320 * 2,
                                                                              ptr=0xB0000)}
     packer = Packer(packing, bound.tensors, "sm_90", scratch)
     packer.launch(stream=7)
     (grid_a, block_a, smem, args_a, stream), (_, _, _, args_b, _) = fake.launches
     assert (smem, stream) == (0, 7)
-    # src, dst, rows, cols, src row stride, src element stride, dst row stride
-    assert args_a == (a.ptr, 0xA0000, 300, 135, 135, 1, 192)  # rows of whole 128-byte lines
-    assert args_b == (b.ptr, 0xB0000, 135, 263, 263, 1, 320)
+    # src, dst, rows, rows copied, cols, src row stride, src element stride, dst row stride
+    assert args_a == (a.ptr, 0xA0000, 300, 300, 135, 135, 1, 192)  # whole 128-byte lines
+    assert args_b == (b.ptr, 0xB0000, 160, 135, 263, 263, 1, 320)  # K padded to 160: 25 zero rows
     assert len(args_a) == len(PACK_PARAMS)
     assert (grid_a, block_a) == pack_geometry(packing.tensors[0])
     # The matmul reads the scratch with its padded stride; C stays the user's.
     compiled = function.compile(spec=packing.spec(spec_for(bound)))
     values = dict(zip([p.name for p in kernel_abi_params(compiled)],
-                      kernel_arguments(compiled.kernel, bound, packer.args)))
+                      kernel_arguments(compiled.kernel, packing.bound(bound), packer.args)))
+    assert values["dim_K"] == 160
     assert (values["A_ptr"], values["A_stride0"], values["A_stride1"]) == (0xA0000, 192, 1)
     assert (values["B_ptr"], values["B_stride0"]) == (0xB0000, 320)
     assert (values["C_ptr"], values["C_stride0"]) == (c.ptr, 263)
@@ -294,7 +396,10 @@ def test_pack_ptx_shape(itemsize):
     # funnel-shifted into four words.
     assert len(re.findall(r"@%p\d+ ld\.global\.nc\.v4\.b32 ", ptx)) == 2
     assert ptx.count("shf.r.clamp.b32") == 4
-    assert ptx.count("st.global.v4.b32") == 2  # one store per path
+    # Per path, one store of the loaded row and one of a zero row (a padded reduction dim).
+    assert ptx.count("st.global.v4.b32") == 4
+    assert len(re.findall(r"setp\.ge\.u32 %p\d+, %r\d+, %r\d+;\n\t@%p\d+ bra \$L_zero_row",
+                          ptx)) == 2
     assert len(re.findall(r"mul\.wide\.u32", ptx)) >= 4  # 64-bit addresses
     params = re.findall(r"\.param \.(\w+) (\w+)", ptx)
     assert params == [(kind_, name) for name, kind_ in PACK_PARAMS]
@@ -330,7 +435,7 @@ def test_describe_compiled_mentions_the_packing():
     assert describe_compiled(compiled) == "128x128x32 warps 2x2 stages 3"
     assert describe_compiled(compiled, packing) == (
         "128x128x32 warps 2x2 stages 3, A packed to stride 4096 (rows were 2-byte aligned), "
-        "B packed to stride 4160 (rows were 2-byte aligned)")
+        "B packed to stride 4160 (rows were 2-byte aligned), K padded to 4096 with zeros")
 
 
 def test_cli_explain_shows_the_packing_and_pack_off(capsys):

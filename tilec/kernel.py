@@ -186,7 +186,8 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
                 packer.launch()
                 size = workspace_size(compiled.kernel, sizes)
                 hidden = shared_workspace(size).args if size else {}
-                launch_compiled(compiled, bound, {**packer.args, **hidden}, sizes)
+                launch_compiled(compiled, packing.bound(bound), {**packer.args, **hidden},
+                                sizes)
         staging.copy_back()
     return written
 
@@ -236,7 +237,8 @@ class PreparedLaunch:
         # Owned, not shared: this launch may run on its own stream beside others.
         self.workspace = Workspace(size) if size else None
         hidden = self.workspace.args if self.workspace else {}
-        self.args = kernel_arguments(compiled.kernel, bound, {**self.packer.args, **hidden})
+        self.args = kernel_arguments(compiled.kernel, packing.bound(bound),
+                                     {**self.packer.args, **hidden})
         self.stream = stream
 
     def __call__(self) -> None:

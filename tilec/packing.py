@@ -19,17 +19,25 @@ Only the tensors that the ``@`` of the main loop reads are packed, never one the
 writes. The scratch has the tensor's logical shape and its unit-stride dim; the other dim's
 stride (the "row stride") is rounded up to a whole number of 128-byte lines, and the padding
 is written as zeros.
+
+The reduction dim is padded too, when that is safe (:func:`paddable_reductions`): if every
+tensor with K in its shape is packed and K is read only as the K loop's bound, in whole BK
+steps, by loads feeding the product, the scratch gets zeros up to the next multiple of BK
+and the kernel is launched (and compiled) with that K. The zeros add nothing to the sums,
+and the kernel loses its K-edge masks (4% of a ragged 4K matmul on an H100).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from tilec.backend.pack import ELEMENT_CLASS, VECTOR_BYTES, pack_entry, pack_ptx, vector_elems
-from tilec.ir.core import Kernel, Value, defining_op
-from tilec.launch import INT32_MAX, tensor_spec
+from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.ir.types import TensorType
+from tilec.launch import INT32_MAX, Bound, divisibility, tensor_spec
 from tilec.options import Options, Spec, TensorSpec
 
 # "auto" packs a misaligned operand of at least this many elements (one 128x128 tile). An
@@ -52,7 +60,9 @@ class PackedTensor:
 
     ``inner`` is the scratch's unit-stride dim: the argument's own contiguous dim when it has
     one. ``row_stride`` is the scratch's stride of the other dim, in elements, a multiple of
-    a 128-byte line. ``reason`` says why the argument's own vectors were shorter."""
+    a 128-byte line. ``reason`` says why the argument's own vectors were shorter. ``shape``
+    is the scratch's: the argument's (``source_shape``) with a reduction dim rounded up to
+    whole K steps, the added rows or columns zeros."""
 
     name: str
     dtype: str
@@ -62,6 +72,14 @@ class PackedTensor:
     inner: int
     row_stride: int
     reason: str
+    source_shape: tuple[int, int]
+
+    def padded(self, dim: int, size: int) -> "PackedTensor":
+        """This tensor with its scratch's ``dim`` extended to ``size`` elements of zeros."""
+        shape = list(self.shape)
+        shape[dim] = size
+        row_stride = _row_stride(shape[self.inner], self.itemsize)
+        return dataclasses.replace(self, shape=(shape[0], shape[1]), row_stride=row_stride)
 
     @property
     def outer(self) -> int:
@@ -69,12 +87,17 @@ class PackedTensor:
 
     @property
     def rows(self) -> int:
+        """The scratch's rows, zero rows of a padded reduction dim included."""
         return self.shape[self.outer]
 
     @property
+    def source_rows(self) -> int:
+        return self.source_shape[self.outer]
+
+    @property
     def cols(self) -> int:
-        """Elements per row: the extent of the unit-stride dim."""
-        return self.shape[self.inner]
+        """Elements copied per row: the argument's extent of the unit-stride dim."""
+        return self.source_shape[self.inner]
 
     @property
     def packed_strides(self) -> tuple[int, int]:
@@ -101,6 +124,8 @@ class PackPlan:
     """The tensors a launch packs (none: the launch is as without packing)."""
 
     tensors: tuple[PackedTensor, ...] = ()
+    # Reduction symbols the launch rounds up, each with the size the kernel is launched with.
+    padded: tuple[tuple[str, int], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.tensors)
@@ -110,17 +135,27 @@ class PackPlan:
         return tuple(p.name for p in self.tensors)
 
     def spec(self, spec: Spec) -> Spec:
-        """``spec`` with each packed tensor's layout replaced by its scratch's."""
+        """``spec`` with each packed tensor's layout replaced by its scratch's, and what a
+        padded symbol divides."""
         packed = {p.name: p.spec for p in self.tensors}
         tensors = tuple((name, packed.get(name, layout)) for name, layout in spec.tensors)
-        return Spec(tensors, spec.divisible)
+        divisible = dict(spec.divisible)
+        divisible.update(divisibility(dict(self.padded)))
+        return Spec(tensors, tuple(sorted(divisible.items())))
+
+    def bound(self, bound: Bound) -> Bound:
+        """The arguments as the kernel is launched with them: padded symbols' sizes."""
+        if not self.padded:
+            return bound
+        return Bound(bound.tensors, bound.scalars, {**bound.symbols, **dict(self.padded)})
 
     def options(self, options: Options) -> Options:
         """The options to compile the kernel with: its spec as the packed arguments have it."""
         return options.with_(spec=self.spec(options.spec)) if self.tensors else options
 
     def describe(self) -> list[str]:
-        return [p.describe() for p in self.tensors]
+        return ([p.describe() for p in self.tensors]
+                + [f"{symbol} padded to {size} with zeros" for symbol, size in self.padded])
 
 
 def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
@@ -163,14 +198,92 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     not empty, and, under "auto", it holds at least :data:`PACK_MIN_ELEMENTS` elements."""
     if policy == "off":
         return PackPlan()
-    packed = []
+    packed = {}
     for name in operand_tensors(kernel):
         if name in written or name not in tensors:
             continue
         entry = _pack_tensor(tensors[name], policy)
         if entry is not None:
-            packed.append(entry)
-    return PackPlan(tuple(packed))
+            packed[name] = entry
+    padded = []
+    for symbol, step in paddable_reductions(kernel, tuple(packed)).items():
+        dims = {name: _dims_of(kernel, name, symbol) for name in packed}
+        size = next(packed[name].shape[d[0]] for name, d in dims.items() if d)
+        whole = -(-size // step) * step
+        if whole == size or whole > INT32_MAX:
+            continue
+        for name, found in dims.items():
+            if found:
+                packed[name] = packed[name].padded(found[0], whole)
+        padded.append((symbol, whole))
+    return PackPlan(tuple(packed.values()), tuple(padded))
+
+
+def paddable_reductions(kernel: Kernel, packed: Sequence[str]) -> dict[str, int]:
+    """The shape symbols a launch packing ``packed`` may round up to a multiple of their K
+    loop's step, each with that step. ``kernel`` is the frontend's tile IR.
+
+    A symbol qualifies when (1) its only use is as the bound of an ``scf.for`` from 0 with
+    a constant step; (2) every tensor parameter with the symbol in its shape is packed, so
+    all of them get the zeros; (3) each load of those tensors sits in that loop, starts at
+    the loop index along the symbol's dim and spans one step there; and (4) each load feeds
+    only ``tile.dot`` operands, with the symbol's dim as the contracted one. Then the added
+    elements are zeros that only meet other zeros or enter sums."""
+    steps = {}
+    for loop in kernel.walk():
+        if loop.name != "scf.for" or "step_const" not in loop.attrs:
+            continue
+        upper = loop.operands[1]
+        symbol = next((s for s in kernel.symbols if kernel.symbol_value(s) is upper), None)
+        if symbol is None or _constant(loop.operands[0]) != 0 or len(_uses(kernel, upper)) != 1:
+            continue
+        step = loop.attrs["step_const"]
+        tensors = [p.name for p in kernel.params if isinstance(p.type, TensorType)
+                   and symbol in p.type.shape]
+        if all(name in packed and _loads_whole_steps(kernel, loop, name, symbol, step)
+               for name in tensors):
+            steps[symbol] = step
+    return steps
+
+
+def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: int) -> bool:
+    index = loop.regions[0].args[0]
+    views = [kernel.param_value(name)]
+    loads = []
+    while views:
+        for op, position in _uses(kernel, views.pop()):
+            if op.name == "tensor.transpose":
+                views.append(op.result)
+            elif op.name == "tile.load" and position == 0:
+                loads.append(op)
+            else:
+                return False
+    for load in loads:
+        dims = [d for d, size in enumerate(load.operands[0].type.shape) if size == symbol]
+        if load not in loop.regions[0].ops or len(dims) != 1:
+            return False
+        dim = dims[0]
+        if load.operands[1 + dim] is not index or load.attrs["shape"][dim] != step:
+            return False
+        contracted = {0: 1, 1: 0}  # the dot's operand -> its contracted dim
+        for user, position in _uses(kernel, load.result):
+            if user.name != "tile.dot" or contracted.get(position) != dim:
+                return False
+    return True
+
+
+def _uses(kernel: Kernel, value: Value) -> list[tuple[Op, int]]:
+    return [(op, i) for op in kernel.walk() for i, v in enumerate(op.operands) if v is value]
+
+
+def _constant(value: Value) -> Optional[int]:
+    op = defining_op(value)
+    return op.attrs["value"] if op is not None and op.name == "arith.constant" else None
+
+
+def _dims_of(kernel: Kernel, name: str, symbol: str) -> list[int]:
+    param = next(p for p in kernel.params if p.name == name)
+    return [d for d, size in enumerate(param.type.shape) if size == symbol]
 
 
 def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
@@ -184,14 +297,18 @@ def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
     inner = spec.contiguous_dim
     if inner is None:  # no unit stride: the scratch makes the dim of the smaller stride one
         inner = 0 if arg.strides[0] < arg.strides[1] else 1
-    # Rows start on 128-byte lines, not just 16-byte vectors: a tile row then spans whole
-    # lines, where a 16-byte-aligned stride would touch one more line per row.
-    per_line = ROW_ALIGN_BYTES // arg.itemsize
-    row_stride = -(-arg.shape[inner] // per_line) * per_line
+    row_stride = _row_stride(arg.shape[inner], arg.itemsize)
     if row_stride > INT32_MAX:  # the kernel takes 32-bit strides
         return None
     return PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape), tuple(arg.strides),
-                        inner, row_stride, _reason(arg, spec.contiguous_dim))
+                        inner, row_stride, _reason(arg, spec.contiguous_dim), tuple(arg.shape))
+
+
+def _row_stride(cols: int, itemsize: int) -> int:
+    """Rows start on 128-byte lines, not just 16-byte vectors: a tile row then spans whole
+    lines, where a 16-byte-aligned stride would touch one more line per row."""
+    per_line = ROW_ALIGN_BYTES // itemsize
+    return -(-cols // per_line) * per_line
 
 
 def _reason(arg: Any, contiguous: Optional[int]) -> str:
@@ -221,8 +338,7 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
     the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
-    from tilec.ir.types import TensorType
-    from tilec.launch import Bound, spec_for
+    from tilec.launch import spec_for
     from tilec.runtime.arrays import ArrayArg, c_strides
 
     tensors = {}
@@ -276,7 +392,8 @@ def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) 
     ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
     from tilec.runtime import I32, Ptr
     grid, block = pack_geometry(packed)
-    args = (Ptr(source.ptr), Ptr(scratch_ptr), I32(packed.rows), I32(packed.cols),
+    args = (Ptr(source.ptr), Ptr(scratch_ptr), I32(packed.rows), I32(packed.source_rows),
+            I32(packed.cols),
             I32(source.strides[packed.outer]), I32(source.strides[packed.inner]),
             I32(packed.row_stride))
     return PackLaunch(pack_function(packed.itemsize, arch), grid, block, args)

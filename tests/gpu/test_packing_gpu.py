@@ -14,7 +14,8 @@ import pytest
 
 from tilec.kernel import load_file
 from tilec.options import target_arch
-from tilec.packing import SCRATCH_POOL, Packer, owned_scratch, plan_packing, row_major_launch
+from tilec.packing import (SCRATCH_POOL, PackPlan, Packer, owned_scratch, plan_packing,
+                           row_major_launch)
 from tilec.runtime import (DeviceBuffer, as_array_arg, current_device, gpu_unavailable_reason,
                            has_gpu, synchronize)
 from tilec.runtime.arrays import c_strides, from_bf16_bits, to_bf16_bits
@@ -121,8 +122,16 @@ def test_prepared_launch_packs_says_so_and_repacks_each_call():
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c)
     assert launch.packing.describe() == ["A packed to stride 192 (rows were 2-byte aligned)",
-                                         "B packed to stride 320 (rows were 2-byte aligned)"]
+                                         "B packed to stride 320 (rows were 2-byte aligned)",
+                                         "K padded to 160 with zeros"]
     assert [o.vec for o in launch.compiled.kernel.meta["tiling"].operands] == [8, 8]
+    # K = 160 divides BK: the copies keep only their M and N edge masks.
+    assert sorted({tuple(op.attrs["masked"]) for op in launch.compiled.kernel.walk()
+                   if op.name == "copy.global_to_shared"}) == [(False, True), (True, False)]
+    # Scratch full of NaN: the padded K must be zeros written by the pack kernel itself
+    # (NaN * 0 is NaN), and the zero columns of A too.
+    for name in "AB":
+        launch.packer.args[name].keepalive.memset_d8(0xFF)
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
     # New operand data, same launch: the pack kernels run again and the product follows.
@@ -183,20 +192,25 @@ def test_an_empty_grid_packs_and_launches_nothing():
 
 # -------------------------------------------------------------------- the pack kernel
 
-@pytest.mark.parametrize("dtype, col_stride, grid_y, offset, src_row_stride", [
+@pytest.mark.parametrize("dtype, col_stride, grid_y, offset, src_row_stride, zero_rows", [
     # Contiguous rows of odd stride: every 2-byte (f16) or 4-byte (f32) skew of a row's
     # start within its 16-byte chunk occurs.
-    (np.float16, 1, None, 0, 251),
-    (np.float32, 1, None, 0, 251),
-    (np.float16, 1, None, 3, 251),  # the first row starts misaligned too
+    (np.float16, 1, None, 0, 251, 0),
+    (np.float32, 1, None, 0, 251, 0),
+    (np.float16, 1, None, 3, 251, 0),  # the first row starts misaligned too
     # Rows that fill the storage to its last element: the last vector's second chunk ends
     # the buffer.
-    (np.float16, 1, None, 1, 77),
-    (np.float16, 3, None, 0, 251),  # a strided source: scalar loads at any element stride
-    (np.float16, 1, 1, 0, 251),     # one block row in the grid: each thread loops over rows
+    (np.float16, 1, None, 1, 77, 0),
+    (np.float16, 3, None, 0, 251, 0),  # a strided source: scalar loads at any element stride
+    (np.float16, 1, 1, 0, 251, 0),     # one block row in the grid: each thread loops over rows
+    # Rows past the source's (a reduction dim padded to whole K steps), both paths, and
+    # with threads looping over rows.
+    (np.float16, 1, None, 0, 251, 27),
+    (np.float32, 3, None, 0, 251, 27),
+    (np.float16, 1, 1, 3, 251, 27),
 ])
 def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, grid_y, offset,
-                                                            src_row_stride):
+                                                            src_row_stride, zero_rows):
     rows, cols = 37, 77
     rng = np.random.default_rng(5)
     # The view starts `offset` elements in and its last row ends where its storage does.
@@ -206,6 +220,9 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     tensor = as_array_arg(source, "A", "f16" if dtype == np.float16 else "f32", 2)
     packing = plan_packing(sample("matmul").lower(), {"A": tensor}, "always")
     (packed,) = packing.tensors
+    if zero_rows:
+        packed = packed.padded(packed.outer, rows + zero_rows)
+        packing = PackPlan((packed,))
     per_line = 128 // storage.itemsize  # scratch rows start on 128-byte lines
     assert packed.row_stride == -(-cols // per_line) * per_line
     scratch = owned_scratch(packing)
@@ -218,14 +235,15 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
                                                  grid=(grid[0], grid_y, 1))
     packer.launch()
     synchronize()
-    out = np.empty((rows, packed.row_stride), dtype)
+    out = np.empty((rows + zero_rows, packed.row_stride), dtype)
     scratch["A"].copy_to_host(out)
     bits = {2: np.uint16, 4: np.uint32}[storage.itemsize]
     expected = np.lib.stride_tricks.as_strided(
         storage[offset:], (rows, cols), (src_row_stride * storage.itemsize,
                                  col_stride * storage.itemsize))
-    assert np.array_equal(out[:, :cols].view(bits), expected.view(bits))
-    assert not out[:, cols:].view(bits).any()  # the padding is zeros
+    assert np.array_equal(out[:rows, :cols].view(bits), expected.view(bits))
+    assert not out[:rows, cols:].view(bits).any()  # the padding is zeros
+    assert not out[rows:].view(bits).any()  # and so are the rows past the source's
     # The matmul is handed the scratch with its padded stride.
     assert packer.args["A"].ptr == scratch["A"].ptr
     assert packer.args["A"].strides == (packed.row_stride, 1)
