@@ -75,33 +75,50 @@ def mma_loop_ptx(arch: str = "sm_80", dtype: str = "f16", chains: int = MMA_CHAI
     return "\n".join(lines)
 
 
+class MmaLoop:
+    """The mma.sync loop loaded on this GPU: ``launch(trips)`` runs it on every SM,
+    ``flops(trips)`` counts what that launch computes, ``check()`` reads its sums back."""
+
+    def __init__(self, dtype: str) -> None:
+        from tilec.options import target_arch
+        from tilec.runtime import DeviceBuffer, current_device, load_module
+        device = current_device()
+        self.function = load_module(mma_loop_ptx(target_arch(device.compute_capability), dtype),
+                                    name=f"mma_loop_{dtype}").function(MMA_ENTRY)
+        self.dtype = dtype
+        self.blocks, self.threads = device.multiprocessor_count * MMA_BLOCKS_PER_SM, MMA_WARPS * 32
+        self.out = DeviceBuffer(self.blocks * self.threads * 4)
+
+    def launch(self, trips: int) -> None:
+        from tilec.runtime import F32, I32, Ptr
+        self.function.launch((self.blocks, 1, 1), (self.threads, 1, 1), 0,
+                             [Ptr(self.out.ptr), I32(trips), F32(MMA_SEED)])
+
+    def flops(self, trips: int) -> int:
+        return self.blocks * MMA_WARPS * trips * MMA_CHAINS * MMA_UNROLL * MMA_FLOP
+
+    def check(self) -> None:
+        import numpy as np
+        sums = np.empty(self.blocks * self.threads, dtype=np.float32)
+        self.out.copy_to_host(sums)
+        if not (np.isfinite(sums).all() and np.any(sums != 0)):
+            raise RuntimeError(f"the mma.sync loop ({self.dtype}) wrote non-finite or zero sums")
+
+    def describe(self, trips: int) -> str:
+        return (f"{self.blocks} blocks x {MMA_WARPS} warps, {MMA_CHAINS} chains, "
+                f"{trips * MMA_UNROLL} mmas per chain")
+
+
 def mma_ceiling(timer: Timer, dtype: str) -> tuple[float, str]:
     """The TFLOP/s of the mma.sync loop on the whole GPU, and how it was launched."""
-    import numpy as np
-
-    from tilec.options import target_arch
-    from tilec.runtime import F32, I32, DeviceBuffer, Ptr, current_device, load_module
-    device = current_device()
-    function = load_module(mma_loop_ptx(target_arch(device.compute_capability), dtype),
-                           name=f"mma_loop_{dtype}").function(MMA_ENTRY)
-    blocks, threads = device.multiprocessor_count * MMA_BLOCKS_PER_SM, MMA_WARPS * 32
-    out = DeviceBuffer(blocks * threads * 4)
+    loop = MmaLoop(dtype)
     trips = MMA_TRIPS
-
-    def launch() -> None:
-        function.launch((blocks, 1, 1), (threads, 1, 1), 0,
-                        [Ptr(out.ptr), I32(trips), F32(MMA_SEED)])
-    ms = timer(launch)
+    ms = timer(lambda: loop.launch(trips))
     if ms < MMA_TARGET_MS:  # too short to time well: lengthen the loop and time again
         trips = min(2**30, math.ceil(trips * MMA_TARGET_MS / max(ms, 1e-3)))
-        ms = timer(launch)
-    sums = np.empty(blocks * threads, dtype=np.float32)
-    out.copy_to_host(sums)
-    if not (np.isfinite(sums).all() and np.any(sums != 0)):
-        raise RuntimeError(f"the mma.sync loop ({dtype}) wrote non-finite or zero sums")
-    flops = blocks * MMA_WARPS * trips * MMA_CHAINS * MMA_UNROLL * MMA_FLOP
-    return (flops / ms / 1e9, f"{blocks} blocks x {MMA_WARPS} warps, {MMA_CHAINS} chains, "
-            f"{trips * MMA_UNROLL} mmas per chain")
+        ms = timer(lambda: loop.launch(trips))
+    loop.check()
+    return loop.flops(trips) / ms / 1e9, loop.describe(trips)
 
 
 def copy_bandwidth(arrays: Arrays, timer: Timer, nbytes: int) -> float:
