@@ -206,7 +206,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
         if entry is not None:
             packed[name] = entry
     padded = []
-    for symbol, step in paddable_reductions(kernel, tuple(packed)).items():
+    reductions = paddable_reductions(kernel, tuple(packed)) if packed else {}
+    for symbol, step in reductions.items():
         dims = {name: _dims_of(kernel, name, symbol) for name in packed}
         size = next(packed[name].shape[d[0]] for name, d in dims.items() if d)
         whole = -(-size // step) * step

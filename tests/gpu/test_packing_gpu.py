@@ -163,8 +163,10 @@ def test_column_major_strided_and_offset_operands_are_packed_and_right():
                     strides=(2 * n, 2))
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c)
+    # K is the outer dim of both scratches here: 25 zero rows each.
     assert launch.packing.describe() == ["A packed to stride 320 (columns were 8-byte aligned)",
-                                         "B packed to stride 320 (no dim had unit stride)"]
+                                         "B packed to stride 320 (no dim had unit stride)",
+                                         "K padded to 160 with zeros"]
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
     # Rows 16-byte aligned, but the array starts one element into its buffer.
@@ -174,6 +176,7 @@ def test_column_major_strided_and_offset_operands_are_packed_and_right():
     b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c)
+    # B is aligned and not packed, so K stays 136 (B's rows past it are not zeros).
     assert launch.packing.describe() == [
         "A packed to stride 192 (its address was 2-byte aligned)"]
     launch()
