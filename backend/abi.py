@@ -6,6 +6,7 @@ then, for a split-K kernel, its workspace pointers (``backend/split.py``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tilec.ir.core import Kernel, Op
@@ -25,7 +26,8 @@ class AbiParam:
     dim: int = -1
 
 
-def kernel_abi(kernel: Kernel) -> list[AbiParam]:
+@functools.lru_cache(maxsize=256)  # per compiled kernel: every plain call's launch reads it
+def kernel_abi(kernel: Kernel) -> tuple[AbiParam, ...]:
     params: list[AbiParam] = []
     for param in kernel.params:
         if isinstance(param.type, TensorType):
@@ -39,7 +41,7 @@ def kernel_abi(kernel: Kernel) -> list[AbiParam]:
         params.append(AbiParam(f"dim_{symbol}", "i32", symbol, "symbol"))
     if kernel.meta.get("split_k", 1) > 1:
         params.extend(AbiParam(name, "ptr", name, "workspace") for name in WORKSPACE_PARAMS)
-    return params
+    return tuple(params)
 
 
 # -- the grid: which CUDA axes number what ---------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
@@ -158,6 +159,7 @@ class PackPlan:
                 + [f"{symbol} padded to {size} with zeros" for symbol, size in self.padded])
 
 
+@functools.lru_cache(maxsize=256)  # per lowered kernel: plain calls plan on every launch
 def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
     """The tensor parameters that the kernel's matmuls (``tile.dot``) load their operands
     from, in order, each once: the tensors the main loop copies to shared memory. Takes the
@@ -220,7 +222,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     return PackPlan(tuple(packed.values()), tuple(padded))
 
 
-def paddable_reductions(kernel: Kernel, packed: Sequence[str]) -> dict[str, int]:
+@functools.lru_cache(maxsize=256)
+def paddable_reductions(kernel: Kernel, packed: tuple[str, ...]) -> dict[str, int]:
     """The shape symbols a launch packing ``packed`` may round up to a multiple of their K
     loop's step, each with that step. ``kernel`` is the frontend's tile IR.
 
