@@ -4,7 +4,6 @@ pool, the pack kernel's PTX (assembled by ptxas for every target), and the CLI a
 descriptions. tests/gpu/test_packing_gpu.py runs it all."""
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import subprocess
@@ -57,11 +56,10 @@ def plan(name: str, tensors, policy="auto", pad=True, consts=None) -> PackPlan:
     """The sample's packing for these arguments (``pad=False``: without K padding)."""
     kernel = sample(name).lower(**(consts or {}))
     packing = plan_packing(kernel, tensors, policy, written_params(kernel))
-    return packing if pad else PackPlan(tuple(
-        dataclasses.replace(p, shape=p.source_shape, row_stride=p.padded(0, p.source_shape[0])
-                            .row_stride if p.inner == 0 else
-                            p.padded(1, p.source_shape[1]).row_stride)
-        for p in packing.tensors))
+    if pad:
+        return packing
+    return PackPlan(tuple(p.padded(0, p.source_shape[0]).padded(1, p.source_shape[1])
+                          for p in packing.tensors))
 
 
 # ---------------------------------------------------------------------------------- plan
