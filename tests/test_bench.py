@@ -666,15 +666,17 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
     mma tiles for f16/bf16, the FFMA tiles for f32, short tiles for M <= 64."""
     from tilec.autotune import config_problem
     from tilec.benchmarking.contenders import tuned_config
-    shapes = [(16, 8192), (4095, 8192), (4096, 8192), (1024, 1024)]  # short ragged tiled small
+    # short, ragged, tiled, small, shallow
+    shapes = [(16, 8192, 8192), (4095, 8192, 8192), (4096, 8192, 8192), (1024, 1024, 8192),
+              (8192, 8192, 256)]
     for dtype in ("f16", "bf16", "f32"):
-        for m, n in shapes:
-            config = tuned_config(Case(m, n, 8192, dtype))
+        for m, n, k in shapes:
+            config = tuned_config(Case(m, n, k, dtype))
             assert (config["BM"] <= 32) == (m <= 64)
             full = {"swizzle": "auto", "raster_group": 8, "warps": None, **config}
             assert config_problem(full, dtype, "sm_90") is None, (dtype, m, config)
-    for m, n in shapes:  # tf32 compiles as f32 with f32_math="tf32"
-        config = tuned_config(Case(m, n, 8192, "tf32"))
+    for m, n, k in shapes:  # tf32 compiles as f32 with f32_math="tf32"
+        config = tuned_config(Case(m, n, k, "tf32"))
         full = {"swizzle": "auto", "raster_group": 8, "warps": None, "f32_math": "tf32",
                 **config}
         assert config_problem(full, "f32", "sm_90") is None, (m, config)
@@ -684,6 +686,7 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
     assert tuned_config(Case(4096, 4096, 4096, "f16"))["BN"] == 256
     assert tuned_config(Case(2048, 2048, 2048, "f16"))["BN"] == 256  # 128 tiles: enough
     assert tuned_config(Case(1024, 1024, 1024, "f16"))["BM"] == 64  # 32 tiles: too few
+    assert tuned_config(Case(8192, 8192, 256, "f16"))["BK"] == 64  # 2 steps of 128: too few
     assert tuned_config(Case(4095, 4097, 4093, "f16"))["BN"] == 128
 
 
