@@ -11,8 +11,9 @@ y over rows; each thread steps down the rows by the grid's height, since gridDim
 Parameters, in :data:`PACK_PARAMS` order: the source and destination addresses, then the
 destination's rows, the rows to copy (``src_rows``; the rows after them are written as
 zeros: a reduction dim padded to whole K steps), the elements per row (``cols``), and the
-source row stride, source element stride and destination row stride, all in elements. The destination row stride must be a multiple of
-:func:`vector_elems`; the launcher rounds it up so.
+source row stride, source element stride and destination row stride, all in elements. The
+destination row stride must be a multiple of :func:`vector_elems`; the launcher rounds it
+up so.
 """
 from __future__ import annotations
 

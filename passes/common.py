@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
-from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_op, defining_op
+from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, constant_value,
+                           defining_op)
 
 
 def find_main_loop(kernel: Kernel) -> tuple[Op, Op]:
@@ -52,13 +53,6 @@ def constant(builder: Builder, value: int, hint: str = "") -> Value:
     return builder.value("arith.constant", [], i32, hint or f"c{value}", value=value)
 
 
-def _constant_value(value: Value) -> Optional[int]:
-    op = defining_op(value)
-    if op is not None and op.name == "arith.constant":
-        return op.attrs["value"]
-    return None
-
-
 def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> bool:
     """Whether ``[offset, offset + extent)`` lies inside a tensor dim of size ``dim`` (a
     symbol or an int) for every launch the spec admits, so that dim needs no edge mask.
@@ -78,24 +72,24 @@ def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> boo
     op = defining_op(offset)
     if op is not None and op.name == "arith.mul":
         pid, scale = op.operands
-        if _constant_value(scale) != extent:
+        if constant_value(scale) != extent:
             pid, scale = scale, pid
         grid = defining_op(pid)
-        if _constant_value(scale) != extent or grid is None or grid.name != "tile.grid":
+        if constant_value(scale) != extent or grid is None or grid.name != "tile.grid":
             return False
         size = defining_op(grid.operands[grid.results.index(pid)])
         if size is None or size.name != "arith.cdiv":
             return False
         operand, per = size.operands
-        return _constant_value(per) == extent and (operand is bound or
-                                                   _constant_value(operand) == dim)
+        return constant_value(per) == extent and (operand is bound or
+                                                   constant_value(operand) == dim)
     owner = offset.owner
     if isinstance(owner, Block):
         for loop in kernel.walk():
             if loop.name == "scf.for" and loop.regions[0] is owner and owner.args[0] is offset:
                 lb, ub = loop.operands[:2]
-                start = _constant_value(lb)
+                start = constant_value(lb)
                 return (start is not None and start % extent == 0
                         and loop.attrs["step_const"] == extent
-                        and (ub is bound or _constant_value(ub) == dim))
+                        and (ub is bound or constant_value(ub) == dim))
     return False

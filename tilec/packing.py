@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from tilec.backend.pack import ELEMENT_CLASS, VECTOR_BYTES, pack_entry, pack_ptx, vector_elems
-from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
 from tilec.launch import INT32_MAX, Bound, divisibility, tensor_spec
 from tilec.options import Options, Spec, TensorSpec
@@ -208,9 +208,10 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
         if entry is not None:
             packed[name] = entry
     padded = []
-    reductions = paddable_reductions(kernel, tuple(packed)) if packed else {}
-    for symbol, step in reductions.items():
-        dims = {name: _dims_of(kernel, name, symbol) for name in packed}
+    reductions = paddable_reductions(kernel, tuple(packed)) if packed else ()
+    for symbol, step in reductions:
+        shapes = {param.name: param.type.shape for param in kernel.params if param.name in packed}
+        dims = {name: _symbol_dims(shapes[name], symbol) for name in packed}
         size = next(packed[name].shape[d[0]] for name, d in dims.items() if d)
         whole = -(-size // step) * step
         if whole == size or whole > INT32_MAX:
@@ -223,9 +224,11 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
 
 
 @functools.lru_cache(maxsize=256)
-def paddable_reductions(kernel: Kernel, packed: tuple[str, ...]) -> dict[str, int]:
+def paddable_reductions(kernel: Kernel,
+                        packed: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     """The shape symbols a launch packing ``packed`` may round up to a multiple of their K
-    loop's step, each with that step. ``kernel`` is the frontend's tile IR.
+    loop's step, each with that step (pairs: the result is cached and shared). ``kernel``
+    is the frontend's tile IR.
 
     A symbol qualifies when (1) its only use is as the bound of an ``scf.for`` from 0 with
     a constant step; (2) every tensor parameter with the symbol in its shape is packed, so
@@ -233,21 +236,22 @@ def paddable_reductions(kernel: Kernel, packed: tuple[str, ...]) -> dict[str, in
     the loop index along the symbol's dim and spans one step there; and (4) each load feeds
     only ``tile.dot`` operands, with the symbol's dim as the contracted one. Then the added
     elements are zeros that only meet other zeros or enter sums."""
-    steps = {}
+    steps = []
     for loop in kernel.walk():
         if loop.name != "scf.for" or "step_const" not in loop.attrs:
             continue
         upper = loop.operands[1]
         symbol = next((s for s in kernel.symbols if kernel.symbol_value(s) is upper), None)
-        if symbol is None or _constant(loop.operands[0]) != 0 or len(_uses(kernel, upper)) != 1:
+        if (symbol is None or constant_value(loop.operands[0]) != 0
+                or len(_uses(kernel, upper)) != 1):
             continue
         step = loop.attrs["step_const"]
         tensors = [p.name for p in kernel.params if isinstance(p.type, TensorType)
                    and symbol in p.type.shape]
         if all(name in packed and _loads_whole_steps(kernel, loop, name, symbol, step)
                for name in tensors):
-            steps[symbol] = step
-    return steps
+            steps.append((symbol, step))
+    return tuple(steps)
 
 
 def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: int) -> bool:
@@ -263,7 +267,7 @@ def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: i
             else:
                 return False
     for load in loads:
-        dims = [d for d, size in enumerate(load.operands[0].type.shape) if size == symbol]
+        dims = _symbol_dims(load.operands[0].type.shape, symbol)
         if load not in loop.regions[0].ops or len(dims) != 1:
             return False
         dim = dims[0]
@@ -280,14 +284,9 @@ def _uses(kernel: Kernel, value: Value) -> list[tuple[Op, int]]:
     return [(op, i) for op in kernel.walk() for i, v in enumerate(op.operands) if v is value]
 
 
-def _constant(value: Value) -> Optional[int]:
-    op = defining_op(value)
-    return op.attrs["value"] if op is not None and op.name == "arith.constant" else None
-
-
-def _dims_of(kernel: Kernel, name: str, symbol: str) -> list[int]:
-    param = next(p for p in kernel.params if p.name == name)
-    return [d for d, size in enumerate(param.type.shape) if size == symbol]
+def _symbol_dims(shape: Sequence[Any], symbol: str) -> list[int]:
+    """The dims of a tensor shape that are the shape symbol ``symbol``."""
+    return [d for d, size in enumerate(shape) if size == symbol]
 
 
 def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:

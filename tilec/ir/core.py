@@ -199,6 +199,12 @@ def defining_op(value: Value) -> Optional[Op]:
     return value.owner if isinstance(value.owner, Op) else None
 
 
+def constant_value(value: Value) -> Optional[Any]:
+    """The value of an ``arith.constant`` result; None for anything else."""
+    op = defining_op(value)
+    return op.attrs["value"] if op is not None and op.name == "arith.constant" else None
+
+
 def map_ops(block: Block, fn: Callable[[Op], Optional[list[Op]]]) -> None:
     """Rewrite a block in place: ``fn`` returns None to keep an op, or its replacement."""
     new_ops: list[Op] = []
