@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16, F32, DType
-from tilec.layout import MMA_M, MMA_N
+from tilec.target.layout import MMA_M, MMA_N
 
 from .context import Context
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from tilec.ir.core import Kernel, Value
-from tilec.layout import SmemLayout, Swizzle
+from tilec.target.layout import SmemLayout, Swizzle
 from tilec.options import Options
 
 from .writer import PtxWriter

@@ -8,7 +8,7 @@ in the loop.
 from __future__ import annotations
 
 from tilec.ir.core import Op
-from tilec.layout import copy_map, offset_relation
+from tilec.target.layout import copy_map, offset_relation
 
 from .context import Context, SmemBuffer, SmemView, TensorRegs
 

@@ -5,7 +5,7 @@ columns as one 2-element access).
 from __future__ import annotations
 
 from tilec.ir.core import Op
-from tilec.layout import DistributedLayout
+from tilec.target.layout import DistributedLayout
 
 from .context import Context, TensorRegs
 

@@ -1,6 +1,6 @@
 """The ldmatrix emitter: each warp's slice of an mma operand, from a (swizzled) shared tile.
 
-Lane addresses come from :mod:`tilec.layout`; one lane offset per operand is computed at
+Lane addresses come from :mod:`tilec.target.layout`; one lane offset per operand is computed at
 entry, the other pieces follow it by a small XOR and an immediate.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tilec.ir.core import Op
-from tilec.layout import (LDMATRIX_ORDER, WARP_SIZE, ldmatrix_lane_coord, offset_relation,
+from tilec.target.layout import (LDMATRIX_ORDER, WARP_SIZE, ldmatrix_lane_coord, offset_relation,
                           operand_k_major, operand_storage_coord)
 
 from .context import Context, SmemView
@@ -104,7 +104,7 @@ def relative_address(ctx: Context, view: SmemView, relation: tuple[int, int] | N
     One lane offset per operand (``reference_offset``, computed at entry) serves every load
     whose lanes' offsets are the reference's XOR a small constant (the swizzle permuting
     chunks within a line) plus an immediate (``relation``, from
-    :func:`~tilec.layout.offset_relation`), so few registers stay live across the loop;
+    :func:`~tilec.target.layout.offset_relation`), so few registers stay live across the loop;
     other loads get their own lane offset. ``state`` carries the view's base between the
     loads of one op."""
     if relation is None:

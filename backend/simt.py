@@ -1,14 +1,14 @@
 """Emitters for the FFMA product kind: 16-byte shared loads of each lane's operand elements
 (``frag.lds``) and exact f32 multiply-adds (``frag.fma``).
 
-Register order and lane addressing come from :class:`tilec.layout.SimtLayout` and
-:func:`tilec.layout.simt_loads`; the executor reads the same functions, so the backend and
+Register order and lane addressing come from :class:`tilec.target.layout.SimtLayout` and
+:func:`tilec.target.layout.simt_loads`; the executor reads the same functions, so the backend and
 the CPU model cannot drift apart.
 """
 from __future__ import annotations
 
 from tilec.ir.core import Op
-from tilec.layout import (SIMT_LANES, SIMT_VEC, SimtLayout, offset_relation,
+from tilec.target.layout import (SIMT_LANES, SIMT_VEC, SimtLayout, offset_relation,
                           operand_k_major, simt_load_addresses, simt_loads)
 
 from .context import Context, SmemView

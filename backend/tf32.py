@@ -6,10 +6,10 @@ Which instruction reads shared memory depends on the operand's storage orientati
 
 - k contiguous (A row-major, B given transposed): ``ldmatrix.x4`` (non-.trans). Its 16-byte
   rows are 4 f32 along k, and the 32-bit word a lane receives is exactly its tf32 fragment
-  register (:func:`tilec.layout.ldmatrix_lane_coord` with 4-element rows).
+  register (:func:`tilec.target.layout.ldmatrix_lane_coord` with 4-element rows).
 - mn contiguous (row-major B, A given transposed): ldmatrix cannot transpose 32-bit
   elements, so one ``ld.shared.b32`` per fragment register, at
-  :func:`tilec.layout.tf32_operand_coord`; the swizzle pass makes these conflict-free.
+  :func:`tilec.target.layout.tf32_operand_coord`; the swizzle pass makes these conflict-free.
 
 Then ``cvt.rna.tf32.f32`` on every register: round to nearest, ties away from zero, to 10
 mantissa bits, as cuBLAS and CUTLASS do for f32 inputs with TF32 allowed (the mma would
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tilec.ir.core import Op
-from tilec.layout import (offset_relation, operand_k_major, tf32_operand_coord,
+from tilec.target.layout import (offset_relation, operand_k_major, tf32_operand_coord,
                           tf32_registers, tf32_word_addresses)
 
 from .context import Context, SmemView

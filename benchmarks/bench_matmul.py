@@ -20,8 +20,8 @@ from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tilec import bench  # noqa: E402
-from tilec.bench import triton_matmul  # noqa: E402,F401  (bench_launch.py imports it here)
+from tilec.tools import bench  # noqa: E402
+from tilec.tools.bench import triton_matmul  # noqa: E402,F401  (bench_launch.py imports it here)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.types import TileType
-from tilec.layout import DistributedLayout
+from tilec.target.layout import DistributedLayout
 from tilec.options import Options
 
 from .common import find_main_loop, tile_in_bounds

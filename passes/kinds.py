@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from tilec.layout import (MMA_K, MMA_M, MMA_N, SIMT_K, SIMT_LANES, SIMT_VEC, TF32_K,
+from tilec.target.layout import (MMA_K, MMA_M, MMA_N, SIMT_K, SIMT_LANES, SIMT_VEC, TF32_K,
                           WARP_SIZE, MmaLayout, SimtLayout, Tf32Layout)
 
 

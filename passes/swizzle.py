@@ -4,13 +4,13 @@ Requires: tiling's plan (block, warp tiles, each operand's storage orientation a
 vector width) and the shared buffers it made.
 
 Produces: every ``smem.alloc`` and ``smem.stage`` of an operand typed with the chosen
-:class:`~tilec.layout.SmemLayout`; ``kernel.meta["bank_conflicts"]`` maps each operand to the
+:class:`~tilec.target.layout.SmemLayout`; ``kernel.meta["bank_conflicts"]`` maps each operand to the
 worst conflict degree of its copy stores and fragment reads (ldmatrix, 16-byte ``lds`` of
 FFMA, tf32's ldmatrix or ``ld.shared.b32``) under the chosen swizzle and under no swizzle
 (1 = conflict-free), the figures ``tilec explain`` prints.
 
 ``options.swizzle``: "auto" searches the candidates for the fewest conflicts (ties go to
-fewer XOR bits); "off" keeps rows linear; a :class:`~tilec.layout.Swizzle` is used as given
+fewer XOR bits); "off" keeps rows linear; a :class:`~tilec.target.layout.Swizzle` is used as given
 after checking that it permutes whole rows of the tile.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import functools
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Kernel, clone_kernel
-from tilec.layout import (BANK_BYTES, SIMT_K, WARP_SIZE, SimtLayout, SmemLayout, Swizzle,
+from tilec.target.layout import (BANK_BYTES, SIMT_K, WARP_SIZE, SimtLayout, SmemLayout, Swizzle,
                           broadcast_conflict_degree, conflict_degree, copy_map,
                           copy_store_addresses, ldmatrix_addresses, simt_load_addresses,
                           simt_loads, swizzle_candidates, tf32_registers,
@@ -74,7 +74,7 @@ READS = {"mma": ("ldmatrix", _ldmatrix_degree), "simt": ("lds", _simt_degree),
 # Per product kind, the byte units the candidate swizzles permute (default: 16-byte
 # chunks). tf32's 32-bit reads put 8 consecutive words of 4 rows in one wavefront; XOR-ing
 # 32-byte units by the row moves each row's 8 words to banks of their own (see
-# tilec.layout.swizzle_candidates).
+# tilec.target.layout.swizzle_candidates).
 SWIZZLE_UNITS = {"tf32": (16, 32)}
 
 

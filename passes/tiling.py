@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.types import F32, DType, TileType
-from tilec.layout import WARP_SIZE, SmemLayout
+from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
 from .common import constant, find_main_loop, tile_in_bounds

@@ -46,7 +46,7 @@ def matrix_cases() -> Iterator[Case]:
 
 def packed_cases() -> Iterator[Case]:
     """Kernels compiled for what a launch packs: odd K (misaligned rows), K padded."""
-    from tilec.packing import row_major_launch
+    from tilec.launch.packing import row_major_launch
     for sample, dtype in (("matmul", "f16"), ("matmul_bt", "bf16"), ("gemm_epilogue", "f16"),
                           ("sgemm", "f32")):
         kernel = load_sample(sample, dtype).lower()

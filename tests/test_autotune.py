@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec.autotune import (NoFittingConfigError, autotune, config_problem, cuda_event_timer,
+from tilec.tools.autotune import (NoFittingConfigError, autotune, config_problem, cuda_event_timer,
                             describe, prune, search_space)
-from tilec.cache import DiskCache
+from tilec.runtime.cache import DiskCache
 from tilec.errors import TileConfigError
 from tilec.kernel import load_file
 from tilec.options import ARCHS, Options

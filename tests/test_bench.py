@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tilec import bench
-from tilec.bench import Case, CaseResult, Measurement, References, Report
+from tilec.tools import bench
+from tilec.tools.bench import Case, CaseResult, Measurement, References, Report
 from tilec.benchmarking import ceilings, contenders
 from tilec.cli import CommandError, build_parser
 from tilec.cli import main as cli_main
-from tilec.executor_tf32 import round_tf32
+from tilec.cpu.executor_tf32 import round_tf32
 from tilec.runtime import driver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,7 +286,7 @@ def test_ptxas_assembles_the_mma_loop_without_spills(tmp_path, arch, dtype):
 
 
 def test_the_mma_loop_survives_ptxas_as_hmma_instructions():
-    from tilec.sass import sass, sass_unavailable_reason
+    from tilec.tools.sass import sass, sass_unavailable_reason
     reason = sass_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
@@ -413,7 +413,7 @@ def test_copy_bandwidth_counts_bytes_read_and_written():
 def test_a_reference_figure_that_fails_is_named_and_the_run_fails(monkeypatch):
     def no_mma(timer, dtype):
         raise RuntimeError(f"no {dtype} loop here\ndetails")
-    # Patched where measure_references looks them up (tilec.bench only re-exports them).
+    # Patched where measure_references looks them up (tilec.tools.bench only re-exports them).
     monkeypatch.setattr(ceilings, "mma_ceiling", no_mma)
     monkeypatch.setattr(ceilings, "COPY_MIN_BYTES", 4096)
     arrays = NumpyArrays(l2_bytes=256)
@@ -457,14 +457,14 @@ def test_the_autotune_space_fits_the_shape_and_leaves_out_fixed_knobs():
     assert {c["BM"] for c in fixed} == {16, 32, 64}
     assert all("stages" not in c and "BK" not in c and "split_k" not in c for c in fixed)
     assert len(fixed) == 9  # 3 BM x 3 BN, repeats dropped
-    from tilec.autotune import prune
+    from tilec.tools.autotune import prune
     kept, _ = prune([{"BK": 64, "stages": 4, "split_k": 2, **c} for c in fixed], "f16",
                     "sm_90")
     assert len(kept) == 9
 
 
 def test_the_sample_is_retyped_and_its_tiling_described():
-    from tilec.autotune import program_dtype
+    from tilec.tools.autotune import program_dtype
     kernel = bench.sample_kernel("bf16")
     assert program_dtype(kernel, {}) == "bf16"
     compiled = kernel.compile(arch="sm_80", BM=64, BN=128, BK=32, stages=4, warps=(2, 2),
@@ -664,7 +664,7 @@ def test_a_small_sweep_on_the_gpu(tmp_path, capsys):
 def test_tuned_defaults_per_dtype_family_and_shape_compile():
     """The configurations the bench runs by default are ones tiling accepts: the tuned
     mma tiles for f16/bf16, the FFMA tiles for f32, short tiles for M <= 64."""
-    from tilec.autotune import config_problem
+    from tilec.tools.autotune import config_problem
     from tilec.benchmarking.contenders import tuned_config
     # short, ragged, tiled, small, shallow
     shapes = [(16, 8192, 8192), (4095, 8192, 8192), (4096, 8192, 8192), (1024, 1024, 8192),

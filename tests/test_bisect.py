@@ -12,11 +12,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
-import tilec.bisect
-from tilec.bisect import BisectReport, _errors, bisect, launch_options, main, make_inputs
+import tilec.tools.bisect
+from tilec.tools.bisect import BisectReport, _errors, bisect, launch_options, main, make_inputs
 from tilec.ir.core import Kernel, clone_kernel
 from tilec.kernel import TileFunction, load_file
-from tilec.layout import Swizzle
+from tilec.target.layout import Swizzle
 from tilec.options import Options
 from tilec.pipeline import Pass, pipeline
 
@@ -218,7 +218,7 @@ def test_main_clears_a_correct_pipeline(capsys, tmp_path: Path) -> None:
 def test_main_names_the_first_bad_stage_and_its_ir(capsys, monkeypatch, tmp_path: Path
                                                    ) -> None:
     passes = planted("double_buffer", "late_wait", wait_one_group_short)
-    monkeypatch.setattr(tilec.bisect, "pipeline", lambda: passes)
+    monkeypatch.setattr(tilec.tools.bisect, "pipeline", lambda: passes)
     code = main([*SMALL, "--dump-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 1

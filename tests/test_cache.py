@@ -14,11 +14,11 @@ import pytest
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import Rendered
-from tilec.cache import (CacheEntryError, CachedEntry, DiskCache, canonical_json,
+from tilec.runtime.cache import (CacheEntryError, CachedEntry, DiskCache, canonical_json,
                          default_cache_dir, metadata_for, options_from_json, to_json_value)
 from tilec.compiler import COMPILER_VERSION
 from tilec.kernel import load_file
-from tilec.layout import Swizzle
+from tilec.target.layout import Swizzle
 from tilec.options import Options, Spec, TensorSpec
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -79,7 +79,7 @@ def test_options_serialise_deterministically_and_round_trip():
 
 def test_key_is_stable_across_processes(cache):
     key = key_of(cache, options=OPTIONS)
-    code = ("from tilec.cache import DiskCache; from tests.test_cache import OPTIONS; "
+    code = ("from tilec.runtime.cache import DiskCache; from tests.test_cache import OPTIONS; "
             "print(DiskCache('unused').key_for('src', {'BN': 64, 'BM': 128}, OPTIONS))")
     root = Path(__file__).resolve().parent.parent
     for seed in ("1", "2"):  # str hashes differ between these processes

@@ -11,7 +11,7 @@ import pytest
 from tilec.cli import errors, main
 from tilec.kernel import load_file
 from tilec.pipeline import pipeline
-from tilec.reference import Unsupported, reference
+from tilec.cpu.reference import Unsupported, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = str(ROOT / "samples" / "matmul.py")

@@ -13,7 +13,7 @@ import tilec.compiler
 from tilec.errors import TileConfigError, TileError, TileNameError
 from tilec.frontend import parse_function
 from tilec.kernel import TileFunction
-from tilec.layout import Swizzle
+from tilec.target.layout import Swizzle
 from tilec.options import Options
 from tilec.pipeline import run_pipeline
 

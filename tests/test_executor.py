@@ -9,12 +9,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 
-from tilec.bisect import make_inputs
-from tilec.executor import _ldmatrix_index, register_map, run_kernel
-from tilec.interpreter import InterpreterError
+from tilec.tools.bisect import make_inputs
+from tilec.cpu.executor import _ldmatrix_index, register_map, run_kernel
+from tilec.cpu.interpreter import InterpreterError
 from tilec.ir.core import Kernel, Op, clone_kernel
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.layout import (MMA_M, MMA_N, WARP_SIZE, MmaLayout, SmemLayout, Swizzle,
+from tilec.target.layout import (MMA_M, MMA_N, WARP_SIZE, MmaLayout, SmemLayout, Swizzle,
                           mma_a_coord, mma_b_coord, mma_c_coord)
 from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import Pass, pipeline, run_pipeline

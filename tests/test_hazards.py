@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 
 from tilec.errors import TileConfigError
-from tilec.hazards import HazardError, check_schedule, main_loop, simulate, trip_counts
+from tilec.analysis.hazards import HazardError, check_schedule, main_loop, simulate, trip_counts
 from tilec.ir.core import Kernel, Op, clone_kernel
 from tilec.kernel import TileFunction, load_file
 from tilec.options import Options, Spec, TensorSpec

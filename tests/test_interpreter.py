@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tilec.interpreter import InterpreterError, register_semantics, run_kernel
+from tilec.cpu.interpreter import InterpreterError, register_semantics, run_kernel
 from tilec.ir import (BF16, F16, F32, I32, Block, Builder, DType, Kernel, OpDef, Param,
                       ScalarType, TensorType, TileType, Value, register_op, verify)
 

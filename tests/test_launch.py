@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tilec.kernel import load_file
-from tilec.launch import bind_arguments, grid_size, launch_grid, spec_for, tensor_spec
+from tilec.launch.binding import bind_arguments, grid_size, launch_grid, spec_for, tensor_spec
 from tilec.options import TensorSpec
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tilec import layout as L
+from tilec.target import layout as L
 
 
 def simulate_ldmatrix_x4(smem: np.ndarray, row_addr: list[int], trans: bool) -> np.ndarray:

@@ -14,9 +14,9 @@ import pytest
 from tilec.backend.pack import PACK_PARAMS, pack_entry, pack_ptx, vector_elems
 from tilec.backend.ptx import ptx_header
 from tilec.kernel import load_file, written_params
-from tilec.launch import bind_arguments, kernel_arguments, spec_for, tensor_spec
+from tilec.launch.binding import bind_arguments, kernel_arguments, spec_for, tensor_spec
 from tilec.options import ARCHS, Options, Spec, TensorSpec
-from tilec.packing import (
+from tilec.launch.packing import (
     MAX_GRID_Y,
     PACK_MIN_ELEMENTS,
     PACK_THREADS,
@@ -101,7 +101,7 @@ def test_a_ragged_k_is_padded_with_zeros_to_whole_k_steps():
     assert wide.tensors[0].row_stride == 4096 > -(-4001 // 64) * 64
     assert wide.padded == (("K", 4096),)
     # The launch binds the padded K, and the spec says what it divides.
-    from tilec.launch import Bound
+    from tilec.launch.binding import Bound
     bound = Bound(matmul_args(4095, 4097, 4093), {}, {"M": 4095, "N": 4097, "K": 4093})
     assert packing.bound(bound).symbols == {"M": 4095, "N": 4097, "K": 4096}
     assert PackPlan(packing.tensors).bound(bound) is bound
@@ -195,7 +195,7 @@ def test_the_packed_spec_has_full_vectors_and_keeps_the_rest():
 
 
 def spec_for_tensors(tensors, symbols) -> Spec:
-    from tilec.launch import Bound
+    from tilec.launch.binding import Bound
     return spec_for(Bound(tensors, {}, symbols))
 
 
@@ -304,7 +304,7 @@ class FakeBuffer:
 
 def test_packer_hands_both_kernels_the_scratch(monkeypatch):
     fake = FakeFunction()
-    monkeypatch.setattr("tilec.packing.pack_function", lambda itemsize, arch: fake)
+    monkeypatch.setattr("tilec.launch.packing.pack_function", lambda itemsize, arch: fake)
     function = sample("matmul")
     arrays = {"A": GpuArray((300, 135)), "B": GpuArray((135, 263), ptr=BASE * 2),
               "C": GpuArray((300, 263), "<f4", ptr=BASE * 3)}
@@ -339,7 +339,7 @@ def kernel_abi_params(compiled):
 
 
 def test_packer_refuses_short_scratch(monkeypatch):
-    monkeypatch.setattr("tilec.packing.pack_function", lambda itemsize, arch: FakeFunction())
+    monkeypatch.setattr("tilec.launch.packing.pack_function", lambda itemsize, arch: FakeFunction())
     tensors = matmul_args(300, 263, 135)
     packing = plan("matmul", tensors)
     with pytest.raises(ValueError, match="scratch for A has 8 bytes"):
@@ -454,7 +454,7 @@ def test_cli_explain_shows_the_packing_and_pack_off(capsys):
 
 
 def test_cli_and_bench_take_pack():
-    from tilec import bench
+    from tilec.tools import bench
     from tilec.cli import _options, build_parser
     args = build_parser().parse_args(["run", "samples/matmul.py", "--pack", "off"])
     assert _options(args)["pack"] == "off"

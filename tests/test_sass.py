@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tilec.kernel import load_file
-from tilec.sass import sass, sass_unavailable_reason
+from tilec.tools.sass import sass, sass_unavailable_reason
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 

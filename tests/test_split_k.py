@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from tilec.backend.abi import kernel_abi
-from tilec.bisect import bisect, launch_options
+from tilec.tools.bisect import bisect, launch_options
 from tilec.errors import TileConfigError
 from tilec.frontend import lower, parse_function
-from tilec.interpreter import run_kernel
+from tilec.cpu.interpreter import run_kernel
 from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.kernel import load_file
-from tilec.launch import launch_grid
+from tilec.launch.binding import launch_grid
 from tilec.options import Options
 from tilec.passes import split_k, tiling
-from tilec.split_workspace import workspace_size
+from tilec.launch.split_workspace import workspace_size
 
 from tests.test_passes import MATMUL  # 32x32x16 tiles over M, N, K
 
@@ -62,7 +62,7 @@ def test_the_grid_gains_a_slice_axis_and_the_loop_a_slice_of_k() -> None:
 
 def slice_bounds(kernel, K: int, splits: int) -> list[tuple[int, int]]:
     """Each slice's [k_begin, k_end) as the tile IR computes it (host evaluation)."""
-    from tilec.launch import _ARITH
+    from tilec.launch.binding import _ARITH
     bounds = []
     loop = next(op for op in kernel.body.ops if op.name == "scf.for")
     grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
@@ -115,7 +115,7 @@ def test_every_stage_agrees_with_the_reference(sample, shapes, consts, splits) -
 
 
 def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs(monkeypatch) -> None:
-    from tilec import interpreter
+    from tilec.cpu import interpreter
     kernel, options = tiled(split_k=3)
     out = split_k.run(kernel, options)
     stores = []
@@ -178,7 +178,7 @@ def test_the_ptx_stores_and_sums_every_accumulator_register() -> None:
 
 
 def test_explain_names_the_split_and_the_schedule_of_a_slice() -> None:
-    from tilec.explain import explain, render_explanation
+    from tilec.tools.explain import explain, render_explanation
     compiled = load_file(SAMPLES / "matmul.py")["matmul"].compile(split_k=4, stages=3)
     text = render_explanation(explain(compiled, ptxas=False))
     assert "split-K           4 blocks per output tile" in text

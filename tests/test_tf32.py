@@ -17,15 +17,15 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-from tilec import executor, executor_tf32
-from tilec.bisect import make_inputs
+from tilec.cpu import executor, executor_tf32
+from tilec.tools.bisect import make_inputs
 from tilec.errors import TileConfigError
-from tilec.executor import run_kernel
-from tilec.executor_tf32 import round_tf32
-from tilec.hazards import check_schedule
+from tilec.cpu.executor import run_kernel
+from tilec.cpu.executor_tf32 import round_tf32
+from tilec.analysis.hazards import check_schedule
 from tilec.ir.core import Kernel
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.layout import (SmemLayout, Swizzle, Tf32Layout, ldmatrix_lane_coord,
+from tilec.target.layout import (SmemLayout, Swizzle, Tf32Layout, ldmatrix_lane_coord,
                           operand_storage_coord, swizzle_candidates, tf32_a_coord,
                           tf32_b_coord, tf32_operand_coord)
 from tilec.options import Options, Spec, TensorSpec

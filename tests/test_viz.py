@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec import viz
+from tilec.tools import viz
 from tilec.kernel import load_file
-from tilec.layout import SmemLayout, Swizzle
+from tilec.target.layout import SmemLayout, Swizzle
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "samples" / "matmul.py"
@@ -169,7 +169,7 @@ def test_without_matplotlib_viz_says_how_to_get_it(tmp_path, capsys, monkeypatch
 
 def test_importing_viz_does_not_import_matplotlib():
     import subprocess
-    code = ("import sys, tilec.viz; "
+    code = ("import sys, tilec.tools.viz; "
             "sys.exit(1 if any(m.startswith('matplotlib') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

@@ -182,18 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pack_argument(explain_cmd)
     explain_cmd.set_defaults(handler=cmd_explain)
 
-    from tilec import bisect
+    from tilec.tools import bisect
     bisect.add_arguments(commands.add_parser(
         "bisect", help="name the first pass whose IR computes a wrong result (CPU only)",
         description=bisect.DESCRIPTION))
 
-    from tilec import viz
+    from tilec.tools import viz
     viz.add_arguments(commands.add_parser(
         "viz", help="draw bank maps and mma fragment ownership as PNGs (needs matplotlib)",
         description="Draw the bank maps of a kernel's shared operand tiles (linear and "
         "swizzled) and the mma.m16n8k16 fragment layout, as PNG files."))
 
-    from tilec import bench
+    from tilec.tools import bench
     bench.add_arguments(commands.add_parser(
         "bench", help="time tilec's matmul against cuBLAS and Triton (needs a GPU)",
         description=bench.DESCRIPTION))
@@ -239,7 +239,7 @@ def add_kernel_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 def _runtime_errors() -> tuple[type[Exception], ...]:
     """Failures of the driver or the interpreter: reported, not dumped as tracebacks."""
-    from tilec.interpreter import InterpreterError
+    from tilec.cpu.interpreter import InterpreterError
     from tilec.runtime.driver import CudaError, GpuUnavailableError
     return (CudaError, GpuUnavailableError, InterpreterError)
 
@@ -343,7 +343,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 raise CommandError(f"no IR after pass '{stage}': it is disabled")
             _dump(fn, stage, compiled.asm[stage], sys.stderr)
         if "sass" in args.dump_ir:
-            from tilec.sass import sass, sass_unavailable_reason
+            from tilec.tools.sass import sass, sass_unavailable_reason
             reason = sass_unavailable_reason()
             if reason is not None:
                 raise CommandError(f"--dump-ir sass: {reason}")
@@ -367,7 +367,7 @@ def _dump(fn: TileFunction, stage: str, text: str, out: TextIO) -> None:
 # ----------------------------------------------------------------------------- explain
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from tilec.explain import explain, render_explanation
+    from tilec.tools.explain import explain, render_explanation
     sound = True
     for index, fn in enumerate(_select(args.file, args.kernel)):
         consts, shapes, options = _consts(fn, args), _shapes(fn, args), _options(args)
@@ -388,7 +388,7 @@ def _row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, 
     """(the operands a GPU launch packs, the spec it compiles for) on fresh row-major arrays
     of these sizes: what ``run`` stages host arrays as."""
     from tilec.options import Options
-    from tilec.packing import row_major_launch
+    from tilec.launch.packing import row_major_launch
     policy = options.get("pack", Options.pack)
     return row_major_launch(kernel, sizes, policy, written_params(kernel))
 
@@ -442,7 +442,7 @@ def run_and_check(fn: TileFunction, args: argparse.Namespace, on_gpu: bool,
     if on_gpu:
         fn(**values, device="gpu", **options, **consts)
     else:
-        from tilec.interpreter import run_kernel
+        from tilec.cpu.interpreter import run_kernel
         run_kernel(kernel, values)
     print(f"  ran on    {where} in {time.perf_counter() - start:.2f} s")
 
@@ -473,11 +473,11 @@ def run_and_check(fn: TileFunction, args: argparse.Namespace, on_gpu: bool,
 def _references(kernel: Kernel, arrays: dict[str, np.ndarray], before: dict[str, np.ndarray],
                 scalars: dict[str, Any], on_gpu: bool) -> list[tuple[str, Any]]:
     """(label, outputs by name, or the reason there are none) for each reference."""
-    from tilec.reference import Unsupported, reference
+    from tilec.cpu.reference import Unsupported, reference
     references: list[tuple[str, Any]] = []
     if on_gpu:
         # The interpreter follows the GPU's numerics tile by tile: the closest comparison.
-        from tilec.interpreter import run_kernel
+        from tilec.cpu.interpreter import run_kernel
         values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
         run_kernel(kernel, values)
         references.append(("CPU interpreter", {

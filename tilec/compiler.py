@@ -54,7 +54,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     """Run the pipeline and the PTX backend on a lowered kernel.
 
     With a ``source_key`` and the default passes, the PTX is also kept in the on-disk cache
-    (:mod:`tilec.cache`; ``TILEC_CACHE_DIR``, ``TILEC_DISK_CACHE=0`` turns it off): a later
+    (:mod:`tilec.runtime.cache`; ``TILEC_CACHE_DIR``, ``TILEC_DISK_CACHE=0`` turns it off): a later
     process takes it from there instead of running the backend. The passes still run, since
     launching reads their IR (the grid, the parameter list)."""
     key = None
@@ -78,7 +78,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     asm["ptx"] = rendered.ptx
     compiled = Compiled(kernel.name, options, result.kernel, rendered, asm, times)
     if disk is not None and entry is None:
-        from tilec.cache import metadata_for
+        from tilec.runtime.cache import metadata_for
         disk.put(disk_key, rendered.ptx, metadata_for(compiled))
     if dump_dir:
         dump_stages(compiled, dump_dir)
@@ -96,7 +96,7 @@ def disk_cache():
     compiler's own source, so a changed pass or backend never reads an older PTX."""
     if os.environ.get("TILEC_DISK_CACHE", "1") == "0":
         return None
-    from tilec.cache import DiskCache, default_cache_dir
+    from tilec.runtime.cache import DiskCache, default_cache_dir
     directory = str(default_cache_dir())
     cache = _DISK_CACHES.get(directory)
     if cache is None:

@@ -15,11 +15,11 @@ from typing import Any, Optional, Sequence
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
-from tilec.launch import bind_arguments, divisibility, grid_size, kernel_arguments, launch_grid, spec_for
+from tilec.launch.binding import bind_arguments, divisibility, grid_size, kernel_arguments, launch_grid, spec_for
 from tilec.options import Options, Spec, target_arch
-from tilec.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
+from tilec.launch.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
 from tilec.pipeline import Pass
-from tilec.split_workspace import Workspace, shared_workspace, workspace_size
+from tilec.launch.split_workspace import Workspace, shared_workspace, workspace_size
 
 # Keyword arguments of compile/ptx that are options, not the program's constants.
 OPTION_NAMES = {f.name for f in dataclasses.fields(Options)} - {"spec"}
@@ -86,7 +86,7 @@ class TileFunction:
         compiled = self.compile(keep_ir=True, **kwargs)
         stages = dict(compiled.asm)
         if sass:
-            from tilec.sass import sass as disassemble, sass_unavailable_reason
+            from tilec.tools.sass import sass as disassemble, sass_unavailable_reason
             if sass_unavailable_reason() is None:
                 stages["sass"] = disassemble(compiled.ptx, compiled.options.arch)
         return stages
@@ -115,7 +115,7 @@ class TileFunction:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _run_interpreter(self, args, call_kwargs, compile_kwargs):
-        from tilec.interpreter import run_kernel
+        from tilec.cpu.interpreter import run_kernel
         _, consts, _ = self._split(compile_kwargs)
         kernel = self.lower(**consts)
         values = dict(zip([p.name for p in kernel.params], args))
@@ -193,7 +193,7 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
 
 
 def _with(bound, device_args):
-    from tilec.launch import Bound
+    from tilec.launch.binding import Bound
     return Bound(device_args, bound.scalars, bound.symbols)
 
 

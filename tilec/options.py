@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from tilec.layout import Swizzle
+from tilec.target.layout import Swizzle
 
 # Per target: the PTX ISA version we emit and the shared memory a block may opt into.
 ARCHS: dict[str, dict[str, int | str]] = {
@@ -81,7 +81,7 @@ class Options:
     verify: bool = False
     line_info: bool = True  # .file/.loc directives: profilers show DSL lines
     annotate: bool = False  # a comment before each op's PTX: DSL line, IR op, creating pass
-    # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.packing):
+    # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.launch.packing):
     # "auto" when large enough to pay, "always", or "off".
     pack: str = "auto"
     # Blocks per output tile along K (passes/split_k.py): each sums a slice of the K loop and

@@ -107,7 +107,7 @@ def run_pipeline(kernel: Kernel, options: Options, passes: Sequence[Pass] | None
             result.stages[p.name] = print_kernel(kernel)
     if "tiling" in kernel.meta:
         # A schedule with a shared-memory race is a compile error naming both accesses.
-        from tilec.hazards import check_schedule
+        from tilec.analysis.hazards import check_schedule
         start = time.perf_counter()
         check_schedule(kernel)
         result.times["hazards"] = time.perf_counter() - start

@@ -14,7 +14,7 @@ import pytest
 
 from tilec.kernel import load_file
 from tilec.options import target_arch
-from tilec.packing import (SCRATCH_POOL, PackPlan, Packer, owned_scratch, plan_packing,
+from tilec.launch.packing import (SCRATCH_POOL, PackPlan, Packer, owned_scratch, plan_packing,
                            row_major_launch)
 from tilec.runtime import (DeviceBuffer, as_array_arg, current_device, gpu_unavailable_reason,
                            has_gpu, synchronize)

@@ -1,4 +1,4 @@
-"""The parts of ``tilec bench``; :mod:`tilec.bench` is the entry point and re-exports them.
+"""The parts of ``tilec bench``; :mod:`tilec.tools.bench` is the entry point and re-exports them.
 
 cases            dtypes, tolerances, the default sweep, sizes, input-set rotation
 results          Measurement, CaseResult, References, Report

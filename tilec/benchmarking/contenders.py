@@ -40,7 +40,7 @@ class Contender:
 def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
     line (the autotuner takes those beside the space). Short M gets short block tiles."""
-    from tilec.autotune import search_space
+    from tilec.tools.autotune import search_space
     if case.M <= 64:
         fitting = max(16, 1 << (case.M - 1).bit_length())
         space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
@@ -113,7 +113,7 @@ def tuned_config(case: Case) -> dict[str, Any]:
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
     """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose, and what the launch
-    packs (``packing``: a :class:`tilec.packing.PackPlan`), e.g. ``, A packed to stride
+    packs (``packing``: a :class:`tilec.launch.packing.PackPlan`), e.g. ``, A packed to stride
     4096 (rows were 2-byte aligned)``."""
     plan = compiled.kernel.meta.get("tiling")
     stages = compiled.kernel.meta.get("stages", compiled.options.stages)
@@ -175,7 +175,7 @@ class TilecContender(Contender):
         tuned = {} if self.autotune or self.consts else tuned_config(case)
         kwargs = {**tuned, **fixed}
         if self.autotune:
-            from tilec.autotune import autotune
+            from tilec.tools.autotune import autotune
             best = autotune(kernel, (*inputs[0], outputs[0]), autotune_space(case, kwargs),
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)

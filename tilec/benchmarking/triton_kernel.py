@@ -1,5 +1,5 @@
 """The Triton matmul the benchmark times beside tilec (also imported by
-benchmarks/bench_launch.py, through ``tilec.bench.triton_matmul``). Triton is imported the
+benchmarks/bench_launch.py, through ``tilec.tools.bench.triton_matmul``). Triton is imported the
 first time a kernel is wanted, so the rest of the benchmark runs without it."""
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ class TileType:
 
     ``space`` is where the tile lives: ``reg`` (distributed over the threads of a block),
     ``smem`` (a shared-memory buffer). ``layout`` is a layout object from
-    :mod:`tilec.layout` (or None while the passes have not chosen one yet); it is printed
+    :mod:`tilec.target.layout` (or None while the passes have not chosen one yet); it is printed
     with its own ``str()``.
     """
 

@@ -4,15 +4,15 @@
 
 - the tile hierarchy (block, warp grid and warp tile, the instruction, threads) and each
   operand's global-to-shared copy mapping;
-- the pipeline schedule as the hazard checker runs it (:mod:`tilec.hazards`): the prologue's
+- the pipeline schedule as the hazard checker runs it (:mod:`tilec.analysis.hazards`): the prologue's
   copies, then the K loop's waits, barriers, copies, commits, fragment loads and products
   with their stage indices written as functions of the iteration ``it``;
 - the shared-memory plan, laid out as the backend lays it out (``backend.memory``);
 - bank conflicts of every shared access the backend emits, enumerated instance by instance
-  with :mod:`tilec.layout`, beside what an unswizzled layout would give;
+  with :mod:`tilec.target.layout`, beside what an unswizzled layout would give;
 - the register estimate, and ptxas's own report when ``ptxas`` is on PATH;
 - given the sizes, which operands a launch would pack into aligned scratch
-  (:mod:`tilec.packing`).
+  (:mod:`tilec.launch.packing`).
 
 What depends on the product kind (:mod:`tilec.passes.kinds`: ``mma`` for f16/bf16, ``simt``
 for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is one row of :data:`KIND_VIEWS`: the
@@ -33,10 +33,10 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from tilec.backend.copies import SMEM_ALIGN
 from tilec.compiler import Compiled
-from tilec.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
+from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.layout import (BANK_BYTES, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
+from tilec.target.layout import (BANK_BYTES, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
                           SimtLayout, SmemLayout, Swizzle, broadcast_conflict_degree,
                           conflict_degree, copy_map, copy_store_addresses, ldmatrix_addresses,
                           operand_k_major, simt_load_addresses, simt_loads, tf32_registers,
@@ -223,7 +223,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
             packing: Optional[Sequence[str]] = None) -> Explanation:
     """Everything :func:`render_explanation` prints about a compiled kernel. ``ptxas``:
     run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
-    packing in words (:meth:`tilec.packing.PackPlan.describe`), when the sizes are known."""
+    packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are known."""
     kernel = compiled.kernel
     plan: TilingPlan = kernel.meta["tiling"]
     options = compiled.options
@@ -535,7 +535,7 @@ def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPla
 def lds_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
                   buffer: Buffer) -> Iterator[list[int]]:
     """Lane byte addresses of every 16-byte ``ld.shared.v4`` of an FFMA operand: per stage,
-    warp, k-step and load of :func:`tilec.layout.simt_loads`, as the swizzle pass scores
+    warp, k-step and load of :func:`tilec.target.layout.simt_loads`, as the swizzle pass scores
     them (:func:`tilec.passes.swizzle.operand_conflicts`)."""
     fragment = SimtLayout(op_plan.role, plan.warps, plan.warp_tile)
     loads = simt_loads(fragment, op_plan.k_major)

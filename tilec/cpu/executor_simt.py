@@ -1,11 +1,11 @@
 """Executor semantics of the FFMA product kind (``frag.lds``, ``frag.fma``): what the lanes
-load and compute, from the layout functions alone (:func:`tilec.layout.simt_loads`,
-:func:`~tilec.layout.simt_load_addresses`, :class:`~tilec.layout.SimtLayout`), never from
+load and compute, from the layout functions alone (:func:`tilec.target.layout.simt_loads`,
+:func:`~tilec.target.layout.simt_load_addresses`, :class:`~tilec.target.layout.SimtLayout`), never from
 the backend's code.
 
 - ``frag.lds``: for each warp and lane, the 16-byte vectors of the loads of one k step,
   scattered into the registers the loads name; reading past the stage or a misaligned
-  vector is an error. The value is a :class:`~tilec.executor.Fragment` whose ``lanes`` are
+  vector is an error. The value is a :class:`~tilec.cpu.executor.Fragment` whose ``lanes`` are
   ``[warps, 32, regs]``.
 - ``frag.fma``: per lane, for k in order, ``acc = fma(a[i, k], b[k, j], acc)`` in f32 with
   one rounding per multiply-add (the f32 product is exact in float64, the sum is rounded
@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from tilec.executor import (Fragment, _checked_register_map, _semantics, read_fragment_lanes,
+from tilec.cpu.executor import (Fragment, _checked_register_map, _semantics, read_fragment_lanes,
                             smem_itemsize)
-from tilec.interpreter import InterpState
+from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.layout import (SIMT_K, SIMT_VEC, WARP_SIZE, SimtLayout, SmemLayout,
+from tilec.target.layout import (SIMT_K, SIMT_VEC, WARP_SIZE, SimtLayout, SmemLayout,
                           operand_k_major, simt_load_addresses, simt_loads)
 
 

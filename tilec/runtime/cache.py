@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import Rendered
-from tilec.layout import Swizzle
+from tilec.target.layout import Swizzle
 from tilec.options import Options, Spec, TensorSpec
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ Configurations the tiling pass would refuse (shared memory over the target's lim
 many registers, warps that do not divide the block, BK not a multiple of the mma k) are
 pruned with tiling's own checks before anything compiles. The rest are compiled, timed
 (CUDA events: the median of several launches after a warm-up) and the best is stored in
-the :class:`~tilec.cache.DiskCache`, keyed by the program, the arguments' shape class, the
+the :class:`~tilec.runtime.cache.DiskCache`, keyed by the program, the arguments' shape class, the
 dtype, the target and the space searched; the next call with the same key times nothing.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ import statistics
 import sys
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from tilec.cache import DiskCache, from_json_value, stable_hash
+from tilec.runtime.cache import DiskCache, from_json_value, stable_hash
 from tilec.errors import TileConfigError, TileError
 from tilec.ir.core import Block, Kernel, Op
-from tilec.layout import SmemLayout
+from tilec.target.layout import SmemLayout
 from tilec.options import Options, target_arch
 from tilec.passes import tiling
 
@@ -237,7 +237,7 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
     to the current device's; ``cache`` to ``DiskCache()``. ``progress`` writes a line per
     configuration to stderr. Raises :class:`NoFittingConfigError` when nothing fits.
     """
-    from tilec.launch import bind_arguments, spec_for
+    from tilec.launch.binding import bind_arguments, spec_for
     from tilec.runtime.driver import CudaError
 
     if not space:

@@ -1,18 +1,18 @@
 """Executor semantics of the tf32 product kind's fragment load (``frag.ldtf32``), from the
 layout functions alone, never from the backend's code; its product is ``frag.mma``
-(:mod:`tilec.executor`, fragments of kind ``tf32``).
+(:mod:`tilec.cpu.executor`, fragments of kind ``tf32``).
 
 - ``frag.ldtf32`` where k is contiguous in shared memory: what ldmatrix.x4 delivers
-  (:func:`tilec.executor._ldmatrix_index` with 32-bit elements: lane ``l`` gets word
+  (:func:`tilec.cpu.executor._ldmatrix_index` with 32-bit elements: lane ``l`` gets word
   ``l % 4`` of row ``l // 4`` of each matrix). Otherwise one 32-bit read per fragment
-  register at :func:`~tilec.layout.tf32_word_addresses`. Misaligned ldmatrix rows and
+  register at :func:`~tilec.target.layout.tf32_word_addresses`. Misaligned ldmatrix rows and
   reads past the stage are errors.
 - Then every register is rounded as ``cvt.rna.tf32.f32`` rounds (:func:`round_tf32`), so a
   product of these fragments is the product of tf32 inputs, accumulated in f32.
 
-The value is a :class:`~tilec.executor.Fragment` whose ``lanes`` are ``[warps, 32, regs]``
+The value is a :class:`~tilec.cpu.executor.Fragment` whose ``lanes`` are ``[warps, 32, regs]``
 (one f32 per register); its logical tile shows the first warp of each warp row (A) or
-column (B), read off with :func:`~tilec.layout.tf32_operand_coord`.
+column (B), read off with :func:`~tilec.target.layout.tf32_operand_coord`.
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from tilec.executor import (Fragment, _ldmatrix_index, _semantics, read_fragment_lanes,
+from tilec.cpu.executor import (Fragment, _ldmatrix_index, _semantics, read_fragment_lanes,
                             smem_itemsize)
-from tilec.interpreter import InterpState
+from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.layout import (WARP_SIZE, SmemLayout, Tf32Layout, operand_k_major,
+from tilec.target.layout import (WARP_SIZE, SmemLayout, Tf32Layout, operand_k_major,
                           tf32_operand_coord, tf32_registers, tf32_word_addresses)
 
 TF32_DROPPED_BITS = 13  # f32 has 23 mantissa bits, tf32 10

@@ -11,7 +11,7 @@ The pictures are of the mma product kind (f16/bf16 tiles: ldmatrix + mma.sync). 
 another kind (f32 tiles take FFMA: ld.shared.v4 + fma.rn.f32) is refused with a message, not
 drawn as if it were mma: :func:`require_mma`.
 
-Every number drawn comes from :mod:`tilec.layout` through the functions here that return
+Every number drawn comes from :mod:`tilec.target.layout` through the functions here that return
 numpy arrays (:func:`bank_groups`, :func:`phase_conflicts`, :func:`bank_views`,
 :func:`fragment_owners`); the ``*_png`` functions only draw them. matplotlib is optional
 (``pip install 'tilec[viz]'``) and imported only when drawing.
@@ -28,7 +28,7 @@ import numpy as np
 
 from tilec.errors import TileError
 from tilec.ir.types import DType
-from tilec.layout import (BANK_BYTES, BANKS, MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout,
+from tilec.target.layout import (BANK_BYTES, BANKS, MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout,
                           Swizzle, conflict_degree, ldmatrix_addresses, ldmatrix_lane_coord,
                           mma_a_coord, mma_b_coord, mma_c_coord, operand_storage_coord)
 from tilec.passes.swizzle import operand_conflicts
@@ -383,7 +383,7 @@ def fragment_png(path: str | Path) -> Path:
     fig.suptitle("mma.sync.aligned.m16n8k16 fragments (PTX ISA 9.7.14.5.8): the lane Tn "
                  "holding each element and its place in that lane's fragment\n"
                  "colour: the 32-bit register (A, B), the register pair (C); computed by "
-                 "inverting tilec.layout.mma_a_coord, mma_b_coord, mma_c_coord", fontsize=11)
+                 "inverting tilec.target.layout.mma_a_coord, mma_b_coord, mma_c_coord", fontsize=11)
     path = Path(path)
     fig.savefig(path, dpi=110)
     return path

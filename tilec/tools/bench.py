@@ -38,7 +38,7 @@ from tilec.options import F32_MATH, PACK_POLICIES
 
 # The parts live in tilec/benchmarking/ (its __init__ lists them); every name the tests,
 # benchmarks/ and tilec.cli use stays importable from here. run() looks its parts up in this
-# module, so patching tilec.bench.<name> (as the CPU tests do) reaches the command; the parts
+# module, so patching tilec.tools.bench.<name> (as the CPU tests do) reaches the command; the parts
 # themselves look each other up in their own modules.
 from tilec.benchmarking.array_libraries import (
     FALLBACK_L2_BYTES,

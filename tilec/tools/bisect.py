@@ -3,9 +3,9 @@
 :func:`bisect` lowers a tile function, runs the pipeline keeping the IR after every pass, and
 runs each stage on the CPU on the same random inputs (outputs start as NaN, so an element no
 one writes shows up): the frontend's IR in the interpreter, the later stages in the reference
-executor (:mod:`tilec.executor`), which follows what the GPU does with shared memory, cp.async
+executor (:mod:`tilec.cpu.executor`), which follows what the GPU does with shared memory, cp.async
 groups, ldmatrix and mma fragments. The frontend's run is checked against the float64
-whole-tensor reference (:mod:`tilec.reference`) where that understands the program; each
+whole-tensor reference (:mod:`tilec.cpu.reference`) where that understands the program; each
 later stage is checked against the frontend's run. The first stage that differs beyond the
 tolerance, or fails to compile or run, is the pass to look at::
 
@@ -26,9 +26,9 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from tilec import executor  # noqa: F401  (gives the lowered ops their semantics)
+from tilec.cpu import executor  # noqa: F401  (gives the lowered ops their semantics)
 from tilec.errors import TileError
-from tilec.interpreter import run_kernel
+from tilec.cpu.interpreter import run_kernel
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError
 from tilec.ir.printer import print_kernel
@@ -193,7 +193,7 @@ def launch_options(shapes: dict[str, int], **option_args: Any) -> Options:
     """Options as ``TileFunction.compile`` makes them for these sizes: the symbols' largest
     power-of-two divisors go into the spec, so edge masks are dropped where a launch of
     these sizes would drop them."""
-    from tilec.launch import divisibility
+    from tilec.launch.binding import divisibility
     return Options(**option_args, spec=Spec(divisible=divisibility(shapes)))
 
 
@@ -287,7 +287,7 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
 def _check_frontend(result: StageResult, kernel: Kernel, arrays: dict[str, np.ndarray],
                     scalars: dict[str, Any], outputs: dict[str, np.ndarray],
                     tolerance: float) -> None:
-    from tilec.reference import Unsupported, reference
+    from tilec.cpu.reference import Unsupported, reference
     dtypes = {p.name: p.type.dtype for p in kernel.params}
     before = {name: _float64(array, dtypes[name]) for name, array in arrays.items()}
     try:

@@ -1,8 +1,8 @@
 """A reference executor for the IR after every pass: numpy semantics for the lowered ops.
 
 Importing this module gives each op the passes introduce (``smem.*``, ``copy.*``,
-``gpu.barrier``, ``frag.*``) a meaning through :func:`tilec.interpreter.register_semantics`,
-so :func:`tilec.interpreter.run_kernel` (re-exported here) runs the IR after tiling,
+``gpu.barrier``, ``frag.*``) a meaning through :func:`tilec.cpu.interpreter.register_semantics`,
+so :func:`tilec.cpu.interpreter.run_kernel` (re-exported here) runs the IR after tiling,
 double_buffer, swizzle and fragments, with what the GPU would do rather than what the tile
 program means: a wrong schedule, swizzle or fragment mapping gives a wrong result here too.
 
@@ -12,7 +12,7 @@ The model, one program at a time (one thread block):
   elements in storage order, swizzle applied (:meth:`SmemLayout.offset`), filled with NaN as
   uninitialised memory. ``smem.stage`` is a view (buffer, stage index).
 - **Copies.** ``copy.global_to_shared`` moves the tile as the threads of
-  :func:`~tilec.layout.copy_map` do: vector ``i`` lands at the swizzled offset of its first
+  :func:`~tilec.target.layout.copy_map` do: vector ``i`` lands at the swizzled offset of its first
   element, its ``vec`` elements contiguous from there. Elements outside the tensor along a
   ``masked`` dim are 0; a false predicate writes zeros everywhere (cp.async with src-size 0,
   or the zeroed registers of a synchronous copy). Reading outside the tensor along a dim
@@ -25,20 +25,20 @@ The model, one program at a time (one thread block):
   barrier reads stale (or NaN) data. Races where a copy overwrites a stage still being read
   are not detected: reads happen in program order, before the copy's data lands.
 - **ldmatrix.** For each warp and lane, the row address the lane gives
-  (:func:`~tilec.layout.ldmatrix_lane_coord`, :func:`~tilec.layout.operand_storage_coord`,
+  (:func:`~tilec.target.layout.ldmatrix_lane_coord`, :func:`~tilec.target.layout.operand_storage_coord`,
   :meth:`SmemLayout.offset`), then the instruction's distribution (PTX ISA 9.7.14.5.15): lane
   ``l`` gets in register ``j`` elements ``2 * (l % 4) + {0, 1}`` of row ``l // 4`` of matrix
   ``j`` (the 8 rows lanes ``8j..8j+7`` point at), or with ``.trans`` (when k is not the
   contiguous storage dim) element ``l // 4`` of rows ``2 * (l % 4) + {0, 1}``. One x4 per
   16-wide piece of the warp tile, registers in the order the backend issues them.
-- **mma.** Per warp, the fragments are unpacked with :func:`~tilec.layout.mma_a_coord` /
+- **mma.** Per warp, the fragments are unpacked with :func:`~tilec.target.layout.mma_a_coord` /
   ``mma_b_coord`` / ``mma_c_coord`` in the backend's register order (A: registers
   ``4 tm .. 4 tm + 3`` per m16 piece; B: ``2 tn, 2 tn + 1`` per n8 tile; C: ``4 (tn *
   tiles_m + tm) + r``) and ``D = f32(C + A @ B)`` with the products summed in float64: 16-bit
   products are exact, so this is one rounding per mma (per k16 step). mma.sync's internal
   accumulation is not specified bit for bit; this is at least as accurate. Fragments of the
   tf32 kind (:data:`MMA_FRAGMENTS`) hold one f32, already rounded to tf32 by
-  ``frag.ldtf32`` (:mod:`tilec.executor_tf32`), at :func:`~tilec.layout.tf32_a_coord` /
+  ``frag.ldtf32`` (:mod:`tilec.cpu.executor_tf32`), at :func:`~tilec.target.layout.tf32_a_coord` /
   ``tf32_b_coord``, one m16n8k8 per k8 step; tf32 products are exact in float64 too.
 - **Values.** The interpreter checks every tile result against its type's shape, so values
   keep their types' shapes:
@@ -68,12 +68,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tilec.interpreter import (InterpState, TensorRef, register_semantics, run_kernel,
+from tilec.cpu.interpreter import (InterpState, TensorRef, register_semantics, run_kernel,
                                storage_dtype)
 from tilec.ir import ops_gpu  # noqa: F401  (defines the lowered ops given semantics here)
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, DistributedLayout, MmaLayout,
+from tilec.target.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, DistributedLayout, MmaLayout,
                           SmemLayout, copy_map, ldmatrix_lane_coord, mma_a_coord, mma_b_coord,
                           mma_c_coord, operand_k_major, operand_storage_coord, tf32_a_coord,
                           tf32_b_coord)
@@ -588,4 +588,4 @@ def _frag_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 
 # The FFMA and tf32 product kinds' ops live beside, sharing this module's values and helpers.
-from tilec import executor_simt, executor_tf32  # noqa: E402,F401
+from tilec.cpu import executor_simt, executor_tf32  # noqa: E402,F401

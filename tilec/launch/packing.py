@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from tilec.backend.pack import ELEMENT_CLASS, VECTOR_BYTES, pack_entry, pack_ptx, vector_elems
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
-from tilec.launch import INT32_MAX, Bound, divisibility, tensor_spec
+from tilec.launch.binding import INT32_MAX, Bound, divisibility, tensor_spec
 from tilec.options import Options, Spec, TensorSpec
 
 # "auto" packs a misaligned operand of at least this many elements (one 128x128 tile). An
@@ -196,7 +196,7 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
     (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
     the parameters the kernel stores to, never packed. A tensor is packed when its widest
-    aligned vector (:func:`tilec.launch.tensor_spec`) is shorter than 16 bytes, it is 2-D and
+    aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than 16 bytes, it is 2-D and
     not empty, and, under "auto", it holds at least :data:`PACK_MIN_ELEMENTS` elements."""
     if policy == "off":
         return PackPlan()
@@ -341,7 +341,7 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
     the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
-    from tilec.launch import spec_for
+    from tilec.launch.binding import spec_for
     from tilec.runtime.arrays import ArrayArg, c_strides
 
     tensors = {}

@@ -1,0 +1,1 @@
+"""Analyses of compiled schedules (the shared-memory race check)."""

@@ -1,0 +1,1 @@
+"""Facts about the hardware targets: shared-memory layouts, swizzles and lane geometry."""
