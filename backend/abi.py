@@ -39,7 +39,7 @@ def kernel_abi(kernel: Kernel) -> tuple[AbiParam, ...]:
             params.append(AbiParam(param.name, param.type.dtype.short, param.name, "scalar"))
     for symbol in kernel.symbols:
         params.append(AbiParam(f"dim_{symbol}", "i32", symbol, "symbol"))
-    if kernel.meta.get("split_k", 1) > 1:
+    if kernel.schedule.splits > 1:
         params.extend(AbiParam(name, "ptr", name, "workspace") for name in WORKSPACE_PARAMS)
     return tuple(params)
 

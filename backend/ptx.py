@@ -300,7 +300,7 @@ def ptx_header(options: Options) -> list[str]:
 def render(kernel: Kernel, options: Options) -> Rendered:
     """PTX for a kernel that has been through the pipeline."""
     ctx = Context(kernel, options)
-    plan = kernel.meta.get("tiling")
+    plan = kernel.schedule.tiling
     threads = plan.threads if plan is not None else 128
     abi = kernel_abi(kernel)
     _load_params(ctx, abi)

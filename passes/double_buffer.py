@@ -21,6 +21,7 @@ Schedule for S = 3 (iteration it reads stage it % 3)::
 from __future__ import annotations
 
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel
+from tilec.ir.schedule import PipelinePlan
 from tilec.ir.types import PRED, ScalarType, TileType, i32
 from tilec.options import Options
 
@@ -127,5 +128,5 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     drain = Builder(Block(), loop.loc)
     drain.op("copy.wait", attrs={"pending": 0})
     kernel.body.ops = top[:index] + pre.block.ops + [loop] + drain.block.ops + top[index + 1:]
-    kernel.meta["stages"] = stages
+    kernel.schedule = kernel.schedule.with_(pipeline=PipelinePlan(stages))
     return kernel

@@ -36,8 +36,9 @@ from tilec.target.layout import DistributedLayout
 from tilec.options import Options
 
 from .common import find_main_loop, tile_in_bounds
-from .kinds import LOAD_OPS, PRODUCT_OPS
-from .tiling import TilingPlan
+from tilec.ir.schedule import TilingPlan
+
+from .kinds import LOAD_OPS, PRODUCT_OPS, product_of
 
 NAME = "fragments"
 # Ops whose result takes the accumulator layout when it has the block's shape.
@@ -50,7 +51,7 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     view_a, view_b, acc = dot.operands
     bm, bn, bk = plan.block
     dtype = view_a.type.dtype
-    kind = plan.product
+    kind = product_of(plan)
     step_k = kind.k_step
     a_type = TileType(dtype, (bm, step_k), "reg", kind.layout("A", plan.warps, plan.warp_tile))
     b_type = TileType(dtype, (step_k, bn), "reg", kind.layout("B", plan.warps, plan.warp_tile))
@@ -157,10 +158,10 @@ def _broadcast_load(kernel: Kernel, op: Op, layout: DistributedLayout) -> Op:
 
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
-    plan: TilingPlan = kernel.meta["tiling"]
+    plan: TilingPlan = kernel.schedule.tiling
     loop, dot = find_main_loop(kernel)
     body = loop.regions[0]
-    layout = plan.product.layout("C", plan.warps, plan.warp_tile)
+    layout = product_of(plan).layout("C", plan.warps, plan.warp_tile)
     acc_arg = dot.operands[2]
     if acc_arg not in body.args:
         raise located(TileConfigError, "the product must accumulate into a loop-carried "
@@ -176,7 +177,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         value.type = acc_type
     position = body.ops.index(dot)
     body.ops[position:position + 1] = _expand_dot(dot, plan, acc_type)
-    stages = kernel.meta.get("stages", 1)
+    stages = kernel.schedule.stages
     if stages >= 2 and options.pipeline_fragments:
         _pipeline_across_iterations(kernel, loop, plan, stages, acc_type)
 

@@ -65,6 +65,11 @@ LOAD_OPS = tuple(dict.fromkeys(kind.load_op for kind in KINDS.values()))
 PRODUCT_OPS = tuple(dict.fromkeys(kind.product_op for kind in KINDS.values()))
 
 
+def product_of(plan) -> ProductKind:
+    """The product kind a tiling plan (:class:`tilec.ir.schedule.TilingPlan`) computes with."""
+    return KINDS[plan.kind]
+
+
 def kind_for(dtype: str, f32_math: str = "ffma") -> ProductKind:
     """The product kind for operand tiles of ``dtype`` (``f32_math``: Options.f32_math, which
     picks among the f32 rows); KeyError names the dtypes taken."""

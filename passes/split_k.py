@@ -5,7 +5,7 @@ Why: a product with few output tiles and a long K (16x8192x8192 is 128 tiles of 
 bandwidth. Slicing K multiplies the blocks; the slices' sums meet in a small global
 workspace.
 
-Requires: tiling's output (``kernel.meta["tiling"]``), a 1- or 2-D ``tile.grid`` at the top
+Requires: tiling's output (``kernel.schedule.tiling``), a 1- or 2-D ``tile.grid`` at the top
 level and the main K loop after it, whose accumulator the epilogue then reads.
 
 Produces, for ``options.split_k = S > 1``:
@@ -19,7 +19,7 @@ Produces, for ``options.split_k = S > 1``:
   partial sum; the last block of the tile to finish adds all S partials in slice order (the
   result does not depend on which block finished last) and goes on to the epilogue; the
   others end there;
-- ``kernel.meta["split_k"] = S``: the launcher allocates the workspace for it.
+- ``kernel.schedule.split``: ``SplitPlan(S)``; the launcher allocates the workspace for it.
 
 With S = 1 the kernel is returned as it is.
 
@@ -40,6 +40,7 @@ After::
 from __future__ import annotations
 
 from tilec.errors import TileConfigError, located
+from tilec.ir.schedule import SplitPlan
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, replace_uses
 from tilec.ir.types import i32
 from tilec.options import Options
@@ -97,7 +98,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     rest.ops = ops[after:]
     replace_uses(rest, partial, total)
     kernel.body.ops = ops[:after] + reduce_b.block.ops + rest.ops
-    kernel.meta["split_k"] = splits
+    kernel.schedule = kernel.schedule.with_(split=SplitPlan(splits))
     return kernel
 
 

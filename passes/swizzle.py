@@ -4,7 +4,7 @@ Requires: tiling's plan (block, warp tiles, each operand's storage orientation a
 vector width) and the shared buffers it made.
 
 Produces: every ``smem.alloc`` and ``smem.stage`` of an operand typed with the chosen
-:class:`~tilec.target.layout.SmemLayout`; ``kernel.meta["bank_conflicts"]`` maps each operand to the
+:class:`~tilec.target.layout.SmemLayout`; ``kernel.schedule.conflicts`` holds, per operand, the
 worst conflict degree of its copy stores and fragment reads (ldmatrix, 16-byte ``lds`` of
 FFMA, tf32's ldmatrix or ``ld.shared.b32``) under the chosen swizzle and under no swizzle
 (1 = conflict-free), the figures ``tilec explain`` prints.
@@ -27,7 +27,9 @@ from tilec.target.layout import (BANK_BYTES, SIMT_K, WARP_SIZE, SimtLayout, Smem
                           tf32_word_addresses)
 from tilec.options import Options
 
-from .tiling import OperandPlan, TilingPlan
+from tilec.ir.schedule import OperandConflicts, OperandPlan, TilingPlan
+
+from .kinds import product_of
 
 NAME = "swizzle"
 
@@ -39,7 +41,7 @@ def _ldmatrix_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
     return max(conflict_degree(ldmatrix_addresses(layout, op_plan.role, op_plan.k_major,
                                                   w * mn_extent + mn0, k0, elem_bytes), 16)
                for w in range(warps_along) for mn0 in range(0, mn_extent, 16)
-               for k0 in range(0, plan.block[2], plan.product.k_step))
+               for k0 in range(0, plan.block[2], product_of(plan).k_step))
 
 
 def _simt_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
@@ -64,7 +66,7 @@ def _tf32_degree(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
                                                    reg, k0, elem_bytes), BANK_BYTES)
                for w in range(warps_along)
                for reg in range(tf32_registers(op_plan.role, plan.warp_tile))
-               for k0 in range(0, plan.block[2], plan.product.k_step))
+               for k0 in range(0, plan.block[2], product_of(plan).k_step))
 
 
 # Per product kind: the instruction that reads fragments (the key of its figure in the
@@ -120,8 +122,8 @@ def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
 
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
-    plan: TilingPlan = kernel.meta["tiling"]
-    report = {}
+    plan: TilingPlan = kernel.schedule.tiling
+    report = []
     new_operands = []
     for op_plan in plan.operands:
         elem_bytes = plan.elem_bytes
@@ -132,7 +134,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           kernel.source_lines) from None
         linear = operand_conflicts(plan, op_plan, op_plan.layout, elem_bytes)
         layout = op_plan.layout.with_swizzle(swizzle)
-        report[op_plan.role] = {"swizzle": str(swizzle), "chosen": degrees, "linear": linear}
+        report.append(OperandConflicts(op_plan.role, str(swizzle), tuple(degrees.items()),
+                                       tuple(linear.items())))
         new_operands.append(OperandPlan(op_plan.role, op_plan.tensor, layout, op_plan.vec))
         for op in kernel.walk():
             if op.name == "smem.alloc" and op.attrs["role"] == op_plan.role:
@@ -141,6 +144,6 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         for op in kernel.walk():
             if op.name == "smem.stage" and op.operands[0] is buffer:
                 op.result.type = op.result.type.with_(layout=layout)
-    kernel.meta["tiling"] = dataclasses.replace(plan, operands=tuple(new_operands))
-    kernel.meta["bank_conflicts"] = report
+    kernel.schedule = kernel.schedule.with_(
+        tiling=dataclasses.replace(plan, operands=tuple(new_operands)), conflicts=tuple(report))
     return kernel

@@ -4,7 +4,7 @@ Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.
 directly inside a top-level K loop.
 
 Produces:
-- ``kernel.meta["tiling"]``: a :class:`TilingPlan` (block, warp and instruction tiles,
+- ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and instruction tiles,
   threads, each operand's shared layout and copy vector width);
 - a one-stage shared buffer per operand (``smem.alloc`` before the loop) filled in the loop
   by a synchronous ``copy.global_to_shared``, with ``gpu.barrier`` on both sides of the dot,
@@ -26,16 +26,15 @@ After::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
-from tilec.ir.types import F32, DType, TileType
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.ir.types import F32, TileType
 from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
 from .common import constant, find_main_loop, tile_in_bounds
-from .kinds import KINDS, ProductKind, kind_for
+from .kinds import KINDS, ProductKind, kind_for, product_of
 
 NAME = "tiling"
 # Registers a thread needs beside accumulators and fragments (addresses, indices, masks);
@@ -43,43 +42,9 @@ NAME = "tiling"
 REGISTER_OVERHEAD = 40
 
 
-@dataclass(frozen=True)
-class OperandPlan:
-    role: str  # "A" or "B"
-    tensor: str  # the parameter it is read from
-    layout: SmemLayout
-    vec: int  # elements per global->shared access
-
-    @property
-    def k_major(self) -> bool:
-        return self.layout.transposed == (self.role == "B")
-
-
-@dataclass(frozen=True)
-class TilingPlan:
-    block: tuple[int, int, int]  # BM, BN, BK
-    warps: tuple[int, int]
-    warp_tile: tuple[int, int]
-    instruction: tuple[int, int, int]
-    threads: int
-    dtype: str
-    operands: tuple[OperandPlan, OperandPlan]
-    raster_group: int
-    kind: str = "mma"  # a key of passes.kinds.KINDS
-
-    def operand(self, role: str) -> OperandPlan:
-        return self.operands[0] if role == "A" else self.operands[1]
-
-    @property
-    def product(self) -> ProductKind:
-        return KINDS[self.kind]
-
-    @property
-    def elem_bytes(self) -> int:
-        return DType.parse(self.dtype).bytes
-
-    def registers_estimate(self) -> int:
-        return self.product.registers(self.warp_tile, REGISTER_OVERHEAD)
+def registers_estimate(plan: TilingPlan) -> int:
+    """Registers a thread of the plan needs, by the product family's estimate."""
+    return product_of(plan).registers(plan.warp_tile, REGISTER_OVERHEAD)
 
 
 def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPlan, OperandPlan],
@@ -148,7 +113,7 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
         kind_for(plan.dtype, options.f32_math)
     except KeyError as err:
         fail(err.args[0])
-    kind = plan.product
+    kind = product_of(plan)
     if bk % kind.k_step:
         fail(f"BK={bk} is not a multiple of the {kind.name} k ({kind.k_step})")
     if bm % wm or bn % wn:
@@ -161,7 +126,7 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
              hint=f"use BM, BN multiples of {multiples} per warp row/column")
     if plan.threads > MAX_THREADS:
         fail(f"{wm}x{wn} warps make {plan.threads} threads, more than {MAX_THREADS}")
-    regs = plan.registers_estimate()
+    regs = registers_estimate(plan)
     if regs > MAX_REGISTERS_PER_THREAD:
         fail(f"a {tm}x{tn} warp tile needs about {regs} registers per thread, more than "
              f"{MAX_REGISTERS_PER_THREAD}", hint="use more warps or a smaller block tile")
@@ -250,5 +215,5 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     for op in kernel.body.ops:
         if op.name == "tile.grid" and len(op.operands) == 2:
             op.attrs["raster_group"] = options.raster_group
-    kernel.meta["tiling"] = plan
+    kernel.schedule = kernel.schedule.with_(tiling=plan)
     return kernel

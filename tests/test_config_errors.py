@@ -15,6 +15,7 @@ from tilec.frontend import parse_function
 from tilec.kernel import TileFunction
 from tilec.target.layout import Swizzle
 from tilec.options import Options
+from tilec.passes.tiling import registers_estimate
 from tilec.pipeline import run_pipeline
 
 MATMUL = '''\
@@ -110,12 +111,12 @@ def test_tile_configuration_errors_suggest_a_fix(kwargs, hint: str) -> None:
     (dict(BM=64, BN=32, BK=16, warps=(4, 2)), (16, 16)),  # the smallest warp tile
 ])
 def test_limits_are_not_too_strict(kwargs, warp_tile) -> None:
-    assert accepted(**kwargs).meta["tiling"].warp_tile == warp_tile
+    assert accepted(**kwargs).schedule.tiling.warp_tile == warp_tile
 
 
 @pytest.mark.parametrize("dtype, kind", [("f16", "mma"), ("bf16", "mma"), ("f32", "simt")])
 def test_each_dtype_gets_its_product_kind(dtype: str, kind: str) -> None:
-    plan = accepted(MATMUL.replace("f16[", f"{dtype}[")).meta["tiling"]
+    plan = accepted(MATMUL.replace("f16[", f"{dtype}[")).schedule.tiling
     assert (plan.dtype, plan.kind) == (dtype, kind)
 
 
@@ -225,8 +226,8 @@ def test_pipeline_fragments_is_an_option(monkeypatch) -> None:
 
 @pytest.mark.parametrize("kwargs", [dict(BM=96), dict(BM=256, BN=256)], ids=["96", "256"])
 def test_automatic_warps_choose_a_grid_that_fits(kwargs) -> None:
-    plan = accepted(**kwargs).meta["tiling"]
-    assert plan.registers_estimate() <= 255
+    plan = accepted(**kwargs).schedule.tiling
+    assert registers_estimate(plan) <= 255
 
 
 # ---------------------------------------------------------------------------- epilogues

@@ -15,6 +15,8 @@ from tilec.tools.explain import (Explanation, Run, ScheduleRow, _degree, _of_it,
 from tilec.analysis.hazards import Event, Trace, main_loop
 from tilec.ir.core import clone_kernel, defining_op
 from tilec.kernel import TileFunction, load_file
+from tilec.passes.kinds import product_of
+from tilec.passes.tiling import registers_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = str(ROOT / "samples" / "matmul.py")
@@ -155,8 +157,8 @@ def test_stage_indices_are_written_as_functions_of_the_iteration(values, stages,
 
 def test_registers_estimate_matches_the_tiling_plan() -> None:
     e = explained(**KNOWN)
-    plan = matmul().compile(**KNOWN).kernel.meta["tiling"]
-    assert e.registers.estimate == plan.registers_estimate() == 128 + 64 + 40
+    plan = matmul().compile(**KNOWN).kernel.schedule.tiling
+    assert e.registers.estimate == registers_estimate(plan) == 128 + 64 + 40
 
 
 # --------------------------------------------------------------------------- hazards
@@ -253,7 +255,7 @@ def sgemm_bt(tmp_path: Path) -> TileFunction:
 
 def test_the_sgemm_hierarchy_is_lanes_and_ffma_not_mma_tiles() -> None:
     compiled = sgemm().compile()
-    assert compiled.kernel.meta["tiling"].kind == "simt"
+    assert compiled.kernel.schedule.tiling.kind == "simt"
     e = explain(compiled, ptxas=False)
     h = e.hierarchy
     assert (h.block, h.warps, h.warp_tile, h.kind) == ((128, 128, 16), (4, 2), (32, 64), "simt")
@@ -300,19 +302,19 @@ def test_a_warp_tile_of_one_run_per_lane(tmp_path) -> None:
 
 def test_sgemm_registers_come_from_the_simt_kind() -> None:
     compiled = sgemm().compile()
-    plan = compiled.kernel.meta["tiling"]
+    plan = compiled.kernel.schedule.tiling
     r = explain(compiled, ptxas=False).registers
     # 8 x 8 accumulators; A 8 rows x 4 k and B 8 columns x 4 k, double-buffered.
     assert (r.accumulators, r.fragments, r.overhead) == (64, 2 * (8 + 8) * 4, 40)
-    assert r.fragments == 2 * plan.product.fragment_registers(32, 64)
-    assert r.estimate == plan.registers_estimate() == 64 + 128 + 40
+    assert r.fragments == 2 * product_of(plan).fragment_registers(32, 64)
+    assert r.estimate == registers_estimate(plan) == 64 + 128 + 40
     assert ("  estimate  232: 64 accumulators + 128 fragments (double-buffered) + 40 addresses "
             "and indices\n") in render_explanation(explain(compiled, ptxas=False))
 
 
 def test_sgemm_conflict_rows_are_its_16_byte_operand_reads() -> None:
     compiled = sgemm().compile()
-    report = compiled.kernel.meta["bank_conflicts"]
+    report = compiled.kernel.schedule.conflict_report()
     e = explain(compiled, ptxas=False)
     rows = {(c.role, c.access): c for c in e.conflicts}
     assert set(rows) == {("A", "cp.async 16 B"), ("A", "ld.shared.v4"),
@@ -341,7 +343,7 @@ def test_sgemm_conflict_rows_are_its_16_byte_operand_reads() -> None:
 ])
 def test_the_ffma_enumeration_agrees_with_the_swizzle_pass(options) -> None:
     compiled = sgemm().compile(**options)
-    report = compiled.kernel.meta["bank_conflicts"]
+    report = compiled.kernel.schedule.conflict_report()
     for c in explain(compiled, ptxas=False).conflicts:
         assert c.pass_figure == c.worst, c
         key = "lds" if c.access == "ld.shared.v4" else "copy"
@@ -350,7 +352,7 @@ def test_the_ffma_enumeration_agrees_with_the_swizzle_pass(options) -> None:
 
 def test_the_ffma_enumeration_of_a_k_contiguous_b(tmp_path) -> None:
     compiled = sgemm_bt(tmp_path).compile()
-    report = compiled.kernel.meta["bank_conflicts"]
+    report = compiled.kernel.schedule.conflict_report()
     rows = {(c.role, c.access): c for c in explain(compiled, ptxas=False).conflicts}
     for role in "AB":
         row = rows[(role, "ld.shared.v4")]
@@ -460,7 +462,7 @@ def test_the_tf32_counts_are_the_instructions_the_backend_emits(tmp_path, b_tran
                                      {"BK": 32, "stages": 2}])
 def test_the_tf32_enumeration_agrees_with_the_swizzle_pass(options) -> None:
     compiled = sgemm().compile(f32_math="tf32", **options)
-    report = compiled.kernel.meta["bank_conflicts"]
+    report = compiled.kernel.schedule.conflict_report()
     rows = explain(compiled, ptxas=False).conflicts
     assert [(c.role, c.access) for c in rows] == [
         ("A", "cp.async 16 B"), ("A", "ldmatrix.x4"), ("B", "cp.async 16 B"),

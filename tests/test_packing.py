@@ -67,7 +67,7 @@ def plan(name: str, tensors, policy="auto", pad=True, consts=None) -> PackPlan:
 @pytest.mark.parametrize("name", ["matmul", "matmul_bt", "gemm_epilogue"])
 def test_operands_are_the_tensors_the_tiling_pass_copies(name):
     function = sample(name)
-    tiling = function.compile().kernel.meta["tiling"]
+    tiling = function.compile().kernel.schedule.tiling
     assert operand_tensors(function.lower()) == tuple(o.tensor for o in tiling.operands)
     assert operand_tensors(function.lower()) == ("A", "B")
 
@@ -253,10 +253,10 @@ def test_compiled_for_the_packed_spec_the_copies_are_16_byte_cp_async():
     tensors = matmul_args(4095, 4097, 4093)
     spec = spec_for_tensors(tensors, {"M": 4095, "N": 4097, "K": 4093})
     packed = plan_packing(kernel, tensors, "auto").spec(spec)
-    operands = function.compile(spec=packed).kernel.meta["tiling"].operands
+    operands = function.compile(spec=packed).kernel.schedule.tiling.operands
     assert [o.vec for o in operands] == [8, 8]
     unpacked = function.compile(spec=spec)
-    assert [o.vec for o in unpacked.kernel.meta["tiling"].operands] == [1, 1]
+    assert [o.vec for o in unpacked.kernel.schedule.tiling.operands] == [1, 1]
     assert "cp.async.cg" in function.compile(spec=packed).ptx
     assert "cp.async.cg" not in unpacked.ptx and "ld.global.nc.b16" in unpacked.ptx
 

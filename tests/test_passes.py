@@ -75,6 +75,10 @@ tile<f32,[32,32]>) {
 TILED = '''\
 kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
 i32, %N: i32) consts {BK = 16, BM = 32, BN = 32} {
+  #tiling = {kind = mma, block = [32, 32, 16], warps = [1, 1], warp_tile = [32, 32], \
+instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
+  #tiling.A = {tensor = A, layout = linear, vec = 8}
+  #tiling.B = {tensor = B, layout = linear, vec = 8}
   %BM = arith.constant {value = 32} : i32
   %0 = arith.cdiv %M, %BM : i32
   %BN = arith.constant {value = 32} : i32
@@ -116,6 +120,11 @@ threads = 32, vec = 8}
 BUFFERED = '''\
 kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
 i32, %N: i32) consts {BK = 16, BM = 32, BN = 32} {
+  #tiling = {kind = mma, block = [32, 32, 16], warps = [1, 1], warp_tile = [32, 32], \
+instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
+  #tiling.A = {tensor = A, layout = linear, vec = 8}
+  #tiling.B = {tensor = B, layout = linear, vec = 8}
+  #pipeline = {stages = 2}
   %BM = arith.constant {value = 32} : i32
   %0 = arith.cdiv %M, %BM : i32
   %BN = arith.constant {value = 32} : i32
@@ -187,6 +196,11 @@ shape = [16, 32], threads = 32, vec = 8}
 BUFFERED_ONE_STAGE = '''\
 kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
 i32, %N: i32) consts {BK = 16, BM = 32, BN = 32} {
+  #tiling = {kind = mma, block = [32, 32, 16], warps = [1, 1], warp_tile = [32, 32], \
+instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
+  #tiling.A = {tensor = A, layout = linear, vec = 8}
+  #tiling.B = {tensor = B, layout = linear, vec = 8}
+  #pipeline = {stages = 1}
   %BM = arith.constant {value = 32} : i32
   %0 = arith.cdiv %M, %BM : i32
   %BN = arith.constant {value = 32} : i32
@@ -242,6 +256,15 @@ threads = 32, vec = 8}
 SWIZZLED = '''\
 kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
 i32, %N: i32) consts {BK = 16, BM = 32, BN = 32} {
+  #tiling = {kind = mma, block = [32, 32, 16], warps = [1, 1], warp_tile = [32, 32], \
+instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
+  #tiling.A = {tensor = A, layout = swizzle(1,3,3), vec = 8}
+  #tiling.B = {tensor = B, layout = swizzle(2,3,3), vec = 8}
+  #pipeline = {stages = 2}
+  #conflicts.A = {swizzle = swizzle(1,3,3), conflicts = {copy = 1, ldmatrix = 1}, \
+linear = {copy = 1, ldmatrix = 2}}
+  #conflicts.B = {swizzle = swizzle(2,3,3), conflicts = {copy = 1, ldmatrix = 1}, \
+linear = {copy = 1, ldmatrix = 4}}
   %BM = arith.constant {value = 32} : i32
   %0 = arith.cdiv %M, %BM : i32
   %BN = arith.constant {value = 32} : i32
@@ -314,6 +337,15 @@ shape = [16, 32], threads = 32, vec = 8}
 MAPPED = '''\
 kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
 i32, %N: i32) consts {BK = 16, BM = 32, BN = 32} {
+  #tiling = {kind = mma, block = [32, 32, 16], warps = [1, 1], warp_tile = [32, 32], \
+instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
+  #tiling.A = {tensor = A, layout = swizzle(1,3,3), vec = 8}
+  #tiling.B = {tensor = B, layout = swizzle(2,3,3), vec = 8}
+  #pipeline = {stages = 2}
+  #conflicts.A = {swizzle = swizzle(1,3,3), conflicts = {copy = 1, ldmatrix = 1}, \
+linear = {copy = 1, ldmatrix = 2}}
+  #conflicts.B = {swizzle = swizzle(2,3,3), conflicts = {copy = 1, ldmatrix = 1}, \
+linear = {copy = 1, ldmatrix = 4}}
   %BM = arith.constant {value = 32} : i32
   %0 = arith.cdiv %M, %BM : i32
   %BN = arith.constant {value = 32} : i32
@@ -549,10 +581,10 @@ def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None
     options = Options(warps=(2, 1), stages=stages, split_k=2 if module is split_k else 1)
     kernel = input_of(module, options, text)
     before = print_kernel(kernel, locs=True)
-    meta = dict(kernel.meta)
+    schedule = kernel.schedule
     result = module.run(kernel, options)
     assert print_kernel(kernel, locs=True) == before
-    assert kernel.meta == meta
+    assert kernel.schedule == schedule
     assert result is not kernel and print_kernel(result, locs=True) != before
     verify(kernel)
 
@@ -573,7 +605,7 @@ def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None
 def test_tiling_plan_splits_the_block_among_warps(consts, warps, chosen, warp_tile) -> None:
     bm, bn, bk = consts
     kernel = through(tiling, Options(warps=warps), BM=bm, BN=bn, BK=bk)
-    plan = kernel.meta["tiling"]
+    plan = kernel.schedule.tiling
     assert plan.block == (bm, bn, bk)
     assert plan.warps == chosen
     assert plan.warp_tile == warp_tile
@@ -585,7 +617,7 @@ def test_tiling_plan_splits_the_block_among_warps(consts, warps, chosen, warp_ti
 
 
 def test_tiling_plan_operands_default_to_row_major_16_byte_vectors() -> None:
-    plan = through(tiling, Options(), BM=64, BN=128, BK=32).meta["tiling"]
+    plan = through(tiling, Options(), BM=64, BN=128, BK=32).schedule.tiling
     a, b = plan.operands
     assert (a.role, a.tensor, a.vec, a.k_major) == ("A", "A", 8, True)
     assert (b.role, b.tensor, b.vec, b.k_major) == ("B", "B", 8, False)
@@ -602,14 +634,14 @@ def test_tiling_plan_operands_default_to_row_major_16_byte_vectors() -> None:
 ])
 def test_tiling_follows_the_tensor_spec(spec, layout, vec: int, k_major: bool) -> None:
     options = Options(spec=Spec(tensors=(("A", spec),)))
-    plan = through(tiling, options).meta["tiling"]
+    plan = through(tiling, options).schedule.tiling
     a = plan.operand("A")
     assert (a.layout, a.vec, a.k_major) == (layout, vec, k_major)
     assert plan.operand("B").vec == 8
 
 
 def test_tiling_stores_a_transposed_operand_k_major() -> None:
-    plan = through(tiling, Options(), MATMUL_BT).meta["tiling"]
+    plan = through(tiling, Options(), MATMUL_BT).schedule.tiling
     b = plan.operand("B")
     assert b.layout == SmemLayout(32, 16, transposed=True)
     assert b.k_major
@@ -617,7 +649,7 @@ def test_tiling_stores_a_transposed_operand_k_major() -> None:
 
 def test_tiling_of_bf16_inputs() -> None:
     kernel = through(tiling, Options(), MATMUL.replace("f16[", "bf16["))
-    assert kernel.meta["tiling"].dtype == "bf16"
+    assert kernel.schedule.tiling.dtype == "bf16"
     assert [str(a.result.type) for a in named(before_loop(kernel), "smem.alloc")] == [
         "tile<bf16,[1,32,16],smem,linear>", "tile<bf16,[1,16,32],smem,linear>"]
 
@@ -661,7 +693,7 @@ def test_tiling_fences_the_dot_and_replaces_the_loads() -> None:
 def test_double_buffer_schedule(stages: int) -> None:
     bk, size_k = 16, 40  # three iterations: k = 0, 16, 32
     kernel = through(double_buffer, Options(warps=(1, 1), stages=stages))
-    assert kernel.meta["stages"] == stages
+    assert kernel.schedule.stages == stages
     allocs = named(before_loop(kernel), "smem.alloc")
     assert [a.result.type.shape[0] for a in allocs] == [stages, stages]
     assert [a.attrs["stages"] for a in allocs] == [stages, stages]
@@ -771,12 +803,12 @@ def ldmatrix_conflicts(layout: SmemLayout, rows: int, k_extent: int) -> int:
 
 def test_swizzle_removes_conflicts_of_a_64_wide_f16_tile() -> None:
     kernel = through(swizzle, Options(warps=(2, 2)), BM=64, BN=64, BK=64)
-    report = kernel.meta["bank_conflicts"]
+    report = kernel.schedule.conflict_report()
     for role in "AB":
         assert report[role]["swizzle"] == "swizzle(3,3,3)"
         assert report[role]["chosen"] == {"copy": 1, "ldmatrix": 1}
         assert report[role]["linear"]["ldmatrix"] == 8
-    a_layout = kernel.meta["tiling"].operand("A").layout
+    a_layout = kernel.schedule.tiling.operand("A").layout
     assert a_layout == SmemLayout(64, 64, Swizzle(3, 3, 3))
     # The same figures from an independent count of A's ldmatrix rows per bank group.
     assert ldmatrix_conflicts(a_layout, 64, 64) == 1
@@ -788,8 +820,8 @@ def test_swizzle_removes_conflicts_of_a_64_wide_f16_tile() -> None:
 def test_swizzle_types_every_buffer_and_view_with_the_chosen_layout(consts, warps) -> None:
     bm, bn, bk = consts
     kernel = through(swizzle, Options(warps=warps, stages=3), BM=bm, BN=bn, BK=bk)
-    plan = kernel.meta["tiling"]
-    report = kernel.meta["bank_conflicts"]
+    plan = kernel.schedule.tiling
+    report = kernel.schedule.conflict_report()
     for op_plan in plan.operands:
         degrees = report[op_plan.role]
         assert str(op_plan.layout.swizzle) == degrees["swizzle"]
@@ -805,7 +837,7 @@ def test_swizzle_types_every_buffer_and_view_with_the_chosen_layout(consts, warp
 
 def test_swizzle_off_keeps_rows_linear() -> None:
     kernel = through(swizzle, Options(warps=(2, 2), swizzle="off"), BM=64, BN=64, BK=64)
-    report = kernel.meta["bank_conflicts"]
+    report = kernel.schedule.conflict_report()
     for role in "AB":
         assert report[role]["swizzle"] == "linear"
         assert report[role]["chosen"] == report[role]["linear"]
@@ -813,17 +845,17 @@ def test_swizzle_off_keeps_rows_linear() -> None:
     layouts = [op.result.type.layout for op in kernel.walk()
                if op.name in ("smem.alloc", "smem.stage")]
     assert layouts and all(layout.swizzle.bits == 0 for layout in layouts)
-    assert all(p.layout.swizzle.bits == 0 for p in kernel.meta["tiling"].operands)
+    assert all(p.layout.swizzle.bits == 0 for p in kernel.schedule.tiling.operands)
 
 
 def test_swizzle_uses_an_explicit_swizzle_as_given() -> None:
     given = Swizzle(2, 3, 3)
     kernel = through(swizzle, Options(warps=(2, 2), swizzle=given), BM=64, BN=64, BK=64)
-    assert [p.layout.swizzle for p in kernel.meta["tiling"].operands] == [given, given]
+    assert [p.layout.swizzle for p in kernel.schedule.tiling.operands] == [given, given]
     assert {op.result.type.layout.swizzle for op in kernel.walk()
             if op.name == "smem.alloc"} == {given}
     # Two XOR bits halve the eight-way conflict of 128-byte rows, no better.
-    assert kernel.meta["bank_conflicts"]["A"]["chosen"]["ldmatrix"] == 2
+    assert kernel.schedule.conflict_report()["A"]["chosen"]["ldmatrix"] == 2
 
 
 # -------------------------------------------------------------------------------- fragments

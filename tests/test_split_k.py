@@ -44,7 +44,7 @@ def test_the_grid_gains_a_slice_axis_and_the_loop_a_slice_of_k() -> None:
     verify(out, after="split_k")
     grid = next(op for op in out.body.ops if op.name == "tile.grid")
     assert len(grid.operands) == len(grid.results) == 3
-    assert grid.attrs["split_k"] == 4 and out.meta["split_k"] == 4
+    assert grid.attrs["split_k"] == 4 and out.schedule.splits == 4
     assert grid.operands[2].owner.attrs["value"] == 4
     loop = next(op for op in out.body.ops if op.name == "scf.for")
     assert loop.operands[0].owner.name == "arith.add"  # k_begin = lower + slice * width

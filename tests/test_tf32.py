@@ -135,10 +135,10 @@ def test_f32_math_picks_the_kind_of_f32_tiles_only() -> None:
     assert kind_for("f32").name == "simt"
     assert kind_for("f32", "tf32").name == "tf32"
     assert kind_for("f16", "tf32").name == kind_for("bf16", "tf32").name == "mma"
-    plan = sgemm().compile(**TF32).kernel.meta["tiling"]
+    plan = sgemm().compile(**TF32).kernel.schedule.tiling
     assert (plan.kind, plan.instruction, plan.warps, plan.warp_tile) == (
         "tf32", (16, 8, 8), (2, 2), (64, 64))
-    assert sgemm().compile().kernel.meta["tiling"].kind == "simt"
+    assert sgemm().compile().kernel.schedule.tiling.kind == "simt"
     matmul = load_file(SAMPLES / "matmul.py")["matmul"]
     assert matmul.compile(**TF32).ptx == matmul.compile().ptx  # f16: no effect
 
@@ -202,7 +202,7 @@ def tf32_plan(b_transposed: bool = False, **kwargs: Any):
 
 def test_32_bit_reads_get_a_swizzle_of_32_byte_units() -> None:
     kernel = tf32_plan()
-    report = kernel.meta["bank_conflicts"]
+    report = kernel.schedule.conflict_report()
     # Row-major B (16 x 128, n contiguous): 4 k rows x 8 consecutive n words per read.
     assert report["B"]["linear"]["ldtf32"] == 4
     assert report["B"]["chosen"] == {"copy": 1, "ldtf32": 1}
@@ -221,9 +221,9 @@ def test_32_byte_units_make_every_row_width_conflict_free(bn, warps, chosen,
     XOR bits where they work at all, and none works for 128-byte rows (BN = 32)."""
     kernel = run_pipeline(sgemm().lower(BM=64, BN=bn, BK=16),
                           Options(warps=warps, **TF32)).kernel
-    report = kernel.meta["bank_conflicts"]["B"]
+    report = kernel.schedule.conflict_report()["B"]
     assert (report["swizzle"], report["chosen"]["ldtf32"]) == (chosen, 1)
-    plan = kernel.meta["tiling"]
+    plan = kernel.schedule.tiling
     b = plan.operand("B")
     degrees = {s: swizzle_pass._tf32_degree(plan, b, b.layout.with_swizzle(s), 4)
                for s in swizzle_candidates(4) if s.period <= b.layout.size}
@@ -232,7 +232,7 @@ def test_32_byte_units_make_every_row_width_conflict_free(bn, warps, chosen,
 
 
 def test_swizzle_off_leaves_the_32_bit_reads_4_way_conflicted() -> None:
-    report = tf32_plan(swizzle="off").meta["bank_conflicts"]
+    report = tf32_plan(swizzle="off").schedule.conflict_report()
     assert report["B"]["chosen"]["ldtf32"] == 4 and report["B"]["swizzle"] == "linear"
 
 

@@ -44,7 +44,7 @@ def hand_degree(addresses) -> int:
 def compiled_plan(path: Path, **kwargs):
     fn = next(iter(load_file(path).values()))
     compiled = fn.compile(**kwargs)
-    return compiled.kernel.meta["tiling"], compiled.kernel.meta["bank_conflicts"]
+    return compiled.kernel.schedule.tiling, compiled.kernel.schedule.conflict_report()
 
 
 # ------------------------------------------------------------------------ bank maps

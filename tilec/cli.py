@@ -24,6 +24,7 @@ from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, I32, DType, TensorType
 from tilec.kernel import TileFunction, load_file, written_params
 from tilec.options import ARCHS, F32_MATH, MAX_SPLIT_K, PACK_POLICIES, target_arch
+from tilec.passes.kinds import product_of
 from tilec.pipeline import pipeline
 
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
@@ -306,19 +307,21 @@ def _shapes(fn: TileFunction, args: argparse.Namespace,
 
 def summary(compiled) -> str:
     """One line about a compiled kernel: its tiling, launch shape and PTX size."""
-    plan = compiled.kernel.meta.get("tiling")
+    schedule = compiled.kernel.schedule
+    plan = schedule.tiling
     rendered = compiled.rendered
     parts = [compiled.options.arch]
     if plan is not None:
         parts.append("tile " + "x".join(str(d) for d in plan.block))
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
-        if plan.product.f32_math == "tf32":  # not the default: say the products round
+        if product_of(plan).f32_math == "tf32":  # not the default: say the products round
             parts.append("tf32 tensor cores")
     parts.append(f"{rendered.threads} threads")
-    parts.append(f"{compiled.kernel.meta.get('stages', compiled.options.stages)} stages")
+    stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages
+    parts.append(f"{stages} stages")
     parts.append(f"{rendered.smem_bytes / 1024:g} KiB shared memory")
-    if compiled.kernel.meta.get("split_k", 1) > 1:
-        parts.append(f"split-K {compiled.kernel.meta['split_k']}")
+    if schedule.splits > 1:
+        parts.append(f"split-K {schedule.splits}")
     ptx = rendered.ptx
     parts.append(f"PTX {ptx.count(chr(10)):,} lines, {len(ptx.encode()) / 1024:.1f} KiB")
     return ", ".join(parts)

@@ -105,7 +105,7 @@ def run_pipeline(kernel: Kernel, options: Options, passes: Sequence[Pass] | None
                 raise PassError(p.name, f"broke an IR invariant: {err}", kernel) from None
         if keep_ir:
             result.stages[p.name] = print_kernel(kernel)
-    if "tiling" in kernel.meta:
+    if kernel.schedule.tiling is not None:
         # A schedule with a shared-memory race is a compile error naming both accesses.
         from tilec.analysis.hazards import check_schedule
         start = time.perf_counter()

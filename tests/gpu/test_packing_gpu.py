@@ -124,7 +124,7 @@ def test_prepared_launch_packs_says_so_and_repacks_each_call():
     assert launch.packing.describe() == ["A packed to stride 192 (rows were 2-byte aligned)",
                                          "B packed to stride 320 (rows were 2-byte aligned)",
                                          "K padded to 160 with zeros"]
-    assert [o.vec for o in launch.compiled.kernel.meta["tiling"].operands] == [8, 8]
+    assert [o.vec for o in launch.compiled.kernel.schedule.tiling.operands] == [8, 8]
     # K = 160 divides BK: the copies keep only their M and N edge masks.
     assert sorted({tuple(op.attrs["masked"]) for op in launch.compiled.kernel.walk()
                    if op.name == "copy.global_to_shared"}) == [(False, True), (True, False)]
@@ -148,7 +148,7 @@ def test_pack_off_copies_elements_and_is_still_right():
     c = nan_output(m, n)
     launch = sample("matmul").prepare(a, b, c, pack="off")
     assert not launch.packing
-    assert [o.vec for o in launch.compiled.kernel.meta["tiling"].operands] == [1, 1]
+    assert [o.vec for o in launch.compiled.kernel.schedule.tiling.operands] == [1, 1]
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
 

@@ -339,7 +339,9 @@ def trip_counts(stages: int) -> list[int]:
 
 
 def schedule_stages(kernel: Kernel) -> int:
-    return kernel.meta.get("stages") or max(
+    if kernel.schedule.pipeline is not None:
+        return kernel.schedule.stages
+    return max(
         (op.attrs.get("stages", 1) for op in kernel.walk() if op.name == "smem.alloc"),
         default=1)
 

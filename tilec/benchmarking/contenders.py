@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 from tilec.benchmarking.array_libraries import Arrays
 from tilec.benchmarking.cases import TILEC_DTYPES, Case
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
+from tilec.passes.kinds import product_of
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
 
@@ -115,8 +116,9 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose, and what the launch
     packs (``packing``: a :class:`tilec.launch.packing.PackPlan`), e.g. ``, A packed to stride
     4096 (rows were 2-byte aligned)``."""
-    plan = compiled.kernel.meta.get("tiling")
-    stages = compiled.kernel.meta.get("stages", compiled.options.stages)
+    schedule = compiled.kernel.schedule
+    plan = schedule.tiling
+    stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages
     text = f"stages {stages}"
     if plan is not None:
         text = (f"{'x'.join(map(str, plan.block))} warps {plan.warps[0]}x{plan.warps[1]} "
@@ -125,7 +127,7 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " swizzle off"
     if compiled.options.split_k > 1:
         text += f" split-K {compiled.options.split_k}"
-    if plan is not None and plan.product.f32_math == "tf32":
+    if plan is not None and product_of(plan).f32_math == "tf32":
         text += " tf32"
     if packing:
         text += ", " + ", ".join(packing.describe())

@@ -10,6 +10,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from tilec.ir.schedule import Schedule
 from tilec.ir.types import Type
 
 
@@ -101,8 +102,9 @@ class Kernel:
     body: Block
     source_file: str = "<tile>"
     source_lines: tuple[str, ...] = ()
-    # Set by passes: facts later passes and the backend read (schedule, launch shape...).
-    meta: dict[str, Any] = field(default_factory=dict)
+    # The decisions passes made (tiles, warps, stages, swizzles, split): typed, printed and
+    # verified with the ops (tilec.ir.schedule).
+    schedule: Schedule = field(default_factory=Schedule)
 
     def walk(self) -> Iterator[Op]:
         for op in self.body.ops:
@@ -125,7 +127,7 @@ def clone_kernel(kernel: Kernel) -> Kernel:
     mapping: dict[Value, Value] = {}
     body = _clone_block(kernel.body, mapping)
     return Kernel(kernel.name, list(kernel.params), list(kernel.symbols), dict(kernel.consts),
-                  body, kernel.source_file, kernel.source_lines, dict(kernel.meta))
+                  body, kernel.source_file, kernel.source_lines, kernel.schedule)
 
 
 def _clone_block(block: Block, mapping: dict[Value, Value]) -> Block:

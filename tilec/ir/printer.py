@@ -58,6 +58,7 @@ def print_kernel(kernel: Kernel, *, locs: bool = False) -> str:
     if kernel.consts:
         lines[0] += f" consts {format_attr(dict(sorted(kernel.consts.items())))}"
     lines[0] += " {"
+    lines.extend("  " + line for line in kernel.schedule.lines())
     _print_ops(kernel.body, names, lines, 1, locs)
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -1,11 +1,13 @@
-"""Checks the IR's invariants: known ops, counts, attributes, types, and that every value
-is defined before it is used. Runs after every pass in tests and on request."""
+"""Checks the IR's invariants: known ops, counts, attributes, types, that every value is
+defined before it is used, and that the schedule agrees with the ops. Runs after every pass in
+tests and on request."""
 from __future__ import annotations
 
 from typing import Optional
 
 from tilec.ir.core import Block, Kernel, Op, Value
 from tilec.ir.ops import OP_DEFS, IRError
+from tilec.ir.schedule import check_schedule
 
 
 def verify(kernel: Kernel, *, after: Optional[str] = None) -> None:
@@ -15,6 +17,9 @@ def verify(kernel: Kernel, *, after: Optional[str] = None) -> None:
         raise IRError("kernel body arguments do not match params + symbols")
     try:
         _verify_block(kernel.body, set())
+        problems = check_schedule(kernel)
+        if problems:
+            raise IRError("schedule: " + "; ".join(problems))
     except IRError as err:
         where = f" after pass '{after}'" if after else ""
         raise IRError(f"invalid IR{where}: {err}") from None

@@ -31,10 +31,10 @@ class WorkspaceSize:
 def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int]) -> Optional[WorkspaceSize]:
     """What a launch of the compiled kernel over ``sizes`` (its tile axes) needs; None for a
     kernel without split-K."""
-    splits = compiled_kernel.meta.get("split_k", 1)
+    splits = compiled_kernel.schedule.splits
     if splits == 1:
         return None
-    plan = compiled_kernel.meta["tiling"]
+    plan = compiled_kernel.schedule.tiling
     tiles = math.prod(sizes)
     block_elements = plan.block[0] * plan.block[1]
     return WorkspaceSize(tiles * splits * block_elements * F32_BYTES, tiles * COUNTER_BYTES)

@@ -43,7 +43,9 @@ from tilec.target.layout import (BANK_BYTES, MMA_M, MMA_N, WARP_SIZE, Distribute
                           tf32_word_addresses)
 from tilec.passes.kinds import KINDS, LOAD_OPS, PRODUCT_OPS
 from tilec.passes.swizzle import READS
-from tilec.passes.tiling import REGISTER_OVERHEAD, OperandPlan, TilingPlan
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.passes.kinds import product_of
+from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -174,7 +176,7 @@ class Conflicts:
     worst: int
     at_worst: int  # instances that reach the worst degree
     linear: int
-    pass_figure: Optional[int]  # the swizzle pass's own figure (kernel.meta), when it has one
+    pass_figure: Optional[int]  # the swizzle pass's own figure (the schedule), when it has one
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
     packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are known."""
     kernel = compiled.kernel
-    plan: TilingPlan = kernel.meta["tiling"]
+    plan: TilingPlan = kernel.schedule.tiling
     options = compiled.options
     stages = schedule_stages(kernel)
     buffers = _buffers(kernel)
@@ -292,14 +294,14 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
             op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
             op_plan.vec, op_plan.vec * elem_bytes, cmap.per_thread, per_row,
             max(1, plan.threads // per_row), mode))
-    kind, view = plan.product, KIND_VIEWS[plan.kind]
+    kind, view = product_of(plan), KIND_VIEWS[plan.kind]
     accumulator = kind.layout("C", plan.warps, plan.warp_tile)
     return Hierarchy(
         plan.block, plan.warps, plan.warp_tile, plan.instruction, plan.threads, plan.dtype,
         kind=kind.name, k_step=kind.k_step, k_steps=plan.block[2] // kind.k_step,
         products_per_k_step=view.products(accumulator),
         loads_per_k_step=view.loads(plan), copies=tuple(mappings),
-        lanes=view.lanes(accumulator), split_k=kernel.meta.get("split_k", 1))
+        lanes=view.lanes(accumulator), split_k=kernel.schedule.splits)
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -336,8 +338,8 @@ def _registers(plan: TilingPlan) -> Registers:
     """The tiling plan's estimate, split as ProductKind.registers adds it up."""
     tm, tn = plan.warp_tile
     accumulators = tm * tn // WARP_SIZE
-    fragments = 2 * plan.product.fragment_registers(tm, tn)
-    return Registers(plan.registers_estimate(), accumulators, fragments, REGISTER_OVERHEAD)
+    fragments = 2 * product_of(plan).fragment_registers(tm, tn)
+    return Registers(registers_estimate(plan), accumulators, fragments, REGISTER_OVERHEAD)
 
 
 # --------------------------------------------------------------------------- schedule
@@ -353,7 +355,7 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
     if loop is not None:
         lower = trace.values.get(loop.operands[0]) or 0
     step = loop.attrs["step_const"] if loop is not None else 1
-    k_end = "the slice's end" if kernel.meta.get("split_k", 1) > 1 else "K"
+    k_end = "the slice's end" if kernel.schedule.splits > 1 else "K"
     copy_k = {e.position: _k_iteration(e, lower, step) for e in trace.events if e.is_write}
     by_op: dict[Op, list[Event]] = {}
     for event in trace.events:
@@ -515,7 +517,7 @@ def _warp_k_steps(op_plan: OperandPlan, plan: TilingPlan,
         for warp in range(plan.warps[0] * plan.warps[1]):
             warp_m, warp_n = divmod(warp, plan.warps[1])
             index = warp_m if op_plan.role == "A" else warp_n
-            for k0 in range(0, plan.block[2], plan.product.k_step):
+            for k0 in range(0, plan.block[2], product_of(plan).k_step):
                 yield base, index, k0
 
 
@@ -570,7 +572,7 @@ def _degree(addresses: list[int | None], width: int) -> int:
 
 def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[Conflicts]:
     copies = _copy_ops(kernel)
-    figures = kernel.meta.get("bank_conflicts", {})
+    figures = kernel.schedule.conflict_report()
     rows = []
     for op_plan in plan.operands:
         buffer = next((b for b in buffers if b.role == op_plan.role), None)

@@ -32,7 +32,7 @@ from tilec.target.layout import (BANK_BYTES, BANKS, MMA_K, MMA_M, MMA_N, WARP_SI
                           Swizzle, conflict_degree, ldmatrix_addresses, ldmatrix_lane_coord,
                           mma_a_coord, mma_b_coord, mma_c_coord, operand_storage_coord)
 from tilec.passes.swizzle import operand_conflicts
-from tilec.passes.tiling import OperandPlan, TilingPlan
+from tilec.ir.schedule import OperandPlan, TilingPlan
 
 MATPLOTLIB_MISSING = "tilec viz needs matplotlib: pip install 'tilec[viz]'"
 
@@ -426,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
         plans = []
         for fn in functions:
             compiled = fn.compile(**options, **_consts(fn, args))
-            plan = compiled.kernel.meta.get("tiling")
+            plan = compiled.kernel.schedule.tiling
             if plan is None:
                 raise CommandError(f"kernel '{fn.name}' has no tiling plan to draw")
             try:

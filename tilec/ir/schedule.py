@@ -1,0 +1,186 @@
+"""The schedule: the decisions passes make, as typed attributes of the kernel.
+
+A pass that decides something (the block and warp tiles, the shared layouts, the pipeline
+depth, the K split, the swizzles) records it in ``kernel.schedule``, a frozen
+:class:`Schedule`; later passes and the backend read only that. The printer shows it at the
+top of every IR dump (``--dump-ir tiling`` shows what tiling chose) and the verifier checks
+it against the ops (:func:`check_schedule`).
+
+A user pass reads and changes it like any frozen dataclass::
+
+    tiling = kernel.schedule.tiling
+    kernel.schedule = kernel.schedule.with_(tiling=dataclasses.replace(tiling, raster_group=4))
+
+(on its clone of the kernel: passes never modify their input).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tilec.ir.types import DType
+from tilec.target.layout import WARP_SIZE, SmemLayout
+
+
+@dataclass(frozen=True)
+class OperandPlan:
+    """How one matmul operand reaches the fragments: the shared layout it is stored in and
+    the width of its global-to-shared vectors."""
+
+    role: str  # "A" or "B"
+    tensor: str  # the parameter it is read from
+    layout: SmemLayout
+    vec: int  # elements per global->shared access
+
+    @property
+    def k_major(self) -> bool:
+        return self.layout.transposed == (self.role == "B")
+
+    def __str__(self) -> str:
+        return f"{{tensor = {self.tensor}, layout = {self.layout}, vec = {self.vec}}}"
+
+
+@dataclass(frozen=True)
+class TilingPlan:
+    """The block tile, its warp grid and warp tiles, the instruction family that computes
+    them (``kind``: a product family name) and each operand's shared storage."""
+
+    block: tuple[int, int, int]  # BM, BN, BK
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    instruction: tuple[int, int, int]
+    threads: int
+    dtype: str
+    operands: tuple[OperandPlan, OperandPlan]
+    raster_group: int
+    kind: str = "mma"  # the product family
+
+    def operand(self, role: str) -> OperandPlan:
+        return self.operands[0] if role == "A" else self.operands[1]
+
+    @property
+    def elem_bytes(self) -> int:
+        return DType.parse(self.dtype).bytes
+
+    def __str__(self) -> str:
+        return (f"{{kind = {self.kind}, block = {_dims(self.block)}, warps = {_dims(self.warps)}, "
+                f"warp_tile = {_dims(self.warp_tile)}, instruction = {_dims(self.instruction)}, "
+                f"threads = {self.threads}, dtype = {self.dtype}, "
+                f"raster_group = {self.raster_group}}}")
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """The global-to-shared copy pipeline: how many shared stages each operand cycles
+    through."""
+
+    stages: int
+
+    def __str__(self) -> str:
+        return f"{{stages = {self.stages}}}"
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Blocks per output tile along K (split-K); the launcher owns their workspace."""
+
+    splits: int
+
+    def __str__(self) -> str:
+        return f"{{splits = {self.splits}}}"
+
+
+@dataclass(frozen=True)
+class OperandConflicts:
+    """The swizzle pass's figures for one operand: the worst bank-conflict degree of each
+    shared access (``copy`` stores and the family's fragment reads), under the chosen
+    swizzle and under none (1 = conflict-free)."""
+
+    role: str
+    swizzle: str
+    chosen: tuple[tuple[str, int], ...]
+    linear: tuple[tuple[str, int], ...]
+
+    def __str__(self) -> str:
+        def text(pairs: tuple[tuple[str, int], ...]) -> str:
+            return "{" + ", ".join(f"{k} = {v}" for k, v in pairs) + "}"
+        return (f"{{swizzle = {self.swizzle}, conflicts = {text(self.chosen)}, "
+                f"linear = {text(self.linear)}}}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every decision made so far; None where the pass that makes it has not run."""
+
+    tiling: Optional[TilingPlan] = None
+    pipeline: Optional[PipelinePlan] = None
+    split: Optional[SplitPlan] = None
+    conflicts: tuple[OperandConflicts, ...] = ()
+
+    def with_(self, **changes: Any) -> "Schedule":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def stages(self) -> int:
+        return self.pipeline.stages if self.pipeline is not None else 1
+
+    @property
+    def splits(self) -> int:
+        return self.split.splits if self.split is not None else 1
+
+    def conflict_report(self) -> dict[str, dict[str, Any]]:
+        """The swizzle pass's figures as plain data: role -> {"swizzle", "chosen", "linear"},
+        the last two mapping each access to its worst conflict degree."""
+        return {c.role: {"swizzle": c.swizzle, "chosen": dict(c.chosen), "linear": dict(c.linear)}
+                for c in self.conflicts}
+
+    def lines(self) -> list[str]:
+        """The text form, one ``#name = {...}`` line per decision (the printer's header)."""
+        out = []
+        if self.tiling is not None:
+            out.append(f"#tiling = {self.tiling}")
+            out.extend(f"#tiling.{op.role} = {op}" for op in self.tiling.operands)
+        if self.pipeline is not None:
+            out.append(f"#pipeline = {self.pipeline}")
+        if self.split is not None:
+            out.append(f"#split = {self.split}")
+        out.extend(f"#conflicts.{c.role} = {c}" for c in self.conflicts)
+        return out
+
+
+def _dims(values: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def check_schedule(kernel: Any) -> list[str]:
+    """What in ``kernel.schedule`` contradicts itself or the ops (empty when consistent):
+    the warp grid covers the block, the thread count is the warps', each operand's shared
+    buffer has the planned layout and the pipeline's stage count, the grid carries the
+    split."""
+    schedule: Schedule = kernel.schedule
+    problems: list[str] = []
+    tiling = schedule.tiling
+    if tiling is not None:
+        (bm, bn, _), (wm, wn), (tm, tn) = tiling.block, tiling.warps, tiling.warp_tile
+        if (wm * tm, wn * tn) != (bm, bn):
+            problems.append(f"{wm}x{wn} warps of {tm}x{tn} do not cover the {bm}x{bn} block")
+        if tiling.threads != wm * wn * WARP_SIZE:
+            problems.append(f"{tiling.threads} threads for {wm}x{wn} warps")
+        if [op.role for op in tiling.operands] != ["A", "B"]:
+            problems.append("the tiling plans operands A and B, in that order")
+    for op in kernel.walk():
+        if op.name == "smem.alloc" and tiling is not None:
+            role = op.attrs.get("role")
+            rtype = op.result.type
+            if role in ("A", "B") and rtype.layout != tiling.operand(role).layout:
+                problems.append(f"the shared buffer of {role} is {rtype.layout}, the tiling "
+                                f"plans {tiling.operand(role).layout}")
+            if schedule.pipeline is not None and rtype.shape[0] != schedule.stages:
+                problems.append(f"the shared buffer of {role} has {rtype.shape[0]} stages, the "
+                                f"pipeline {schedule.stages}")
+        if op.name == "tile.grid":
+            if op.attrs.get("split_k", 1) != schedule.splits:
+                problems.append(f"the grid splits K {op.attrs.get('split_k', 1)} ways, the "
+                                f"schedule {schedule.splits}")
+    return problems
