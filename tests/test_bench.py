@@ -21,7 +21,8 @@ import pytest
 from tilec.tools import bench
 from tilec.tools.bench import Case, CaseResult, Measurement, References, Report
 from tilec.benchmarking import ceilings, contenders
-from tilec.cli import CommandError, build_parser
+from tilec.cli import build_parser
+from tilec.tools.arguments import CommandError
 from tilec.cli import main as cli_main
 from tilec.cpu.executor_tf32 import round_tf32
 from tilec.runtime import driver
@@ -356,7 +357,7 @@ def test_cublas_writes_the_inputs_dtype_and_passes_its_tolerance():
                                 [bench.CublasContender(arrays)], counting_timer([]), None)
         measured = result.measurements["cuBLAS"]
         assert measured.status == "ok", measured
-        assert measured.error <= bench.TOLERANCE[dtype]
+        assert measured.error <= bench.BENCH_TOLERANCE[dtype]
         assert measured.config.startswith("numpy.matmul, C " + dtype)
     assert bench.TritonContender(arrays).unsupported(Case(8, 8, 8, "f16")) == \
         "the Triton kernel runs on torch tensors"
@@ -657,7 +658,7 @@ def test_a_small_sweep_on_the_gpu(tmp_path, capsys):
         tilec = row["contenders"]["tilec"]
         assert tilec["status"] == "ok", row
         assert row["contenders"]["cuBLAS"]["status"] == "ok", row
-        assert tilec["error"] <= bench.TOLERANCE[row["dtype"]]
+        assert tilec["error"] <= bench.BENCH_TOLERANCE[row["dtype"]]
         assert tilec["tflops"] > 0
 
 
@@ -697,7 +698,7 @@ def test_tf32_is_a_bench_dtype_outside_the_default_sweep():
     assert {c.dtype for c in bench.sweep(None, None)} == {"f16", "bf16", "f32"}
     args = build_parser().parse_args(["bench", "--dtypes", "tf32", "--f32-math", "tf32"])
     assert args.dtypes == ["tf32"] and args.f32_math == "tf32"
-    assert bench.TOLERANCE["tf32"] == bench.TOLERANCE["f16"] > bench.TOLERANCE["f32"]
+    assert bench.BENCH_TOLERANCE["tf32"] == bench.BENCH_TOLERANCE["f16"] > bench.BENCH_TOLERANCE["f32"]
 
 
 def test_cublas_uses_tf32_for_the_tf32_rows_only():
@@ -711,7 +712,7 @@ def test_cublas_uses_tf32_for_the_tf32_rows_only():
                                    else "numpy.matmul, C f32, TF32 off")
         assert set(arrays.tf32_calls) == {dtype == "tf32"}
         # TF32 products are far from f32 exactness and well inside the tf32 tolerance.
-        assert (1e-4 < measured.error < bench.TOLERANCE["tf32"]) == (dtype == "tf32")
+        assert (1e-4 < measured.error < bench.BENCH_TOLERANCE["tf32"]) == (dtype == "tf32")
         arrays.tf32_calls.clear()
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import tilec.tools.bisect
-from tilec.tools.bisect import BisectReport, _errors, bisect, launch_options, main, make_inputs
+from tilec.tools.bisect import BisectReport, bisect, launch_options, main, make_inputs
+from tilec.tools.checking import worst_errors
 from tilec.ir.core import Kernel, clone_kernel
 from tilec.kernel import TileFunction, load_file
 from tilec.target.layout import Swizzle
@@ -101,7 +102,7 @@ def assert_first_bad(report: BisectReport, name: str) -> None:
     assert bad is not None, report.table()
     assert bad.stage == name, report.table()
     for stage in report.stages[:report.stages.index(bad)]:
-        assert stage.ok and stage.max_error <= report.tolerance
+        assert stage.ok and stage.rel_error <= report.tolerance
 
 
 # ----------------------------------------------------------------------------------------
@@ -191,12 +192,15 @@ def test_inputs_poison_what_the_kernel_only_writes() -> None:
     assert set(scalars) == {"alpha", "beta"} and all(0.5 <= v < 1.5 for v in scalars.values())
 
 
-def test_error_measure_counts_an_unwritten_element_as_infinite() -> None:
-    ref = {"C": np.array([[1.0, -4.0], [np.nan, 2.0]])}
-    assert _errors({"C": ref["C"].copy()}, ref) == (0.0, 0.0)
-    assert _errors({"C": np.array([[1.0, -4.0], [np.nan, 2.2]])}, ref)[1] == \
-        pytest.approx(0.05)
-    assert _errors({"C": np.array([[np.nan, -4.0], [np.nan, 2.0]])}, ref)[0] == np.inf
+def test_error_measure_is_tilec_runs_and_an_unwritten_element_fails() -> None:
+    ref = {"C": np.array([[1.0, -2.0], [2.0, 4.0]]), "D": np.array([3.0, 4.0])}
+    assert worst_errors({"C": ref["C"].copy(), "D": ref["D"].copy()}, ref) == (0.0, 0.0)
+    # ||C - ref|| / ||ref|| = 0.5 / 5 for C, 1 / 5 for D: the worse one counts.
+    max_abs, rel = worst_errors({"C": np.array([[1.0, -2.0], [2.0, 4.5]]),
+                                 "D": np.array([3.0, 5.0])}, ref)
+    assert (max_abs, rel) == (pytest.approx(1.0), pytest.approx(0.2))
+    unwritten = {"C": np.array([[np.nan, -2.0], [2.0, 4.0]]), "D": ref["D"].copy()}
+    assert np.isnan(worst_errors(unwritten, ref)[1])
 
 
 # ----------------------------------------------------------------------------------------

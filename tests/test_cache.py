@@ -15,8 +15,8 @@ import pytest
 from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import Rendered
 from tilec.runtime.cache import (CacheEntryError, CachedEntry, DiskCache, canonical_json,
-                         default_cache_dir, metadata_for, options_from_json, to_json_value)
-from tilec.compiler import COMPILER_VERSION
+                         default_cache_dir, options_from_json, to_json_value)
+from tilec.compiler import COMPILER_VERSION, metadata_for
 from tilec.kernel import load_file
 from tilec.target.layout import Swizzle
 from tilec.options import Options, Spec, TensorSpec

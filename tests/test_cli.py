@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec.cli import errors, main
+from tilec.cli import main
+from tilec.tools.checking import errors
 from tilec.kernel import load_file
 from tilec.pipeline import pipeline
 from tilec.cpu.reference import Unsupported, reference

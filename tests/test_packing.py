@@ -455,11 +455,12 @@ def test_cli_explain_shows_the_packing_and_pack_off(capsys):
 
 def test_cli_and_bench_take_pack():
     from tilec.tools import bench
-    from tilec.cli import _options, build_parser
+    from tilec.cli import build_parser
+    from tilec.tools.arguments import compile_options
     args = build_parser().parse_args(["run", "samples/matmul.py", "--pack", "off"])
-    assert _options(args)["pack"] == "off"
+    assert compile_options(args)["pack"] == "off"
     args = build_parser().parse_args(["compile", "samples/matmul.py"])
-    assert "pack" not in _options(args)
+    assert "pack" not in compile_options(args)
     parser = bench.add_arguments(__import__("argparse").ArgumentParser())
     args = parser.parse_args(["--pack", "always"])
     assert bench._tilec_settings(args)[1] == {"pack": "always"}

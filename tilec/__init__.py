@@ -17,8 +17,9 @@ if _os.path.isfile(_os.path.join(_ROOT, "passes", "tiling.py")) and _ROOT not in
 
 from tilec.ir.types import BF16 as bf16, F16 as f16, F32 as f32, I32 as i32  # noqa: F401
 from tilec.options import Options, Spec  # noqa: F401
+from tilec.version import COMPILER_VERSION
 
-__version__ = "0.1.0"
+__version__ = COMPILER_VERSION
 
 
 def __getattr__(name):

@@ -20,8 +20,7 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 from tilec.pipeline import Pass, run_pipeline
-
-COMPILER_VERSION = "0.1.0"
+from tilec.version import COMPILER_VERSION
 
 
 @dataclass
@@ -40,6 +39,18 @@ class Compiled:
     @property
     def ptx(self) -> str:
         return self.rendered.ptx
+
+
+def metadata_for(compiled: Compiled) -> dict[str, Any]:
+    """The metadata ``DiskCache.put`` wants, taken from a compile result. Beside the launch
+    facts it keeps the grid's ``raster_group`` attribute, which decides whether the launch
+    folds the grid into one axis (``launch.launch_grid``), so a hit needs no IR to launch."""
+    grid = next((op for op in compiled.kernel.body.ops if op.name == "tile.grid"), None)
+    raster_group = int(grid.attrs.get("raster_group") or 0) if grid is not None else 0
+    rendered = compiled.rendered
+    return {"name": compiled.name, "entry": rendered.entry, "threads": rendered.threads,
+            "smem_bytes": rendered.smem_bytes, "abi": list(rendered.abi),
+            "options": compiled.options, "grid_raster_group": raster_group}
 
 
 _CACHE: dict[tuple, Compiled] = {}
@@ -78,7 +89,6 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     asm["ptx"] = rendered.ptx
     compiled = Compiled(kernel.name, options, result.kernel, rendered, asm, times)
     if disk is not None and entry is None:
-        from tilec.runtime.cache import metadata_for
         disk.put(disk_key, rendered.ptx, metadata_for(compiled))
     if dump_dir:
         dump_stages(compiled, dump_dir)
@@ -107,14 +117,19 @@ def disk_cache():
 
 @functools.cache
 def compiler_fingerprint() -> str:
-    """A hash of every source file of the compiler (frontend, IR, passes, backend, grammar)."""
-    import tilec
+    """A hash of every source file of the compiler: everything under tilec/ (frontend, IR,
+    the pipeline, this module...), passes/, backend/ and grammar/."""
+    # Folders, not the packages: the tilec package is found from this file, which sits at its
+    # top, so this module never imports its own package's __init__ (which imports it).
     import tilec.backend
     import tilec.grammar
     import tilec.passes
+    own_folder = Path(__file__).parent
+    subpackages = (tilec.passes, tilec.backend, tilec.grammar)
+    # Each subpackage's own folder is the first on its path.
+    folders = [own_folder] + [Path(list(package.__path__)[0]) for package in subpackages]
     digest = hashlib.sha256()
-    for package in (tilec, tilec.passes, tilec.backend, tilec.grammar):
-        folder = Path(list(package.__path__)[0])  # the package's own folder, first on its path
+    for folder in folders:
         for path in sorted(folder.rglob("*")):
             if path.suffix in (".py", ".lark") and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())

@@ -6,6 +6,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from tilec.ir.types import BF16, F16
+from tilec.tools.checking import TOLERANCE
+
 # "tf32": f32 inputs and outputs, every contender computing with TF32 tensor cores (tilec
 # with f32_math="tf32", cuBLAS with TF32 allowed, Triton's default f32 dot). Not in the
 # default sweep (DEFAULT_DTYPES); ask for it with --dtypes tf32.
@@ -13,10 +16,13 @@ DTYPES = ("f16", "bf16", "f32", "tf32")
 DEFAULT_DTYPES = ("f16", "bf16", "f32")
 TILEC_DTYPES = ("f16", "bf16", "f32", "tf32")
 ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "tf32": 4}
-# The relative Frobenius error each dtype may reach against float64: f16 rounds at 2^-11,
-# bf16 at 2^-8; f32 through cuBLAS with TF32 off stays near 1e-6; tf32 rounds each input to
-# 10 mantissa bits as f16 does (~3e-4 on random inputs, whatever K), so f16's tolerance.
-TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-4, "tf32": 2e-3}
+# The relative Frobenius error each dtype may reach against float64: `tilec run`'s for f16
+# (rounds at 2^-11) and bf16 (2^-8); tf32 rounds each input to 10 mantissa bits as f16 does
+# (~3e-4 on random inputs, whatever K), so f16's. f32 is tighter than `tilec run` (which
+# allows f16's in case of --f32-math tf32): here f32 math is exact FFMA, and through cuBLAS
+# with TF32 off it stays near 1e-6.
+BENCH_TOLERANCE = {"f16": TOLERANCE[F16], "bf16": TOLERANCE[BF16], "f32": 1e-4,
+                   "tf32": TOLERANCE[F16]}
 # (M, N, K): square, ragged (no tile divides them), skinny (memory-bound).
 DEFAULT_SIZES = ((1024,) * 3, (2048,) * 3, (4096,) * 3, (8192,) * 3,
                  (4095, 4097, 4093), (1000, 1003, 77),

@@ -7,7 +7,7 @@ import time
 from typing import Any, Optional, Sequence, TextIO
 
 from tilec.benchmarking.array_libraries import Arrays
-from tilec.benchmarking.cases import TOLERANCE, Case, rotation_sets
+from tilec.benchmarking.cases import BENCH_TOLERANCE, Case, rotation_sets
 from tilec.benchmarking.contenders import Contender
 from tilec.benchmarking.results import CaseResult, Measurement, References, first_line
 from tilec.benchmarking.timing import Timer, rotating
@@ -24,7 +24,7 @@ def measure(contender: Contender, case: Case, arrays: Arrays,
     reason = contender.unsupported(case)
     if reason is not None:
         return Measurement("n/a", note=reason)
-    tolerance, config = TOLERANCE[contender.math(case)], ""
+    tolerance, config = BENCH_TOLERANCE[contender.math(case)], ""
     try:
         outputs = [arrays.empty((case.M, case.N), contender.out_dtype(case)) for _ in inputs]
         run, config = contender.prepare(case, inputs, outputs)

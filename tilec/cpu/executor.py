@@ -1,4 +1,4 @@
-"""A reference executor for the IR after every pass: numpy semantics for the lowered ops.
+"""A CPU executor of the IR after every pass: numpy semantics for the lowered ops.
 
 Importing this module gives each op the passes introduce (``smem.*``, ``copy.*``,
 ``gpu.barrier``, ``frag.*``) a meaning through :func:`tilec.cpu.interpreter.register_semantics`,

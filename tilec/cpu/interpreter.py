@@ -1,7 +1,8 @@
 """A CPU interpreter of the tile IR on numpy, with the GPU's numerics.
 
-It is the reference every later stage is checked against, so it follows what the hardware
-does rather than what numpy does by default:
+It runs the frontend's IR, and ``tilec bisect`` checks the IR after every later pass against
+its results (the float64 reference, :mod:`tilec.cpu.reference`, checks it in turn), so it
+follows what the hardware does rather than what numpy does by default:
 
 - ``tile.load`` reads the in-bounds part of a tile and fills the rest with 0 (negative offsets
   included); ``tile.store`` writes only the in-bounds part (the ragged edges). Offsets are

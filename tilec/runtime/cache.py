@@ -14,7 +14,8 @@ miss. Every file is written to a temporary file in the same directory, fsynced a
 over the final name, so a reader sees either the whole old file or the whole new one, and
 processes compiling the same kernel at once never corrupt it.
 
-Use from the compiler::
+Use from the compiler (:func:`tilec.compiler.metadata_for` takes the metadata from a compile
+result: this module knows nothing of the compiler, which imports it)::
 
     cache = DiskCache()
     key = cache.key_for(source_key, kernel.consts, options)
@@ -39,15 +40,13 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import Rendered
 from tilec.target.layout import Swizzle
 from tilec.options import Options, Spec, TensorSpec
-
-if TYPE_CHECKING:
-    from tilec.compiler import Compiled
+from tilec.version import COMPILER_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -157,18 +156,6 @@ class CachedEntry:
         return Rendered(self.ptx, self.entry, self.threads, self.smem_bytes, self.abi)
 
 
-def metadata_for(compiled: "Compiled") -> dict[str, Any]:
-    """The metadata ``DiskCache.put`` wants, taken from a compile result. Beside the launch
-    facts it keeps the grid's ``raster_group`` attribute, which decides whether the launch
-    folds the grid into one axis (``launch.launch_grid``), so a hit needs no IR to launch."""
-    grid = next((op for op in compiled.kernel.body.ops if op.name == "tile.grid"), None)
-    raster_group = int(grid.attrs.get("raster_group") or 0) if grid is not None else 0
-    rendered = compiled.rendered
-    return {"name": compiled.name, "entry": rendered.entry, "threads": rendered.threads,
-            "smem_bytes": rendered.smem_bytes, "abi": list(rendered.abi),
-            "options": compiled.options, "grid_raster_group": raster_group}
-
-
 def _require(record: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     if name not in record:
         raise CacheEntryError(f"metadata has no '{name}'")
@@ -232,7 +219,7 @@ def _entry_from_record(key: str, record: Any, ptx: str, version: str) -> CachedE
 class DiskCache:
     """Compiled kernels and tuning results under one directory (see the module docstring).
 
-    ``version`` defaults to ``tilec.compiler.COMPILER_VERSION``; entries another version
+    ``version`` defaults to ``tilec.version.COMPILER_VERSION``; entries another version
     wrote are misses. ``hits``, ``misses`` and ``discarded`` count ``get`` outcomes (a
     discarded entry also counts as a miss); ``last_discard`` says why the latest went.
     """
@@ -240,8 +227,6 @@ class DiskCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None,
                  version: Optional[str] = None):
         if version is None:
-            # Imported here: the compiler imports this module.
-            from tilec.compiler import COMPILER_VERSION
             version = COMPILER_VERSION
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.version = version
@@ -304,8 +289,9 @@ class DiskCache:
     def put(self, key: str, ptx: str, metadata: dict[str, Any]) -> bool:
         """Store ``ptx`` with ``metadata`` (``entry``, ``threads``, ``smem_bytes``, ``abi``
         as AbiParams or their dicts, ``options`` as an Options, and any other JSON values;
-        see :func:`metadata_for`). Returns False, with a warning the first time, when the
-        directory cannot be written: a cache that cannot write never fails a compile.
+        see :func:`tilec.compiler.metadata_for`). Returns False, with a warning the first
+        time, when the directory cannot be written: a cache that cannot write never fails a
+        compile.
         Metadata that could never be read back raises CacheEntryError."""
         meta_path, ptx_path = self._paths(key)
         if "abi" not in metadata:

@@ -17,7 +17,6 @@ dtype, the target and the space searched; the next call with the same key times 
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import statistics
@@ -27,6 +26,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from tilec.runtime.cache import DiskCache, from_json_value, stable_hash
 from tilec.errors import TileConfigError, TileError
 from tilec.ir.core import Block, Kernel, Op
+from tilec.kernel import OPTION_NAMES
 from tilec.target.layout import SmemLayout
 from tilec.options import Options, target_arch
 from tilec.passes import tiling
@@ -37,7 +37,6 @@ Timer = Callable[[Callable[[], None]], float]
 
 TILE_CONSTANTS = ("BM", "BN", "BK")
 KNOBS = TILE_CONSTANTS + ("warps", "stages", "swizzle", "raster_group", "split_k")
-OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options)) - {"spec"}
 # The shape class records each shape symbol rounded up to a power of two (see shape_class).
 WARMUP_LAUNCHES = 5
 TIMED_LAUNCHES = 25

@@ -34,10 +34,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tilec.options import F32_MATH, PACK_POLICIES
+from tilec.tools import arguments
+from tilec.tools.arguments import CommandError
 
-# The parts live in tilec/benchmarking/ (its __init__ lists them); every name the tests,
-# benchmarks/ and tilec.cli use stays importable from here. run() looks its parts up in this
+# The parts live in tilec/benchmarking/ (its __init__ lists them); every name the tests and
+# benchmarks/ use stays importable from here. run() looks its parts up in this
 # module, so patching tilec.tools.bench.<name> (as the CPU tests do) reaches the command; the parts
 # themselves look each other up in their own modules.
 from tilec.benchmarking.array_libraries import (
@@ -48,6 +49,7 @@ from tilec.benchmarking.array_libraries import (
     open_arrays,
 )
 from tilec.benchmarking.cases import (
+    BENCH_TOLERANCE,
     DEFAULT_DTYPES,
     DEFAULT_SIZES,
     DTYPES,
@@ -57,7 +59,6 @@ from tilec.benchmarking.cases import (
     MIN_SETS,
     SKINNY_RATIO,
     TILEC_DTYPES,
-    TOLERANCE,
     Case,
     Size,
     parse_sizes,
@@ -123,8 +124,8 @@ __all__ = [
     # array_libraries
     "FALLBACK_L2_BYTES", "Arrays", "CupyArrays", "TorchArrays", "open_arrays",
     # cases
-    "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR", "MAX_SETS",
-    "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "TOLERANCE", "Case", "Size", "parse_sizes",
+    "BENCH_TOLERANCE", "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR",
+    "MAX_SETS", "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "Case", "Size", "parse_sizes",
     "rotation_sets", "size_text", "sweep",
     # ceilings
     "COPY_MIN_BYTES", "MMA_BLOCKS_PER_SM", "MMA_CHAINS", "MMA_ENTRY", "MMA_FLOP", "MMA_SEED",
@@ -155,7 +156,6 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                   default_dtypes: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     """The ``tilec bench`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s).
     ``default_sizes`` and ``default_dtypes`` replace the default sweep."""
-    from tilec.cli import _assignments, _positive, _split_k, _warps
     shown_sizes = default_sizes or [size_text(size) for size in DEFAULT_SIZES]
     parser.add_argument("--sizes", nargs="+", type=parse_sizes, metavar="SIZE",
                         help="N for N^3, or MxNxK; commas or spaces between (default: "
@@ -164,20 +164,18 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         help=f"operand dtypes among {', '.join(DTYPES)}; tf32: f32 operands "
                         "with TF32 tensor-core math for every contender (default: "
                         f"{', '.join(default_dtypes or DEFAULT_DTYPES)})")
-    parser.add_argument("--const", nargs="+", action="extend", default=[], metavar="NAME=VALUE",
-                        type=_assignments("constant"),
-                        help="tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)")
-    parser.add_argument("--stages", type=_positive, metavar="N",
-                        help="tilec's shared-memory pipeline stages")
-    parser.add_argument("--warps", type=_warps, metavar="MxN", help="tilec's warp grid, e.g. 2x4")
-    parser.add_argument("--swizzle", choices=("auto", "off"), help="tilec's shared swizzle")
-    parser.add_argument("--split-k", type=_split_k, metavar="S",
-                        help="tilec's blocks per output tile along K (split-K)")
-    parser.add_argument("--f32-math", choices=F32_MATH,
-                        help="tilec's math for the f32 rows (default ffma; checked with the "
-                        "tf32 tolerance when tf32); the tf32 rows always use tf32")
-    parser.add_argument("--pack", choices=PACK_POLICIES,
-                        help="tilec's packing of misaligned operands at launch (default auto)")
+    # The compile flags of the other verbs, said of the tilec contender.
+    arguments.add_flags(
+        parser, "const", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
+        const={"nargs": "+", "action": "extend",
+               "help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
+        stages={"help": "tilec's shared-memory pipeline stages"},
+        warps={"help": "tilec's warp grid, e.g. 2x4"},
+        swizzle={"help": "tilec's shared swizzle"},
+        split_k={"help": "tilec's blocks per output tile along K (split-K)"},
+        f32_math={"help": "tilec's math for the f32 rows (default ffma; checked with the tf32 "
+                  "tolerance when tf32); the tf32 rows always use tf32"},
+        pack={"help": "tilec's packing of misaligned operands at launch (default auto)"})
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -197,31 +195,24 @@ def main(argv: Optional[Sequence[str]] = None, *, prog: str = "tilec bench",
          default_dtypes: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv`` and run (benchmarks/bench_matmul.py keeps its 4096 f16 default through
     ``default_sizes`` and ``default_dtypes``)."""
-    from tilec.cli import run_handler
     parser = add_arguments(argparse.ArgumentParser(prog=prog, description=DESCRIPTION),
                            default_sizes, default_dtypes)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the message or the help
         return int(exit_.code or 0)
-    return run_handler(args, prog)
+    return arguments.run_handler(args, prog)
 
 
 def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """The constants and options for tilec; unknown constants are a CommandError."""
-    from tilec.cli import CommandError, _merged
-    consts = _merged(args.const)
+    consts = arguments.merged(args.const)
     known = sample_kernel("f16").signature.consts
     unknown = [name for name in consts if name not in known]
     if unknown:
         raise CommandError(f"the matmul sample has no constant {', '.join(unknown)} "
                            f"(its constants: {', '.join(known)})")
-    options = {name: value for name, value in (("stages", args.stages), ("warps", args.warps),
-                                               ("swizzle", args.swizzle), ("pack", args.pack),
-                                               ("split_k", args.split_k),
-                                               ("f32_math", args.f32_math))
-               if value is not None}
-    return consts, options
+    return consts, arguments.compile_options(args)
 
 
 def _triton_version() -> Optional[str]:
@@ -278,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
                   "options": {k: str(v) for k, v in options.items()},
                   "autotune": args.autotune, "quick": args.quick,
                   "warmup_ms": WARMUP_MS[args.quick], "rep_ms": REP_MS[args.quick],
-                  "tolerance": TOLERANCE, "l2_factor": L2_FACTOR,
+                  "tolerance": BENCH_TOLERANCE, "l2_factor": L2_FACTOR,
                   "cublas_f32_tf32": arrays.tf32})
     report.references = measure_references(arrays, timer, report.settings["dtypes"])
     print(format_references(report), flush=True)

@@ -2,18 +2,19 @@
 
 :func:`bisect` lowers a tile function, runs the pipeline keeping the IR after every pass, and
 runs each stage on the CPU on the same random inputs (outputs start as NaN, so an element no
-one writes shows up): the frontend's IR in the interpreter, the later stages in the reference
-executor (:mod:`tilec.cpu.executor`), which follows what the GPU does with shared memory, cp.async
-groups, ldmatrix and mma fragments. The frontend's run is checked against the float64
+one writes shows up): the frontend's IR in the interpreter, the later stages in the lowered-IR
+executor (:mod:`tilec.cpu.executor`), which follows what the GPU does with shared memory,
+cp.async groups, ldmatrix and mma fragments. The frontend's run is checked against the float64
 whole-tensor reference (:mod:`tilec.cpu.reference`) where that understands the program; each
 later stage is checked against the frontend's run. The first stage that differs beyond the
 tolerance, or fails to compile or run, is the pass to look at::
 
     tilec bisect samples/matmul.py --shape M=40,N=48,K=40 --const BM=32,BN=32,BK=16
 
-Error measure: ``max |out - ref| / max |ref|`` over the written tensors, against the
-tolerance ``tilec run`` uses for the tensors' dtypes (f16 2e-3, bf16 1e-2). A NaN where the
-reference has a number is an infinite error.
+Error measure: ``tilec run``'s (:mod:`tilec.tools.checking`): the relative Frobenius error
+``||out - ref|| / ||ref||`` of each written tensor, the largest over them, against the
+tolerance for the tensors' dtypes (f16 2e-3, bf16 1e-2). A NaN in an output (an element no one
+wrote) makes the error NaN, which fails.
 """
 from __future__ import annotations
 
@@ -28,16 +29,17 @@ import numpy as np
 
 from tilec.cpu import executor  # noqa: F401  (gives the lowered ops their semantics)
 from tilec.errors import TileError
-from tilec.cpu.interpreter import run_kernel
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError
 from tilec.ir.printer import print_kernel
-from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType
 from tilec.ir.verifier import verify
 from tilec.kernel import TileFunction, written_params
 from tilec.options import Options, Spec
 from tilec.pipeline import Pass, pipeline, run_pipeline
-from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
+from tilec.tools import arguments
+from tilec.tools.arguments import DEFAULT_SHAPE, PROBLEM_SHAPE, CommandError
+from tilec.tools.checking import (Arrays, Scalars, as_float64, dtype_of, random_arguments,
+                                  run_on_cpu, tolerance_for, within_tolerance, worst_errors)
 
 __all__ = ["bisect", "BisectReport", "StageResult", "make_inputs", "launch_options", "main"]
 
@@ -52,7 +54,7 @@ class StageResult:
     ir: str  # the stage's IR text; empty when the pass itself failed
     compared_with: str
     max_abs_error: float = float("nan")
-    max_error: float = float("nan")  # max |out - ref| / max |ref|
+    rel_error: float = float("nan")  # relative Frobenius error, the largest over the outputs
     ok: bool = False
     failure: str = ""  # why the stage did not compile or run
     note: str = ""  # what else is worth knowing (verifier complaints, no float64 reference)
@@ -98,10 +100,10 @@ class BisectReport:
         return paths
 
     def table(self) -> str:
-        rows = [("stage", "compared with", "max abs err", "max error", "verdict")]
+        rows = [("stage", "compared with", "max abs err", "rel error", "verdict")]
         for s in self.stages:
             rows.append((s.stage, s.compared_with, _number(s.max_abs_error),
-                         _number(s.max_error), s.verdict))
+                         _number(s.rel_error), s.verdict))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
                  for row in rows]
@@ -117,76 +119,14 @@ def _number(value: float) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# inputs and comparisons
-
-def _loaded_params(kernel: Kernel) -> set[str]:
-    views = {op.result: op.operands[0] for op in kernel.walk() if op.name == "tensor.transpose"}
-    loaded = {op.operands[0] for op in kernel.walk() if op.name == "tile.load"}
-    loaded |= {views[v] for v in list(loaded) if v in views}
-    return {p.name for p, v in zip(kernel.params, kernel.body.args) if v in loaded}
-
+# inputs
 
 def make_inputs(kernel: Kernel, shapes: dict[str, int], rng: np.random.Generator
-                ) -> tuple[dict[str, np.ndarray], dict[str, Union[int, float]]]:
-    """Random arguments for the frontend's ``kernel``: standard normal tensors for what it
-    reads, NaN for what it only writes; f32 scalars in [0.5, 1.5), i32 scalars 1. bf16
-    tensors are uint16 arrays of bf16 bits, as the interpreter takes them."""
-    missing = [s for s in kernel.symbols if s not in shapes]
-    if missing:
-        raise ValueError(f"no size for shape symbol(s) {', '.join(missing)}")
-    written, loaded = set(written_params(kernel)), _loaded_params(kernel)
-    arrays: dict[str, np.ndarray] = {}
-    scalars: dict[str, Union[int, float]] = {}
-    for param in kernel.params:
-        if isinstance(param.type, ScalarType):
-            if param.type.dtype == I32:
-                scalars[param.name] = 1
-            else:  # f16-representable, so exact in every float type
-                scalars[param.name] = float(np.float16(rng.uniform(0.5, 1.5)))
-            continue
-        shape = tuple(shapes[d] if isinstance(d, str) else d for d in param.type.shape)
-        if param.name in written and param.name not in loaded:
-            values = np.full(shape, np.nan, dtype=np.float32)
-        else:
-            values = rng.standard_normal(shape, dtype=np.float32)
-        arrays[param.name] = _as_dtype(values, param.type.dtype)
-    return arrays, scalars
-
-
-def _as_dtype(values: np.ndarray, dtype: DType) -> np.ndarray:
-    if dtype == BF16:
-        return to_bf16_bits(values)
-    return values.astype({F16: np.float16, F32: np.float32}[dtype])
-
-
-def _float64(array: np.ndarray, dtype: DType) -> np.ndarray:
-    if dtype == BF16:
-        return from_bf16_bits(array).astype(np.float64)
-    return np.asarray(array, dtype=np.float64)
-
-
-def _errors(out: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(max abs error, max abs error / max |ref|) over the tensors of ``ref``; NaN in both
-    (an element no one writes, in both runs) agrees, NaN in one is an infinite error."""
-    worst, scale = 0.0, 0.0
-    for name, expected in ref.items():
-        got = out[name]
-        both_nan = np.isnan(got) & np.isnan(expected)
-        with np.errstate(invalid="ignore"):
-            diff = np.where(both_nan, 0.0, np.abs(got - expected))
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        if diff.size:
-            worst = max(worst, float(diff.max()))
-        finite = np.abs(expected[np.isfinite(expected)])
-        if finite.size:
-            scale = max(scale, float(finite.max()))
-    return worst, worst / scale if scale > 0 else worst
-
-
-def _tolerance(kernel: Kernel) -> float:
-    from tilec.cli import TOLERANCE  # one rule for `tilec run` and `tilec bisect`
-    dtypes = [p.type.dtype for p in kernel.params if isinstance(p.type, TensorType)]
-    return max((TOLERANCE.get(d, TOLERANCE[F16]) for d in dtypes), default=TOLERANCE[F16])
+                ) -> tuple[Arrays, Scalars]:
+    """Random arguments for the frontend's ``kernel`` (:func:`~tilec.tools.checking.
+    random_arguments`): standard normal tensors for what it reads, NaN for what it only
+    writes; f32 scalars in [0.5, 1.5), i32 scalars 1; bf16 tensors as uint16 bits."""
+    return random_arguments(kernel, shapes, rng)
 
 
 def launch_options(shapes: dict[str, int], **option_args: Any) -> Options:
@@ -199,14 +139,6 @@ def launch_options(shapes: dict[str, int], **option_args: Any) -> Options:
 
 # ----------------------------------------------------------------------------------------
 # bisecting
-
-def _run(kernel: Kernel, arrays: dict[str, np.ndarray], scalars: dict[str, Any],
-         written: list[str]) -> dict[str, np.ndarray]:
-    values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
-    run_kernel(kernel, values)
-    dtypes = {p.name: p.type.dtype for p in kernel.params}
-    return {name: _float64(values[name], dtypes[name]) for name in written}
-
 
 def _stages(kernel: Kernel, options: Options, passes: Optional[Sequence[Pass]]
             ) -> tuple[list[tuple[str, Kernel, str]], Optional[tuple[str, str]]]:
@@ -253,12 +185,12 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
     options = options if options is not None else launch_options(shapes)
     arrays, scalars = make_inputs(kernel, shapes, np.random.default_rng(seed))
     written = written_params(kernel)
-    report = BisectReport(kernel.name, shapes, seed, _tolerance(kernel))
+    report = BisectReport(kernel.name, shapes, seed, tolerance_for(kernel))
 
     frontend = StageResult(FRONTEND_STAGE, print_kernel(kernel), "float64 reference")
     report.stages.append(frontend)
     try:
-        expected = _run(kernel, arrays, scalars, written)
+        expected = run_on_cpu(kernel, arrays, scalars, written)
     except Exception as err:  # noqa: BLE001 - a bisect reports every failure as a stage
         frontend.failure = f"{type(err).__name__}: {err}"
         return report
@@ -273,41 +205,43 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
         except IRError as err:
             result.note = f"verifier: {err}"
         try:
-            got = _run(stage_kernel, arrays, scalars, written)
+            got = run_on_cpu(stage_kernel, arrays, scalars, written)
         except Exception as err:  # noqa: BLE001 - broken IR fails in many ways; report it
             result.failure = f"{type(err).__name__}: {err}"
             continue
-        result.max_abs_error, result.max_error = _errors(got, expected)
-        result.ok = result.max_error <= report.tolerance
+        result.max_abs_error, result.rel_error = worst_errors(got, expected)
+        result.ok = within_tolerance(result.rel_error, report.tolerance)
     if failed is not None:
         report.stages.append(StageResult(failed[0], "", "-", failure=failed[1]))
     return report
 
 
-def _check_frontend(result: StageResult, kernel: Kernel, arrays: dict[str, np.ndarray],
-                    scalars: dict[str, Any], outputs: dict[str, np.ndarray],
-                    tolerance: float) -> None:
+def _check_frontend(result: StageResult, kernel: Kernel, arrays: Arrays, scalars: Scalars,
+                    outputs: Arrays, tolerance: float) -> None:
     from tilec.cpu.reference import Unsupported, reference
-    dtypes = {p.name: p.type.dtype for p in kernel.params}
-    before = {name: _float64(array, dtypes[name]) for name, array in arrays.items()}
+    before = {name: as_float64(array, dtype_of(kernel, name)) for name, array in arrays.items()}
     try:
         exact = reference(kernel, before, scalars)
     except Unsupported as why:
         # Nothing to check the frontend's run against: later stages are still compared
-        # with it, so a pass that changes the result is still found.
+        # with it, so a pass that changes the result is still found. A NaN left in its
+        # outputs would make every later comparison NaN: it fails here, where it arose.
+        unwritten = sum(int(np.count_nonzero(np.isnan(out))) for out in outputs.values())
         result.compared_with = "-"
-        result.ok = True
+        result.ok = not unwritten
         result.note = f"no float64 reference ({why})"
+        if unwritten:
+            result.note += f"; {unwritten} NaN elements in the outputs (outputs start as NaN)"
         return
-    result.max_abs_error, result.max_error = _errors(outputs, exact)
-    result.ok = result.max_error <= tolerance
+    result.max_abs_error, result.rel_error = worst_errors(outputs, exact)
+    result.ok = within_tolerance(result.rel_error, tolerance)
 
 
 # ----------------------------------------------------------------------------------------
 # command line
 
 DESCRIPTION = ("Run the IR after every pass on the CPU (the frontend's in the interpreter, "
-               "later stages in the reference executor) on the same random inputs, and name "
+               "later stages in the lowered-IR executor) on the same random inputs, and name "
                "the first stage whose result is wrong. Exit status 1 when one is.")
 
 
@@ -317,15 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec bisect`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s)."""
-    from tilec.cli import DEFAULT_SHAPE, _assignments, _size, add_kernel_arguments
-    add_kernel_arguments(parser, "bisect")
-    parser.add_argument("--swizzle", choices=("auto", "off"), help="shared-memory swizzle")
-    parser.add_argument("--shape", metavar="M=..,N=..,K=..", action="append", default=[],
-                        type=_assignments("shape", _size, "a size"),
-                        help=f"problem size (default: "
-                        f"{','.join(f'{k}={v}' for k, v in DEFAULT_SHAPE.items())}); the "
-                        "executor is slow: small shapes and tiles bisect fastest")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    arguments.add_program_arguments(parser, "bisect")
+    shape = {**PROBLEM_SHAPE, "help": PROBLEM_SHAPE["help"] + "; the executor is slow: small "
+             "shapes and tiles bisect fastest"}
+    arguments.add_flags(parser, "stages", "warps", "swizzle", "shape", "seed", shape=shape)
     parser.add_argument("--dump-dir", metavar="DIR", type=Path,
                         help="where to write each stage's IR (default: a new temporary "
                         "directory)")
@@ -344,17 +273,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tilec.cli import DEFAULT_SHAPE, CommandError, _consts, _select, _shapes
     status = 0
     dump_dir = args.dump_dir
     try:
-        for fn in _select(args.file, args.kernel):
-            consts = _consts(fn, args)
-            shapes = _shapes(fn, args, DEFAULT_SHAPE)
-            option_args = {"stages": args.stages, "warps": args.warps, "swizzle": args.swizzle}
-            options = launch_options(shapes, **{k: v for k, v in option_args.items()
-                                                if v is not None})
-            report = bisect(fn, consts, options, shapes, args.seed)
+        for fn in arguments.select_functions(args.file, args.kernel):
+            consts = arguments.constants(fn, args)
+            sizes = arguments.shapes(fn, args, DEFAULT_SHAPE)
+            options = launch_options(sizes, **arguments.compile_options(args))
+            report = bisect(fn, consts, options, sizes, args.seed)
             if dump_dir is None:
                 dump_dir = Path(tempfile.mkdtemp(prefix="tilec-bisect-"))
             status = max(status, _print_report(report, args.file, dump_dir))
@@ -370,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_report(report: BisectReport, path: Path, dump_dir: Path) -> int:
     sizes = ", ".join(f"{k}={v}" for k, v in report.shapes.items())
     print(f"{report.kernel} from {path}: {sizes}, seed {report.seed}, tolerance "
-          f"{report.tolerance:g} on max |error| / max |reference|")
+          f"{report.tolerance:g} on the relative Frobenius error")
     print(report.table())
     dumps = report.write_dumps(dump_dir)
     bad = report.first_bad

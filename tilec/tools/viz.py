@@ -33,6 +33,8 @@ from tilec.target.layout import (BANK_BYTES, BANKS, MMA_K, MMA_M, MMA_N, WARP_SI
                           mma_a_coord, mma_b_coord, mma_c_coord, operand_storage_coord)
 from tilec.passes.swizzle import operand_conflicts
 from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.tools import arguments
+from tilec.tools.arguments import CommandError
 
 MATPLOTLIB_MISSING = "tilec viz needs matplotlib: pip install 'tilec[viz]'"
 
@@ -391,11 +393,14 @@ def fragment_png(path: str | Path) -> Path:
 
 # ---------------------------------------------------------------------------------- CLI
 
+DESCRIPTION = ("Draw the bank maps of a kernel's shared operand tiles (linear and swizzled) "
+               "and the mma.m16n8k16 fragment layout, as PNG files.")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec viz`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s)."""
-    # Imported here: the CLI may import this module while it is itself being loaded.
-    from tilec.cli import add_kernel_arguments
-    add_kernel_arguments(parser, "draw")
+    arguments.add_program_arguments(parser, "draw")
+    arguments.add_flags(parser, "stages", "warps")
     parser.add_argument("--out", metavar="DIR", type=Path, default=Path("."),
                         help="folder for the pictures (default: the current one)")
     parser.set_defaults(handler=run)
@@ -403,29 +408,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return add_arguments(argparse.ArgumentParser(
-        prog="tilec viz", description="Draw the bank maps of a kernel's shared operand tiles "
-        "(linear and swizzled) and the mma.m16n8k16 fragment layout, as PNG files."))
+    return add_arguments(argparse.ArgumentParser(prog="tilec viz", description=DESCRIPTION))
 
 
 def run(args: argparse.Namespace) -> int:
     """Compile each selected kernel (no GPU needed) and write its pictures; prints the
     paths. Exit status: 0, 1 for an error in the program or the request, 2 without
     matplotlib."""
-    from tilec.cli import CommandError, _consts, _select
-
     try:
         require_matplotlib()
     except ImportError as err:
         print(err, file=sys.stderr)
         return 2
-    options = {name: value for name, value in (("stages", args.stages),
-                                               ("warps", args.warps)) if value is not None}
+    options = arguments.compile_options(args)
     try:
-        functions = _select(args.file, args.kernel)
+        functions = arguments.select_functions(args.file, args.kernel)
         plans = []
         for fn in functions:
-            compiled = fn.compile(**options, **_consts(fn, args))
+            compiled = fn.compile(**options, **arguments.constants(fn, args))
             plan = compiled.kernel.schedule.tiling
             if plan is None:
                 raise CommandError(f"kernel '{fn.name}' has no tiling plan to draw")

@@ -1,0 +1,274 @@
+"""The command-line arguments the tools share, and what they mean for a tile function.
+
+Every verb (compile, run, explain, bisect, viz, bench) takes some of the same flags: the
+program (FILE, ``--kernel``, ``--const``), the compile options (``--arch``, ``--stages``,
+``--warps``, ``--swizzle``, ``--f32-math``, ``--raster-group``, ``--split-k``, ``--pack``,
+``--disable``, ``--verify``), the sizes (``--shape``) and the inputs (``--scalar``,
+``--seed``). Each is written once in :data:`FLAGS`; a verb adds the ones it takes with
+:func:`add_flags`, changing a help text or two where its meaning narrows.
+
+Parsed arguments turn into a tile function's values here too: :func:`select_functions`,
+:func:`constants`, :func:`shapes`, :func:`scalars` and :func:`compile_options` check what was
+given against the program and raise :class:`CommandError` for what it does not have.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from tilec.errors import TileError
+from tilec.ir.types import I32
+from tilec.kernel import TileFunction, load_file
+from tilec.options import ARCHS, F32_MATH, MAX_SPLIT_K, PACK_POLICIES
+from tilec.pipeline import pipeline
+
+# A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
+DEFAULT_SHAPE = {"M": 200, "N": 136, "K": 72}
+DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
+
+# The flags whose values are the Options fields of the same names.
+OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
+                "split_k")
+
+
+class CommandError(Exception):
+    """A mistake in what was asked (no such kernel, an unknown constant...): its message is
+    printed, without a traceback, and the exit status is 1."""
+
+
+# ------------------------------------------------------------------------- argument types
+
+def number(text: str) -> Union[int, float]:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def assignments(kind: str, convert: Callable[[str], Any] = number,
+                expected: str = "a number") -> Callable[[str], list[tuple[str, Any]]]:
+    """An argparse type for ``NAME=VALUE[,NAME=VALUE...]``."""
+    def parse(text: str) -> list[tuple[str, Any]]:
+        pairs = []
+        for item in text.split(","):
+            name, equals, value = item.partition("=")
+            name = name.strip()
+            if not equals or not name.isidentifier():
+                raise argparse.ArgumentTypeError(f"expected {kind} as NAME=VALUE, got {item!r}")
+            try:
+                pairs.append((name, convert(value.strip())))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{kind} {name}: {value.strip()!r} is not {expected}") from None
+        return pairs
+    parse.__name__ = kind  # argparse names the type in its messages
+    return parse
+
+
+def size(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def warps(text: str) -> tuple[int, int]:
+    rows, x, cols = text.lower().partition("x")
+    try:
+        grid = (int(rows), int(cols))
+    except ValueError:
+        grid = (0, 0)
+    if not x or min(grid) < 1:
+        raise argparse.ArgumentTypeError(f"expected warps as MxN (e.g. 2x2), got {text!r}")
+    return grid
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def split_k(text: str) -> int:
+    value = positive(text)
+    if value > MAX_SPLIT_K:
+        raise argparse.ArgumentTypeError(f"split-K takes 1 to {MAX_SPLIT_K} slices, got {text}")
+    return value
+
+
+# ---------------------------------------------------------------------------------- flags
+
+def _default_shape_text() -> str:
+    return ",".join(f"{k}={v}" for k, v in DEFAULT_SHAPE.items())
+
+
+# name -> (the flag, argparse's keywords). A verb adds the ones it takes, in its own order.
+FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "const": ("--const", dict(
+        metavar="NAME=VALUE", action="append", default=[], type=assignments("constant"),
+        help="override a compile-time constant, e.g. --const BM=64")),
+    "arch": ("--arch", dict(
+        choices=list(ARCHS), help="target (compile default: sm_80; run: the GPU's)")),
+    "stages": ("--stages", dict(
+        type=positive, metavar="N", help="shared-memory pipeline stages")),
+    "warps": ("--warps", dict(type=warps, metavar="MxN", help="warp grid, e.g. 2x2")),
+    "swizzle": ("--swizzle", dict(choices=("auto", "off"), help="shared-memory swizzle")),
+    "f32_math": ("--f32-math", dict(
+        choices=F32_MATH, help="products of f32 tiles: ffma (exact f32, the default) or tf32 "
+        "(tensor cores, inputs rounded to tf32)")),
+    "raster_group": ("--raster-group", dict(
+        type=positive, metavar="N", help="rows of tiles per rasterisation group")),
+    "split_k": ("--split-k", dict(
+        type=split_k, metavar="S",
+        help="blocks per output tile along K, each summing a slice (split-K)")),
+    "pack": ("--pack", dict(
+        choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
+        "into aligned scratch at launch (default auto: when large enough to pay)")),
+    "disable": ("--disable", dict(
+        metavar="PASS", action="append", default=[], choices=[p.name for p in pipeline()],
+        help="skip a pass")),
+    "verify": ("--verify", dict(
+        action="store_true", help="run the IR verifier after every pass")),
+    # Sizes the compiler may specialise on (compile, explain); run and bisect override the
+    # help and metavar: for them the sizes are the problem's, with DEFAULT_SHAPE's defaults.
+    "shape": ("--shape", dict(
+        metavar="M=4096", action="append", default=[], type=assignments("shape", size, "a size"),
+        help="sizes the kernel will see, so the compiler can drop the edge masks of "
+        "dimensions the tiles divide")),
+    "scalar": ("--scalar", dict(
+        metavar="NAME=VALUE", action="append", default=[], type=assignments("scalar"),
+        help="a scalar argument's value (default 1)")),
+    "seed": ("--seed", dict(type=int, default=0, help="random seed of the inputs")),
+}
+
+# The compile options every verb that compiles a named program takes.
+COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
+                 "disable", "verify")
+# The --shape help of the verbs that run the program on sizes of their own choosing.
+PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
+                     help=f"problem size (default: {_default_shape_text()})")
+
+
+def add_flags(parser: argparse.ArgumentParser, *names: str,
+              **changes: dict[str, Any]) -> None:
+    """Add the flags of :data:`FLAGS` named ``names``; ``changes[name]`` replaces some of a
+    flag's keywords (its help, metavar...)."""
+    for name in names:
+        flag, keywords = FLAGS[name]
+        parser.add_argument(flag, **{**keywords, **changes.get(name, {})})
+
+
+def add_program_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """FILE, --kernel and --const (``verb`` completes --kernel's help: "the tile function to
+    <verb>")."""
+    parser.add_argument("file", metavar="FILE", type=Path, help="a .py or .tile file")
+    parser.add_argument("--kernel", metavar="NAME",
+                        help=f"the tile function to {verb} (default: every one in FILE)")
+    add_flags(parser, "const")
+
+
+# ------------------------------------------------------------------- values of a program
+
+def merged(groups: list[list[tuple[str, Any]]]) -> dict[str, Any]:
+    """One dict from repeated ``NAME=VALUE,...`` flags; a later value wins."""
+    return {name: value for group in groups for name, value in group}
+
+
+def select_functions(path: Path, name: Optional[str]) -> list[TileFunction]:
+    """The tile functions of ``path``: the one named, or every one."""
+    functions = load_file(path)
+    if not functions:
+        raise CommandError(f"{path} has no tile functions (functions decorated with @tile)")
+    if name is None:
+        return list(functions.values())
+    if name not in functions:
+        raise CommandError(f"{path} has no tile function '{name}'; it has: "
+                           f"{', '.join(functions)}")
+    return [functions[name]]
+
+
+def check_known(fn: TileFunction, what: str, given: dict[str, Any],
+                known: Sequence[str]) -> None:
+    unknown = [name for name in given if name not in known]
+    if unknown:
+        listed = ", ".join(known) if known else "none"
+        raise CommandError(f"kernel '{fn.name}' has no {what} {', '.join(unknown)} "
+                           f"(its {what}s: {listed})")
+
+
+def constants(fn: TileFunction, args: argparse.Namespace) -> dict[str, Any]:
+    consts = merged(args.const)
+    check_known(fn, "constant", consts, list(fn.signature.consts))
+    return consts
+
+
+def shapes(fn: TileFunction, args: argparse.Namespace,
+           defaults: Optional[dict[str, int]] = None) -> dict[str, int]:
+    """The --shape sizes; with ``defaults``, a size for every shape symbol."""
+    given = merged(args.shape)
+    check_known(fn, "shape symbol", given, fn.signature.symbols)
+    if defaults is None:
+        return given
+    sizes = {s: defaults.get(s, DEFAULT_SYMBOL_SIZE) for s in fn.signature.symbols}
+    sizes.update(given)
+    return sizes
+
+
+def scalars(fn: TileFunction, args: argparse.Namespace) -> dict[str, Union[int, float]]:
+    """Every scalar parameter's value: --scalar's, else 1."""
+    params = [p for p in fn.signature.params if p.kind == "scalar"]
+    given = merged(args.scalar)
+    check_known(fn, "scalar parameter", given, [p.name for p in params])
+    values: dict[str, Union[int, float]] = {}
+    for param in params:
+        value = given.get(param.name, 1)
+        if param.dtype == I32:
+            if not float(value).is_integer():
+                raise CommandError(f"scalar '{param.name}' is i32, got {value}")
+            values[param.name] = int(value)
+        else:
+            values[param.name] = float(value)
+    return values
+
+
+def compile_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The compile options given on the command line, whichever of them the verb takes; the
+    others keep Options' defaults."""
+    options = {name: getattr(args, name, None) for name in OPTION_FLAGS}
+    options = {name: value for name, value in options.items() if value is not None}
+    if getattr(args, "disable", None):
+        options["disable"] = tuple(args.disable)
+    if getattr(args, "verify", False):
+        options["verify"] = True
+    if getattr(args, "annotate", False):
+        options["annotate"] = True
+    return options
+
+
+# ------------------------------------------------------------------------------- running
+
+def run_handler(args: argparse.Namespace, prog: str) -> int:
+    """Run a parsed command (its ``handler``); program errors print as the user should see
+    them, with exit status 1."""
+    try:
+        return args.handler(args)
+    except TileError as err:
+        print(err.render(), file=sys.stderr)
+    except CommandError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+    except _runtime_errors() as err:
+        print(f"{prog}: {type(err).__name__}: {err}", file=sys.stderr)
+    return 1
+
+
+def _runtime_errors() -> tuple[type[Exception], ...]:
+    """Failures of the driver or the interpreter: reported, not dumped as tracebacks."""
+    from tilec.cpu.interpreter import InterpreterError
+    from tilec.runtime.driver import CudaError, GpuUnavailableError
+    return (CudaError, GpuUnavailableError, InterpreterError)

@@ -1,0 +1,239 @@
+"""Running a kernel on random inputs and checking its outputs: what ``tilec run`` and
+``tilec bisect`` share.
+
+- Inputs (:func:`random_arguments`): standard normal tensors for what the kernel reads, NaN
+  for what it only writes, so that an element the kernel fails to write shows up.
+- References (:func:`references`): the CPU interpreter (after a GPU run: it follows the
+  GPU's numerics tile by tile) and the float64 whole-tensor reference
+  (:mod:`tilec.cpu.reference`), where that understands the program.
+- The one error measure (:func:`errors`): the relative Frobenius error
+  ``||out - ref|| / ||ref||``, NaN when either side holds a NaN, and a NaN never passes
+  (:func:`within_tolerance`); the tolerance depends on the tensors' dtypes
+  (:data:`TOLERANCE`, :func:`tolerance_for`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from tilec.ir.core import Kernel
+from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType
+from tilec.kernel import TileFunction, written_params
+from tilec.options import target_arch
+from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
+from tilec.tools.arguments import CommandError
+from tilec.tools.compile_command import summary
+
+# Relative Frobenius error allowed against a reference, per tensor dtype; the loosest among a
+# kernel's tensors wins and other dtypes take f16's. f16 rounds at 2^-11 and bf16 at 2^-8;
+# K-long f32 sums stay far below either, and f32 products on tf32 tensor cores
+# (--f32-math tf32) stay near 3e-4 on random inputs, inside f16's 2e-3.
+TOLERANCE = {F16: 2e-3, BF16: 1e-2}
+
+Arrays = dict[str, np.ndarray]
+Scalars = dict[str, Union[int, float]]
+
+
+def tolerance_for(kernel: Kernel) -> float:
+    """The relative Frobenius error the outputs of ``kernel`` may have (:data:`TOLERANCE`)."""
+    dtypes = [p.type.dtype for p in kernel.params if isinstance(p.type, TensorType)]
+    return max((TOLERANCE.get(d, TOLERANCE[F16]) for d in dtypes), default=TOLERANCE[F16])
+
+
+def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(max abs error, relative Frobenius error ``||out - ref|| / ||ref||``; the absolute
+    Frobenius error when ``ref`` is all zero). NaN in ``out`` or ``ref`` gives NaN, which
+    :func:`within_tolerance` never accepts: an unwritten (NaN-poisoned) output fails."""
+    with np.errstate(invalid="ignore"):
+        diff = out - ref
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    norm = float(np.linalg.norm(ref))
+    rel = float(np.linalg.norm(diff)) / norm if norm > 0 else float(np.linalg.norm(diff))
+    return max_abs, rel
+
+
+def worst_errors(outs: Arrays, refs: Arrays) -> tuple[float, float]:
+    """:func:`errors` over the tensors of ``refs``: the largest of each, NaN if any is NaN."""
+    pairs = [errors(outs[name], ref) for name, ref in refs.items()]
+    return _worst([p[0] for p in pairs]), _worst([p[1] for p in pairs])
+
+
+def _worst(values: list[float]) -> float:
+    return float("nan") if any(np.isnan(v) for v in values) else max(values, default=0.0)
+
+
+def within_tolerance(rel_error: float, tolerance: float) -> bool:
+    return rel_error <= tolerance  # False for NaN
+
+
+# ------------------------------------------------------------------------------- inputs
+
+def dtype_of(kernel: Kernel, name: str) -> DType:
+    return next(p.type.dtype for p in kernel.params if p.name == name)
+
+
+def loaded_params(kernel: Kernel) -> set[str]:
+    """The tensor parameters the kernel reads (directly or through a transposed view)."""
+    views = {op.result: op.operands[0] for op in kernel.walk() if op.name == "tensor.transpose"}
+    loaded = {op.operands[0] for op in kernel.walk() if op.name == "tile.load"}
+    loaded |= {views[v] for v in list(loaded) if v in views}
+    return {p.name for p, v in zip(kernel.params, kernel.body.args) if v in loaded}
+
+
+def random_arguments(kernel: Kernel, sizes: dict[str, int], rng: np.random.Generator,
+                     scalars: Optional[Scalars] = None, on_gpu: bool = False
+                     ) -> tuple[Arrays, Scalars]:
+    """Arguments for the frontend's ``kernel`` at ``sizes``: standard normal tensors for what
+    it reads, NaN for what it only writes. Scalars are ``scalars``' values when given, else
+    random: f32 in [0.5, 1.5), i32 1. bf16 tensors are uint16 arrays of bf16 bits, as the
+    interpreter takes them; for the GPU (``on_gpu``) they are ml_dtypes.bfloat16 arrays."""
+    missing = [s for s in kernel.symbols if s not in sizes]
+    if missing:
+        raise ValueError(f"no size for shape symbol(s) {', '.join(missing)}")
+    written, loaded = set(written_params(kernel)), loaded_params(kernel)
+    arrays: Arrays = {}
+    values: Scalars = {}
+    for param in kernel.params:
+        if isinstance(param.type, ScalarType):
+            if scalars is not None:
+                values[param.name] = scalars[param.name]
+            elif param.type.dtype == I32:
+                values[param.name] = 1
+            else:  # f16-representable, so exact in every float type
+                values[param.name] = float(np.float16(rng.uniform(0.5, 1.5)))
+            continue
+        shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
+        if param.name in written and param.name not in loaded:
+            tensor = np.full(shape, np.nan, dtype=np.float32)
+        else:
+            tensor = rng.standard_normal(shape, dtype=np.float32)
+        arrays[param.name] = _as_dtype(tensor, param.type.dtype, param.name, on_gpu)
+    return arrays, values
+
+
+def _as_dtype(values: np.ndarray, dtype: DType, name: str, on_gpu: bool) -> np.ndarray:
+    if dtype != BF16:
+        return values.astype({F16: np.float16, F32: np.float32}[dtype])
+    bits = to_bf16_bits(values)
+    if not on_gpu:
+        return bits
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise CommandError(f"'{name}' is bf16: passing bf16 host arrays to the GPU needs "
+                           "ml_dtypes (python -m pip install ml-dtypes)") from None
+    return bits.view(ml_dtypes.bfloat16)
+
+
+def as_float64(array: np.ndarray, dtype: DType) -> np.ndarray:
+    """A tensor's values in float64 (bf16 given as bits or as ml_dtypes.bfloat16)."""
+    if dtype == BF16:
+        return from_bf16_bits(array).astype(np.float64)
+    return np.asarray(array, dtype=np.float64)
+
+
+def run_on_cpu(kernel: Kernel, arrays: Arrays, scalars: Scalars,
+               names: list[str]) -> Arrays:
+    """Run ``kernel`` in the CPU interpreter on copies of ``arrays``; the tensors ``names``
+    afterwards, in float64."""
+    from tilec.cpu.interpreter import run_kernel
+    values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
+    run_kernel(kernel, values)
+    return {name: as_float64(values[name], dtype_of(kernel, name)) for name in names}
+
+
+# --------------------------------------------------------------------------- references
+
+def references(kernel: Kernel, arrays: Arrays, before: Arrays, scalars: Scalars,
+               on_gpu: bool) -> list[tuple[str, Union[Arrays, str]]]:
+    """(label, outputs by name, or the reason there are none) for each reference."""
+    from tilec.cpu.reference import Unsupported, reference
+    found: list[tuple[str, Union[Arrays, str]]] = []
+    if on_gpu:
+        # The interpreter follows the GPU's numerics tile by tile: the closest comparison.
+        found.append(("CPU interpreter", run_on_cpu(kernel, arrays, scalars, list(arrays))))
+    try:
+        found.append(("float64 reference", reference(kernel, before, scalars)))
+    except Unsupported as why:
+        found.append(("float64 reference", str(why)))
+    return found
+
+
+def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, Any]):
+    """(the operands a GPU launch packs, the spec it compiles for) on fresh row-major arrays
+    of these sizes: what ``tilec run`` stages host arrays as."""
+    from tilec.launch.packing import row_major_launch as plan
+    from tilec.options import Options
+    policy = options.get("pack", Options.pack)
+    return plan(kernel, sizes, policy, written_params(kernel))
+
+
+# ------------------------------------------------------------------------ run and check
+
+def run_and_check(fn: TileFunction, source: str, consts: dict[str, Any],
+                  sizes: dict[str, int], scalars: Scalars, options: dict[str, Any],
+                  seed: int, on_gpu: bool, where: str) -> bool:
+    """Run one kernel on random inputs (seeded by ``seed``) and compare its outputs with each
+    reference, printing what it does; True when every check passes (or nothing could be
+    checked)."""
+    kernel = fn.lower(**consts)
+    written = written_params(kernel)
+    arrays, _ = random_arguments(kernel, sizes, np.random.default_rng(seed), scalars, on_gpu)
+    before = {name: as_float64(array, dtype_of(kernel, name)) for name, array in arrays.items()}
+
+    options = dict(options)
+    if on_gpu:
+        from tilec.runtime import current_device
+        options.setdefault("arch", target_arch(current_device().compute_capability))
+    packing, spec = row_major_launch(kernel, sizes, options)
+    compiled = fn.compile(spec=spec, **options, **consts)
+    print(f"{fn.name} from {source}")
+    print(f"  shapes    {_describe_args(kernel, arrays, scalars)}")
+    print(f"  compiled  {summary(compiled)}")
+    if on_gpu:
+        for line in packing.describe():
+            print(f"  packed    {line}")
+
+    start = time.perf_counter()
+    if on_gpu:
+        values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
+        fn(**values, device="gpu", **options, **consts)
+        outputs = {name: as_float64(values[name], dtype_of(kernel, name)) for name in written}
+    else:
+        outputs = run_on_cpu(kernel, arrays, scalars, written)
+    print(f"  ran on    {where} in {time.perf_counter() - start:.2f} s")
+
+    found = references(kernel, arrays, before, scalars, on_gpu)
+    tolerance = tolerance_for(kernel)
+    passed = True
+    for label, expected in found:
+        if isinstance(expected, str):
+            print(f"  check     vs {label}: not available ({expected})")
+            continue
+        for name in written:
+            out = outputs[name]
+            max_abs, rel = errors(out, expected[name])
+            ok = within_tolerance(rel, tolerance)
+            passed &= ok
+            nans = int(np.count_nonzero(np.isnan(out)))
+            note = f", {nans} NaN elements (outputs start as NaN)" if nans else ""
+            print(f"  check     {name} vs {label}: max abs err {max_abs:.3g}, rel Frobenius "
+                  f"err {rel:.3g} (tolerance {tolerance:g}){note} {'ok' if ok else 'FAILED'}")
+    if all(isinstance(expected, str) for _, expected in found):
+        print("UNCHECKED: no reference could be computed for this kernel")
+        return True
+    print("PASS" if passed else "FAIL")
+    return passed
+
+
+def _describe_args(kernel: Kernel, arrays: Arrays, scalars: Scalars) -> str:
+    parts = []
+    for param in kernel.params:
+        if param.name in arrays:
+            dims = ",".join(str(d) for d in arrays[param.name].shape)
+            parts.append(f"{param.name} {param.type.dtype}[{dims}]")
+        else:
+            parts.append(f"{param.name}={scalars[param.name]:g}")
+    return ", ".join(parts)

@@ -1,0 +1,99 @@
+"""``tilec compile``: write a kernel's PTX, and the IR of the stages asked for.
+
+    tilec compile samples/matmul.py --arch sm_90 -o matmul.ptx --dump-ir tiling
+
+A file with several tile functions and no ``--kernel`` gives every kernel's PTX on stdout,
+each under a ``// ===== kernel NAME`` line (``-o`` then needs ``--kernel``: one PTX module
+per file). IR dumps go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from tilec.compiler import Compiled
+from tilec.kernel import TileFunction
+from tilec.passes.kinds import product_of
+from tilec.pipeline import pipeline
+from tilec.tools.arguments import (COMPILE_FLAGS, CommandError, add_flags, add_program_arguments,
+                                   compile_options, constants, select_functions, shapes)
+
+DESCRIPTION = "Compile to PTX, written to OUT or stdout. IR dumps go to stderr."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``tilec compile`` arguments, on ``parser``."""
+    add_program_arguments(parser, "use")
+    add_flags(parser, *COMPILE_FLAGS, "shape")
+    stages = ["all", "tile"] + [p.name for p in pipeline()] + ["sass"]
+    parser.add_argument("-o", "--output", metavar="OUT", type=Path,
+                        help="write the PTX here instead of stdout")
+    parser.add_argument("--annotate", action="store_true",
+                        help="comment each op's PTX with its DSL line, IR op and pass")
+    parser.add_argument("--dump-ir", metavar="STAGE", action="append", default=[],
+                        choices=stages,
+                        help=f"print a stage's IR to stderr: {', '.join(stages)}")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def summary(compiled: Compiled) -> str:
+    """One line about a compiled kernel: its tiling, launch shape and PTX size."""
+    schedule = compiled.kernel.schedule
+    plan = schedule.tiling
+    rendered = compiled.rendered
+    parts = [compiled.options.arch]
+    if plan is not None:
+        parts.append("tile " + "x".join(str(d) for d in plan.block))
+        parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
+        if product_of(plan).f32_math == "tf32":  # not the default: say the products round
+            parts.append("tf32 tensor cores")
+    parts.append(f"{rendered.threads} threads")
+    stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages
+    parts.append(f"{stages} stages")
+    parts.append(f"{rendered.smem_bytes / 1024:g} KiB shared memory")
+    if schedule.splits > 1:
+        parts.append(f"split-K {schedule.splits}")
+    ptx = rendered.ptx
+    parts.append(f"PTX {ptx.count(chr(10)):,} lines, {len(ptx.encode()) / 1024:.1f} KiB")
+    return ", ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    functions = select_functions(args.file, args.kernel)
+    if args.output is not None and len(functions) > 1:
+        raise CommandError(f"{args.file} has several tile functions "
+                           f"({', '.join(f.name for f in functions)}); -o writes one PTX "
+                           "module: choose one with --kernel")
+    stage_names = ["tile"] + [p.name for p in pipeline()]
+    wanted = [s for s in stage_names if s in args.dump_ir or "all" in args.dump_ir]
+    for fn in functions:
+        consts = constants(fn, args)
+        sizes = shapes(fn, args)
+        compiled = fn.compile(keep_ir=bool(wanted), **compile_options(args), **consts, **sizes)
+        for stage in wanted:
+            if stage not in compiled.asm:
+                raise CommandError(f"no IR after pass '{stage}': it is disabled")
+            _dump(fn, stage, compiled.asm[stage], sys.stderr)
+        if "sass" in args.dump_ir:
+            from tilec.tools.sass import sass, sass_unavailable_reason
+            reason = sass_unavailable_reason()
+            if reason is not None:
+                raise CommandError(f"--dump-ir sass: {reason}")
+            _dump(fn, "sass", sass(compiled.ptx, compiled.options.arch), sys.stderr)
+        if args.output is not None:
+            args.output.write_text(compiled.ptx, encoding="utf-8")
+            print(f"tilec: wrote {args.output}: {fn.name} for {summary(compiled)}",
+                  file=sys.stderr)
+        else:
+            if len(functions) > 1:
+                sys.stdout.write(f"// ===== kernel {fn.name}: {summary(compiled)}\n")
+            sys.stdout.write(compiled.ptx)
+    return 0
+
+
+def _dump(fn: TileFunction, stage: str, text: str, out: TextIO) -> None:
+    what = "tile IR from the frontend" if stage == "tile" else f"IR after pass '{stage}'"
+    out.write(f"===== {fn.name}: {what} =====\n{text.rstrip()}\n\n")

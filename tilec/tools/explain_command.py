@@ -1,0 +1,49 @@
+"""``tilec explain``: print :func:`tilec.tools.explain.explain`'s view of each kernel.
+
+    tilec explain samples/matmul.py --stages 4 --swizzle off
+
+Given a size for every shape symbol, the kernel is compiled for the launch ``tilec run``
+would make on row-major arrays of those sizes, and the operands it packs are listed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_arguments,
+                                   compile_options, constants, select_functions, shapes)
+from tilec.tools.checking import row_major_launch
+
+DESCRIPTION = ("Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
+               "plan, bank conflicts of every shared access, and registers (ptxas's report "
+               "when it is on PATH); exit status 1 when the schedule has a shared-memory race.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``tilec explain`` arguments, on ``parser``."""
+    add_program_arguments(parser, "use")
+    add_flags(parser, *COMPILE_FLAGS, "shape",
+              shape={"help": "sizes the kernel will see (as for compile)"})
+    parser.add_argument("--no-ptxas", action="store_true",
+                        help="skip ptxas's register and spill report")
+    add_flags(parser, "pack")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from tilec.tools.explain import explain, render_explanation
+    sound = True
+    for index, fn in enumerate(select_functions(args.file, args.kernel)):
+        consts, sizes, options = constants(fn, args), shapes(fn, args), compile_options(args)
+        packing = None
+        if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
+            plan, spec = row_major_launch(fn.lower(**consts), sizes, options)
+            compiled = fn.compile(spec=spec, **options, **consts)
+            packing = plan.describe()
+        else:
+            compiled = fn.compile(**options, **consts, **sizes)
+        explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing)
+        sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
+        sound &= not explanation.hazard
+    return 0 if sound else 1
