@@ -114,21 +114,24 @@ def test_every_stage_agrees_with_the_reference(sample, shapes, consts, splits) -
     assert report.first_bad is None, report.table()
 
 
-def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs(monkeypatch) -> None:
-    from tilec.cpu import interpreter
+def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs() -> None:
+    from dataclasses import replace
+
+    from tilec.families import op_catalogue
     kernel, options = tiled(split_k=3)
     out = split_k.run(kernel, options)
     stores = []
-    store = interpreter.SEMANTICS["tile.store"]
-    monkeypatch.setitem(interpreter.SEMANTICS, "tile.store",
-                        lambda state, op, operands: stores.append(state.program_id)
-                        or store(state, op, operands))
+    ops = op_catalogue()
+    store = ops["tile.store"].evaluate
+    ops["tile.store"] = replace(ops["tile.store"],
+                                evaluate=lambda state, op, operands:
+                                stores.append(state.program_id) or store(state, op, operands))
     rng = np.random.default_rng(0)
     # K = 48 is three steps, one per slice.
     A = rng.standard_normal((32, 48)).astype(np.float16)
     B = rng.standard_normal((48, 32)).astype(np.float16)
     C = np.full((32, 32), np.nan, np.float32)
-    run_kernel(out, dict(A=A, B=B, C=C))
+    run_kernel(out, dict(A=A, B=B, C=C), ops=ops)
     assert stores == [(0, 0, 2)]  # only the last slice of the one tile gets to the store
     partials = [A[:, k:k + 16].astype(np.float32) @ B[k:k + 16].astype(np.float32)
                 for k in (0, 16, 32)]
