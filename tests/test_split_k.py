@@ -62,7 +62,8 @@ def test_the_grid_gains_a_slice_axis_and_the_loop_a_slice_of_k() -> None:
 
 def slice_bounds(kernel, K: int, splits: int) -> list[tuple[int, int]]:
     """Each slice's [k_begin, k_end) as the tile IR computes it (host evaluation)."""
-    from tilec.launch.binding import _ARITH
+    from tilec.families import op_catalogue
+    catalogue = op_catalogue()
     bounds = []
     loop = next(op for op in kernel.body.ops if op.name == "scf.for")
     grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
@@ -70,10 +71,10 @@ def slice_bounds(kernel, K: int, splits: int) -> list[tuple[int, int]]:
         env = {kernel.symbol_value(s): v for s, v in dict(M=64, N=64, K=K).items()}
         env[grid.results[2]] = slice_id
         for op in kernel.body.ops:
-            if op.name == "arith.constant":
-                env[op.result] = op.attrs["value"]
-            elif op.name in _ARITH and all(v in env for v in op.operands):
-                env[op.result] = _ARITH[op.name](*(env[v] for v in op.operands))
+            fold = catalogue[op.name].fold
+            if fold is not None and all(v in env for v in op.operands):
+                env[op.result] = fold([env[v] for v in op.operands], op.attrs,
+                                      op.result.type.dtype)
         bounds.append((env[loop.operands[0]], env[loop.operands[1]]))
     return bounds
 
