@@ -1,11 +1,15 @@
-"""Small helpers the passes share: finding the K loop and cloning index computations."""
+"""Small helpers the passes share: finding the K loop, cloning index computations and
+removing dead code."""
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
+from tilec.families import op_catalogue
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, constant_value,
                            defining_op)
+from tilec.ir.ops import OpDef
 
 
 def find_main_loop(kernel: Kernel) -> tuple[Op, Op]:
@@ -93,3 +97,32 @@ def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> boo
                         and loop.attrs["step_const"] == extent
                         and (ub is bound or constant_value(ub) == dim))
     return False
+
+
+def drop_dead(block: Block, ops: Optional[Mapping[str, OpDef]] = None) -> None:
+    """Remove, in place, the pure ops (their definitions say so; ``ops`` defaults to the op
+    catalogue) whose results nothing in ``block`` or its regions uses, until none is left:
+    an op becomes dead once its last user is removed."""
+    table = op_catalogue() if ops is None else ops
+
+    def dead(op: Op, used: set[Value]) -> bool:
+        opdef = table.get(op.name)
+        return (opdef is not None and opdef.pure and bool(op.results)
+                and not any(r in used for r in op.results))
+
+    while True:
+        used = {v for region in _blocks(block) for op in region.ops for v in op.operands}
+        removed = False
+        for region in _blocks(block):
+            keep = [op for op in region.ops if not dead(op, used)]
+            removed |= len(keep) != len(region.ops)
+            region.ops = keep
+        if not removed:
+            return
+
+
+def _blocks(block: Block) -> Iterator[Block]:
+    yield block
+    for op in block.ops:
+        for region in op.regions:
+            yield from _blocks(region)

@@ -29,22 +29,22 @@ After (BK = 32)::
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from tilec.errors import TileConfigError, located
+from tilec.families import op_catalogue
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
+from tilec.ir.ops import OpDef
+from tilec.ir.schedule import TilingPlan
 from tilec.ir.types import TileType
 from tilec.target.layout import DistributedLayout
 from tilec.options import Options
 
-from .common import find_main_loop, tile_in_bounds
-from tilec.ir.schedule import TilingPlan
 
+from .common import drop_dead, find_main_loop, tile_in_bounds
 from .kinds import LOAD_OPS, PRODUCT_OPS, product_of
 
 NAME = "fragments"
-# Ops whose result takes the accumulator layout when it has the block's shape.
-LAYOUT_FOLLOWERS = {"tile.full", "tile.splat", "tile.add", "tile.sub", "tile.mul", "tile.div",
-                    "tile.max", "tile.min", "tile.neg", "tile.relu", "tile.cast",
-                    "split.reduce"}
 
 
 def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
@@ -182,6 +182,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         _pipeline_across_iterations(kernel, loop, plan, stages, acc_type)
 
     block_shape = (plan.block[0], plan.block[1])
+    catalogue = op_catalogue()
     after = kernel.body.ops[kernel.body.ops.index(loop) + 1:]
     rewritten: list[Op] = []
     for op in after:
@@ -195,7 +196,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
             op = new
         elif is_block_tile and op.name == "tile.broadcast":
             op = _broadcast_load(kernel, op, layout)
-        elif is_block_tile and op.name in LAYOUT_FOLLOWERS:
+        elif is_block_tile and _elementwise(catalogue.get(op.name)):
+            # Elementwise ops compute in any layout: the result takes the accumulator's.
             op.result.type = result_type.with_(layout=layout)
         elif is_block_tile:
             raise located(TileConfigError, f"'{op.name}' is not supported in an epilogue",
@@ -205,9 +207,14 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     for op in rewritten:
         if op.name in ("frag.load", "tile.store"):
             op.attrs["masked"] = _edge_masks(kernel, op, options)
-    _drop_dead(kernel.body)
+    # Loads folded into frag.load and index computations the pipelining re-emitted.
+    drop_dead(kernel.body, catalogue)
     _check_epilogue(kernel, loop, block_shape)
     return kernel
+
+
+def _elementwise(opdef: Optional[OpDef]) -> bool:
+    return opdef is not None and opdef.elementwise
 
 
 def _check_epilogue(kernel: Kernel, loop: Op, block_shape: tuple[int, int]) -> None:
@@ -234,32 +241,3 @@ def _edge_masks(kernel: Kernel, op: Op, options: Options) -> list[bool]:
     extents = {d: tile.shape[i] for i, d in enumerate(dims) if d >= 0}
     return [not tile_in_bounds(kernel, offsets[d], extents[d], tensor.type.shape[d],
                                options.spec) for d in range(rank)]
-
-
-def _drop_dead(block: Block) -> None:
-    """Remove side-effect-free ops whose results nothing uses (loads folded into frag.load,
-    index computations the pipeline re-emitted)."""
-    pure = ("arith.", "tile.load", "tile.reshape", "tile.broadcast", "tile.full", "tile.splat",
-            "smem.stage", "tensor.transpose")
-    while True:
-        used = {v for op in _all_ops(block) for v in op.operands}
-        removed = False
-        for region in _all_blocks(block):
-            keep = [op for op in region.ops if not (op.name.startswith(pure) and op.results
-                                                   and not any(r in used for r in op.results))]
-            removed |= len(keep) != len(region.ops)
-            region.ops = keep
-        if not removed:
-            return
-
-
-def _all_blocks(block: Block):
-    yield block
-    for op in block.ops:
-        for region in op.regions:
-            yield from _all_blocks(region)
-
-
-def _all_ops(block: Block):
-    for region in _all_blocks(block):
-        yield from region.ops

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tilec.tools.bisect import make_inputs
-from tilec.cpu.executor import _ldmatrix_index, register_map, run_kernel
+from tilec.cpu.executor import ldmatrix_index, register_map, run_kernel
 from tilec.cpu.interpreter import InterpreterError
 from tilec.ir.core import Kernel, Op, clone_kernel
 from tilec.kernel import TileFunction, load_file, written_params
@@ -251,7 +251,7 @@ def test_ldmatrix_delivers_the_mma_fragments(role: str, transposed: bool, swizzl
     for i in range(shape[0]):
         for j in range(shape[1]):
             storage[layout.logical_offset(i, j)] = tile[i, j]
-    index, aligned = _ldmatrix_index(layout, role, warps, warp_tile, k0)
+    index, aligned = ldmatrix_index(layout, role, warps, warp_tile, k0)
     assert aligned
     lanes = storage[index]
     for w in range(warps[0] * warps[1]):
@@ -275,5 +275,5 @@ def test_ldmatrix_delivers_the_mma_fragments(role: str, transposed: bool, swizzl
 def test_ldmatrix_refuses_rows_a_swizzle_splits() -> None:
     # Swizzling 4-element chunks moves half of a 16-byte ldmatrix row: not a legal address.
     layout = SmemLayout(32, 32, Swizzle(1, 2, 3))
-    _, aligned = _ldmatrix_index(layout, "A", (1, 1), (32, 32), 0)
+    _, aligned = ldmatrix_index(layout, "A", (1, 1), (32, 32), 0)
     assert not aligned

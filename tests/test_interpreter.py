@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tilec.cpu.interpreter import InterpreterError, register_semantics, run_kernel
+from tilec.cpu.interpreter import InterpreterError, run_kernel
 from tilec.ir import (BF16, F16, F32, I32, Block, Builder, DType, Kernel, OpDef, Param,
                       ScalarType, TensorType, TileType, Value, register_op, verify)
 
@@ -459,13 +459,15 @@ def _double(state: Any, op: Any, operands: list[Any]) -> list[Any]:
     return [operands[0] * 2]
 
 
-def test_register_semantics_for_a_new_op() -> None:
-    register_op(OpDef("testinterp.double", "2 * a", 1, 1))
-
-    register_semantics("testinterp.double", _double)
-    register_semantics("testinterp.double", _double)  # the same function again: fine
-    with pytest.raises(ValueError, match="already has semantics"):
-        register_semantics("testinterp.double", lambda state, op, operands: [])
+def test_a_registered_op_runs_its_evaluate() -> None:
+    opdef = OpDef("testinterp.double", "2 * a", 1, 1, pure=True, evaluate=_double)
+    register_op(opdef)
+    register_op(opdef)  # the same definition again: fine
+    with pytest.raises(ValueError, match="already defined"):
+        register_op(OpDef("testinterp.double", "2 * a", 1, 1,
+                          evaluate=lambda state, op, operands: []))
+    with pytest.raises(ValueError, match="already defined"):
+        register_op(OpDef("frag.mma", "not the built-in one", 3, 1))
 
     params = [Param("X", TensorType(F32, (4,)))]
     kernel, b = new_kernel("double", params, [])
@@ -484,9 +486,9 @@ def _wrong_shape(state: Any, op: Any, operands: list[Any]) -> list[Any]:
 
 def test_op_without_semantics_and_bad_semantics_are_reported() -> None:
     register_op(OpDef("testinterp.unknown", "no semantics", 1, 1))
-    register_op(OpDef("testinterp.wrong_shape", "returns the wrong shape", 1, 1))
-    register_semantics("testinterp.wrong_shape", _wrong_shape)
-    cases = [("testinterp.unknown", "no semantics registered"),
+    register_op(OpDef("testinterp.wrong_shape", "returns the wrong shape", 1, 1,
+                      evaluate=_wrong_shape))
+    cases = [("testinterp.unknown", "no semantics: its op definition has no evaluate"),
              ("testinterp.wrong_shape", r"semantics produced float32\[3\] for a tile<f32,\[4\]>")]
     for name, message in cases:
         kernel, b = new_kernel("bad", [Param("X", TensorType(F32, (4,)))], [])

@@ -62,7 +62,8 @@ def test_the_grid_gains_a_slice_axis_and_the_loop_a_slice_of_k() -> None:
 
 def slice_bounds(kernel, K: int, splits: int) -> list[tuple[int, int]]:
     """Each slice's [k_begin, k_end) as the tile IR computes it (host evaluation)."""
-    from tilec.launch.binding import _ARITH
+    from tilec.families import op_catalogue
+    catalogue = op_catalogue()
     bounds = []
     loop = next(op for op in kernel.body.ops if op.name == "scf.for")
     grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
@@ -70,10 +71,10 @@ def slice_bounds(kernel, K: int, splits: int) -> list[tuple[int, int]]:
         env = {kernel.symbol_value(s): v for s, v in dict(M=64, N=64, K=K).items()}
         env[grid.results[2]] = slice_id
         for op in kernel.body.ops:
-            if op.name == "arith.constant":
-                env[op.result] = op.attrs["value"]
-            elif op.name in _ARITH and all(v in env for v in op.operands):
-                env[op.result] = _ARITH[op.name](*(env[v] for v in op.operands))
+            fold = catalogue[op.name].fold
+            if fold is not None and all(v in env for v in op.operands):
+                env[op.result] = fold([env[v] for v in op.operands], op.attrs,
+                                      op.result.type.dtype)
         bounds.append((env[loop.operands[0]], env[loop.operands[1]]))
     return bounds
 
@@ -114,21 +115,24 @@ def test_every_stage_agrees_with_the_reference(sample, shapes, consts, splits) -
     assert report.first_bad is None, report.table()
 
 
-def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs(monkeypatch) -> None:
-    from tilec.cpu import interpreter
+def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs() -> None:
+    from dataclasses import replace
+
+    from tilec.families import op_catalogue
     kernel, options = tiled(split_k=3)
     out = split_k.run(kernel, options)
     stores = []
-    store = interpreter.SEMANTICS["tile.store"]
-    monkeypatch.setitem(interpreter.SEMANTICS, "tile.store",
-                        lambda state, op, operands: stores.append(state.program_id)
-                        or store(state, op, operands))
+    ops = op_catalogue()
+    store = ops["tile.store"].evaluate
+    ops["tile.store"] = replace(ops["tile.store"],
+                                evaluate=lambda state, op, operands:
+                                stores.append(state.program_id) or store(state, op, operands))
     rng = np.random.default_rng(0)
     # K = 48 is three steps, one per slice.
     A = rng.standard_normal((32, 48)).astype(np.float16)
     B = rng.standard_normal((48, 32)).astype(np.float16)
     C = np.full((32, 32), np.nan, np.float32)
-    run_kernel(out, dict(A=A, B=B, C=C))
+    run_kernel(out, dict(A=A, B=B, C=C), ops=ops)
     assert stores == [(0, 0, 2)]  # only the last slice of the one tile gets to the store
     partials = [A[:, k:k + 16].astype(np.float32) @ B[k:k + 16].astype(np.float32)
                 for k in (0, 16, 32)]

@@ -9,7 +9,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from tilec.ir import ops_gpu  # noqa: F401  (registers the lowered ops)
 from tilec.errors import TileError
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError

@@ -4,8 +4,8 @@ The schedule the passes leave (double buffering, fragment pipelining) is correct
 every read of a shared stage sees the copy that filled it, and no copy refills a stage another
 warp may still be reading. Rather than trusting the passes, :func:`check_schedule` executes the
 schedule: it walks the IR in program order, runs the K loop for concrete trip counts while
-evaluating the scalar index arithmetic (constants, add/sub/mul/floordiv/mod, the loop's
-wrap-around stage counters, comparisons), and follows each access to each buffer stage.
+evaluating the scalar index arithmetic (each integer op by its definition's fold: constants,
+add/sub/mul/floordiv/mod, comparisons; the loop's wrap-around stage counters), and follows each access to each buffer stage.
 
 Every thread runs the same program (the copies and barriers are not under divergent control
 flow), so one trace stands for all warps, and a ``gpu.barrier`` orders what every thread did
@@ -26,28 +26,18 @@ accesses: op, buffer stage, loop iteration, and source location.
 """
 from __future__ import annotations
 
-import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from tilec.errors import TileConfigError, located
+from tilec.families import op_catalogue
+from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
-from tilec.ir.types import ScalarType, TileType
+from tilec.ir.ops import OpDef
+from tilec.ir.types import PRED, ScalarType, TileType
 from tilec.passes.kinds import LOAD_OPS, PRODUCT_OPS
 
-# The scalar ops whose values the schedule depends on; PTX's div/rem truncate, which is floor
-# division for the non-negative indices the passes compute.
-ARITHMETIC: dict[str, Callable[[int, int], int]] = {
-    "arith.add": operator.add,
-    "arith.sub": operator.sub,
-    "arith.mul": operator.mul,
-    "arith.floordiv": operator.floordiv,
-    "arith.mod": operator.mod,
-    "arith.cdiv": lambda a, b: -(-a // b),
-    "arith.min": min,
-    "arith.max": max,
-    "arith.lt": operator.lt,
-}
 # Ops that read a shared stage: every operand that is a shared view is read.
 READERS = (*LOAD_OPS, "tile.dot")
 
@@ -139,6 +129,30 @@ def main_loop(kernel: Kernel) -> Optional[Op]:
     return None
 
 
+def _folds_to_scalar(op: Op, catalogue: Mapping[str, OpDef]) -> bool:
+    opdef = catalogue.get(op.name)
+    return (opdef is not None and opdef.fold is not None and len(op.results) == 1
+            and isinstance(op.result.type, ScalarType))
+
+
+def _fold(op: Op, operands: list[Optional[int]], catalogue: Mapping[str, OpDef]
+          ) -> Optional[int]:
+    """An integer (or predicate) op's value by its definition's fold; None when unknown at
+    compile time. (PTX's div/rem truncate, which is the fold's floor division for the
+    non-negative indices the passes compute.)"""
+    dtype = op.result.type.dtype
+    if dtype not in INT_BITS and dtype != PRED:
+        return None
+    if op.name == "arith.mul" and 0 in operands:
+        return 0  # slice 0 times a width known only at launch
+    if None in operands:
+        return None
+    try:
+        return catalogue[op.name].fold(operands, op.attrs, dtype)
+    except ZeroDivisionError:
+        return None
+
+
 def simulate(kernel: Kernel, trip_count: int) -> Trace:
     """Run the schedule with the K loop taking ``trip_count`` iterations (its upper bound is
     bound accordingly when unknown at compile time) and record every event. The program is
@@ -146,6 +160,7 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
     and the schedule is the same for every block."""
     trace = Trace(trip_count=trip_count, loop=main_loop(kernel))
     env: dict[Value, Optional[int]] = trace.values
+    catalogue = op_catalogue()
     state = {"phase": "prologue", "iteration": None, "commits": 0}
 
     def value(v: Value) -> Optional[int]:
@@ -172,25 +187,16 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
             name = op.name
             if name == "scf.yield":
                 return [value(v) for v in op.operands]
-            if name == "arith.constant" and isinstance(op.result.type, ScalarType):
-                constant = op.attrs["value"]
-                env[op.result] = constant if isinstance(constant, int) else None
-            elif name in ARITHMETIC:
-                a, b = (value(v) for v in op.operands)
-                known = a is not None and b is not None and not (
-                    name in ("arith.floordiv", "arith.mod", "arith.cdiv") and b == 0)
-                if name == "arith.mul" and 0 in (a, b):
-                    env[op.result] = 0  # slice 0 times a width known only at launch
-                else:
-                    env[op.result] = ARITHMETIC[name](a, b) if known else None
-            elif name == "tile.grid":
-                for result in op.results:
-                    env[result] = 0
-            elif name == "arith.wrap_inc":
+            if name == "arith.wrap_inc":
                 # As the backend emits it: a + 1, or 0 when that reaches the modulus.
                 a = value(op.operands[0])
                 env[op.result] = None if a is None else (
                     0 if a + 1 == op.attrs["modulus"] else a + 1)
+            elif _folds_to_scalar(op, catalogue):
+                env[op.result] = _fold(op, [value(v) for v in op.operands], catalogue)
+            elif name == "tile.grid":
+                for result in op.results:
+                    env[result] = 0
             elif name == "copy.global_to_shared":
                 rank = op.operands[0].type.rank
                 buffer, stage = stage_of(op.operands[1 + rank], op)

@@ -1,10 +1,12 @@
 """A CPU executor of the IR after every pass: numpy semantics for the lowered ops.
 
-Importing this module gives each op the passes introduce (``smem.*``, ``copy.*``,
-``gpu.barrier``, ``frag.*``) a meaning through :func:`tilec.cpu.interpreter.register_semantics`,
-so :func:`tilec.cpu.interpreter.run_kernel` (re-exported here) runs the IR after tiling,
+:data:`SEMANTICS` gives each op the passes introduce (``smem.*``, ``copy.*``, ``gpu.barrier``,
+``frag.*``) a meaning; the op catalogue (:mod:`tilec.families`) attaches it, with those of
+:mod:`tilec.cpu.executor_simt` and :mod:`tilec.cpu.executor_tf32`, to the op definitions, so
+:func:`tilec.cpu.interpreter.run_kernel` (re-exported here) runs the IR after tiling,
 double_buffer, swizzle and fragments, with what the GPU would do rather than what the tile
 program means: a wrong schedule, swizzle or fragment mapping gives a wrong result here too.
+The helpers the FFMA and tf32 product kinds' semantics share with mma's are public here.
 
 The model, one program at a time (one thread block):
 
@@ -68,9 +70,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tilec.cpu.interpreter import (InterpState, TensorRef, register_semantics, run_kernel,
-                               storage_dtype)
-from tilec.ir import ops_gpu  # noqa: F401  (defines the lowered ops given semantics here)
+from tilec.cpu.interpreter import InterpState, SemanticsFn, TensorRef, run_kernel, storage_dtype
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
 from tilec.target.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, DistributedLayout, MmaLayout,
@@ -78,8 +78,9 @@ from tilec.target.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, Distrib
                           mma_c_coord, operand_k_major, operand_storage_coord, tf32_a_coord,
                           tf32_b_coord)
 
-__all__ = ["run_kernel", "Fragment", "SharedBuffer", "BlockState", "block_state",
-           "register_map"]
+__all__ = ["run_kernel", "SEMANTICS", "Fragment", "SharedBuffer", "BlockState", "block_state",
+           "register_map", "checked_register_map", "ldmatrix_index", "read_fragment_lanes",
+           "smem_itemsize"]
 
 # ldmatrix moves 8x8 matrices of 16-bit elements: one row is 16 bytes, 8 elements.
 LDMATRIX_ROW = 8
@@ -247,8 +248,8 @@ def _register_map(layout: MmaLayout) -> tuple[np.ndarray, np.ndarray]:
     return coords[..., 0], coords[..., 1]
 
 
-def _checked_register_map(state: InterpState, op: Op, layout: Any, shape: tuple[int, ...]
-                          ) -> tuple[np.ndarray, np.ndarray]:
+def checked_register_map(state: InterpState, op: Op, layout: Any, shape: tuple[int, ...]
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """The register map of a distributed tile, checked to hold each element exactly once."""
     if not isinstance(layout, DistributedLayout) or layout.operand != "C":
         raise state.error(op, f"expected a tile in an accumulator layout, got {layout}")
@@ -266,9 +267,9 @@ def _holds_each_element_once(layout: MmaLayout, shape: tuple[int, ...]) -> bool:
 
 
 @lru_cache(maxsize=None)
-def _ldmatrix_index(layout: SmemLayout, role: str, warps: tuple[int, int],
-                    warp_tile: tuple[int, int], k0: int,
-                    elem_bytes: int = 2) -> tuple[np.ndarray, bool]:
+def ldmatrix_index(layout: SmemLayout, role: str, warps: tuple[int, int],
+                   warp_tile: tuple[int, int], k0: int,
+                   elem_bytes: int = 2) -> tuple[np.ndarray, bool]:
     """Storage offset (within a stage) of every element ``[warps, 32, regs, halves]`` the
     warps' ldmatrix.x4 instructions deliver for one k step (k16 of 16-bit elements, two
     halves a register; k8 of 32-bit ones, one), and whether every row address is 16-byte
@@ -379,22 +380,12 @@ def _read(state: InterpState, op: Op, tensor: TensorRef, indices: Sequence[np.nd
 # ----------------------------------------------------------------------------------------
 # semantics
 
-def _semantics(*names: str):
-    def decorate(fn):
-        for name in names:
-            register_semantics(name, fn)
-        return fn
-    return decorate
-
-
-@_semantics("smem.alloc")
 def _alloc(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     buffer = SharedBuffer(op.result.type)
     block_state(state).remember(buffer.value, buffer, None)
     return [buffer.value]
 
 
-@_semantics("smem.stage")
 def _stage(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     block = block_state(state)
     buffer, _ = block.shared(state, op, operands[0], want_stage=False)
@@ -410,7 +401,6 @@ def _stage(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [image]
 
 
-@_semantics("copy.global_to_shared")
 def _copy(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     tensor: TensorRef = operands[0]
     rank = op.operands[0].type.rank
@@ -445,7 +435,6 @@ def _copy(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return []
 
 
-@_semantics("copy.commit")
 def _commit(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     block = block_state(state)
     block.groups.append(block.open_group)
@@ -453,7 +442,6 @@ def _commit(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return []
 
 
-@_semantics("copy.wait")
 def _wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     pending = op.attrs["pending"]
     if not isinstance(pending, int) or pending < 0:
@@ -466,7 +454,6 @@ def _wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return []
 
 
-@_semantics("gpu.barrier")
 def _barrier(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     # The one place where other threads' writes become visible: a hook for anything that
     # models more of the memory model (per-thread visibility, race checks).
@@ -501,12 +488,11 @@ def read_fragment_lanes(state: InterpState, op: Op, view: Any, layout_type: type
     return buffer.storage[stage * buffer.stage_size + offsets]
 
 
-@_semantics("frag.ldmatrix")
 def _ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     rtype: TileType = op.result.type
     lanes = read_fragment_lanes(
         state, op, operands[0], MmaLayout,
-        lambda smem, mma, k0: _ldmatrix_index(smem, mma.operand, mma.warps, mma.warp_tile, k0),
+        lambda smem, mma, k0: ldmatrix_index(smem, mma.operand, mma.warps, mma.warp_tile, k0),
         "an ldmatrix row address is not 16-byte aligned")
     mma = rtype.layout
     warp, lane, reg, half, row, col = _fragment_tile_map(mma.operand, mma.warps, mma.warp_tile)
@@ -525,14 +511,13 @@ def _lanes(state: InterpState, op: Op, value: Any, which: str) -> np.ndarray:
     return value.lanes
 
 
-@_semantics("frag.mma")
 def _mma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a_type, b_type, c_type = (v.type for v in op.operands)
     a_lanes = _lanes(state, op, operands[0], "A")
     b_lanes = _lanes(state, op, operands[1], "B")
     acc = operands[2]
     c_layout: MmaLayout = c_type.layout
-    rows, cols = _checked_register_map(state, op, c_layout, c_type.shape)
+    rows, cols = checked_register_map(state, op, c_layout, c_type.shape)
     for t in (a_type, b_type):
         if (t.layout.warps, t.layout.warp_tile, t.layout.kind) != (
                 c_layout.warps, c_layout.warp_tile, c_layout.kind):
@@ -570,11 +555,10 @@ def _mma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [result]
 
 
-@_semantics("frag.load")
 def _frag_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     tensor, *offsets = operands
     rtype: TileType = op.result.type
-    rows, cols = _checked_register_map(state, op, rtype.layout, rtype.shape)
+    rows, cols = checked_register_map(state, op, rtype.layout, rtype.shape)
     coords = (rows, cols)
     indices: list[Any] = [None] * len(offsets)
     for tile_dim, tensor_dim in enumerate(op.attrs["dims"]):
@@ -587,5 +571,11 @@ def _frag_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [tile]
 
 
-# The FFMA and tf32 product kinds' ops live beside, sharing this module's values and helpers.
-from tilec.cpu import executor_simt, executor_tf32  # noqa: E402,F401
+# The lowered ops' meaning, by name. The FFMA and tf32 product kinds' ops live beside, in
+# executor_simt and executor_tf32, with their own tables.
+SEMANTICS: dict[str, SemanticsFn] = {
+    "smem.alloc": _alloc, "smem.stage": _stage,
+    "copy.global_to_shared": _copy, "copy.commit": _commit, "copy.wait": _wait,
+    "gpu.barrier": _barrier,
+    "frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.load": _frag_load,
+}

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from tilec.cpu.executor import (Fragment, _checked_register_map, _semantics, read_fragment_lanes,
-                            smem_itemsize)
-from tilec.cpu.interpreter import InterpState
+from tilec.cpu.executor import (Fragment, checked_register_map, read_fragment_lanes,
+                                smem_itemsize)
+from tilec.cpu.interpreter import InterpState, SemanticsFn
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
 from tilec.target.layout import (SIMT_K, SIMT_VEC, WARP_SIZE, SimtLayout, SmemLayout,
@@ -71,7 +71,6 @@ def _fragment_tile(lanes: np.ndarray, fragment: SimtLayout, shape: tuple[int, ..
     return tile
 
 
-@_semantics("frag.lds")
 def _lds(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     rtype: TileType = op.result.type
     lanes = read_fragment_lanes(
@@ -84,7 +83,6 @@ def _lds(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [fragment_value]
 
 
-@_semantics("frag.fma")
 def _fma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a, b, acc = operands
     c_type: TileType = op.operands[2].type
@@ -92,7 +90,7 @@ def _fma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     for which, value in (("A", a), ("B", b)):
         if not isinstance(value, Fragment) or value.lanes is None:
             raise state.error(op, f"operand {which} is not a fragment made by frag.lds")
-    rows_map, cols_map = _checked_register_map(state, op, layout, c_type.shape)
+    rows_map, cols_map = checked_register_map(state, op, layout, c_type.shape)
     warps, rows, cols = rows_map.shape[0], len(layout.lane_rows), len(layout.lane_cols)
     a_lanes = a.lanes.reshape(warps, WARP_SIZE, rows, SIMT_K).astype(np.float64)
     b_lanes = b.lanes.reshape(warps, WARP_SIZE, SIMT_K, cols).astype(np.float64)
@@ -103,3 +101,6 @@ def _fma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     result = np.empty(c_type.shape, dtype=np.float32)
     result[rows_map, cols_map] = registers.reshape(warps, WARP_SIZE, -1)
     return [result]
+
+
+SEMANTICS: dict[str, SemanticsFn] = {"frag.lds": _lds, "frag.fma": _fma}

@@ -3,7 +3,7 @@ layout functions alone, never from the backend's code; its product is ``frag.mma
 (:mod:`tilec.cpu.executor`, fragments of kind ``tf32``).
 
 - ``frag.ldtf32`` where k is contiguous in shared memory: what ldmatrix.x4 delivers
-  (:func:`tilec.cpu.executor._ldmatrix_index` with 32-bit elements: lane ``l`` gets word
+  (:func:`tilec.cpu.executor.ldmatrix_index` with 32-bit elements: lane ``l`` gets word
   ``l % 4`` of row ``l // 4`` of each matrix). Otherwise one 32-bit read per fragment
   register at :func:`~tilec.target.layout.tf32_word_addresses`. Misaligned ldmatrix rows and
   reads past the stage are errors.
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from tilec.cpu.executor import (Fragment, _ldmatrix_index, _semantics, read_fragment_lanes,
-                            smem_itemsize)
-from tilec.cpu.interpreter import InterpState
+from tilec.cpu.executor import (Fragment, ldmatrix_index, read_fragment_lanes,
+                                smem_itemsize)
+from tilec.cpu.interpreter import InterpState, SemanticsFn
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
 from tilec.target.layout import (WARP_SIZE, SmemLayout, Tf32Layout, operand_k_major,
@@ -68,7 +68,7 @@ def _index(smem: SmemLayout, fragment: Tf32Layout, k0: int,
     """Every register's storage offset ``[warps, 32, regs]``, and whether ldmatrix's rows
     are aligned (always true for 32-bit reads)."""
     if operand_k_major(fragment.operand, smem):
-        index, aligned = _ldmatrix_index(smem, fragment.operand, fragment.warps,
+        index, aligned = ldmatrix_index(smem, fragment.operand, fragment.warps,
                                          fragment.warp_tile, k0, elem_bytes)
         return index[..., 0], aligned
     return _word_index(smem, fragment, k0, elem_bytes), True
@@ -91,7 +91,6 @@ def _tile_map(fragment: Tf32Layout) -> tuple[np.ndarray, ...]:
     return tuple(np.array(column, dtype=np.int64) for column in zip(*entries))
 
 
-@_semantics("frag.ldtf32")
 def _ldtf32(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     rtype: TileType = op.result.type
     lanes = round_tf32(read_fragment_lanes(
@@ -107,3 +106,6 @@ def _ldtf32(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     value = tile.view(Fragment)
     value.lanes = lanes
     return [value]
+
+
+SEMANTICS: dict[str, SemanticsFn] = {"frag.ldtf32": _ldtf32}

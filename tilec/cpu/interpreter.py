@@ -16,8 +16,9 @@ follows what the hardware does rather than what numpy does by default:
   plus two bits (Figueroa's double-rounding bound). Casts round to nearest even; float to int
   casts round to nearest even and saturate, NaN -> 0 (PTX ``cvt.rni.sat``).
 - ``tile.max``/``min``/``relu`` propagate NaN (numpy ``maximum``/``minimum``).
-- Scalar integer ops wrap like the hardware's 32/64-bit registers; ``arith.floordiv`` and
-  ``arith.mod`` are Python's ``//`` and ``%``; ``arith.cdiv`` is ceiling division.
+- Scalar integer ops are their op definitions' ``fold`` (:mod:`tilec.ir.arith`): they wrap
+  like the hardware's 32/64-bit registers; ``arith.floordiv`` and ``arith.mod`` are Python's
+  ``//`` and ``%``; ``arith.cdiv`` is ceiling division.
 
 Values at run time:
 
@@ -33,8 +34,10 @@ tile          ``numpy.ndarray`` of :func:`storage_dtype` (bf16 tiles: float32 ho
 tensor        :class:`TensorRef`: a view of the caller's array (bf16: its uint16 bits)
 ============  ===========================================================================
 
-Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function); passes that add
-ops register theirs with :func:`register_semantics`.
+Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function), a plain table that
+the op catalogue (:func:`tilec.families.op_catalogue`) attaches to the op definitions as their
+``evaluate``; :func:`run_kernel` runs each op's ``evaluate`` from the catalogue, or from the op
+table it is given (an op a pass adds carries its own ``evaluate``).
 
 Programs run one after another, each to completion: the ops before ``tile.grid`` are
 evaluated once (they compute the grid, as the host does at launch); the rest of the body runs
@@ -49,7 +52,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from tilec.ir import arith
+from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
+from tilec.ir.ops import OpDef
 from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
 from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
 
@@ -58,8 +64,8 @@ try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
 except ImportError:  # pragma: no cover - depends on the environment
     ml_dtypes = None
 
-__all__ = ["run_kernel", "register_semantics", "SEMANTICS", "SemanticsFn", "InterpState",
-           "TensorRef", "InterpreterError", "storage_dtype", "round_to_dtype"]
+__all__ = ["run_kernel", "SEMANTICS", "SemanticsFn", "InterpState", "TensorRef",
+           "InterpreterError", "storage_dtype", "round_to_dtype"]
 
 
 class InterpreterError(RuntimeError):
@@ -95,7 +101,6 @@ def _f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 
 _STORAGE = {F16: np.dtype(np.float16), BF16: np.dtype(np.float32), F32: np.dtype(np.float32),
             I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_)}
-_INT_BITS = {I32: 32, I64: 64}
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -118,17 +123,10 @@ def round_to_dtype(dtype: DType, values: Any) -> np.ndarray:
     raise InterpreterError(f"cannot round to {dtype}: not a float type")
 
 
-def _wrap_int(dtype: DType, value: int) -> int:
-    """Two's-complement wraparound, as the hardware's integer registers do."""
-    bits = _INT_BITS[dtype]
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
 def _scalar(dtype: DType, value: Any) -> Any:
     """A Python number as the run-time value of a scalar of ``dtype``."""
-    if dtype in _INT_BITS:
-        return _wrap_int(dtype, int(value))
+    if dtype in INT_BITS:
+        return arith.wrap(dtype, int(value))
     if dtype == PRED:
         return bool(value)
     return round_to_dtype(dtype, np.float64(value))[()]
@@ -187,15 +185,17 @@ class ProgramEnd(Exception):
 
 
 class InterpState:
-    """What the semantics functions see: the values computed so far and the program id.
+    """What the semantics functions see: the values computed so far, the program id and the
+    op table whose ``evaluate`` gives each op its meaning.
 
     ``env`` maps each IR value to its run-time value. Region ops (``scf.for``) run their
     bodies with :meth:`run_block`; terminators hand their values back with
     :meth:`yield_values`.
     """
 
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, ops: Mapping[str, OpDef]):
         self.kernel = kernel
+        self.ops = ops
         self.env: dict[Value, Any] = {}
         self.program_id: tuple[int, ...] = ()
         # What programs leave for other programs of the launch (split-K partial sums).
@@ -213,9 +213,10 @@ class InterpState:
             self.run_op(op)
 
     def run_op(self, op: Op) -> None:
-        semantics = SEMANTICS.get(op.name)
+        opdef = self.ops.get(op.name)
+        semantics = opdef.evaluate if opdef is not None else None
         if semantics is None:
-            raise self.error(op, "no semantics registered for this op (register_semantics)")
+            raise self.error(op, "no semantics: its op definition has no evaluate")
         try:
             operands = [self.env[v] for v in op.operands]
         except KeyError as err:
@@ -248,7 +249,7 @@ class InterpState:
         self._yielded[-1] = list(values)
 
     def _check_result(self, op: Op, value: Value, result: Any) -> None:
-        # Cheap, and it catches a registered semantics function that disagrees with the
+        # Cheap, and it catches a semantics function that disagrees with the
         # op's type before the wrong value spreads.
         rtype = value.type
         if isinstance(rtype, TileType):
@@ -262,27 +263,9 @@ class InterpState:
 
 
 # ----------------------------------------------------------------------------------------
-# the dispatch table
+# semantics of the core ops
 
 SemanticsFn = Callable[[InterpState, Op, list[Any]], Sequence[Any]]
-
-SEMANTICS: dict[str, SemanticsFn] = {}
-
-
-def register_semantics(name: str, fn: SemanticsFn) -> None:
-    """Give op ``name`` its meaning: ``fn(state, op, operand_values)`` returns one value per
-    result. A name may be registered once (again with the same function is allowed)."""
-    if name in SEMANTICS and SEMANTICS[name] is not fn:
-        raise ValueError(f"op '{name}' already has semantics")
-    SEMANTICS[name] = fn
-
-
-def _semantics(*names: str) -> Callable[[SemanticsFn], SemanticsFn]:
-    def decorate(fn: SemanticsFn) -> SemanticsFn:
-        for name in names:
-            register_semantics(name, fn)
-        return fn
-    return decorate
 
 
 def _result_type(op: Op) -> Any:
@@ -291,69 +274,47 @@ def _result_type(op: Op) -> Any:
 
 # --- scalars ---
 
-@_semantics("arith.constant")
 def _constant(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [_scalar(_result_type(op).dtype, op.attrs["value"])]
 
 
-def _floordiv(a: int, b: int) -> int:
-    return a // b
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _mod(a: int, b: int) -> int:
-    return a % b
-
-
-_INT_ARITH: dict[str, Callable[[int, int], int]] = {
-    "arith.add": lambda a, b: a + b, "arith.sub": lambda a, b: a - b,
-    "arith.mul": lambda a, b: a * b, "arith.floordiv": _floordiv, "arith.cdiv": _cdiv,
-    "arith.mod": _mod, "arith.min": min, "arith.max": max,
-}
-_DIVIDING = ("arith.floordiv", "arith.cdiv", "arith.mod")
 _FLOAT_ARITH: dict[str, Callable[[Any, Any], Any]] = {
     "arith.add": np.add, "arith.sub": np.subtract, "arith.mul": np.multiply,
     "arith.div": np.divide, "arith.min": np.minimum, "arith.max": np.maximum,
 }
 
 
-@_semantics(*sorted(set(_INT_ARITH) | set(_FLOAT_ARITH)))
+def _fold(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    """Integer and predicate scalars: the op definition's fold (:mod:`tilec.ir.arith`)."""
+    fold = state.ops[op.name].fold
+    dtype = _result_type(op).dtype
+    if fold is None:
+        raise state.error(op, f"not defined on {dtype}")
+    try:
+        return [fold(operands, op.attrs, dtype)]
+    except ZeroDivisionError:
+        raise state.error(op, "integer division by zero") from None
+
+
 def _arith(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     dtype = _result_type(op).dtype
-    a, b = operands
-    if dtype in _INT_BITS and op.name in _INT_ARITH:
-        if op.name in _DIVIDING and b == 0:
-            raise state.error(op, "integer division by zero")
-        return [_wrap_int(dtype, _INT_ARITH[op.name](a, b))]
+    if dtype in INT_BITS:
+        return _fold(state, op, operands)
     if dtype.is_float and op.name in _FLOAT_ARITH:
         # float64 has more than twice f32's precision plus two bits: one rounding at the end
         # gives the correctly rounded f32/f16/bf16 result.
+        a, b = operands
         exact = _FLOAT_ARITH[op.name](np.float64(a), np.float64(b))
         return [round_to_dtype(dtype, exact)[()]]
     raise state.error(op, f"not defined on {dtype}")
 
 
-@_semantics("arith.lt")
-def _less(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
-    return [bool(operands[0] < operands[1])]
-
-
-@_semantics("arith.wrap_inc")
-def _wrap_inc(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
-    return [_wrap_int(_result_type(op).dtype, (operands[0] + 1) % op.attrs["modulus"])]
-
-
-@_semantics("tile.grid")
 def _grid(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     if len(state.program_id) != len(op.results):
         raise state.error(op, f"{len(op.results)}-D grid but program id is {state.program_id}")
     return list(state.program_id)
 
 
-@_semantics("split.reduce")
 def _split_reduce(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     partial, slice_id = operands
     splits = op.attrs["splits"]
@@ -373,33 +334,28 @@ def _split_reduce(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 # --- making tiles ---
 
-@_semantics("tile.full")
 def _full(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     rtype = _result_type(op)
     value = _scalar(rtype.dtype, op.attrs["value"])
     return [np.full(rtype.shape, value, dtype=_STORAGE[rtype.dtype])]
 
 
-@_semantics("tile.splat")
 def _splat(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     rtype = _result_type(op)
     return [np.full(rtype.shape, operands[0], dtype=_STORAGE[rtype.dtype])]
 
 
-@_semantics("tile.broadcast")
 def _broadcast(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     # A copy, not numpy's read-only broadcast view: tile values own their elements.
     return [np.array(np.broadcast_to(operands[0], _result_type(op).shape))]
 
 
-@_semantics("tile.reshape")
 def _reshape(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [operands[0].reshape(_result_type(op).shape)]
 
 
 # --- global memory ---
 
-@_semantics("tensor.transpose")
 def _transpose(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     tensor = operands[0]
     return [TensorRef(tensor.array.T, tensor.dtype, f"{tensor.name}.T")]
@@ -419,7 +375,6 @@ def _in_bounds(dims: tuple[int, ...], offsets: Sequence[int], sizes: Sequence[in
     return tuple(in_tensor), tuple(in_tile)
 
 
-@_semantics("tile.load")
 def _load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     tensor, *offsets = operands
     rtype = _result_type(op)
@@ -431,7 +386,6 @@ def _load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [tile]
 
 
-@_semantics("tile.store")
 def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     tensor, *offsets, tile = operands
     window = _in_bounds(tensor.array.shape, offsets, tile.shape)
@@ -446,7 +400,6 @@ def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 # --- compute ---
 
-@_semantics("tile.dot")
 def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a, b, acc = operands
     if op.operands[0].type.dtype == F32:
@@ -473,24 +426,20 @@ def _in_dtype(dtype: DType, compute: Callable[..., np.ndarray], tiles: list[Any]
     return round_to_dtype(dtype, compute(*(t.astype(np.float32) for t in tiles)))
 
 
-@_semantics(*_BINARY)
 def _binary(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [_in_dtype(_result_type(op).dtype, _BINARY[op.name], operands)]
 
 
-@_semantics(*_UNARY)
 def _unary(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [_in_dtype(_result_type(op).dtype, _UNARY[op.name], operands)]
 
 
-@_semantics("tile.cast")
 def _cast(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [_convert(operands[0], op.operands[0].type.dtype, _result_type(op).dtype)]
 
 
 # --- control flow ---
 
-@_semantics("scf.for")
 def _for(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     lower, upper, step, *carried = operands
     if step != op.attrs["step_const"] or step <= 0:
@@ -500,10 +449,28 @@ def _for(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return carried
 
 
-@_semantics("scf.yield")
 def _yield(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     state.yield_values(operands)
     return []
+
+
+# The meaning of each core op (and of split.reduce and the scalar ops the passes add, which
+# need nothing beyond this module), by name: the op catalogue makes these the ``evaluate``
+# of the op definitions.
+SEMANTICS: dict[str, SemanticsFn] = {
+    "arith.constant": _constant,
+    **{name: _arith for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
+                                 "arith.floordiv", "arith.cdiv", "arith.mod", "arith.min",
+                                 "arith.max")},
+    "arith.lt": _fold, "arith.wrap_inc": _fold,
+    "tile.grid": _grid, "split.reduce": _split_reduce,
+    "tile.full": _full, "tile.splat": _splat, "tile.broadcast": _broadcast,
+    "tile.reshape": _reshape, "tensor.transpose": _transpose,
+    "tile.load": _load, "tile.store": _store,
+    "tile.dot": _dot, **{name: _binary for name in _BINARY},
+    **{name: _unary for name in _UNARY}, "tile.cast": _cast,
+    "scf.for": _for, "scf.yield": _yield,
+}
 
 
 # ----------------------------------------------------------------------------------------
@@ -614,7 +581,7 @@ def _bind_scalar(param: Param, value: Any) -> Any:
                             f"got {type(value).__name__}")
         return bool(value)
     integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if dtype in _INT_BITS:
+    if dtype in INT_BITS:
         if not integral:
             raise TypeError(f"argument '{param.name}': expected an int for {dtype}, "
                             f"got {type(value).__name__}")
@@ -663,7 +630,8 @@ def _bind_arguments(kernel: Kernel, args: Any, symbols: Optional[Mapping[str, in
 # launch
 
 def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
-               symbols: Optional[Mapping[str, int]] = None) -> None:
+               symbols: Optional[Mapping[str, int]] = None,
+               ops: Optional[Mapping[str, OpDef]] = None) -> None:
     """Run ``kernel`` on the CPU, writing its stores into the given arrays in place.
 
     ``args`` are by parameter name or in ``kernel.params`` order. Tensors are numpy arrays:
@@ -674,24 +642,30 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
     are what tests can build without ml_dtypes.) Shape symbols are bound from the arrays'
     shapes; ``symbols`` may bind them explicitly (and must then agree). Raises
     TypeError/ValueError naming the argument for a bad argument, :class:`InterpreterError`
-    for a kernel that fails while running.
+    for a kernel that fails while running. ``ops`` gives each op its meaning (its
+    ``evaluate``); by default the op catalogue, which covers the IR after every pass.
     """
+    if ops is None:
+        # The catalogue sits above the interpreter (it gathers every op's semantics, this
+        # module's among them): read it at call time.
+        from tilec.families import op_catalogue
+        ops = op_catalogue()
     values = _bind_arguments(kernel, args, symbols)
-    ops = kernel.body.ops
-    grid_at = [i for i, op in enumerate(ops) if op.name == "tile.grid"]
-    nested = [op for top in ops for op in list(top.walk())[1:] if op.name == "tile.grid"]
+    body = kernel.body.ops
+    grid_at = [i for i, op in enumerate(body) if op.name == "tile.grid"]
+    nested = [op for top in body for op in list(top.walk())[1:] if op.name == "tile.grid"]
     if len(grid_at) > 1 or nested:
         raise InterpreterError(f"kernel '{kernel.name}': one tile.grid, at the top level, "
                                f"is expected")
-    state = InterpState(kernel)
+    state = InterpState(kernel, ops)
     state.env.update(zip(kernel.body.args, values))
     # The IR is IEEE arithmetic: overflow to inf and 0/0 are results, not warnings.
     with np.errstate(all="ignore"):
         if not grid_at:
-            state.run_ops(ops)
+            state.run_ops(body)
             return
-        grid_op = ops[grid_at[0]]
-        state.run_ops(ops[:grid_at[0]])
+        grid_op = body[grid_at[0]]
+        state.run_ops(body[:grid_at[0]])
         sizes = [state.env[v] for v in grid_op.operands]
         if any(size < 0 for size in sizes):
             raise state.error(grid_op, f"negative grid size {sizes}")
@@ -700,6 +674,6 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
             state.env = dict(launch_env)
             state.program_id = program_id
             try:
-                state.run_ops(ops[grid_at[0]:])
+                state.run_ops(body[grid_at[0]:])
             except ProgramEnd:
                 pass

@@ -27,7 +27,9 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
+from tilec.ir import arith
 from tilec.ir.core import Kernel, Op, Value
+from tilec.ir.ops import CORE_OPS
 from tilec.ir.types import TensorType
 
 
@@ -80,12 +82,18 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.div": np.divide, "tile.max": np.maximum, "tile.min": np.minimum,
     "tile.neg": np.negative, "tile.relu": lambda a: np.maximum(a, 0.0),
 }
-SCALAR_OPS: dict[str, Callable[[Any, Any], Any]] = {
-    "arith.add": lambda a, b: a + b, "arith.sub": lambda a, b: a - b,
-    "arith.mul": lambda a, b: a * b, "arith.div": lambda a, b: a / b,
-    "arith.floordiv": lambda a, b: a // b, "arith.cdiv": lambda a, b: -(-a // b),
-    "arith.mod": lambda a, b: a % b, "arith.min": min, "arith.max": max,
-}
+SCALAR_OPS = frozenset(f"arith.{name}" for name in arith.EXACT)
+
+
+def fold_scalar(op: Op, operands: list[Any]) -> Any:
+    """A scalar op on known values: integers as the op's fold (wrapped, as the GPU computes
+    them), floats exactly in float64 (the reference's precision)."""
+    dtype = op.result.type.dtype
+    fold = CORE_OPS[op.name].fold
+    if op.name == "arith.constant" or (fold is not None and dtype in arith.INT_BITS):
+        return fold(operands, op.attrs, dtype)
+    a, b = operands
+    return arith.EXACT[op.name.removeprefix("arith.")](a, b)
 
 
 def reference(kernel: Kernel, tensors: dict[str, np.ndarray],
@@ -134,7 +142,7 @@ class _Evaluator:
     def op(self, op: Op) -> None:
         where = f"{op.name} (line {op.loc.line})" if op.loc else op.name
         if op.name == "arith.constant":
-            self.set(op, op.attrs["value"])
+            self.set(op, fold_scalar(op, []))
         elif op.name in SCALAR_OPS:
             self.set(op, self.scalar_op(op, where))
         elif op.name == "tile.grid":
@@ -183,7 +191,7 @@ class _Evaluator:
     def scalar_op(self, op: Op, where: str) -> Scalar:
         a, b = (self.env[v] for v in op.operands)
         if not isinstance(a, Blocked) and not isinstance(b, Blocked):
-            return SCALAR_OPS[op.name](a, b)
+            return fold_scalar(op, [a, b])
         # The one index arithmetic allowed: index * tile size (either order).
         if op.name == "arith.mul" and isinstance(a, Blocked) and isinstance(b, int):
             return Blocked(a.source, a.block * b)

@@ -2,24 +2,21 @@
 compile-time fold of each, and the linear forms that prove a slice's size is constant."""
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Optional
 
 from tilec.frontend import ast
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
+from tilec.ir import arith
 
 # Operators by their DSL spelling: the arith / tile op names and the compile-time fold.
 SCALAR_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
               "cdiv": "cdiv", "min": "min", "max": "max"}
 TILE_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "min": "min", "max": "max"}
+# DSL constants fold as the Python numbers they are written as: the ops' exact meaning
+# (arith.EXACT), not the fold of i32 IR values, which wraps.
 FOLD: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "cdiv": _cdiv, "min": min, "max": max}
-INTEGER_ONLY = ("//", "%", "cdiv")
+    spelling: arith.EXACT[name] for spelling, name in SCALAR_OPS.items()}
+INTEGER_ONLY = tuple(spelling for spelling, name in SCALAR_OPS.items()
+                     if name in arith.INTEGER_ONLY)
 
 
 # A linear form: coefficients of opaque terms (keyed by their canonical text), "" for 1.

@@ -1,14 +1,21 @@
-"""The op catalogue: every op name the IR may hold, what it means, and its type rule.
+"""The core ops: every op name the frontend's IR may hold, what it means, its type rule and
+its semantic traits.
 
-Each entry is data: a one-line meaning, operand/result/region counts (None = any), the
-attributes it must carry, and a check function that raises :class:`IRError` with a reason.
-The verifier, the printer's documentation (``tilec ops``) and the tests read this table.
+Each entry is data (:class:`OpDef`): a one-line meaning, operand/result/region counts (None =
+any), the attributes it must carry, a check function that raises :class:`IRError` with a
+reason, whether it is pure, whether it is elementwise, and how it folds on constants. The
+ops the passes introduce are in :mod:`tilec.ir.ops_gpu`; the complete catalogue, with each
+op's CPU semantics attached, is :func:`tilec.families.op_catalogue`, which the verifier, the
+interpreter, dead-code removal and the tests read.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+from tilec.ir import arith
+from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
 from tilec.ir.types import (F32, I32, MMA_INPUT_DTYPES, PRED, ScalarType, TensorType,
                             TileType)
@@ -18,8 +25,24 @@ class IRError(Exception):
     """An IR invariant does not hold."""
 
 
+# (interpreter state, op, operand values) -> one value per result: the signature of
+# :data:`tilec.cpu.interpreter.SemanticsFn`, spelled with Any since the IR sits below the CPU.
+EvaluateFn = Callable[[Any, Op, list[Any]], Sequence[Any]]
+
+
 @dataclass(frozen=True)
 class OpDef:
+    """One op kind.
+
+    ``pure``: no side effects (no stores, no synchronisation, no effect on the launch), so
+    dead-code removal drops it when nothing uses its results. ``elementwise``: element (i, j)
+    of the result depends only on element (i, j) of each tile operand (fills have none), so
+    the op computes in whatever layout its operands have and a pass may give its result that
+    layout. ``fold``: the op's value on integer constants (:mod:`tilec.ir.arith`), for
+    whoever evaluates scalar IR. ``evaluate``: its CPU semantics, attached by the catalogue
+    (:mod:`tilec.families`) since the interpreter sits above the IR.
+    """
+
     name: str
     doc: str
     operands: Optional[int]
@@ -27,6 +50,10 @@ class OpDef:
     regions: int = 0
     attrs: tuple[str, ...] = ()
     check: Optional[Callable[[Op], None]] = None
+    pure: bool = False
+    elementwise: bool = False
+    fold: Optional[FoldFn] = None
+    evaluate: Optional[EvaluateFn] = None
 
 
 def _require(cond: bool, message: str) -> None:
@@ -186,43 +213,67 @@ def _for(op: Op) -> None:
              "loop step must be a positive compile-time constant")
 
 
-OP_DEFS: dict[str, OpDef] = {d.name: d for d in [
-    OpDef("arith.constant", "a compile-time scalar", 0, 1, attrs=("value",), check=_constant),
-    *[OpDef(f"arith.{name}", meaning, 2, 1, check=_scalar_binary) for name, meaning in [
-        ("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b (floats)"),
-        ("floordiv", "a // b (integers, b > 0)"), ("cdiv", "(a + b - 1) // b (b > 0)"),
-        ("mod", "a % b (b > 0)"), ("min", "min(a, b)"), ("max", "max(a, b)")]],
+_INTEGER_ARITH = ("add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max")
+
+CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
+    OpDef("arith.constant", "a compile-time scalar", 0, 1, attrs=("value",), check=_constant,
+          pure=True, fold=arith.fold_constant),
+    *[OpDef(f"arith.{name}", meaning, 2, 1, check=_scalar_binary, pure=True,
+            fold=arith.fold_binary(name) if name in _INTEGER_ARITH else None)
+      for name, meaning in [
+          ("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b (floats)"),
+          ("floordiv", "a // b (integers, b > 0)"), ("cdiv", "(a + b - 1) // b (b > 0)"),
+          ("mod", "a % b (b > 0)"), ("min", "min(a, b)"), ("max", "max(a, b)")]],
+    # Not pure: it is the launch (its results are the program ids, used or not).
     OpDef("tile.grid", "one program instance per grid point; results are its coordinates",
           None, None, check=_grid),
     OpDef("tile.full", "a tile filled with one constant", 0, 1, attrs=("shape", "value"),
-          check=_fill),
+          check=_fill, pure=True, elementwise=True),
     OpDef("tile.splat", "a tile filled with a run-time scalar", 1, 1, attrs=("shape",),
-          check=_splat),
-    OpDef("tile.broadcast", "numpy broadcasting to a larger shape", 1, 1, check=_broadcast),
+          check=_splat, pure=True, elementwise=True),
+    OpDef("tile.broadcast", "numpy broadcasting to a larger shape", 1, 1, check=_broadcast,
+          pure=True),
     OpDef("tile.reshape", "same elements, new shape (adds or drops unit dims)", 1, 1,
-          check=_reshape),
+          check=_reshape, pure=True),
     OpDef("tensor.transpose", "a transposed view of a 2-D tensor (no data moves)", 1, 1,
-          check=_transpose_view),
+          check=_transpose_view, pure=True),
     OpDef("tile.load", "read a tile at the given offsets; out-of-bounds elements read 0",
-          None, 1, attrs=("shape",), check=_load),
+          None, 1, attrs=("shape",), check=_load, pure=True),
     OpDef("tile.store", "write a tile at the given offsets; out-of-bounds elements are skipped",
           None, 0, check=_store),
-    OpDef("tile.dot", "acc + a @ b with f32 accumulation", 3, 1, check=_dot),
-    *[OpDef(f"tile.{name}", meaning, 2, 1, check=_elementwise) for name, meaning in [
-        ("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b"),
-        ("max", "max(a, b)"), ("min", "min(a, b)")]],
-    *[OpDef(f"tile.{name}", meaning, 1, 1, check=_elementwise) for name, meaning in [
-        ("neg", "-a"), ("relu", "max(a, 0)")]],
+    OpDef("tile.dot", "acc + a @ b with f32 accumulation", 3, 1, check=_dot, pure=True),
+    *[OpDef(f"tile.{name}", meaning, 2, 1, check=_elementwise, pure=True, elementwise=True)
+      for name, meaning in [
+          ("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b"),
+          ("max", "max(a, b)"), ("min", "min(a, b)")]],
+    *[OpDef(f"tile.{name}", meaning, 1, 1, check=_elementwise, pure=True, elementwise=True)
+      for name, meaning in [("neg", "-a"), ("relu", "max(a, 0)")]],
     OpDef("tile.cast", "convert elements to another dtype (round to nearest even)", 1, 1,
-          attrs=("dtype",), check=_cast),
+          attrs=("dtype",), check=_cast, pure=True, elementwise=True),
     OpDef("scf.for", "a counted loop with loop-carried values", None, None, regions=1,
           attrs=("step_const",), check=_for),
     OpDef("scf.yield", "the values a loop body carries to the next iteration", None, 0),
 ]}
 
+# Op kinds added by passes (ours or a user's) with register_op.
+_REGISTERED: dict[str, OpDef] = {}
+
 
 def register_op(opdef: OpDef) -> None:
-    """Let a pass (ours or a user's) add op kinds; a name may be defined once."""
-    if opdef.name in OP_DEFS and OP_DEFS[opdef.name] != opdef:
+    """Let a pass (ours or a user's) add op kinds; a name may be defined once. The catalogue
+    (:func:`tilec.families.op_catalogue`) lists them beside the built-in ops; give the OpDef
+    an ``evaluate`` for the interpreter to run it."""
+    from tilec.ir.ops_gpu import GPU_OPS  # the same layer; imported here, as it imports us
+
+    builtin = CORE_OPS.get(opdef.name) or next(
+        (d for d in GPU_OPS if d.name == opdef.name), None)
+    existing = builtin or _REGISTERED.get(opdef.name)
+    if existing is not None and existing != opdef:
         raise ValueError(f"op '{opdef.name}' is already defined")
-    OP_DEFS[opdef.name] = opdef
+    if builtin is None:
+        _REGISTERED[opdef.name] = opdef
+
+
+def registered_ops() -> Mapping[str, OpDef]:
+    """The op kinds passes added with :func:`register_op`, by name."""
+    return dict(_REGISTERED)

@@ -4,11 +4,15 @@
 ``copy.*`` and ``gpu.*``: data movement and synchronisation.
 ``split.reduce``: the meeting of the K slices of one output tile (split-K).
 ``frag.*``: values distributed over the threads in a fragment layout (fragments pass).
+
+:data:`GPU_OPS` is a plain list: :mod:`tilec.families` joins it to the core ops, with the CPU
+semantics of each, into the op catalogue.
 """
 from __future__ import annotations
 
+from tilec.ir import arith
 from tilec.ir.core import Op
-from tilec.ir.ops import OpDef, _require, register_op
+from tilec.ir.ops import OpDef, _require
 from tilec.ir.types import I32, PRED, ScalarType, TensorType, TileType
 
 
@@ -114,16 +118,18 @@ def _wrap_inc(op: Op) -> None:
              "wrap_inc needs a positive modulus")
 
 
-for _opdef in [
-    OpDef("arith.lt", "a < b", 2, 1, check=_compare),
+GPU_OPS: list[OpDef] = [
+    OpDef("arith.lt", "a < b", 2, 1, check=_compare, pure=True, fold=arith.fold_less),
     OpDef("arith.wrap_inc", "(a + 1) % modulus for 0 <= a < modulus: circular buffer indices",
-          1, 1, attrs=("modulus",), check=_wrap_inc),
+          1, 1, attrs=("modulus",), check=_wrap_inc, pure=True, fold=arith.fold_wrap_inc),
     OpDef("frag.load", "each thread loads the elements it owns in the result layout; dims[i] "
           "is the tensor dim tile dim i walks (-1: broadcast); out of bounds reads 0",
-          None, 1, attrs=("dims",), check=_frag_load),
+          None, 1, attrs=("dims",), check=_frag_load, pure=True),
+    # Not pure: its size is the tiling plan's shared-memory budget, read or not.
     OpDef("smem.alloc", "a shared-memory buffer of one or more stages", 0, 1,
           attrs=("stages", "role"), check=_smem_alloc),
-    OpDef("smem.stage", "the view of one stage of a shared buffer", 2, 1, check=_smem_stage),
+    OpDef("smem.stage", "the view of one stage of a shared buffer", 2, 1, check=_smem_stage,
+          pure=True),
     OpDef("copy.global_to_shared", "a tile from global memory into a shared view; "
           "out-of-bounds elements become 0; operands: tensor, offsets, dst, [predicate]",
           None, 0, attrs=("shape", "vec", "mode"), check=_copy_g2s),
@@ -133,19 +139,18 @@ for _opdef in [
     OpDef("split.reduce", "operands: a K slice's partial tile and the slice index; the last "
           "block of the output tile to get here gets the sum of all `splits` partials in "
           "slice order and goes on, the others end", 2, 1, attrs=("splits",),
-          check=_split_reduce),
+          check=_split_reduce, elementwise=True),  # not pure: it ends programs
     OpDef("gpu.barrier", "all threads of the block reach this point (bar.sync 0)", 0, 0),
     OpDef("frag.ldmatrix", "a warp-tile slice of an mma operand from shared memory", 1, 1,
-          attrs=("operand", "k0"), check=_frag_ldmatrix),
+          attrs=("operand", "k0"), check=_frag_ldmatrix, pure=True),
     OpDef("frag.mma", "acc + a @ b over each warp's fragments with mma.sync", 3, 1,
-          check=_frag_mma),
+          check=_frag_mma, pure=True),
     OpDef("frag.lds", "each lane's rows (A) or columns (B) of a k step of an FFMA operand, "
           "from shared memory in 16-byte vectors", 1, 1, attrs=("operand", "k0"),
-          check=_frag_lds),
+          check=_frag_lds, pure=True),
     OpDef("frag.fma", "acc + a @ b over each lane's elements with fma.rn.f32, k in order",
-          3, 1, check=_frag_fma),
+          3, 1, check=_frag_fma, pure=True),
     OpDef("frag.ldtf32", "a warp-tile slice of an f32 mma operand from shared memory as "
           "m16n8k8 .tf32 fragments, each register rounded to tf32 (cvt.rna)", 1, 1,
-          attrs=("operand", "k0"), check=_frag_lds),
-]:
-    register_op(_opdef)
+          attrs=("operand", "k0"), check=_frag_lds, pure=True),
+]

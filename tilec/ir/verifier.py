@@ -3,20 +3,27 @@ defined before it is used, and that the schedule agrees with the ops. Runs after
 tests and on request."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Optional
 
 from tilec.ir.core import Block, Kernel, Op, Value
-from tilec.ir.ops import OP_DEFS, IRError
+from tilec.ir.ops import IRError, OpDef
 from tilec.ir.schedule import check_schedule
 
 
-def verify(kernel: Kernel, *, after: Optional[str] = None) -> None:
+def verify(kernel: Kernel, *, after: Optional[str] = None,
+           ops: Optional[Mapping[str, OpDef]] = None) -> None:
     """Raise IRError naming the op (and the pass, when ``after`` is given) that breaks an
-    invariant."""
+    invariant. ``ops`` is the table of known ops; by default the op catalogue
+    (:func:`tilec.families.op_catalogue`: built-in ops and those passes registered)."""
+    if ops is None:
+        # The catalogue sits above the IR (it attaches CPU semantics): read it at call time.
+        from tilec.families import op_catalogue
+        ops = op_catalogue()
     if len(kernel.body.args) != len(kernel.params) + len(kernel.symbols):
         raise IRError("kernel body arguments do not match params + symbols")
     try:
-        _verify_block(kernel.body, set())
+        _verify_block(kernel.body, set(), ops)
         problems = check_schedule(kernel)
         if problems:
             raise IRError("schedule: " + "; ".join(problems))
@@ -25,16 +32,16 @@ def verify(kernel: Kernel, *, after: Optional[str] = None) -> None:
         raise IRError(f"invalid IR{where}: {err}") from None
 
 
-def _verify_block(block: Block, visible: set[Value]) -> None:
+def _verify_block(block: Block, visible: set[Value], ops: Mapping[str, OpDef]) -> None:
     scope = set(visible) | set(block.args)
     for op in block.ops:
-        _verify_op(op, scope)
+        _verify_op(op, scope, ops)
         scope.update(op.results)
 
 
-def _verify_op(op: Op, scope: set[Value]) -> None:
+def _verify_op(op: Op, scope: set[Value], ops: Mapping[str, OpDef]) -> None:
     where = f"{op.name}" + (f" at {op.loc}" if op.loc else "")
-    opdef = OP_DEFS.get(op.name)
+    opdef = ops.get(op.name)
     if opdef is None:
         raise IRError(f"{where}: unknown op")
     for label, expected, actual in (("operands", opdef.operands, len(op.operands)),
@@ -59,4 +66,4 @@ def _verify_op(op: Op, scope: set[Value]) -> None:
         except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
             raise IRError(f"{where}: malformed op ({type(err).__name__}: {err})") from None
     for region in op.regions:
-        _verify_block(region, scope)
+        _verify_block(region, scope, ops)

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tilec.backend.abi import folds_tile_axes, kernel_abi
+from tilec.families import op_catalogue
+from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
-from tilec.ir.types import TensorType
+from tilec.ir.types import ScalarType, TensorType
 from tilec.options import Spec, TensorSpec
 
 INT32_MAX = 2**31 - 1
@@ -139,24 +141,19 @@ def spec_for(bound: Bound) -> Spec:
     return Spec(tensors, divisibility(bound.symbols))
 
 
-_ARITH = {
-    "arith.add": lambda a, b: a + b, "arith.sub": lambda a, b: a - b,
-    "arith.mul": lambda a, b: a * b, "arith.floordiv": lambda a, b: a // b,
-    "arith.cdiv": lambda a, b: -(-a // b), "arith.mod": lambda a, b: a % b,
-    "arith.min": min, "arith.max": max,
-}
-
-
 def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
-    """Evaluate the grid's sizes on the host, from the shape symbols and constants."""
+    """Evaluate the grid's sizes on the host, from the shape symbols and constants: the
+    integer ops before the grid, each by its definition's fold."""
+    catalogue = op_catalogue()
     env: dict = {kernel.symbol_value(s): v for s, v in symbols.items()}
     for op in kernel.body.ops:
         if op.name == "tile.grid":
             return [int(env[v]) for v in op.operands]
-        if op.name == "arith.constant":
-            env[op.result] = op.attrs["value"]
-        elif op.name in _ARITH and all(v in env for v in op.operands):
-            env[op.result] = _ARITH[op.name](*(env[v] for v in op.operands))
+        opdef = catalogue.get(op.name)
+        rtype = op.results[0].type if len(op.results) == 1 else None
+        if (opdef is not None and opdef.fold is not None and isinstance(rtype, ScalarType)
+                and rtype.dtype in INT_BITS and all(v in env for v in op.operands)):
+            env[op.result] = opdef.fold([env[v] for v in op.operands], op.attrs, rtype.dtype)
     raise ValueError(f"kernel '{kernel.name}' has no grid")
 
 

@@ -27,7 +27,6 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from tilec.cpu import executor  # noqa: F401  (gives the lowered ops their semantics)
 from tilec.errors import TileError
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError
