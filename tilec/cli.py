@@ -24,7 +24,7 @@ from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, I32, DType, TensorType
 from tilec.kernel import TileFunction, load_file, written_params
 from tilec.options import ARCHS, F32_MATH, MAX_SPLIT_K, PACK_POLICIES, target_arch
-from tilec.passes.kinds import product_of
+from tilec.families.products import family_of
 from tilec.pipeline import pipeline
 
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
@@ -314,7 +314,7 @@ def summary(compiled) -> str:
     if plan is not None:
         parts.append("tile " + "x".join(str(d) for d in plan.block))
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
-        if product_of(plan).f32_math == "tf32":  # not the default: say the products round
+        if family_of(plan).f32_math == "tf32":  # not the default: say the products round
             parts.append("tf32 tensor cores")
     parts.append(f"{rendered.threads} threads")
     stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages

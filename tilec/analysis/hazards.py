@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
 from tilec.ir.types import ScalarType, TileType
-from tilec.passes.kinds import LOAD_OPS, PRODUCT_OPS
+from tilec.families.products import LOAD_OPS, PRODUCT_OPS
 
 # The scalar ops whose values the schedule depends on; PTX's div/rem truncate, which is floor
 # division for the non-negative indices the passes compute.

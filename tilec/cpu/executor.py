@@ -73,10 +73,11 @@ from tilec.cpu.interpreter import (InterpState, TensorRef, register_semantics, r
 from tilec.ir import ops_gpu  # noqa: F401  (defines the lowered ops given semantics here)
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.target.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, DistributedLayout, MmaLayout,
-                          SmemLayout, copy_map, ldmatrix_lane_coord, mma_a_coord, mma_b_coord,
-                          mma_c_coord, operand_k_major, operand_storage_coord, tf32_a_coord,
-                          tf32_b_coord)
+from tilec.families.mma_sync import (MMA_K, MMA_M, MMA_N, MmaLayout, ldmatrix_lane_coord,
+                                     mma_a_coord, mma_b_coord, mma_c_coord)
+from tilec.families.tf32 import TF32_K, tf32_a_coord, tf32_b_coord
+from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, copy_map,
+                                 operand_k_major, operand_storage_coord)
 
 __all__ = ["run_kernel", "Fragment", "SharedBuffer", "BlockState", "block_state",
            "register_map"]
