@@ -1,5 +1,6 @@
-"""Emitters for arithmetic on distributed tiles: mma.sync (f16/bf16 m16n8k16, tf32 m16n8k8),
-elementwise ops, casts, fills.
+"""Emitters for arithmetic on distributed tiles that every product family shares:
+elementwise ops, casts, fills. The products themselves (mma.sync, fma) are their family's
+(:mod:`tilec.families`).
 
 A distributed tile is a list of per-thread registers in the layout's register order; a
 tile made from one value (``tile.full``, ``tile.splat``) repeats one register.
@@ -8,14 +9,8 @@ from __future__ import annotations
 
 from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16, F32, DType
-from tilec.target.layout import MMA_M, MMA_N
 
 from .context import Context
-
-# mma.sync.aligned.m16n8k16.row.col: PTX ISA 9.7.14.5.14; the type suffix per input dtype.
-# f32 tiles reach frag.mma only through the tf32 kind (m16n8k8, registers already rounded
-# to tf32 by frag.ldtf32); the shape is the plan's instruction.
-MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32", F32: "f32.tf32.tf32.f32"}
 
 # Elementwise ops on f32 registers: PTX ISA 9.7.3. max/min .NaN propagate NaN (sm_80+),
 # as numpy's maximum/minimum do.
@@ -27,35 +22,6 @@ F32_UNARY = {"tile.neg": "neg.f32 {d}, {a};", "tile.relu": "max.NaN.f32 {d}, {a}
 # bf16 widens by placing its bits in the high half of an f32 (exact, any target).
 WIDEN = {F16: "cvt.f32.f16 {d}, {a};", BF16: "mov.b32 {d}, {{{zero}, {a}}};"}
 NARROW = {F16: "cvt.rn.f16.f32 {d}, {a};", BF16: "cvt.rn.bf16.f32 {d}, {a};"}
-
-
-def _mma(ctx: Context, op: Op) -> None:
-    a_regs, b_regs, acc = (ctx.get(v) for v in op.operands)
-    plan = ctx.plan
-    tiles_m = plan.warp_tile[0] // MMA_M
-    tiles_n = plan.warp_tile[1] // MMA_N
-    suffix = MMA_TYPES[op.operands[0].type.dtype]
-    shape = "m{}n{}k{}".format(*plan.instruction)
-    # Accumulate in place when nothing else reads the old accumulator: the loop then carries
-    # the same registers from iteration to iteration, with no copies for ptxas to remove.
-    in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
-    out = list(acc)
-    # The order of the warp's mma instructions: "n" walks m fastest (consecutive mmas share B
-    # fragments), "m" walks n fastest (they share A); registers are the same either way.
-    order = [(tn, tm) for tn in range(tiles_n) for tm in range(tiles_m)]
-    if ctx.options.mma_order == "m":
-        order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
-    for tn, tm in order:
-        a = a_regs[tm * 4:tm * 4 + 4]
-        # B was loaded two n8 tiles per ldmatrix.x4: registers (b0, b1) of tile 2p then 2p+1.
-        b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
-        first = (tn * tiles_m + tm) * 4
-        c = acc[first:first + 4]
-        d = c if in_place else ctx.w.regs("f32", 4)
-        ctx.w.emit(f"mma.sync.aligned.{shape}.row.col.{suffix} {{{', '.join(d)}}}, "
-                   f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
-        out[first:first + 4] = d
-    ctx.bind(op.result, out)
 
 
 def _widen(ctx: Context, reg: str, dtype: DType) -> str:
@@ -156,7 +122,6 @@ def _elements_per_thread(rtype) -> int:
 
 
 EMITTERS = {
-    "frag.mma": _mma,
     **{name: _binary for name in F32_BINARY},
     **{name: _unary for name in F32_UNARY},
     "tile.cast": _cast,

@@ -10,11 +10,12 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from tilec.families import products
 from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
-from . import compute, copies, epilogue, ldmatrix, simt, split, tf32
+from . import compute, copies, epilogue, split
 from .abi import PARAM_PTX_TYPES, AbiParam, folds_tile_axes, kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, register_class
@@ -197,10 +198,8 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "scf.for": _for,
     "tensor.transpose": _no_code,
     **copies.EMITTERS,
-    **ldmatrix.EMITTERS,
-    **simt.EMITTERS,
+    **products.EMITTERS,  # every product family's fragment loads and products
     **split.EMITTERS,
-    **tf32.EMITTERS,
     **epilogue.EMITTERS,
     **compute.EMITTERS,
 }

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
-from tilec.families import op_catalogue
+from tilec.families.catalogue import op_catalogue
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, constant_value,
                            defining_op)
 from tilec.ir.ops import OpDef

@@ -1,7 +1,8 @@
 """Fragment mapping: the dot becomes fragment loads and products over each warp's
 fragments, and the accumulator and its epilogue live in the accumulator layout. The product
-kind (passes/kinds.py) picks the ops: ldmatrix + mma.sync for f16/bf16 (shown below), 16-byte
-``ld.shared`` (``frag.lds``) + ``fma.rn.f32`` (``frag.fma``) for f32, k steps of 4.
+family (:mod:`tilec.families.products`) picks the ops: ldmatrix + mma.sync for f16/bf16
+(shown below), 16-byte ``ld.shared`` (``frag.lds``) + ``fma.rn.f32`` (``frag.fma``) for f32,
+k steps of 4; ``frag.ldtf32`` + ``frag.mma`` (m16n8k8) for f32 with f32_math="tf32".
 
 Requires: the tiling plan and the dot reading shared views (tiling, double buffering).
 
@@ -32,7 +33,8 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
-from tilec.families import op_catalogue
+from tilec.families.catalogue import op_catalogue
+from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_of
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.ops import OpDef
 from tilec.ir.schedule import TilingPlan
@@ -40,9 +42,7 @@ from tilec.ir.types import TileType
 from tilec.target.layout import DistributedLayout
 from tilec.options import Options
 
-
 from .common import drop_dead, find_main_loop, tile_in_bounds
-from .kinds import LOAD_OPS, PRODUCT_OPS, product_of
 
 NAME = "fragments"
 
@@ -51,16 +51,16 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     view_a, view_b, acc = dot.operands
     bm, bn, bk = plan.block
     dtype = view_a.type.dtype
-    kind = product_of(plan)
-    step_k = kind.k_step
-    a_type = TileType(dtype, (bm, step_k), "reg", kind.layout("A", plan.warps, plan.warp_tile))
-    b_type = TileType(dtype, (step_k, bn), "reg", kind.layout("B", plan.warps, plan.warp_tile))
+    family = family_of(plan)
+    step_k = family.k_step
+    a_type = TileType(dtype, (bm, step_k), "reg", family.layout("A", plan.warps, plan.warp_tile))
+    b_type = TileType(dtype, (step_k, bn), "reg", family.layout("B", plan.warps, plan.warp_tile))
     b = Builder(Block(), dot.loc)
     steps = bk // step_k
 
     def load(step: int) -> tuple[Value, Value]:
-        fa = b.value(kind.load_op, [view_a], a_type, f"a{step}", operand="A", k0=step * step_k)
-        fb = b.value(kind.load_op, [view_b], b_type, f"b{step}", operand="B", k0=step * step_k)
+        fa = b.value(family.load_op, [view_a], a_type, f"a{step}", operand="A", k0=step * step_k)
+        fb = b.value(family.load_op, [view_b], b_type, f"b{step}", operand="B", k0=step * step_k)
         return fa, fb
 
     fragments = [load(0)]
@@ -69,7 +69,7 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
         if step + 1 < steps:
             fragments.append(load(step + 1))
         last = step + 1 == steps
-        mma = b.op(kind.product_op, [*fragments[step], value], [acc_type],
+        mma = b.op(family.product_op, [*fragments[step], value], [acc_type],
                    hints=[dot.result.hint])
         if last:
             mma.results[0] = dot.result
@@ -161,7 +161,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     plan: TilingPlan = kernel.schedule.tiling
     loop, dot = find_main_loop(kernel)
     body = loop.regions[0]
-    layout = product_of(plan).layout("C", plan.warps, plan.warp_tile)
+    layout = family_of(plan).layout("C", plan.warps, plan.warp_tile)
     acc_arg = dot.operands[2]
     if acc_arg not in body.args:
         raise located(TileConfigError, "the product must accumulate into a loop-carried "

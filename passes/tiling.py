@@ -30,11 +30,12 @@ from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.ir.types import F32, TileType
+from tilec.families.product import ProductFamily
+from tilec.families.products import FAMILIES, family_for, family_of
 from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
 from .common import constant, find_main_loop, tile_in_bounds
-from .kinds import KINDS, ProductKind, kind_for, product_of
 
 NAME = "tiling"
 # Registers a thread needs beside accumulators and fragments (addresses, indices, masks);
@@ -44,25 +45,25 @@ REGISTER_OVERHEAD = 40
 
 def registers_estimate(plan: TilingPlan) -> int:
     """Registers a thread of the plan needs, by the product family's estimate."""
-    return product_of(plan).registers(plan.warp_tile, REGISTER_OVERHEAD)
+    return family_of(plan).registers(plan.warp_tile, REGISTER_OVERHEAD)
 
 
 def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPlan, OperandPlan],
               options: Options) -> TilingPlan:
-    """The plan for a block tile of ``dtype`` operands: the product kind the dtype takes and
-    the warp grid (explicit, or :func:`_choose_warps`); ``options.f32_math`` picks the kind
-    of f32 tiles. Unknown dtypes get the mma kind, for :func:`_check` to refuse with the
-    source location."""
+    """The plan for a block tile of ``dtype`` operands: the product family the dtype takes
+    and the warp grid (explicit, or :func:`_choose_warps`); ``options.f32_math`` picks the
+    family of f32 tiles. Unknown dtypes get the first family (mma), for :func:`_check` to
+    refuse with the source location."""
     bm, bn, _ = block
     try:
-        kind = kind_for(dtype, options.f32_math)
+        family = family_for(dtype, options.f32_math)
     except KeyError:
-        kind = KINDS["mma"]
-    warps = _choose_warps(bm, bn, kind, options)
+        family = FAMILIES[0]
+    warps = _choose_warps(bm, bn, family, options)
     return TilingPlan(block=block, warps=warps, warp_tile=(bm // warps[0], bn // warps[1]),
-                      instruction=kind.instruction, threads=warps[0] * warps[1] * WARP_SIZE,
+                      instruction=family.instruction, threads=warps[0] * warps[1] * WARP_SIZE,
                       dtype=dtype, operands=operands, raster_group=options.raster_group,
-                      kind=kind.name)
+                      kind=family.name)
 
 
 def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
@@ -77,7 +78,8 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     raise ValueError("tensor value is neither a parameter nor a view of one")
 
 
-def _choose_warps(bm: int, bn: int, kind: ProductKind, options: Options) -> tuple[int, int]:
+def _choose_warps(bm: int, bn: int, family: ProductFamily,
+                  options: Options) -> tuple[int, int]:
     """The warp grid: explicit, or the fewest warps (up to 8, then up to 16) whose warp tiles
     are whole instruction pieces and fit the registers, preferring square warp tiles
     (fragment reuse) -- 64x64 mma (and tf32 mma) tiles for the usual 128x128 or 128x256
@@ -85,22 +87,17 @@ def _choose_warps(bm: int, bn: int, kind: ProductKind, options: Options) -> tupl
     if options.warps is not None:
         return options.warps
     fitting = []
-    gm, gn = kind.granule
+    gm, gn = family.granule
     for wm in (1, 2, 4, 8, 16):
         for wn in (1, 2, 4, 8, 16):
             tm, tn = bm // wm if bm % wm == 0 else 0, bn // wn if bn % wn == 0 else 0
             if not tm or not tn or tm % gm or tn % gn or wm * wn > 16:
                 continue
-            if kind.registers((tm, tn), REGISTER_OVERHEAD) <= MAX_REGISTERS_PER_THREAD:
+            if family.registers((tm, tn), REGISTER_OVERHEAD) <= MAX_REGISTERS_PER_THREAD:
                 fitting.append((wm * wn > 8, wm * wn, abs(tm - tn), (wm, wn)))
     if not fitting:  # nothing fits: let _check report the natural choice
         return max(1, bm // 64), max(1, bn // 64)
     return min(fitting)[3]
-
-
-GRANULE_WHY = {"mma": " (m16n8k16 instructions, B loaded two n8 tiles at a time)",
-               "simt": " (4 x 8 lanes, each owning runs of 4 rows and 4 columns)",
-               "tf32": " (m16n8k8 tf32 instructions, B loaded two n8 tiles at a time)"}
 
 
 def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
@@ -110,19 +107,19 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     bm, bn, bk = plan.block
     (wm, wn), (tm, tn) = plan.warps, plan.warp_tile
     try:
-        kind_for(plan.dtype, options.f32_math)
+        family_for(plan.dtype, options.f32_math)
     except KeyError as err:
         fail(err.args[0])
-    kind = product_of(plan)
-    if bk % kind.k_step:
-        fail(f"BK={bk} is not a multiple of the {kind.name} k ({kind.k_step})")
+    family = family_of(plan)
+    if bk % family.k_step:
+        fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
         fail(f"the {bm}x{bn} block does not divide among {wm}x{wn} warps")
-    gm, gn = kind.granule
+    gm, gn = family.granule
     if tm % gm or tn % gn:
         multiples = f"{gm}" if gm == gn else f"{gm} (BM) and {gn} (BN)"
         fail(f"each warp's {tm}x{tn} tile must be a multiple of {gm}x{gn}"
-             f"{GRANULE_WHY[kind.name]}",
+             f"{family.granule_why}",
              hint=f"use BM, BN multiples of {multiples} per warp row/column")
     if plan.threads > MAX_THREADS:
         fail(f"{wm}x{wn} warps make {plan.threads} threads, more than {MAX_THREADS}")

@@ -14,8 +14,8 @@ from tilec.cpu.executor import ldmatrix_index, register_map, run_kernel
 from tilec.cpu.interpreter import InterpreterError
 from tilec.ir.core import Kernel, Op, clone_kernel
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.target.layout import (MMA_M, MMA_N, WARP_SIZE, MmaLayout, SmemLayout, Swizzle,
-                          mma_a_coord, mma_b_coord, mma_c_coord)
+from tilec.families.mma_sync import MMA_M, MMA_N, MmaLayout, mma_a_coord, mma_b_coord, mma_c_coord
+from tilec.target.layout import WARP_SIZE, SmemLayout, Swizzle
 from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import Pass, pipeline, run_pipeline
 

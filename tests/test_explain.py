@@ -15,7 +15,7 @@ from tilec.tools.explain import (Explanation, Run, ScheduleRow, _degree, _of_it,
 from tilec.analysis.hazards import Event, Trace, main_loop
 from tilec.ir.core import clone_kernel, defining_op
 from tilec.kernel import TileFunction, load_file
-from tilec.passes.kinds import product_of
+from tilec.families.products import family_of
 from tilec.passes.tiling import registers_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,7 +306,7 @@ def test_sgemm_registers_come_from_the_simt_kind() -> None:
     r = explain(compiled, ptxas=False).registers
     # 8 x 8 accumulators; A 8 rows x 4 k and B 8 columns x 4 k, double-buffered.
     assert (r.accumulators, r.fragments, r.overhead) == (64, 2 * (8 + 8) * 4, 40)
-    assert r.fragments == 2 * product_of(plan).fragment_registers(32, 64)
+    assert r.fragments == 2 * family_of(plan).fragment_registers(32, 64)
     assert r.estimate == registers_estimate(plan) == 64 + 128 + 40
     assert ("  estimate  232: 64 accumulators + 128 fragments (double-buffered) + 40 addresses "
             "and indices\n") in render_explanation(explain(compiled, ptxas=False))

@@ -4,6 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
+from tilec.families import mma_sync as M
 from tilec.target import layout as L
 
 
@@ -34,15 +35,15 @@ def test_ldmatrix_feeds_the_mma_fragment(operand, k_major, swz):
     mn0, k0 = 16, 32
     addr = []
     for lane in range(32):
-        mn, k = L.ldmatrix_lane_coord(operand, k_major, lane)
+        mn, k = M.ldmatrix_lane_coord(operand, k_major, lane)
         addr.append(layout.offset(*L.operand_storage_coord(k_major, mn0 + mn, k0 + k)))
     got = simulate_ldmatrix_x4(smem, addr, trans=not k_major)
     for lane, reg, h in itertools.product(range(32), range(4), range(2)):
         if operand == "A":
-            m, k = L.mma_a_coord(lane, reg, h)
+            m, k = M.mma_a_coord(lane, reg, h)
             mn, kk = m, k
         else:  # registers 2, 3 are the second n8 tile
-            k, n = L.mma_b_coord(lane, reg % 2, h)
+            k, n = M.mma_b_coord(lane, reg % 2, h)
             mn, kk = n + 8 * (reg // 2), k
         expect = logical[L.operand_storage_coord(k_major, mn0 + mn, k0 + kk)]
         assert got[lane, reg, h] == expect
@@ -54,10 +55,10 @@ def test_mma_fragments_compute_a_product():
     c = np.zeros((16, 8))
     # D = A B summed per lane from the fragments each lane holds, gathered by coordinates.
     for lane, reg in itertools.product(range(32), range(4)):
-        m, n = L.mma_c_coord(lane, reg)
+        m, n = M.mma_c_coord(lane, reg)
         c[m, n] = a[m] @ b[:, n]
     np.testing.assert_allclose(c, a @ b)
-    owners = {L.mma_c_coord(lane, reg) for lane in range(32) for reg in range(4)}
+    owners = {M.mma_c_coord(lane, reg) for lane in range(32) for reg in range(4)}
     assert len(owners) == 16 * 8
 
 
@@ -79,5 +80,5 @@ def test_swizzle_removes_ldmatrix_conflicts_on_a_64_wide_tile():
     linear = L.SmemLayout(128, 64, L.Swizzle(0))
     swizzled = L.SmemLayout(128, 64, L.Swizzle(3, 3, 3))
     args = ("A", True, 0, 0, 2)
-    assert L.conflict_degree(L.ldmatrix_addresses(linear, *args), 16) == 8
-    assert L.conflict_degree(L.ldmatrix_addresses(swizzled, *args), 16) == 1
+    assert L.conflict_degree(M.ldmatrix_addresses(linear, *args), 16) == 8
+    assert L.conflict_degree(M.ldmatrix_addresses(swizzled, *args), 16) == 1

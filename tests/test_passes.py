@@ -10,7 +10,8 @@ import pytest
 
 from tilec.frontend import lower, parse_function
 from tilec.ir import Kernel, Op, TileType, Value, defining_op, print_kernel, verify
-from tilec.target.layout import MMA_K, MmaLayout, SmemLayout, Swizzle
+from tilec.families.mma_sync import MMA_K, MmaLayout
+from tilec.target.layout import SmemLayout, Swizzle
 from tilec.options import Options, Spec, TensorSpec
 from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling
 from tilec.pipeline import pipeline

@@ -62,7 +62,7 @@ def test_the_grid_gains_a_slice_axis_and_the_loop_a_slice_of_k() -> None:
 
 def slice_bounds(kernel, K: int, splits: int) -> list[tuple[int, int]]:
     """Each slice's [k_begin, k_end) as the tile IR computes it (host evaluation)."""
-    from tilec.families import op_catalogue
+    from tilec.families.catalogue import op_catalogue
     catalogue = op_catalogue()
     bounds = []
     loop = next(op for op in kernel.body.ops if op.name == "scf.for")
@@ -118,7 +118,7 @@ def test_every_stage_agrees_with_the_reference(sample, shapes, consts, splits) -
 def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs() -> None:
     from dataclasses import replace
 
-    from tilec.families import op_catalogue
+    from tilec.families.catalogue import op_catalogue
     kernel, options = tiled(split_k=3)
     out = split_k.run(kernel, options)
     stores = []

@@ -25,12 +25,11 @@ from tilec.cpu.executor_tf32 import round_tf32
 from tilec.analysis.hazards import check_schedule
 from tilec.ir.core import Kernel
 from tilec.kernel import TileFunction, load_file, written_params
-from tilec.target.layout import (SmemLayout, Swizzle, Tf32Layout, ldmatrix_lane_coord,
-                          operand_storage_coord, swizzle_candidates, tf32_a_coord,
-                          tf32_b_coord, tf32_operand_coord)
+from tilec.families.mma_sync import ldmatrix_lane_coord
+from tilec.families.products import family_for, family_named
+from tilec.families.tf32 import Tf32Layout, tf32_a_coord, tf32_b_coord, tf32_operand_coord
+from tilec.target.layout import SmemLayout, Swizzle, operand_storage_coord, swizzle_candidates
 from tilec.options import Options, Spec, TensorSpec
-from tilec.passes import swizzle as swizzle_pass
-from tilec.passes.kinds import KINDS, kind_for
 from tilec.pipeline import pipeline, run_pipeline
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -132,9 +131,9 @@ def test_round_tf32_is_round_to_nearest_ties_away_to_10_mantissa_bits() -> None:
 # ------------------------------------------------------------- options, kinds, tiling
 
 def test_f32_math_picks_the_kind_of_f32_tiles_only() -> None:
-    assert kind_for("f32").name == "simt"
-    assert kind_for("f32", "tf32").name == "tf32"
-    assert kind_for("f16", "tf32").name == kind_for("bf16", "tf32").name == "mma"
+    assert family_for("f32").name == "simt"
+    assert family_for("f32", "tf32").name == "tf32"
+    assert family_for("f16", "tf32").name == family_for("bf16", "tf32").name == "mma"
     plan = sgemm().compile(**TF32).kernel.schedule.tiling
     assert (plan.kind, plan.instruction, plan.warps, plan.warp_tile) == (
         "tf32", (16, 8, 8), (2, 2), (64, 64))
@@ -171,10 +170,10 @@ def test_tf32_tile_checks_name_the_kind(kwargs: dict, message: str) -> None:
 
 
 def test_tf32_registers_count_one_f32_per_fragment_register() -> None:
-    kind = KINDS["tf32"]
+    family = family_named("tf32")
     # 64x64: 128 accumulators + 2 x (4 m16 pieces x 4 + 8 n8 tiles x 2) + overhead.
-    assert kind.registers((64, 64), 40) == 128 + 2 * (16 + 16) + 40
-    assert kind.fragment_registers(32, 64) == KINDS["mma"].fragment_registers(32, 64)
+    assert family.registers((64, 64), 40) == 128 + 2 * (16 + 16) + 40
+    assert family.fragment_registers(32, 64) == family_named("mma").fragment_registers(32, 64)
 
 
 def test_fragments_are_tf32_loads_and_mma_per_k8_step() -> None:
@@ -190,7 +189,7 @@ def test_fragments_are_tf32_loads_and_mma_per_k8_step() -> None:
     assert str(products[0].result.type.layout) == "tf32_c(warps=2x2,warp_tile=32x32)"
     # The accumulator is the m16n8 C fragment, as for f16.
     assert products[0].result.type.layout.register_offsets() == \
-        KINDS["mma"].layout("C", (2, 2), (32, 32)).register_offsets()
+        family_named("mma").layout("C", (2, 2), (32, 32)).register_offsets()
 
 
 # -------------------------------------------------------------------------- swizzle
@@ -225,7 +224,8 @@ def test_32_byte_units_make_every_row_width_conflict_free(bn, warps, chosen,
     assert (report["swizzle"], report["chosen"]["ldtf32"]) == (chosen, 1)
     plan = kernel.schedule.tiling
     b = plan.operand("B")
-    degrees = {s: swizzle_pass._tf32_degree(plan, b, b.layout.with_swizzle(s), 4)
+    family = family_named("tf32")
+    degrees = {s: family.worst_read_degree(plan, b, b.layout.with_swizzle(s), 4)
                for s in swizzle_candidates(4) if s.period <= b.layout.size}
     assert min(degrees.values()) == best_of_chunks
     assert all(s.bits == 3 for s, degree in degrees.items() if degree == 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tilec.families import mma_sync
 from tilec.tools import viz
 from tilec.kernel import load_file
 from tilec.target.layout import SmemLayout, Swizzle
@@ -150,7 +151,7 @@ def test_fragment_owners_match_the_ptx_isa_tables():
 
 
 def test_fragment_owners_catch_a_layout_that_is_not_a_bijection(monkeypatch):
-    monkeypatch.setattr(viz, "mma_c_coord", lambda lane, reg: (lane // 4, 0))
+    monkeypatch.setattr(mma_sync, "mma_c_coord", lambda lane, reg: (lane // 4, 0))
     with pytest.raises(ValueError, match="held by lanes"):
         viz.fragment_owners()
 

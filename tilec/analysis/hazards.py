@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
-from tilec.families import op_catalogue
+from tilec.families.catalogue import op_catalogue
+from tilec.families.products import LOAD_OPS, PRODUCT_OPS
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
 from tilec.ir.ops import OpDef
 from tilec.ir.types import PRED, ScalarType, TileType
-from tilec.passes.kinds import LOAD_OPS, PRODUCT_OPS
 
 # Ops that read a shared stage: every operand that is a shared view is read.
 READERS = (*LOAD_OPS, "tile.dot")

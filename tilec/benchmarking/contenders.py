@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 from tilec.benchmarking.array_libraries import Arrays
 from tilec.benchmarking.cases import TILEC_DTYPES, Case
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
-from tilec.passes.kinds import product_of
+from tilec.families.products import family_of
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
 
@@ -82,7 +82,7 @@ TUNED = {
     ("tf32", "ragged"): dict(BM=128, BN=128, BK=32, stages=3),
     ("tf32", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(1, 4)),
 }
-# The product kind (passes.kinds) each bench dtype runs on.
+# The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
 # What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
 TILEC_AS = {"tf32": ("f32", {"f32_math": "tf32"})}
@@ -127,7 +127,7 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " swizzle off"
     if compiled.options.split_k > 1:
         text += f" split-K {compiled.options.split_k}"
-    if plan is not None and product_of(plan).f32_math == "tf32":
+    if plan is not None and family_of(plan).f32_math == "tf32":
         text += " tf32"
     if packing:
         text += ", " + ", ".join(packing.describe())

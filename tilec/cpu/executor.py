@@ -73,10 +73,11 @@ import numpy as np
 from tilec.cpu.interpreter import InterpState, SemanticsFn, TensorRef, run_kernel, storage_dtype
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.target.layout import (MMA_K, MMA_M, MMA_N, TF32_K, WARP_SIZE, DistributedLayout, MmaLayout,
-                          SmemLayout, copy_map, ldmatrix_lane_coord, mma_a_coord, mma_b_coord,
-                          mma_c_coord, operand_k_major, operand_storage_coord, tf32_a_coord,
-                          tf32_b_coord)
+from tilec.families.mma_sync import (MMA_K, MMA_M, MMA_N, MmaLayout, ldmatrix_lane_coord,
+                                     mma_a_coord, mma_b_coord, mma_c_coord)
+from tilec.families.tf32 import TF32_K, tf32_a_coord, tf32_b_coord
+from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, copy_map,
+                                 operand_k_major, operand_storage_coord)
 
 __all__ = ["run_kernel", "SEMANTICS", "Fragment", "SharedBuffer", "BlockState", "block_state",
            "register_map", "checked_register_map", "ldmatrix_index", "read_fragment_lanes",

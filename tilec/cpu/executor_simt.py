@@ -24,8 +24,8 @@ from tilec.cpu.executor import (Fragment, checked_register_map, read_fragment_la
 from tilec.cpu.interpreter import InterpState, SemanticsFn
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.target.layout import (SIMT_K, SIMT_VEC, WARP_SIZE, SimtLayout, SmemLayout,
-                          operand_k_major, simt_load_addresses, simt_loads)
+from tilec.families.ffma import SIMT_K, SIMT_VEC, SimtLayout, simt_load_addresses, simt_loads
+from tilec.target.layout import WARP_SIZE, SmemLayout, operand_k_major
 
 
 @lru_cache(maxsize=None)

@@ -26,8 +26,9 @@ from tilec.cpu.executor import (Fragment, ldmatrix_index, read_fragment_lanes,
 from tilec.cpu.interpreter import InterpState, SemanticsFn
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
-from tilec.target.layout import (WARP_SIZE, SmemLayout, Tf32Layout, operand_k_major,
-                          tf32_operand_coord, tf32_registers, tf32_word_addresses)
+from tilec.families.tf32 import (Tf32Layout, tf32_operand_coord, tf32_registers,
+                                 tf32_word_addresses)
+from tilec.target.layout import WARP_SIZE, SmemLayout, operand_k_major
 
 TF32_DROPPED_BITS = 13  # f32 has 23 mantissa bits, tf32 10
 

@@ -35,7 +35,7 @@ tensor        :class:`TensorRef`: a view of the caller's array (bf16: its uint16
 ============  ===========================================================================
 
 Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function), a plain table that
-the op catalogue (:func:`tilec.families.op_catalogue`) attaches to the op definitions as their
+the op catalogue (:func:`tilec.families.catalogue.op_catalogue`) attaches to the op definitions as their
 ``evaluate``; :func:`run_kernel` runs each op's ``evaluate`` from the catalogue, or from the op
 table it is given (an op a pass adds carries its own ``evaluate``).
 
@@ -648,7 +648,7 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
     if ops is None:
         # The catalogue sits above the interpreter (it gathers every op's semantics, this
         # module's among them): read it at call time.
-        from tilec.families import op_catalogue
+        from tilec.families.catalogue import op_catalogue
         ops = op_catalogue()
     values = _bind_arguments(kernel, args, symbols)
     body = kernel.body.ops

@@ -5,7 +5,7 @@ Each entry is data (:class:`OpDef`): a one-line meaning, operand/result/region c
 any), the attributes it must carry, a check function that raises :class:`IRError` with a
 reason, whether it is pure, whether it is elementwise, and how it folds on constants. The
 ops the passes introduce are in :mod:`tilec.ir.ops_gpu`; the complete catalogue, with each
-op's CPU semantics attached, is :func:`tilec.families.op_catalogue`, which the verifier, the
+op's CPU semantics attached, is :func:`tilec.families.catalogue.op_catalogue`, which the verifier, the
 interpreter, dead-code removal and the tests read.
 """
 from __future__ import annotations
@@ -261,7 +261,7 @@ _REGISTERED: dict[str, OpDef] = {}
 
 def register_op(opdef: OpDef) -> None:
     """Let a pass (ours or a user's) add op kinds; a name may be defined once. The catalogue
-    (:func:`tilec.families.op_catalogue`) lists them beside the built-in ops; give the OpDef
+    (:func:`tilec.families.catalogue.op_catalogue`) lists them beside the built-in ops; give the OpDef
     an ``evaluate`` for the interpreter to run it."""
     from tilec.ir.ops_gpu import GPU_OPS  # the same layer; imported here, as it imports us
 

@@ -15,10 +15,10 @@ def verify(kernel: Kernel, *, after: Optional[str] = None,
            ops: Optional[Mapping[str, OpDef]] = None) -> None:
     """Raise IRError naming the op (and the pass, when ``after`` is given) that breaks an
     invariant. ``ops`` is the table of known ops; by default the op catalogue
-    (:func:`tilec.families.op_catalogue`: built-in ops and those passes registered)."""
+    (:func:`tilec.families.catalogue.op_catalogue`: built-in ops and those passes registered)."""
     if ops is None:
         # The catalogue sits above the IR (it attaches CPU semantics): read it at call time.
-        from tilec.families import op_catalogue
+        from tilec.families.catalogue import op_catalogue
         ops = op_catalogue()
     if len(kernel.body.args) != len(kernel.params) + len(kernel.symbols):
         raise IRError("kernel body arguments do not match params + symbols")

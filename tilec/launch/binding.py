@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tilec.backend.abi import folds_tile_axes, kernel_abi
-from tilec.families import op_catalogue
+from tilec.families.catalogue import op_catalogue
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
 from tilec.ir.types import ScalarType, TensorType

@@ -1,8 +1,11 @@
-"""Layout math: the one source of truth for where elements live.
+"""Layout math every instruction family shares: the one source of truth for where elements
+live in shared memory.
 
-Shared-memory swizzles, the global-to-shared copy mapping, ldmatrix lane addressing, mma
-fragment ownership and bank-conflict counting are plain functions here. The passes choose
-with them, the backend emits addresses from them, the tests and pictures check them.
+Shared-memory swizzles, the global-to-shared copy mapping, the distributed-layout base class,
+an operand's storage orientation and bank-conflict counting are plain functions here. What
+one instruction family adds (its fragment layout, the shared-memory addresses its loads read)
+lives in its module under :mod:`tilec.families`. The passes choose with these functions, the
+backend emits addresses from them, the tests and pictures check them.
 
 Conventions: a shared tile is stored as ``rows x cols`` with ``cols`` contiguous; offsets
 are in elements unless a name says bytes.
@@ -13,11 +16,6 @@ import functools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-# mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
-MMA_M, MMA_N, MMA_K = 16, 8, 16
-# mma.sync.aligned.m16n8k8 with .tf32 inputs: PTX ISA "Matrix Fragments for mma.m16n8k8"; one
-# 32-bit element a register, so k 8 (32 bytes of f32, as k16 is 32 bytes of f16).
-TF32_K = 8
 WARP_SIZE = 32
 BANKS = 32
 BANK_BYTES = 4
@@ -127,129 +125,6 @@ def _cached_offsets(layout: DistributedLayout) -> list[tuple[int, int]]:
     return layout.register_offsets()
 
 
-@dataclass(frozen=True)
-class MmaLayout(DistributedLayout):
-    """A tile distributed over warps as mma.m16n8k16 fragments.
-
-    ``operand`` is A, B or C; ``warps`` the warp grid (along M, along N) and ``warp_tile`` the
-    (rows, cols) of the C tile each warp owns. A fragments are shared by the warps of one
-    warp row, B fragments by those of one warp column. C registers run over the warp's
-    (m16, n8) tiles, m fastest, four per tile (PTX ISA 9.7.14.5.8).
-    """
-
-    operand: str
-    warps: tuple[int, int]
-    warp_tile: tuple[int, int]
-    lane_grid = (8, 4)  # g = lane / 4 picks the row, t = lane % 4 the column pair
-    lane_step = (1, 2)
-    kind = "mma"
-
-    def register_offsets(self) -> list[tuple[int, int]]:
-        offsets = []
-        tiles_m = self.warp_tile[0] // MMA_M
-        for reg in range(self.regs_per_thread):
-            tile, r = divmod(reg, 4)
-            tn, tm = divmod(tile, tiles_m)
-            offsets.append((tm * MMA_M + 8 * (r // 2), tn * MMA_N + r % 2))
-        return offsets
-
-
-@dataclass(frozen=True)
-class Tf32Layout(MmaLayout):
-    """A tile distributed over warps as mma.m16n8k8 .tf32 fragments: C exactly as
-    :class:`MmaLayout`'s (the m16n8 accumulator fragment is the same); A and B hold one f32
-    (rounded to tf32) per register, at :func:`tf32_a_coord` and :func:`tf32_b_coord`, four
-    registers per m16 piece of A and two per n8 tile of B, in the mma kind's order."""
-
-    kind = "tf32"
-
-
-# FFMA ("simt") tiles: a warp is 4 x 8 lanes; a lane owns runs of SIMT_VEC consecutive rows
-# (and columns), the runs one lane-grid span apart (16 rows, 32 columns). Runs of 4 make
-# every shared-memory fragment read a 16-byte vector, and the spacing makes the 8 lanes of
-# a lane row read one whole 128-byte line of B.
-SIMT_LANES = (4, 8)
-SIMT_VEC = 4
-SIMT_K = 4  # k values per fragment load: one 16-byte vector along k
-
-
-@dataclass(frozen=True)
-class SimtLayout(DistributedLayout):
-    """A tile distributed over warps for FFMA (fma.rn.f32) products.
-
-    C: lane (r, c) holds rows ``r * 4 + 16 * i + {0..3}`` and columns
-    ``c * 4 + 32 * j + {0..3}`` of its warp tile, registers row-major (column fastest).
-    A (``[BM, SIMT_K]`` per k step): the lane's rows, register ``row * SIMT_K + k``.
-    B (``[SIMT_K, BN]``): the lane's columns, register ``k * cols + col``.
-    """
-
-    operand: str
-    warps: tuple[int, int]
-    warp_tile: tuple[int, int]
-    lane_grid = SIMT_LANES
-    lane_step = (SIMT_VEC, SIMT_VEC)
-    kind = "simt"
-
-    @property
-    def lane_rows(self) -> list[int]:
-        """Rows of a lane's C (and A) elements, relative to its first row."""
-        return _runs(self.warp_tile[0] // SIMT_LANES[0], SIMT_LANES[0] * SIMT_VEC)
-
-    @property
-    def lane_cols(self) -> list[int]:
-        return _runs(self.warp_tile[1] // SIMT_LANES[1], SIMT_LANES[1] * SIMT_VEC)
-
-    def register_offsets(self) -> list[tuple[int, int]]:
-        if self.operand == "A":
-            return [(row, k) for row in self.lane_rows for k in range(SIMT_K)]
-        if self.operand == "B":
-            return [(k, col) for k in range(SIMT_K) for col in self.lane_cols]
-        return [(row, col) for row in self.lane_rows for col in self.lane_cols]
-
-    @property
-    def regs_per_thread(self) -> int:
-        return len(self._offsets())
-
-
-def _runs(count: int, spacing: int) -> list[int]:
-    return [run * spacing + i for run in range(count // SIMT_VEC) for i in range(SIMT_VEC)]
-
-
-@dataclass(frozen=True)
-class SimtLoad:
-    """One 16-byte shared load of an FFMA operand's k step, for one lane: the (mn, k) of its
-    first element relative to the lane's first (mn, k), the storage dim it runs along, and
-    the registers its 4 elements fill."""
-
-    mn: int
-    k: int
-    along_k: bool
-    registers: tuple[int, ...]
-
-
-def simt_loads(layout: SimtLayout, k_major: bool) -> list[SimtLoad]:
-    """The loads of one k step of operand ``layout.operand`` (A or B). With k contiguous in
-    shared memory a load covers the SIMT_K values of one row (column); otherwise it covers
-    one run of 4 rows (columns) at one k."""
-    role = layout.operand
-    mns = layout.lane_rows if role == "A" else layout.lane_cols
-
-    def register(i: int, k: int) -> int:
-        return i * SIMT_K + k if role == "A" else k * len(mns) + i
-
-    if k_major:
-        return [SimtLoad(mn, 0, True, tuple(register(i, k) for k in range(SIMT_K)))
-                for i, mn in enumerate(mns)]
-    return [SimtLoad(mns[i], k, False, tuple(register(i + q, k) for q in range(SIMT_VEC)))
-            for k in range(SIMT_K) for i in range(0, len(mns), SIMT_VEC)]
-
-
-def simt_lane_mn(role: str, lane: int) -> int:
-    """The first row (A) or column (B) of a lane's elements within its warp tile."""
-    lane_row, lane_col = divmod(lane, SIMT_LANES[1])
-    return (lane_row if role == "A" else lane_col) * SIMT_VEC
-
-
 # ---------------------------------------------------------------------------------------
 # Global-to-shared copies: each thread moves `vec` contiguous elements per access; threads
 # walk the tile in storage order so that a warp reads whole contiguous rows (coalesced).
@@ -286,105 +161,23 @@ def copy_map(rows: int, cols: int, vec: int, threads: int) -> CopyMap:
 
 
 # ---------------------------------------------------------------------------------------
-# mma.m16n8k16 fragments. g = lane / 4 (the "group"), t = lane % 4 (thread in group).
-
-def mma_a_coord(lane: int, reg: int, half: int) -> tuple[int, int]:
-    """(row m, col k) of A element ``half`` (0/1) of 32-bit register ``reg`` (0..3)."""
-    g, t = divmod(lane, 4)
-    return g + 8 * (reg % 2), 2 * t + half + 8 * (reg // 2)
-
-
-def mma_b_coord(lane: int, reg: int, half: int) -> tuple[int, int]:
-    """(row k, col n) of B element ``half`` of register ``reg`` (0..1)."""
-    g, t = divmod(lane, 4)
-    return 2 * t + half + 8 * reg, g
-
-
-def mma_c_coord(lane: int, reg: int) -> tuple[int, int]:
-    """(row m, col n) of accumulator register ``reg`` (0..3)."""
-    g, t = divmod(lane, 4)
-    return g + 8 * (reg // 2), 2 * t + reg % 2
-
-
-# mma.m16n8k8 .tf32 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8"): one f32 per
-# 32-bit register; g = lane / 4, t = lane % 4 as for m16n8k16.
-
-def tf32_a_coord(lane: int, reg: int) -> tuple[int, int]:
-    """(row m, col k) of A register ``reg`` (0..3) of an m16 x k8 piece: (g, t),
-    (g + 8, t), (g, t + 4), (g + 8, t + 4)."""
-    g, t = divmod(lane, 4)
-    return g + 8 * (reg % 2), t + 4 * (reg // 2)
-
-
-def tf32_b_coord(lane: int, reg: int) -> tuple[int, int]:
-    """(row k, col n) of B register ``reg`` (0..1) of a k8 x n8 tile: (t, g), (t + 4, g)."""
-    g, t = divmod(lane, 4)
-    return t + 4 * reg, g
-
-
-def tf32_operand_coord(role: str, lane: int, reg: int) -> tuple[int, int]:
-    """(mn, k) of fragment register ``reg`` of ``lane``: register ``4 p + r`` of A is
-    register r of m16 piece p, register ``2 p + r`` of B register r of n8 tile p."""
-    if role == "A":
-        piece, r = divmod(reg, 4)
-        m, k = tf32_a_coord(lane, r)
-        return piece * MMA_M + m, k
-    piece, r = divmod(reg, 2)
-    k, n = tf32_b_coord(lane, r)
-    return piece * MMA_N + n, k
-
-
-def tf32_registers(role: str, warp_tile: tuple[int, int]) -> int:
-    """Fragment registers one k8 step of operand ``role`` takes per lane."""
-    return warp_tile[0] // MMA_M * 4 if role == "A" else warp_tile[1] // MMA_N * 2
-
-
-def tf32_word_addresses(layout: SmemLayout, role: str, warp_tile: tuple[int, int],
-                        warp_index: int, reg: int, k0: int, elem_bytes: int) -> list[int]:
-    """Byte addresses the 32 lanes read in the ``ld.shared.b32`` of fragment register
-    ``reg`` (warp ``warp_index`` along the operand's mn dim, k step at ``k0``): how operands
-    whose mn dim is contiguous in shared memory are loaded (ldmatrix cannot transpose
-    32-bit elements)."""
-    extent = warp_tile[0] if role == "A" else warp_tile[1]
-    k_major = operand_k_major(role, layout)
-    result = []
-    for lane in range(WARP_SIZE):
-        mn, k = tf32_operand_coord(role, lane, reg)
-        row, col = operand_storage_coord(k_major, warp_index * extent + mn, k0 + k)
-        result.append(layout.offset(row, col) * elem_bytes)
-    return result
-
-
-# ldmatrix.x4: lanes 8j..8j+7 give the row addresses of 8x8 matrix j, and matrix j fills
-# destination register j. Per operand, which (mn block, k block) of the 16x16 piece each
-# matrix holds, so that register j is the mma's fragment register j:
-LDMATRIX_ORDER = {
-    "A": ((0, 0), (1, 0), (0, 1), (1, 1)),  # a0..a3 of one m16 x k16 tile
-    "B": ((0, 0), (0, 1), (1, 0), (1, 1)),  # b0, b1 of n-tile 0, then of n-tile 1
-}
-
-
-def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int,
-                        row_elems: int = 8) -> tuple[int, int]:
-    """(mn, k) within an operand piece (16 mn x two 16-byte rows of k, or the transpose)
-    whose row address lane ``lane`` supplies; ``row_elems`` elements make one 16-byte
-    ldmatrix row (8 of f16, 4 of f32).
-
-    ``k_major``: the shared tile stores k contiguously (A row-major, or B given as B.T);
-    then plain ldmatrix gives the fragment: 16x16 of f16, or 16 x 8 of f32, whose 32-bit
-    words are exactly the tf32 mma's fragment registers. Otherwise mn is contiguous and
-    ``.trans`` does (16-bit elements only).
-    """
-    mn_block, k_block = LDMATRIX_ORDER[operand][lane // 8]
-    r = lane % 8
-    if k_major:
-        return mn_block * 8 + r, k_block * row_elems
-    return mn_block * row_elems, k_block * 8 + r
-
+# Operands of a product: A is [m, k] logically, B is [k, n]; "mn" is A's m or B's n.
 
 def operand_storage_coord(k_major: bool, mn: int, k: int) -> tuple[int, int]:
     """(row, col) in the shared tile of operand element (mn, k)."""
     return (mn, k) if k_major else (k, mn)
+
+
+def operand_extent(role: str, warp_tile: tuple[int, int]) -> int:
+    """The mn extent of one warp's slice of operand ``role``: the warp tile's rows (A) or
+    columns (B)."""
+    return warp_tile[0] if role == "A" else warp_tile[1]
+
+
+def warps_along(role: str, warps: tuple[int, int]) -> int:
+    """How many warps split operand ``role`` along mn: the warp grid's rows (A) or columns
+    (B); the warps of one warp row share their A slice, those of one column their B slice."""
+    return warps[0] if role == "A" else warps[1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -423,32 +216,6 @@ def broadcast_conflict_degree(addresses: Sequence[int], width: int) -> int:
         return 1
     minimum = -(-len(distinct) * width // (BANKS * BANK_BYTES))
     return -(-max(len(words) for words in words_per_bank.values()) // minimum)
-
-
-def simt_load_addresses(smem: SmemLayout, fragment: SimtLayout, load: SimtLoad,
-                        warp_index: int, k0: int, elem_bytes: int) -> list[int]:
-    """Byte addresses the 32 lanes read in one FFMA operand load (warp ``warp_index`` along
-    the operand's mn dim)."""
-    role = fragment.operand
-    extent = fragment.warp_tile[0] if role == "A" else fragment.warp_tile[1]
-    k_major = operand_k_major(role, smem)
-    result = []
-    for lane in range(WARP_SIZE):
-        mn = warp_index * extent + simt_lane_mn(role, lane) + load.mn
-        row, col = operand_storage_coord(k_major, mn, k0 + load.k)
-        result.append(smem.offset(row, col) * elem_bytes)
-    return result
-
-
-def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int, k0: int,
-                       elem_bytes: int) -> list[int]:
-    """Byte addresses the 32 lanes give one ldmatrix.x4 at operand position (mn0, k0)."""
-    result = []
-    for lane in range(WARP_SIZE):
-        mn, k = ldmatrix_lane_coord(operand, k_major, lane, 16 // elem_bytes)
-        row, col = operand_storage_coord(k_major, mn0 + mn, k0 + k)
-        result.append(layout.offset(row, col) * elem_bytes)
-    return result
 
 
 def operand_k_major(operand: str, layout: SmemLayout) -> bool:

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from tilec.compiler import Compiled
 from tilec.kernel import TileFunction
-from tilec.passes.kinds import product_of
+from tilec.families.products import family_of
 from tilec.pipeline import pipeline
 from tilec.tools.arguments import (COMPILE_FLAGS, CommandError, add_flags, add_program_arguments,
                                    compile_options, constants, select_functions, shapes)
@@ -48,7 +48,7 @@ def summary(compiled: Compiled) -> str:
     if plan is not None:
         parts.append("tile " + "x".join(str(d) for d in plan.block))
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
-        if product_of(plan).f32_math == "tf32":  # not the default: say the products round
+        if family_of(plan).f32_math == "tf32":  # not the default: say the products round
             parts.append("tf32 tensor cores")
     parts.append(f"{rendered.threads} threads")
     stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages

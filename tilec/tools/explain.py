@@ -14,10 +14,11 @@
 - given the sizes, which operands a launch would pack into aligned scratch
   (:mod:`tilec.launch.packing`).
 
-What depends on the product kind (:mod:`tilec.passes.kinds`: ``mma`` for f16/bf16, ``simt``
-for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is one row of :data:`KIND_VIEWS`: the
-instructions' names, the per-k-step counts, the warp-tile and instruction lines, and which
-fragment reads the bank-conflict rows enumerate.
+What depends on the product family (:mod:`tilec.families.products`: ``mma`` for f16/bf16,
+``simt`` for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is asked of the family: the
+instructions' names (its ``explain_text``), the per-k-step counts, the warp-tile and
+instruction lines, and the fragment reads the bank-conflict rows enumerate (the same
+:meth:`~tilec.families.product.ProductFamily.read_addresses` the swizzle pass scores).
 
 :func:`render_explanation` turns the :class:`Explanation` into the text the CLI prints.
 """
@@ -29,22 +30,19 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from tilec.backend.copies import SMEM_ALIGN
 from tilec.compiler import Compiled
 from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.target.layout import (BANK_BYTES, MMA_M, MMA_N, WARP_SIZE, DistributedLayout,
-                          SimtLayout, SmemLayout, Swizzle, broadcast_conflict_degree,
-                          conflict_degree, copy_map, copy_store_addresses, ldmatrix_addresses,
-                          operand_k_major, simt_load_addresses, simt_loads, tf32_registers,
-                          tf32_word_addresses)
-from tilec.passes.kinds import KINDS, LOAD_OPS, PRODUCT_OPS
-from tilec.passes.swizzle import READS
+from tilec.families.product import LanePiece, Run  # noqa: F401  (Run: the type of LanePiece's rows)
+from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
+from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
+                                 conflict_degree, copy_map, copy_store_addresses,
+                                 operand_k_major)
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.passes.kinds import product_of
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -72,26 +70,6 @@ class CopyMapping:
 
 
 @dataclass(frozen=True)
-class Run:
-    """How a lane's rows (or columns) of C lie in its warp tile: ``count`` runs of
-    ``length`` consecutive ones, each ``spacing`` after the previous."""
-
-    count: int
-    length: int
-    spacing: int
-
-
-@dataclass(frozen=True)
-class LanePiece:
-    """The part of its warp's C tile one lane computes (kinds whose lanes own C pieces)."""
-
-    lane_grid: tuple[int, int]  # lanes along the warp tile's rows and columns
-    shape: tuple[int, int]  # rows x columns of C per lane
-    rows: Run
-    cols: Run
-
-
-@dataclass(frozen=True)
 class Hierarchy:
     block: tuple[int, int, int]
     warps: tuple[int, int]
@@ -99,7 +77,7 @@ class Hierarchy:
     instruction: tuple[int, int, int]
     threads: int
     dtype: str
-    kind: str  # the product kind, a key of passes.kinds.KINDS and of KIND_VIEWS
+    kind: str  # the product family's name (tilec.families.products.family_named)
     k_step: int  # k covered by one fragment load and one product
     k_steps: int  # k-steps per BK
     products_per_k_step: int  # product instructions per k-step: per warp (mma), per thread
@@ -240,9 +218,9 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     if ptxas:
         report, note = run_ptxas(compiled.ptx, options.arch, compiled.rendered.entry)
     swizzle = options.swizzle if isinstance(options.swizzle, str) else str(options.swizzle)
-    # Options only one kind's backend reads (mma_order) are shown for that kind alone.
+    # Options only one family's backend reads (mma_order) are shown for that family alone.
     kind_options = "".join(f", {name.replace('_', ' ')} {getattr(options, name)}"
-                           for name in KIND_VIEWS[plan.kind].options)
+                           for name in family_of(plan).explain_text.options)
     return Explanation(
         kernel=compiled.name,
         source=kernel.source_file,
@@ -294,14 +272,14 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
             op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
             op_plan.vec, op_plan.vec * elem_bytes, cmap.per_thread, per_row,
             max(1, plan.threads // per_row), mode))
-    kind, view = product_of(plan), KIND_VIEWS[plan.kind]
-    accumulator = kind.layout("C", plan.warps, plan.warp_tile)
+    family = family_of(plan)
+    accumulator = family.layout("C", plan.warps, plan.warp_tile)
     return Hierarchy(
         plan.block, plan.warps, plan.warp_tile, plan.instruction, plan.threads, plan.dtype,
-        kind=kind.name, k_step=kind.k_step, k_steps=plan.block[2] // kind.k_step,
-        products_per_k_step=view.products(accumulator),
-        loads_per_k_step=view.loads(plan), copies=tuple(mappings),
-        lanes=view.lanes(accumulator), split_k=kernel.schedule.splits)
+        kind=family.name, k_step=family.k_step, k_steps=plan.block[2] // family.k_step,
+        products_per_k_step=family.products_per_k_step(accumulator),
+        loads_per_k_step=family.loads_per_k_step(plan), copies=tuple(mappings),
+        lanes=family.lane_piece(accumulator), split_k=kernel.schedule.splits)
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -335,10 +313,10 @@ def _end_of(buffers: Sequence[Buffer]) -> int:
 
 
 def _registers(plan: TilingPlan) -> Registers:
-    """The tiling plan's estimate, split as ProductKind.registers adds it up."""
+    """The tiling plan's estimate, split as ProductFamily.registers adds it up."""
     tm, tn = plan.warp_tile
     accumulators = tm * tn // WARP_SIZE
-    fragments = 2 * product_of(plan).fragment_registers(tm, tn)
+    fragments = 2 * family_of(plan).fragment_registers(tm, tn)
     return Registers(registers_estimate(plan), accumulators, fragments, REGISTER_OVERHEAD)
 
 
@@ -441,20 +419,21 @@ def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Option
     if name == "gpu.barrier":
         return ScheduleRow(phase, "barrier", "", "bar.sync 0: every thread of the block")
     if name in LOAD_OPS:
-        view = KIND_VIEWS[op.result.type.layout.kind]
+        text = family_named(op.result.type.layout.kind).explain_text
         detail = f"{op.attrs['operand']} k0={op.attrs['k0']}"
         if loop is not None and phase == "loop" and op.result in loop.regions[0].ops[-1].operands:
             detail += ", carried into the next iteration"
         elif loop is not None and phase == "prologue" and op.result in loop.operands:
             detail += ", carried into iteration 0"
-        return ScheduleRow(phase, view.load_row, target, detail)
+        return ScheduleRow(phase, text.load_row, target, detail)
     if name in PRODUCT_OPS:
         layout = op.result.type.layout
-        view = KIND_VIEWS[layout.kind]
+        family = family_named(layout.kind)
+        text = family.explain_text
         sources = [_fragment_source(value, loop) for value in op.operands[:2]]
-        return ScheduleRow(phase, view.product_row, "",
-                           f"{', '.join(sources)}: {view.products(layout)} {view.product} "
-                           f"per {view.issuer}")
+        return ScheduleRow(phase, text.product_row, "",
+                           f"{', '.join(sources)}: {family.products_per_k_step(layout)} "
+                           f"{text.product} per {text.issuer}")
     return ScheduleRow(phase, name, target, "")
 
 
@@ -517,48 +496,21 @@ def _warp_k_steps(op_plan: OperandPlan, plan: TilingPlan,
         for warp in range(plan.warps[0] * plan.warps[1]):
             warp_m, warp_n = divmod(warp, plan.warps[1])
             index = warp_m if op_plan.role == "A" else warp_n
-            for k0 in range(0, plan.block[2], product_of(plan).k_step):
+            for k0 in range(0, plan.block[2], family_of(plan).k_step):
                 yield base, index, k0
 
 
-def ldmatrix_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
-                       buffer: Buffer) -> Iterator[list[int]]:
-    """Lane byte addresses of every ldmatrix.x4 of this operand: per stage, warp, k-step
-    (k16 of f16, k8 of tf32) and 16-wide piece of the warp tile."""
-    k_major = operand_k_major(op_plan.role, layout)
-    extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
-    for base, index, k0 in _warp_k_steps(op_plan, plan, buffer):
-        for mn0 in range(0, extent, 16):
-            yield [base + a for a in ldmatrix_addresses(layout, op_plan.role, k_major,
-                                                        index * extent + mn0, k0,
-                                                        buffer.elem_bytes)]
-
-
-def lds_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
-                  buffer: Buffer) -> Iterator[list[int]]:
-    """Lane byte addresses of every 16-byte ``ld.shared.v4`` of an FFMA operand: per stage,
-    warp, k-step and load of :func:`tilec.target.layout.simt_loads`, as the swizzle pass scores
-    them (:func:`tilec.passes.swizzle.operand_conflicts`)."""
-    fragment = SimtLayout(op_plan.role, plan.warps, plan.warp_tile)
-    loads = simt_loads(fragment, op_plan.k_major)
-    for base, index, k0 in _warp_k_steps(op_plan, plan, buffer):
-        for load in loads:
-            yield [base + a for a in simt_load_addresses(layout, fragment, load, index, k0,
-                                                         buffer.elem_bytes)]
-
-
-def tf32_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
+def read_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingPlan,
                    buffer: Buffer) -> Iterator[list[int]]:
-    """Lane byte addresses of every fragment read of a tf32 operand: its ldmatrix.x4 where
-    k is contiguous, else every ``ld.shared.b32`` (per stage, warp, k8 step and fragment
-    register), as the swizzle pass scores them."""
-    if operand_k_major(op_plan.role, layout):
-        yield from ldmatrix_instances(layout, op_plan, plan, buffer)
-        return
+    """Lane byte addresses of every fragment read of this operand, per stage, warp and
+    k-step: the reads the plan's family issues (ldmatrix.x4 pieces, FFMA's 16-byte
+    ``ld.shared.v4``, tf32's ldmatrix or ``ld.shared.b32``), as the swizzle pass scores them
+    (:func:`tilec.passes.swizzle.operand_conflicts`)."""
+    family = family_of(plan)
     for base, index, k0 in _warp_k_steps(op_plan, plan, buffer):
-        for reg in range(tf32_registers(op_plan.role, plan.warp_tile)):
-            yield [base + a for a in tf32_word_addresses(
-                layout, op_plan.role, plan.warp_tile, index, reg, k0, buffer.elem_bytes)]
+        for addresses in family.read_addresses(plan, op_plan, layout, index, k0,
+                                               buffer.elem_bytes):
+            yield [base + a for a in addresses]
 
 
 def _degree(addresses: list[int | None], width: int) -> int:
@@ -591,14 +543,14 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
         plain = [_degree(a, w) for a, w in copy_store_instances(linear, op_plan, plan, buffer,
                                                                 mode)]
         rows.append(_conflict_row(op_plan.role, store, layout, chosen, plain, figure.get("copy")))
-        view = KIND_VIEWS[plan.kind]
+        family = family_of(plan)
         k_major = operand_k_major(op_plan.role, layout)
-        chosen = [view.read_degree(k_major, a)
-                  for a in view.reads(layout, op_plan, plan, buffer)]
-        plain = [view.read_degree(k_major, a)
-                 for a in view.reads(linear, op_plan, plan, buffer)]
-        rows.append(_conflict_row(op_plan.role, view.read_access(op_plan.role, layout), layout,
-                                  chosen, plain, figure.get(READS[plan.kind][0])))
+        chosen = [family.read_degree(k_major, a)
+                  for a in read_instances(layout, op_plan, plan, buffer)]
+        plain = [family.read_degree(k_major, a)
+                 for a in read_instances(linear, op_plan, plan, buffer)]
+        rows.append(_conflict_row(op_plan.role, family.read_access(op_plan.role, layout),
+                                  layout, chosen, plain, figure.get(family.read_name)))
     return rows
 
 
@@ -649,147 +601,6 @@ def parse_ptxas(log: str, arch: str) -> Optional[PtxasReport]:
                        number(r"(\d+) bytes smem"), number(r"used (\d+) barriers"), log)
 
 
-# ---------------------------------------------------------------------- product kinds
-
-def _mma_loads(plan: TilingPlan) -> tuple[int, int]:
-    """ldmatrix.x4 per warp per k16 step: one per 16 rows of A, one per 16 columns of B."""
-    tm, tn = plan.warp_tile
-    return tm // 16, tn // 16
-
-
-def _mma_products(layout: DistributedLayout) -> int:
-    """mma.sync per warp per k-step: one per m16 x n8 tile of the warp tile."""
-    tm, tn = layout.warp_tile
-    return (tm // MMA_M) * (tn // MMA_N)
-
-
-def _simt_loads(plan: TilingPlan) -> tuple[int, int]:
-    """ld.shared.v4 per thread per k-step, A and B, as the backend issues them."""
-    return tuple(len(simt_loads(SimtLayout(op.role, plan.warps, plan.warp_tile), op.k_major))
-                 for op in (plan.operand("A"), plan.operand("B")))
-
-
-def _simt_products(layout: DistributedLayout) -> int:
-    """fma.rn.f32 per thread per k-step: every (row, column) of its C piece at every k."""
-    return len(layout.lane_rows) * len(layout.lane_cols) * KINDS[layout.kind].k_step
-
-
-def _tf32_loads(plan: TilingPlan) -> tuple[int, int]:
-    """Fragment loads per warp per k8 step, A and B: one ldmatrix.x4 per 16-wide piece where
-    k is contiguous, else one ld.shared.b32 per fragment register."""
-    return tuple(_tf32_pieces(plan, op.role) if op.k_major
-                 else tf32_registers(op.role, plan.warp_tile)
-                 for op in (plan.operand("A"), plan.operand("B")))
-
-
-def _tf32_pieces(plan: TilingPlan, role: str) -> int:
-    return (plan.warp_tile[0] if role == "A" else plan.warp_tile[1]) // 16
-
-
-def _tf32_warp_tile(h: Hierarchy) -> str:
-    (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
-    readers = [("ldmatrix.x4" if c.transposed == (c.role == "B") else "ld.shared.b32")
-               for c in h.copies]
-    a, b = h.loads_per_k_step
-    return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
-            f"mma.sync and {a + b} fragment loads (A {a} {readers[0]}, B {b} {readers[1]}) "
-            f"per k-step, each register then rounded by cvt.rna.tf32.f32")
-
-
-def _run(offsets: Sequence[int]) -> Run:
-    starts = [o for i, o in enumerate(offsets) if i == 0 or offsets[i - 1] != o - 1]
-    spacing = starts[1] - starts[0] if len(starts) > 1 else 0
-    return Run(len(starts), len(offsets) // len(starts), spacing)
-
-
-def _simt_lanes(layout: DistributedLayout) -> LanePiece:
-    return LanePiece(layout.lane_grid, (len(layout.lane_rows), len(layout.lane_cols)),
-                     _run(layout.lane_rows), _run(layout.lane_cols))
-
-
-def _mma_warp_tile(h: Hierarchy) -> str:
-    (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
-    view = KIND_VIEWS[h.kind]
-    a, b = h.loads_per_k_step
-    return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
-            f"{view.product} and {a + b} {view.load} (A {a}, B {b}) per k-step")
-
-
-def _runs_text(rows: Run, cols: Run) -> str:
-    """``runs of 4 rows 16 apart, 4 columns 32 apart``; a single run is ``4 rows``."""
-    parts = [f"{run.length} {noun}" + (f" {run.spacing} apart" if run.count > 1 else "")
-             for run, noun in ((rows, "rows"), (cols, "columns"))]
-    return ("runs of " if rows.count > 1 or cols.count > 1 else "") + ", ".join(parts)
-
-
-def _simt_warp_tile(h: Hierarchy) -> str:
-    tm, tn = h.warp_tile
-    view, lanes = KIND_VIEWS[h.kind], h.lanes
-    rows, cols = lanes.shape
-    article = "an" if str(rows).startswith("8") else "a"
-    a, b = h.loads_per_k_step
-    return (f"{tm} x {tn}: {lanes.lane_grid[0]} x {lanes.lane_grid[1]} lanes, each {article} "
-            f"{rows} x {cols} piece of C ({_runs_text(lanes.rows, lanes.cols)}); per k-step "
-            f"of {h.k_step}: {a + b} {view.load} (A {a}, B {b}) and {h.products_per_k_step} "
-            f"{view.product} per {view.issuer}")
-
-
-@dataclass(frozen=True)
-class KindView:
-    """What explain says about one product kind (a row of :data:`KIND_VIEWS`, keyed like
-    :data:`tilec.passes.kinds.KINDS`)."""
-
-    load: str  # the PTX of one fragment load
-    product: str  # the PTX of one product
-    issuer: str  # who issues the per-k-step counts: "warp" or "thread"
-    load_row: str  # the schedule table's names of the fragment ops
-    product_row: str
-    read_pieces: str  # what one k-step's fragment reads are made of
-    options: tuple[str, ...]  # fields of Options that only this kind's backend reads
-    loads: Callable[[TilingPlan], tuple[int, int]]  # fragment loads per k-step, A and B
-    products: Callable[[DistributedLayout], int]  # products per k-step, from the C layout
-    lanes: Callable[[DistributedLayout], Optional[LanePiece]]
-    warp_tile: Callable[[Hierarchy], str]  # the warp tile line, after "warp tile"
-    instruction: Callable[[Hierarchy], tuple[str, str]]  # (label, text) of the next line
-    # Every fragment read of an operand (lane byte addresses) under a layout, its access's
-    # name and the conflict degree of one read.
-    reads: Callable[[SmemLayout, OperandPlan, TilingPlan, Buffer], Iterator[list[int]]]
-    read_access: Callable[[str, SmemLayout], str]
-    read_degree: Callable[[bool, list[int]], int]  # (k contiguous, lane addresses)
-
-
-KIND_VIEWS = {
-    "mma": KindView(
-        "ldmatrix.x4", "mma.sync", "warp", "ldmatrix", "mma", "pieces", ("mma_order",),
-        _mma_loads, _mma_products, lambda layout: None, _mma_warp_tile,
-        lambda h: ("instruction tile", "m{}n{}k{}".format(*h.instruction)
-                   + f", {h.k_steps} k-steps per BK"),
-        ldmatrix_instances,
-        lambda role, layout: "ldmatrix.x4" + ("" if operand_k_major(role, layout)
-                                              else ".trans"),
-        lambda k_major, addresses: _degree(addresses, 16)),
-    "simt": KindView(
-        "ld.shared.v4", "fma.rn.f32", "thread", "lds", "fma", "loads", (),
-        _simt_loads, _simt_products, _simt_lanes, _simt_warp_tile,
-        lambda h: ("instruction", f"fma.rn.f32, one multiply-add per thread (exact f32 "
-                   f"product, one rounding); {h.k_steps} k-steps of {h.k_step} per BK"),
-        lds_instances, lambda role, layout: "ld.shared.v4",
-        # Lanes that read one address are served together (8 lanes share an A row).
-        lambda k_major, addresses: broadcast_conflict_degree(addresses, 16)),
-    "tf32": KindView(
-        "fragment loads", "mma.sync", "warp", "ldtf32", "mma", "reads",
-        ("f32_math", "mma_order"), _tf32_loads, _mma_products, lambda layout: None,
-        _tf32_warp_tile,
-        lambda h: ("instruction tile", "m{}n{}k{} .tf32".format(*h.instruction)
-                   + f" (f32 inputs rounded to tf32, f32 accumulation), {h.k_steps} k-steps "
-                   "per BK"),
-        tf32_instances,
-        lambda role, layout: ("ldmatrix.x4" if operand_k_major(role, layout)
-                              else "ld.shared.b32"),
-        lambda k_major, addresses: _degree(addresses, 16 if k_major else BANK_BYTES)),
-}
-
-
 # ----------------------------------------------------------------------------- render
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
@@ -806,16 +617,16 @@ def _kib(nbytes: int) -> str:
 
 def render_explanation(e: Explanation) -> str:
     h = e.hierarchy
-    view = KIND_VIEWS[h.kind]
+    family = family_named(h.kind)
     bm, bn, bk = h.block
     wm, wn = h.warps
-    label, instruction = view.instruction(h)
+    label, instruction = family.instruction_text(h)
     lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
     lines += [
         f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, f32 "
         "accumulator",
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads",
-        f"  warp tile         {view.warp_tile(h)}",
+        f"  warp tile         {family.warp_tile_text(h)}",
         f"  {label:<16}  {instruction}",
     ]
     if h.split_k > 1:
@@ -872,7 +683,7 @@ def render_explanation(e: Explanation) -> str:
 
     lines += ["", "Bank conflicts: worst wavefronts per warp access over the minimum "
               "(1 = conflict-free),", "  over every instance (stages x warps x accesses, or "
-              f"stages x warps x k-steps x {view.read_pieces})"]
+              f"stages x warps x k-steps x {family.explain_text.read_pieces})"]
     lines += _table(["operand", "access", "layout", "instances", "worst", "linear layout"],
                     [[c.role, c.access, c.layout, c.instances,
                       f"{c.worst} ({c.at_worst} of {c.instances})" if c.worst > 1 else c.worst,

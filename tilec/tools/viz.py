@@ -7,11 +7,13 @@ writes, for each kernel in the file, ``<kernel>_A_banks.png`` and ``<kernel>_B_b
 lanes of one ldmatrix phase marked and the conflicting ones in red), and ``mma_fragments.png``
 (the lane and fragment element holding each element of the m16n8k16 operands).
 
-The pictures are of the mma product kind (f16/bf16 tiles: ldmatrix + mma.sync). A kernel of
-another kind (f32 tiles take FFMA: ld.shared.v4 + fma.rn.f32) is refused with a message, not
-drawn as if it were mma: :func:`require_mma`.
+The pictures are of the mma product family (f16/bf16 tiles: ldmatrix + mma.sync). A kernel
+of another family (f32 tiles take FFMA: ld.shared.v4 + fma.rn.f32) is refused with the
+family's own message (:meth:`~tilec.families.product.ProductFamily.viz_refusal`), not drawn
+as if it were mma: :func:`require_mma`.
 
-Every number drawn comes from :mod:`tilec.target.layout` through the functions here that return
+Every number drawn comes from :mod:`tilec.target.layout` and
+:mod:`tilec.families.mma_sync` through the functions here that return
 numpy arrays (:func:`bank_groups`, :func:`phase_conflicts`, :func:`bank_views`,
 :func:`fragment_owners`); the ``*_png`` functions only draw them. matplotlib is optional
 (``pip install 'tilec[viz]'``) and imported only when drawing.
@@ -28,9 +30,11 @@ import numpy as np
 
 from tilec.errors import TileError
 from tilec.ir.types import DType
-from tilec.target.layout import (BANK_BYTES, BANKS, MMA_K, MMA_M, MMA_N, WARP_SIZE, SmemLayout,
-                          Swizzle, conflict_degree, ldmatrix_addresses, ldmatrix_lane_coord,
-                          mma_a_coord, mma_b_coord, mma_c_coord, operand_storage_coord)
+from tilec.families.mma_sync import (FRAGMENT_SHAPES, MMA_K, MMA_N, fragment_coord,
+                                     ldmatrix_addresses, ldmatrix_lane_coord)
+from tilec.families.products import family_of
+from tilec.target.layout import (BANK_BYTES, BANKS, WARP_SIZE, SmemLayout, Swizzle,
+                                 conflict_degree, operand_storage_coord)
 from tilec.passes.swizzle import operand_conflicts
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.tools import arguments
@@ -89,7 +93,8 @@ def ldmatrix_positions(plan: TilingPlan, op_plan: OperandPlan) -> list[tuple[int
     mn_extent = plan.warp_tile[0] if op_plan.role == "A" else plan.warp_tile[1]
     warps_along = plan.warps[0] if op_plan.role == "A" else plan.warps[1]
     return [(w * mn_extent + mn0, k0) for w in range(warps_along)
-            for mn0 in range(0, mn_extent, 16) for k0 in range(0, plan.block[2], MMA_K)]
+            for mn0 in range(0, mn_extent, 16)
+            for k0 in range(0, plan.block[2], family_of(plan).k_step)]
 
 
 @dataclass(frozen=True)
@@ -125,19 +130,13 @@ def phase_view(layout: SmemLayout, role: str, k_major: bool, position: tuple[int
                      conflict_degree(phase_addresses, CHUNK_BYTES))
 
 
-# The product kinds viz does not draw, in words: (what the kernel uses, its instructions).
-NOT_DRAWN = {"simt": ("FFMA", "ld.shared.v4 + fma.rn.f32"),
-             "tf32": ("TF32 tensor cores", "ldmatrix or ld.shared.b32 + mma.sync m16n8k8 .tf32")}
-
-
 def require_mma(plan: TilingPlan, kernel_name: str = "") -> None:
-    """Raise ValueError unless the plan's product kind is mma, the one viz draws."""
-    if plan.kind != "mma":
-        kernel = f"kernel '{kernel_name}'" if kernel_name else "this kernel"
-        uses, instructions = NOT_DRAWN[plan.kind]
-        raise ValueError(f"viz draws mma fragment layouts and ldmatrix bank maps; {kernel} "
-                         f"uses {uses} ({plan.dtype} tiles: {instructions}, product kind "
-                         f"'{plan.kind}'); see `tilec explain` for its bank conflicts")
+    """Raise ValueError with the family's refusal unless viz draws the plan's product family
+    (mma)."""
+    kernel = f"kernel '{kernel_name}'" if kernel_name else "this kernel"
+    refusal = family_of(plan).viz_refusal(plan, kernel)
+    if refusal is not None:
+        raise ValueError(refusal)
 
 
 def bank_views(plan: TilingPlan, op_plan: OperandPlan) -> tuple[PhaseView, PhaseView]:
@@ -180,19 +179,6 @@ class FragmentMap(NamedTuple):
     element: np.ndarray
 
 
-# (rows, cols, registers, elements per register) of mma.m16n8k16 with f16/bf16 inputs.
-FRAGMENT_SHAPES = {"A": (MMA_M, MMA_K, 4, 2), "B": (MMA_K, MMA_N, 2, 2),
-                   "C": (MMA_M, MMA_N, 4, 1)}
-
-
-def _fragment_coord(role: str, lane: int, reg: int, half: int) -> tuple[int, int]:
-    if role == "A":
-        return mma_a_coord(lane, reg, half)
-    if role == "B":
-        return mma_b_coord(lane, reg, half)
-    return mma_c_coord(lane, reg)
-
-
 def fragment_owners() -> dict[str, FragmentMap]:
     """The inverse of ``mma_a_coord``, ``mma_b_coord`` and ``mma_c_coord``, per operand;
     raises ValueError unless every element is held by exactly one (lane, element)."""
@@ -203,7 +189,7 @@ def fragment_owners() -> dict[str, FragmentMap]:
         for lane in range(WARP_SIZE):
             for reg in range(regs):
                 for half in range(halves):
-                    row, col = _fragment_coord(role, lane, reg, half)
+                    row, col = fragment_coord(role, lane, reg, half)
                     if lane_of[row, col] != -1:
                         raise ValueError(f"{role}[{row}, {col}] is held by lanes "
                                          f"{lane_of[row, col]} and {lane}")
@@ -385,7 +371,8 @@ def fragment_png(path: str | Path) -> Path:
     fig.suptitle("mma.sync.aligned.m16n8k16 fragments (PTX ISA 9.7.14.5.8): the lane Tn "
                  "holding each element and its place in that lane's fragment\n"
                  "colour: the 32-bit register (A, B), the register pair (C); computed by "
-                 "inverting tilec.target.layout.mma_a_coord, mma_b_coord, mma_c_coord", fontsize=11)
+                 "inverting tilec.families.mma_sync.mma_a_coord, mma_b_coord, mma_c_coord",
+                 fontsize=11)
     path = Path(path)
     fig.savefig(path, dpi=110)
     return path

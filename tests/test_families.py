@@ -1,0 +1,130 @@
+"""The product-family registry: every family provides every hook, and family_for picks by
+dtype and f32_math as the old kind table did."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from tilec.backend.ptx import EMITTERS
+from tilec.families.product import ExplainText, ProductFamily
+from tilec.families.products import (FAMILIES, LOAD_OPS, PRODUCT_OPS, family_for, family_named,
+                                     family_of)
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.options import Options
+from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout, Swizzle
+
+ABSTRACT_HOOKS = sorted(ProductFamily.__abstractmethods__)
+IDENTITY = ("name", "dtypes", "k_step", "granule", "granule_why", "instruction", "layout",
+            "load_op", "product_op", "read_name", "swizzle_units", "explain_text", "emitters")
+
+
+def small_plan(family: ProductFamily, k_major: dict[str, bool]) -> TilingPlan:
+    """A 2x2-warp plan of the family's smallest warp tiles, BK two k steps; each operand
+    stored k-contiguous or not as ``k_major`` says."""
+    gm, gn = family.granule
+    bm, bn, bk = 2 * gm, 2 * gn, 2 * family.k_step
+    a = SmemLayout(bm, bk) if k_major["A"] else SmemLayout(bk, bm, transposed=True)
+    b = SmemLayout(bn, bk, transposed=True) if k_major["B"] else SmemLayout(bk, bn)
+    elem = "f16" if "f16" in family.dtypes else family.dtypes[0]
+    return TilingPlan(block=(bm, bn, bk), warps=(2, 2), warp_tile=(gm, gn),
+                      instruction=family.instruction, threads=4 * WARP_SIZE, dtype=elem,
+                      operands=(OperandPlan("A", "A", a, 4), OperandPlan("B", "B", b, 4)),
+                      raster_group=1, kind=family.name)
+
+
+def test_the_registry_lists_each_family_once_under_its_own_name() -> None:
+    names = [family.name for family in FAMILIES]
+    assert names == ["mma", "simt", "tf32"]
+    assert all(family_named(family.name) is family for family in FAMILIES)
+    assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32")
+    assert PRODUCT_OPS == ("frag.mma", "frag.fma")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_every_family_implements_every_hook(family: ProductFamily) -> None:
+    assert ABSTRACT_HOOKS  # the base class declares its hooks abstract
+    for hook in ABSTRACT_HOOKS:
+        implementation = getattr(type(family), hook)
+        assert not getattr(implementation, "__isabstractmethod__", False), hook
+        assert inspect.getdoc(getattr(ProductFamily, hook)), f"{hook} is undocumented"
+    for field in IDENTITY:
+        assert getattr(family, field) is not None, field
+    assert family.k_step == family.instruction[2] or family.instruction == (1, 1, 1)
+    assert issubclass(family.layout, DistributedLayout) and family.layout.kind == family.name
+    assert isinstance(family.explain_text, ExplainText)
+    assert family.granule_why.startswith(" (")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_the_emitters_cover_the_family_ops_and_reach_the_backend(family: ProductFamily) -> None:
+    assert {family.load_op, family.product_op} <= set(family.emitters)
+    for name in family.emitters:
+        assert name in EMITTERS, name
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+@pytest.mark.parametrize("k_major", [{"A": True, "B": False}, {"A": False, "B": True}],
+                         ids=["A-k-B-n", "A-m-B-k"])
+def test_the_read_enumeration_yields_lane_addresses_for_both_operands(
+        family: ProductFamily, k_major: dict[str, bool]) -> None:
+    plan = small_plan(family, k_major)
+    elem_bytes = 2 if plan.dtype == "f16" else 4
+    for op_plan in plan.operands:
+        assert op_plan.k_major == k_major[op_plan.role]
+        reads = list(family.operand_reads(plan, op_plan, op_plan.layout, elem_bytes))
+        assert reads and all(len(lanes) == WARP_SIZE for lanes in reads)
+        stage_bytes = op_plan.layout.size * elem_bytes
+        assert all(0 <= a < stage_bytes for lanes in reads for a in lanes)
+        # The enumeration starts with warp 0's reads at k 0.
+        first = list(family.read_addresses(plan, op_plan, op_plan.layout, 0, 0, elem_bytes))
+        assert first and first[0] == reads[0]
+        degree = family.worst_read_degree(plan, op_plan, op_plan.layout, elem_bytes)
+        assert degree >= 1
+        assert family.read_access(op_plan.role, op_plan.layout)
+        swizzled = op_plan.layout.with_swizzle(Swizzle(1, {2: 3, 4: 2}[elem_bytes], 3))
+        assert list(family.operand_reads(plan, op_plan, swizzled, elem_bytes)) != reads
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_explain_and_viz_answers_exist(family: ProductFamily) -> None:
+    plan = small_plan(family, {"A": True, "B": False})
+    accumulator = family.layout("C", plan.warps, plan.warp_tile)
+    a, b = family.loads_per_k_step(plan)
+    assert a > 0 and b > 0 and family.products_per_k_step(accumulator) > 0
+    refusal = family.viz_refusal(plan, "kernel 'k'")
+    assert refusal is None if family.name == "mma" else "kernel 'k' uses" in refusal
+    assert set(family.explain_text.options) <= set(Options.__dataclass_fields__)
+
+
+def test_family_of_reads_the_plan_kind() -> None:
+    for family in FAMILIES:
+        assert family_of(small_plan(family, {"A": True, "B": True})) is family
+
+
+@pytest.mark.parametrize("dtype, f32_math, name", [
+    ("f16", "ffma", "mma"), ("bf16", "ffma", "mma"), ("f16", "tf32", "mma"),
+    ("bf16", "tf32", "mma"), ("f32", "ffma", "simt"), ("f32", "tf32", "tf32")])
+def test_family_for_picks_by_dtype_and_f32_math(dtype: str, f32_math: str, name: str) -> None:
+    assert family_for(dtype, f32_math).name == name
+
+
+def test_family_for_defaults_to_exact_f32() -> None:
+    assert family_for("f32").name == "simt"
+
+
+@pytest.mark.parametrize("dtype", ["i8", "f64", "fp8"])
+def test_an_unknown_dtype_is_refused_naming_the_dtypes_taken(dtype: str) -> None:
+    with pytest.raises(KeyError) as info:
+        family_for(dtype)
+    assert info.value.args[0] == (f"tiles of {dtype} cannot be multiplied (the backend takes "
+                                  "f16, bf16, f32)")
+
+
+def test_a_shared_product_op_is_emitted_by_the_plan_family() -> None:
+    """frag.mma belongs to mma and tf32: the backend's table dispatches it through the plan,
+    so each family's own emitter (its type suffix) writes it."""
+    assert EMITTERS["frag.mma"] not in (family_named("mma").emitters["frag.mma"],
+                                        family_named("tf32").emitters["frag.mma"])
+    assert EMITTERS["frag.lds"] is family_named("simt").emitters["frag.lds"]
+

@@ -1,0 +1,287 @@
+"""The FFMA family ("simt"): 16-byte ``ld.shared`` of each lane's operand elements
+(``frag.lds``) + ``fma.rn.f32`` (``frag.fma``) on f32 tiles: exact f32 products, one rounding
+per multiply-add, as cuBLAS SGEMM with TF32 off (``Options.f32_math = "ffma"``).
+
+A warp is 4 x 8 lanes; a lane owns runs of SIMT_VEC consecutive rows (and columns) of C, the
+runs one lane-grid span apart (16 rows, 32 columns). Runs of 4 make every shared-memory
+fragment read a 16-byte vector, and the spacing makes the 8 lanes of a lane row read one
+whole 128-byte line of B. Here: the layout (:class:`SimtLayout`), the loads of one k step
+(:func:`simt_loads`) and their addresses, the emitters, the explain text and viz's refusal.
+The CPU executor reads the same functions, so the backend and the CPU model cannot drift.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+
+from tilec.backend.context import Context, SmemView
+from tilec.ir.core import Op
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout,
+                                 broadcast_conflict_degree, offset_relation, operand_extent,
+                                 operand_k_major, operand_storage_coord, warps_along)
+
+from .fragments_common import operand_offset, relative_address
+from .product import ExplainText, LanePiece, ProductFamily, Run, not_drawn
+
+if TYPE_CHECKING:
+    from tilec.tools.explain import Hierarchy
+
+SIMT_LANES = (4, 8)
+SIMT_VEC = 4
+SIMT_K = 4  # k values per fragment load: one 16-byte vector along k
+
+
+@dataclass(frozen=True)
+class SimtLayout(DistributedLayout):
+    """A tile distributed over warps for FFMA (fma.rn.f32) products.
+
+    C: lane (r, c) holds rows ``r * 4 + 16 * i + {0..3}`` and columns
+    ``c * 4 + 32 * j + {0..3}`` of its warp tile, registers row-major (column fastest).
+    A (``[BM, SIMT_K]`` per k step): the lane's rows, register ``row * SIMT_K + k``.
+    B (``[SIMT_K, BN]``): the lane's columns, register ``k * cols + col``.
+    """
+
+    operand: str
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    lane_grid = SIMT_LANES
+    lane_step = (SIMT_VEC, SIMT_VEC)
+    kind = "simt"
+
+    @property
+    def lane_rows(self) -> list[int]:
+        """Rows of a lane's C (and A) elements, relative to its first row."""
+        return _runs(self.warp_tile[0] // SIMT_LANES[0], SIMT_LANES[0] * SIMT_VEC)
+
+    @property
+    def lane_cols(self) -> list[int]:
+        return _runs(self.warp_tile[1] // SIMT_LANES[1], SIMT_LANES[1] * SIMT_VEC)
+
+    def register_offsets(self) -> list[tuple[int, int]]:
+        if self.operand == "A":
+            return [(row, k) for row in self.lane_rows for k in range(SIMT_K)]
+        if self.operand == "B":
+            return [(k, col) for k in range(SIMT_K) for col in self.lane_cols]
+        return [(row, col) for row in self.lane_rows for col in self.lane_cols]
+
+    @property
+    def regs_per_thread(self) -> int:
+        return len(self._offsets())
+
+
+def _runs(count: int, spacing: int) -> list[int]:
+    return [run * spacing + i for run in range(count // SIMT_VEC) for i in range(SIMT_VEC)]
+
+
+@dataclass(frozen=True)
+class SimtLoad:
+    """One 16-byte shared load of an FFMA operand's k step, for one lane: the (mn, k) of its
+    first element relative to the lane's first (mn, k), the storage dim it runs along, and
+    the registers its 4 elements fill."""
+
+    mn: int
+    k: int
+    along_k: bool
+    registers: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=None)
+def simt_loads(layout: SimtLayout, k_major: bool) -> tuple[SimtLoad, ...]:
+    """The loads of one k step of operand ``layout.operand`` (A or B), in the order the
+    backend issues them. With k contiguous in shared memory a load covers the SIMT_K values
+    of one row (column); otherwise it covers one run of 4 rows (columns) at one k."""
+    role = layout.operand
+    mns = layout.lane_rows if role == "A" else layout.lane_cols
+
+    def register(i: int, k: int) -> int:
+        return i * SIMT_K + k if role == "A" else k * len(mns) + i
+
+    if k_major:
+        return tuple(SimtLoad(mn, 0, True, tuple(register(i, k) for k in range(SIMT_K)))
+                     for i, mn in enumerate(mns))
+    return tuple(SimtLoad(mns[i], k, False, tuple(register(i + q, k) for q in range(SIMT_VEC)))
+                 for k in range(SIMT_K) for i in range(0, len(mns), SIMT_VEC))
+
+
+def simt_lane_mn(role: str, lane: int) -> int:
+    """The first row (A) or column (B) of a lane's elements within its warp tile."""
+    lane_row, lane_col = divmod(lane, SIMT_LANES[1])
+    return (lane_row if role == "A" else lane_col) * SIMT_VEC
+
+
+def simt_load_addresses(smem: SmemLayout, fragment: SimtLayout, load: SimtLoad,
+                        warp_index: int, k0: int, elem_bytes: int) -> list[int]:
+    """Byte addresses the 32 lanes read in one FFMA operand load (warp ``warp_index`` along
+    the operand's mn dim)."""
+    role = fragment.operand
+    extent = operand_extent(role, fragment.warp_tile)
+    k_major = operand_k_major(role, smem)
+    result = []
+    for lane in range(WARP_SIZE):
+        mn = warp_index * extent + simt_lane_mn(role, lane) + load.mn
+        row, col = operand_storage_coord(k_major, mn, k0 + load.k)
+        result.append(smem.offset(row, col) * elem_bytes)
+    return result
+
+
+# -- emitters ------------------------------------------------------------------------------
+
+def _lane_offset(ctx: Context, view: SmemView, fragment: SimtLayout, mn_rel: int,
+                 k: int) -> str:
+    """Byte offset (from the stage start) of this lane's element (first mn + mn_rel, k)."""
+    role = fragment.operand
+
+    def compute() -> str:
+        lane, _ = ctx.lane_warp()
+        lane_cols = SIMT_LANES[1]
+        if role == "A":
+            lane_index = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
+        else:
+            lane_index = ctx.int_op("and.b32", lane, lane_cols - 1)
+        first = ctx.int_op("shl.b32", lane_index, SIMT_VEC.bit_length() - 1)
+        return operand_offset(ctx, view, role, fragment.warps, fragment.warp_tile, first,
+                              mn_rel, k)
+
+    return ctx.w.once(("lds", id(view.buffer), role, mn_rel, k), compute)
+
+
+def _all_lanes(view: SmemView, fragment: SimtLayout, load: SimtLoad, k0: int) -> list[int]:
+    """The byte offsets every lane of every warp along the operand reads in one load."""
+    return [a for w in range(warps_along(fragment.operand, fragment.warps))
+            for a in simt_load_addresses(view.buffer.layout, fragment, load, w, k0,
+                                         view.buffer.elem_bytes)]
+
+
+def _lds(ctx: Context, op: Op) -> None:
+    """``frag.lds``: one ld.shared.v4.f32 per SimtLoad (PTX ISA 9.7.9.8, ld)."""
+    view: SmemView = ctx.get(op.operands[0])
+    fragment: SimtLayout = op.result.type.layout
+    k0 = op.attrs["k0"]
+    loads = simt_loads(fragment, operand_k_major(fragment.operand, view.buffer.layout))
+    reference = _all_lanes(view, fragment, loads[0], 0)
+    regs: list[str] = [""] * fragment.regs_per_thread
+    state: dict = {}
+    for load in loads:
+        relation = offset_relation(reference, _all_lanes(view, fragment, load, k0))
+        address = relative_address(
+            ctx, view, relation, state,
+            lambda: _lane_offset(ctx, view, fragment, loads[0].mn, loads[0].k),
+            lambda load=load: _lane_offset(ctx, view, fragment, load.mn, k0 + load.k))
+        out = ctx.w.regs("f32", len(load.registers))
+        ctx.w.emit(f"ld.shared.v4.f32 {{{', '.join(out)}}}, [{address}];")
+        for index, reg in zip(load.registers, out):
+            regs[index] = reg
+    ctx.bind(op.result, regs)
+
+
+def _fma(ctx: Context, op: Op) -> None:
+    """``frag.fma``: fma.rn.f32 (PTX ISA 9.7.3.6) for every C element at every k."""
+    a_regs, b_regs, acc = (ctx.get(v) for v in op.operands)
+    layout: SimtLayout = op.result.type.layout
+    rows, cols = len(layout.lane_rows), len(layout.lane_cols)
+    steps = len(a_regs) // rows
+    # Accumulate in place when nothing else reads the old accumulator (as frag.mma does).
+    in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
+    out = list(acc) if in_place else ctx.w.regs("f32", len(acc))
+    current = list(acc)
+    # k outermost: the 8 x 8 products of one k are independent, so each accumulator's
+    # chain of dependent FMAs is interleaved with 63 others.
+    for k in range(steps):
+        for i in range(rows):
+            for j in range(cols):
+                index = i * cols + j
+                ctx.w.emit(f"fma.rn.f32 {out[index]}, {a_regs[i * steps + k]}, "
+                           f"{b_regs[k * cols + j]}, {current[index]};")
+                current[index] = out[index]
+    ctx.bind(op.result, out)
+
+
+# -- explain ---------------------------------------------------------------------------------
+
+def _run(offsets: Sequence[int]) -> Run:
+    starts = [o for i, o in enumerate(offsets) if i == 0 or offsets[i - 1] != o - 1]
+    spacing = starts[1] - starts[0] if len(starts) > 1 else 0
+    return Run(len(starts), len(offsets) // len(starts), spacing)
+
+
+def _runs_text(rows: Run, cols: Run) -> str:
+    """``runs of 4 rows 16 apart, 4 columns 32 apart``; a single run is ``4 rows``."""
+    parts = [f"{run.length} {noun}" + (f" {run.spacing} apart" if run.count > 1 else "")
+             for run, noun in ((rows, "rows"), (cols, "columns"))]
+    return ("runs of " if rows.count > 1 or cols.count > 1 else "") + ", ".join(parts)
+
+
+# -- the family --------------------------------------------------------------------------------
+
+class Ffma(ProductFamily):
+    """16-byte ld.shared + fma.rn.f32 on f32 tiles."""
+
+    name = "simt"
+    dtypes = ("f32",)
+    f32_math = "ffma"
+    k_step = SIMT_K
+    granule = (SIMT_LANES[0] * SIMT_VEC, SIMT_LANES[1] * SIMT_VEC)
+    granule_why = " (4 x 8 lanes, each owning runs of 4 rows and 4 columns)"
+    instruction = (1, 1, 1)
+    layout = SimtLayout
+    load_op = "frag.lds"
+    product_op = "frag.fma"
+    read_name = "lds"
+    explain_text = ExplainText("ld.shared.v4", "fma.rn.f32", "thread", "lds", "fma", "loads",
+                               ())
+    emitters = {"frag.lds": _lds, "frag.fma": _fma}
+
+    def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
+        # A: SIMT_K values per row the lane owns; B: SIMT_K per column.
+        return (warp_rows // SIMT_LANES[0] + warp_cols // SIMT_LANES[1]) * SIMT_K
+
+    def read_addresses(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                       warp_index: int, k0: int, elem_bytes: int) -> Iterator[list[int]]:
+        fragment = SimtLayout(op_plan.role, plan.warps, plan.warp_tile)
+        for load in simt_loads(fragment, operand_k_major(op_plan.role, layout)):
+            yield simt_load_addresses(layout, fragment, load, warp_index, k0, elem_bytes)
+
+    def read_access(self, role: str, layout: SmemLayout) -> str:
+        return "ld.shared.v4"
+
+    def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
+        # Lanes that read one address are served together (8 lanes share an A row).
+        return broadcast_conflict_degree(addresses, 16)
+
+    def loads_per_k_step(self, plan: TilingPlan) -> tuple[int, int]:
+        """ld.shared.v4 per thread per k-step, A and B, as the backend issues them."""
+        a, b = (len(simt_loads(SimtLayout(op.role, plan.warps, plan.warp_tile), op.k_major))
+                for op in (plan.operand("A"), plan.operand("B")))
+        return a, b
+
+    def products_per_k_step(self, accumulator: DistributedLayout) -> int:
+        """fma.rn.f32 per thread per k-step: every (row, column) of its C piece at every k."""
+        return len(accumulator.lane_rows) * len(accumulator.lane_cols) * self.k_step
+
+    def lane_piece(self, accumulator: DistributedLayout) -> Optional[LanePiece]:
+        return LanePiece(accumulator.lane_grid,
+                         (len(accumulator.lane_rows), len(accumulator.lane_cols)),
+                         _run(accumulator.lane_rows), _run(accumulator.lane_cols))
+
+    def warp_tile_text(self, h: "Hierarchy") -> str:
+        tm, tn = h.warp_tile
+        text, lanes = self.explain_text, h.lanes
+        rows, cols = lanes.shape
+        article = "an" if str(rows).startswith("8") else "a"
+        a, b = h.loads_per_k_step
+        return (f"{tm} x {tn}: {lanes.lane_grid[0]} x {lanes.lane_grid[1]} lanes, each "
+                f"{article} {rows} x {cols} piece of C ({_runs_text(lanes.rows, lanes.cols)}); "
+                f"per k-step of {h.k_step}: {a + b} {text.load} (A {a}, B {b}) and "
+                f"{h.products_per_k_step} {text.product} per {text.issuer}")
+
+    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+        return ("instruction", f"fma.rn.f32, one multiply-add per thread (exact f32 "
+                f"product, one rounding); {h.k_steps} k-steps of {h.k_step} per BK")
+
+    def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        return not_drawn(plan, kernel, "FFMA", "ld.shared.v4 + fma.rn.f32")
+
+
+FAMILY = Ffma()

@@ -1,0 +1,325 @@
+"""The mma family: ``ldmatrix`` + ``mma.sync.m16n8k16`` on f16/bf16 tiles, f32 accumulation.
+
+Each warp loads its slice of A and B from (swizzled) shared memory with ``ldmatrix.x4``
+(``.trans`` where mn is the contiguous storage dim), one 16 x 16 piece a load, and
+multiplies them with one ``mma.sync`` per m16 x n8 tile of its warp tile.
+
+Here: the fragment layout (:class:`MmaLayout`, :func:`mma_a_coord` and its siblings), the
+ldmatrix lane addressing (:func:`ldmatrix_lane_coord`, :func:`ldmatrix_addresses`), the
+emitters of ``frag.ldmatrix`` and ``frag.mma`` (the tf32 family reuses both), the explain
+text and viz's answer (it draws this family).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+
+from tilec.backend.context import Context, SmemView
+from tilec.ir.core import Op
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.ir.types import BF16, F16, DType
+from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, conflict_degree,
+                                 offset_relation, operand_extent, operand_k_major,
+                                 operand_storage_coord, warps_along)
+
+from .fragments_common import operand_offset, relative_address
+from .product import ExplainText, ProductFamily
+
+if TYPE_CHECKING:
+    from tilec.tools.explain import Hierarchy
+
+# mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+
+
+@dataclass(frozen=True)
+class MmaLayout(DistributedLayout):
+    """A tile distributed over warps as mma.m16n8k16 fragments.
+
+    ``operand`` is A, B or C; ``warps`` the warp grid (along M, along N) and ``warp_tile`` the
+    (rows, cols) of the C tile each warp owns. A fragments are shared by the warps of one
+    warp row, B fragments by those of one warp column. C registers run over the warp's
+    (m16, n8) tiles, m fastest, four per tile (PTX ISA 9.7.14.5.8).
+    """
+
+    operand: str
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    lane_grid = (8, 4)  # g = lane / 4 picks the row, t = lane % 4 the column pair
+    lane_step = (1, 2)
+    kind = "mma"
+
+    def register_offsets(self) -> list[tuple[int, int]]:
+        offsets = []
+        tiles_m = self.warp_tile[0] // MMA_M
+        for reg in range(self.regs_per_thread):
+            tile, r = divmod(reg, 4)
+            tn, tm = divmod(tile, tiles_m)
+            offsets.append((tm * MMA_M + 8 * (r // 2), tn * MMA_N + r % 2))
+        return offsets
+
+
+# -- mma.m16n8k16 fragments. g = lane / 4 (the "group"), t = lane % 4 (thread in group). ---
+
+def mma_a_coord(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """(row m, col k) of A element ``half`` (0/1) of 32-bit register ``reg`` (0..3)."""
+    g, t = divmod(lane, 4)
+    return g + 8 * (reg % 2), 2 * t + half + 8 * (reg // 2)
+
+
+def mma_b_coord(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """(row k, col n) of B element ``half`` of register ``reg`` (0..1)."""
+    g, t = divmod(lane, 4)
+    return 2 * t + half + 8 * reg, g
+
+
+def mma_c_coord(lane: int, reg: int) -> tuple[int, int]:
+    """(row m, col n) of accumulator register ``reg`` (0..3)."""
+    g, t = divmod(lane, 4)
+    return g + 8 * (reg // 2), 2 * t + reg % 2
+
+
+# (rows, cols, registers, elements per register) of one instruction's fragments with
+# f16/bf16 inputs: what viz's fragment picture inverts.
+FRAGMENT_SHAPES = {"A": (MMA_M, MMA_K, 4, 2), "B": (MMA_K, MMA_N, 2, 2),
+                   "C": (MMA_M, MMA_N, 4, 1)}
+
+
+def fragment_coord(role: str, lane: int, reg: int, half: int) -> tuple[int, int]:
+    """(row, col) of element ``half`` of register ``reg`` of ``lane`` in operand ``role``'s
+    fragment of one instruction (C: ``half`` is 0)."""
+    if role == "A":
+        return mma_a_coord(lane, reg, half)
+    if role == "B":
+        return mma_b_coord(lane, reg, half)
+    return mma_c_coord(lane, reg)
+
+
+# -- ldmatrix: PTX ISA 9.7.14.5.15 -----------------------------------------------------------
+# ldmatrix.x4: lanes 8j..8j+7 give the row addresses of 8x8 matrix j, and matrix j fills
+# destination register j. Per operand, which (mn block, k block) of the 16x16 piece each
+# matrix holds, so that register j is the mma's fragment register j:
+LDMATRIX_ORDER = {
+    "A": ((0, 0), (1, 0), (0, 1), (1, 1)),  # a0..a3 of one m16 x k16 tile
+    "B": ((0, 0), (0, 1), (1, 0), (1, 1)),  # b0, b1 of n-tile 0, then of n-tile 1
+}
+LDMATRIX_PIECE = 16  # the mn extent of one ldmatrix.x4
+
+
+def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int,
+                        row_elems: int = 8) -> tuple[int, int]:
+    """(mn, k) within an operand piece (16 mn x two 16-byte rows of k, or the transpose)
+    whose row address lane ``lane`` supplies; ``row_elems`` elements make one 16-byte
+    ldmatrix row (8 of f16, 4 of f32).
+
+    ``k_major``: the shared tile stores k contiguously (A row-major, or B given as B.T);
+    then plain ldmatrix gives the fragment: 16x16 of f16, or 16 x 8 of f32, whose 32-bit
+    words are exactly the tf32 mma's fragment registers. Otherwise mn is contiguous and
+    ``.trans`` does (16-bit elements only).
+    """
+    mn_block, k_block = LDMATRIX_ORDER[operand][lane // 8]
+    r = lane % 8
+    if k_major:
+        return mn_block * 8 + r, k_block * row_elems
+    return mn_block * row_elems, k_block * 8 + r
+
+
+def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int, k0: int,
+                       elem_bytes: int) -> list[int]:
+    """Byte addresses the 32 lanes give one ldmatrix.x4 at operand position (mn0, k0)."""
+    result = []
+    for lane in range(WARP_SIZE):
+        mn, k = ldmatrix_lane_coord(operand, k_major, lane, 16 // elem_bytes)
+        row, col = operand_storage_coord(k_major, mn0 + mn, k0 + k)
+        result.append(layout.offset(row, col) * elem_bytes)
+    return result
+
+
+def ldmatrix_reads(plan: TilingPlan, role: str, layout: SmemLayout, warp_index: int, k0: int,
+                   elem_bytes: int) -> Iterator[list[int]]:
+    """Lane byte addresses of the ldmatrix.x4 of every piece of one warp's slice at ``k0``."""
+    k_major = operand_k_major(role, layout)
+    extent = operand_extent(role, plan.warp_tile)
+    for mn0 in range(0, extent, LDMATRIX_PIECE):
+        yield ldmatrix_addresses(layout, role, k_major, warp_index * extent + mn0, k0,
+                                 elem_bytes)
+
+
+def _order_mask(role: str, index: int) -> int:
+    """Bit j holds component ``index`` of matrix j in LDMATRIX_ORDER, so a lane can look up
+    its matrix's block with one shift."""
+    return sum(block[index] << j for j, block in enumerate(LDMATRIX_ORDER[role]))
+
+
+def _ldmatrix_lane_offsets(ctx: Context, view: SmemView, role: str, mn0: int, k0: int) -> str:
+    """Byte offset (from the stage start) of the row this lane points ldmatrix at, for the
+    16x16 piece at (mn0 + this warp's base, k0). Emitted once per distinct piece."""
+    plan = ctx.plan
+    layout = view.buffer.layout
+    k_major = operand_k_major(role, layout)
+
+    # A matrix is 8 rows of one 16-byte row each: blocks step 8 along the row dim and one
+    # row's elements (8 of f16, 4 of f32) along the contiguous dim (ldmatrix_lane_coord).
+    row_elems = 16 // view.buffer.elem_bytes
+    steps = (8, row_elems) if k_major else (row_elems, 8)
+
+    def compute() -> str:
+        lane, _ = ctx.lane_warp()
+        matrix = ctx.int_op("shr.u32", lane, 3)
+        r = ctx.int_op("and.b32", lane, 7)
+        blocks = []
+        for index in (0, 1):
+            bit = ctx.int_op("shr.u32", _order_mask(role, index), matrix)
+            blocks.append(ctx.int_op("shl.b32", ctx.int_op("and.b32", bit, 1),
+                                     steps[index].bit_length() - 1))
+        mn, k = blocks
+        if k_major:
+            mn = ctx.int_op("add.s32", mn, r)
+        else:
+            k = ctx.int_op("add.s32", k, r)
+        return operand_offset(ctx, view, role, plan.warps, plan.warp_tile, mn, mn0,
+                              ctx.int_op("add.s32", k, k0))
+
+    key = ("ldmatrix", id(view.buffer), role, mn0, k0)
+    return ctx.w.once(key, compute)
+
+
+def _piece_offsets(plan: TilingPlan, role: str, layout: SmemLayout, mn0: int, k0: int,
+                   elem_bytes: int) -> list[int]:
+    """Byte offsets every lane of every warp along the operand gives one ldmatrix piece."""
+    k_major = operand_k_major(role, layout)
+    extent = operand_extent(role, plan.warp_tile)
+    return [a for w in range(warps_along(role, plan.warps))
+            for a in ldmatrix_addresses(layout, role, k_major, w * extent + mn0, k0,
+                                        elem_bytes)]
+
+
+def ldmatrix_registers(ctx: Context, view: SmemView, role: str, k0: int) -> list[str]:
+    """ldmatrix.x4 of every piece of this warp's slice of operand ``role`` at ``k0``: the
+    fragment registers, 4 a piece, in the mma's order (LDMATRIX_ORDER). A piece is 16 mn x
+    32 bytes of k: k16 of f16, or k8 of f32 (the tf32 fragment, non-.trans only). One lane
+    offset per operand is computed at entry; the other pieces follow it by a small XOR and
+    an immediate."""
+    layout = view.buffer.layout
+    eb = view.buffer.elem_bytes
+    trans = "" if operand_k_major(role, layout) else ".trans"
+    reference = _piece_offsets(ctx.plan, role, layout, 0, 0, eb)
+    state: dict = {}
+    regs: list[str] = []
+    for mn0 in range(0, operand_extent(role, ctx.plan.warp_tile), LDMATRIX_PIECE):
+        relation = offset_relation(reference, _piece_offsets(ctx.plan, role, layout, mn0, k0, eb))
+        address = relative_address(
+            ctx, view, relation, state,
+            lambda: _ldmatrix_lane_offsets(ctx, view, role, 0, 0),
+            lambda mn0=mn0: _ldmatrix_lane_offsets(ctx, view, role, mn0, k0))
+        out = ctx.w.regs("b32", 4)
+        ctx.w.emit(f"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{{', '.join(out)}}}, "
+                   f"[{address}];")
+        regs.extend(out)
+    return regs
+
+
+def _ldmatrix(ctx: Context, op: Op) -> None:
+    view: SmemView = ctx.get(op.operands[0])
+    ctx.bind(op.result, ldmatrix_registers(ctx, view, op.attrs["operand"], op.attrs["k0"]))
+
+
+# -- mma.sync.aligned.{shape}.row.col: PTX ISA 9.7.14.5.14 -----------------------------------
+# The type suffix per input dtype; the shape is the plan's instruction.
+MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32"}
+
+
+def mma_products(ctx: Context, op: Op, types: dict[DType, str]) -> None:
+    """``frag.mma``: one mma.sync per m16 x n8 tile of the warp tile, ``types`` giving the
+    instruction's type suffix per input dtype."""
+    a_regs, b_regs, acc = (ctx.get(v) for v in op.operands)
+    plan = ctx.plan
+    tiles_m = plan.warp_tile[0] // MMA_M
+    tiles_n = plan.warp_tile[1] // MMA_N
+    suffix = types[op.operands[0].type.dtype]
+    shape = "m{}n{}k{}".format(*plan.instruction)
+    # Accumulate in place when nothing else reads the old accumulator: the loop then carries
+    # the same registers from iteration to iteration, with no copies for ptxas to remove.
+    in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
+    out = list(acc)
+    # The order of the warp's mma instructions: "n" walks m fastest (consecutive mmas share B
+    # fragments), "m" walks n fastest (they share A); registers are the same either way.
+    order = [(tn, tm) for tn in range(tiles_n) for tm in range(tiles_m)]
+    if ctx.options.mma_order == "m":
+        order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
+    for tn, tm in order:
+        a = a_regs[tm * 4:tm * 4 + 4]
+        # B was loaded two n8 tiles per ldmatrix.x4: registers (b0, b1) of tile 2p then 2p+1.
+        b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
+        first = (tn * tiles_m + tm) * 4
+        c = acc[first:first + 4]
+        d = c if in_place else ctx.w.regs("f32", 4)
+        ctx.w.emit(f"mma.sync.aligned.{shape}.row.col.{suffix} {{{', '.join(d)}}}, "
+                   f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
+        out[first:first + 4] = d
+    ctx.bind(op.result, out)
+
+
+def _mma(ctx: Context, op: Op) -> None:
+    mma_products(ctx, op, MMA_TYPES)
+
+
+# -- the family --------------------------------------------------------------------------------
+
+class MmaSync(ProductFamily):
+    """ldmatrix + mma.sync.m16n8k16 on f16/bf16 tiles."""
+
+    name = "mma"
+    dtypes = ("f16", "bf16")
+    k_step = MMA_K
+    granule = (MMA_M, 2 * MMA_N)
+    granule_why = " (m16n8k16 instructions, B loaded two n8 tiles at a time)"
+    instruction = (MMA_M, MMA_N, MMA_K)
+    layout = MmaLayout
+    load_op = "frag.ldmatrix"
+    product_op = "frag.mma"
+    read_name = "ldmatrix"
+    explain_text = ExplainText("ldmatrix.x4", "mma.sync", "warp", "ldmatrix", "mma", "pieces",
+                               ("mma_order",))
+    emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma}
+
+    def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
+        # A: 4 registers per m16 piece; B: 2 per n8 tile (two 16-bit elements each).
+        return warp_rows // MMA_M * 4 + warp_cols // MMA_N * 2
+
+    def read_addresses(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                       warp_index: int, k0: int, elem_bytes: int) -> Iterator[list[int]]:
+        return ldmatrix_reads(plan, op_plan.role, layout, warp_index, k0, elem_bytes)
+
+    def read_access(self, role: str, layout: SmemLayout) -> str:
+        return "ldmatrix.x4" + ("" if operand_k_major(role, layout) else ".trans")
+
+    def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
+        return conflict_degree(addresses, 16)
+
+    def loads_per_k_step(self, plan: TilingPlan) -> tuple[int, int]:
+        """ldmatrix.x4 per warp per k16 step: one per 16 rows of A, one per 16 columns of B."""
+        tm, tn = plan.warp_tile
+        return tm // LDMATRIX_PIECE, tn // LDMATRIX_PIECE
+
+    def products_per_k_step(self, accumulator: DistributedLayout) -> int:
+        """mma.sync per warp per k-step: one per m16 x n8 tile of the warp tile."""
+        tm, tn = accumulator.warp_tile
+        return (tm // MMA_M) * (tn // MMA_N)
+
+    def warp_tile_text(self, h: "Hierarchy") -> str:
+        (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
+        a, b = h.loads_per_k_step
+        text = self.explain_text
+        return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
+                f"{text.product} and {a + b} {text.load} (A {a}, B {b}) per k-step")
+
+    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+        return ("instruction tile", "m{}n{}k{}".format(*h.instruction)
+                + f", {h.k_steps} k-steps per BK")
+
+    def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        return None  # viz draws this family's ldmatrix bank maps and fragments
+
+
+FAMILY = MmaSync()

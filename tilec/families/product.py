@@ -1,0 +1,164 @@
+"""The product family base class: the hooks every instruction family provides.
+
+A product family is how the warps of a block compute ``acc + a @ b`` on their fragments:
+which instructions read the operands from shared memory and which multiply them. Each
+family is one module (:mod:`.mma_sync`, :mod:`.ffma`, :mod:`.tf32`) holding its identity,
+its fragment layout, the shared-memory addresses its loads read, its PTX emitters, its
+explain text and its viz answer; :mod:`.products` lists them. A new family (wgmma) is a new
+module and one line in the registry.
+
+The tiling pass reads the identity (dtypes, k step, granule, register estimate), the
+swizzle pass and explain the read enumeration (:meth:`ProductFamily.read_addresses`), the
+fragments pass the ops and layouts, the backend the emitters.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional, Sequence
+
+from tilec.ir.core import Op
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout, warps_along
+
+if TYPE_CHECKING:  # explain's data, read by the text hooks; no import at run time
+    from tilec.backend.context import Context
+    from tilec.tools.explain import Hierarchy
+
+Emitter = Callable[["Context", Op], None]
+
+
+@dataclass(frozen=True)
+class ExplainText:
+    """The words ``tilec explain`` uses for a family's instructions."""
+
+    load: str  # the PTX of one fragment load ("ldmatrix.x4")
+    product: str  # the PTX of one product ("mma.sync")
+    issuer: str  # who issues the per-k-step counts: "warp" or "thread"
+    load_row: str  # the schedule table's names of the fragment ops
+    product_row: str
+    read_pieces: str  # what one k-step's fragment reads are made of ("pieces")
+    options: tuple[str, ...]  # fields of Options that only this family's backend reads
+
+
+@dataclass(frozen=True)
+class Run:
+    """How a lane's rows (or columns) of C lie in its warp tile: ``count`` runs of
+    ``length`` consecutive ones, each ``spacing`` after the previous."""
+
+    count: int
+    length: int
+    spacing: int
+
+
+@dataclass(frozen=True)
+class LanePiece:
+    """The part of its warp's C tile one lane computes (families whose lanes own C pieces)."""
+
+    lane_grid: tuple[int, int]  # lanes along the warp tile's rows and columns
+    shape: tuple[int, int]  # rows x columns of C per lane
+    rows: Run
+    cols: Run
+
+
+class ProductFamily(ABC):
+    """One instruction family. Subclasses set the identity below and implement the abstract
+    hooks; one instance of each is registered in :data:`tilec.families.products.FAMILIES`."""
+
+    def __repr__(self) -> str:
+        return f"<product family {self.name}>"
+
+    # -- identity ---------------------------------------------------------------------
+    name: ClassVar[str]  # TilingPlan.kind and the layouts' kind: "mma", "simt", "tf32"
+    dtypes: ClassVar[tuple[str, ...]]  # input dtypes the instruction multiplies
+    f32_math: ClassVar[Optional[str]] = None  # the Options.f32_math selecting it (None: any)
+    k_step: ClassVar[int]  # k covered by one fragment load and one product op
+    granule: ClassVar[tuple[int, int]]  # a warp tile's rows and cols are multiples of these
+    granule_why: ClassVar[str]  # why, in the words of the tiling pass's error
+    instruction: ClassVar[tuple[int, int, int]]  # m, n, k of one instruction
+    layout: ClassVar[type[DistributedLayout]]  # fragments' and accumulator's layout
+    load_op: ClassVar[str]  # the IR op loading a fragment from a shared view
+    product_op: ClassVar[str]  # the IR op multiplying fragments into the accumulator
+    read_name: ClassVar[str]  # the key of its fragment reads' figure in the conflict report
+    # The byte units the candidate swizzles permute (tilec.target.layout.swizzle_candidates).
+    swizzle_units: ClassVar[tuple[int, ...]] = (16,)
+    explain_text: ClassVar[ExplainText]
+    # The PTX emitters of its ops, op name -> emitter (tilec.backend.ptx's op table).
+    emitters: ClassVar[dict[str, Emitter]]
+
+    # -- registers ----------------------------------------------------------------------
+    @abstractmethod
+    def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
+        """Registers one k step's A and B fragments take per thread."""
+
+    def registers(self, warp_tile: tuple[int, int], overhead: int) -> int:
+        """Registers a thread needs: accumulators, double-buffered fragments, overhead."""
+        tm, tn = warp_tile
+        return tm * tn // WARP_SIZE + 2 * self.fragment_registers(tm, tn) + overhead
+
+    # -- shared-memory reads --------------------------------------------------------------
+    @abstractmethod
+    def read_addresses(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                       warp_index: int, k0: int, elem_bytes: int) -> Iterator[list[int]]:
+        """The lane byte addresses (from the stage start) of every fragment read the warp at
+        ``warp_index`` along the operand's mn dim issues for the k step at ``k0``, with the
+        operand stored as ``layout``: the one enumeration the swizzle pass scores, explain
+        counts, the backend derives addresses from and the conflict tests check."""
+
+    @abstractmethod
+    def read_access(self, role: str, layout: SmemLayout) -> str:
+        """The PTX name of the instruction reading operand ``role`` stored as ``layout``."""
+
+    @abstractmethod
+    def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
+        """The conflict degree of one read (1 = conflict-free), k contiguous or not."""
+
+    def operand_reads(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                       elem_bytes: int) -> Iterator[list[int]]:
+        """Every fragment read of one stage of an operand: per warp along mn and k step."""
+        for warp_index in range(warps_along(op_plan.role, plan.warps)):
+            for k0 in range(0, plan.block[2], self.k_step):
+                yield from self.read_addresses(plan, op_plan, layout, warp_index, k0,
+                                               elem_bytes)
+
+    def worst_read_degree(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                          elem_bytes: int) -> int:
+        """The worst conflict degree of the operand's fragment reads (the swizzle pass's)."""
+        k_major = op_plan.k_major
+        return max(self.read_degree(k_major, addresses)
+                   for addresses in self.operand_reads(plan, op_plan, layout, elem_bytes))
+
+    # -- explain --------------------------------------------------------------------------
+    @abstractmethod
+    def loads_per_k_step(self, plan: TilingPlan) -> tuple[int, int]:
+        """Fragment loads per k step (per issuer), of A and of B."""
+
+    @abstractmethod
+    def products_per_k_step(self, accumulator: DistributedLayout) -> int:
+        """Product instructions per k step (per issuer), from the accumulator's layout."""
+
+    def lane_piece(self, accumulator: DistributedLayout) -> Optional[LanePiece]:
+        """What one lane computes, for families whose lanes own C pieces; else None."""
+        return None
+
+    @abstractmethod
+    def warp_tile_text(self, h: "Hierarchy") -> str:
+        """explain's warp tile line, after "warp tile"."""
+
+    @abstractmethod
+    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+        """explain's next line: (label, text)."""
+
+    # -- viz ------------------------------------------------------------------------------
+    @abstractmethod
+    def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        """None when ``tilec viz`` draws this family's bank maps and fragments; else why
+        not, naming ``kernel`` (``kernel 'sgemm'``) and its instructions."""
+
+
+def not_drawn(plan: TilingPlan, kernel: str, uses: str, instructions: str) -> str:
+    """viz's refusal of a family it does not draw: what the kernel uses instead."""
+    return (f"viz draws mma fragment layouts and ldmatrix bank maps; {kernel} uses {uses} "
+            f"({plan.dtype} tiles: {instructions}, product kind '{plan.kind}'); see "
+            "`tilec explain` for its bank conflicts")
+

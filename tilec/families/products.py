@@ -1,0 +1,64 @@
+"""The registry of product families: the one place that lists them.
+
+Tiling asks :func:`family_for` which family multiplies tiles of a dtype; every later stage
+asks :func:`family_of` which family a plan computes with. The backend's op table takes
+:data:`EMITTERS` from here; the hazard checker and explain take :data:`LOAD_OPS` and
+:data:`PRODUCT_OPS`. A new family is a module and one entry in :data:`FAMILIES`.
+"""
+from __future__ import annotations
+
+from tilec.ir.core import Op
+from tilec.ir.schedule import TilingPlan
+
+from . import ffma, mma_sync, tf32
+from .product import Emitter, ProductFamily
+
+# Lookup order matters to family_for only: the first family taking a dtype (under the
+# Options.f32_math given) wins.
+FAMILIES: tuple[ProductFamily, ...] = (mma_sync.FAMILY, ffma.FAMILY, tf32.FAMILY)
+_BY_NAME = {family.name: family for family in FAMILIES}
+
+# Each op once (the mma and tf32 families share frag.mma).
+LOAD_OPS = tuple(dict.fromkeys(family.load_op for family in FAMILIES))
+PRODUCT_OPS = tuple(dict.fromkeys(family.product_op for family in FAMILIES))
+
+
+def family_named(name: str) -> ProductFamily:
+    """The family a plan's ``kind`` or a distributed layout's ``kind`` names."""
+    return _BY_NAME[name]
+
+
+def family_of(plan: TilingPlan) -> ProductFamily:
+    """The family a tiling plan (:class:`tilec.ir.schedule.TilingPlan`) computes with."""
+    return _BY_NAME[plan.kind]
+
+
+def family_for(dtype: str, f32_math: str = "ffma") -> ProductFamily:
+    """The family for operand tiles of ``dtype`` (``f32_math``: Options.f32_math, which
+    picks among the f32 families); KeyError names the dtypes taken."""
+    for family in FAMILIES:
+        if dtype in family.dtypes and family.f32_math in (None, f32_math):
+            return family
+    taken = ", ".join(dict.fromkeys(d for family in FAMILIES for d in family.dtypes))
+    raise KeyError(f"tiles of {dtype} cannot be multiplied (the backend takes {taken})")
+
+
+def _through_plan(name: str) -> Emitter:
+    """An emitter for an op several families share: the plan's family emits it."""
+    def emit(ctx, op: Op) -> None:
+        family_of(ctx.plan).emitters[name](ctx, op)
+    emit.__name__ = f"emit_{name.replace('.', '_')}"
+    return emit
+
+
+def _emitters() -> dict[str, Emitter]:
+    owners: dict[str, list[ProductFamily]] = {}
+    for family in FAMILIES:
+        for name in family.emitters:
+            owners.setdefault(name, []).append(family)
+    return {name: families[0].emitters[name] if len(families) == 1 else _through_plan(name)
+            for name, families in owners.items()}
+
+
+# The PTX emitters of every family's ops, for tilec.backend.ptx's op table.
+EMITTERS: dict[str, Emitter] = _emitters()

@@ -1,0 +1,240 @@
+"""The tf32 family: f32 tiles on tensor cores (``Options.f32_math = "tf32"``), as cuBLAS with
+TF32 allowed: ``frag.ldtf32`` + ``mma.sync.m16n8k8 .tf32``, f32 accumulation.
+
+``frag.ldtf32`` loads each warp's slice of an f32 operand as mma.m16n8k8 .tf32 fragments and
+rounds every register to tf32; which instruction reads shared memory depends on the
+operand's storage orientation:
+
+- k contiguous (A row-major, B given transposed): ``ldmatrix.x4`` (non-.trans). Its 16-byte
+  rows are 4 f32 along k, and the 32-bit word a lane receives is exactly its tf32 fragment
+  register (:func:`~tilec.families.mma_sync.ldmatrix_lane_coord` with 4-element rows).
+- mn contiguous (row-major B, A given transposed): ldmatrix cannot transpose 32-bit
+  elements, so one ``ld.shared.b32`` per fragment register, at :func:`tf32_operand_coord`;
+  the swizzle pass makes these conflict-free (32-byte swizzle units).
+
+Then ``cvt.rna.tf32.f32`` on every register: round to nearest, ties away from zero, to 10
+mantissa bits, as cuBLAS and CUTLASS do for f32 inputs with TF32 allowed (the mma would
+otherwise ignore the low 13 bits, truncating). The product is ``frag.mma``, the mma
+family's emitter with the tf32 type suffix and the plan's m16n8k8 shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
+
+from tilec.backend.context import Context, SmemView
+from tilec.ir.core import Op
+from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.ir.types import F32
+from tilec.target.layout import (BANK_BYTES, WARP_SIZE, SmemLayout, conflict_degree,
+                                 offset_relation, operand_extent, operand_k_major,
+                                 operand_storage_coord, warps_along)
+
+from .fragments_common import operand_offset, relative_address
+from .mma_sync import (LDMATRIX_PIECE, MMA_M, MMA_N, MmaLayout, MmaSync, ldmatrix_reads,
+                       ldmatrix_registers, mma_products)
+from .product import ExplainText, not_drawn
+
+if TYPE_CHECKING:
+    from tilec.tools.explain import Hierarchy
+
+# mma.sync.aligned.m16n8k8 with .tf32 inputs: PTX ISA "Matrix Fragments for mma.m16n8k8"; one
+# 32-bit element a register, so k 8 (32 bytes of f32, as k16 is 32 bytes of f16).
+TF32_K = 8
+
+
+@dataclass(frozen=True)
+class Tf32Layout(MmaLayout):
+    """A tile distributed over warps as mma.m16n8k8 .tf32 fragments: C exactly as
+    :class:`~tilec.families.mma_sync.MmaLayout`'s (the m16n8 accumulator fragment is the
+    same); A and B hold one f32 (rounded to tf32) per register, at :func:`tf32_a_coord` and
+    :func:`tf32_b_coord`, four registers per m16 piece of A and two per n8 tile of B, in the
+    mma family's order."""
+
+    kind = "tf32"
+
+
+# mma.m16n8k8 .tf32 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8"): one f32 per
+# 32-bit register; g = lane / 4, t = lane % 4 as for m16n8k16.
+
+def tf32_a_coord(lane: int, reg: int) -> tuple[int, int]:
+    """(row m, col k) of A register ``reg`` (0..3) of an m16 x k8 piece: (g, t),
+    (g + 8, t), (g, t + 4), (g + 8, t + 4)."""
+    g, t = divmod(lane, 4)
+    return g + 8 * (reg % 2), t + 4 * (reg // 2)
+
+
+def tf32_b_coord(lane: int, reg: int) -> tuple[int, int]:
+    """(row k, col n) of B register ``reg`` (0..1) of a k8 x n8 tile: (t, g), (t + 4, g)."""
+    g, t = divmod(lane, 4)
+    return t + 4 * reg, g
+
+
+def tf32_operand_coord(role: str, lane: int, reg: int) -> tuple[int, int]:
+    """(mn, k) of fragment register ``reg`` of ``lane``: register ``4 p + r`` of A is
+    register r of m16 piece p, register ``2 p + r`` of B register r of n8 tile p."""
+    if role == "A":
+        piece, r = divmod(reg, 4)
+        m, k = tf32_a_coord(lane, r)
+        return piece * MMA_M + m, k
+    piece, r = divmod(reg, 2)
+    k, n = tf32_b_coord(lane, r)
+    return piece * MMA_N + n, k
+
+
+def tf32_registers(role: str, warp_tile: tuple[int, int]) -> int:
+    """Fragment registers one k8 step of operand ``role`` takes per lane."""
+    return warp_tile[0] // MMA_M * 4 if role == "A" else warp_tile[1] // MMA_N * 2
+
+
+def tf32_word_addresses(layout: SmemLayout, role: str, warp_tile: tuple[int, int],
+                        warp_index: int, reg: int, k0: int, elem_bytes: int) -> list[int]:
+    """Byte addresses the 32 lanes read in the ``ld.shared.b32`` of fragment register
+    ``reg`` (warp ``warp_index`` along the operand's mn dim, k step at ``k0``): how operands
+    whose mn dim is contiguous in shared memory are loaded (ldmatrix cannot transpose
+    32-bit elements)."""
+    extent = operand_extent(role, warp_tile)
+    k_major = operand_k_major(role, layout)
+    result = []
+    for lane in range(WARP_SIZE):
+        mn, k = tf32_operand_coord(role, lane, reg)
+        row, col = operand_storage_coord(k_major, warp_index * extent + mn, k0 + k)
+        result.append(layout.offset(row, col) * elem_bytes)
+    return result
+
+
+def _word_lane_offset(ctx: Context, view: SmemView, role: str, reg: int, k: int) -> str:
+    """Byte offset (from the stage start) of this lane's element of fragment register
+    ``reg`` at k step ``k``: the lane's (g, t) part plus the register's (lane 0's) part."""
+    plan = ctx.plan
+
+    def compute() -> str:
+        lane, _ = ctx.lane_warp()
+        g = ctx.int_op("shr.u32", lane, 2)
+        t = ctx.int_op("and.b32", lane, 3)
+        mn_rel, k_rel = tf32_operand_coord(role, 0, reg)
+        return operand_offset(ctx, view, role, plan.warps, plan.warp_tile, g, mn_rel,
+                              ctx.int_op("add.s32", t, k + k_rel))
+
+    return ctx.w.once(("ldtf32", id(view.buffer), role, reg, k), compute)
+
+
+def _all_lanes(ctx: Context, view: SmemView, role: str, reg: int, k0: int) -> list[int]:
+    """Byte offsets every lane of every warp along the operand reads for one register."""
+    plan = ctx.plan
+    return [a for w in range(warps_along(role, plan.warps))
+            for a in tf32_word_addresses(view.buffer.layout, role, plan.warp_tile, w, reg, k0,
+                                         view.buffer.elem_bytes)]
+
+
+def _word_registers(ctx: Context, view: SmemView, role: str, k0: int) -> list[str]:
+    """One ``ld.shared.b32`` per fragment register (PTX ISA 9.7.9.8, ld), addressed from one
+    lane offset by XOR + immediate where the swizzle allows (relative_address)."""
+    reference = _all_lanes(ctx, view, role, 0, 0)
+    state: dict = {}
+    regs: list[str] = []
+    for reg in range(tf32_registers(role, ctx.plan.warp_tile)):
+        relation = offset_relation(reference, _all_lanes(ctx, view, role, reg, k0))
+        address = relative_address(
+            ctx, view, relation, state, lambda: _word_lane_offset(ctx, view, role, 0, 0),
+            lambda reg=reg: _word_lane_offset(ctx, view, role, reg, k0))
+        out = ctx.w.reg("b32")
+        ctx.w.emit(f"ld.shared.b32 {out}, [{address}];")
+        regs.append(out)
+    return regs
+
+
+# Per storage orientation (k contiguous or not): how the fragment registers are read.
+LOADERS: dict[bool, Callable[[Context, SmemView, str, int], list[str]]] = {
+    True: ldmatrix_registers, False: _word_registers}
+
+
+def _ldtf32(ctx: Context, op: Op) -> None:
+    view: SmemView = ctx.get(op.operands[0])
+    role, k0 = op.attrs["operand"], op.attrs["k0"]
+    regs = LOADERS[operand_k_major(role, view.buffer.layout)](ctx, view, role, k0)
+    # PTX ISA 9.7.9.21 (cvt): .rna rounds to nearest, ties away from zero; in place, as the
+    # f32 value is not needed again.
+    for reg in regs:
+        ctx.w.emit(f"cvt.rna.tf32.f32 {reg}, {reg};")
+    ctx.bind(op.result, regs)
+
+
+# mma.sync.aligned.m16n8k8.row.col with .tf32 inputs: registers already rounded by ldtf32.
+MMA_TYPES = {F32: "f32.tf32.tf32.f32"}
+
+
+def _mma(ctx: Context, op: Op) -> None:
+    mma_products(ctx, op, MMA_TYPES)
+
+
+class Tf32(MmaSync):
+    """ldmatrix or ld.shared.b32 + cvt.rna.tf32.f32 + mma.sync.m16n8k8 .tf32 on f32 tiles;
+    the accumulator and the product's order are the mma family's."""
+
+    name = "tf32"
+    dtypes = ("f32",)
+    f32_math = "tf32"
+    k_step = TF32_K
+    granule_why = " (m16n8k8 tf32 instructions, B loaded two n8 tiles at a time)"
+    instruction = (MMA_M, MMA_N, TF32_K)
+    layout = Tf32Layout
+    load_op = "frag.ldtf32"
+    read_name = "ldtf32"
+    # 32-bit reads put 8 consecutive words of 4 rows in one wavefront; XOR-ing 32-byte units
+    # by the row moves each row's 8 words to banks of their own.
+    swizzle_units = (16, 32)
+    explain_text = ExplainText("fragment loads", "mma.sync", "warp", "ldtf32", "mma", "reads",
+                               ("f32_math", "mma_order"))
+    emitters = {"frag.ldtf32": _ldtf32, "frag.mma": _mma}
+
+    # fragment_registers: the mma family's count (4 per m16 piece of A, 2 per n8 tile of B),
+    # one f32 a register per k8 step.
+
+    def read_addresses(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                       warp_index: int, k0: int, elem_bytes: int) -> Iterator[list[int]]:
+        """ldmatrix where k is contiguous; else one ``ld.shared.b32`` per fragment register,
+        its 32 lanes reading 4 k rows x 8 consecutive mn words (A: m, B: n), all distinct, so
+        they compete for banks in one wavefront."""
+        role = op_plan.role
+        if operand_k_major(role, layout):
+            yield from ldmatrix_reads(plan, role, layout, warp_index, k0, elem_bytes)
+            return
+        for reg in range(tf32_registers(role, plan.warp_tile)):
+            yield tf32_word_addresses(layout, role, plan.warp_tile, warp_index, reg, k0,
+                                      elem_bytes)
+
+    def read_access(self, role: str, layout: SmemLayout) -> str:
+        return "ldmatrix.x4" if operand_k_major(role, layout) else "ld.shared.b32"
+
+    def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
+        return conflict_degree(addresses, 16 if k_major else BANK_BYTES)
+
+    def loads_per_k_step(self, plan: TilingPlan) -> tuple[int, int]:
+        """Fragment loads per warp per k8 step, A and B: one ldmatrix.x4 per 16-wide piece
+        where k is contiguous, else one ld.shared.b32 per fragment register."""
+        a, b = (operand_extent(op.role, plan.warp_tile) // LDMATRIX_PIECE if op.k_major
+                else tf32_registers(op.role, plan.warp_tile)
+                for op in (plan.operand("A"), plan.operand("B")))
+        return a, b
+
+    def warp_tile_text(self, h: "Hierarchy") -> str:
+        (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
+        readers = [("ldmatrix.x4" if c.transposed == (c.role == "B") else "ld.shared.b32")
+                   for c in h.copies]
+        a, b = h.loads_per_k_step
+        return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
+                f"mma.sync and {a + b} fragment loads (A {a} {readers[0]}, B {b} "
+                f"{readers[1]}) per k-step, each register then rounded by cvt.rna.tf32.f32")
+
+    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+        return ("instruction tile", "m{}n{}k{} .tf32".format(*h.instruction)
+                + f" (f32 inputs rounded to tf32, f32 accumulation), {h.k_steps} k-steps "
+                "per BK")
+
+    def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        return not_drawn(plan, kernel, "TF32 tensor cores",
+                         "ldmatrix or ld.shared.b32 + mma.sync m16n8k8 .tf32")
+
+
+FAMILY = Tf32()
