@@ -1,0 +1,1 @@
+"""Instruction families and data-movement families."""
