@@ -31,7 +31,7 @@ from tilec.runtime import (
     parse_dlpack_capsule,
     to_bf16_bits,
 )
-from tilec.runtime.driver import _ParamPacker
+from tilec.runtime.driver import _ParamPacker, signature
 
 FAKE_PTR = 0x7F00_DEAD_0000  # never dereferenced: describing an argument only reads metadata
 
@@ -143,7 +143,7 @@ def test_kernel_args_accept_their_extremes() -> None:
 
 def test_param_packer_points_each_parameter_at_its_value() -> None:
     args = (Ptr(0x1234_5678_9ABC), I32(-5), I64(-(2**40)), F32(1.5), I32(7))
-    packer = _ParamPacker(tuple(map(type, args)))
+    packer = _ParamPacker(signature(args))
     address = packer.pack(args)
     slot = [ctypes.c_void_p.from_address(address + 8 * index).value for index in range(5)]
     assert ctypes.c_uint64.from_address(slot[0]).value == 0x1234_5678_9ABC
