@@ -40,7 +40,7 @@ def fake_function() -> Function:
     function.name, function.handle = "k", "handle"
     function._device = SimpleNamespace(make_current=lambda: None)
     function._max_threads, function._dynamic_shared_limit = 1024, 48 * 1024
-    function._packers, function.lock = {}, threading.Lock()
+    function._marshallers, function.lock = {}, threading.Lock()
     return function
 
 
@@ -100,7 +100,7 @@ def test_one_layout_per_signature_reused_across_launches(fake) -> None:
     changed = [Ptr(1), I32(2), Blob(bytes(128)), F32(-1.0), I64(3)]
     launch(function, (1, 1, 1), (32, 1, 1), 0, None, changed)
     (_, first), (_, second) = fake.calls
-    assert first[9] == second[9] and len(function._packers) == 1
+    assert first[9] == second[9] and len(function._marshallers) == 1
     pointer = ctypes.c_void_p.from_address(second[9] + 8).value
     assert ctypes.c_int32.from_address(pointer).value == 2
 

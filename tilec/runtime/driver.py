@@ -407,7 +407,7 @@ class DeviceBuffer:
 
 # --- Kernel parameters ---------------------------------------------------------------------------
 # Each value class names its parameter type (backend/abi.py), which knows the bytes the driver
-# copies for it; a launch lays those out once per signature (_ParamPacker).
+# copies for it; a launch lays those out once per signature (_ParamMarshaller).
 
 class Ptr(int):
     """A device address, passed as a `.u64` kernel parameter."""
@@ -449,7 +449,7 @@ class I64(int):
 
 
 class F32(float):
-    """A `.f32` kernel parameter (rounded to single precision when packed)."""
+    """A `.f32` kernel parameter (rounded to single precision when marshalled)."""
 
     __slots__ = ()
     param_type: ClassVar[ParamType] = abi.F32
@@ -488,7 +488,7 @@ def kernel_argument(param_type: ParamType, value: Any) -> KernelArg:
     return _ARGUMENT_CLASSES[param_type](value)
 
 
-class _ParamPacker:
+class _ParamMarshaller:
     """Pre-built kernelParams for one signature of parameter types: storage holding every value
     at an offset aligned to its type, and the array of pointers into it the driver reads. A
     launch only writes values (one struct.pack_into) and passes the array's address."""
@@ -514,7 +514,7 @@ class _ParamPacker:
             *(storage + self._start + offset for offset in offsets))
         self.address = ctypes.addressof(self._pointers) if count else 0
 
-    def pack(self, args: Sequence[KernelArg]) -> int:
+    def marshal(self, args: Sequence[KernelArg]) -> int:
         self._struct.pack_into(self._storage, self._start, *args)
         return self.address
 
@@ -624,9 +624,9 @@ class Function:
         self._max_threads = self._attribute(attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         self._dynamic_shared_limit = self._attribute(
             attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
-        self._packers: dict[tuple[ParamType, ...], _ParamPacker] = {}
-        # The packers' storage is shared state; the driver copies the values before the launch
-        # call returns, so the lock is held only across pack + launch.
+        self._marshallers: dict[tuple[ParamType, ...], _ParamMarshaller] = {}
+        # The marshallers' storage is shared state; the driver copies the values before the
+        # launch call returns, so the lock is held only across marshal + launch.
         self.lock = threading.Lock()
 
     def attributes(self) -> dict[str, int]:
@@ -684,12 +684,12 @@ class Function:
             raise ValueError(f"kernel {self.name!r}: cluster {tuple(cluster)} must be three "
                              f"positive sizes dividing the grid {tuple(grid)}")
 
-    def packer(self, types: tuple[ParamType, ...]) -> _ParamPacker:
+    def marshaller(self, types: tuple[ParamType, ...]) -> _ParamMarshaller:
         """The kernelParams layout for arguments of these types, built once per signature."""
-        packer = self._packers.get(types)
-        if packer is None:
-            packer = self._packers[types] = _ParamPacker(types)
-        return packer
+        marshaller = self._marshallers.get(types)
+        if marshaller is None:
+            marshaller = self._marshallers[types] = _ParamMarshaller(types)
+        return marshaller
 
     def _attribute(self, attribute: Any) -> int:
         return int(_call(_cuda.cuFuncGetAttribute, attribute, self.handle))
@@ -711,14 +711,14 @@ def launch(function: Function, grid: Dim3, block: Dim3, smem_bytes: int, stream:
     `cuLaunchKernel`. Faults inside the kernel surface later, at a synchronize, as CudaError.
     """
     function.check_launch(grid, block, smem_bytes, cluster)
-    packer = function.packer(signature(params))
+    marshaller = function.marshaller(signature(params))
     handle = _stream_handle(stream)
     function._device.make_current()
     call = "cuLaunchKernel" if cluster is None else "cuLaunchKernelEx"
     config = None if cluster is None else _launch_config(grid, block, smem_bytes, handle,
                                                          cluster)
     with function.lock:
-        address = packer.pack(params)
+        address = marshaller.marshal(params)
         if config is None:
             err = _cuda.cuLaunchKernel(function.handle, *grid, *block, smem_bytes, handle,
                                        address, 0)[0]
