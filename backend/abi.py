@@ -1,46 +1,241 @@
 """The kernel's parameter list, shared by the PTX emitter and the launcher.
 
-Per tensor parameter: its base address (u64) and one stride per dim in elements (s32);
-per scalar parameter: its value; then each shape symbol (s32), in ``Kernel.symbols`` order;
-then, for a split-K kernel, its workspace pointers (``backend/split.py``).
+Per tensor parameter: its base address (a pointer) and one stride per dim in elements (i32);
+per scalar parameter: its value; then each shape symbol (i32), in ``Kernel.symbols`` order;
+then what the data-movement families add (``tilec/families/movements.py``: a TMA tensor map,
+later) and, for a split-K kernel, its workspace pointers (``backend/split.py``).
+
+Each parameter has a type that knows both of its ends: the PTX declaration the kernel is
+written with, and the bytes the host hands the driver for it (``encode``;
+``tilec/runtime/driver.py`` lays them out for ``cuLaunchKernel``). An opaque blob, such as
+the 128-byte ``CUtensorMap``, is passed by value with its own size and alignment.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import re
+import struct
 from dataclasses import dataclass
+from typing import Any, ClassVar, Union
 
 from tilec.ir.core import Kernel, Op
 from tilec.ir.types import TensorType
 
-# The split-K workspace's hidden parameters (backend/split.py), after the shape symbols.
+# The split-K workspace's hidden parameters (``backend/split.py`` adds them, typed).
 WORKSPACE_PARAMS = ("split_partials", "split_counters")
-PARAM_PTX_TYPES = {"ptr": ".u64", "i32": ".u32", "f32": ".f32"}
+
+
+@dataclass(frozen=True)
+class _ScalarForm:
+    ptx: str  # the .param and ld.param type
+    struct_code: str  # little-endian, standard size
+    ctype: type
+    register: str  # the PtxWriter register class it loads into
+
+
+# The ABI declares i32 parameters .u32 (every value it passes, sizes and strides, is
+# non-negative, and the loads do not care); i64 is for hand-written kernels.
+_SCALAR_FORMS = {
+    "i32": _ScalarForm(".u32", "i", ctypes.c_int32, "b32"),
+    "i64": _ScalarForm(".s64", "q", ctypes.c_int64, "b64"),
+    "f32": _ScalarForm(".f32", "f", ctypes.c_float, "f32"),
+}
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    """A number passed by value: ``.param .u32 x`` (i32), ``.param .s64 x``, ``.param .f32 x``."""
+
+    dtype: str  # a key of _SCALAR_FORMS
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _SCALAR_FORMS:
+            raise ValueError(f"no kernel parameter type for scalar dtype {self.dtype!r} "
+                             f"(known: {', '.join(_SCALAR_FORMS)})")
+
+    @property
+    def _form(self) -> _ScalarForm:
+        return _SCALAR_FORMS[self.dtype]
+
+    @property
+    def ptx_type(self) -> str:
+        return self._form.ptx
+
+    @property
+    def register_class(self) -> str:
+        return self._form.register
+
+    @property
+    def struct_format(self) -> str:
+        return self._form.struct_code
+
+    @property
+    def ctype(self) -> type:
+        return self._form.ctype
+
+    @property
+    def size(self) -> int:
+        return struct.calcsize("<" + self.struct_format)
+
+    @property
+    def align(self) -> int:
+        return self.size
+
+    @property
+    def spelling(self) -> str:
+        return self.dtype
+
+    def declaration(self, name: str) -> str:
+        return f".param {self.ptx_type} {name}"
+
+    def encode(self, value: Any) -> bytes:
+        return struct.pack("<" + self.struct_format, value)
+
+
+@dataclass(frozen=True)
+class PointerParam:
+    """A global-memory address: ``.param .u64 x``, loaded and converted with cvta."""
+
+    ptx_type: ClassVar[str] = ".u64"
+    register_class: ClassVar[str] = "b64"
+    struct_format: ClassVar[str] = "Q"
+    ctype: ClassVar[type] = ctypes.c_uint64
+    size: ClassVar[int] = 8
+    align: ClassVar[int] = 8
+    spelling: ClassVar[str] = "ptr"
+
+    def declaration(self, name: str) -> str:
+        return f".param {self.ptx_type} {name}"
+
+    def encode(self, value: Any) -> bytes:
+        return struct.pack("<Q", value)
+
+
+@dataclass(frozen=True)
+class BlobParam:
+    """Opaque bytes passed by value, e.g. a TMA tensor map:
+    ``.param .align 64 .b8 x[128]``. The kernel takes its address (``cvta.param``) rather
+    than loading it, so it has no register class."""
+
+    size: int
+    align: int
+
+    def __post_init__(self) -> None:
+        if self.size <= 0 or self.align <= 0 or self.align & (self.align - 1):
+            raise ValueError(f"a blob parameter needs a positive size and a power-of-two "
+                             f"alignment, got size {self.size}, align {self.align}")
+
+    @property
+    def struct_format(self) -> str:
+        return f"{self.size}s"
+
+    @property
+    def ctype(self) -> type:
+        return ctypes.c_uint8 * self.size
+
+    @property
+    def spelling(self) -> str:
+        return f"b8[{self.size}] align {self.align}"
+
+    def declaration(self, name: str) -> str:
+        return f".param .align {self.align} .b8 {name}[{self.size}]"
+
+    def encode(self, value: Any) -> bytes:
+        data = bytes(value)
+        if len(data) != self.size:
+            raise ValueError(f"a {self.size}-byte blob parameter was given {len(data)} bytes")
+        return data
+
+
+ParamType = Union[ScalarParam, PointerParam, BlobParam]
+
+POINTER = PointerParam()
+I32 = ScalarParam("i32")
+I64 = ScalarParam("i64")
+F32 = ScalarParam("f32")
+# cuTensorMapEncodeTiled's CUtensorMap, as CUDA 12 headers (alignas(64)) and LLVM declare it.
+TENSOR_MAP = BlobParam(128, 64)
+
+_BLOB_SPELLING = re.compile(r"b8\[(\d+)\] align (\d+)")
+
+
+def param_type(spelling: str) -> ParamType:
+    """The type a :attr:`spelling` names ("ptr", "i32", "f32", "b8[128] align 64")."""
+    if spelling == POINTER.spelling:
+        return POINTER
+    if spelling in _SCALAR_FORMS:
+        return ScalarParam(spelling)
+    blob = _BLOB_SPELLING.fullmatch(spelling)
+    if blob:
+        return BlobParam(int(blob.group(1)), int(blob.group(2)))
+    raise ValueError(f"unknown kernel parameter type {spelling!r}")
 
 
 @dataclass(frozen=True)
 class AbiParam:
     name: str  # the PTX parameter name
-    kind: str  # "ptr", "i32" or "f32"
-    source: str  # the kernel parameter or symbol it comes from
-    role: str  # "ptr", "stride", "scalar", "symbol" or "workspace"
+    type: ParamType
+    source: str  # the kernel parameter, symbol or hidden argument it comes from
+    role: str  # "ptr", "stride", "scalar", "symbol", "workspace", or a family's own
     dim: int = -1
+
+    # The cache stores parameters as these fields; "kind" is the type's spelling.
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("name", "kind", "source", "role", "dim")
+
+    def declaration(self) -> str:
+        return self.type.declaration(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.type.spelling, "source": self.source,
+                "role": self.role, "dim": self.dim}
+
+    @classmethod
+    def from_json(cls, item: Any) -> "AbiParam":
+        """The parameter :meth:`to_json` wrote; ValueError for anything else."""
+        if not isinstance(item, dict) or set(item) != set(cls.JSON_FIELDS):
+            raise ValueError(f"ABI parameter {item!r} does not have the fields "
+                             f"{sorted(cls.JSON_FIELDS)}")
+        if not all(isinstance(item[k], str) for k in ("name", "kind", "source", "role")) \
+                or not isinstance(item["dim"], int) or isinstance(item["dim"], bool):
+            raise ValueError(f"ABI parameter {item!r} has a field of the wrong type")
+        return cls(item["name"], param_type(item["kind"]), item["source"], item["role"],
+                   item["dim"])
+
+
+# The roles of the DSL function's own parameters; any other role is a hidden parameter
+# (the split-K workspace, what a family adds), which the backend keeps by source name.
+PROGRAM_ROLES = ("ptr", "stride", "scalar", "symbol")
+
+
+def program_params(kernel: Kernel) -> list[AbiParam]:
+    """The DSL function's own parameters, then its shape symbols."""
+    params: list[AbiParam] = []
+    for param in kernel.params:
+        if isinstance(param.type, TensorType):
+            params.append(AbiParam(f"{param.name}_ptr", POINTER, param.name, "ptr"))
+            for dim in range(param.type.rank):
+                params.append(AbiParam(f"{param.name}_stride{dim}", I32, param.name,
+                                       "stride", dim))
+        else:
+            params.append(AbiParam(param.name, ScalarParam(param.type.dtype.short), param.name,
+                                   "scalar"))
+    for symbol in kernel.symbols:
+        params.append(AbiParam(f"dim_{symbol}", I32, symbol, "symbol"))
+    return params
 
 
 @functools.lru_cache(maxsize=256)  # per compiled kernel: every plain call's launch reads it
 def kernel_abi(kernel: Kernel) -> tuple[AbiParam, ...]:
-    params: list[AbiParam] = []
-    for param in kernel.params:
-        if isinstance(param.type, TensorType):
-            params.append(AbiParam(f"{param.name}_ptr", "ptr", param.name, "ptr"))
-            for dim in range(param.type.rank):
-                params.append(AbiParam(f"{param.name}_stride{dim}", "i32", param.name,
-                                       "stride", dim))
-        else:
-            params.append(AbiParam(param.name, param.type.dtype.short, param.name, "scalar"))
-    for symbol in kernel.symbols:
-        params.append(AbiParam(f"dim_{symbol}", "i32", symbol, "symbol"))
-    if kernel.schedule.splits > 1:
-        params.extend(AbiParam(name, "ptr", name, "workspace") for name in WORKSPACE_PARAMS)
+    # Imported here: both modules build on this one's types.
+    from tilec.families.movements import MOVEMENT_FAMILIES
+
+    from . import split
+
+    params = program_params(kernel)
+    for family in MOVEMENT_FAMILIES.values():
+        params.extend(family.kernel_params(kernel))
+    params.extend(split.kernel_params(kernel))
     return tuple(params)
 
 

@@ -54,7 +54,8 @@ class Context:
         # the chunks (addresses, predicates, values already loaded).
         self.active: Optional[range] = None
         self.op_state: dict[object, dict] = {}
-        # Hidden parameters' registers (the split-K workspace), by ABI name.
+        # Hidden parameters (the split-K workspace, what a movement family adds), by source
+        # name: a register, or for a blob passed by value its parameter's name.
         self.workspace: dict[str, str] = {}
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():

@@ -1,16 +1,14 @@
-"""Emitters for shared buffers and global-to-shared copies (cp.async, or loads and stores
-through registers where cp.async cannot move the vectors), and the copy-group and barrier
-synchronisation.
-
-Per-thread address parts are computed once at entry (``PtxWriter.once``); per-iteration parts
-in the loop.
+"""Emitters for what every data-movement family shares: shared buffers (their place in the
+kernel's dynamic shared memory, and a stage's address) and the CTA barrier. The op table
+also takes in each registered movement family's emitters (``tilec/families/movements.py``);
+the cp.async copies, commits and waits live in ``tilec/families/cp_async.py``.
 """
 from __future__ import annotations
 
+from tilec.families.movements import MOVEMENT_FAMILIES
 from tilec.ir.core import Op
-from tilec.target.layout import copy_map, offset_relation
 
-from .context import Context, SmemBuffer, SmemView, TensorRegs
+from .context import Context, SmemBuffer, SmemView
 
 SMEM_ALIGN = 128
 
@@ -36,217 +34,6 @@ def _smem_stage(ctx: Context, op: Op) -> None:
     ctx.bind(op.result, SmemView(buffer, address))
 
 
-# -- global -> shared: PTX ISA 9.7.9.25.3 (cp.async) --------------------------------------
-def _access_steps(cmap, layout) -> list[tuple[int, int]] | None:
-    """Storage (row, col) step from access 0 to access i, when it is the same for every
-    thread (threads cover whole rows); None otherwise."""
-    steps = []
-    for i in range(cmap.per_thread):
-        deltas = set()
-        for t in range(cmap.threads):
-            first, other = cmap.coord(t, 0), cmap.coord(t, i)
-            if first is not None and other is not None:
-                deltas.add((other[0] - first[0], other[1] - first[1]))
-        if len(deltas) > 1:
-            return None
-        steps.append(deltas.pop() if deltas else (0, 0))
-    return steps
-
-
-def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int,
-                      threads: int, key: object) -> list[dict]:
-    """Per access i of this thread: logical coordinates, shared offset (bytes) and global
-    offset (bytes, 64-bit). Accesses that sit a uniform step from access 0 reuse its
-    registers plus an immediate (shared, when the step spans whole swizzle periods) and a
-    per-iteration add (global), which keeps the K loop's live registers few."""
-    layout = view.buffer.layout
-    cmap = copy_map(layout.rows, layout.cols, vec, threads)
-    per_row = layout.cols // vec
-    eb = view.buffer.elem_bytes
-    steps = _access_steps(cmap, layout)
-
-    def logical(pair):
-        return (pair[1], pair[0]) if layout.transposed else pair
-
-    def own(i: int) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), i * threads)
-        active = None
-        if (i + 1) * threads > cmap.vectors:
-            active = ctx.w.reg("pred")
-            ctx.w.emit(f"setp.lt.s32 {active}, {v}, {cmap.vectors};")
-        row = ctx.int_op("div.u32", v, per_row)
-        col = ctx.int_op("mul.lo.s32", ctx.int_op("rem.u32", v, per_row), vec)
-        linear = ctx.mad(row, layout.cols, col)
-        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
-        coords = logical((row, col))
-        offset = ctx.wide(coords[0], tensor.strides[0])
-        second = ctx.wide(coords[1], tensor.strides[1])
-        ctx.w.emit(f"add.s64 {offset}, {offset}, {second};")
-        ctx.w.emit(f"mul.lo.s64 {offset}, {offset}, {eb};")
-        return {"smem": smem, "smem_imm": 0, "smem_xor": 0, "global": offset,
-                "global_step": None, "logical": coords, "logical_imm": (0, 0),
-                "active": active}
-
-    def smem_offsets(i: int) -> list[int]:
-        return [layout.offset(*coord) * eb for t in range(threads)
-                if (coord := cmap.coord(t, i)) is not None]
-
-    def compute() -> list[dict]:
-        first = own(0)
-        accesses = [first]
-        reference = smem_offsets(0)
-        for i in range(1, cmap.per_thread):
-            step = steps[i] if steps is not None else None
-            relation = None
-            if step is not None and (i + 1) * threads <= cmap.vectors:
-                # Shared offsets follow access 0's by an XOR within a line and an add (the
-                # swizzle permutes chunks below its period); see offset_relation.
-                relation = offset_relation(reference, smem_offsets(i))
-            if relation is None:
-                accesses.append(own(i))
-                continue
-            flip, shift = relation
-            d0, d1 = logical(step)
-            # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
-            previous = steps[i - 1]
-            unit = logical((step[0] - previous[0], step[1] - previous[1]))
-            delta = ctx.w.once(("copy_step", key, unit), lambda: _byte_step(ctx, tensor, unit,
-                                                                            eb))
-            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
-                             "global_step": delta, "chained": True, "logical_imm": (d0, d1)})
-        return accesses
-
-    return ctx.w.once(key, compute)
-
-
-def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int) -> str:
-    """Bytes between two elements ``delta`` (logical dims) apart, as a 64-bit register."""
-    step = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[0], delta[0]), eb)
-    if delta[1]:
-        extra = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[1], delta[1]), eb)
-        ctx.w.emit(f"add.s64 {step}, {step}, {extra};")
-    return step
-
-
-def _copy(ctx: Context, op: Op) -> None:
-    w = ctx.w
-    tensor: TensorRegs = ctx.get(op.operands[0])
-    rank = len(tensor.strides)
-    offsets = [ctx.get(v) for v in op.operands[1:1 + rank]]
-    view: SmemView = ctx.get(op.operands[1 + rank])
-    predicate = ctx.get(op.operands[2 + rank]) if len(op.operands) > 2 + rank else None
-    vec, threads, masked = op.attrs["vec"], op.attrs["threads"], op.attrs["masked"]
-    eb = view.buffer.elem_bytes
-    layout = view.buffer.layout
-    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), vec, threads)
-    accesses = _copy_thread_part(ctx, view, tensor, vec, threads, key)
-
-    tile = ctx.wide(offsets[0], tensor.strides[0])
-    second = ctx.wide(offsets[1], tensor.strides[1])
-    w.emit(f"add.s64 {tile}, {tile}, {second};")
-    w.emit(f"mad.lo.s64 {tile}, {tile}, {eb}, {tensor.ptr};")
-    contiguous = 0 if layout.transposed else 1
-    nbytes = vec * eb
-    previous_src = None
-    pending_stores: list[str] = []
-    for access in accesses:
-        src = w.reg("b64")
-        if access.get("chained") and previous_src is not None:
-            w.emit(f"add.s64 {src}, {previous_src}, {access['global_step']};")
-        else:
-            w.emit(f"add.s64 {src}, {tile}, {access['global']};")
-        previous_src = src
-        smem = access["smem"]
-        if access["smem_xor"]:
-            smem = ctx.int_op("xor.b32", smem, access["smem_xor"])
-        dst = ctx.int_op("add.s32", view.address, smem)
-        if access["smem_imm"]:
-            dst = f"{dst}+{access['smem_imm']}"
-        # A thread without a vector in this access (more threads than vectors) must not
-        # write at all: its shared address lies past the tile, and a cp.async of 0 source
-        # bytes still writes 16 bytes of zeros there.
-        guard = f"@{access['active']} " if access["active"] else ""
-        inside = ctx.and_pred(predicate, access["active"])
-        partial_bytes = None
-        for dim in range(rank):
-            if not masked[dim]:
-                continue
-            coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
-            if access["logical_imm"][dim]:
-                coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
-            if dim == contiguous and vec > 1:
-                # A vector that straddles the edge copies its in-bounds part; cp.async fills
-                # the rest of the 16 bytes with zeros.
-                left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
-                left = ctx.int_op("max.s32", left, 0)
-                left = ctx.int_op("min.s32", left, vec)
-                partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
-            else:
-                ok = w.reg("pred")
-                w.emit(f"setp.lt.u32 {ok}, {coord}, {tensor.dims[dim]};")
-                inside = ctx.and_pred(inside, ok)
-        if op.attrs["mode"] == "async":
-            cache = "cg" if nbytes == 16 else "ca"
-            if ctx.options.l2_prefetch:
-                cache += f".shared.global.L2::{ctx.options.l2_prefetch}B"
-            else:
-                cache += ".shared.global"
-            if partial_bytes is None and inside is None:
-                w.emit(f"{guard}cp.async.{cache} [{dst}], [{src}], {nbytes};")
-                continue
-            size = partial_bytes if partial_bytes is not None else nbytes
-            if inside is not None:
-                guarded = w.reg("b32")
-                w.emit(f"selp.b32 {guarded}, {size}, 0, {inside};")
-                size = guarded
-            w.emit(f"{guard}cp.async.{cache} [{dst}], [{src}], {nbytes}, {size};")
-        else:
-            stores = _copy_sync_loads(ctx, src, dst, vec, eb, inside, partial_bytes)
-            pending_stores.extend(guard + store for store in stores)
-            if len(pending_stores) >= SYNC_BATCH:
-                _flush_stores(ctx, pending_stores)
-    _flush_stores(ctx, pending_stores)
-
-
-# Loads issued before their shared-memory stores, so this many are in flight per thread.
-SYNC_BATCH = 16
-
-
-def _copy_sync_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside,
-                     partial) -> list[str]:
-    """Load element by element into registers (for vectors cp.async cannot move) and return
-    the shared stores that complete the copy."""
-    w = ctx.w
-    suffix = "b16" if eb == 2 else "b32"
-    stores = []
-    for e in range(vec):
-        ok = inside
-        if partial is not None:
-            in_vec = w.reg("pred")
-            w.emit(f"setp.gt.s32 {in_vec}, {partial}, {e * eb};")
-            ok = ctx.and_pred(ok, in_vec)
-        value = w.reg("b16" if eb == 2 else "b32")
-        w.emit(f"mov.{suffix} {value}, 0;")
-        guard = f"@{ok} " if ok else ""
-        w.emit(f"{guard}ld.global.nc.{suffix} {value}, [{src}+{e * eb}];")
-        stores.append(f"st.shared.{suffix} [{dst}+{e * eb}], {value};")
-    return stores
-
-
-def _flush_stores(ctx: Context, stores: list[str]) -> None:
-    for store in stores:
-        ctx.w.emit(store)
-    stores.clear()
-
-
-def _commit(ctx: Context, op: Op) -> None:
-    ctx.w.emit("cp.async.commit_group;")
-
-
-def _wait(ctx: Context, op: Op) -> None:
-    ctx.w.emit(f"cp.async.wait_group {op.attrs['pending']};")
-
-
 def _barrier(ctx: Context, op: Op) -> None:
     ctx.w.emit("bar.sync 0;")
 
@@ -254,8 +41,7 @@ def _barrier(ctx: Context, op: Op) -> None:
 EMITTERS = {
     "smem.alloc": _smem_alloc,
     "smem.stage": _smem_stage,
-    "copy.global_to_shared": _copy,
-    "copy.commit": _commit,
-    "copy.wait": _wait,
     "gpu.barrier": _barrier,
+    **{name: emitter for family in MOVEMENT_FAMILIES.values()
+       for name, emitter in family.emitters().items()},
 }

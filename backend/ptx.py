@@ -16,7 +16,7 @@ from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
 from . import compute, copies, epilogue, split
-from .abi import PARAM_PTX_TYPES, AbiParam, folds_tile_axes, kernel_abi
+from .abi import PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folds_tile_axes, kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, register_class
 
@@ -265,14 +265,18 @@ def _load_params(ctx: Context, abi: list[AbiParam]) -> None:
     w = ctx.w
     by_source: dict[str, dict] = {}
     for p in abi:
-        if p.kind == "ptr":
+        if isinstance(p.type, BlobParam):
+            # Passed by value and used in place: the family that added it takes its
+            # address (cvta.param) where it needs it.
+            reg = p.name
+        elif isinstance(p.type, PointerParam):
             raw, reg = w.reg("b64"), w.reg("b64")
-            w.emit(f"ld.param.u64 {raw}, [{p.name}];")
+            w.emit(f"ld.param{p.type.ptx_type} {raw}, [{p.name}];")
             w.emit(f"cvta.to.global.u64 {reg}, {raw};")
         else:
-            reg = w.reg("f32" if p.kind == "f32" else "b32")
-            w.emit(f"ld.param{PARAM_PTX_TYPES[p.kind]} {reg}, [{p.name}];")
-        if p.role == "workspace":
+            reg = w.reg(p.type.register_class)
+            w.emit(f"ld.param{p.type.ptx_type} {reg}, [{p.name}];")
+        if p.role not in PROGRAM_ROLES:
             ctx.workspace[p.source] = reg
         by_source.setdefault(p.source, {})[(p.role, p.dim)] = reg
     kernel = ctx.kernel
@@ -314,7 +318,7 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     if ctx.smem_bytes:
         lines.append(".extern .shared .align 128 .b8 tilec_smem[];")
     lines.append("")
-    decls = [f"\t.param {PARAM_PTX_TYPES[p.kind]} {p.name}" for p in abi]
+    decls = [f"\t{p.declaration()}" for p in abi]
     lines.append(f".visible .entry {kernel.name}(")
     lines.append(",\n".join(decls))
     lines.append(f")\n.maxntid {threads}, 1, 1\n{{")

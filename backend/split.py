@@ -17,12 +17,19 @@ result is the same from run to run.
 """
 from __future__ import annotations
 
-from tilec.ir.core import Op
+from tilec.ir.core import Kernel, Op
 
-from .abi import WORKSPACE_PARAMS, cuda_tile_axes
+from .abi import POINTER, WORKSPACE_PARAMS, AbiParam, cuda_tile_axes
 from .context import Context
 
 F32_BYTES = 4
+
+
+def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
+    """The workspace pointers a split-K kernel takes after the shape symbols; none else."""
+    if kernel.schedule.splits <= 1:
+        return ()
+    return tuple(AbiParam(name, POINTER, name, "workspace") for name in WORKSPACE_PARAMS)
 
 
 def _tile_index(ctx: Context) -> str:

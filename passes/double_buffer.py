@@ -1,4 +1,6 @@
-"""Double buffering: the K loop's copies become an N-stage cp.async pipeline.
+"""Double buffering: the K loop's copies become an N-stage pipeline of the data-movement
+family :func:`tilec.families.movements.pipeline_family` picks (cp.async groups); the ops
+below are named by their role, the family supplies their names (``family.pipeline``).
 
 Requires: tiling's output (one-stage buffers filled by synchronous copies in the K loop).
 
@@ -10,8 +12,9 @@ Produces, for ``stages = S``:
   iteration ``it + S - 1`` into stage ``(it + S - 1) % S`` (predicated on being inside the
   loop), a commit, and the dot on stage ``it % S``; a final ``copy.wait {pending = 0}``.
 With S = 1 each iteration copies, waits for its own copy, and fences with barriers on both
-sides of the dot. Copies whose vectors are 4, 8 or 16 bytes become ``mode = async``
-(cp.async); narrower ones stay synchronous loads and stores.
+sides of the dot. The family sets the copies' attributes: for cp.async, copies whose vectors
+are 4, 8 or 16 bytes become ``mode = async``; narrower ones stay synchronous loads and
+stores.
 
 Schedule for S = 3 (iteration it reads stage it % 3)::
 
@@ -20,6 +23,7 @@ Schedule for S = 3 (iteration it reads stage it % 3)::
 """
 from __future__ import annotations
 
+from tilec.families.movements import pipeline_family
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel
 from tilec.ir.schedule import PipelinePlan
 from tilec.ir.types import PRED, ScalarType, TileType, i32
@@ -28,23 +32,19 @@ from tilec.options import Options
 from .common import clone_slice, constant, find_main_loop
 
 NAME = "double_buffer"
-ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async sizes, PTX ISA 9.7.9.25.3.1
-
-
-def _copy_mode(copy: Op) -> str:
-    nbytes = copy.attrs["vec"] * copy.operands[0].type.dtype.bytes
-    return "async" if nbytes in ASYNC_COPY_BYTES else "sync"
 
 
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
     stages = options.stages
+    family = pipeline_family(options)
+    ops = family.pipeline
     loop, dot = find_main_loop(kernel)
     body = loop.regions[0]
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
     step_const = loop.attrs["step_const"]
-    copies = [op for op in body.ops if op.name == "copy.global_to_shared"]
+    copies = [op for op in body.ops if op.name == ops.copy]
     views = [c.operands[-1] for c in copies]
     buffers = [v.owner.operands[0] for v in views]
 
@@ -67,11 +67,11 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                                            {iv: k})
         stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
                              view.hint)
-        attrs = dict(copy.attrs, mode=_copy_mode(copy))
+        attrs = family.pipelined_copy_attrs(copy)
         operands = [tensor, *new_offsets, stage_view]
         if predicate is not None:
             operands.append(predicate)
-        b.op("copy.global_to_shared", operands, attrs=attrs)
+        b.op(ops.copy, operands, attrs=attrs)
 
     # Prologue, before the loop: iterations 0 .. S-2.
     pre = Builder(Block(), loop.loc)
@@ -79,7 +79,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         k = pre.value("arith.add", [lb, constant(pre, s * step_const)], i32, f"k{s}")
         inside = pre.value("arith.lt", [k, ub], ScalarType(PRED), f"p{s}")
         emit_copies(pre, k, constant(pre, s), inside, body)
-        pre.op("copy.commit")
+        pre.op(ops.commit)
 
     # Loop body: the dot reads stage it % S; the copy of it + S - 1 refills the stage read
     # in the previous iteration. Both indices are carried by the loop and advanced with a
@@ -99,16 +99,16 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     if stages == 1:
         b.op("gpu.barrier")
         emit_copies(b, iv, read_stage, None, body)
-        b.op("copy.commit")
-        b.op("copy.wait", attrs={"pending": 0})
+        b.op(ops.commit)
+        b.op(ops.wait, attrs={"pending": 0})
         b.op("gpu.barrier")
     else:
-        b.op("copy.wait", attrs={"pending": stages - 2})
+        b.op(ops.wait, attrs={"pending": stages - 2})
         b.op("gpu.barrier")
         ahead = b.value("arith.add", [iv, constant(b, (stages - 1) * step_const)], i32, "k_next")
         inside = b.value("arith.lt", [ahead, ub], ScalarType(PRED), "p_next")
         emit_copies(b, ahead, write_stage, inside, body)
-        b.op("copy.commit")
+        b.op(ops.commit)
     read_views = []
     for view in views:
         read_views.append(b.value("smem.stage", [view.owner.operands[0], read_stage], view.type,
@@ -126,7 +126,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     top = kernel.body.ops
     index = top.index(loop)
     drain = Builder(Block(), loop.loc)
-    drain.op("copy.wait", attrs={"pending": 0})
+    drain.op(ops.wait, attrs={"pending": 0})
     kernel.body.ops = top[:index] + pre.block.ops + [loop] + drain.block.ops + top[index + 1:]
     kernel.schedule = kernel.schedule.with_(pipeline=PipelinePlan(stages))
     return kernel

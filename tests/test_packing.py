@@ -287,11 +287,19 @@ class GpuArray:
 
 
 class FakeFunction:
+    """A pack kernel; the patched driver launch records its launches here."""
+
     def __init__(self):
         self.launches = []
 
-    def launch(self, grid, block, smem, args, stream=None):
-        self.launches.append((grid, block, smem, tuple(args), stream))
+
+def fake_launch(function, grid, block, smem, stream, args, cluster=None):
+    function.launches.append((grid, block, smem, tuple(args), stream))
+
+
+@pytest.fixture(autouse=True)
+def _fake_driver_launch(monkeypatch):
+    monkeypatch.setattr("tilec.runtime.launch", fake_launch)
 
 
 class FakeBuffer:

@@ -1,5 +1,5 @@
 """CPU tier of the runtime: everything that needs no GPU (errors, argument parsing, bf16 bits,
-DLPack struct reading, kernel-parameter packing)."""
+DLPack struct reading, kernel-parameter marshalling)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from tilec.runtime import (
     parse_dlpack_capsule,
     to_bf16_bits,
 )
-from tilec.runtime.driver import _ParamPacker
+from tilec.runtime.driver import _ParamMarshaller, signature
 
 FAKE_PTR = 0x7F00_DEAD_0000  # never dereferenced: describing an argument only reads metadata
 
@@ -141,10 +141,10 @@ def test_kernel_args_accept_their_extremes() -> None:
     assert F32(float("inf")) == float("inf")
 
 
-def test_param_packer_points_each_parameter_at_its_value() -> None:
+def test_param_marshaller_points_each_parameter_at_its_value() -> None:
     args = (Ptr(0x1234_5678_9ABC), I32(-5), I64(-(2**40)), F32(1.5), I32(7))
-    packer = _ParamPacker(tuple(map(type, args)))
-    address = packer.pack(args)
+    marshaller = _ParamMarshaller(signature(args))
+    address = marshaller.marshal(args)
     slot = [ctypes.c_void_p.from_address(address + 8 * index).value for index in range(5)]
     assert ctypes.c_uint64.from_address(slot[0]).value == 0x1234_5678_9ABC
     assert ctypes.c_int32.from_address(slot[1]).value == -5
@@ -152,12 +152,12 @@ def test_param_packer_points_each_parameter_at_its_value() -> None:
     assert ctypes.c_float.from_address(slot[3]).value == 1.5
     assert ctypes.c_int32.from_address(slot[4]).value == 7
     # A second launch reuses the same memory: only the values change.
-    assert packer.pack((Ptr(1), I32(2), I64(3), F32(4.0), I32(5))) == address
+    assert marshaller.marshal((Ptr(1), I32(2), I64(3), F32(4.0), I32(5))) == address
     assert ctypes.c_int64.from_address(slot[2]).value == 3
 
 
-def test_param_packer_without_parameters_passes_null() -> None:
-    assert _ParamPacker(()).pack(()) == 0
+def test_param_marshaller_without_parameters_passes_null() -> None:
+    assert _ParamMarshaller(()).marshal(()) == 0
 
 
 # --- numpy arguments -----------------------------------------------------------------------------

@@ -210,11 +210,12 @@ def loaded_function(compiled: Compiled):
 
 
 def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
+    from tilec.runtime import launch
     function = loaded_function(compiled)
     grid = launch_grid(sizes, compiled.kernel)
     args = kernel_arguments(compiled.kernel, bound, device_args)
-    function.launch(grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
-                    args, stream)
+    launch(function, grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
+           stream, args)
 
 
 class PreparedLaunch:
@@ -242,10 +243,11 @@ class PreparedLaunch:
         self.stream = stream
 
     def __call__(self) -> None:
+        from tilec.runtime import launch
         if not self.empty:
             self.packer.launch(self.stream)
-            self.function.launch(self.grid, self.block, self.compiled.rendered.smem_bytes,
-                                 self.args, self.stream)
+            launch(self.function, self.grid, self.block, self.compiled.rendered.smem_bytes,
+                   self.stream, self.args)
 
 
 def tile(fn=None):

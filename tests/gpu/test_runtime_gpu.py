@@ -26,6 +26,7 @@ from tilec.runtime import (
     elapsed_ms,
     gpu_unavailable_reason,
     has_gpu,
+    launch,
     load_module,
     synchronize,
 )
@@ -131,9 +132,8 @@ def module():
 
 def add_scalar(module, pointer: int, count: int, value: float, stream=None) -> None:
     block = 128
-    module.function("add_scalar").launch(
-        ((count + block - 1) // block or 1, 1, 1), (block, 1, 1), 0,
-        [Ptr(pointer), I32(count), F32(value)], stream)
+    launch(module.function("add_scalar"), ((count + block - 1) // block or 1, 1, 1),
+           (block, 1, 1), 0, stream, [Ptr(pointer), I32(count), F32(value)])
 
 
 def test_device_properties() -> None:
@@ -182,8 +182,8 @@ def test_module_keeps_the_jit_info_log() -> None:
 def test_parameters_arrive_as_packed(module) -> None:
     buffer = DeviceBuffer(32)
     buffer.memset_d8(0)
-    module.function("echo_params").launch(
-        (1, 1, 1), (1, 1, 1), 0,
+    launch(
+        module.function("echo_params"), (1, 1, 1), (1, 1, 1), 0, None,
         [Ptr(buffer.ptr), I32(-7), I64(-(2**40) - 3), F32(2.5), Ptr(0xDEAD_BEEF_CAFE)])
     raw = np.zeros(32, np.uint8)
     buffer.copy_to_host(raw)
@@ -207,11 +207,11 @@ def test_dynamic_shared_memory_beyond_48_kib(module) -> None:
     buffer = DeviceBuffer(1)
     big = device.max_shared_memory_per_block_optin
     with pytest.raises(ValueError, match="set_dynamic_shared_memory"):
-        function.launch((1, 1, 1), (1, 1, 1), big, [Ptr(buffer.ptr), I32(big - 1)])
+        launch(function, (1, 1, 1), (1, 1, 1), big, None, [Ptr(buffer.ptr), I32(big - 1)])
     with pytest.raises(ValueError, match="opt-in limit"):
         function.set_dynamic_shared_memory(big + 1)
     function.set_dynamic_shared_memory(big)
-    function.launch((1, 1, 1), (1, 1, 1), big, [Ptr(buffer.ptr), I32(big - 1)])
+    launch(function, (1, 1, 1), (1, 1, 1), big, None, [Ptr(buffer.ptr), I32(big - 1)])
     result = np.zeros(1, np.uint8)
     buffer.copy_to_host(result)
     assert result[0] == 42
@@ -226,12 +226,13 @@ def test_dynamic_shared_memory_beyond_48_kib(module) -> None:
 ])
 def test_launch_validates_dimensions(module, grid, block, message) -> None:
     with pytest.raises(ValueError, match=message):
-        module.function("add_scalar").launch(grid, block, 0, [Ptr(0), I32(0), F32(0.0)])
+        launch(module.function("add_scalar"), grid, block, 0, None, [Ptr(0), I32(0), F32(0.0)])
 
 
 def test_launch_wants_typed_arguments(module) -> None:
-    with pytest.raises(TypeError, match="argument 1 has type int; wrap it as Ptr, I32, I64 or F32"):
-        module.function("add_scalar").launch((1, 1, 1), (32, 1, 1), 0, [Ptr(0), 0, F32(0.0)])
+    with pytest.raises(TypeError, match="argument 1 has type int; wrap it as Ptr, I32, I64, F32"):
+        launch(module.function("add_scalar"), (1, 1, 1), (32, 1, 1), 0, None,
+               [Ptr(0), 0, F32(0.0)])
 
 
 def test_unknown_kernel_name(module) -> None:
@@ -299,12 +300,12 @@ def test_cached_launch_is_cheap_on_the_host(module) -> None:
     function = module.function("add_scalar")
     args = [Ptr(buffer.ptr), I32(128), F32(1.0)]
     for _ in range(100):
-        function.launch((1, 1, 1), (128, 1, 1), 0, args)
+        launch(function, (1, 1, 1), (128, 1, 1), 0, None, args)
     synchronize()
     rounds = 2000
     began = time.perf_counter()
     for _ in range(rounds):
-        function.launch((1, 1, 1), (128, 1, 1), 0, args)
+        launch(function, (1, 1, 1), (128, 1, 1), 0, None, args)
     per_launch_us = (time.perf_counter() - began) / rounds * 1e6
     synchronize()
     print(f"host time per cached launch: {per_launch_us:.2f} us")
@@ -315,7 +316,7 @@ def test_cached_launch_is_cheap_on_the_host(module) -> None:
 def test_kernel_fault_surfaces_at_synchronize() -> None:
     # A fault poisons the context for good, so it runs in its own process.
     script = textwrap.dedent('''
-        from tilec.runtime import CudaError, I32, Ptr, load_module, synchronize
+        from tilec.runtime import CudaError, I32, Ptr, launch, load_module, synchronize
         PTX = """HEADER
         .visible .entry store_to_null(.param .u64 out)
         {
@@ -328,7 +329,7 @@ def test_kernel_fault_surfaces_at_synchronize() -> None:
         }
         """
         function = load_module(PTX).function("store_to_null")
-        function.launch((1, 1, 1), (1, 1, 1), 0, [Ptr(0)])
+        launch(function, (1, 1, 1), (1, 1, 1), 0, None, [Ptr(0)])
         try:
             synchronize()
         except CudaError as error:

@@ -9,13 +9,15 @@ add/sub/mul/floordiv/mod, comparisons; the loop's wrap-around stage counters), a
 
 Every thread runs the same program (the copies and barriers are not under divergent control
 flow), so one trace stands for all warps, and a ``gpu.barrier`` orders what every thread did
-before it with what any thread does after it. The rules, per buffer stage:
+before it with what any thread does after it. The data-movement family that owns a copy op
+(``tilec/families/movements.py``) records its events and says when a copy is complete: for
+cp.async (``tilec/families/cp_async.py``), a ``mode = async`` copy joins the commit group of
+the next ``copy.commit`` and is complete only after a ``copy.wait {pending = P}`` that leaves
+at most P younger groups in flight; a synchronous copy is complete when issued. The rules
+checked here, per buffer stage, hold for every family:
 
-- a copy with ``mode = async`` (cp.async) joins the commit group of the next ``copy.commit``
-  and is complete only after a ``copy.wait {pending = P}`` that leaves at most P younger
-  groups in flight (PTX ISA 9.7.9.25.3.3, cp.async.wait_group); a synchronous copy is complete
-  when issued. Either is visible to the other warps only after a barrier that follows its
-  completion; a read before that is a race (read-after-write);
+- a copy is visible to the other warps only after a barrier that follows its completion; a
+  read before that is a race (read-after-write);
 - a copy may be issued only after a barrier that follows every earlier read of its stage,
   since cp.async writes whenever it lands (write-after-read), and only once the stage's
   previous copy is complete (two copies in flight land in either order);
@@ -34,6 +36,7 @@ from tilec.errors import TileConfigError, located
 from tilec.families.catalogue import op_catalogue
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS
 from tilec.ir.arith import INT_BITS
+from tilec.families.movements import FAMILY_OF_OP, STAGE_WRITERS
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
 from tilec.ir.ops import OpDef
 from tilec.ir.types import PRED, ScalarType, TileType
@@ -82,11 +85,12 @@ class Event:
 
     @property
     def is_write(self) -> bool:
-        return self.op.name == "copy.global_to_shared"
+        return self.op.name in STAGE_WRITERS
 
     @property
     def is_async(self) -> bool:
-        return self.is_write and self.op.attrs.get("mode") == "async"
+        """A write that its family completes after issue (cp.async: ``mode = async``)."""
+        return self.is_write and not FAMILY_OF_OP[self.op.name].completes_on_issue(self.op)
 
     def where(self) -> str:
         if self.phase == "loop":
@@ -96,15 +100,12 @@ class Event:
     def describe(self) -> str:
         """The access in words, e.g. ``frag.ldmatrix of operand A (k0 = 16) reading sA
         stage 2 in K-loop iteration 0, at file.py:9:20``."""
-        if self.is_write:
-            what = (f"{self.op.name} ({self.op.attrs.get('mode', 'sync')}) writing "
-                    f"{self.buffer_name} stage {self.stage}")
-        elif self.op.name in LOAD_OPS:
+        family = FAMILY_OF_OP.get(self.op.name)
+        what = family.describe(self) if family is not None else None
+        if what is None and self.op.name in LOAD_OPS:
             what = (f"{self.op.name} of operand {self.op.attrs['operand']} "
                     f"(k0 = {self.op.attrs['k0']}) reading {self.buffer_name} stage {self.stage}")
-        elif self.op.name == "copy.wait":
-            what = f"copy.wait {{pending = {self.pending}}}"
-        else:
+        elif what is None:
             what = f"{self.op.name} reading {self.buffer_name} stage {self.stage}"
         at = f", at {self.op.loc}" if self.op.loc is not None else ""
         return f"{what} {self.where()}{at}"
@@ -123,7 +124,7 @@ class Trace:
 def main_loop(kernel: Kernel) -> Optional[Op]:
     """The top-level ``scf.for`` whose body touches shared memory (the K loop)."""
     for op in kernel.body.ops:
-        if op.name == "scf.for" and any(inner.name in ("copy.global_to_shared", *READERS)
+        if op.name == "scf.for" and any(inner.name in (*STAGE_WRITERS, *READERS)
                                         for inner in op.walk()):
             return op
     return None
@@ -153,34 +154,49 @@ def _fold(op: Op, operands: list[Optional[int]], catalogue: Mapping[str, OpDef]
         return None
 
 
-def simulate(kernel: Kernel, trip_count: int) -> Trace:
-    """Run the schedule with the K loop taking ``trip_count`` iterations (its upper bound is
-    bound accordingly when unknown at compile time) and record every event. The program is
-    the grid's first (every program id 0): a split-K block's slice then starts at k = 0,
-    and the schedule is the same for every block."""
-    trace = Trace(trip_count=trip_count, loop=main_loop(kernel))
-    env: dict[Value, Optional[int]] = trace.values
-    catalogue = op_catalogue()
-    state = {"phase": "prologue", "iteration": None, "commits": 0}
+class _Tracer:
+    """The simulated run as a movement family's ``trace_op`` sees it
+    (:class:`tilec.families.movement.Tracer`)."""
 
-    def value(v: Value) -> Optional[int]:
-        return env.get(v)
+    def __init__(self, kernel: Kernel, trace: Trace):
+        self.kernel = kernel
+        self.trace = trace
+        # Where the run is, and the families' counters ("commits": commit groups closed).
+        self.state: dict = {"phase": "prologue", "iteration": None, "commits": 0}
 
-    def stage_of(view: Value, op: Op) -> tuple[Value, int]:
+    def value(self, v: Value) -> Optional[int]:
+        return self.trace.values.get(v)
+
+    def stage_of(self, view: Value, op: Op) -> tuple[Value, int]:
+        kernel = self.kernel
         stage_op = defining_op(view)
         if stage_op is None or stage_op.name != "smem.stage":
             raise located(TileConfigError, f"{op.name} accesses a shared value that is not a "
                           "stage of a buffer (smem.stage)", op.loc, kernel.source_lines)
-        stage = value(stage_op.operands[1])
+        stage = self.value(stage_op.operands[1])
         if stage is None:
             raise located(TileConfigError, f"{op.name}: the stage index of "
                           f"{stage_op.operands[0].hint} cannot be evaluated at compile time, "
                           "so its schedule cannot be checked", op.loc, kernel.source_lines)
         return stage_op.operands[0], stage
 
-    def record(op: Op, **fields) -> None:
-        trace.events.append(Event(op, state["phase"], state["iteration"], len(trace.events),
-                                  commits_before=state["commits"], **fields))
+    def record(self, op: Op, **fields) -> None:
+        events = self.trace.events
+        events.append(Event(op, self.state["phase"], self.state["iteration"], len(events),
+                            commits_before=self.state["commits"], **fields))
+
+
+def simulate(kernel: Kernel, trip_count: int) -> Trace:
+    """Run the schedule with the K loop taking ``trip_count`` iterations (its upper bound is
+    bound accordingly when unknown at compile time) and record every event. The program is
+    the grid's first (every program id 0): a split-K block's slice then starts at k = 0,
+    and the schedule is the same for every block."""
+    trace = Trace(trip_count=trip_count, loop=main_loop(kernel))
+    tracer = _Tracer(kernel, trace)
+    env = trace.values
+    state = tracer.state
+    value, stage_of, record = tracer.value, tracer.stage_of, tracer.record
+    catalogue = op_catalogue()
 
     def run_block(block: Block) -> list[Optional[int]]:
         for op in block.ops:
@@ -197,21 +213,13 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
             elif name == "tile.grid":
                 for result in op.results:
                     env[result] = 0
-            elif name == "copy.global_to_shared":
-                rank = op.operands[0].type.rank
-                buffer, stage = stage_of(op.operands[1 + rank], op)
-                offsets = tuple(value(v) for v in op.operands[1:1 + rank])
-                record(op, buffer=buffer, stage=stage, group=state["commits"], offsets=offsets)
+            elif name in FAMILY_OF_OP:
+                FAMILY_OF_OP[name].trace_op(op, tracer)
             elif name in READERS:
                 for operand in op.operands:
                     if isinstance(operand.type, TileType) and operand.type.space == "smem":
                         buffer, stage = stage_of(operand, op)
                         record(op, buffer=buffer, stage=stage)
-            elif name == "copy.commit":
-                record(op)
-                state["commits"] += 1
-            elif name == "copy.wait":
-                record(op, pending=op.attrs["pending"])
             elif name == "gpu.barrier":
                 record(op)
             elif name in PRODUCT_OPS:
@@ -254,7 +262,28 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
 @dataclass
 class _Write:
     event: Event
-    completed_by: Optional[Event] = None  # the wait that completed it (sync: itself)
+    completed_by: Optional[Event] = None  # the event that completed it (on issue: itself)
+
+    @property
+    def group(self) -> Optional[int]:
+        return self.event.group
+
+
+class _InFlight:
+    """The writes of each buffer stage not yet visible to all threads
+    (:class:`tilec.families.movement.Completions` for the families' ``observe``)."""
+
+    def __init__(self) -> None:
+        self.writes: dict[tuple[Value, int], list[_Write]] = {}
+        self.last_completion: Optional[Event] = None
+
+    def complete_writes(self, done: Callable[[_Write], bool], by: Event) -> None:
+        """Mark every incomplete write that ``done`` accepts as completed by ``by``."""
+        self.last_completion = by
+        for writes in self.writes.values():
+            for write in writes:
+                if write.completed_by is None and done(write):
+                    write.completed_by = by
 
 
 def check_trace(kernel: Kernel, trace: Trace) -> None:
@@ -266,25 +295,16 @@ def check_trace(kernel: Kernel, trace: Trace) -> None:
         error.first, error.second = earlier, later
         raise error
 
-    commits = 0
     last_barrier = -1
-    in_flight: dict[tuple[Value, int], list[_Write]] = {}  # writes not yet visible to all
+    flight = _InFlight()
+    in_flight = flight.writes
     last_read: dict[tuple[Value, int], Event] = {}
     ever_written: set[tuple[Value, int]] = set()
-    last_wait: Optional[Event] = None
     for event in trace.events:
         name = event.op.name
         key = (event.buffer, event.stage)
-        if name == "copy.commit":
-            commits += 1
-        elif name == "copy.wait":
-            last_wait = event
-            done_below = commits - event.pending  # groups with a smaller index are complete
-            for writes in in_flight.values():
-                for write in writes:
-                    if write.completed_by is None and write.event.group < done_below:
-                        write.completed_by = event
-        elif name == "gpu.barrier":
+        family = FAMILY_OF_OP.get(name)
+        if name == "gpu.barrier":
             last_barrier = event.position
             for stage_key, writes in in_flight.items():
                 in_flight[stage_key] = [w for w in writes if w.completed_by is None]
@@ -299,11 +319,12 @@ def check_trace(kernel: Kernel, trace: Trace) -> None:
                 if write.completed_by is None:
                     fail(event, write.event, f"{event.buffer_name} stage {event.stage} is "
                          "copied into while an earlier copy into it is still in flight; the "
-                         "two may land in either order", "wait for the earlier copy's group "
-                         "(copy.wait) before issuing the next copy into the stage")
+                         "two may land in either order", family.words.refill_hint)
             write = _Write(event, None if event.is_async else event)
             in_flight.setdefault(key, []).append(write)
             ever_written.add(key)
+        elif family is not None:
+            family.observe(event, flight)
         elif name in READERS:
             if key not in ever_written:
                 alloc = defining_op(event.buffer)
@@ -313,14 +334,14 @@ def check_trace(kernel: Kernel, trace: Trace) -> None:
                          "before any copy fills it", "issue the stage's copy (and wait for "
                          "it) before its first read")
             for write in in_flight.get(key, []):
+                words = FAMILY_OF_OP[write.event.op.name].words
                 if write.completed_by is None:
                     fail(event, write.event, f"{event.buffer_name} stage {event.stage} is read "
-                         "while the copy that fills it may still be in flight: no copy.wait "
-                         "covers its commit group", "wait with a pending count that leaves "
-                         "this copy's group complete, then put a gpu.barrier before the read")
+                         f"while the copy that fills it may still be in flight: "
+                         f"{words.not_covered}", words.read_hint)
                 if write.completed_by.position > last_barrier:
                     after = ("the copy that fills it" if write.completed_by is write.event else
-                             f"the copy.wait that completes its copy "
+                             f"the {words.completer} that completes its copy "
                              f"({write.completed_by.where()})")
                     fail(event, write.event, f"{event.buffer_name} stage {event.stage} is read "
                          f"without a gpu.barrier after {after}: other warps' parts of the "
@@ -330,11 +351,13 @@ def check_trace(kernel: Kernel, trace: Trace) -> None:
     for writes in in_flight.values():
         for write in writes:
             if write.completed_by is None:
-                end = last_wait if last_wait is not None else write.event
+                words = FAMILY_OF_OP[write.event.op.name].words
+                last = flight.last_completion
+                end = last if last is not None else write.event
                 fail(end, write.event, f"the kernel can finish with a copy into "
                      f"{write.event.buffer_name} stage {write.event.stage} still in flight "
-                     f"(the last copy.wait leaves it pending, {trace.trip_count} K-loop "
-                     "iterations)", "end with copy.wait {pending = 0} after the K loop")
+                     f"(the last {words.completer} leaves it pending, {trace.trip_count} "
+                     "K-loop iterations)", words.end_hint)
 
 
 def trip_counts(stages: int) -> list[int]:

@@ -8,9 +8,9 @@ symbols agreeing across arguments, scalars' types. The facts the compiled code m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from tilec.backend.abi import folds_tile_axes, kernel_abi
+from tilec.backend.abi import AbiParam, folds_tile_axes, kernel_abi
 from tilec.families.catalogue import op_catalogue
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
@@ -171,18 +171,20 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel) -> tuple[int, int, in
     return (padded[0], padded[1], padded[2])
 
 
-def kernel_arguments(kernel: Kernel, bound: Bound, device_args: dict[str, Any]) -> list:
-    from tilec.runtime.driver import F32, I32, Ptr
+# Where each role's value comes from: the bound arguments, or the device arguments (the
+# program's tensors and the hidden buffers, such as the split-K workspace, by source name).
+_ROLE_VALUES: dict[str, Callable[[AbiParam, Bound, dict[str, Any]], Any]] = {
+    "ptr": lambda p, bound, device: device[p.source].ptr,
+    "workspace": lambda p, bound, device: device[p.source].ptr,
+    "stride": lambda p, bound, device: device[p.source].strides[p.dim],
+    "scalar": lambda p, bound, device: bound.scalars[p.source],
+    "symbol": lambda p, bound, device: bound.symbols[p.source],
+}
 
-    out = []
-    for p in kernel_abi(kernel):
-        if p.role in ("ptr", "workspace"):
-            out.append(Ptr(device_args[p.source].ptr))
-        elif p.role == "stride":
-            out.append(I32(device_args[p.source].strides[p.dim]))
-        elif p.role == "scalar":
-            value = bound.scalars[p.source]
-            out.append(F32(value) if p.kind == "f32" else I32(value))
-        else:
-            out.append(I32(bound.symbols[p.source]))
-    return out
+
+def kernel_arguments(kernel: Kernel, bound: Bound, device_args: dict[str, Any]) -> list:
+    """The typed launch arguments (``tilec.runtime.driver.launch``), in ABI order."""
+    from tilec.runtime.driver import kernel_argument
+
+    return [kernel_argument(p.type, _ROLE_VALUES[p.role](p, bound, device_args))
+            for p in kernel_abi(kernel)]

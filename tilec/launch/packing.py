@@ -358,7 +358,7 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
 
 @dataclass(frozen=True)
 class PackLaunch:
-    """One launch of the pack kernel: everything ``Function.launch`` takes."""
+    """One launch of the pack kernel: what ``tilec.runtime.driver.launch`` takes."""
 
     function: Any
     grid: tuple[int, int, int]
@@ -428,8 +428,9 @@ class Packer:
     def launch(self, stream=None) -> None:
         """Queue the pack kernels on ``stream``; a matmul queued after them reads the
         packed data."""
-        for launch in self.launches:
-            launch.function.launch(launch.grid, launch.block, 0, launch.args, stream)
+        from tilec.runtime import launch
+        for pack in self.launches:
+            launch(pack.function, pack.grid, pack.block, 0, stream, pack.args)
 
 
 def owned_scratch(plan: PackPlan) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from tilec.runtime.arrays import (
 )
 from tilec.runtime.driver import (
     F32,
+    Blob,
     I32,
     I64,
     CudaError,
@@ -33,12 +34,15 @@ from tilec.runtime.driver import (
     elapsed_ms,
     gpu_unavailable_reason,
     has_gpu,
+    kernel_argument,
+    launch,
     load_module,
     pointer_device_ordinal,
     synchronize,
 )
 
 __all__ = [
+    "Blob",
     "DTYPES",
     "F32",
     "I32",
@@ -67,6 +71,8 @@ __all__ = [
     "from_bf16_bits",
     "gpu_unavailable_reason",
     "has_gpu",
+    "kernel_argument",
+    "launch",
     "load_module",
     "parse_dlpack_capsule",
     "pointer_device_ordinal",

@@ -56,7 +56,6 @@ _DATACLASSES = {cls.__name__: cls for cls in (Options, Spec, TensorSpec, Swizzle
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _ENTRY_FILE = re.compile(r"[A-Za-z0-9_-]{1,128}\.(json|ptx)")
 _TEMP_FILE = re.compile(r"\..+\.tmp")
-_ABI_FIELDS = {f.name: f.type for f in dataclasses.fields(AbiParam)}
 TUNING_DIR = "tuning"
 
 
@@ -169,16 +168,10 @@ def _require(record: dict[str, Any], name: str, kind: type | tuple[type, ...]) -
 def _abi_from_json(items: Any) -> tuple[AbiParam, ...]:
     if not isinstance(items, list):
         raise CacheEntryError("metadata 'abi' is not a list")
-    params = []
-    for item in items:
-        if not isinstance(item, dict) or set(item) != set(_ABI_FIELDS):
-            raise CacheEntryError(f"ABI parameter {item!r} does not have the fields "
-                                  f"{sorted(_ABI_FIELDS)}")
-        if not all(isinstance(item[k], str) for k in ("name", "kind", "source", "role")) \
-                or not isinstance(item["dim"], int):
-            raise CacheEntryError(f"ABI parameter {item!r} has a field of the wrong type")
-        params.append(AbiParam(**item))
-    return tuple(params)
+    try:
+        return tuple(AbiParam.from_json(item) for item in items)
+    except ValueError as error:
+        raise CacheEntryError(str(error)) from None
 
 
 _FIELDS = ("key", "compiler_version", "entry", "threads", "smem_bytes", "abi", "options",
@@ -298,7 +291,7 @@ class DiskCache:
             raise CacheEntryError("metadata has no 'abi'")
         record = {k: to_json_value(v) for k, v in metadata.items() if k != "abi"}
         # ABI parameters are stored as plain objects of their fields, untagged.
-        record["abi"] = [dataclasses.asdict(p) if isinstance(p, AbiParam) else p
+        record["abi"] = [p.to_json() if isinstance(p, AbiParam) else p
                          for p in metadata["abi"]]
         record.update(key=key, compiler_version=self.version, created=time.time(),
                       ptx_sha256=hashlib.sha256(ptx.encode("utf-8")).hexdigest())

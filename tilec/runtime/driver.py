@@ -18,9 +18,12 @@ import struct
 import tempfile
 import threading
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import numpy as np
+
+from tilec.backend import abi
+from tilec.backend.abi import ParamType
 
 # cuda-python is optional (the `gpu` extra): any failure to import it just means "no GPU".
 try:
@@ -403,11 +406,14 @@ class DeviceBuffer:
 
 
 # --- Kernel parameters ---------------------------------------------------------------------------
+# Each value class names its parameter type (backend/abi.py), which knows the bytes the driver
+# copies for it; a launch lays those out once per signature (_ParamMarshaller).
 
 class Ptr(int):
     """A device address, passed as a `.u64` kernel parameter."""
 
     __slots__ = ()
+    param_type: ClassVar[ParamType] = abi.POINTER
 
     def __new__(cls, value: int) -> Ptr:
         self = super().__new__(cls, value)
@@ -420,6 +426,7 @@ class I32(int):
     """A `.s32` kernel parameter (also right for `.u32` parameters below 2**31)."""
 
     __slots__ = ()
+    param_type: ClassVar[ParamType] = abi.I32
 
     def __new__(cls, value: int) -> I32:
         self = super().__new__(cls, value)
@@ -432,6 +439,7 @@ class I64(int):
     """A `.s64` kernel parameter."""
 
     __slots__ = ()
+    param_type: ClassVar[ParamType] = abi.I64
 
     def __new__(cls, value: int) -> I64:
         self = super().__new__(cls, value)
@@ -441,9 +449,10 @@ class I64(int):
 
 
 class F32(float):
-    """A `.f32` kernel parameter (rounded to single precision when packed)."""
+    """A `.f32` kernel parameter (rounded to single precision when marshalled)."""
 
     __slots__ = ()
+    param_type: ClassVar[ParamType] = abi.F32
 
     def __new__(cls, value: float) -> F32:
         self = super().__new__(cls, value)
@@ -453,30 +462,72 @@ class F32(float):
         return self
 
 
-KernelArg = Union[Ptr, I32, I64, F32]
+class Blob(bytes):
+    """Opaque bytes passed by value, such as a 128-byte TMA tensor map (`.param .align 64 .b8
+    name[128]`); the driver copies them from storage aligned to `align`."""
 
-# Each parameter sits in its own 8-byte slot; the driver reads each through its own pointer,
-# so slots need no packing to the kernel's parameter layout.
-_PARAM_FORMATS: dict[type, str] = {Ptr: "Q", I64: "q", I32: "i4x", F32: "f4x"}
-_SLOT_BYTES = 8
+    param_type: abi.BlobParam  # per value: its size is the value's length
+
+    def __new__(cls, data: bytes, align: int = 64) -> Blob:
+        self = super().__new__(cls, data)
+        self.param_type = abi.BlobParam(len(self), align)
+        return self
 
 
-class _ParamPacker:
-    """Pre-built kernelParams for one argument signature: a slot array and a pointer array
-    into it, so a launch only writes values (one struct.pack_into) and passes one address."""
+KernelArg = Union[Ptr, I32, I64, F32, Blob]
 
-    def __init__(self, signature: tuple[type, ...]) -> None:
+# The value class of each scalar and pointer parameter type (a blob's is Blob).
+_ARGUMENT_CLASSES: dict[ParamType, type] = {
+    cls.param_type: cls for cls in (Ptr, I32, I64, F32)}
+
+
+def kernel_argument(param_type: ParamType, value: Any) -> KernelArg:
+    """`value` as the argument of a parameter of `param_type`."""
+    if isinstance(param_type, abi.BlobParam):
+        return Blob(value, param_type.align)
+    return _ARGUMENT_CLASSES[param_type](value)
+
+
+class _ParamMarshaller:
+    """Pre-built kernelParams for one signature of parameter types: storage holding every value
+    at an offset aligned to its type, and the array of pointers into it the driver reads. A
+    launch only writes values (one struct.pack_into) and passes the array's address."""
+
+    def __init__(self, signature: tuple[ParamType, ...]) -> None:
+        offsets, end = [], 0
+        for param_type in signature:
+            end = -(-end // param_type.align) * param_type.align
+            offsets.append(end)
+            end += param_type.size
+        align = max((param_type.align for param_type in signature), default=1)
+        # Room to align the start: ctypes only promises 8 or 16 bytes.
+        self._storage = (ctypes.c_uint8 * (end + align))()
+        storage = ctypes.addressof(self._storage)
+        self._start = -(-storage // align) * align - storage
+        layout, position = ["<"], 0
+        for param_type, offset in zip(signature, offsets):
+            layout.append(f"{offset - position}x{param_type.struct_format}")
+            position = offset + param_type.size
+        self._struct = struct.Struct("".join(layout))
         count = len(signature)
-        self._slots = (ctypes.c_uint64 * max(count, 1))()
-        base = ctypes.addressof(self._slots)
         self._pointers = (ctypes.c_void_p * max(count, 1))(
-            *(base + _SLOT_BYTES * index for index in range(count)))
+            *(storage + self._start + offset for offset in offsets))
         self.address = ctypes.addressof(self._pointers) if count else 0
-        self._struct = struct.Struct("<" + "".join(_PARAM_FORMATS[kind] for kind in signature))
 
-    def pack(self, args: Sequence[KernelArg]) -> int:
-        self._struct.pack_into(self._slots, 0, *args)
+    def marshal(self, args: Sequence[KernelArg]) -> int:
+        self._struct.pack_into(self._storage, self._start, *args)
         return self.address
+
+
+def signature(args: Sequence[KernelArg]) -> tuple[ParamType, ...]:
+    """The parameter types of a launch's arguments; TypeError for an untyped value."""
+    try:
+        return tuple(arg.param_type for arg in args)  # the launch path: no per-arg checks
+    except AttributeError:
+        pass
+    index, arg = next((i, a) for i, a in enumerate(args) if not hasattr(a, "param_type"))
+    raise TypeError(f"kernel argument {index} has type {type(arg).__name__}; wrap it as Ptr, "
+                    "I32, I64, F32 or Blob so its parameter type is explicit")
 
 
 # --- Modules and functions -----------------------------------------------------------------------
@@ -573,10 +624,10 @@ class Function:
         self._max_threads = self._attribute(attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         self._dynamic_shared_limit = self._attribute(
             attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
-        self._packers: dict[tuple[Any, ...], _ParamPacker] = {}
-        # The packers' slots are shared state; cuLaunchKernel copies them before returning, so
-        # the lock is held only across pack + launch.
-        self._lock = threading.Lock()
+        self._marshallers: dict[tuple[ParamType, ...], _ParamMarshaller] = {}
+        # The marshallers' storage is shared state; the driver copies the values before the
+        # launch call returns, so the lock is held only across marshal + launch.
+        self.lock = threading.Lock()
 
     def attributes(self) -> dict[str, int]:
         """Resource use reported by the driver after JIT compilation."""
@@ -608,9 +659,9 @@ class Function:
               _cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
         self._dynamic_shared_limit = nbytes
 
-    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int],
-               shared_bytes: int, args: Sequence[KernelArg], stream: StreamLike = None) -> None:
-        """Enqueue the kernel. Faults inside it surface later, at a synchronize, as CudaError."""
+    def check_launch(self, grid: Dim3, block: Dim3, shared_bytes: int,
+                     cluster: Dim3 | None) -> None:
+        """ValueError for a launch shape the driver would refuse (or worse, accept)."""
         grid_x, grid_y, grid_z = grid
         block_x, block_y, block_z = block
         if not (0 < grid_x <= _MAX_GRID_X and 0 < grid_y <= _MAX_GRID_YZ
@@ -628,36 +679,73 @@ class Function:
                 f"kernel {self.name!r}: {shared_bytes} bytes of dynamic shared memory requested, "
                 f"the limit is {self._dynamic_shared_limit}; call set_dynamic_shared_memory() "
                 f"first to raise it")
-        signature = tuple(map(type, args))
-        packer = self._packers.get(signature)
-        if packer is None:
-            packer = self._build_packer(signature)
-        handle = _stream_handle(stream)
-        self._device.make_current()
-        with self._lock:
-            params = packer.pack(args)
-            err = _cuda.cuLaunchKernel(self.handle, grid_x, grid_y, grid_z, block_x, block_y,
-                                       block_z, shared_bytes, handle, params, 0)[0]
-        if err != 0:
-            raise CudaError(err, "cuLaunchKernel",
-                            hint=f"kernel {self.name!r}, grid {tuple(grid)}, block "
-                                 f"{tuple(block)}, {shared_bytes} bytes of dynamic shared memory")
+        if cluster is not None and not (
+                len(cluster) == 3 and all(c > 0 and g % c == 0 for g, c in zip(grid, cluster))):
+            raise ValueError(f"kernel {self.name!r}: cluster {tuple(cluster)} must be three "
+                             f"positive sizes dividing the grid {tuple(grid)}")
 
-    def _build_packer(self, signature: tuple[type, ...]) -> _ParamPacker:
-        for index, kind in enumerate(signature):
-            if kind not in _PARAM_FORMATS:
-                raise TypeError(
-                    f"kernel {self.name!r} argument {index} has type {kind.__name__}; wrap it as "
-                    f"Ptr, I32, I64 or F32 so its parameter type is explicit")
-        packer = _ParamPacker(signature)
-        self._packers[signature] = packer
-        return packer
+    def marshaller(self, types: tuple[ParamType, ...]) -> _ParamMarshaller:
+        """The kernelParams layout for arguments of these types, built once per signature."""
+        marshaller = self._marshallers.get(types)
+        if marshaller is None:
+            marshaller = self._marshallers[types] = _ParamMarshaller(types)
+        return marshaller
 
     def _attribute(self, attribute: Any) -> int:
         return int(_call(_cuda.cuFuncGetAttribute, attribute, self.handle))
 
     def __repr__(self) -> str:
         return f"Function({self.name!r} of module {self.module.name!r})"
+
+
+Dim3 = tuple[int, int, int]
+
+
+def launch(function: Function, grid: Dim3, block: Dim3, smem_bytes: int, stream: StreamLike,
+           params: Sequence[KernelArg], cluster: Dim3 | None = None) -> None:
+    """Enqueue `function` on `stream`: every launch in tilec goes through here.
+
+    `params` are typed values (Ptr, I32, I64, F32, Blob) in the kernel's parameter order.
+    With a `cluster` shape, the launch is `cuLaunchKernelEx` with a
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute (thread block clusters, sm_90); without,
+    `cuLaunchKernel`. Faults inside the kernel surface later, at a synchronize, as CudaError.
+    """
+    function.check_launch(grid, block, smem_bytes, cluster)
+    marshaller = function.marshaller(signature(params))
+    handle = _stream_handle(stream)
+    function._device.make_current()
+    call = "cuLaunchKernel" if cluster is None else "cuLaunchKernelEx"
+    config = None if cluster is None else _launch_config(grid, block, smem_bytes, handle,
+                                                         cluster)
+    with function.lock:
+        address = marshaller.marshal(params)
+        if config is None:
+            err = _cuda.cuLaunchKernel(function.handle, *grid, *block, smem_bytes, handle,
+                                       address, 0)[0]
+        else:
+            err = _cuda.cuLaunchKernelEx(config, function.handle, address, 0)[0]
+    if err != 0:
+        where = f", cluster {tuple(cluster)}" if cluster is not None else ""
+        raise CudaError(err, call, hint=f"kernel {function.name!r}, grid {tuple(grid)}, block "
+                                        f"{tuple(block)}{where}, {smem_bytes} bytes of dynamic "
+                                        "shared memory")
+
+
+def _launch_config(grid: Dim3, block: Dim3, smem_bytes: int, stream: Any,
+                   cluster: Dim3) -> Any:
+    """The CUlaunchConfig of a cluster launch (cuda.bindings.driver, as documented)."""
+    attribute = _cuda.CUlaunchAttribute()
+    attribute.id = _cuda.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dims = attribute.value.clusterDim
+    dims.x, dims.y, dims.z = cluster
+    config = _cuda.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = smem_bytes
+    config.hStream = stream
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
 
 
 def _c_string(buffer: bytearray) -> str:

@@ -1,0 +1,28 @@
+"""The registry of data-movement families (``tilec/families/movement.py``): the backend's op
+table (``backend/copies.py``), the kernel's parameter list (``backend/abi.py``), the race
+checker (``tilec/analysis/hazards.py``) and double buffering (``passes/double_buffer.py``)
+read it. A new family (TMA + mbarrier) is a new module and a new entry here."""
+from __future__ import annotations
+
+from tilec.options import Options
+
+from .cp_async import CpAsyncFamily
+from .movement import MovementFamily
+
+MOVEMENT_FAMILIES: dict[str, MovementFamily] = {
+    family.name: family for family in (CpAsyncFamily(),)
+}
+
+# Which family owns each IR op; the families' op sets are disjoint.
+FAMILY_OF_OP: dict[str, MovementFamily] = {
+    name: family for family in MOVEMENT_FAMILIES.values() for name in family.ops
+}
+# Every op that fills a shared buffer stage, whichever family owns it.
+STAGE_WRITERS: frozenset[str] = frozenset(
+    name for family in MOVEMENT_FAMILIES.values() for name in family.stage_writers)
+
+
+def pipeline_family(options: Options) -> MovementFamily:
+    """The family double buffering builds the K loop's pipeline with: cp.async groups on
+    every target tilec compiles for today (sm_80, sm_86, sm_90)."""
+    return MOVEMENT_FAMILIES["cp.async"]
