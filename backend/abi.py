@@ -151,9 +151,9 @@ class BlobParam:
 ParamType = Union[ScalarParam, PointerParam, BlobParam]
 
 POINTER = PointerParam()
-I32 = ScalarParam("i32")
-I64 = ScalarParam("i64")
-F32 = ScalarParam("f32")
+I32_PARAM = ScalarParam("i32")
+I64_PARAM = ScalarParam("i64")
+F32_PARAM = ScalarParam("f32")
 # cuTensorMapEncodeTiled's CUtensorMap, as CUDA 12 headers (alignas(64)) and LLVM declare it.
 TENSOR_MAP = BlobParam(128, 64)
 
@@ -215,13 +215,13 @@ def program_params(kernel: Kernel) -> list[AbiParam]:
         if isinstance(param.type, TensorType):
             params.append(AbiParam(f"{param.name}_ptr", POINTER, param.name, "ptr"))
             for dim in range(param.type.rank):
-                params.append(AbiParam(f"{param.name}_stride{dim}", I32, param.name,
+                params.append(AbiParam(f"{param.name}_stride{dim}", I32_PARAM, param.name,
                                        "stride", dim))
         else:
             params.append(AbiParam(param.name, ScalarParam(param.type.dtype.short), param.name,
                                    "scalar"))
     for symbol in kernel.symbols:
-        params.append(AbiParam(f"dim_{symbol}", I32, symbol, "symbol"))
+        params.append(AbiParam(f"dim_{symbol}", I32_PARAM, symbol, "symbol"))
     return params
 
 

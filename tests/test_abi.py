@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilec.backend.abi import (F32, I32, I64, POINTER, TENSOR_MAP, AbiParam, BlobParam,
+from tilec.backend.abi import (F32_PARAM, I32_PARAM, I64_PARAM, POINTER, TENSOR_MAP, AbiParam, BlobParam,
                                ScalarParam, kernel_abi, param_type)
 from tilec.kernel import load_file
 
@@ -16,9 +16,9 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 @pytest.mark.parametrize("ptype, declaration", [
     (POINTER, ".param .u64 x"),
-    (I32, ".param .u32 x"),
-    (I64, ".param .s64 x"),
-    (F32, ".param .f32 x"),
+    (I32_PARAM, ".param .u32 x"),
+    (I64_PARAM, ".param .s64 x"),
+    (F32_PARAM, ".param .f32 x"),
     (TENSOR_MAP, ".param .align 64 .b8 x[128]"),
     (BlobParam(16, 16), ".param .align 16 .b8 x[16]"),
 ])
@@ -29,9 +29,9 @@ def test_each_type_declares_itself(ptype, declaration) -> None:
 
 @pytest.mark.parametrize("ptype, value, encoded", [
     (POINTER, 0x1122_3344_5566_7788, bytes.fromhex("8877665544332211")),
-    (I32, -2, b"\xfe\xff\xff\xff"),
-    (I64, -(2**40), struct.pack("<q", -(2**40))),
-    (F32, 1.5, struct.pack("<f", 1.5)),
+    (I32_PARAM, -2, b"\xfe\xff\xff\xff"),
+    (I64_PARAM, -(2**40), struct.pack("<q", -(2**40))),
+    (F32_PARAM, 1.5, struct.pack("<f", 1.5)),
     (TENSOR_MAP, bytes(range(128)), bytes(range(128))),
 ])
 def test_each_type_encodes_the_bytes_the_driver_copies(ptype, value, encoded) -> None:
@@ -52,7 +52,7 @@ def test_blob_parameters_check_their_size_and_alignment() -> None:
 
 
 def test_abi_params_round_trip_through_json() -> None:
-    params = [AbiParam("A_ptr", POINTER, "A", "ptr"), AbiParam("A_stride1", I32, "A", "stride", 1),
+    params = [AbiParam("A_ptr", POINTER, "A", "ptr"), AbiParam("A_stride1", I32_PARAM, "A", "stride", 1),
               AbiParam("tmap_A", TENSOR_MAP, "A", "tensor_map")]
     for param in params:
         assert AbiParam.from_json(param.to_json()) == param
@@ -68,7 +68,7 @@ def _compiled(**options):
 def test_a_kernels_parameters_are_typed_by_role() -> None:
     abi = kernel_abi(_compiled())
     roles = {p.role: p.type for p in abi}
-    assert roles == {"ptr": POINTER, "stride": I32, "symbol": I32}
+    assert roles == {"ptr": POINTER, "stride": I32_PARAM, "symbol": I32_PARAM}
     assert [p.name for p in abi][:3] == ["A_ptr", "A_stride0", "A_stride1"]
 
 

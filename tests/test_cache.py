@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tilec.backend.abi import I32, POINTER, AbiParam
+from tilec.backend.abi import I32_PARAM, POINTER, AbiParam
 from tilec.backend.ptx import Rendered
 from tilec.runtime.cache import (CacheEntryError, CachedEntry, DiskCache, canonical_json,
                          default_cache_dir, options_from_json, to_json_value)
@@ -22,8 +22,8 @@ from tilec.target.layout import Swizzle
 from tilec.options import Options, Spec, TensorSpec
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-ABI = (AbiParam("A_ptr", POINTER, "A", "ptr"), AbiParam("A_stride0", I32, "A", "stride", 0),
-       AbiParam("dim_M", I32, "M", "symbol"))
+ABI = (AbiParam("A_ptr", POINTER, "A", "ptr"), AbiParam("A_stride0", I32_PARAM, "A", "stride", 0),
+       AbiParam("dim_M", I32_PARAM, "M", "symbol"))
 OPTIONS = Options(arch="sm_90", stages=4, warps=(2, 4), swizzle=Swizzle(3, 3, 3),
                   disable=("swizzle",),
                   spec=Spec((("A", TensorSpec(1, 8)), ("B", TensorSpec(None, 1))),

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilec.backend.abi import F32 as F32_TYPE, POINTER, TENSOR_MAP
+from tilec.backend.abi import F32_PARAM, POINTER, TENSOR_MAP
 from tilec.runtime import driver
-from tilec.runtime.driver import F32, I32, I64, Blob, Function, Ptr, kernel_argument, launch
+from tilec.runtime.driver import F32Arg, I32Arg, I64Arg, BlobArg, Function, PtrArg, kernel_argument, launch
 
 bindings = pytest.importorskip("cuda.bindings.driver")
 
@@ -51,7 +51,7 @@ def fake(monkeypatch) -> FakeDriver:
     return fake
 
 
-ARGS = [Ptr(0x1122_3344_5566), I32(-7), Blob(bytes(range(128))), F32(2.5), I64(-(2**40))]
+ARGS = [PtrArg(0x1122_3344_5566), I32Arg(-7), BlobArg(bytes(range(128))), F32Arg(2.5), I64Arg(-(2**40))]
 EXPECTED = [struct.pack("<Q", 0x1122_3344_5566), struct.pack("<i", -7), bytes(range(128)),
             struct.pack("<f", 2.5), struct.pack("<q", -(2**40))]
 
@@ -97,7 +97,7 @@ def test_a_cluster_launch_goes_through_cuLaunchKernelEx(fake, cluster) -> None:
 def test_one_layout_per_signature_reused_across_launches(fake) -> None:
     function = fake_function()
     launch(function, (1, 1, 1), (32, 1, 1), 0, None, ARGS)
-    changed = [Ptr(1), I32(2), Blob(bytes(128)), F32(-1.0), I64(3)]
+    changed = [PtrArg(1), I32Arg(2), BlobArg(bytes(128)), F32Arg(-1.0), I64Arg(3)]
     launch(function, (1, 1, 1), (32, 1, 1), 0, None, changed)
     (_, first), (_, second) = fake.calls
     assert first[9] == second[9] and len(function._marshallers) == 1
@@ -111,18 +111,18 @@ def test_one_layout_per_signature_reused_across_launches(fake) -> None:
 ])
 def test_a_cluster_must_divide_the_grid(fake, grid, cluster, message) -> None:
     with pytest.raises(ValueError, match=message):
-        launch(fake_function(), grid, (32, 1, 1), 0, None, [Ptr(0)], cluster=cluster)
+        launch(fake_function(), grid, (32, 1, 1), 0, None, [PtrArg(0)], cluster=cluster)
     assert fake.calls == []
 
 
 def test_untyped_arguments_are_refused_before_the_driver(fake) -> None:
     with pytest.raises(TypeError, match="argument 1 has type int; wrap it as Ptr"):
-        launch(fake_function(), (1, 1, 1), (32, 1, 1), 0, None, [Ptr(0), 3])
+        launch(fake_function(), (1, 1, 1), (32, 1, 1), 0, None, [PtrArg(0), 3])
     assert fake.calls == []
 
 
 def test_kernel_argument_wraps_values_by_parameter_type() -> None:
-    assert type(kernel_argument(POINTER, 5)) is Ptr
-    assert type(kernel_argument(F32_TYPE, 1)) is F32
+    assert type(kernel_argument(POINTER, 5)) is PtrArg
+    assert type(kernel_argument(F32_PARAM, 1)) is F32Arg
     blob = kernel_argument(TENSOR_MAP, bytes(128))
-    assert type(blob) is Blob and blob.param_type == TENSOR_MAP
+    assert type(blob) is BlobArg and blob.param_type == TENSOR_MAP

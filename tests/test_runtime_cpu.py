@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from tilec.runtime import (
-    F32,
-    I32,
-    I64,
+    F32Arg,
+    I32Arg,
+    I64Arg,
     ArrayArg,
     CudaError,
     GpuUnavailableError,
     HostStaging,
-    Ptr,
+    PtrArg,
     as_array_arg,
     c_strides,
     check,
@@ -128,7 +128,7 @@ def test_tilec_device_must_be_a_device_number(monkeypatch: pytest.MonkeyPatch, r
 # --- kernel parameters ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make, value", [
-    (Ptr, -1), (Ptr, 2**64), (I32, 2**31), (I32, -(2**31) - 1), (I64, 2**63), (F32, 1e39),
+    (PtrArg, -1), (PtrArg, 2**64), (I32Arg, 2**31), (I32Arg, -(2**31) - 1), (I64Arg, 2**63), (F32Arg, 1e39),
 ])
 def test_kernel_args_reject_out_of_range_values(make: type, value: float) -> None:
     with pytest.raises(ValueError):
@@ -136,13 +136,13 @@ def test_kernel_args_reject_out_of_range_values(make: type, value: float) -> Non
 
 
 def test_kernel_args_accept_their_extremes() -> None:
-    assert Ptr(2**64 - 1) == 2**64 - 1
-    assert I32(-(2**31)) == -(2**31)
-    assert F32(float("inf")) == float("inf")
+    assert PtrArg(2**64 - 1) == 2**64 - 1
+    assert I32Arg(-(2**31)) == -(2**31)
+    assert F32Arg(float("inf")) == float("inf")
 
 
 def test_param_marshaller_points_each_parameter_at_its_value() -> None:
-    args = (Ptr(0x1234_5678_9ABC), I32(-5), I64(-(2**40)), F32(1.5), I32(7))
+    args = (PtrArg(0x1234_5678_9ABC), I32Arg(-5), I64Arg(-(2**40)), F32Arg(1.5), I32Arg(7))
     marshaller = _ParamMarshaller(signature(args))
     address = marshaller.marshal(args)
     slot = [ctypes.c_void_p.from_address(address + 8 * index).value for index in range(5)]
@@ -152,7 +152,7 @@ def test_param_marshaller_points_each_parameter_at_its_value() -> None:
     assert ctypes.c_float.from_address(slot[3]).value == 1.5
     assert ctypes.c_int32.from_address(slot[4]).value == 7
     # A second launch reuses the same memory: only the values change.
-    assert marshaller.marshal((Ptr(1), I32(2), I64(3), F32(4.0), I32(5))) == address
+    assert marshaller.marshal((PtrArg(1), I32Arg(2), I64Arg(3), F32Arg(4.0), I32Arg(5))) == address
     assert ctypes.c_int64.from_address(slot[2]).value == 3
 
 

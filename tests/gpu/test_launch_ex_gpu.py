@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tilec.runtime import (Blob, DeviceBuffer, Ptr, current_device, gpu_unavailable_reason,
+from tilec.runtime import (BlobArg, DeviceBuffer, PtrArg, current_device, gpu_unavailable_reason,
                            has_gpu, launch, load_module, synchronize)
 
 pytestmark = [
@@ -69,7 +69,7 @@ def module():
 def test_cluster_launches_see_their_cluster(module, cluster, expected) -> None:
     out = DeviceBuffer(4 * 4)
     out.memset_d8(0xFF)
-    launch(module.function("cluster_ranks"), (4, 1, 1), (32, 1, 1), 0, None, [Ptr(out.ptr)],
+    launch(module.function("cluster_ranks"), (4, 1, 1), (32, 1, 1), 0, None, [PtrArg(out.ptr)],
            cluster=cluster)
     synchronize()
     result = np.zeros(4, np.uint32)
@@ -83,7 +83,7 @@ def test_a_128_byte_blob_arrives_by_value(module, cluster) -> None:
     out = DeviceBuffer(128)
     out.memset_d8(0)
     launch(module.function("copy_blob"), (1, 1, 1), (32, 1, 1), 0, None,
-           [Ptr(out.ptr), Blob(data)], cluster=cluster)
+           [PtrArg(out.ptr), BlobArg(data)], cluster=cluster)
     synchronize()
     result = np.zeros(128, np.uint8)
     out.copy_to_host(result)

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from tilec.runtime import (
-    F32,
-    I32,
-    I64,
+    F32Arg,
+    I32Arg,
+    I64Arg,
     CudaError,
     DeviceBuffer,
     Event,
     HostStaging,
-    Ptr,
+    PtrArg,
     Stream,
     as_array_arg,
     current_device,
@@ -133,7 +133,7 @@ def module():
 def add_scalar(module, pointer: int, count: int, value: float, stream=None) -> None:
     block = 128
     launch(module.function("add_scalar"), ((count + block - 1) // block or 1, 1, 1),
-           (block, 1, 1), 0, stream, [Ptr(pointer), I32(count), F32(value)])
+           (block, 1, 1), 0, stream, [PtrArg(pointer), I32Arg(count), F32Arg(value)])
 
 
 def test_device_properties() -> None:
@@ -184,7 +184,7 @@ def test_parameters_arrive_as_packed(module) -> None:
     buffer.memset_d8(0)
     launch(
         module.function("echo_params"), (1, 1, 1), (1, 1, 1), 0, None,
-        [Ptr(buffer.ptr), I32(-7), I64(-(2**40) - 3), F32(2.5), Ptr(0xDEAD_BEEF_CAFE)])
+        [PtrArg(buffer.ptr), I32Arg(-7), I64Arg(-(2**40) - 3), F32Arg(2.5), PtrArg(0xDEAD_BEEF_CAFE)])
     raw = np.zeros(32, np.uint8)
     buffer.copy_to_host(raw)
     assert raw[0:4].view(np.int32)[0] == -7
@@ -207,11 +207,11 @@ def test_dynamic_shared_memory_beyond_48_kib(module) -> None:
     buffer = DeviceBuffer(1)
     big = device.max_shared_memory_per_block_optin
     with pytest.raises(ValueError, match="set_dynamic_shared_memory"):
-        launch(function, (1, 1, 1), (1, 1, 1), big, None, [Ptr(buffer.ptr), I32(big - 1)])
+        launch(function, (1, 1, 1), (1, 1, 1), big, None, [PtrArg(buffer.ptr), I32Arg(big - 1)])
     with pytest.raises(ValueError, match="opt-in limit"):
         function.set_dynamic_shared_memory(big + 1)
     function.set_dynamic_shared_memory(big)
-    launch(function, (1, 1, 1), (1, 1, 1), big, None, [Ptr(buffer.ptr), I32(big - 1)])
+    launch(function, (1, 1, 1), (1, 1, 1), big, None, [PtrArg(buffer.ptr), I32Arg(big - 1)])
     result = np.zeros(1, np.uint8)
     buffer.copy_to_host(result)
     assert result[0] == 42
@@ -226,13 +226,13 @@ def test_dynamic_shared_memory_beyond_48_kib(module) -> None:
 ])
 def test_launch_validates_dimensions(module, grid, block, message) -> None:
     with pytest.raises(ValueError, match=message):
-        launch(module.function("add_scalar"), grid, block, 0, None, [Ptr(0), I32(0), F32(0.0)])
+        launch(module.function("add_scalar"), grid, block, 0, None, [PtrArg(0), I32Arg(0), F32Arg(0.0)])
 
 
 def test_launch_wants_typed_arguments(module) -> None:
-    with pytest.raises(TypeError, match="argument 1 has type int; wrap it as Ptr, I32, I64, F32"):
+    with pytest.raises(TypeError, match="argument 1 has type int; wrap it as PtrArg, I32Arg, I64Arg, F32"):
         launch(module.function("add_scalar"), (1, 1, 1), (32, 1, 1), 0, None,
-               [Ptr(0), 0, F32(0.0)])
+               [PtrArg(0), 0, F32Arg(0.0)])
 
 
 def test_unknown_kernel_name(module) -> None:
@@ -298,7 +298,7 @@ def test_streams_and_events(module) -> None:
 def test_cached_launch_is_cheap_on_the_host(module) -> None:
     buffer = DeviceBuffer(4 * 128)
     function = module.function("add_scalar")
-    args = [Ptr(buffer.ptr), I32(128), F32(1.0)]
+    args = [PtrArg(buffer.ptr), I32Arg(128), F32Arg(1.0)]
     for _ in range(100):
         launch(function, (1, 1, 1), (128, 1, 1), 0, None, args)
     synchronize()
@@ -316,7 +316,7 @@ def test_cached_launch_is_cheap_on_the_host(module) -> None:
 def test_kernel_fault_surfaces_at_synchronize() -> None:
     # A fault poisons the context for good, so it runs in its own process.
     script = textwrap.dedent('''
-        from tilec.runtime import CudaError, I32, Ptr, launch, load_module, synchronize
+        from tilec.runtime import CudaError, I32Arg, PtrArg, launch, load_module, synchronize
         PTX = """HEADER
         .visible .entry store_to_null(.param .u64 out)
         {
@@ -329,7 +329,7 @@ def test_kernel_fault_surfaces_at_synchronize() -> None:
         }
         """
         function = load_module(PTX).function("store_to_null")
-        launch(function, (1, 1, 1), (1, 1, 1), 0, None, [Ptr(0)])
+        launch(function, (1, 1, 1), (1, 1, 1), 0, None, [PtrArg(0)])
         try:
             synchronize()
         except CudaError as error:

@@ -90,9 +90,9 @@ class MmaLoop:
         self.out = DeviceBuffer(self.blocks * self.threads * 4)
 
     def launch(self, trips: int) -> None:
-        from tilec.runtime import F32, I32, Ptr, launch
+        from tilec.runtime import F32Arg, I32Arg, PtrArg, launch
         launch(self.function, (self.blocks, 1, 1), (self.threads, 1, 1), 0, None,
-               [Ptr(self.out.ptr), I32(trips), F32(MMA_SEED)])
+               [PtrArg(self.out.ptr), I32Arg(trips), F32Arg(MMA_SEED)])
 
     def flops(self, trips: int) -> int:
         return self.blocks * MMA_WARPS * trips * MMA_CHAINS * MMA_UNROLL * MMA_FLOP

@@ -393,12 +393,12 @@ def pack_function(itemsize: int, arch: str) -> Any:
 def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) -> PackLaunch:
     """The launch that copies ``source`` (an ArrayArg on the GPU) into the scratch at
     ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
-    from tilec.runtime import I32, Ptr
+    from tilec.runtime import I32Arg, PtrArg
     grid, block = pack_geometry(packed)
-    args = (Ptr(source.ptr), Ptr(scratch_ptr), I32(packed.rows), I32(packed.source_rows),
-            I32(packed.cols),
-            I32(source.strides[packed.outer]), I32(source.strides[packed.inner]),
-            I32(packed.row_stride))
+    args = (PtrArg(source.ptr), PtrArg(scratch_ptr), I32Arg(packed.rows), I32Arg(packed.source_rows),
+            I32Arg(packed.cols),
+            I32Arg(source.strides[packed.outer]), I32Arg(source.strides[packed.inner]),
+            I32Arg(packed.row_stride))
     return PackLaunch(pack_function(packed.itemsize, arch), grid, block, args)
 
 

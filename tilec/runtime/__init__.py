@@ -13,10 +13,10 @@ from tilec.runtime.arrays import (
     to_bf16_bits,
 )
 from tilec.runtime.driver import (
-    F32,
-    Blob,
-    I32,
-    I64,
+    F32Arg,
+    BlobArg,
+    I32Arg,
+    I64Arg,
     CudaError,
     Device,
     DeviceBuffer,
@@ -25,7 +25,7 @@ from tilec.runtime.driver import (
     GpuUnavailableError,
     KernelArg,
     Module,
-    Ptr,
+    PtrArg,
     Stream,
     check,
     configured_device_ordinal,

@@ -409,52 +409,52 @@ class DeviceBuffer:
 # Each value class names its parameter type (backend/abi.py), which knows the bytes the driver
 # copies for it; a launch lays those out once per signature (_ParamMarshaller).
 
-class Ptr(int):
+class PtrArg(int):
     """A device address, passed as a `.u64` kernel parameter."""
 
     __slots__ = ()
     param_type: ClassVar[ParamType] = abi.POINTER
 
-    def __new__(cls, value: int) -> Ptr:
+    def __new__(cls, value: int) -> PtrArg:
         self = super().__new__(cls, value)
         if not 0 <= self < 2**64:
             raise ValueError(f"Ptr must fit in 64 unsigned bits, got {int(self)}")
         return self
 
 
-class I32(int):
+class I32Arg(int):
     """A `.s32` kernel parameter (also right for `.u32` parameters below 2**31)."""
 
     __slots__ = ()
-    param_type: ClassVar[ParamType] = abi.I32
+    param_type: ClassVar[ParamType] = abi.I32_PARAM
 
-    def __new__(cls, value: int) -> I32:
+    def __new__(cls, value: int) -> I32Arg:
         self = super().__new__(cls, value)
         if not -(2**31) <= self < 2**31:
             raise ValueError(f"I32 out of signed 32-bit range: {int(self)}")
         return self
 
 
-class I64(int):
+class I64Arg(int):
     """A `.s64` kernel parameter."""
 
     __slots__ = ()
-    param_type: ClassVar[ParamType] = abi.I64
+    param_type: ClassVar[ParamType] = abi.I64_PARAM
 
-    def __new__(cls, value: int) -> I64:
+    def __new__(cls, value: int) -> I64Arg:
         self = super().__new__(cls, value)
         if not -(2**63) <= self < 2**63:
             raise ValueError(f"I64 out of 64-bit range: {int(self)}")
         return self
 
 
-class F32(float):
+class F32Arg(float):
     """A `.f32` kernel parameter (rounded to single precision when marshalled)."""
 
     __slots__ = ()
-    param_type: ClassVar[ParamType] = abi.F32
+    param_type: ClassVar[ParamType] = abi.F32_PARAM
 
-    def __new__(cls, value: float) -> F32:
+    def __new__(cls, value: float) -> F32Arg:
         self = super().__new__(cls, value)
         # struct's "f" code raises OverflowError on such values at launch time; fail here instead.
         if math.isfinite(self) and abs(self) > _F32_MAX:
@@ -462,29 +462,29 @@ class F32(float):
         return self
 
 
-class Blob(bytes):
+class BlobArg(bytes):
     """Opaque bytes passed by value, such as a 128-byte TMA tensor map (`.param .align 64 .b8
     name[128]`); the driver copies them from storage aligned to `align`."""
 
     param_type: abi.BlobParam  # per value: its size is the value's length
 
-    def __new__(cls, data: bytes, align: int = 64) -> Blob:
+    def __new__(cls, data: bytes, align: int = 64) -> BlobArg:
         self = super().__new__(cls, data)
         self.param_type = abi.BlobParam(len(self), align)
         return self
 
 
-KernelArg = Union[Ptr, I32, I64, F32, Blob]
+KernelArg = Union[PtrArg, I32Arg, I64Arg, F32Arg, BlobArg]
 
-# The value class of each scalar and pointer parameter type (a blob's is Blob).
+# The value class of each scalar and pointer parameter type (a blob's is BlobArg).
 _ARGUMENT_CLASSES: dict[ParamType, type] = {
-    cls.param_type: cls for cls in (Ptr, I32, I64, F32)}
+    cls.param_type: cls for cls in (PtrArg, I32Arg, I64Arg, F32Arg)}
 
 
 def kernel_argument(param_type: ParamType, value: Any) -> KernelArg:
     """`value` as the argument of a parameter of `param_type`."""
     if isinstance(param_type, abi.BlobParam):
-        return Blob(value, param_type.align)
+        return BlobArg(value, param_type.align)
     return _ARGUMENT_CLASSES[param_type](value)
 
 
@@ -526,8 +526,8 @@ def signature(args: Sequence[KernelArg]) -> tuple[ParamType, ...]:
     except AttributeError:
         pass
     index, arg = next((i, a) for i, a in enumerate(args) if not hasattr(a, "param_type"))
-    raise TypeError(f"kernel argument {index} has type {type(arg).__name__}; wrap it as Ptr, "
-                    "I32, I64, F32 or Blob so its parameter type is explicit")
+    raise TypeError(f"kernel argument {index} has type {type(arg).__name__}; wrap it as PtrArg, "
+                    "I32, I64Arg, F32Arg or BlobArg so its parameter type is explicit")
 
 
 # --- Modules and functions -----------------------------------------------------------------------
@@ -705,7 +705,7 @@ def launch(function: Function, grid: Dim3, block: Dim3, smem_bytes: int, stream:
            params: Sequence[KernelArg], cluster: Dim3 | None = None) -> None:
     """Enqueue `function` on `stream`: every launch in tilec goes through here.
 
-    `params` are typed values (Ptr, I32, I64, F32, Blob) in the kernel's parameter order.
+    `params` are typed values (PtrArg, I32Arg, I64Arg, F32Arg, BlobArg) in the kernel's parameter order.
     With a `cluster` shape, the launch is `cuLaunchKernelEx` with a
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute (thread block clusters, sm_90); without,
     `cuLaunchKernel`. Faults inside the kernel surface later, at a synchronize, as CudaError.
