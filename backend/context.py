@@ -49,7 +49,7 @@ class Context:
         self.constants: dict[Value, Union[int, float]] = {}
         self.smem_bytes = 0
         self.plan = kernel.schedule.tiling
-        # The epilogue is emitted a few registers at a time (see ptx._emit_epilogue): the
+        # The epilogue is emitted a few registers at a time (see ptx._emit_body): the
         # registers of distributed tiles being emitted now, and per-op state kept between
         # the chunks (addresses, predicates, values already loaded).
         self.active: Optional[range] = None

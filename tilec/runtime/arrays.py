@@ -480,7 +480,7 @@ class HostStaging:
         with HostStaging() as staging:
             a = staging.to_device(a_arg, written=False)
             c = staging.to_device(c_arg, written=True)
-            launch(function, ..., [Ptr(a.ptr), Ptr(c.ptr), ...])
+            launch(function, ..., [PtrArg(a.ptr), PtrArg(c.ptr), ...])
             staging.copy_back()
     """
 

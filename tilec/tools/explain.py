@@ -7,7 +7,7 @@
 - the pipeline schedule as the hazard checker runs it (:mod:`tilec.analysis.hazards`): the prologue's
   copies, then the K loop's waits, barriers, copies, commits, fragment loads and products
   with their stage indices written as functions of the iteration ``it``;
-- the shared-memory plan, laid out as the backend lays it out (``backend.memory``);
+- the shared-memory plan, laid out as the backend lays it out (``backend/copies.py``, ``tilec/families/cp_async.py``);
 - bank conflicts of every shared access the backend emits, enumerated instance by instance
   with :mod:`tilec.target.layout`, beside what an unswizzled layout would give;
 - the register estimate, and ptxas's own report when ``ptxas`` is on PATH;
@@ -470,7 +470,7 @@ def copy_store_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingP
                          buffer: Buffer, mode: str) -> Iterator[tuple[list[int | None], int]]:
     """(lane byte addresses, bytes per lane) of every warp store a copy of this operand makes:
     per stage, warp and access; a synchronous copy stores each element on its own
-    (``st.shared.b16``), as ``backend.memory`` does."""
+    (``st.shared.b16``), as ``tilec/families/cp_async.py`` does."""
     elem_bytes = buffer.elem_bytes
     cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
     for stage in range(buffer.stages):
