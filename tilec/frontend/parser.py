@@ -21,6 +21,7 @@ from lark.visitors import Discard, v_args
 
 from tilec.errors import TileError, TileSyntaxError
 from tilec.frontend import ast
+from tilec.frontend.parse_tables import load_parser
 from tilec.ir.core import Loc
 
 GRAMMAR_FILE = "tile.lark"
@@ -79,11 +80,16 @@ def _grammar_text() -> str:
         return (Path(__file__).resolve().parents[2] / "grammar" / GRAMMAR_FILE).read_text()
 
 
+# Lark's options for the grammar (the post-lexer apart: it is code, made fresh on each load).
+_PARSER_OPTIONS = {"parser": "lalr", "start": "module", "propagate_positions": True,
+                   "maybe_placeholders": True}
+
+
 @functools.cache
 def grammar_parser() -> Lark:
-    """The one Lark parser, built on first use."""
-    return Lark(_grammar_text(), parser="lalr", start="module", postlex=_TileIndenter(),
-                propagate_positions=True, maybe_placeholders=True)
+    """The one Lark parser, made on first use from tables cached on disk (see
+    :mod:`tilec.frontend.parse_tables`), or built when there are none yet."""
+    return load_parser(_grammar_text(), _PARSER_OPTIONS, _TileIndenter)
 
 
 def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,
