@@ -137,3 +137,25 @@ def test_importable_py_files_do_not_warn(text):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_file("ok.py", text)
+
+
+# ------------------------------- found by the fuzzer: float constants beyond f32's range
+
+@pytest.mark.parametrize("old, new", [
+    ("C[m * BM : +BM, n * BN : +BN] = acc", "C[m * BM : +BM, n * BN : +BN] = acc / 1e40"),
+    ("acc = zeros([BM, BN], f32)", "acc = full([BM, BN], 1e39, f32)"),
+])
+def test_float_constant_beyond_f32_is_a_compile_error(old, new):
+    text = MATMUL.replace(old, new)
+    with pytest.raises(TileError) as info:
+        for function in load_file("huge.py", text).values():
+            function.compile()
+    _assert_located(info.value, text)
+    assert "outside f32's range" in info.value.message
+
+
+def test_largest_f32_and_inf_literals_still_compile():
+    for literal in ("3.4028234663852886e38", "1e400"):
+        text = MATMUL.replace("= acc\n", f"= acc * {literal}\n")
+        for function in load_file("edge.py", text).values():
+            function.compile()

@@ -3,6 +3,7 @@ dispatch of expressions, names and literals, compile-time folding, and arithmeti
 scalars and indices."""
 from __future__ import annotations
 
+import struct
 from typing import Optional, Union
 
 from tilec.errors import TileError, TileNameError, TileShapeError, TileTypeError
@@ -136,9 +137,20 @@ class ScalarLowering:
             raise self.error(TileTypeError, f"the integer {value.value} does not fit in i32 "
                              f"({I32_MIN}..{I32_MAX})", loc or self.loc,
                              "indices, bounds and integer scalars in tile programs are i32")
-        number = value.value if dtype == I32 else float(value.value)
+        number = value.value if dtype == I32 else self._float_constant(value.value, loc)
         return self.builder.value("arith.constant", [], ScalarType(dtype), value.name,
                                   value=number)
+
+    def _float_constant(self, number: Union[int, float], loc: Optional[Loc] = None) -> float:
+        """``number`` as the f32 constant it becomes in the PTX; a finite number beyond
+        f32's range (1e40) is refused rather than crashing the backend. (inf, as 1e400
+        reads in Python, stays inf.)"""
+        try:
+            struct.pack(">f", float(number))  # as the backend packs it
+        except (OverflowError, struct.error):
+            raise self.error(TileTypeError, f"the number {number:g} is outside f32's range "
+                             "(about ±3.4e38)", loc or self.loc) from None
+        return float(number)
 
     def _constant_size(self, node: ast.Expr, what: str) -> int:
         value = self.expr(node)

@@ -156,8 +156,8 @@ def _warn_if_import_fails(tree: pyast.Module, filename: str, lines: list[str]) -
         for argument in arguments:
             for name in pyast.walk(argument.annotation) if argument.annotation else ():
                 if isinstance(name, pyast.Name) and name.id not in bound:
-                    message = (f"column {name.col_offset + 1}: importing this file fails with NameError: name "
-                               f"'{name.id}' is not defined (Python "
+                    message = (f"column {name.col_offset + 1}: importing this file fails "
+                               f"with NameError: name '{name.id}' is not defined (Python "
                                f"{sys.version_info.major}.{sys.version_info.minor} evaluates "
                                f"annotations); add `{FUTURE_LINE}` as the file's first "
                                f"statement. Python 3.14 and later need no such line.")

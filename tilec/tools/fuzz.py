@@ -71,8 +71,7 @@ KNOWN_BUGS: tuple[KnownBug, ...] = (
               "Incompatible elements of vector expression")),
     KnownBug(2, "user names reach the PTX unchecked (non-ASCII, '_', generated names)",
              ("non_ascii_name", "underscore_kernel", "name_like_generated"),
-             ("Duplicate definition", "Unexpected non-ASCII", "syntax error at '_'",
-              "Illegal character", "is not a valid identifier")),
+             ("Duplicate definition", "Unexpected non-ASCII", "Parsing error near '_'")),
     KnownBug(4, "backend NotImplementedError on programs the frontend accepted",
              ("acc_op_in_k_loop", "zeros_in_k_loop", "load_c_before_k_loop",
               "store_cast_in_k_loop"),
@@ -504,7 +503,9 @@ class Result:
 def _located(err: Exception, program: Program) -> bool:
     """The error names a place inside the program's file and quotes it with a caret."""
     loc = getattr(err, "loc", None)
-    lines = program.text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    # Python reads a lone "\r" as a line end; the .tile grammar does not.
+    text = program.text.replace("\r\n", "\n")
+    lines = (text.replace("\r", "\n") if program.suffix == ".py" else text).split("\n")
     if loc is None or loc.file != program.filename or not 1 <= loc.line <= len(lines):
         return False
     line = lines[loc.line - 1]
@@ -635,6 +636,9 @@ class Summary:
     skipped: Counter  # known bug class -> programs not generated
     known: Counter  # known bug class -> failures matched to it
     failures: list[tuple[Program, Result, str]]  # new failures: (program, result, how)
+    # Failures of the known classes, by class (a few each, to reproduce them).
+    known_failures: dict[int, list[tuple[Program, Result, str]]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def new_failures(self) -> int:
@@ -697,15 +701,30 @@ def fuzz(n: int, seed: int, *, jobs: int = 0, timeout: float = 20.0, skip_known:
             result.detail + "\n".join(result.ptxas) + (result.cpu or ""))
         if known is not None:
             summary.known[known] += 1
+            kept = summary.known_failures.setdefault(known, [])
+            if len(kept) < KEPT_PER_KNOWN_CLASS:
+                kept.append((program, result, ", ".join(how)))
         else:
             summary.failures.append((program, result, ", ".join(how)))
     return summary
 
 
+KEPT_PER_KNOWN_CLASS = 20
+
+
 def write_failures(summary: Summary, folder: Path) -> None:
-    """Each new failure as a file to compile again, with a note of how it failed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for program, result, how in summary.failures:
+    """Each new failure as a file to compile again, with a note of how it failed (and a few
+    of each known class, under ``known-class-N/``)."""
+    groups = [(folder, summary.failures)] + [
+        (folder / f"known-class-{number}", kept)
+        for number, kept in sorted(summary.known_failures.items())]
+    for where, failures in groups:
+        where.mkdir(parents=True, exist_ok=True)
+        _write_group(where, failures)
+
+
+def _write_group(folder: Path, failures: list[tuple[Program, Result, str]]) -> None:
+    for program, result, how in failures:
         (folder / program.filename).write_text(program.text)
         note = [f"# {how}", f"# options: {program.options}", result.detail, *result.ptxas,
                 result.cpu or ""]
@@ -752,9 +771,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                    cpu_every=args.cpu_every)
     print(report(summary))
     print(f"({time.monotonic() - start:.0f} s)")
-    if summary.failures:
+    if summary.failures or summary.known_failures:
         write_failures(summary, args.out)
-        print(f"new failures written to {args.out}/")
+        print(f"failing programs written to {args.out}/")
     return 1 if summary.failures else 0
 
 
