@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from tilec.errors import TileError, TileNameError, TileShapeError, TileTypeError
 from tilec.frontend import ast
-from tilec.frontend.diagnostics import did_you_mean
+from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
                                      describe, is_scalar, is_tile)
 from tilec.frontend.tiles import TileLowering
@@ -107,7 +107,8 @@ class CallLowering(TileLowering):
         result = TileType(dtype, shape)
         if isinstance(value, ConstValue):
             return self.builder.value("tile.full", [], result, shape=shape,
-                                      value=float(value.value))
+                                      value=self._float_constant(value.value,
+                                                                 start_loc(args["value"])))
         if is_scalar(value) and value.type.dtype == F32:
             splat = self.builder.value("tile.splat", [value], TileType(F32, shape),
                                        shape=shape)

@@ -19,7 +19,41 @@ class LocatedErrors:
 
     def at(self, cls: type[TileError], message: str, loc: Optional[Loc],
            hint: str = "") -> TileError:
+        if loc is not None:
+            loc = clamp_loc(loc, self.source_lines)
         return located(cls, message, loc, self.source_lines, hint)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a file as the parser numbers them: split at "\n" only (``splitlines``
+    also splits at form feeds and other separators Python's tokenizer reads as spaces, which
+    would shift every later line of a message)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # as splitlines: a final newline ends the last line, starts none
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def clamp_loc(loc: Loc, source_lines: Sequence[str], last_line: Optional[int] = None) -> Loc:
+    """``loc`` moved onto a real place of the file, so every message can quote a line and
+    put a caret under it: a place past the end (an error at the end of the input, or on the
+    blank lines that end it) becomes the end of the last non-blank line at or before
+    ``last_line`` (default: the file's last), and a column past its line's end becomes the
+    end of that line."""
+    last = len(source_lines) if last_line is None else min(last_line, len(source_lines))
+    if last < 1:
+        return loc
+    while last > 1 and not source_lines[last - 1].strip():
+        last -= 1  # trailing blank lines hold nothing a caret could point at
+    line, col = loc.line, loc.col
+    if line > last:
+        line = last
+        col = len(source_lines[line - 1]) + 1
+    line = max(line, 1)
+    col = min(max(col, 1), len(source_lines[line - 1]) + 1)
+    if (line, col) == (loc.line, loc.col):
+        return loc
+    return Loc(loc.file, line, col)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -21,11 +21,15 @@ from lark.visitors import Discard, v_args
 
 from tilec.errors import TileError, TileSyntaxError
 from tilec.frontend import ast
+from tilec.frontend.diagnostics import clamp_loc, split_lines
+from tilec.frontend.parse_tables import load_parser
 from tilec.ir.core import Loc
 
 GRAMMAR_FILE = "tile.lark"
 # Decorators that mark a tile function; anything else on a tile function is refused.
 TILE_DECORATORS = ("tile", "tilec.tile")
+# Integer literals are i32; the one larger literal allowed is the magnitude of i32's minimum.
+_LARGEST_LITERAL = 2**31
 
 
 # ------------------------------------------------------------------------------- parsing
@@ -34,16 +38,20 @@ class _Place:
     """Where a piece of text sits in its file, so positions in the text map back to it."""
 
     def __init__(self, filename: str, first_line: int, col_offset: int,
-                 source_lines: tuple[str, ...]):
+                 source_lines: tuple[str, ...], line_count: int):
         self.filename = filename
         self.first_line = first_line
         self.col_offset = col_offset
         self.source_lines = source_lines
+        # The text's last line in the file: an error at the end of the input is reported
+        # there, not on whatever follows the function in a .py file.
+        self.last_line = first_line + max(line_count, 1) - 1
 
     def loc(self, line: int, column: int) -> Loc:
         return Loc(self.filename, line + self.first_line - 1, column + self.col_offset)
 
     def error(self, message: str, loc: Loc, hint: str = "") -> TileSyntaxError:
+        loc = clamp_loc(loc, self.source_lines, self.last_line)
         line = ""
         if 1 <= loc.line <= len(self.source_lines):
             line = self.source_lines[loc.line - 1]
@@ -79,11 +87,16 @@ def _grammar_text() -> str:
         return (Path(__file__).resolve().parents[2] / "grammar" / GRAMMAR_FILE).read_text()
 
 
+# Lark's options for the grammar (the post-lexer apart: it is code, made fresh on each load).
+_PARSER_OPTIONS = {"parser": "lalr", "start": "module", "propagate_positions": True,
+                   "maybe_placeholders": True}
+
+
 @functools.cache
 def grammar_parser() -> Lark:
-    """The one Lark parser, built on first use."""
-    return Lark(_grammar_text(), parser="lalr", start="module", postlex=_TileIndenter(),
-                propagate_positions=True, maybe_placeholders=True)
+    """The one Lark parser, made on first use from tables cached on disk (see
+    :mod:`tilec.frontend.parse_tables`), or built when there are none yet."""
+    return load_parser(_grammar_text(), _PARSER_OPTIONS, _TileIndenter)
 
 
 def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,
@@ -93,7 +106,7 @@ def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,
     say where ``text`` starts in the file, ``source_lines`` are the file's lines)."""
     lines = _source_lines(text, first_line, col_offset, source_lines)
     text, margin = dedent(text)
-    place = _Place(filename, first_line, col_offset + margin, lines)
+    place = _Place(filename, first_line, col_offset + margin, lines, _line_count(text))
     if not text.endswith("\n"):
         text += "\n"  # the Indenter closes blocks on a final newline
     try:
@@ -135,7 +148,8 @@ def parse_function(text: str, filename: str = "<tile>", first_line: int = 1,
     if len(functions) != 1:
         where = functions[1].loc if len(functions) > 1 else Loc(filename, first_line, 1)
         place = _Place(filename, first_line, col_offset,
-                       _source_lines(text, first_line, col_offset, source_lines))
+                       _source_lines(text, first_line, col_offset, source_lines),
+                       _line_count(text))
         found = "no function" if not functions else f"{len(functions)} functions"
         raise place.error(f"expected one tile function, found {found}", where,
                           "parse a file with several functions with parse_file")
@@ -155,6 +169,10 @@ def dedent(text: str) -> tuple[str, int]:
     return "\n".join(kept), len(margin)
 
 
+def _line_count(text: str) -> int:
+    return len(text.rstrip("\n").split("\n"))
+
+
 def _source_lines(text: str, first_line: int, col_offset: int,
                   source_lines: Optional[Sequence[str]]) -> tuple[str, ...]:
     """The file's lines when given, else lines rebuilt from ``text`` at the places it came
@@ -162,7 +180,7 @@ def _source_lines(text: str, first_line: int, col_offset: int,
     if source_lines is not None:
         return tuple(line.rstrip("\r\n") for line in source_lines)
     pad = " " * col_offset
-    rebuilt = [pad + line if line.strip() else line for line in text.splitlines()]
+    rebuilt = [pad + line if line.strip() else line for line in split_lines(text)]
     return ("",) * (first_line - 1) + tuple(rebuilt)
 
 
@@ -554,6 +572,12 @@ class _ToAst(Transformer):
             value: int | float = int(text, 0) if token.type == "INT" else float(text)
         except ValueError:
             return ast.Unsupported(f"'{token}' is not a valid number", loc=loc)
+        # 2**31 itself is allowed so that -2147483648 can be written; lowering refuses it
+        # anywhere else, as it refuses folded constants outside i32.
+        if isinstance(value, int) and value > _LARGEST_LITERAL:
+            return ast.Unsupported(f"the integer {token} does not fit in i32 "
+                                   f"(-2147483648..2147483647)", "integers in tile programs "
+                                   "are i32", loc=loc)
         return ast.Constant(value, loc=loc)
 
     def tuple_expr(self, meta: Any, children: list[Any]) -> ast.TupleExpr:

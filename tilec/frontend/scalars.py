@@ -3,6 +3,7 @@ dispatch of expressions, names and literals, compile-time folding, and arithmeti
 scalars and indices."""
 from __future__ import annotations
 
+import struct
 from typing import Optional, Union
 
 from tilec.errors import TileError, TileNameError, TileShapeError, TileTypeError
@@ -13,6 +14,9 @@ from tilec.frontend.operands import (BUILTINS, DTYPES, Binding, ConstValue, DTyp
                                      Operand, describe, is_scalar)
 from tilec.ir.core import Block, Builder, Loc, Value
 from tilec.ir.types import F32, I32, DType, ScalarType
+
+# The range of the DSL's integers (i32) as PTX's .s32 holds them.
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
 
 class ScalarLowering:
@@ -120,14 +124,33 @@ class ScalarLowering:
             if dtype == I32 and not isinstance(value.value, int):
                 raise self.error(TileTypeError, f"{value.value} is not an integer, and this "
                                  "is integer arithmetic", node.loc)
-            return self._scalar_constant(value, dtype)
+            return self._scalar_constant(value, dtype, node.loc)
         assert isinstance(value, Value)
         return value
 
-    def _scalar_constant(self, value: ConstValue, dtype: DType) -> Value:
-        number = value.value if dtype == I32 else float(value.value)
+    def _scalar_constant(self, value: ConstValue, dtype: DType,
+                         loc: Optional[Loc] = None) -> Value:
+        """The constant as an IR value; an integer that i32 cannot hold is refused here,
+        where a folded constant (65536 * 65536) first becomes a run-time value, rather than
+        wrapping silently or reaching the PTX as a number ptxas rejects."""
+        if dtype == I32 and not I32_MIN <= value.value <= I32_MAX:
+            raise self.error(TileTypeError, f"the integer {value.value} does not fit in i32 "
+                             f"({I32_MIN}..{I32_MAX})", loc or self.loc,
+                             "indices, bounds and integer scalars in tile programs are i32")
+        number = value.value if dtype == I32 else self._float_constant(value.value, loc)
         return self.builder.value("arith.constant", [], ScalarType(dtype), value.name,
                                   value=number)
+
+    def _float_constant(self, number: Union[int, float], loc: Optional[Loc] = None) -> float:
+        """``number`` as the f32 constant it becomes in the PTX; a finite number beyond
+        f32's range (1e40) is refused rather than crashing the backend. (inf, as 1e400
+        reads in Python, stays inf.)"""
+        try:
+            struct.pack(">f", float(number))  # as the backend packs it
+        except (OverflowError, struct.error):
+            raise self.error(TileTypeError, f"the number {number:g} is outside f32's range "
+                             "(about ±3.4e38)", loc or self.loc) from None
+        return float(number)
 
     def _constant_size(self, node: ast.Expr, what: str) -> int:
         value = self.expr(node)
@@ -150,7 +173,7 @@ class ScalarLowering:
                 raise self.error(TileTypeError, f"{what} must be an integer, not "
                                  f"{value.value}", start_loc(node))
             with self.builder.located(start_loc(node)):
-                return self._scalar_constant(value, I32)
+                return self._scalar_constant(value, I32, start_loc(node))
         if is_scalar(value) and value.type.dtype == I32:
             return value
         raise self.error(TileTypeError, f"{what} must be an integer scalar, not "

@@ -152,7 +152,7 @@ class StatementLowering(TensorAccessLowering):
         if isinstance(value, ConstValue):
             with self.builder.located(binding.loc):
                 dtype = I32 if isinstance(value.value, int) else F32
-                return self._scalar_constant(value, dtype)
+                return self._scalar_constant(value, dtype, binding.loc)
         if isinstance(value, Value) and isinstance(value.type, (TileType, ScalarType)):
             return value
         raise self.error(TileError, f"'{name}' holds {describe(value)}, which cannot change "
@@ -164,7 +164,7 @@ class StatementLowering(TensorAccessLowering):
         if isinstance(value, ConstValue) and isinstance(expected, ScalarType):
             if expected.dtype == F32 or isinstance(value.value, int):
                 with self.builder.located(binding.loc):
-                    return self._scalar_constant(value, expected.dtype)
+                    return self._scalar_constant(value, expected.dtype, binding.loc)
         if isinstance(value, Value) and value.type == expected:
             return value
         now = value.type if isinstance(value, Value) else describe(value)

@@ -1,0 +1,99 @@
+"""The fuzzer's CI slice (issue 12): a fixed seed, the known open bug classes left out by
+feature, and no new internal crash, hang, unlocated error, ptxas rejection or CPU mismatch.
+Plus checks that the fuzzer's own parts can tell right from wrong."""
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from tilec.errors import TileError
+from tilec.ir.core import Loc
+from tilec.tools import fuzz
+
+# About 60-75 s on 2 cores.
+CI_PROGRAMS = 1600
+CI_SEED = 0
+
+
+def test_ci_slice_finds_no_new_failure(capsys):
+    summary = fuzz.fuzz(CI_PROGRAMS, CI_SEED, jobs=2, skip_known=True, ptxas_every=12,
+                        cpu_every=4)
+    with capsys.disabled():
+        print("\n" + fuzz.report(summary))
+    details = [f"{program.filename} ({how}):\n{program.text}\n{result.detail}\n"
+               f"{result.ptxas}\n{result.cpu}" for program, result, how in summary.failures]
+    assert not details, "\n\n".join(details[:5])
+    assert summary.outcomes["hang"] == 0 and summary.outcomes["unlocated error"] == 0
+    assert summary.outcomes["compiled"] > CI_PROGRAMS // 5  # the slice exercises the backend
+    assert summary.cpu_checked > 20
+    if shutil.which("ptxas"):
+        assert summary.ptxas_checked > 10 and summary.ptxas_rejected == 0
+    # The exclusions are named and counted, and they did skip programs.
+    assert sum(summary.skipped.values()) > 0
+    assert set(summary.skipped) <= {bug.issue_class for bug in fuzz.KNOWN_BUGS}
+
+
+def test_generation_is_deterministic():
+    samples = ["@tile\ndef f():\n    pass\n"]
+    first = [fuzz.generate(random.Random(7), i, samples).text for i in range(30)]
+    again = [fuzz.generate(random.Random(7), i, samples).text for i in range(30)]
+    assert first == again
+
+
+def _program(epilogue, dtypes=None, transposed=False):
+    dtypes = dtypes or {"A": "f32", "B": "f32", "C": "f32", "bias": "f32"}
+    return fuzz.Program(0, "matmul", "", dtypes=dtypes,
+                        layouts={"A": transposed, "B": False}, tiles=(16, 16, 8),
+                        epilogue=epilogue)
+
+
+def test_evaluate_follows_the_epilogue_tree():
+    a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
+    c, bias = np.full((2, 2), 10.0), np.array([1.0, -100.0])
+    tree = ("relu", ("bin", "+", ("bin", "*", ("scalar", "alpha"), ("acc",)),
+                     ("bin", "+", ("c",), ("bias",))))
+    got = fuzz.evaluate(_program(tree), {"A": a, "B": b, "C": c, "bias": bias},
+                        {"alpha": 2.0})
+    assert np.array_equal(got, np.maximum(2 * (a @ b) + c + bias, 0))
+    transposed = fuzz.evaluate(_program(("acc",), transposed=True),
+                               {"A": a.T, "B": b, "C": c}, {})
+    assert np.array_equal(transposed, a @ b)
+
+
+def test_evaluate_rounds_casts_and_literals_to_the_tile_dtype():
+    dtypes = {"A": "f16", "B": "f16", "C": "f16", "bias": "f32"}
+    one_third = np.full((1, 1), 1 / 3)
+    got = fuzz.evaluate(_program(("to", "f16", ("acc",)), dtypes),
+                        {"A": one_third, "B": np.ones((1, 1)), "C": one_third}, {})
+    assert got[0, 0] == float(np.float16(1 / 3)) != 1 / 3
+    bf16 = fuzz._round(np.array([1 / 3]), "bf16")[0]
+    assert bf16 == 0.333984375  # 1/3 to 8 significant bits, rounded to nearest
+
+
+def test_located_refuses_places_outside_the_file():
+    program = fuzz.Program(3, "mutation", "x = 1\ny = (\n")
+    inside = TileError("bad", Loc(program.filename, 2, 5), "y = (")
+    past_end = TileError("bad", Loc(program.filename, 4, 1), "")
+    other_file = TileError("bad", Loc("elsewhere.py", 2, 5), "y = (")
+    assert fuzz._located(inside, program)
+    assert not fuzz._located(past_end, program) and not fuzz._located(other_file, program)
+
+
+def test_a_hang_is_classified_and_the_worker_replaced(monkeypatch):
+    monkeypatch.setattr(fuzz, "run_program", _slow_or_fast)
+    programs = [fuzz.Program(i, "mutation", "slow" if i == 0 else "") for i in range(3)]
+    outcomes = [r.outcome for r in fuzz.run_all(programs, jobs=1, timeout=1.0)]
+    assert outcomes == ["hang", "compiled", "compiled"]
+
+
+def _slow_or_fast(program):
+    import time
+    if program.text == "slow":
+        time.sleep(60)
+    return fuzz.Result(program.index, "compiled")
+
+
+@pytest.mark.skipif(not shutil.which("ptxas"), reason="needs ptxas")
+def test_assemble_reports_ptxas_rejections():
+    assert "error" in fuzz.assemble(".version 8.0\n.target sm_80\nnonsense;\n", "sm_80")

@@ -1,0 +1,175 @@
+"""The grammar's LALR tables, kept on disk so a cold start does not rebuild them.
+
+Building the parser from ``grammar/tile.lark`` takes about half a second; loading its tables
+takes a few milliseconds. The tables are stored as JSON (never pickle: loading a file must not
+be able to run code) in ``<cache dir>/parser/tables-<key>.json``, where the key is the SHA-256
+of everything the tables depend on: the grammar text, lark's version, the parser options and
+this module's format version. So a changed grammar or a new lark never meets an old table.
+
+A file is used only when all of these hold, else the parser is built and the file rewritten:
+it is a regular file owned by the current user and writable by nobody else (opened without
+following symlinks, read with a size bound), its JSON names the same key, and the digest of
+its tables matches the one stored beside them. Writes go to a temporary file in the same
+folder and are renamed into place, so a reader never sees half a file. ``TILEC_PARSER_CACHE=0``
+turns the cache off.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import lark
+from lark import Lark
+from lark.grammar import Rule
+from lark.lexer import TerminalDef
+
+# Bumped whenever the file layout below changes.
+FORMAT_VERSION = 1
+# The tables are ~450 kB; anything much larger is not ours.
+MAX_BYTES = 16 * 1024 * 1024
+
+
+def cache_dir() -> Path:
+    """``TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``, else ``~/.cache/tilec``: the rule of
+    ``tilec.runtime.cache.default_cache_dir``, repeated here because importing that module
+    pulls in the whole backend, which a cold ``tilec compile`` must not wait for."""
+    explicit = os.environ.get("TILEC_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):  # the XDG spec says a relative value must be ignored
+        return Path(xdg) / "tilec"
+    return Path.home() / ".cache" / "tilec"
+
+
+def table_key(grammar: str, options: dict[str, Any]) -> str:
+    """What the tables depend on, hashed: a different grammar, lark or option set gives a
+    different key and so a different file."""
+    described = json.dumps({"grammar": grammar, "lark": lark.__version__,
+                            "format": FORMAT_VERSION,
+                            "options": {k: repr(v) for k, v in sorted(options.items())}},
+                           sort_keys=True)
+    return hashlib.sha256(described.encode("utf-8")).hexdigest()
+
+
+def load_parser(grammar: str, options: dict[str, Any], postlex_factory: Callable[[], Any],
+                directory: Optional[Path] = None) -> Lark:
+    """The LALR parser for ``grammar``, from cached tables when a valid file exists, else
+    built (and the file written for next time). ``options`` are Lark's keyword options
+    without ``postlex``; ``postlex_factory`` makes the post-lexer (it is code, not data, so it
+    is never stored)."""
+    if os.environ.get("TILEC_PARSER_CACHE", "1") == "0":
+        return _build(grammar, options, postlex_factory)
+    key = table_key(grammar, options)
+    path = (directory or cache_dir()) / "parser" / f"tables-{key}.json"
+    tables = _read_tables(path, key)
+    if tables is not None:
+        try:
+            return Lark._load_from_dict(tables["data"], tables["memo"],
+                                        postlex=postlex_factory())
+        except Exception:  # a table lark cannot load is a miss, repaired below
+            pass
+    parser = _build(grammar, options, postlex_factory)
+    _write_tables(path, key, parser)
+    return parser
+
+
+def _build(grammar: str, options: dict[str, Any], postlex_factory: Callable[[], Any]) -> Lark:
+    return Lark(grammar, postlex=postlex_factory(), **options)
+
+
+# ------------------------------------------------------------------------------ the file
+
+def _read_tables(path: Path, key: str) -> Optional[dict[str, Any]]:
+    """The decoded tables in ``path`` if it is a sound file for ``key``; None otherwise."""
+    try:
+        # O_NOFOLLOW: a symlink (to /dev/zero, to another user's file) is refused, and
+        # O_NONBLOCK keeps a FIFO put in its place from blocking the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if (not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES
+                or info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            return None
+        with os.fdopen(fd, "rb") as file:
+            fd = -1
+            raw = file.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            return None
+        stored = json.loads(raw)
+        if not isinstance(stored, dict) or stored.get("key") != key:
+            return None
+        body = stored.get("tables")
+        if not isinstance(body, str) or stored.get("sha256") != _digest(body):
+            return None
+        tables = json.loads(body, object_hook=_decode_object)
+        return tables if isinstance(tables, dict) and {"data", "memo"} <= tables.keys() \
+            else None
+    except (OSError, ValueError, RecursionError, TypeError):
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _write_tables(path: Path, key: str, parser: Lark) -> None:
+    """Write the tables atomically; a cache that cannot be written is only slower."""
+    try:
+        data, memo = parser.memo_serialize([TerminalDef, Rule])
+        # The post-lexer is an object with code; the loader gets a fresh one instead.
+        data["options"] = dict(data["options"], postlex=None)
+        body = json.dumps(_encode({"data": data, "memo": memo}), separators=(",", ":"))
+        text = json.dumps({"key": key, "lark": lark.__version__, "sha256": _digest(body),
+                           "tables": body})
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tables-",
+                                             suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# JSON has no tuples and only string keys; lark's tables use both, so they are tagged.
+def _encode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and "__items__" not in value:
+            return {k: _encode(v) for k, v in value.items()}
+        return {"__items__": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot store {type(value).__name__} in the parser tables")
+
+
+def _decode_object(value: dict[str, Any]) -> Any:
+    if len(value) == 1 and "__items__" in value:
+        return {_hashable(k): v for k, v in value["__items__"]}
+    if len(value) == 1 and "__tuple__" in value:
+        return tuple(value["__tuple__"])
+    return value
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list):
+        return tuple(_hashable(k) for k in key)
+    return key

@@ -1,0 +1,781 @@
+"""A fuzzer for the whole compiler: ``python -m tilec.tools.fuzz --n 20000 --seed 0``.
+
+Programs come from two generators, both driven by one seeded ``random.Random``:
+
+- *matmul*: a random matmul kernel built from parts (input dtypes f16 / bf16 / f32, layouts
+  A, A.T, B, B.T, tile sizes, an epilogue over ``acc`` with alpha / beta scalars, a bias
+  vector, ``c``, relu, casts, min / max with literals and + - * /) and random options
+  (stages 1-4, warps, swizzle, split-K, f32_math). The generator keeps the epilogue as a
+  tree, so it can evaluate the program itself in float64 (:func:`evaluate`), independently
+  of tilec's own reference.
+- *mutation*: a sample (``samples/*.py``) or a generated kernel with a few textual edits
+  (tokens inserted, replaced or deleted, lines moved, numbers changed, truncation).
+
+Each program runs in a worker process with a time limit and is classified as *compiled*,
+*clean error* (a :class:`TileError` whose ``file:line:col`` lies inside the file, quoted
+with a caret), *unlocated error* (a TileError pointing nowhere in the file: a bug),
+*config error* (a TileError about options only, with no place in the file), *internal
+crash* (any other exception) or *hang* (no answer within the limit). A sample of the compiled
+ones is compiled for sm_80, sm_86 and sm_90 and assembled with ``ptxas``; a sample of the
+generated kernels runs in the CPU interpreter and is compared with the float64 evaluation.
+Failing programs are written to ``--out`` with a note saying how they failed.
+
+Known bug classes (issue 12) that are not fixed yet have their generator features listed in
+:data:`KNOWN_BUGS`; ``--skip-known`` (the CI slice) does not generate programs with those
+features, and says how many it skipped, so that the slice fails on any *new* failure. For
+mutations, whose features are unknown, a failure whose signature matches a known class is
+counted as that class, not as a new failure.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
+ARCHS = ("sm_80", "sm_86", "sm_90")
+OUTCOMES = ("compiled", "clean error", "config error", "unlocated error", "internal crash",
+            "hang")
+FAILING = ("unlocated error", "internal crash", "hang")
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownBug:
+    """A bug class of issue 12 that is still open: the generator features that trigger it
+    and the failure texts that identify it in programs of unknown features (mutations)."""
+
+    issue_class: int
+    summary: str
+    features: tuple[str, ...]
+    signatures: tuple[str, ...] = ()
+
+
+KNOWN_BUGS: tuple[KnownBug, ...] = (
+    KnownBug(1, "a number combined with an f16 / bf16 tile gives PTX ptxas rejects",
+             ("literal_with_16bit_tile",),
+             ("Arguments mismatch for instruction 'cvt'",
+              "Incompatible elements of vector expression")),
+    KnownBug(2, "user names reach the PTX unchecked (non-ASCII, '_', generated names)",
+             ("non_ascii_name", "underscore_kernel", "name_like_generated"),
+             ("Duplicate definition", "Unexpected non-ASCII", "Parsing error near '_'")),
+    KnownBug(4, "backend NotImplementedError on programs the frontend accepted",
+             ("acc_op_in_k_loop", "zeros_in_k_loop", "load_c_before_k_loop",
+              "store_cast_in_k_loop"),
+             ("NotImplementedError",)),
+    KnownBug(6, "a grid that does not cover the output it stores leaves it unwritten",
+             ("grid_mismatch",)),
+)
+
+
+# ------------------------------------------------------------------------------ programs
+
+@dataclasses.dataclass
+class Program:
+    """One generated program: its text, how to compile it, and (for generated kernels) what
+    the generator knows about it: the epilogue tree and the dtypes, for :func:`evaluate`."""
+
+    index: int
+    origin: str  # "matmul" or "mutation"
+    text: str
+    suffix: str = ".py"
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    features: frozenset[str] = frozenset()
+    # Generated kernels only.
+    dtypes: dict[str, str] = dataclasses.field(default_factory=dict)
+    layouts: dict[str, bool] = dataclasses.field(default_factory=dict)  # transposed?
+    tiles: tuple[int, int, int] = (0, 0, 0)
+    epilogue: Optional[tuple] = None
+    reads_c: bool = False
+    check_ptxas: bool = False
+    check_cpu: bool = False
+
+    @property
+    def filename(self) -> str:
+        return f"fuzz_{self.index:06d}{self.suffix}"
+
+
+# Epilogue trees: ("acc",), ("c",), ("bias",), ("scalar", name), ("lit", value),
+# ("bin", op, left, right), ("call", "min" | "max", left, right), ("relu", x),
+# ("neg", x), ("to", dtype, x). A node's dtype follows the DSL: numbers take the tile's
+# dtype, an f32 scalar or tile with a 16-bit tile gives f32, equal dtypes stay.
+Tree = tuple
+LITERALS = (0.5, 2, 2.0, 1.5, -0.25, 3, 0.125, -1.0, 4.0)
+
+
+def _dtype_of(tree: Tree, dtypes: dict[str, str]) -> Optional[str]:
+    """The node's dtype; None for a number, "scalar" for an f32 scalar."""
+    kind = tree[0]
+    if kind == "acc":
+        return "f32"
+    if kind == "c":
+        return dtypes["C"]
+    if kind == "bias":
+        return dtypes["bias"]
+    if kind == "scalar":
+        return "scalar"
+    if kind == "lit":
+        return None
+    if kind == "to":
+        return tree[1]
+    if kind in ("relu", "neg"):
+        return _dtype_of(tree[1], dtypes)
+    left, right = _dtype_of(tree[2], dtypes), _dtype_of(tree[3], dtypes)
+    sides = {d for d in (left, right) if d is not None}
+    if sides == {"scalar"}:
+        return "scalar"
+    tiles = {d for d in sides if d != "scalar"}
+    if "scalar" in sides or len(tiles) > 1:
+        return "f32"  # the only mix that compiles (f16 with bf16 is refused)
+    return tiles.pop() if tiles else None
+
+
+def _render(tree: Tree, slices: dict[str, str]) -> str:
+    kind = tree[0]
+    if kind in ("acc", "c"):
+        return kind
+    if kind == "bias":
+        return slices["bias"]
+    if kind == "scalar":
+        return tree[1]
+    if kind == "lit":
+        return repr(tree[1])
+    if kind == "to":
+        return f"{_wrap(tree[2], slices)}.to({tree[1]})"
+    if kind == "relu":
+        return f"relu({_render(tree[1], slices)})"
+    if kind == "neg":
+        return f"-{_wrap(tree[1], slices)}"
+    if kind == "call":
+        return f"{tree[1]}({_render(tree[2], slices)}, {_render(tree[3], slices)})"
+    return f"{_wrap(tree[2], slices)} {tree[1]} {_wrap(tree[3], slices)}"
+
+
+def _wrap(tree: Tree, slices: dict[str, str]) -> str:
+    text = _render(tree, slices)
+    return f"({text})" if tree[0] in ("bin", "neg") else text
+
+
+def _grow(rng: random.Random, tree: Tree, has_bias: bool, scalars: list[str]) -> Tree:
+    """One epilogue step applied to ``tree``."""
+    literal = ("lit", rng.choice(LITERALS))
+    scalar = ("scalar", rng.choice(scalars))
+    steps = [
+        lambda: ("bin", "*", scalar, tree),
+        lambda: ("bin", "*", tree, scalar),
+        lambda: ("bin", "+", tree, ("bin", "*", scalar, ("c",))),
+        lambda: ("bin", "-", tree, ("c",)),
+        lambda: ("relu", tree),
+        lambda: ("neg", tree),
+        lambda: ("to", rng.choice(("f16", "bf16", "f32")), tree),
+        lambda: ("call", rng.choice(("min", "max")), tree, literal),
+        lambda: ("call", rng.choice(("min", "max")), literal, tree),
+        lambda: ("bin", rng.choice("+-*"), tree, literal),
+        lambda: ("bin", rng.choice("+-*"), literal, tree),
+        lambda: ("bin", "/", tree, ("lit", rng.choice((2, 0.5, -4.0, 8)))),
+        lambda: ("bin", "/", tree, scalar),
+        lambda: ("bin", rng.choice("+-*"), tree, tree),
+    ]
+    if has_bias:
+        steps.append(lambda: ("bin", "+", tree, ("bias",)))
+    return rng.choice(steps)()
+
+
+def _features_of(tree: Tree, dtypes: dict[str, str]) -> set[str]:
+    found: set[str] = set()
+    kind = tree[0]
+    if kind in ("bin", "call"):
+        left, right = tree[2], tree[3]
+        for number, other in ((left, right), (right, left)):
+            if number[0] == "lit" and _dtype_of(other, dtypes) in ("f16", "bf16"):
+                found.add("literal_with_16bit_tile")
+        found |= _features_of(left, dtypes) | _features_of(right, dtypes)
+    elif kind in ("relu", "neg"):
+        found |= _features_of(tree[1], dtypes)
+    elif kind == "to":
+        found |= _features_of(tree[2], dtypes)
+    if "c" in _leaves(tree):
+        found.add("reads_c")
+    return found
+
+
+def _leaves(tree: Tree) -> set[str]:
+    if tree[0] in ("acc", "c", "bias", "scalar", "lit"):
+        return {tree[0]}
+    return set().union(*(_leaves(t) for t in tree[1:] if isinstance(t, tuple)))
+
+
+def generate_matmul(rng: random.Random, index: int) -> Program:
+    """A random matmul kernel with a random epilogue and random options."""
+    operand = rng.choice(("f16", "f16", "bf16", "f32"))
+    dtypes = {"A": operand, "B": operand, "C": rng.choice(("f32", "f16", "bf16")),
+              "bias": rng.choice(("f32", "f32", "f16"))}
+    if operand == "f32":
+        dtypes["bias"] = "f32"
+    transposed = {"A": rng.random() < 0.25, "B": rng.random() < 0.4}
+    bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
+    bk = rng.choice((8, 16, 32) if operand == "f32" else (16, 32, 64))
+    features: set[str] = set()
+    names = {"kernel": f"kernel_{index}", "alpha": "alpha", "beta": "beta"}
+    roll = rng.random()
+    if roll < 0.02:
+        names["kernel"] = rng.choice(("_", "_k"))
+        features.add("underscore_kernel")
+    elif roll < 0.04:
+        names["kernel"] = "matmul_é"
+        features.add("non_ascii_name")
+    elif roll < 0.06:
+        names["alpha"] = rng.choice(("A_ptr", "dim_M", "A_stride0", "C_ptr"))
+        features.add("name_like_generated")
+
+    scalars = [names["alpha"], names["beta"]]
+    has_bias = rng.random() < 0.5
+    tree: Tree = ("acc",)
+    for _ in range(rng.randint(0, 4)):
+        tree = _grow(rng, tree, has_bias, scalars)
+    if _dtype_of(tree, dtypes) != dtypes["C"]:
+        tree = ("to", dtypes["C"], tree)
+    features |= _features_of(tree, dtypes)
+    if "bias" in _leaves(tree):
+        features.add("bias")
+
+    shape_a = "K, M" if transposed["A"] else "M, K"
+    shape_b = "N, K" if transposed["B"] else "K, N"
+    params = [f"A: {dtypes['A']}[{shape_a}]", f"B: {dtypes['B']}[{shape_b}]",
+              f"C: {dtypes['C']}[M, N]"]
+    if has_bias:
+        params.append(f"bias: {dtypes['bias']}[N]")
+    params += [f"{names['alpha']}: f32", f"{names['beta']}: f32",
+               f"BM={bm}", f"BN={bn}", f"BK={bk}"]
+    a_ref = "A.T" if transposed["A"] else "A"
+    b_ref = "B.T" if transposed["B"] else "B"
+    out = "C[m * BM : +BM, n * BN : +BN]"
+    grid_n = "cdiv(N, BN)"
+    if rng.random() < 0.02 and bm != bn:
+        grid_n = "cdiv(N, BM)"
+        features.add("grid_mismatch")
+    k_start = "0"
+    if rng.random() < 0.02:
+        k_start = rng.choice(("4294967296", "100000000000000000000", "65536 * 65536"))
+        features.add("huge_integer")
+    structure = rng.choice(("plain",) * 12 + ("acc_op_in_k_loop", "zeros_in_k_loop",
+                                              "load_c_before_k_loop", "store_cast_in_k_loop"))
+    reads_c = "c" in _leaves(tree)
+    # Loading C early needs a read of C; a store in the loop must not be read back as C.
+    if structure == "load_c_before_k_loop" and not reads_c:
+        structure = "plain"
+    if structure == "store_cast_in_k_loop" and reads_c:
+        structure = "plain"
+    if structure != "plain":
+        features.add(structure)
+    lines = [f"    for m, n in grid(cdiv(M, BM), {grid_n}):",
+             "        acc = zeros([BM, BN], f32)"]
+    if structure == "load_c_before_k_loop":
+        lines.append(f"        c = {out}")
+    lines += [f"        for k in range({k_start}, K, BK):",
+              f"            acc += {a_ref}[m * BM : +BM, k : +BK] @ {b_ref}[k : +BK, n * BN : +BN]"]
+    # Each structural variant leaves the result unchanged, so evaluate() still holds.
+    lines += {"acc_op_in_k_loop": ["            acc = acc * 1.0"],
+              "zeros_in_k_loop": ["            acc = acc + zeros([BM, BN], f32)"],
+              "store_cast_in_k_loop": [f"            {out} = acc.to({dtypes['C']})"],
+              }.get(structure, [])
+    if reads_c and structure != "load_c_before_k_loop":
+        lines.append(f"        c = {out}")
+    slices = {"bias": "bias[n * BN : +BN]"}
+    lines.append(f"        out = {_render(tree, slices)}")
+    lines.append(f"        {out} = out")
+    used = sorted({dtypes[k] for k in ("A", "C")} | {dtypes["bias"]} | {"f32"})
+    text = ("from __future__ import annotations\n\n"
+            f"from tilec import {', '.join(used + ['tile'])}\n\n\n"
+            f"@tile\ndef {names['kernel']}({', '.join(params)}):\n" + "\n".join(lines) + "\n")
+    options: dict[str, Any] = {"stages": rng.randint(1, 4)}
+    if rng.random() < 0.3:
+        options["warps"] = rng.choice(((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4),
+                                       (4, 2), (2, 4)))
+    options["swizzle"] = rng.choice(("auto", "off"))
+    if rng.random() < 0.3:
+        options["split_k"] = rng.choice((2, 3, 4))
+    if operand == "f32":
+        options["f32_math"] = rng.choice(("ffma", "tf32"))
+    return Program(index, "matmul", text, options=options, features=frozenset(features),
+                   dtypes=dtypes, layouts=transposed, tiles=(bm, bn, bk), epilogue=tree,
+                   reads_c=reads_c)
+
+
+# ------------------------------------------------------------------------------ mutations
+
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+\.?\d*(?:e[+-]?\d+)?|\*\*|//|[-+*/@:=,.()\[\]]|\n[ ]*")
+_INSERTS = ("(", ")", "[", "]", ":", ",", "+", "*", "/", "//", "@", ".T", "=", "+=", "\n",
+            "\n    ", "\n        ", "\t", " ", "#", "\\\n", "'s'", "if", "for", "None", "-1",
+            "0", "2147483648", "4294967296", "10**20", "1e40", "0.1", "é", "_", "A_ptr",
+            "relu(", "zeros(", "grid(", "range(", "max(", ".to(f16)", ".to(bf16)", "f16",
+            "bf16", "f32", "i32", "cdiv(", "acc", "M", "BK", "lambda", ";", "\r", "\f", "\0")
+_NUMBERS = ("0", "1", "-1", "7", "3", "2147483647", "2147483648", "4294967296", "1e40",
+            "0.5", "1024", "100000000000000000000")
+
+
+def mutate(rng: random.Random, text: str) -> str:
+    """``text`` with one to three random edits."""
+    for _ in range(rng.randint(1, 3)):
+        tokens = [m for m in _TOKEN.finditer(text)]
+        lines = text.split("\n")
+        choice = rng.randrange(9)
+        if choice == 0 and tokens:  # replace a token with another from the text
+            token, other = rng.choice(tokens), rng.choice(tokens)
+            text = text[:token.start()] + other.group() + text[token.end():]
+        elif choice == 1 and tokens:  # delete a token
+            token = rng.choice(tokens)
+            text = text[:token.start()] + text[token.end():]
+        elif choice == 2:  # insert a token
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + rng.choice(_INSERTS) + text[at:]
+        elif choice == 3:  # change a number
+            numbers = [t for t in tokens if t.group()[0].isdigit()]
+            if numbers:
+                token = rng.choice(numbers)
+                text = text[:token.start()] + rng.choice(_NUMBERS) + text[token.end():]
+        elif choice == 4 and len(lines) > 1:  # delete a line
+            del lines[rng.randrange(len(lines))]
+            text = "\n".join(lines)
+        elif choice == 5:  # duplicate a line
+            at = rng.randrange(len(lines))
+            lines.insert(at, lines[at])
+            text = "\n".join(lines)
+        elif choice == 6 and len(lines) > 1:  # swap two lines
+            i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+            lines[i], lines[j] = lines[j], lines[i]
+            text = "\n".join(lines)
+        elif choice == 7:  # truncate
+            text = text[:rng.randrange(len(text) + 1)]
+        else:  # re-indent a line
+            at = rng.randrange(len(lines))
+            lines[at] = " " * rng.choice((0, 2, 4, 8, 12, 3)) + lines[at].lstrip()
+            text = "\n".join(lines)
+    return text
+
+
+def generate(rng: random.Random, index: int, samples: list[str]) -> Program:
+    """The index-th program: 60% generated kernels, 40% mutations."""
+    if rng.random() < 0.6:
+        return generate_matmul(rng, index)
+    base = rng.choice(samples) if rng.random() < 0.6 else generate_matmul(rng, index).text
+    suffix = ".py" if rng.random() < 0.8 else ".tile"
+    text = mutate(rng, base)
+    if suffix == ".tile":
+        text = "\n".join(l for l in text.split("\n") if not l.startswith('"""'))
+    return Program(index, "mutation", text, suffix=suffix)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+def _round(values: np.ndarray, dtype: Optional[str]) -> np.ndarray:
+    """float64 values rounded to ``dtype`` (round to nearest even), as float64."""
+    if dtype == "f16":
+        return values.astype(np.float16).astype(np.float64)
+    if dtype == "bf16":
+        return _bf16_from_bits(_bf16_bits(values))
+    if dtype in ("f32", "scalar"):
+        return values.astype(np.float32).astype(np.float64)
+    return values
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+def _bf16_from_bits(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def evaluate(program: Program, inputs: dict[str, np.ndarray], scalars: dict[str, float]
+             ) -> np.ndarray:
+    """C as the program defines it, in float64 from the generator's own knowledge: the
+    product, then the epilogue tree, each node rounded to its dtype."""
+    a = inputs["A"].T if program.layouts["A"] else inputs["A"]
+    b = inputs["B"].T if program.layouts["B"] else inputs["B"]
+    acc = _round(a @ b, "f32")
+    leaves = {"acc": acc, "c": inputs["C"], "bias": inputs.get("bias")}
+
+    def value(tree: Tree) -> Union[np.ndarray, float]:
+        kind = tree[0]
+        if kind in leaves:
+            return leaves[kind]
+        if kind == "scalar":
+            return scalars[tree[1]]
+        if kind == "lit":
+            return float(tree[1])
+        dtype = _dtype_of(tree, program.dtypes)
+        if kind == "to":
+            return _round(np.asarray(value(tree[2]), dtype=np.float64), dtype)
+        if kind == "relu":
+            return np.maximum(value(tree[1]), 0.0)
+        if kind == "neg":
+            return -value(tree[1])
+        left, right = (_operand(t, dtype, value(t)) for t in (tree[2], tree[3]))
+        if kind == "call":
+            result = np.minimum(left, right) if tree[1] == "min" else np.maximum(left, right)
+        else:
+            result = {"+": np.add, "-": np.subtract, "*": np.multiply,
+                      "/": np.divide}[tree[1]](left, right)
+        return _round(np.asarray(result, dtype=np.float64), dtype)
+
+    def _operand(tree: Tree, dtype: Optional[str], raw: Any) -> Any:
+        # A number is converted to the tile's dtype before the operation.
+        return _round(np.asarray(raw, dtype=np.float64), dtype) if tree[0] == "lit" else raw
+
+    with np.errstate(all="ignore"):
+        return np.broadcast_to(value(program.epilogue), acc.shape)
+
+
+TOLERANCE = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-4}
+
+
+def check_on_cpu(program: Program, rng: np.random.Generator) -> Optional[str]:
+    """Run the program in the CPU interpreter on random ragged sizes; None when it matches
+    :func:`evaluate`, else what differs."""
+    from tilec.cpu.interpreter import run_kernel
+    from tilec.kernel import load_file
+    bm, bn, bk = program.tiles
+    sizes = {"M": int(rng.integers(1, 2 * bm + 2)), "N": int(rng.integers(1, 2 * bn + 2)),
+             "K": int(rng.integers(1, 3 * bk + 2))}
+    shapes = {"A": ("K", "M") if program.layouts["A"] else ("M", "K"),
+              "B": ("N", "K") if program.layouts["B"] else ("K", "N"),
+              "C": ("M", "N"), "bias": ("N",)}
+    function = next(iter(load_file(program.filename, program.text).values()))
+    kernel = function.lower()
+    exact: dict[str, np.ndarray] = {}
+    arguments: dict[str, Any] = {}
+    for param in kernel.params:
+        if param.name not in shapes:
+            continue
+        dtype = program.dtypes[param.name]
+        values = _round(rng.standard_normal([sizes[d] for d in shapes[param.name]]), dtype)
+        exact[param.name] = values
+        arguments[param.name] = (_bf16_bits(values) if dtype == "bf16" else
+                                 values.astype(np.float16 if dtype == "f16" else np.float32))
+    scalars = {p.name: float(rng.choice((1.5, -0.75, 0.5, 2.0))) for p in kernel.params
+               if p.name not in shapes}
+    expected = evaluate(program, exact, scalars)
+    run_kernel(kernel, {**arguments, **scalars})
+    out = arguments["C"]
+    got = _bf16_from_bits(out) if program.dtypes["C"] == "bf16" else out.astype(np.float64)
+    if np.isnan(got).any() and not np.isnan(expected).any():
+        return f"{int(np.isnan(got).sum())} of {got.size} outputs NaN at sizes {sizes}"
+    finite = np.isfinite(expected)
+    diff = np.linalg.norm(np.where(finite, got - expected, 0.0))
+    norm = np.linalg.norm(np.where(finite, expected, 0.0))
+    tolerance = max(TOLERANCE[program.dtypes[k]] for k in ("A", "C"))
+    if program.options.get("f32_math") == "tf32":
+        tolerance = max(tolerance, 2e-3)
+    if diff > tolerance * max(norm, 1.0):
+        return f"relative error {diff / max(norm, 1e-30):.3g} at sizes {sizes}"
+    return None
+
+
+# ------------------------------------------------------------------------------ running
+
+@dataclasses.dataclass
+class Result:
+    index: int
+    outcome: str
+    detail: str = ""
+    ptxas: list[str] = dataclasses.field(default_factory=list)  # rejections
+    cpu: Optional[str] = None  # a mismatch with evaluate()
+    known: Optional[int] = None  # the known bug class a failure was matched to
+
+
+def _located(err: Exception, program: Program) -> bool:
+    """The error names a place inside the program's file and quotes it with a caret."""
+    loc = getattr(err, "loc", None)
+    # Python reads a lone "\r" as a line end; the .tile grammar does not.
+    text = program.text.replace("\r\n", "\n")
+    lines = (text.replace("\r", "\n") if program.suffix == ".py" else text).split("\n")
+    if loc is None or loc.file != program.filename or not 1 <= loc.line <= len(lines):
+        return False
+    line = lines[loc.line - 1]
+    return (1 <= loc.col <= len(line) + 1 and bool(line.strip())
+            and getattr(err, "source_line", None) == line and "^" in str(err))
+
+
+def run_program(program: Program) -> Result:
+    """Compile (and, when asked, assemble and interpret) one program in this process."""
+    from tilec.errors import TileError
+    from tilec.kernel import load_file
+    try:
+        functions = load_file(program.filename, program.text)
+        ptx = {}
+        archs = ARCHS if program.check_ptxas else ("sm_80",)
+        for arch in archs:
+            for name, function in functions.items():
+                ptx[(arch, name)] = function.compile(arch=arch, **program.options).ptx
+    except TileError as err:
+        if err.loc is None:
+            return Result(program.index, "config error", err.message)
+        outcome = "clean error" if _located(err, program) else "unlocated error"
+        return Result(program.index, outcome, str(err))
+    except Exception:
+        return Result(program.index, "internal crash", traceback.format_exc(limit=-4))
+    result = Result(program.index, "compiled")
+    if program.check_ptxas:
+        result.ptxas = [f"{arch}: {message}" for (arch, _), text in ptx.items()
+                        for message in [assemble(text, arch)] if message]
+    if program.check_cpu and program.epilogue is not None and functions:
+        try:
+            result.cpu = check_on_cpu(program, np.random.default_rng(program.index))
+        except Exception:
+            result.cpu = "interpreter crash: " + traceback.format_exc(limit=-3)
+    return result
+
+
+def assemble(ptx: str, arch: str) -> str:
+    """ptxas's complaint about ``ptx`` for ``arch``, or "" when it assembles."""
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "kernel.ptx"
+        source.write_text(ptx)
+        done = subprocess.run(["ptxas", f"-arch={arch}", str(source), "-o", os.devnull],
+                              capture_output=True, text=True, timeout=120)
+    return "" if done.returncode == 0 else (done.stderr or done.stdout).strip()[:400]
+
+
+def _serve(connection: Any) -> None:
+    # Programs only compile here: the on-disk compile cache would only slow this down.
+    os.environ["TILEC_DISK_CACHE"] = "0"
+    import warnings
+    warnings.simplefilter("ignore")
+    while True:
+        program = connection.recv()
+        if program is None:
+            return
+        connection.send(run_program(program))
+
+
+class Worker:
+    """A process that runs programs one at a time; killed and replaced on a hang."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child,), daemon=True)
+        self.process.start()
+        self.program: Optional[Program] = None
+        self.started = 0.0
+
+    def give(self, program: Program) -> None:
+        self.program, self.started = program, time.monotonic()
+        self.connection.send(program)
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            try:
+                self.connection.send(None)
+            except OSError:
+                pass
+        self.process.join(5)
+
+
+def run_all(programs: list[Program], jobs: int, timeout: float) -> list[Result]:
+    """Every program through a pool of workers, with ``timeout`` seconds each."""
+    results: dict[int, Result] = {}
+    pending = list(reversed(programs))
+    workers = [Worker() for _ in range(max(1, min(jobs, len(programs))))]
+    try:
+        while pending or any(w.program for w in workers):
+            for index, worker in enumerate(workers):
+                if worker.program is None and pending:
+                    worker.give(pending.pop())
+                if worker.program is None:
+                    continue
+                if worker.connection.poll(0.005):
+                    try:
+                        result = worker.connection.recv()
+                    except EOFError:  # the worker died (a crash in C code)
+                        result = Result(worker.program.index, "internal crash",
+                                        "the worker process died")
+                        worker.stop(kill=True)
+                        workers[index] = worker = Worker()
+                    results[result.index] = result
+                    worker.program = None
+                elif time.monotonic() - worker.started > timeout:
+                    results[worker.program.index] = Result(
+                        worker.program.index, "hang", f"no answer in {timeout:g} s")
+                    worker.stop(kill=True)
+                    workers[index] = Worker()
+    finally:
+        for worker in workers:
+            worker.stop(kill=worker.program is not None)
+    return [results[p.index] for p in programs]
+
+
+# ------------------------------------------------------------------------------ the run
+
+@dataclasses.dataclass
+class Summary:
+    outcomes: Counter
+    ptxas_checked: int
+    ptxas_rejected: int
+    cpu_checked: int
+    cpu_mismatched: int
+    skipped: Counter  # known bug class -> programs not generated
+    known: Counter  # known bug class -> failures matched to it
+    failures: list[tuple[Program, Result, str]]  # new failures: (program, result, how)
+    # Failures of the known classes, by class (a few each, to reproduce them).
+    known_failures: dict[int, list[tuple[Program, Result, str]]] = dataclasses.field(
+        default_factory=dict)
+
+    @property
+    def new_failures(self) -> int:
+        return len(self.failures)
+
+
+def _known_class(text: str) -> Optional[int]:
+    for bug in KNOWN_BUGS:
+        if any(signature in text for signature in bug.signatures):
+            return bug.issue_class
+    return None
+
+
+def _known_by_feature(program: Program) -> Optional[int]:
+    for bug in KNOWN_BUGS:
+        if program.features & set(bug.features):
+            return bug.issue_class
+    return None
+
+
+def fuzz(n: int, seed: int, *, jobs: int = 0, timeout: float = 20.0, skip_known: bool = False,
+         ptxas_every: int = 10, cpu_every: int = 5) -> Summary:
+    """Generate ``n`` programs from ``seed`` and classify them. With ``skip_known``,
+    programs with a feature of :data:`KNOWN_BUGS` are not run (counted per class)."""
+    rng = random.Random(seed)
+    samples = [path.read_text() for path in sorted(SAMPLES_DIR.glob("*.py"))]
+    has_ptxas = shutil.which("ptxas") is not None
+    programs: list[Program] = []
+    skipped: Counter = Counter()
+    for index in range(n):
+        program = generate(rng, index, samples)
+        known = _known_by_feature(program)
+        if skip_known and known is not None:
+            skipped[known] += 1
+            continue
+        program.check_ptxas = has_ptxas and index % ptxas_every == 0
+        program.check_cpu = program.origin == "matmul" and index % cpu_every == 0
+        programs.append(program)
+    results = run_all(programs, jobs or os.cpu_count() or 1, timeout)
+
+    summary = Summary(Counter(), 0, 0, 0, 0, skipped, Counter(), [])
+    for program, result in zip(programs, results):
+        summary.outcomes[result.outcome] += 1
+        how = []
+        if result.outcome in FAILING:
+            how.append(result.outcome)
+        if program.check_ptxas and result.outcome == "compiled":
+            summary.ptxas_checked += 1
+            if result.ptxas:
+                summary.ptxas_rejected += 1
+                how.append("ptxas rejection")
+        if program.check_cpu and result.outcome == "compiled":
+            summary.cpu_checked += 1
+            if result.cpu:
+                summary.cpu_mismatched += 1
+                how.append("CPU mismatch")
+        if not how:
+            continue
+        known = _known_by_feature(program) or _known_class(
+            result.detail + "\n".join(result.ptxas) + (result.cpu or ""))
+        if known is not None:
+            summary.known[known] += 1
+            kept = summary.known_failures.setdefault(known, [])
+            if len(kept) < KEPT_PER_KNOWN_CLASS:
+                kept.append((program, result, ", ".join(how)))
+        else:
+            summary.failures.append((program, result, ", ".join(how)))
+    return summary
+
+
+KEPT_PER_KNOWN_CLASS = 20
+
+
+def write_failures(summary: Summary, folder: Path) -> None:
+    """Each new failure as a file to compile again, with a note of how it failed (and a few
+    of each known class, under ``known-class-N/``)."""
+    groups = [(folder, summary.failures)] + [
+        (folder / f"known-class-{number}", kept)
+        for number, kept in sorted(summary.known_failures.items())]
+    for where, failures in groups:
+        where.mkdir(parents=True, exist_ok=True)
+        _write_group(where, failures)
+
+
+def _write_group(folder: Path, failures: list[tuple[Program, Result, str]]) -> None:
+    for program, result, how in failures:
+        (folder / program.filename).write_text(program.text)
+        note = [f"# {how}", f"# options: {program.options}", result.detail, *result.ptxas,
+                result.cpu or ""]
+        (folder / (program.filename + ".txt")).write_text("\n".join(note) + "\n")
+
+
+def report(summary: Summary) -> str:
+    total = sum(summary.outcomes.values())
+    rows = [f"{'outcome':<22}{'programs':>10}"]
+    rows += [f"{outcome:<22}{summary.outcomes[outcome]:>10}" for outcome in OUTCOMES]
+    rows += [f"{'total run':<22}{total:>10}",
+             f"ptxas (sm_80/86/90)   {summary.ptxas_checked:>10} checked, "
+             f"{summary.ptxas_rejected} rejected",
+             f"CPU vs float64        {summary.cpu_checked:>10} checked, "
+             f"{summary.cpu_mismatched} mismatched"]
+    for bug in KNOWN_BUGS:
+        rows.append(f"known bug class {bug.issue_class:<2}    skipped "
+                    f"{summary.skipped[bug.issue_class]:>6}, matched "
+                    f"{summary.known[bug.issue_class]:>5}: {bug.summary}")
+    rows.append(f"new failures          {summary.new_failures:>10}")
+    return "\n".join(rows)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tilec.tools.fuzz", description=__doc__
+                                     .split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="programs to generate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=0, help="worker processes (0: one a core)")
+    parser.add_argument("--timeout", type=float, default=20.0,
+                        help="seconds a program may take before it counts as a hang")
+    parser.add_argument("--skip-known", action="store_true",
+                        help="do not generate features of the known, unfixed bug classes")
+    parser.add_argument("--ptxas-every", type=int, default=10,
+                        help="assemble every Nth program that compiles, for each target")
+    parser.add_argument("--cpu-every", type=int, default=5,
+                        help="check every Nth generated kernel in the CPU interpreter")
+    parser.add_argument("--out", type=Path, default=Path("fuzz-failures"),
+                        help="folder for the failing programs")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    summary = fuzz(args.n, args.seed, jobs=args.jobs, timeout=args.timeout,
+                   skip_known=args.skip_known, ptxas_every=args.ptxas_every,
+                   cpu_every=args.cpu_every)
+    print(report(summary))
+    print(f"({time.monotonic() - start:.0f} s)")
+    if summary.failures or summary.known_failures:
+        write_failures(summary, args.out)
+        print(f"failing programs written to {args.out}/")
+    return 1 if summary.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
