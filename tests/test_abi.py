@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tilec.backend.abi import (F32, I32, I64, POINTER, TENSOR_MAP, AbiParam, BlobParam,
-                               ScalarParam, kernel_abi, param_type)
+                               ScalarParam, param_type)
+from tilec.backend.signature import kernel_abi
 from tilec.kernel import load_file
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec.backend.abi import kernel_abi
+from tilec.backend.signature import kernel_abi
 from tilec.tools.bisect import bisect, launch_options
 from tilec.errors import TileConfigError
 from tilec.frontend import lower, parse_function
