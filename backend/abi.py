@@ -3,7 +3,8 @@
 Per tensor parameter: its base address (a pointer) and one stride per dim in elements (i32);
 per scalar parameter: its value; then each shape symbol (i32), in ``Kernel.symbols`` order;
 then what the data-movement families add (``tilec/families/movements.py``: a TMA tensor map,
-later) and, for a split-K kernel, its workspace pointers (``backend/split.py``).
+later) and, for a split-K kernel, its workspace pointers (``backend/split.py``);
+``backend/signature.py`` (:func:`kernel_abi`) assembles the whole list.
 
 Each parameter has a type that knows both of its ends: the PTX declaration the kernel is
 written with, and the bytes the host hands the driver for it (``encode``;
@@ -13,7 +14,6 @@ the 128-byte ``CUtensorMap``, is passed by value with its own size and alignment
 from __future__ import annotations
 
 import ctypes
-import functools
 import re
 import struct
 from dataclasses import dataclass
@@ -223,20 +223,6 @@ def program_params(kernel: Kernel) -> list[AbiParam]:
     for symbol in kernel.symbols:
         params.append(AbiParam(f"dim_{symbol}", I32_PARAM, symbol, "symbol"))
     return params
-
-
-@functools.lru_cache(maxsize=256)  # per compiled kernel: every plain call's launch reads it
-def kernel_abi(kernel: Kernel) -> tuple[AbiParam, ...]:
-    # Imported here: both modules build on this one's types.
-    from tilec.families.movements import MOVEMENT_FAMILIES
-
-    from . import split
-
-    params = program_params(kernel)
-    for family in MOVEMENT_FAMILIES.values():
-        params.extend(family.kernel_params(kernel))
-    params.extend(split.kernel_params(kernel))
-    return tuple(params)
 
 
 # -- the grid: which CUDA axes number what ---------------------------------------------

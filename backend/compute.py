@@ -11,6 +11,7 @@ from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16, F32, DType
 
 from .context import Context
+from .writer import f32_literal
 
 # Elementwise ops on f32 registers: PTX ISA 9.7.3. max/min .NaN propagate NaN (sm_80+),
 # as numpy's maximum/minimum do.
@@ -97,7 +98,6 @@ def _cast(ctx: Context, op: Op) -> None:
 
 
 def _full(ctx: Context, op: Op) -> None:
-    from .ptx import f32_literal
     if op.result in ctx.values:
         return  # bound by an earlier chunk of the epilogue
     rtype = op.result.type

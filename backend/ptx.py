@@ -6,7 +6,6 @@ from it is reported by name, never silently skipped.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,9 +15,10 @@ from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
 from . import compute, copies, epilogue, split
-from .abi import PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folds_tile_axes, kernel_abi
+from .abi import PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folds_tile_axes
+from .signature import kernel_abi
 from .context import Context, TensorRegs
-from .writer import REG_CLASSES, register_class
+from .writer import REG_CLASSES, f32_literal, register_class
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,6 @@ class Rendered:
     threads: int
     smem_bytes: int
     abi: tuple[AbiParam, ...]
-
-
-def f32_literal(value: float) -> str:
-    """PTX's exact hexadecimal form of an f32 constant."""
-    return "0f" + struct.pack(">f", float(value)).hex().upper()
 
 
 # -- scalars: PTX ISA 9.7.1 (integer arithmetic), 9.7.3 (floating point), 9.7.6 (setp) ----

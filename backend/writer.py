@@ -2,6 +2,7 @@
 section for per-thread values computed once at kernel entry."""
 from __future__ import annotations
 
+import struct
 from typing import Callable
 
 # Register class -> (name prefix, declaration type). PTX ISA 5.2 (register state space).
@@ -18,6 +19,11 @@ def register_class(name: str) -> str:
     """The class of a register this writer named (the longest matching prefix)."""
     matches = [cls for cls, (prefix, _) in REG_CLASSES.items() if name.startswith(prefix)]
     return max(matches, key=lambda cls: len(REG_CLASSES[cls][0]))
+
+
+def f32_literal(value: float) -> str:
+    """PTX's exact hexadecimal form of an f32 constant."""
+    return "0f" + struct.pack(">f", float(value)).hex().upper()
 
 
 class PtxWriter:

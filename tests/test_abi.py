@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tilec.backend.abi import (F32_PARAM, I32_PARAM, I64_PARAM, POINTER, TENSOR_MAP, AbiParam, BlobParam,
-                               ScalarParam, kernel_abi, param_type)
+from tilec.backend.abi import (F32_PARAM, I32_PARAM, I64_PARAM, POINTER, TENSOR_MAP, AbiParam,
+                               BlobParam, ScalarParam, param_type)
+from tilec.backend.signature import kernel_abi
 from tilec.kernel import load_file
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -24,7 +24,7 @@ from tilec.benchmarking import ceilings, contenders
 from tilec.cli import build_parser
 from tilec.tools.arguments import CommandError
 from tilec.cli import main as cli_main
-from tilec.cpu.executor_tf32 import round_tf32
+from tilec.families.tf32 import round_tf32
 from tilec.runtime import driver
 
 ROOT = Path(__file__).resolve().parents[1]

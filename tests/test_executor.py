@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from tilec.tools.bisect import make_inputs
-from tilec.cpu.executor import ldmatrix_index, register_map, run_kernel
+from tilec.cpu.executor import register_map
+from tilec.cpu.interpreter import run_kernel
+from tilec.families.catalogue import op_catalogue
+from tilec.families.mma_sync import ldmatrix_index
 from tilec.cpu.interpreter import InterpreterError
 from tilec.ir.core import Kernel, Op, clone_kernel
 from tilec.kernel import TileFunction, load_file, written_params
@@ -50,7 +53,7 @@ def run(kernel: Kernel, arrays: dict[str, np.ndarray], scalars: dict[str, Any]
         ) -> np.ndarray:
     """The kernel's one written tensor after a run on copies of the inputs."""
     values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
-    run_kernel(kernel, values)
+    run_kernel(kernel, values, ops=op_catalogue())
     (written,) = written_params(kernel)
     return values[written]
 

@@ -3,13 +3,16 @@ dtype and f32_math as the old kind table did."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import pytest
 
 from tilec.backend.ptx import EMITTERS
+from tilec.families.catalogue import OP_DEFS
 from tilec.families.product import ExplainText, ProductFamily
 from tilec.families.products import (FAMILIES, LOAD_OPS, PRODUCT_OPS, family_for, family_named,
                                      family_of)
+from tilec.ir.ops import IR_OPS
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.options import Options
 from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout, Swizzle
@@ -54,6 +57,27 @@ def test_every_family_implements_every_hook(family: ProductFamily) -> None:
     assert issubclass(family.layout, DistributedLayout) and family.layout.kind == family.name
     assert isinstance(family.explain_text, ExplainText)
     assert family.granule_why.startswith(" (")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_every_family_defines_its_ops_with_their_semantics(family: ProductFamily) -> None:
+    defs = {opdef.name: opdef for opdef in family.op_defs()}
+    assert set(defs) == {family.load_op, family.product_op}
+    for name, opdef in defs.items():
+        assert opdef.evaluate is not None and opdef.check is not None, name
+        assert name not in IR_OPS  # defined once: by the family, not the IR layer
+        shared = [other for other in FAMILIES if name in {o.name for o in other.op_defs()}]
+        # The catalogue holds the definition; an op families share runs through the
+        # result layout's family, the others are the family's own.
+        assert replace(OP_DEFS[name], evaluate=None) == replace(opdef, evaluate=None)
+        assert (OP_DEFS[name].evaluate == opdef.evaluate) == (len(shared) == 1), name
+
+
+def test_a_shared_op_runs_the_semantics_of_its_result_layouts_family() -> None:
+    mma, tf32 = family_named("mma"), family_named("tf32")
+    assert [f.name for f in FAMILIES if "frag.mma" in {o.name for o in f.op_defs()}] == [
+        "mma", "tf32"]
+    assert mma.fragments != tf32.fragments  # k16 of 16-bit halves, k8 of one f32
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)

@@ -10,6 +10,8 @@ import pytest
 from tilec.analysis.hazards import FAMILY_OF_OP as CHECKED_OPS
 from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import EMITTERS
+from tilec.families.catalogue import OP_DEFS
+from tilec.ir.ops import IR_OPS
 from tilec.families.movement import CompletionWords, MovementFamily, PipelineOps
 from tilec.families.movements import (FAMILY_OF_OP, MOVEMENT_FAMILIES, STAGE_WRITERS,
                                       pipeline_family)
@@ -25,7 +27,9 @@ HOOKS = [name for name, member in inspect.getmembers(MovementFamily)
 
 def test_the_base_class_names_the_hooks() -> None:
     assert set(HOOKS) == {"emitters", "pipelined_copy_attrs", "trace_op", "completes_on_issue",
-                          "observe", "describe", "kernel_params"}
+                          "observe", "describe", "kernel_params", "op_defs",
+                          "visible_at_barrier"}
+    assert all(inspect.getdoc(getattr(MovementFamily, hook)) for hook in HOOKS)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -51,6 +55,16 @@ def test_the_backend_and_the_checker_take_the_family_in(family: MovementFamily) 
     kernel = load_file(SAMPLES / "matmul.py")["matmul"].compile().kernel
     params = family.kernel_params(kernel)
     assert isinstance(params, tuple) and all(isinstance(p, AbiParam) for p in params)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_the_family_defines_its_ops_with_their_semantics(family: MovementFamily) -> None:
+    defs = family.op_defs()
+    assert {opdef.name for opdef in defs} == family.ops and len(defs) == len(family.ops)
+    for opdef in defs:
+        assert opdef.evaluate is not None, opdef.name
+        assert OP_DEFS[opdef.name] == opdef  # the catalogue holds the family's definition
+        assert opdef.name not in IR_OPS  # defined once: by the family, not the IR layer
 
 
 def test_the_families_ops_are_disjoint() -> None:

@@ -342,7 +342,7 @@ def test_packer_hands_both_kernels_the_scratch(monkeypatch):
 
 
 def kernel_abi_params(compiled):
-    from tilec.backend.abi import kernel_abi
+    from tilec.backend.signature import kernel_abi
     return kernel_abi(compiled.kernel)
 
 

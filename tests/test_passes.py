@@ -9,12 +9,19 @@ from typing import Optional
 import pytest
 
 from tilec.frontend import lower, parse_function
-from tilec.ir import Kernel, Op, TileType, Value, defining_op, print_kernel, verify
+from tilec.families.catalogue import op_catalogue
+from tilec.ir import Kernel, Op, TileType, Value, defining_op, print_kernel
+from tilec.ir.verifier import verify as verify_ir
 from tilec.families.mma_sync import MMA_K, MmaLayout
 from tilec.target.layout import SmemLayout, Swizzle
 from tilec.options import Options, Spec, TensorSpec
 from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling
 from tilec.pipeline import pipeline
+
+
+def verify(kernel: Kernel, after: Optional[str] = None) -> None:
+    """The verifier with the op catalogue: lowered IR holds the families' ops."""
+    verify_ir(kernel, after=after, ops=op_catalogue())
 
 PASSES = [tiling, split_k, double_buffer, swizzle, fragments]  # in pipeline order
 

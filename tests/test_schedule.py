@@ -2,6 +2,8 @@
 verifier, and readable and changeable by a user pass."""
 from __future__ import annotations
 
+from typing import Optional
+
 import dataclasses
 
 import pytest
@@ -9,12 +11,18 @@ import pytest
 from tilec.ir.core import Kernel, clone_kernel
 from tilec.ir.ops import IRError
 from tilec.ir.schedule import PipelinePlan, Schedule, SplitPlan, check_schedule
-from tilec.ir.verifier import verify
+from tilec.families.catalogue import op_catalogue
+from tilec.ir.verifier import verify as verify_ir
 from tilec.kernel import load_file
 from tilec.options import Options
 from tilec.pipeline import Pass, pipeline
 
 from tests.golden_ptx import SAMPLES
+
+
+def verify(kernel: Kernel, after: Optional[str] = None) -> None:
+    """The verifier with the op catalogue: lowered IR holds the families' ops."""
+    verify_ir(kernel, after=after, ops=op_catalogue())
 
 
 def matmul():

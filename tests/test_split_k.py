@@ -5,17 +5,20 @@ errors for what cannot be split."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
 
-from tilec.backend.abi import kernel_abi
+from tilec.backend.signature import kernel_abi
 from tilec.tools.bisect import bisect, launch_options
 from tilec.errors import TileConfigError
 from tilec.frontend import lower, parse_function
 from tilec.cpu.interpreter import run_kernel
 from tilec.ir.printer import print_kernel
-from tilec.ir.verifier import verify
+from tilec.families.catalogue import op_catalogue
+from tilec.ir.core import Kernel
+from tilec.ir.verifier import verify as verify_ir
 from tilec.kernel import load_file
 from tilec.launch.binding import launch_grid
 from tilec.options import Options
@@ -23,6 +26,11 @@ from tilec.passes import split_k, tiling
 from tilec.launch.split_workspace import workspace_size
 
 from tests.test_passes import MATMUL  # 32x32x16 tiles over M, N, K
+
+
+def verify(kernel: Kernel, after: Optional[str] = None) -> None:
+    """The verifier with the op catalogue: lowered IR holds the families' ops."""
+    verify_ir(kernel, after=after, ops=op_catalogue())
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 

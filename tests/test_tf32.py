@@ -8,6 +8,8 @@ a wrong fragment table or a missing rounding), and the PTX of the inner loop.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import itertools
 import math
 import re
@@ -17,11 +19,12 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-from tilec.cpu import executor, executor_tf32
+from tilec.families import tf32 as tf32_family
 from tilec.tools.bisect import make_inputs
 from tilec.errors import TileConfigError
-from tilec.cpu.executor import run_kernel
-from tilec.cpu.executor_tf32 import round_tf32
+from tilec.cpu.interpreter import run_kernel
+from tilec.families.catalogue import op_catalogue
+from tilec.families.tf32 import round_tf32
 from tilec.analysis.hazards import check_schedule
 from tilec.ir.core import Kernel
 from tilec.kernel import TileFunction, load_file, written_params
@@ -248,7 +251,7 @@ def stage_kernels(kernel: Kernel, options: Options) -> list[tuple[str, Kernel]]:
 
 def run(kernel: Kernel, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> np.ndarray:
     values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
-    run_kernel(kernel, values)
+    run_kernel(kernel, values, ops=op_catalogue())
     (written,) = written_params(kernel)
     return values[written]
 
@@ -324,20 +327,16 @@ def test_a_fragment_table_that_disagrees_with_the_loads_fails(monkeypatch, b_tra
     """The check above can fail: the mma reading a1 and a2 swapped computes garbage."""
     kernel, arrays, scalars = final_kernel(b_transposed)
     swapped = (lambda lane, r, h: tf32_a_coord(lane, {1: 2, 2: 1}.get(r, r)))
-    monkeypatch.setitem(executor.MMA_FRAGMENTS, "tf32",
-                        (8, 1, swapped, executor.MMA_FRAGMENTS["tf32"][3]))
-    executor._fragment_positions.cache_clear()
-    try:
-        got = run(kernel, arrays, scalars)
-    finally:
-        monkeypatch.undo()
-        executor._fragment_positions.cache_clear()
+    fragments = tf32_family.TF32_FRAGMENTS
+    monkeypatch.setattr(tf32_family.FAMILY, "fragments",
+                        replace(fragments, a_coord=swapped))
+    got = run(kernel, arrays, scalars)
     assert tf32_errors(got, *operands(arrays, b_transposed))[0] > 1e-2
 
 
 def test_unrounded_fragments_fail_the_tf32_reference(monkeypatch) -> None:
     kernel, arrays, scalars = final_kernel(False)
-    monkeypatch.setattr(executor_tf32, "round_tf32", lambda values: values)
+    monkeypatch.setattr(tf32_family, "round_tf32", lambda values: values)
     to_rounded, to_exact = tf32_errors(run(kernel, arrays, scalars), *operands(arrays, False))
     assert to_rounded > ROUNDING_VISIBLE and to_exact < TIGHT
 

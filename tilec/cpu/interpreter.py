@@ -34,10 +34,13 @@ tile          ``numpy.ndarray`` of :func:`storage_dtype` (bf16 tiles: float32 ho
 tensor        :class:`TensorRef`: a view of the caller's array (bf16: its uint16 bits)
 ============  ===========================================================================
 
-Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function), a plain table that
-the op catalogue (:func:`tilec.families.catalogue.op_catalogue`) attaches to the op definitions as their
-``evaluate``; :func:`run_kernel` runs each op's ``evaluate`` from the catalogue, or from the op
-table it is given (an op a pass adds carries its own ``evaluate``).
+Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function), a plain table
+attached to the op definitions as their ``evaluate``: here for :data:`OWN_OPS`, the ops this
+module runs by itself (what the frontend emits, and the scalar and split-K ops the passes
+add), and by the op catalogue (:func:`tilec.families.catalogue.op_catalogue`) beside the
+executor's and the families' semantics. :func:`run_kernel` runs each op's ``evaluate`` from
+the op table it is given (by default :data:`OWN_OPS` and the ops passes registered, each
+carrying its own ``evaluate``); lowered IR is run with the catalogue.
 
 Programs run one after another, each to completion: the ops before ``tile.grid`` are
 evaluated once (they compute the grid, as the host does at launch); the rest of the body runs
@@ -47,7 +50,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -55,7 +59,7 @@ import numpy as np
 from tilec.ir import arith
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
-from tilec.ir.ops import OpDef
+from tilec.ir.ops import IR_OPS, OpDef, registered_ops
 from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
 from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
 
@@ -64,7 +68,7 @@ try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
 except ImportError:  # pragma: no cover - depends on the environment
     ml_dtypes = None
 
-__all__ = ["run_kernel", "SEMANTICS", "SemanticsFn", "InterpState", "TensorRef",
+__all__ = ["run_kernel", "SEMANTICS", "OWN_OPS", "SemanticsFn", "InterpState", "TensorRef",
            "InterpreterError", "storage_dtype", "round_to_dtype"]
 
 
@@ -472,6 +476,10 @@ SEMANTICS: dict[str, SemanticsFn] = {
     "scf.for": _for, "scf.yield": _yield,
 }
 
+# The ops this module runs by itself, with their semantics: run_kernel's default.
+OWN_OPS: Mapping[str, OpDef] = MappingProxyType(
+    {name: replace(IR_OPS[name], evaluate=evaluate) for name, evaluate in SEMANTICS.items()})
+
 
 # ----------------------------------------------------------------------------------------
 # arguments
@@ -643,13 +651,12 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
     shapes; ``symbols`` may bind them explicitly (and must then agree). Raises
     TypeError/ValueError naming the argument for a bad argument, :class:`InterpreterError`
     for a kernel that fails while running. ``ops`` gives each op its meaning (its
-    ``evaluate``); by default the op catalogue, which covers the IR after every pass.
+    ``evaluate``); by default :data:`OWN_OPS` and the ops passes registered, which cover the
+    frontend's IR. Lowered IR needs the op catalogue:
+    ``ops=tilec.families.catalogue.op_catalogue()``.
     """
     if ops is None:
-        # The catalogue sits above the interpreter (it gathers every op's semantics, this
-        # module's among them): read it at call time.
-        from tilec.families.catalogue import op_catalogue
-        ops = op_catalogue()
+        ops = {**OWN_OPS, **registered_ops()}
     values = _bind_arguments(kernel, args, symbols)
     body = kernel.body.ops
     grid_at = [i for i, op in enumerate(body) if op.name == "tile.grid"]

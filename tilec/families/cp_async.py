@@ -6,19 +6,29 @@ thread's wait covers only its own copies, so a ``gpu.barrier`` (bar.sync) after 
 makes a stage visible to the other warps.
 
 Ops: ``copy.global_to_shared`` (``mode = async`` or ``sync``), ``copy.commit``,
-``copy.wait {pending}``. Per-thread address parts are computed once at entry
-(``PtxWriter.once``); per-iteration parts in the loop.
+``copy.wait {pending}``, defined here (:meth:`CpAsyncFamily.op_defs`) with their CPU
+semantics, whose groups in flight are this family's state on the executor's block state.
+Per-thread address parts are computed once at entry (``PtxWriter.once``); per-iteration
+parts in the loop.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping, Optional
+
+import numpy as np
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.context import Context, SmemView, TensorRegs
+from tilec.cpu.executor import SharedWrite, block_state, read_global
+from tilec.cpu.interpreter import InterpState, TensorRef
 from tilec.ir.core import Kernel, Op
-from tilec.target.layout import copy_map, offset_relation
+from tilec.ir.ops import OpDef, require
+from tilec.ir.types import I32, ScalarType, TensorType, TileType
+from tilec.target.layout import SmemLayout, copy_map, offset_relation
 
-from .movement import (CompletionWords, Completions, Emitter, MovementFamily, PipelineOps,
+from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
 
 COPY, COMMIT, WAIT = "copy.global_to_shared", "copy.commit", "copy.wait"
@@ -236,6 +246,103 @@ def _wait(ctx: Context, op: Op) -> None:
     ctx.w.emit(f"cp.async.wait_group {op.attrs['pending']};")
 
 
+# -- IR ops and their CPU semantics ----------------------------------------------------------
+# What the executor (tilec/cpu/executor.py) does for these ops:
+#
+# - copy.global_to_shared moves the tile as the threads of copy_map do: vector i lands at the
+#   swizzled offset of its first element, its vec elements contiguous from there. Elements
+#   outside the tensor along a masked dim are 0; a false predicate writes zeros everywhere
+#   (cp.async with src-size 0, or the zeroed registers of a synchronous copy). Reading
+#   outside the tensor along a dim that is not masked is an error: the GPU would read
+#   whatever lies there.
+# - Visibility: mode = async writes wait in the open group; copy.commit closes it;
+#   copy.wait {pending = n} completes all but the newest n groups (cp.async.wait_group).
+#   Completed async writes and synchronous writes become visible to the block at the next
+#   gpu.barrier (visible_at_barrier): a thread's wait says nothing about the other threads'
+#   copies, only bar.sync orders them. Races where a copy overwrites a stage still being read
+#   are not detected: reads happen in program order, before the copy's data lands.
+
+def _check_copy(op: Op) -> None:
+    tensor, *rest = op.operands
+    require(isinstance(tensor.type, TensorType), "copy.global_to_shared reads a tensor")
+    offsets = rest[:tensor.type.rank]
+    dst = rest[tensor.type.rank]
+    require(all(v.type == ScalarType(I32) for v in offsets), "offsets are i32")
+    require(isinstance(dst.type, TileType) and dst.type.space == "smem",
+            "copy.global_to_shared writes a shared tile")
+    require(dst.type.dtype == tensor.type.dtype, "copies keep the element type")
+    require(list(op.attrs["shape"]) == list(dst.type.shape), "copy shape differs from dst")
+    require(op.attrs["mode"] in ("sync", "async"), "mode is sync or async")
+
+
+@dataclass
+class _BlockCopies:
+    """The family's state in one thread block: its writes not yet visible to the block."""
+
+    open_group: list[SharedWrite] = field(default_factory=list)
+    groups: list[list[SharedWrite]] = field(default_factory=list)  # committed, oldest first
+    complete: list[SharedWrite] = field(default_factory=list)  # visible at the next barrier
+
+
+@dataclass(frozen=True)
+class _CopyPlan:
+    offsets: np.ndarray  # storage offset of each element the copy writes, within a stage
+    logical: tuple[np.ndarray, np.ndarray]  # its (i, j) in the tile
+    vector_starts: np.ndarray  # storage offset of each vector's first element
+
+
+@lru_cache(maxsize=None)
+def _copy_plan(layout: SmemLayout, vec: int, threads: int) -> _CopyPlan:
+    cmap = copy_map(layout.rows, layout.cols, vec, threads)
+    starts, rows, cols = [], [], []
+    for thread in range(threads):
+        for i in range(cmap.per_thread):
+            coord = cmap.coord(thread, i)
+            if coord is not None:
+                starts.append(layout.offset(*coord))
+                rows.append(coord[0])
+                cols.append(coord[1])
+    starts_arr = np.array(starts, dtype=np.int64)
+    element = np.arange(vec)
+    # The hardware stores a vector's elements contiguously from its swizzled address.
+    offsets = (starts_arr[:, None] + element).ravel()
+    row = np.repeat(np.array(rows, dtype=np.int64), vec)
+    col = (np.array(cols, dtype=np.int64)[:, None] + element).ravel()
+    logical = (col, row) if layout.transposed else (row, col)
+    for array in (offsets, starts_arr, *logical):
+        array.flags.writeable = False  # shared by every caller through the cache
+    return _CopyPlan(offsets, logical, starts_arr)
+
+
+def _copy_write(state: InterpState, op: Op, operands: list[Any]) -> SharedWrite:
+    """What one copy puts into shared memory, once visible."""
+    tensor: TensorRef = operands[0]
+    rank = op.operands[0].type.rank
+    offsets = operands[1:1 + rank]
+    view_type: TileType = op.operands[1 + rank].type
+    predicate = operands[2 + rank] if len(operands) > 2 + rank else True
+    buffer, stage = block_state(state).shared(state, op, operands[1 + rank], want_stage=True)
+    layout: SmemLayout = view_type.layout
+    vec, threads = op.attrs["vec"], op.attrs["threads"]
+    if rank != 2 or layout.size != int(np.prod(view_type.shape)):
+        raise state.error(op, f"copies 2-D tiles into a layout of their size; got a {rank}-D "
+                              f"tensor into {view_type}")
+    plan = _copy_plan(layout, vec, threads)
+    if op.attrs["mode"] == "async" and np.any(plan.vector_starts % vec):
+        raise state.error(op, f"a {vec}-element cp.async lands at an offset that is not a "
+                              f"multiple of {vec} under {layout}")
+    destination = stage * buffer.stage_size + plan.offsets
+    if destination.max(initial=0) >= buffer.storage.size:
+        raise state.error(op, "writes past the end of the shared buffer")
+    if predicate:
+        masked = op.attrs.get("masked", [True] * rank)
+        indices = [offset + coord for offset, coord in zip(offsets, plan.logical)]
+        values = read_global(state, op, tensor, indices, masked)
+    else:  # no global read; zeros land (src-size 0, or the zeroed registers of a sync copy)
+        values = np.zeros(plan.offsets.shape, dtype=buffer.storage.dtype)
+    return SharedWrite(buffer, destination, values)
+
+
 # -- the family ---------------------------------------------------------------------------
 class CpAsyncFamily(MovementFamily):
     """Hazard rules: a ``mode = async`` copy joins the commit group of the next
@@ -283,12 +390,12 @@ class CpAsyncFamily(MovementFamily):
     def completes_on_issue(self, op: Op) -> bool:
         return op.attrs.get("mode") != "async"
 
-    def observe(self, event, checker: Completions) -> None:
+    def observe(self, event: Event, checker: Completions) -> None:
         if event.op.name == WAIT:
             done_below = event.commits_before - event.pending  # older groups are complete
             checker.complete_writes(lambda write: write.group < done_below, event)
 
-    def describe(self, event) -> Optional[str]:
+    def describe(self, event: Event) -> Optional[str]:
         if event.op.name == COPY:
             return (f"{event.op.name} ({event.op.attrs.get('mode', 'sync')}) writing "
                     f"{event.buffer_name} stage {event.stage}")
@@ -298,3 +405,46 @@ class CpAsyncFamily(MovementFamily):
 
     def kernel_params(self, kernel: Kernel) -> tuple[AbiParam, ...]:
         return ()  # addresses and strides are the program's own parameters
+
+    # -- CPU semantics --------------------------------------------------------------------
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return (
+            OpDef(COPY, "a tile from global memory into a shared view; out-of-bounds elements "
+                  "become 0; operands: tensor, offsets, dst, [predicate]", None, 0,
+                  attrs=("shape", "vec", "mode"), check=_check_copy,
+                  evaluate=self._execute_copy),
+            OpDef(COMMIT, "close the group of async copies issued so far", 0, 0,
+                  evaluate=self._execute_commit),
+            OpDef(WAIT, "wait until at most `pending` async copy groups are in flight", 0, 0,
+                  attrs=("pending",), evaluate=self._execute_wait),
+        )
+
+    def visible_at_barrier(self, state: _BlockCopies) -> list[SharedWrite]:
+        complete, state.complete = state.complete, []
+        return complete
+
+    def _copies(self, state: InterpState) -> _BlockCopies:
+        return block_state(state).movement_state(self, _BlockCopies)
+
+    def _execute_copy(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+        write = _copy_write(state, op, operands)
+        copies = self._copies(state)
+        (copies.open_group if op.attrs["mode"] == "async" else copies.complete).append(write)
+        return []
+
+    def _execute_commit(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+        copies = self._copies(state)
+        copies.groups.append(copies.open_group)
+        copies.open_group = []
+        return []
+
+    def _execute_wait(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+        pending = op.attrs["pending"]
+        if not isinstance(pending, int) or pending < 0:
+            raise state.error(op, f"pending must be a non-negative integer, got {pending!r}")
+        copies = self._copies(state)
+        done = max(0, len(copies.groups) - pending)
+        for group in copies.groups[:done]:
+            copies.complete.extend(group)
+        copies.groups = copies.groups[done:]
+        return []

@@ -6,27 +6,34 @@ A warp is 4 x 8 lanes; a lane owns runs of SIMT_VEC consecutive rows (and column
 runs one lane-grid span apart (16 rows, 32 columns). Runs of 4 make every shared-memory
 fragment read a 16-byte vector, and the spacing makes the 8 lanes of a lane row read one
 whole 128-byte line of B. Here: the layout (:class:`SimtLayout`), the loads of one k step
-(:func:`simt_loads`) and their addresses, the emitters, the explain text and viz's refusal.
-The CPU executor reads the same functions, so the backend and the CPU model cannot drift.
+(:func:`simt_loads`) and their addresses, the emitters, the definitions of ``frag.lds`` and
+``frag.fma`` with their CPU semantics, the explain text and viz's refusal. The CPU semantics
+read the same layout functions as the emitters, so the backend and the CPU model cannot
+drift.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
 
 from tilec.backend.context import Context, SmemView
+from tilec.cpu.executor import (Fragment, checked_register_map, read_fragment_lanes,
+                                smem_itemsize)
+from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
+from tilec.ir.ops import OpDef, require
+from tilec.ir.types import TileType
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout,
                                  broadcast_conflict_degree, offset_relation, operand_extent,
                                  operand_k_major, operand_storage_coord, warps_along)
 
 from .fragments_common import operand_offset, relative_address
-from .product import ExplainText, LanePiece, ProductFamily, Run, not_drawn
-
-if TYPE_CHECKING:
-    from tilec.tools.explain import Hierarchy
+from .product import (ExplainShape, ExplainText, LanePiece, ProductFamily, Run,
+                      check_operand_load, check_product, not_drawn)
 
 SIMT_LANES = (4, 8)
 SIMT_VEC = 4
@@ -215,6 +222,111 @@ def _runs_text(rows: Run, cols: Run) -> str:
 
 # -- the family --------------------------------------------------------------------------------
 
+# -- IR ops and their CPU semantics ----------------------------------------------------------
+# What the executor does for these ops, from the layout functions above alone, never from
+# the emitters:
+#
+# - frag.lds: for each warp and lane, the 16-byte vectors of the loads of one k step,
+#   scattered into the registers the loads name; reading past the stage or a misaligned
+#   vector is an error. The value is a tilec.cpu.executor.Fragment whose lanes are
+#   [warps, 32, regs].
+# - frag.fma: per lane, for k in order, acc = fma(a[i, k], b[k, j], acc) in f32 with one
+#   rounding per multiply-add (the f32 product is exact in float64, the sum is rounded once
+#   to f32 -- double rounding through float64 cannot change a round-to-nearest f32 result
+#   here, as 2 * 24 + 1 bits fit in 53).
+
+
+def _check_fma(op: Op) -> None:
+    check_product(op)
+    a, b, acc = (v.type for v in op.operands)
+    require(a.dtype == b.dtype == acc.dtype, "FFMA products are f32 throughout")
+    require([a.layout.operand, b.layout.operand, acc.layout.operand] == ["A", "B", "C"],
+            "operands are A, B and C fragments")
+
+
+@functools.lru_cache(maxsize=None)
+def _lds_index(smem: SmemLayout, fragment: SimtLayout, k0: int,
+               elem_bytes: int) -> tuple[np.ndarray, bool]:
+    """Storage offset (within a stage) of every register ``[warps, 32, regs]`` one k step
+    loads, and whether every vector is 16-byte aligned (ld.shared.v4 requires it)."""
+    warps = fragment.warps[0] * fragment.warps[1]
+    index = np.full((warps, WARP_SIZE, fragment.regs_per_thread), -1, dtype=np.int64)
+    aligned = True
+    for w in range(warps):
+        along = w // fragment.warps[1] if fragment.operand == "A" else w % fragment.warps[1]
+        for load in simt_loads(fragment, operand_k_major(fragment.operand, smem)):
+            addresses = simt_load_addresses(smem, fragment, load, along, k0, elem_bytes)
+            for lane, address in enumerate(addresses):
+                aligned &= address % (SIMT_VEC * elem_bytes) == 0
+                index[w, lane, list(load.registers)] = address // elem_bytes + np.arange(
+                    SIMT_VEC)
+    index.flags.writeable = False
+    return index, aligned
+
+
+def _fragment_tile(lanes: np.ndarray, fragment: SimtLayout, shape: tuple[int, ...]
+                   ) -> np.ndarray:
+    """The logical [BM, k] (A) or [k, BN] (B) tile the lanes hold, read off the first warp
+    of each warp row (A) or column (B)."""
+    tile = np.full(shape, np.nan, dtype=lanes.dtype)
+    warps = fragment.warps[0] * fragment.warps[1]
+    for w in range(warps):
+        wm, wn = divmod(w, fragment.warps[1])
+        if (fragment.operand == "A" and wn) or (fragment.operand == "B" and wm):
+            continue
+        for lane in range(WARP_SIZE):
+            lane_row, lane_col = divmod(lane, fragment.lane_grid[1])
+            for reg, (r, c) in enumerate(fragment.register_offsets()):
+                if fragment.operand == "A":
+                    if lane_col == 0:
+                        tile[wm * fragment.warp_tile[0] + lane_row * SIMT_VEC + r, c] = \
+                            lanes[w, lane, reg]
+                elif lane_row == 0:
+                    tile[r, wn * fragment.warp_tile[1] + lane_col * SIMT_VEC + c] = \
+                        lanes[w, lane, reg]
+    return tile
+
+
+def _execute_lds(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    rtype: TileType = op.result.type
+    lanes = read_fragment_lanes(
+        state, op, operands[0], SimtLayout,
+        lambda smem, fragment, k0: _lds_index(smem, fragment, k0, smem_itemsize(op)),
+        "a 16-byte shared load is misaligned")
+    fragment = rtype.layout
+    fragment_value = _fragment_tile(lanes, fragment, tuple(rtype.shape)).view(Fragment)
+    fragment_value.lanes = lanes
+    return [fragment_value]
+
+
+def _execute_fma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    a, b, acc = operands
+    c_type: TileType = op.operands[2].type
+    layout: SimtLayout = c_type.layout
+    for which, value in (("A", a), ("B", b)):
+        if not isinstance(value, Fragment) or value.lanes is None:
+            raise state.error(op, f"operand {which} is not a fragment made by frag.lds")
+    rows_map, cols_map = checked_register_map(state, op, layout, c_type.shape)
+    warps, rows, cols = rows_map.shape[0], len(layout.lane_rows), len(layout.lane_cols)
+    a_lanes = a.lanes.reshape(warps, WARP_SIZE, rows, SIMT_K).astype(np.float64)
+    b_lanes = b.lanes.reshape(warps, WARP_SIZE, SIMT_K, cols).astype(np.float64)
+    registers = acc[rows_map, cols_map].reshape(warps, WARP_SIZE, rows, cols)
+    for k in range(SIMT_K):
+        products = a_lanes[..., :, k, None] * b_lanes[..., None, k, :]
+        registers = (registers.astype(np.float64) + products).astype(np.float32)
+    result = np.empty(c_type.shape, dtype=np.float32)
+    result[rows_map, cols_map] = registers.reshape(warps, WARP_SIZE, -1)
+    return [result]
+
+
+FRAG_LDS = OpDef("frag.lds", "each lane's rows (A) or columns (B) of a k step of an FFMA "
+                 "operand, from shared memory in 16-byte vectors", 1, 1,
+                 attrs=("operand", "k0"), check=check_operand_load, pure=True,
+                 evaluate=_execute_lds)
+FRAG_FMA = OpDef("frag.fma", "acc + a @ b over each lane's elements with fma.rn.f32, k in order",
+                 3, 1, check=_check_fma, pure=True, evaluate=_execute_fma)
+
+
 class Ffma(ProductFamily):
     """16-byte ld.shared + fma.rn.f32 on f32 tiles."""
 
@@ -232,6 +344,9 @@ class Ffma(ProductFamily):
     explain_text = ExplainText("ld.shared.v4", "fma.rn.f32", "thread", "lds", "fma", "loads",
                                ())
     emitters = {"frag.lds": _lds, "frag.fma": _fma}
+
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return FRAG_LDS, FRAG_FMA
 
     def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
         # A: SIMT_K values per row the lane owns; B: SIMT_K per column.
@@ -265,7 +380,7 @@ class Ffma(ProductFamily):
                          (len(accumulator.lane_rows), len(accumulator.lane_cols)),
                          _run(accumulator.lane_rows), _run(accumulator.lane_cols))
 
-    def warp_tile_text(self, h: "Hierarchy") -> str:
+    def warp_tile_text(self, h: ExplainShape) -> str:
         tm, tn = h.warp_tile
         text, lanes = self.explain_text, h.lanes
         rows, cols = lanes.shape
@@ -276,7 +391,7 @@ class Ffma(ProductFamily):
                 f"per k-step of {h.k_step}: {a + b} {text.load} (A {a}, B {b}) and "
                 f"{h.products_per_k_step} {text.product} per {text.issuer}")
 
-    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+    def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
         return ("instruction", f"fma.rn.f32, one multiply-add per thread (exact f32 "
                 f"product, one rounding); {h.k_steps} k-steps of {h.k_step} per BK")
 

@@ -11,22 +11,26 @@ text and viz's answer (it draws this family).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
+
+import numpy as np
 
 from tilec.backend.context import Context, SmemView
+from tilec.cpu.executor import Fragment, checked_register_map, read_fragment_lanes
+from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
+from tilec.ir.ops import OpDef
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import BF16, F16, DType
+from tilec.ir.types import BF16, F16, DType, TileType
 from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, conflict_degree,
                                  offset_relation, operand_extent, operand_k_major,
                                  operand_storage_coord, warps_along)
 
 from .fragments_common import operand_offset, relative_address
-from .product import ExplainText, ProductFamily
-
-if TYPE_CHECKING:
-    from tilec.tools.explain import Hierarchy
+from .product import (ExplainShape, ExplainText, ProductFamily, check_fragment_load,
+                      check_product)
 
 # mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
 MMA_M, MMA_N, MMA_K = 16, 8, 16
@@ -266,6 +270,199 @@ def _mma(ctx: Context, op: Op) -> None:
 
 # -- the family --------------------------------------------------------------------------------
 
+# -- IR ops and their CPU semantics ----------------------------------------------------------
+# What the executor (tilec/cpu/executor.py) does for these ops, from the layout functions
+# above, never from the emitters:
+#
+# - frag.ldmatrix: for each warp and lane, the row address the lane gives
+#   (ldmatrix_lane_coord, operand_storage_coord, SmemLayout.offset), then the instruction's
+#   distribution (PTX ISA 9.7.14.5.15): lane l gets in register j elements 2 (l % 4) + {0, 1}
+#   of row l // 4 of matrix j (the 8 rows lanes 8j..8j+7 point at), or with .trans (when k is
+#   not the contiguous storage dim) element l // 4 of rows 2 (l % 4) + {0, 1}. One x4 per
+#   16-wide piece of the warp tile, registers in the order the emitter issues them.
+# - frag.mma: per warp, the fragments are unpacked with the family's MmaFragments (mma_a_coord
+#   / mma_b_coord / mma_c_coord here) in the emitter's register order (A: registers
+#   4 tm .. 4 tm + 3 per m16 piece; B: 2 tn, 2 tn + 1 per n8 tile; C: 4 (tn * tiles_m + tm) + r)
+#   and D = f32(C + A @ B) with the products summed in float64: 16-bit products are exact, so
+#   this is one rounding per mma (per k step). mma.sync's internal accumulation is not
+#   specified bit for bit; this is at least as accurate.
+
+# ldmatrix moves 8x8 matrices of 16-bit elements: one row is 16 bytes, 8 elements.
+LDMATRIX_ROW = 8
+
+
+@lru_cache(maxsize=None)
+def ldmatrix_index(layout: SmemLayout, role: str, warps: tuple[int, int],
+                   warp_tile: tuple[int, int], k0: int,
+                   elem_bytes: int = 2) -> tuple[np.ndarray, bool]:
+    """Storage offset (within a stage) of every element ``[warps, 32, regs, halves]`` the
+    warps' ldmatrix.x4 instructions deliver for one k step (k16 of 16-bit elements, two
+    halves a register; k8 of 32-bit ones, one), and whether every row address is 16-byte
+    aligned, as ldmatrix requires. ldmatrix moves 32-bit words: lane ``l`` gets word
+    ``l % 4`` of row ``l // 4`` whatever the elements are."""
+    k_major = operand_k_major(role, layout)
+    row_elems = 16 // elem_bytes  # one 16-byte row
+    halves = 4 // elem_bytes  # elements per 32-bit word
+    extent = warp_tile[0] if role == "A" else warp_tile[1]
+    pieces = range(0, extent, 2 * LDMATRIX_ROW)
+    count = warps[0] * warps[1]
+    addresses = np.empty((count, len(pieces), WARP_SIZE), dtype=np.int64)
+    for w in range(count):
+        # A is shared along a warp row, B along a warp column.
+        warp_index = w // warps[1] if role == "A" else w % warps[1]
+        for p, mn0 in enumerate(pieces):
+            for lane in range(WARP_SIZE):
+                mn, k = ldmatrix_lane_coord(role, k_major, lane, row_elems)
+                row, col = operand_storage_coord(k_major, warp_index * extent + mn0 + mn,
+                                                 k0 + k)
+                addresses[w, p, lane] = layout.offset(row, col)
+    lane = np.arange(WARP_SIZE)[:, None, None]
+    matrix = np.arange(4)[None, :, None]
+    half = np.arange(halves)[None, None, :]
+    if k_major:
+        supplier, within = 8 * matrix + lane // 4, halves * (lane % 4) + half
+    else:  # .trans, of 16-bit elements
+        supplier, within = 8 * matrix + 2 * (lane % 4) + half, lane // 4
+    index = addresses[:, :, supplier] + within  # [warps, pieces, 32, 4, halves]
+    # Register 4 p + j holds matrix j of piece p: the emitter's order.
+    index = index.transpose(0, 2, 1, 3, 4).reshape(count, WARP_SIZE, 4 * len(pieces), halves)
+    index.flags.writeable = False
+    return index, not np.any(addresses % row_elems)
+
+
+@dataclass(frozen=True)
+class MmaFragments:
+    """One mma instruction's fragments as the CPU unpacks them: its k, the elements a 32-bit
+    register holds, and the (m, k) of A and (k, n) of B of each (lane, reg, half); C is
+    always :func:`mma_c_coord`'s."""
+
+    k: int
+    halves: int
+    a_coord: Callable[[int, int, int], tuple[int, int]]
+    b_coord: Callable[[int, int, int], tuple[int, int]]
+
+
+# m16n8k16, PTX ISA 9.7.14.5.8
+MMA_FRAGMENTS = MmaFragments(MMA_K, 2, mma_a_coord, mma_b_coord)
+
+
+@lru_cache(maxsize=None)
+def _fragment_positions(fragments: MmaFragments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat position in the 16 x k A, k x 8 B and 16x8 C tiles of one mma of each (lane,
+    reg, half) or (lane, reg), in C order."""
+    mma_k, halves = fragments.k, fragments.halves
+    a = [m * mma_k + k for lane in range(WARP_SIZE) for r in range(4) for h in range(halves)
+         for m, k in [fragments.a_coord(lane, r, h)]]
+    b = [k * MMA_N + n for lane in range(WARP_SIZE) for r in range(2) for h in range(halves)
+         for k, n in [fragments.b_coord(lane, r, h)]]
+    c = [m * MMA_N + n for lane in range(WARP_SIZE) for r in range(4)
+         for m, n in [mma_c_coord(lane, r)]]
+    return np.array(a), np.array(b), np.array(c)
+
+
+@lru_cache(maxsize=None)
+def _fragment_tile_map(role: str, warps: tuple[int, int], warp_tile: tuple[int, int]
+                       ) -> tuple[np.ndarray, ...]:
+    """(warp, lane, reg, half) and the (row, col) they hold in the logical fragment tile, for
+    the first warp of each warp row (A) or warp column (B)."""
+    entries = []
+    if role == "A":
+        for wm in range(warps[0]):
+            for tm in range(warp_tile[0] // MMA_M):
+                for lane in range(WARP_SIZE):
+                    for r in range(4):
+                        for h in range(2):
+                            m, k = mma_a_coord(lane, r, h)
+                            entries.append((wm * warps[1], lane, 4 * tm + r, h,
+                                            wm * warp_tile[0] + tm * MMA_M + m, k))
+    else:
+        for wn in range(warps[1]):
+            for tn in range(warp_tile[1] // MMA_N):
+                for lane in range(WARP_SIZE):
+                    for r in range(2):
+                        for h in range(2):
+                            k, n = mma_b_coord(lane, r, h)
+                            entries.append((wn, lane, 2 * tn + r, h, k,
+                                            wn * warp_tile[1] + tn * MMA_N + n))
+    return tuple(np.array(column, dtype=np.int64) for column in zip(*entries))
+
+
+def _execute_ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    rtype: TileType = op.result.type
+    lanes = read_fragment_lanes(
+        state, op, operands[0], MmaLayout,
+        lambda smem, mma, k0: ldmatrix_index(smem, mma.operand, mma.warps, mma.warp_tile, k0),
+        "an ldmatrix row address is not 16-byte aligned")
+    mma = rtype.layout
+    warp, lane, reg, half, row, col = _fragment_tile_map(mma.operand, mma.warps, mma.warp_tile)
+    tile = np.full(rtype.shape, np.nan, dtype=lanes.dtype)
+    if row.max() >= rtype.shape[0] or col.max() >= rtype.shape[1]:
+        raise state.error(op, f"{mma} does not fit a {list(rtype.shape)} tile")
+    tile[row, col] = lanes[warp, lane, reg, half]
+    fragment = tile.view(Fragment)
+    fragment.lanes = lanes
+    return [fragment]
+
+
+def _lanes(state: InterpState, op: Op, value: Any, which: str) -> np.ndarray:
+    if not isinstance(value, Fragment) or value.lanes is None:
+        raise state.error(op, f"operand {which} is not a fragment made by a fragment load")
+    return value.lanes
+
+
+def execute_mma(fragments: MmaFragments, state: InterpState, op: Op,
+                operands: list[Any]) -> list[Any]:
+    """``frag.mma`` on fragments laid out as ``fragments`` says (the mma and tf32 families'
+    semantics of the op they share)."""
+    a_type, b_type, c_type = (v.type for v in op.operands)
+    a_lanes = _lanes(state, op, operands[0], "A")
+    b_lanes = _lanes(state, op, operands[1], "B")
+    acc = operands[2]
+    c_layout: MmaLayout = c_type.layout
+    rows, cols = checked_register_map(state, op, c_layout, c_type.shape)
+    for t in (a_type, b_type):
+        if (t.layout.warps, t.layout.warp_tile, t.layout.kind) != (
+                c_layout.warps, c_layout.warp_tile, c_layout.kind):
+            raise state.error(op, f"fragment layout {t.layout} does not match the "
+                                  f"accumulator's {c_layout}")
+    mma_k, halves = fragments.k, fragments.halves
+    tiles_m = c_layout.warp_tile[0] // MMA_M
+    tiles_n = c_layout.warp_tile[1] // MMA_N
+    warps = a_lanes.shape[0]
+    if a_lanes.size != warps * WARP_SIZE * 4 * tiles_m * halves \
+            or b_lanes.size != warps * WARP_SIZE * 2 * tiles_n * halves:
+        raise state.error(op, "fragments hold the wrong number of registers for the warp tile")
+    a_pos, b_pos, c_pos = _fragment_positions(fragments)
+    # Per warp and m16 piece the 16 x k A tile, per n8 tile the k x 8 B tile; positions a
+    # fragment does not fill stay NaN.
+    a = np.full((warps, tiles_m, MMA_M * mma_k), np.nan)
+    a[..., a_pos] = a_lanes.reshape(warps, WARP_SIZE, tiles_m, 4, halves).transpose(
+        0, 2, 1, 3, 4).reshape(warps, tiles_m, -1)
+    b = np.full((warps, tiles_n, mma_k * MMA_N), np.nan)
+    b[..., b_pos] = b_lanes.reshape(warps, WARP_SIZE, tiles_n, 2, halves).transpose(
+        0, 2, 1, 3, 4).reshape(warps, tiles_n, -1)
+    # Accumulator registers 4 (tn * tiles_m + tm) + r of each lane.
+    registers = acc[rows, cols].reshape(warps, WARP_SIZE, tiles_n, tiles_m, 4)
+    c = np.empty((warps, tiles_m, tiles_n, MMA_M * MMA_N))
+    c[..., c_pos] = registers.transpose(0, 3, 2, 1, 4).reshape(warps, tiles_m, tiles_n, -1)
+    product = (a.reshape(warps, tiles_m, 1, MMA_M, mma_k)
+               @ b.reshape(warps, 1, tiles_n, mma_k, MMA_N))
+    d = (c + product.reshape(warps, tiles_m, tiles_n, -1)).astype(np.float32)
+    d_registers = d[..., c_pos].reshape(warps, tiles_m, tiles_n, WARP_SIZE, 4).transpose(
+        0, 3, 2, 1, 4).reshape(warps, WARP_SIZE, -1)
+    result = np.empty(c_type.shape, dtype=np.float32)
+    result[rows, cols] = d_registers
+    return [result]
+
+
+FRAG_LDMATRIX = OpDef("frag.ldmatrix", "a warp-tile slice of an mma operand from shared memory",
+                      1, 1, attrs=("operand", "k0"), check=check_fragment_load, pure=True,
+                      evaluate=_execute_ldmatrix)
+# Shared with the tf32 family: each gives it the semantics of its own fragments.
+FRAG_MMA = OpDef("frag.mma", "acc + a @ b over each warp's fragments with mma.sync", 3, 1,
+                 check=check_product, pure=True)
+
+
 class MmaSync(ProductFamily):
     """ldmatrix + mma.sync.m16n8k16 on f16/bf16 tiles."""
 
@@ -282,6 +479,14 @@ class MmaSync(ProductFamily):
     explain_text = ExplainText("ldmatrix.x4", "mma.sync", "warp", "ldmatrix", "mma", "pieces",
                                ("mma_order",))
     emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma}
+    fragments: ClassVar[MmaFragments] = MMA_FRAGMENTS  # how frag.mma unpacks them on the CPU
+
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return FRAG_LDMATRIX, replace(FRAG_MMA, evaluate=self.execute_product)
+
+    def execute_product(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+        """frag.mma's CPU semantics on this family's fragments."""
+        return execute_mma(self.fragments, state, op, operands)
 
     def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
         # A: 4 registers per m16 piece; B: 2 per n8 tile (two 16-bit elements each).
@@ -307,14 +512,14 @@ class MmaSync(ProductFamily):
         tm, tn = accumulator.warp_tile
         return (tm // MMA_M) * (tn // MMA_N)
 
-    def warp_tile_text(self, h: "Hierarchy") -> str:
+    def warp_tile_text(self, h: ExplainShape) -> str:
         (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
         a, b = h.loads_per_k_step
         text = self.explain_text
         return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
                 f"{text.product} and {a + b} {text.load} (A {a}, B {b}) per k-step")
 
-    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+    def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
         return ("instruction tile", "m{}n{}k{}".format(*h.instruction)
                 + f", {h.k_steps} k-steps per BK")
 

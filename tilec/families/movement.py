@@ -14,7 +14,10 @@ A family owns, in one file:
 - its PTX emitters (:meth:`emitters`, which the backend's op table takes in);
 - the kernel parameters it adds after the shape symbols (:meth:`kernel_params`: a TMA
   tensor map is a 128-byte blob passed by value, ``backend/abi.py``);
-- later, its CPU semantics (still ``tilec/cpu/executor.py``'s copy section).
+- its ops' definitions with their CPU semantics (:meth:`op_defs`, joined into the op
+  catalogue), which keep the family's writes in flight as its own state on the executor's
+  block state, and what a CTA barrier (``gpu.barrier``, generic in
+  ``tilec/cpu/executor.py``) makes visible of them (:meth:`visible_at_barrier`).
 
 Families are listed in one registry, :data:`tilec.families.movements.MOVEMENT_FAMILIES`.
 """
@@ -25,10 +28,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol
 
 from tilec.ir.core import Kernel, Op, Value
+from tilec.ir.ops import OpDef
 
 if TYPE_CHECKING:
-    from tilec.analysis.hazards import Event
     from tilec.backend.abi import AbiParam
+    from tilec.cpu.executor import SharedWrite
     from tilec.backend.context import Context
 
 Emitter = Callable[["Context", Op], None]
@@ -56,6 +60,20 @@ class CompletionWords:
     end_hint: str  # what to do about a fill still in flight when the kernel ends
 
 
+class Event(Protocol):
+    """What the hooks read of one event the race checker recorded (its ``Event`` in
+    ``tilec/analysis/hazards.py``, which sits above the families and has these fields)."""
+
+    op: Op
+    stage: Optional[int]  # the buffer stage a shared access touches
+    group: Optional[int]  # a copy's commit group: the number of commits before it
+    pending: Optional[int]  # a wait's pending count
+    commits_before: int
+
+    @property
+    def buffer_name(self) -> str: ...
+
+
 class Tracer(Protocol):
     """What :meth:`MovementFamily.trace_op` may use of the simulated run."""
 
@@ -71,7 +89,7 @@ class Tracer(Protocol):
 class Completions(Protocol):
     """What :meth:`MovementFamily.observe` may do to the checker's fills in flight."""
 
-    def complete_writes(self, done: Callable[["Event"], bool], by: "Event") -> None: ...
+    def complete_writes(self, done: Callable[[Event], bool], by: Event) -> None: ...
 
 
 class MovementFamily(ABC):
@@ -101,12 +119,24 @@ class MovementFamily(ABC):
         """Whether a stage fill is complete (for its own thread) when it is issued."""
 
     @abstractmethod
-    def observe(self, event: "Event", checker: Completions) -> None:
+    def observe(self, event: Event, checker: Completions) -> None:
         """Apply a non-writing event of this family to the fills in flight."""
 
     @abstractmethod
-    def describe(self, event: "Event") -> Optional[str]:
+    def describe(self, event: Event) -> Optional[str]:
         """The event in words for a hazard message; None for the generic wording."""
+
+    @abstractmethod
+    def op_defs(self) -> tuple[OpDef, ...]:
+        """The definitions of :attr:`ops` (type rule, traits) with their CPU semantics
+        (``evaluate``). These keep the family's writes in flight as its state in the thread
+        block: ``tilec.cpu.executor.block_state(state).movement_state(self, new)``."""
+
+    @abstractmethod
+    def visible_at_barrier(self, state: Any) -> list["SharedWrite"]:
+        """The writes a CTA barrier (``gpu.barrier``, bar.sync) makes visible to the whole
+        block, taken out of the family's block ``state``: those complete for the threads
+        that issued them (a synchronous copy; an async one its wait has completed)."""
 
     @abstractmethod
     def kernel_params(self, kernel: Kernel) -> tuple["AbiParam", ...]:

@@ -1,9 +1,12 @@
 """The registry of data-movement families (``tilec/families/movement.py``): the backend's op
-table (``backend/copies.py``), the kernel's parameter list (``backend/abi.py``), the race
-checker (``tilec/analysis/hazards.py``) and double buffering (``passes/double_buffer.py``)
-read it. A new family (TMA + mbarrier) is a new module and a new entry here."""
+table (``backend/copies.py``), the kernel's parameter list (``backend/signature.py``), the
+race checker (``tilec/analysis/hazards.py``) and double buffering
+(``passes/double_buffer.py``) read it, and the op catalogue (``catalogue.py``) its ops'
+definitions (:data:`OP_DEFS`). A new family (TMA + mbarrier) is a new module and a new
+entry here."""
 from __future__ import annotations
 
+from tilec.ir.ops import OpDef
 from tilec.options import Options
 
 from .cp_async import CpAsyncFamily
@@ -20,6 +23,12 @@ FAMILY_OF_OP: dict[str, MovementFamily] = {
 # Every op that fills a shared buffer stage, whichever family owns it.
 STAGE_WRITERS: frozenset[str] = frozenset(
     name for family in MOVEMENT_FAMILIES.values() for name in family.stage_writers)
+
+
+# Every family's ops with their CPU semantics, for the op catalogue.
+OP_DEFS: dict[str, OpDef] = {
+    opdef.name: opdef for family in MOVEMENT_FAMILIES.values() for opdef in family.op_defs()
+}
 
 
 def pipeline_family(options: Options) -> MovementFamily:

@@ -3,27 +3,29 @@
 A product family is how the warps of a block compute ``acc + a @ b`` on their fragments:
 which instructions read the operands from shared memory and which multiply them. Each
 family is one module (:mod:`.mma_sync`, :mod:`.ffma`, :mod:`.tf32`) holding its identity,
-its fragment layout, the shared-memory addresses its loads read, its PTX emitters, its
-explain text and its viz answer; :mod:`.products` lists them. A new family (wgmma) is a new
-module and one line in the registry.
+its fragment layout, the shared-memory addresses its loads read, its PTX emitters, its ops'
+definitions and CPU semantics, its explain text and its viz answer; :mod:`.products` lists
+them. A new family (wgmma) is a new module and one line in the registry.
 
 The tiling pass reads the identity (dtypes, k step, granule, register estimate), the
 swizzle pass and explain the read enumeration (:meth:`ProductFamily.read_addresses`), the
-fragments pass the ops and layouts, the backend the emitters.
+fragments pass the ops and layouts, the backend the emitters, the op catalogue
+(:mod:`.catalogue`) the op definitions with their CPU semantics (:meth:`ProductFamily.op_defs`).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional, Protocol, Sequence
 
 from tilec.ir.core import Op
+from tilec.ir.ops import OpDef, check_fragment_result, require
+from tilec.ir.types import TileType
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout, warps_along
 
-if TYPE_CHECKING:  # explain's data, read by the text hooks; no import at run time
+if TYPE_CHECKING:
     from tilec.backend.context import Context
-    from tilec.tools.explain import Hierarchy
 
 Emitter = Callable[["Context", Op], None]
 
@@ -39,6 +41,28 @@ class ExplainText:
     product_row: str
     read_pieces: str  # what one k-step's fragment reads are made of ("pieces")
     options: tuple[str, ...]  # fields of Options that only this family's backend reads
+
+
+class CopyShape(Protocol):
+    """What the text hooks read of one operand's global-to-shared copy."""
+
+    role: str  # "A" or "B"
+    transposed: bool  # stored as the transpose of the logical tile
+
+
+class ExplainShape(Protocol):
+    """What the text hooks read of the block's hierarchy as ``tilec explain`` computes it
+    (its ``Hierarchy``, which has these fields and more): the families sit below the tools,
+    so they name the fields they use rather than import explain."""
+
+    warp_tile: tuple[int, int]
+    instruction: tuple[int, int, int]
+    k_step: int  # k covered by one fragment load and one product
+    k_steps: int  # k-steps per BK
+    products_per_k_step: int
+    loads_per_k_step: tuple[int, int]  # A and B
+    copies: Sequence[CopyShape]
+    lanes: Optional["LanePiece"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +152,15 @@ class ProductFamily(ABC):
         return max(self.read_degree(k_major, addresses)
                    for addresses in self.operand_reads(plan, op_plan, layout, elem_bytes))
 
+    # -- IR ops and their CPU semantics -----------------------------------------------------
+    @abstractmethod
+    def op_defs(self) -> tuple[OpDef, ...]:
+        """The definitions of the IR ops this family owns (:attr:`load_op` and
+        :attr:`product_op`): type rule, traits and CPU semantics (``evaluate``, built on
+        :mod:`tilec.cpu.executor`'s model). The op catalogue joins them to the generic ops.
+        An op several families share (``frag.mma``) is defined alike by each but for its
+        ``evaluate``: the registry runs the one of the family its result layout names."""
+
     # -- explain --------------------------------------------------------------------------
     @abstractmethod
     def loads_per_k_step(self, plan: TilingPlan) -> tuple[int, int]:
@@ -142,11 +175,11 @@ class ProductFamily(ABC):
         return None
 
     @abstractmethod
-    def warp_tile_text(self, h: "Hierarchy") -> str:
+    def warp_tile_text(self, h: ExplainShape) -> str:
         """explain's warp tile line, after "warp tile"."""
 
     @abstractmethod
-    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+    def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
         """explain's next line: (label, text)."""
 
     # -- viz ------------------------------------------------------------------------------
@@ -154,6 +187,31 @@ class ProductFamily(ABC):
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
         """None when ``tilec viz`` draws this family's bank maps and fragments; else why
         not, naming ``kernel`` (``kernel 'sgemm'``) and its instructions."""
+
+
+def check_fragment_load(op: Op) -> None:
+    """The type rule of a fragment load: a shared tile in, a distributed operand out."""
+    view = op.operands[0]
+    require(isinstance(view.type, TileType) and view.type.space == "smem",
+            "ldmatrix reads a shared tile")
+    require(op.attrs["operand"] in ("A", "B"), "operand is A or B")
+    check_fragment_result(op)
+
+
+def check_operand_load(op: Op) -> None:
+    """A fragment load whose result layout names the operand it loads (FFMA, tf32)."""
+    check_fragment_load(op)
+    require(op.result.type.layout.operand == op.attrs["operand"],
+            "the result layout is the operand's")
+
+
+def check_product(op: Op) -> None:
+    """The type rule of a fragment product: ``acc + a @ b``, chained shapes."""
+    a, b, acc = (v.type for v in op.operands)
+    require(a.dtype == b.dtype, "mma operands share a dtype")
+    require(acc == op.result.type, "mma returns the accumulator type")
+    require(a.shape[1] == b.shape[0] and acc.shape == (a.shape[0], b.shape[1]),
+            "mma fragment shapes do not chain")
 
 
 def not_drawn(plan: TilingPlan, kernel: str, uses: str, instructions: str) -> str:

@@ -2,12 +2,18 @@
 
 Tiling asks :func:`family_for` which family multiplies tiles of a dtype; every later stage
 asks :func:`family_of` which family a plan computes with. The backend's op table takes
-:data:`EMITTERS` from here; the hazard checker and explain take :data:`LOAD_OPS` and
-:data:`PRODUCT_OPS`. A new family is a module and one entry in :data:`FAMILIES`.
+:data:`EMITTERS` from here, the op catalogue :data:`OP_DEFS` (each family's ops with their
+CPU semantics; an op two families share once, run by the family its result layout names);
+the hazard checker and explain take :data:`LOAD_OPS` and :data:`PRODUCT_OPS`. A new family
+is a module and one entry in :data:`FAMILIES`.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from tilec.ir.core import Op
+from tilec.ir.ops import EvaluateFn, OpDef
 from tilec.ir.schedule import TilingPlan
 
 from . import ffma, mma_sync, tf32
@@ -62,3 +68,36 @@ def _emitters() -> dict[str, Emitter]:
 
 # The PTX emitters of every family's ops, for tilec.backend.ptx's op table.
 EMITTERS: dict[str, Emitter] = _emitters()
+
+
+def _through_layout(name: str, by_family: dict[str, EvaluateFn]) -> EvaluateFn:
+    """CPU semantics for an op several families share: those of the family the result's
+    layout names (frag.mma's accumulator: an mma or a tf32 layout)."""
+    def evaluate(state: Any, op: Op, operands: list[Any]) -> Any:
+        kind = getattr(op.result.type.layout, "kind", None)
+        if kind not in by_family:
+            raise state.error(op, f"no {name} on fragments of kind {kind!r} (families "
+                                  f"defining it: {', '.join(by_family)})")
+        return by_family[kind](state, op, operands)
+    evaluate.__name__ = f"evaluate_{name.replace('.', '_')}"
+    return evaluate
+
+
+def _op_defs() -> dict[str, OpDef]:
+    owners: dict[str, list[tuple[ProductFamily, OpDef]]] = {}
+    for family in FAMILIES:
+        for opdef in family.op_defs():
+            owners.setdefault(opdef.name, []).append((family, opdef))
+    joined = {}
+    for name, defs in owners.items():
+        first = defs[0][1]
+        if any(replace(d, evaluate=None) != replace(first, evaluate=None) for _, d in defs):
+            raise ValueError(f"families define {name} differently")
+        evaluate = first.evaluate if len(defs) == 1 else _through_layout(
+            name, {family.name: d.evaluate for family, d in defs})
+        joined[name] = replace(first, evaluate=evaluate)
+    return joined
+
+
+# Every family's ops with their CPU semantics, each op once, for the op catalogue.
+OP_DEFS: dict[str, OpDef] = _op_defs()

@@ -15,28 +15,33 @@ operand's storage orientation:
 Then ``cvt.rna.tf32.f32`` on every register: round to nearest, ties away from zero, to 10
 mantissa bits, as cuBLAS and CUTLASS do for f32 inputs with TF32 allowed (the mma would
 otherwise ignore the low 13 bits, truncating). The product is ``frag.mma``, the mma
-family's emitter with the tf32 type suffix and the plan's m16n8k8 shape.
+family's emitter with the tf32 type suffix and the plan's m16n8k8 shape, and the mma
+family's CPU semantics on this family's fragments (:data:`TF32_FRAGMENTS`). Here too: the
+definition of ``frag.ldtf32`` with its CPU semantics and :func:`round_tf32`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
 
 from tilec.backend.context import Context, SmemView
+from tilec.cpu.executor import Fragment, read_fragment_lanes, smem_itemsize
+from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
+from tilec.ir.ops import OpDef
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import F32
+from tilec.ir.types import F32, TileType
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, SmemLayout, conflict_degree,
                                  offset_relation, operand_extent, operand_k_major,
                                  operand_storage_coord, warps_along)
 
 from .fragments_common import operand_offset, relative_address
-from .mma_sync import (LDMATRIX_PIECE, MMA_M, MMA_N, MmaLayout, MmaSync, ldmatrix_reads,
-                       ldmatrix_registers, mma_products)
-from .product import ExplainText, not_drawn
-
-if TYPE_CHECKING:
-    from tilec.tools.explain import Hierarchy
+from .mma_sync import (FRAG_MMA, LDMATRIX_PIECE, MMA_M, MMA_N, MmaFragments, MmaLayout, MmaSync,
+                       ldmatrix_index, ldmatrix_reads, ldmatrix_registers, mma_products)
+from .product import ExplainShape, ExplainText, check_operand_load, not_drawn
 
 # mma.sync.aligned.m16n8k8 with .tf32 inputs: PTX ISA "Matrix Fragments for mma.m16n8k8"; one
 # 32-bit element a register, so k 8 (32 bytes of f32, as k16 is 32 bytes of f16).
@@ -168,6 +173,109 @@ def _mma(ctx: Context, op: Op) -> None:
     mma_products(ctx, op, MMA_TYPES)
 
 
+# -- IR ops and their CPU semantics ----------------------------------------------------------
+# What the executor does for frag.ldtf32, from the layout functions above alone, never from
+# the emitters (frag.mma: the mma family's semantics on TF32_FRAGMENTS):
+#
+# - frag.ldtf32 where k is contiguous in shared memory: what ldmatrix.x4 delivers
+#   (ldmatrix_index with 32-bit elements: lane l gets word l % 4 of row l // 4 of each
+#   matrix). Otherwise one 32-bit read per fragment register at tf32_word_addresses.
+#   Misaligned ldmatrix rows and reads past the stage are errors.
+# - Then every register is rounded as cvt.rna.tf32.f32 rounds (round_tf32), so a product of
+#   these fragments is the product of tf32 inputs, accumulated in f32.
+#
+# The value is a tilec.cpu.executor.Fragment whose lanes are [warps, 32, regs] (one f32 per
+# register); its logical tile shows the first warp of each warp row (A) or column (B), read
+# off with tf32_operand_coord.
+
+TF32_DROPPED_BITS = 13  # f32 has 23 mantissa bits, tf32 10
+
+
+def round_tf32(values: np.ndarray) -> np.ndarray:
+    """f32 values rounded to tf32 as ``cvt.rna.tf32.f32`` does: to the nearest value with 10
+    mantissa bits, ties away from zero (adding half of the dropped range to the magnitude
+    bits carries into the exponent where it must, up to infinity); NaN stays NaN."""
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    half = np.uint32(1 << (TF32_DROPPED_BITS - 1))
+    kept = np.uint32(~((1 << TF32_DROPPED_BITS) - 1) & 0xFFFFFFFF)
+    rounded = ((bits + half) & kept).view(np.float32)
+    return np.where(np.isnan(values), values, rounded)
+
+
+@lru_cache(maxsize=None)
+def _word_index(smem: SmemLayout, fragment: Tf32Layout, k0: int,
+                elem_bytes: int) -> np.ndarray:
+    """Storage offset (within a stage) of every register ``[warps, 32, regs]`` the 32-bit
+    reads of one k step load."""
+    role = fragment.operand
+    warps = fragment.warps[0] * fragment.warps[1]
+    regs = tf32_registers(role, fragment.warp_tile)
+    index = np.empty((warps, WARP_SIZE, regs), dtype=np.int64)
+    for w in range(warps):
+        along = w // fragment.warps[1] if role == "A" else w % fragment.warps[1]
+        for reg in range(regs):
+            addresses = tf32_word_addresses(smem, role, fragment.warp_tile, along, reg, k0,
+                                            elem_bytes)
+            index[w, :, reg] = np.array(addresses) // elem_bytes
+    index.flags.writeable = False
+    return index
+
+
+def _ldtf32_index(smem: SmemLayout, fragment: Tf32Layout, k0: int,
+           elem_bytes: int) -> tuple[np.ndarray, bool]:
+    """Every register's storage offset ``[warps, 32, regs]``, and whether ldmatrix's rows
+    are aligned (always true for 32-bit reads)."""
+    if operand_k_major(fragment.operand, smem):
+        index, aligned = ldmatrix_index(smem, fragment.operand, fragment.warps,
+                                         fragment.warp_tile, k0, elem_bytes)
+        return index[..., 0], aligned
+    return _word_index(smem, fragment, k0, elem_bytes), True
+
+
+@lru_cache(maxsize=None)
+def _tile_map(fragment: Tf32Layout) -> tuple[np.ndarray, ...]:
+    """(warp, lane, reg) and the (row, col) they hold in the logical fragment tile, for the
+    first warp of each warp row (A) or warp column (B)."""
+    role = fragment.operand
+    extent = fragment.warp_tile[0] if role == "A" else fragment.warp_tile[1]
+    entries = []
+    for along in range(fragment.warps[0] if role == "A" else fragment.warps[1]):
+        warp = along * fragment.warps[1] if role == "A" else along
+        for lane in range(WARP_SIZE):
+            for reg in range(tf32_registers(role, fragment.warp_tile)):
+                mn, k = tf32_operand_coord(role, lane, reg)
+                mn += along * extent
+                entries.append((warp, lane, reg, *((mn, k) if role == "A" else (k, mn))))
+    return tuple(np.array(column, dtype=np.int64) for column in zip(*entries))
+
+
+def _execute_ldtf32(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    rtype: TileType = op.result.type
+    lanes = round_tf32(read_fragment_lanes(
+        state, op, operands[0], Tf32Layout,
+        lambda smem, fragment, k0: _ldtf32_index(smem, fragment, k0, smem_itemsize(op)),
+        "an ldmatrix row address is not 16-byte aligned"))
+    fragment = rtype.layout
+    warp, lane, reg, row, col = _tile_map(fragment)
+    if row.max() >= rtype.shape[0] or col.max() >= rtype.shape[1]:
+        raise state.error(op, f"{fragment} does not fit a {list(rtype.shape)} tile")
+    tile = np.full(rtype.shape, np.nan, dtype=np.float32)
+    tile[row, col] = lanes[warp, lane, reg]
+    value = tile.view(Fragment)
+    value.lanes = lanes
+    return [value]
+
+
+FRAG_LDTF32 = OpDef("frag.ldtf32", "a warp-tile slice of an f32 mma operand from shared memory "
+                    "as m16n8k8 .tf32 fragments, each register rounded to tf32 (cvt.rna)", 1, 1,
+                    attrs=("operand", "k0"), check=check_operand_load, pure=True,
+                    evaluate=_execute_ldtf32)
+# m16n8k8 .tf32: one f32 a register, at tf32_a_coord / tf32_b_coord.
+TF32_FRAGMENTS = MmaFragments(TF32_K, 1, lambda lane, r, h: tf32_a_coord(lane, r),
+                              lambda lane, r, h: tf32_b_coord(lane, r))
+
+
 class Tf32(MmaSync):
     """ldmatrix or ld.shared.b32 + cvt.rna.tf32.f32 + mma.sync.m16n8k8 .tf32 on f32 tiles;
     the accumulator and the product's order are the mma family's."""
@@ -187,6 +295,10 @@ class Tf32(MmaSync):
     explain_text = ExplainText("fragment loads", "mma.sync", "warp", "ldtf32", "mma", "reads",
                                ("f32_math", "mma_order"))
     emitters = {"frag.ldtf32": _ldtf32, "frag.mma": _mma}
+    fragments = TF32_FRAGMENTS
+
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return FRAG_LDTF32, replace(FRAG_MMA, evaluate=self.execute_product)
 
     # fragment_registers: the mma family's count (4 per m16 piece of A, 2 per n8 tile of B),
     # one f32 a register per k8 step.
@@ -218,7 +330,7 @@ class Tf32(MmaSync):
                 for op in (plan.operand("A"), plan.operand("B")))
         return a, b
 
-    def warp_tile_text(self, h: "Hierarchy") -> str:
+    def warp_tile_text(self, h: ExplainShape) -> str:
         (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
         readers = [("ldmatrix.x4" if c.transposed == (c.role == "B") else "ld.shared.b32")
                    for c in h.copies]
@@ -227,7 +339,7 @@ class Tf32(MmaSync):
                 f"mma.sync and {a + b} fragment loads (A {a} {readers[0]}, B {b} "
                 f"{readers[1]}) per k-step, each register then rounded by cvt.rna.tf32.f32")
 
-    def instruction_text(self, h: "Hierarchy") -> tuple[str, str]:
+    def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
         return ("instruction tile", "m{}n{}k{} .tf32".format(*h.instruction)
                 + f" (f32 inputs rounded to tf32, f32 accumulation), {h.k_steps} k-steps "
                 "per BK")

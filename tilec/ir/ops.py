@@ -1,17 +1,21 @@
-"""The core ops: every op name the frontend's IR may hold, what it means, its type rule and
-its semantic traits.
+"""The IR layer's ops: every op name the frontend's IR may hold and the generic lowered ops,
+what each means, its type rule and its semantic traits.
 
 Each entry is data (:class:`OpDef`): a one-line meaning, operand/result/region counts (None =
 any), the attributes it must carry, a check function that raises :class:`IRError` with a
 reason, whether it is pure, whether it is elementwise, and how it folds on constants. The
-ops the passes introduce are in :mod:`tilec.ir.ops_gpu`; the complete catalogue, with each
-op's CPU semantics attached, is :func:`tilec.families.catalogue.op_catalogue`, which the verifier, the
-interpreter, dead-code removal and the tests read.
+generic ops the passes introduce are :data:`GPU_OPS` (shared buffers, the barrier, split-K,
+fragment loads from global memory, the K loop's scalar ops); :data:`IR_OPS` is both. The ops
+of an instruction or data-movement family (``frag.mma``, ``copy.*``) are defined in the
+family's module (:mod:`tilec.families`); the complete catalogue, with each op's CPU
+semantics attached, is :func:`tilec.families.catalogue.op_catalogue`, which the passes, the
+race checker and whoever verifies or runs lowered IR read.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Optional
 
 from tilec.ir import arith
@@ -39,8 +43,9 @@ class OpDef:
     of the result depends only on element (i, j) of each tile operand (fills have none), so
     the op computes in whatever layout its operands have and a pass may give its result that
     layout. ``fold``: the op's value on integer constants (:mod:`tilec.ir.arith`), for
-    whoever evaluates scalar IR. ``evaluate``: its CPU semantics, attached by the catalogue
-    (:mod:`tilec.families`) since the interpreter sits above the IR.
+    whoever evaluates scalar IR. ``evaluate``: its CPU semantics, attached by the interpreter
+    and the op catalogue (:mod:`tilec.families.catalogue`) for the IR layer's ops, since the
+    CPU sits above the IR, and given by a family to the ops it defines.
     """
 
     name: str
@@ -56,52 +61,52 @@ class OpDef:
     evaluate: Optional[EvaluateFn] = None
 
 
-def _require(cond: bool, message: str) -> None:
+def require(cond: bool, message: str) -> None:
     if not cond:
         raise IRError(message)
 
 
 def _scalar_binary(op: Op) -> None:
     a, b = op.operands
-    _require(isinstance(a.type, ScalarType) and a.type == b.type == op.result.type,
+    require(isinstance(a.type, ScalarType) and a.type == b.type == op.result.type,
              f"operands and result must be the same scalar type, got {a.type}, {b.type} -> "
              f"{op.result.type}")
 
 
 def _constant(op: Op) -> None:
     rtype = op.result.type
-    _require(isinstance(rtype, ScalarType), "constant must be a scalar")
+    require(isinstance(rtype, ScalarType), "constant must be a scalar")
     value = op.attrs["value"]
     if rtype.dtype == I32:
-        _require(isinstance(value, int), f"i32 constant holds {value!r}")
+        require(isinstance(value, int), f"i32 constant holds {value!r}")
     elif rtype.dtype == PRED:
-        _require(isinstance(value, bool), f"pred constant holds {value!r}")
+        require(isinstance(value, bool), f"pred constant holds {value!r}")
     else:
-        _require(isinstance(value, (int, float)), f"float constant holds {value!r}")
+        require(isinstance(value, (int, float)), f"float constant holds {value!r}")
 
 
 def _grid(op: Op) -> None:
-    _require(1 <= len(op.operands) <= 3, "a grid has 1 to 3 axes")
-    _require(len(op.results) == len(op.operands), "one program id per grid axis")
+    require(1 <= len(op.operands) <= 3, "a grid has 1 to 3 axes")
+    require(len(op.results) == len(op.operands), "one program id per grid axis")
     for v in list(op.operands) + list(op.results):
-        _require(v.type == ScalarType(I32), f"grid sizes and program ids are i32, got {v.type}")
+        require(v.type == ScalarType(I32), f"grid sizes and program ids are i32, got {v.type}")
 
 
 def _tile_result(op: Op) -> TileType:
     rtype = op.result.type
-    _require(isinstance(rtype, TileType), f"result must be a tile, got {rtype}")
+    require(isinstance(rtype, TileType), f"result must be a tile, got {rtype}")
     return rtype
 
 
 def _fill(op: Op) -> None:
     rtype = _tile_result(op)
-    _require(list(rtype.shape) == list(op.attrs["shape"]), "shape attribute differs from type")
+    require(list(rtype.shape) == list(op.attrs["shape"]), "shape attribute differs from type")
 
 
 def _splat(op: Op) -> None:
     rtype = _tile_result(op)
-    _require(isinstance(op.operands[0].type, ScalarType), "splat takes a scalar")
-    _require(op.operands[0].type.dtype == rtype.dtype, "splat keeps the element type")
+    require(isinstance(op.operands[0].type, ScalarType), "splat takes a scalar")
+    require(op.operands[0].type.dtype == rtype.dtype, "splat keeps the element type")
 
 
 def broadcast_compatible(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
@@ -114,50 +119,50 @@ def broadcast_compatible(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
 def _broadcast(op: Op) -> None:
     src = op.operands[0].type
     rtype = _tile_result(op)
-    _require(isinstance(src, TileType) and src.dtype == rtype.dtype, "broadcast keeps dtype")
-    _require(broadcast_compatible(src.shape, rtype.shape),
+    require(isinstance(src, TileType) and src.dtype == rtype.dtype, "broadcast keeps dtype")
+    require(broadcast_compatible(src.shape, rtype.shape),
              f"cannot broadcast {list(src.shape)} to {list(rtype.shape)}")
 
 
 def _reshape(op: Op) -> None:
     src = op.operands[0].type
     rtype = _tile_result(op)
-    _require(isinstance(src, TileType) and src.numel == rtype.numel and src.dtype == rtype.dtype,
+    require(isinstance(src, TileType) and src.numel == rtype.numel and src.dtype == rtype.dtype,
              f"reshape must keep dtype and element count: {src} -> {rtype}")
 
 
 def _access_indices(op: Op, first: int, last: int) -> TensorType:
     tensor = op.operands[0].type
-    _require(isinstance(tensor, TensorType), f"{op.name} reads a tensor, got {tensor}")
+    require(isinstance(tensor, TensorType), f"{op.name} reads a tensor, got {tensor}")
     indices = op.operands[first:last]
-    _require(len(indices) == tensor.rank, f"{tensor.rank}-D tensor needs {tensor.rank} offsets")
+    require(len(indices) == tensor.rank, f"{tensor.rank}-D tensor needs {tensor.rank} offsets")
     for v in indices:
-        _require(v.type == ScalarType(I32), f"tile offsets are i32, got {v.type}")
+        require(v.type == ScalarType(I32), f"tile offsets are i32, got {v.type}")
     return tensor
 
 
 def _load(op: Op) -> None:
     tensor = _access_indices(op, 1, len(op.operands))
     rtype = _tile_result(op)
-    _require(rtype.dtype == tensor.dtype, f"load of {tensor} yields {tensor.dtype} tiles")
-    _require(list(rtype.shape) == list(op.attrs["shape"]), "shape attribute differs from type")
-    _require(rtype.rank == tensor.rank, "a load keeps the tensor's rank")
+    require(rtype.dtype == tensor.dtype, f"load of {tensor} yields {tensor.dtype} tiles")
+    require(list(rtype.shape) == list(op.attrs["shape"]), "shape attribute differs from type")
+    require(rtype.rank == tensor.rank, "a load keeps the tensor's rank")
 
 
 def _store(op: Op) -> None:
     tensor = _access_indices(op, 1, len(op.operands) - 1)
     value = op.operands[-1].type
-    _require(isinstance(value, TileType), "store writes a tile")
-    _require(value.dtype == tensor.dtype,
+    require(isinstance(value, TileType), "store writes a tile")
+    require(value.dtype == tensor.dtype,
              f"storing a {value.dtype} tile into a {tensor.dtype} tensor")
-    _require(value.rank == tensor.rank, "a store keeps the tensor's rank")
+    require(value.rank == tensor.rank, "a store keeps the tensor's rank")
 
 
 def _transpose_view(op: Op) -> None:
     src = op.operands[0].type
     rtype = op.result.type
-    _require(isinstance(src, TensorType) and src.rank == 2, "transpose takes a 2-D tensor")
-    _require(rtype == TensorType(src.dtype, (src.shape[1], src.shape[0])),
+    require(isinstance(src, TensorType) and src.rank == 2, "transpose takes a 2-D tensor")
+    require(rtype == TensorType(src.dtype, (src.shape[1], src.shape[0])),
              "transpose swaps the two dims")
 
 
@@ -165,51 +170,51 @@ def _dot(op: Op) -> None:
     a, b, acc = (v.type for v in op.operands)
     rtype = _tile_result(op)
     for t in (a, b, acc):
-        _require(isinstance(t, TileType) and t.rank == 2, "dot takes 2-D tiles")
-    _require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
-    _require(a.dtype in MMA_INPUT_DTYPES + (F32,), f"dot of {a.dtype} is not supported")
-    _require(a.shape[1] == b.shape[0],
+        require(isinstance(t, TileType) and t.rank == 2, "dot takes 2-D tiles")
+    require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
+    require(a.dtype in MMA_INPUT_DTYPES + (F32,), f"dot of {a.dtype} is not supported")
+    require(a.shape[1] == b.shape[0],
              f"inner dimensions differ: [{a.shape[0]},{a.shape[1]}] @ [{b.shape[0]},{b.shape[1]}]")
-    _require(acc.dtype == F32, "dot accumulates in f32")
-    _require(tuple(acc.shape) == (a.shape[0], b.shape[1]),
+    require(acc.dtype == F32, "dot accumulates in f32")
+    require(tuple(acc.shape) == (a.shape[0], b.shape[1]),
              f"accumulator is {list(acc.shape)}, product is [{a.shape[0]},{b.shape[1]}]")
-    _require(rtype.shape == acc.shape and rtype.dtype == acc.dtype, "dot returns the acc type")
+    require(rtype.shape == acc.shape and rtype.dtype == acc.dtype, "dot returns the acc type")
 
 
 def _elementwise(op: Op) -> None:
     rtype = _tile_result(op)
     for v in op.operands:
-        _require(isinstance(v.type, TileType), f"{op.name} takes tiles, got {v.type}")
-        _require(v.type.shape == rtype.shape,
+        require(isinstance(v.type, TileType), f"{op.name} takes tiles, got {v.type}")
+        require(v.type.shape == rtype.shape,
                  f"shapes differ: {list(v.type.shape)} vs {list(rtype.shape)}")
-        _require(v.type.dtype == rtype.dtype,
+        require(v.type.dtype == rtype.dtype,
                  f"dtypes differ: {v.type.dtype} vs {rtype.dtype}")
-    _require(rtype.dtype.is_float, f"{op.name} on {rtype.dtype} tiles")
+    require(rtype.dtype.is_float, f"{op.name} on {rtype.dtype} tiles")
 
 
 def _cast(op: Op) -> None:
     src = op.operands[0].type
     rtype = _tile_result(op)
-    _require(isinstance(src, TileType) and src.shape == rtype.shape, "cast keeps the shape")
-    _require(rtype.dtype == op.attrs["dtype"], "dtype attribute differs from type")
+    require(isinstance(src, TileType) and src.shape == rtype.shape, "cast keeps the shape")
+    require(rtype.dtype == op.attrs["dtype"], "dtype attribute differs from type")
 
 
 def _for(op: Op) -> None:
     lb, ub, step, *inits = op.operands
     for v in (lb, ub, step):
-        _require(v.type == ScalarType(I32), "loop bounds are i32")
+        require(v.type == ScalarType(I32), "loop bounds are i32")
     body = op.regions[0]
-    _require(len(body.args) == 1 + len(inits), "body takes the induction var and iter args")
-    _require(len(op.results) == len(inits), "one result per iter arg")
+    require(len(body.args) == 1 + len(inits), "body takes the induction var and iter args")
+    require(len(op.results) == len(inits), "one result per iter arg")
     for init, arg, res in zip(inits, body.args[1:], op.results):
-        _require(init.type == arg.type == res.type,
+        require(init.type == arg.type == res.type,
                  f"iter arg types differ: {init.type}, {arg.type}, {res.type}")
-    _require(bool(body.ops) and body.ops[-1].name == "scf.yield",
+    require(bool(body.ops) and body.ops[-1].name == "scf.yield",
              "a loop body ends with scf.yield")
     yielded = body.ops[-1].operands
-    _require([v.type for v in yielded] == [v.type for v in inits],
+    require([v.type for v in yielded] == [v.type for v in inits],
              "scf.yield must yield the iter args' types")
-    _require(isinstance(op.attrs.get("step_const"), int) and op.attrs["step_const"] > 0,
+    require(isinstance(op.attrs.get("step_const"), int) and op.attrs["step_const"] > 0,
              "loop step must be a positive compile-time constant")
 
 
@@ -255,18 +260,115 @@ CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
     OpDef("scf.yield", "the values a loop body carries to the next iteration", None, 0),
 ]}
 
+def _smem_alloc(op: Op) -> None:
+    rtype = op.result.type
+    require(isinstance(rtype, TileType) and rtype.space == "smem" and rtype.rank == 3,
+             "smem.alloc yields a [stages, rows, cols] shared tile")
+    require(rtype.shape[0] == op.attrs["stages"] >= 1, "stage count differs from the type")
+
+
+def _smem_stage(op: Op) -> None:
+    buf, stage = op.operands
+    rtype = op.result.type
+    require(isinstance(buf.type, TileType) and buf.type.space == "smem", "stage of a buffer")
+    require(stage.type == ScalarType(I32), "the stage index is i32")
+    require(isinstance(rtype, TileType) and rtype.space == "smem"
+             and rtype.shape == buf.type.shape[1:] and rtype.dtype == buf.type.dtype,
+             "a stage view is one [rows, cols] slice of the buffer")
+    require(rtype.layout == buf.type.layout, "a stage view keeps the buffer's layout")
+
+
+def _compare(op: Op) -> None:
+    a, b = op.operands
+    require(a.type == b.type == ScalarType(I32), "comparisons take i32 operands")
+    require(op.result.type == ScalarType(PRED), "comparisons yield pred")
+
+
+def check_fragment_result(op: Op) -> None:
+    """The type rule every fragment op shares: it yields a register tile with a layout."""
+    rtype = op.result.type
+    require(isinstance(rtype, TileType) and rtype.space == "reg" and rtype.layout is not None,
+            f"{op.name} yields a distributed tile with a layout")
+
+
+def _frag_load(op: Op) -> None:
+    tensor, *offsets = op.operands
+    require(isinstance(tensor.type, TensorType), "frag.load reads a tensor")
+    require(len(offsets) == tensor.type.rank, "one offset per tensor dim")
+    dims = op.attrs["dims"]
+    rtype = op.result.type
+    require(len(dims) == rtype.rank, "one entry of dims per tile dim")
+    require(sorted(d for d in dims if d >= 0) == list(range(tensor.type.rank)),
+             "dims names each tensor dim once (-1 broadcasts)")
+    require(rtype.dtype == tensor.type.dtype, "loads keep the element type")
+    check_fragment_result(op)
+
+
+def _split_reduce(op: Op) -> None:
+    partial, slice_id = op.operands
+    require(isinstance(partial.type, TileType) and partial.type.space == "reg"
+             and partial.type.dtype.short == "f32", "split.reduce sums an f32 register tile")
+    require(slice_id.type == ScalarType(I32), "the slice index is i32")
+    require(op.result.type == partial.type, "the sum has the partial's type")
+    require(isinstance(op.attrs["splits"], int) and op.attrs["splits"] >= 2,
+             "split.reduce needs at least 2 splits")
+
+
+def _wrap_inc(op: Op) -> None:
+    require(op.operands[0].type == op.result.type == ScalarType(I32), "wrap_inc is on i32")
+    require(isinstance(op.attrs["modulus"], int) and op.attrs["modulus"] >= 1,
+             "wrap_inc needs a positive modulus")
+
+
+# The generic ops the passes introduce as they lower tile ops toward the GPU: shared buffers
+# and their stage views (tiling / double buffering), the CTA barrier, split-K's meeting,
+# fragment loads from global memory and the scalar ops of the K loop. The ops of one
+# instruction or data-movement family (frag.mma, copy.*) are defined in its module
+# (tilec/families/) and joined to these by the op catalogue.
+GPU_OPS: dict[str, OpDef] = {d.name: d for d in [
+    OpDef("arith.lt", "a < b", 2, 1, check=_compare, pure=True, fold=arith.fold_less),
+    OpDef("arith.wrap_inc", "(a + 1) % modulus for 0 <= a < modulus: circular buffer indices",
+          1, 1, attrs=("modulus",), check=_wrap_inc, pure=True, fold=arith.fold_wrap_inc),
+    OpDef("frag.load", "each thread loads the elements it owns in the result layout; dims[i] "
+          "is the tensor dim tile dim i walks (-1: broadcast); out of bounds reads 0",
+          None, 1, attrs=("dims",), check=_frag_load, pure=True),
+    # Not pure: its size is the tiling plan's shared-memory budget, read or not.
+    OpDef("smem.alloc", "a shared-memory buffer of one or more stages", 0, 1,
+          attrs=("stages", "role"), check=_smem_alloc),
+    OpDef("smem.stage", "the view of one stage of a shared buffer", 2, 1, check=_smem_stage,
+          pure=True),
+    OpDef("split.reduce", "operands: a K slice's partial tile and the slice index; the last "
+          "block of the output tile to get here gets the sum of all `splits` partials in "
+          "slice order and goes on, the others end", 2, 1, attrs=("splits",),
+          check=_split_reduce, elementwise=True),  # not pure: it ends programs
+    OpDef("gpu.barrier", "all threads of the block reach this point (bar.sync 0)", 0, 0),
+]}
+
+# Every op the IR layer defines: what the frontend emits and the generic lowered ops. The
+# verifier's default; the interpreter's default is those of these it has semantics for.
+IR_OPS: Mapping[str, OpDef] = MappingProxyType({**CORE_OPS, **GPU_OPS})
+
+# The dialects (name prefixes) of tilec's own ops, the families' (``frag.``, ``copy.``,
+# defined in tilec/families/) among them: a registered op names a dialect of its own, so a
+# pass cannot take the name of an op this layer cannot see.
+BUILTIN_DIALECTS = frozenset({"arith", "tile", "tensor", "scf", "smem", "copy", "gpu", "split",
+                              "frag"})
+
 # Op kinds added by passes (ours or a user's) with register_op.
 _REGISTERED: dict[str, OpDef] = {}
 
 
 def register_op(opdef: OpDef) -> None:
-    """Let a pass (ours or a user's) add op kinds; a name may be defined once. The catalogue
-    (:func:`tilec.families.catalogue.op_catalogue`) lists them beside the built-in ops; give the OpDef
-    an ``evaluate`` for the interpreter to run it."""
-    from tilec.ir.ops_gpu import GPU_OPS  # the same layer; imported here, as it imports us
-
-    builtin = CORE_OPS.get(opdef.name) or next(
-        (d for d in GPU_OPS if d.name == opdef.name), None)
+    """Let a pass (ours or a user's) add op kinds, in a dialect of their own
+    (:data:`BUILTIN_DIALECTS`); a name may be defined once. The verifier's and the
+    interpreter's defaults and the op catalogue
+    (:func:`tilec.families.catalogue.op_catalogue`) list them beside the built-in ops; give
+    the OpDef an ``evaluate`` for the interpreter to run it."""
+    builtin = IR_OPS.get(opdef.name)
+    dialect = opdef.name.partition(".")[0]
+    if builtin is None and dialect in BUILTIN_DIALECTS:
+        raise ValueError(f"op '{opdef.name}' is in the dialect '{dialect}', whose ops are "
+                         "already defined by tilec: give a pass's ops a dialect of its own")
     existing = builtin or _REGISTERED.get(opdef.name)
     if existing is not None and existing != opdef:
         raise ValueError(f"op '{opdef.name}' is already defined")

@@ -7,19 +7,19 @@ from collections.abc import Mapping
 from typing import Optional
 
 from tilec.ir.core import Block, Kernel, Op, Value
-from tilec.ir.ops import IRError, OpDef
+from tilec.ir.ops import IR_OPS, IRError, OpDef, registered_ops
 from tilec.ir.schedule import check_schedule
 
 
 def verify(kernel: Kernel, *, after: Optional[str] = None,
            ops: Optional[Mapping[str, OpDef]] = None) -> None:
     """Raise IRError naming the op (and the pass, when ``after`` is given) that breaks an
-    invariant. ``ops`` is the table of known ops; by default the op catalogue
-    (:func:`tilec.families.catalogue.op_catalogue`: built-in ops and those passes registered)."""
+    invariant. ``ops`` is the table of known ops; by default the IR layer's
+    (:data:`tilec.ir.ops.IR_OPS`: the frontend's and the generic lowered ops) and those passes
+    registered. IR holding a family's ops (``frag.mma``, ``copy.*``) is verified against the
+    op catalogue: ``ops=tilec.families.catalogue.op_catalogue()``."""
     if ops is None:
-        # The catalogue sits above the IR (it attaches CPU semantics): read it at call time.
-        from tilec.families.catalogue import op_catalogue
-        ops = op_catalogue()
+        ops = {**IR_OPS, **registered_ops()}
     if len(kernel.body.args) != len(kernel.params) + len(kernel.symbols):
         raise IRError("kernel body arguments do not match params + symbols")
     try:

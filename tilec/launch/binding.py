@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from tilec.backend.abi import AbiParam, folds_tile_axes, kernel_abi
+from tilec.backend.abi import AbiParam, folds_tile_axes
+from tilec.backend.signature import kernel_abi
 from tilec.families.catalogue import op_catalogue
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel

@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from tilec.errors import TileError
+from tilec.families.catalogue import op_catalogue
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError
 from tilec.ir.printer import print_kernel
@@ -200,7 +201,7 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
         result = StageResult(name, text, f"{FRONTEND_STAGE} (interpreter)")
         report.stages.append(result)
         try:
-            verify(stage_kernel, after=name)
+            verify(stage_kernel, after=name, ops=op_catalogue())
         except IRError as err:
             result.note = f"verifier: {err}"
         try:

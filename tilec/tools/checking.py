@@ -139,8 +139,9 @@ def run_on_cpu(kernel: Kernel, arrays: Arrays, scalars: Scalars,
     """Run ``kernel`` in the CPU interpreter on copies of ``arrays``; the tensors ``names``
     afterwards, in float64."""
     from tilec.cpu.interpreter import run_kernel
+    from tilec.families.catalogue import op_catalogue
     values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
-    run_kernel(kernel, values)
+    run_kernel(kernel, values, ops=op_catalogue())  # any stage's IR: bisect runs them all
     return {name: as_float64(values[name], dtype_of(kernel, name)) for name in names}
 
 
