@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one script run on the GPU machine: the GPU test tier, then the matmul benchmark.
+# The one script run on the GPU machine: the GPU test tier, then the matmul benchmark and the
+# host cost of a launch.
 #
 #   bash scripts/gpu_check.sh [benchmark arguments...]
 #
@@ -43,6 +44,11 @@ if [ "${BENCH:-1}" != 0 ]; then
     else
         echo "gpu_check: benchmarks/bench_matmul.py not found; no benchmark run"
     fi
+fi
+
+if [ "${BENCH:-1}" != 0 ] && [ -f benchmarks/bench_launch.py ]; then
+    python3 benchmarks/bench_launch.py 2>&1 | tee "$OUT/launch.log" \
+        || echo "gpu_check: launch benchmark failed"
 fi
 
 if [ "$tests_status" != 0 ]; then
