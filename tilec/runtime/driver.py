@@ -418,7 +418,7 @@ class PtrArg(int):
     def __new__(cls, value: int) -> PtrArg:
         self = super().__new__(cls, value)
         if not 0 <= self < 2**64:
-            raise ValueError(f"Ptr must fit in 64 unsigned bits, got {int(self)}")
+            raise ValueError(f"PtrArg must fit in 64 unsigned bits, got {int(self)}")
         return self
 
 
@@ -431,7 +431,7 @@ class I32Arg(int):
     def __new__(cls, value: int) -> I32Arg:
         self = super().__new__(cls, value)
         if not -(2**31) <= self < 2**31:
-            raise ValueError(f"I32 out of signed 32-bit range: {int(self)}")
+            raise ValueError(f"I32Arg out of signed 32-bit range: {int(self)}")
         return self
 
 
@@ -444,7 +444,7 @@ class I64Arg(int):
     def __new__(cls, value: int) -> I64Arg:
         self = super().__new__(cls, value)
         if not -(2**63) <= self < 2**63:
-            raise ValueError(f"I64 out of 64-bit range: {int(self)}")
+            raise ValueError(f"I64Arg out of 64-bit range: {int(self)}")
         return self
 
 
@@ -458,7 +458,7 @@ class F32Arg(float):
         self = super().__new__(cls, value)
         # struct's "f" code raises OverflowError on such values at launch time; fail here instead.
         if math.isfinite(self) and abs(self) > _F32_MAX:
-            raise ValueError(f"F32 overflows single precision: {float(self)}")
+            raise ValueError(f"F32Arg overflows single precision: {float(self)}")
         return self
 
 
@@ -527,7 +527,7 @@ def signature(args: Sequence[KernelArg]) -> tuple[ParamType, ...]:
         pass
     index, arg = next((i, a) for i, a in enumerate(args) if not hasattr(a, "param_type"))
     raise TypeError(f"kernel argument {index} has type {type(arg).__name__}; wrap it as PtrArg, "
-                    "I32, I64Arg, F32Arg or BlobArg so its parameter type is explicit")
+                    "I32Arg, I64Arg, F32Arg or BlobArg so its parameter type is explicit")
 
 
 # --- Modules and functions -----------------------------------------------------------------------
@@ -684,11 +684,16 @@ class Function:
             raise ValueError(f"kernel {self.name!r}: cluster {tuple(cluster)} must be three "
                              f"positive sizes dividing the grid {tuple(grid)}")
 
-    def marshaller(self, types: tuple[ParamType, ...]) -> _ParamMarshaller:
-        """The kernelParams layout for arguments of these types, built once per signature."""
-        marshaller = self._marshallers.get(types)
+    def marshaller(self, args: Sequence[KernelArg]) -> _ParamMarshaller:
+        """The kernelParams layout for these arguments, built once per signature. Keyed by the
+        arguments' classes, which hash by identity (a blob's size and alignment join the key):
+        hashing the parameter types themselves on every launch cost microseconds."""
+        key = tuple(map(type, args))
+        if BlobArg in key:
+            key = tuple(a.param_type if type(a) is BlobArg else type(a) for a in args)
+        marshaller = self._marshallers.get(key)
         if marshaller is None:
-            marshaller = self._marshallers[types] = _ParamMarshaller(types)
+            marshaller = self._marshallers[key] = _ParamMarshaller(signature(args))
         return marshaller
 
     def _attribute(self, attribute: Any) -> int:
@@ -711,7 +716,7 @@ def launch(function: Function, grid: Dim3, block: Dim3, smem_bytes: int, stream:
     `cuLaunchKernel`. Faults inside the kernel surface later, at a synchronize, as CudaError.
     """
     function.check_launch(grid, block, smem_bytes, cluster)
-    marshaller = function.marshaller(signature(params))
+    marshaller = function.marshaller(params)
     handle = _stream_handle(stream)
     function._device.make_current()
     call = "cuLaunchKernel" if cluster is None else "cuLaunchKernelEx"
