@@ -28,7 +28,11 @@ OPTIONS = Options(arch="sm_90", stages=4, warps=(2, 4), swizzle=Swizzle(3, 3, 3)
                   disable=("swizzle",),
                   spec=Spec((("A", TensorSpec(1, 8)), ("B", TensorSpec(None, 1))),
                             (("K", 64), ("M", 128))))
-PTX = "//\n// test kernel\n.version 8.0\n.target sm_90\n.visible .entry k() { ret; }\n"
+# The smallest PTX the metadata below describes (get() checks it against the metadata).
+PTX = ("//\n// test kernel\n.version 8.0\n.target sm_90\n"
+       ".extern .shared .align 128 .b8 tilec_smem[];\n"
+       ".visible .entry k(\n\t.param .u64 A_ptr,\n\t.param .u32 A_stride0,\n"
+       "\t.param .u32 dim_M\n)\n.maxntid 128, 1, 1\n{ ret; }\n")
 
 
 def metadata(**changes) -> dict:
@@ -319,7 +323,9 @@ ROUNDS = 30
 
 
 def _ptx_of(writer: int) -> str:
-    return BIG_PTX if writer < 0 else f"// writer {writer}\n" + BIG_PTX
+    """A large PTX whose entry is the metadata's (``w<writer>``, w0 for the shared one)."""
+    entry = PTX.replace(".entry k(", f".entry w{max(writer, 0)}(")
+    return entry + BIG_PTX if writer < 0 else f"// writer {writer}\n{entry}" + BIG_PTX
 
 
 def _hammer(directory: str, key: str, writer: int, distinct: bool) -> tuple[int, int, int]:
@@ -356,7 +362,7 @@ def test_concurrent_writers_of_the_same_kernel_never_corrupt_it(tmp_path):
     # Writers always find their own complete entry; nothing is ever found damaged.
     assert all(valid == ROUNDS for valid, _, _ in results[:4])
     assert sum(discards for _, _, discards in results) == 0
-    assert DiskCache(tmp_path).get(key).ptx == BIG_PTX
+    assert DiskCache(tmp_path).get(key).ptx == _ptx_of(-1)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 

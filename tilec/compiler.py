@@ -1,8 +1,10 @@
 """Source to PTX: frontend, pass pipeline, backend, with every stage kept as text.
 
 ``compile_kernel`` is the one path every entry point (decorator, CLI, benchmarks) uses; its
-result is cached in memory by (program, constants, options), so a repeated call compiles
-nothing.
+result is cached in memory by (program, constants, options, pass list), so a repeated call
+compiles nothing. The pass list is part of every key (:func:`pipeline_identity`): a pass
+registered with ``tilec.register_pass`` after a compile, or one whose code changed, always
+reaches the PTX.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from tilec.ir.core import Kernel
 from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
-from tilec.pipeline import Pass, run_pipeline
+from tilec.pipeline import Pass, pipeline, run_pipeline
 from tilec.version import COMPILER_VERSION
 
 
@@ -57,22 +59,80 @@ def metadata_for(compiled: Compiled) -> dict[str, Any]:
 _CACHE: dict[tuple, Compiled] = {}
 
 
-def cache_key(source_key: str, consts: dict[str, Any], options: Options) -> tuple:
-    return (COMPILER_VERSION, source_key, tuple(sorted(consts.items())), options)
+def cache_key(source_key: str, consts: dict[str, Any], options: Options,
+              passes: str = "") -> tuple:
+    """The in-memory cache's key; ``passes`` is the pass list's :func:`pipeline_identity`."""
+    return (COMPILER_VERSION, source_key, tuple(sorted(consts.items())), options, passes)
+
+
+def pass_identity(p: Pass) -> Optional[str]:
+    """What names one pass's behaviour: its name, its function's module and qualified name,
+    and a hash of its code (nested functions' code included). None when that cannot say
+    what the pass does: a callable that is not a plain function, or a closure (its captured
+    values decide what it does, and may change without its code changing)."""
+    run = p.run
+    code = getattr(run, "__code__", None)
+    if code is None or getattr(run, "__closure__", None):
+        return None
+    digest = hashlib.sha256()
+    _hash_code(code, digest)
+    code_hash = digest.hexdigest()
+    return (f"{p.name}|{getattr(run, '__module__', '')}|{getattr(run, '__qualname__', '')}|"
+            f"{code_hash}|{','.join(p.requires)}")
+
+
+def _hash_code(code: Any, digest: Any) -> None:
+    """Feed what a code object does into ``digest``: bytecode, names and constants, nested
+    code objects recursively. Not ``marshal.dumps``, whose output depends on reference
+    counts, nor line numbers and file names, which moving a function does not change what
+    it does; the same in every process and under every hash seed."""
+    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars,
+                 code.co_cellvars, code.co_argcount, code.co_kwonlyargcount, code.co_flags):
+        digest.update(repr(part).encode("utf-8") + b"\0")
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _hash_code(const, digest)
+        else:
+            digest.update(_const_text(const).encode("utf-8") + b"\0")
+
+
+def _const_text(value: Any) -> str:
+    """A constant's text, independent of the hash seed (frozensets of strings iterate in a
+    seed's order)."""
+    if isinstance(value, frozenset):
+        return "frozenset(" + ",".join(sorted(_const_text(v) for v in value)) + ")"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_const_text(v) for v in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def pipeline_identity(passes: Sequence[Pass]) -> Optional[str]:
+    """The identity of a pass list, in order (a sha256 over :func:`pass_identity`), or None
+    when a pass has none: such a list is never cached, so its passes always run."""
+    identities = [pass_identity(p) for p in passes]
+    if any(identity is None for identity in identities):
+        return None
+    return hashlib.sha256("\n".join(identities).encode("utf-8")).hexdigest()
 
 
 def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str] = None,
                    passes: Optional[Sequence[Pass]] = None, keep_ir: bool = False) -> Compiled:
     """Run the pipeline and the PTX backend on a lowered kernel.
 
-    With a ``source_key`` and the default passes, the PTX is also kept in the on-disk cache
-    (:mod:`tilec.runtime.cache`; ``TILEC_CACHE_DIR``, ``TILEC_DISK_CACHE=0`` turns it off): a later
-    process takes it from there instead of running the backend. The passes still run, since
-    launching reads their IR (the grid, the parameter list)."""
+    With a ``source_key`` and the default passes (those registered included), the PTX is
+    also kept in the on-disk cache (:mod:`tilec.runtime.cache`; ``TILEC_CACHE_DIR``,
+    ``TILEC_DISK_CACHE=0`` turns it off): a later process takes it from there instead of
+    running the backend. The passes still run, since launching reads their IR (the grid, the
+    parameter list). Both caches are keyed by the pass list's identity, and a pipeline
+    with a pass that has none (:func:`pass_identity`) is not cached."""
     key = None
     dump_dir = os.environ.get("TILEC_DUMP_DIR")
+    identity = None
     if source_key is not None and passes is None:
-        key = cache_key(source_key, kernel.consts, options)
+        passes = pipeline()  # the list the key names is the list that runs
+        identity = pipeline_identity(passes)
+    if identity is not None:
+        key = cache_key(source_key, kernel.consts, options, identity)
         hit = _CACHE.get(key)
         if hit is not None and (not keep_ir or len(hit.asm) > 1) and not dump_dir:
             return hit
@@ -82,7 +142,8 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
     start = time.perf_counter()
     disk = disk_cache() if key is not None else None
-    disk_key = disk.key_for(source_key, kernel.consts, options) if disk is not None else None
+    disk_key = (disk.key_for(source_key, kernel.consts, options, identity)
+                if disk is not None else None)
     entry = disk.get(disk_key) if disk is not None else None
     rendered = entry.rendered() if entry is not None else render(result.kernel, options)
     times = dict(result.times, backend=time.perf_counter() - start)

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
-from tilec.launch.binding import bind_arguments, divisibility, grid_size, kernel_arguments, launch_grid, spec_for
+from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisibility,
+                                  grid_size, kernel_arguments, launch_grid, spec_for)
 from tilec.options import Options, Spec, target_arch
 from tilec.launch.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
 from tilec.pipeline import Pass
@@ -59,7 +60,7 @@ class TileFunction:
                 options[name] = tuple(value) if name in ("warps", "disable") and is_sequence \
                     else value
             elif name in symbols:
-                shapes[name] = int(value)
+                shapes[name] = check_size(name, value)
             else:
                 consts[name] = value
         return options, consts, shapes
@@ -98,29 +99,35 @@ class TileFunction:
         params = {p.name for p in self.signature.params}
         call_kwargs = {k: v for k, v in kwargs.items() if k in params}
         compile_kwargs = {k: v for k, v in kwargs.items() if k not in params}
-        from tilec.runtime.driver import has_gpu
-        use_gpu = device == "gpu" or (device == "auto" and has_gpu())
         if device not in ("auto", "gpu", "cpu"):
             raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
+        # One binding for both paths: extra, doubled, unknown and missing arguments.
+        values = bind_names(self.signature.params, args, call_kwargs)
+        from tilec.runtime.driver import has_gpu
+        use_gpu = device == "gpu" or (device == "auto" and has_gpu())
         if not use_gpu:
             if device == "auto" and not self._interpreter_warned:
                 warnings.warn("no GPU: running in tilec's CPU interpreter", RuntimeWarning,
                               stacklevel=2)
                 self._interpreter_warned = True
-            return self._run_interpreter(args, call_kwargs, compile_kwargs)
-        return self._run_gpu(args, call_kwargs, compile_kwargs)
+            return self._run_interpreter(values, compile_kwargs)
+        return self._run_gpu(values, compile_kwargs)
 
     def _outputs(self, written: list[str], values: dict[str, Any]):
         outs = [values[name] for name in written]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run_interpreter(self, args, call_kwargs, compile_kwargs):
+    def _run_interpreter(self, values, compile_kwargs):
+        """Check what the GPU path checks, then interpret: the options are compiled for the
+        default target (stages, warps, shared memory over the limit fail as they would on
+        the GPU), the interpreter refuses the arrays the GPU binding refuses, and runs with
+        the options that change numerics (``f32_math``)."""
         from tilec.cpu.interpreter import run_kernel
-        _, consts, _ = self._split(compile_kwargs)
+        option_args, consts, _ = self._split(compile_kwargs)
         kernel = self.lower(**consts)
-        values = dict(zip([p.name for p in kernel.params], args))
-        values.update(call_kwargs)
-        run_kernel(kernel, values)
+        options = Options(**option_args)
+        compile_kernel(kernel, options, source_key=self._key)
+        run_kernel(kernel, values, f32_math=options.f32_math)
         return self._outputs(written_params(kernel), values)
 
     def prepare(self, *args: Any, stream=None, **kwargs: Any) -> "PreparedLaunch":
@@ -146,9 +153,7 @@ class TileFunction:
         compiled = compile_kernel(kernel, packing.options(options), source_key=self._key)
         return PreparedLaunch(compiled, bound, sizes, stream, packing)
 
-    def _run_gpu(self, args, call_kwargs, compile_kwargs):
-        values = {p.name: v for p, v in zip(self.signature.params, args)}
-        values.update(call_kwargs)
+    def _run_gpu(self, values, compile_kwargs):
         option_args, consts, _ = self._split(compile_kwargs)
         kernel = self.lower(**consts)
         written = run_on_gpu(kernel, values, option_args, source_key=self._key)

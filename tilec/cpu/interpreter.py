@@ -10,7 +10,9 @@ follows what the hardware does rather than what numpy does by default:
 - ``tile.dot`` of f16/bf16 tiles multiplies exactly and rounds once to f32 per dot op:
   ``acc = f32(acc + f64(a) @ f64(b))``. Products of two 16-bit floats are exact in f64 and a
   K-tile's sum is within f64 rounding of exact, so this is at least as accurate as mma.sync's
-  f32 accumulation; it is not bit-identical to it. f32 @ f32 is computed in f32.
+  f32 accumulation; it is not bit-identical to it. f32 @ f32 is computed in f32; with
+  ``f32_math="tf32"`` (the option the GPU compiles with) each input is first rounded to tf32
+  as ``cvt.rna.tf32.f32`` does (:func:`round_tf32`), as the tensor cores see it.
 - Elementwise ops round to the tile's dtype: f16 and bf16 are computed in f32 and rounded
   once, which is correctly rounded for + - * / because f32 has more than twice their precision
   plus two bits (Figueroa's double-rounding bound). Casts round to nearest even; float to int
@@ -61,6 +63,7 @@ from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
 from tilec.ir.ops import IR_OPS, OpDef, registered_ops
 from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
+from tilec.options import F32_MATH
 from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
 
 try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
@@ -69,7 +72,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     ml_dtypes = None
 
 __all__ = ["run_kernel", "SEMANTICS", "OWN_OPS", "SemanticsFn", "InterpState", "TensorRef",
-           "InterpreterError", "storage_dtype", "round_to_dtype"]
+           "InterpreterError", "storage_dtype", "round_to_dtype", "round_tf32"]
 
 
 class InterpreterError(RuntimeError):
@@ -125,6 +128,21 @@ def round_to_dtype(dtype: DType, values: Any) -> np.ndarray:
         with np.errstate(over="ignore"):
             return values.astype(_STORAGE[dtype])
     raise InterpreterError(f"cannot round to {dtype}: not a float type")
+
+
+TF32_DROPPED_BITS = 13  # f32 has 23 mantissa bits, tf32 10 (Options.f32_math="tf32")
+
+
+def round_tf32(values: np.ndarray) -> np.ndarray:
+    """f32 values rounded to tf32 as ``cvt.rna.tf32.f32`` does: to the nearest value with 10
+    mantissa bits, ties away from zero (adding half of the dropped range to the magnitude
+    bits carries into the exponent where it must, up to infinity); NaN stays NaN."""
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    half = np.uint32(1 << (TF32_DROPPED_BITS - 1))
+    kept = np.uint32(~((1 << TF32_DROPPED_BITS) - 1) & 0xFFFFFFFF)
+    rounded = ((bits + half) & kept).view(np.float32)
+    return np.where(np.isnan(values), values, rounded)
 
 
 def _scalar(dtype: DType, value: Any) -> Any:
@@ -197,9 +215,10 @@ class InterpState:
     :meth:`yield_values`.
     """
 
-    def __init__(self, kernel: Kernel, ops: Mapping[str, OpDef]):
+    def __init__(self, kernel: Kernel, ops: Mapping[str, OpDef], f32_math: str = "ffma"):
         self.kernel = kernel
         self.ops = ops
+        self.f32_math = f32_math  # Options.f32_math: how f32 tile products are computed
         self.env: dict[Value, Any] = {}
         self.program_id: tuple[int, ...] = ()
         # What programs leave for other programs of the launch (split-K partial sums).
@@ -407,6 +426,8 @@ def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a, b, acc = operands
     if op.operands[0].type.dtype == F32:
+        if state.f32_math == "tf32":  # the products of tf32 inputs are exact in f32
+            a, b = round_tf32(a), round_tf32(b)
         return [acc + np.matmul(a, b)]
     # Exact products, one rounding to f32 per dot op (see the module docstring).
     exact = acc.astype(np.float64) + np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -572,6 +593,13 @@ def _bind_tensor(param: Param, value: Any, symbols: _SymbolTable, stored: bool) 
                                  f"{ttype}, got shape {value.shape}")
         else:
             symbols.bind(dim, size, f"argument '{param.name}' (dim {axis})")
+    # What the GPU's binding refuses (tilec.runtime.arrays), refused here too.
+    if any(stride < 0 for stride in value.strides):
+        raise ValueError(f"argument '{param.name}' has a negative stride (byte strides "
+                         f"{value.strides}); pass a copy (numpy.ascontiguousarray)")
+    if any(stride // value.itemsize > np.iinfo(np.int32).max for stride in value.strides):
+        raise ValueError(f"argument '{param.name}': strides must fit in 32 bits, got byte "
+                         f"strides {value.strides}")
     if stored and not value.flags.writeable:
         raise ValueError(f"argument '{param.name}': the kernel stores into it but the array "
                          f"is read-only")
@@ -639,7 +667,7 @@ def _bind_arguments(kernel: Kernel, args: Any, symbols: Optional[Mapping[str, in
 
 def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
                symbols: Optional[Mapping[str, int]] = None,
-               ops: Optional[Mapping[str, OpDef]] = None) -> None:
+               ops: Optional[Mapping[str, OpDef]] = None, f32_math: str = "ffma") -> None:
     """Run ``kernel`` on the CPU, writing its stores into the given arrays in place.
 
     ``args`` are by parameter name or in ``kernel.params`` order. Tensors are numpy arrays:
@@ -653,7 +681,8 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
     for a kernel that fails while running. ``ops`` gives each op its meaning (its
     ``evaluate``); by default :data:`OWN_OPS` and the ops passes registered, which cover the
     frontend's IR. Lowered IR needs the op catalogue:
-    ``ops=tilec.families.catalogue.op_catalogue()``.
+    ``ops=tilec.families.catalogue.op_catalogue()``. ``f32_math`` is the option the GPU
+    compiles f32 products with: "tf32" rounds their inputs to tf32.
     """
     if ops is None:
         ops = {**OWN_OPS, **registered_ops()}
@@ -664,7 +693,9 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
     if len(grid_at) > 1 or nested:
         raise InterpreterError(f"kernel '{kernel.name}': one tile.grid, at the top level, "
                                f"is expected")
-    state = InterpState(kernel, ops)
+    if f32_math not in F32_MATH:
+        raise ValueError(f"f32_math must be one of {', '.join(F32_MATH)}, got {f32_math!r}")
+    state = InterpState(kernel, ops, f32_math)
     state.env.update(zip(kernel.body.args, values))
     # The IR is IEEE arithmetic: overflow to inf and 0/0 are results, not warnings.
     with np.errstate(all="ignore"):

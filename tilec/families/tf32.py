@@ -17,7 +17,7 @@ mantissa bits, as cuBLAS and CUTLASS do for f32 inputs with TF32 allowed (the mm
 otherwise ignore the low 13 bits, truncating). The product is ``frag.mma``, the mma
 family's emitter with the tf32 type suffix and the plan's m16n8k8 shape, and the mma
 family's CPU semantics on this family's fragments (:data:`TF32_FRAGMENTS`). Here too: the
-definition of ``frag.ldtf32`` with its CPU semantics and :func:`round_tf32`.
+definition of ``frag.ldtf32`` with its CPU semantics (:func:`round_tf32` is the interpreter's).
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ import numpy as np
 
 from tilec.backend.context import Context, SmemView
 from tilec.cpu.executor import Fragment, read_fragment_lanes, smem_itemsize
-from tilec.cpu.interpreter import InterpState
+# round_tf32 lives with the interpreter, which rounds f32 products as this family does.
+from tilec.cpu.interpreter import InterpState, round_tf32  # noqa: F401 - re-exported
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef
 from tilec.ir.schedule import OperandPlan, TilingPlan
@@ -187,21 +188,6 @@ def _mma(ctx: Context, op: Op) -> None:
 # The value is a tilec.cpu.executor.Fragment whose lanes are [warps, 32, regs] (one f32 per
 # register); its logical tile shows the first warp of each warp row (A) or column (B), read
 # off with tf32_operand_coord.
-
-TF32_DROPPED_BITS = 13  # f32 has 23 mantissa bits, tf32 10
-
-
-def round_tf32(values: np.ndarray) -> np.ndarray:
-    """f32 values rounded to tf32 as ``cvt.rna.tf32.f32`` does: to the nearest value with 10
-    mantissa bits, ties away from zero (adding half of the dropped range to the magnitude
-    bits carries into the exponent where it must, up to infinity); NaN stays NaN."""
-    values = np.asarray(values, dtype=np.float32)
-    bits = values.view(np.uint32)
-    half = np.uint32(1 << (TF32_DROPPED_BITS - 1))
-    kept = np.uint32(~((1 << TF32_DROPPED_BITS) - 1) & 0xFFFFFFFF)
-    rounded = ((bits + half) & kept).view(np.float32)
-    return np.where(np.isnan(values), values, rounded)
-
 
 @lru_cache(maxsize=None)
 def _word_index(smem: SmemLayout, fragment: Tf32Layout, k0: int,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -27,6 +26,8 @@ import lark
 from lark import Lark
 from lark.grammar import Rule
 from lark.lexer import TerminalDef
+
+from tilec.safe_files import loads_json, read_trusted
 
 # Bumped whenever the file layout below changes.
 FORMAT_VERSION = 1
@@ -88,35 +89,18 @@ def _build(grammar: str, options: dict[str, Any], postlex_factory: Callable[[], 
 def _read_tables(path: Path, key: str) -> Optional[dict[str, Any]]:
     """The decoded tables in ``path`` if it is a sound file for ``key``; None otherwise."""
     try:
-        # O_NOFOLLOW: a symlink (to /dev/zero, to another user's file) is refused, and
-        # O_NONBLOCK keeps a FIFO put in its place from blocking the open.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if (not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES
-                or info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-            return None
-        with os.fdopen(fd, "rb") as file:
-            fd = -1
-            raw = file.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            return None
-        stored = json.loads(raw)
+        # Not a symlink, FIFO or another user's file, and read with a bound.
+        stored = loads_json(read_trusted(path, MAX_BYTES))
         if not isinstance(stored, dict) or stored.get("key") != key:
             return None
         body = stored.get("tables")
         if not isinstance(body, str) or stored.get("sha256") != _digest(body):
             return None
-        tables = json.loads(body, object_hook=_decode_object)
+        tables = loads_json(body, object_hook=_decode_object)
         return tables if isinstance(tables, dict) and {"data", "memo"} <= tables.keys() \
             else None
-    except (OSError, ValueError, RecursionError, TypeError):
+    except (OSError, ValueError, TypeError):
         return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def _write_tables(path: Path, key: str, parser: Lark) -> None:

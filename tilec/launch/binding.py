@@ -36,10 +36,24 @@ def _describe_dims(ptype: TensorType) -> str:
     return "[" + ", ".join(str(d) for d in ptype.shape) + "]"
 
 
-def bind_arguments(kernel_params, symbols: Sequence[str], args: Sequence[Any],
-                   kwargs: dict[str, Any]) -> Bound:
-    from tilec.runtime.arrays import as_array_arg
+def check_size(symbol: str, value: Any) -> int:
+    """A shape symbol's size as given to ``compile``/``ptx`` or on the command line: an
+    integer (not a bool, a float or a string that looks like one) from 0 to 2**31 - 1, since
+    the kernel computes with sizes in i32."""
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"size {symbol}={value!r}: expected an integer, got "
+                        f"{type(value).__name__}")
+    if not 0 <= int(value) <= INT32_MAX:
+        raise ValueError(f"size {symbol}={value}: sizes are 32-bit in the kernel, so each must "
+                         f"be from 0 to {INT32_MAX}")
+    return int(value)
 
+
+def bind_names(kernel_params, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name, as Python binds a call: no more positional
+    arguments than parameters, none given both by position and by name, none unknown, none
+    missing. The GPU and the CPU path both bind through here."""
     params = list(kernel_params)
     if len(args) > len(params):
         raise TypeError(f"{len(params)} arguments expected "
@@ -57,7 +71,15 @@ def bind_arguments(kernel_params, symbols: Sequence[str], args: Sequence[Any],
     missing = [p.name for p in params if p.name not in values]
     if missing:
         raise TypeError(f"missing argument(s): {', '.join(missing)}")
+    return values
 
+
+def bind_arguments(kernel_params, symbols: Sequence[str], args: Sequence[Any],
+                   kwargs: dict[str, Any]) -> Bound:
+    from tilec.runtime.arrays import as_array_arg
+
+    params = list(kernel_params)
+    values = bind_names(params, args, kwargs)
     tensors, scalars, bound = {}, {}, {}
     origin: dict[str, tuple[str, int]] = {}
     for param in params:

@@ -14,6 +14,24 @@ miss. Every file is written to a temporary file in the same directory, fsynced a
 over the final name, so a reader sees either the whole old file or the whole new one, and
 processes compiling the same kernel at once never corrupt it.
 
+Nothing found in the directory is trusted. Every read is bounded and goes through
+:func:`tilec.safe_files.read_trusted` (no symlinks followed, no blocking on a FIFO, a regular
+file owned by this user and writable by no one else), JSON however deeply nested fails as a
+ValueError, and any failure at all is a miss that repairs the entry: its files are removed
+(a directory in an entry file's place included) and the compile writes them anew. On a hit
+the metadata is checked against the PTX it describes: the entry is declared (``.entry
+NAME``), ``.maxntid`` is the thread count, the ABI's parameter names are the entry's
+``.param`` list in order, and the shared-memory bytes fit the target.
+
+Sharing model: one cache directory per user. Entries are trusted only when the reader owns
+them, since anyone who can write an entry chooses the PTX that runs. The default directory
+is already per-user; when the directory (``TILEC_CACHE_DIR``) belongs to another user, a
+shared ``/scratch/tilec`` say, each user's entries go to its own ``user-<uid>`` folder in
+it, created 0700, so users sharing a directory neither see nor remove each other's files.
+Files are created 0600. A writer killed between creating its temporary file and renaming it
+leaves a ``.<name>.tmp``: opening a cache removes such files of its user older than
+:data:`STALE_TEMP_SECONDS`.
+
 Use from the compiler (:func:`tilec.compiler.metadata_for` takes the metadata from a compile
 result: this module knows nothing of the compiler, which imports it)::
 
@@ -35,6 +53,8 @@ import logging
 import math
 import os
 import re
+import shutil
+import stat
 import tempfile
 import time
 import warnings
@@ -45,7 +65,8 @@ from typing import Any, Optional
 from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import Rendered
 from tilec.target.layout import Swizzle
-from tilec.options import Options, Spec, TensorSpec
+from tilec.options import MAX_THREADS, Options, Spec, TensorSpec
+from tilec.safe_files import loads_json, read_trusted
 from tilec.version import COMPILER_VERSION
 
 log = logging.getLogger(__name__)
@@ -57,6 +78,13 @@ _KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _ENTRY_FILE = re.compile(r"[A-Za-z0-9_-]{1,128}\.(json|ptx)")
 _TEMP_FILE = re.compile(r"\..+\.tmp")
 TUNING_DIR = "tuning"
+# Other folders of the cache directory that writers put temporary files in (the parser's).
+_TEMP_FOLDERS = (TUNING_DIR, "parser")
+# Bounds on what a read takes in: far above any real entry (a large kernel's PTX is ~1 MB).
+MAX_PTX_BYTES = 64 * 1024 * 1024
+MAX_JSON_BYTES = 4 * 1024 * 1024
+# A temporary file this old belongs to a writer that was killed: a write takes milliseconds.
+STALE_TEMP_SECONDS = 15 * 60
 
 
 class CacheEntryError(ValueError):
@@ -207,6 +235,59 @@ def _entry_from_record(key: str, record: Any, ptx: str, version: str) -> CachedE
                        version, extra)
 
 
+_PARAM_NAME = re.compile(r"([A-Za-z_$%][A-Za-z0-9_$]*)\s*(?:\[\d*\]\s*)?$")
+
+
+def _entry_parameters(ptx: str, entry: str) -> Optional[list[str]]:
+    """The parameter names of ``.entry NAME(...)`` in ``ptx``, in order; None when the PTX
+    declares no such entry."""
+    match = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(([^)]*)\)", ptx)
+    if match is None:
+        return None
+    names = []
+    for declaration in filter(str.strip, match.group(1).split(",")):
+        name = _PARAM_NAME.search(declaration.strip())
+        if not declaration.strip().startswith(".param") or name is None:
+            raise CacheEntryError(f"cannot read the parameter {declaration.strip()!r}")
+        names.append(name.group(1))
+    return names
+
+
+def check_against_ptx(entry: CachedEntry) -> None:
+    """Raise CacheEntryError unless the metadata describes its PTX: the entry point it
+    names, its ``.maxntid``, its ``.param`` list (the ABI's names, in order) and a shared
+    memory size the target can give."""
+    params = _entry_parameters(entry.ptx, entry.entry)
+    if params is None:
+        raise CacheEntryError(f"the PTX declares no '.entry {entry.entry}'")
+    abi_names = [p.name for p in entry.abi]
+    if params != abi_names:
+        raise CacheEntryError(f"the PTX's parameters {params} are not the ABI's {abi_names}")
+    maxntid = re.search(r"\.maxntid\s+(\d+)\s*,\s*(\d+)\s*,\s*(\d+)", entry.ptx)
+    threads = None if maxntid is None else [int(n) for n in maxntid.groups()]
+    if threads != [entry.threads, 1, 1] or entry.threads > MAX_THREADS:
+        raise CacheEntryError(f"metadata says {entry.threads} threads, the PTX's .maxntid is "
+                              f"{threads}")
+    if entry.smem_bytes > entry.options.smem_limit:
+        raise CacheEntryError(f"metadata says {entry.smem_bytes} bytes of shared memory, more "
+                              f"than {entry.options.arch} gives ({entry.options.smem_limit})")
+    if entry.smem_bytes and ".shared" not in entry.ptx:
+        raise CacheEntryError(f"metadata says {entry.smem_bytes} bytes of shared memory, the "
+                              "PTX declares none")
+
+
+def _user_directory(directory: Path) -> Path:
+    """``directory``, or this user's folder in it when it belongs to another user (the
+    sharing model in the module docstring)."""
+    try:
+        owner = os.stat(directory).st_uid
+    except OSError:  # absent (it will be created, ours) or unreadable (writes will warn)
+        return directory
+    if not hasattr(os, "getuid") or owner == os.getuid():
+        return directory
+    return directory / f"user-{os.getuid()}"
+
+
 # -- the cache ------------------------------------------------------------------------------
 
 class DiskCache:
@@ -221,25 +302,29 @@ class DiskCache:
                  version: Optional[str] = None):
         if version is None:
             version = COMPILER_VERSION
-        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        root = Path(directory) if directory is not None else default_cache_dir()
+        self.directory = _user_directory(root)
         self.version = version
         self.hits = 0
         self.misses = 0
         self.discarded = 0
         self.last_discard = ""
         self._warned_unwritable = False
+        self.remove_stale_temporaries()
 
     def __repr__(self) -> str:
         return f"DiskCache({str(self.directory)!r}, version={self.version!r})"
 
     # -- keys -----------------------------------------------------------------------------
-    def key_for(self, source_key: str, consts: dict[str, Any], options: Options) -> str:
+    def key_for(self, source_key: str, consts: dict[str, Any], options: Options,
+                pipeline: str = "") -> str:
         """The entry key of a program (``compiler.source_key``), its constants and options
-        (the spec included) under this compiler version. Raises TypeError for a constant
-        JSON cannot hold (such a kernel is not disk-cacheable)."""
+        (the spec included) under this compiler version, compiled by the pass list
+        ``pipeline`` identifies (``compiler.pipeline_identity``). Raises TypeError for a
+        constant JSON cannot hold (such a kernel is not disk-cacheable)."""
         return stable_hash({"kind": "kernel", "compiler_version": self.version,
                             "source": source_key, "consts": dict(consts),
-                            "options": options, "arch": options.arch})
+                            "options": options, "arch": options.arch, "pipeline": pipeline})
 
     @staticmethod
     def _check_key(key: str) -> str:
@@ -260,21 +345,23 @@ class DiskCache:
         meta_path, ptx_path = self._paths(key)
         try:
             # The metadata first: it is written last, so its PTX is already in place.
-            meta_text = meta_path.read_text(encoding="utf-8")
+            meta_raw = read_trusted(meta_path, MAX_JSON_BYTES)
         except FileNotFoundError:
             self.misses += 1
             return None
-        except (OSError, UnicodeDecodeError) as err:
+        except OSError as err:
             self._discard(key, f"unreadable metadata: {err}")
             return None
         try:
-            record = json.loads(meta_text)
-            ptx = ptx_path.read_text(encoding="utf-8")
+            record = loads_json(meta_raw)
+            ptx = read_trusted(ptx_path, MAX_PTX_BYTES).decode("utf-8")
             entry = _entry_from_record(key, record, ptx, self.version)
-        # ValueError covers JSONDecodeError and CacheEntryError; TypeError a hand-edited
-        # record whose objects have fields their classes do not.
-        except (OSError, UnicodeDecodeError, ValueError, TypeError) as err:
-            self._discard(key, str(err))
+            check_against_ptx(entry)
+        # Whatever a hand-made entry makes decoding raise (ValueError, TypeError from
+        # fields a class lacks, RecursionError from nested options...) is a miss, never a
+        # failed compile.
+        except Exception as err:  # noqa: BLE001 - see above
+            self._discard(key, f"{type(err).__name__}: {err}")
             return None
         self.hits += 1
         return entry
@@ -295,7 +382,8 @@ class DiskCache:
                          for p in metadata["abi"]]
         record.update(key=key, compiler_version=self.version, created=time.time(),
                       ptx_sha256=hashlib.sha256(ptx.encode("utf-8")).hexdigest())
-        _entry_from_record(key, record, ptx, self.version)  # what get() would refuse
+        # What get() would refuse.
+        check_against_ptx(_entry_from_record(key, record, ptx, self.version))
         text = json.dumps(record, sort_keys=True, indent=1, allow_nan=False)
         # PTX first, metadata last: metadata on disk means its PTX is there too.
         return (self._write(ptx_path, ptx) and self._write(meta_path, text))
@@ -305,10 +393,10 @@ class DiskCache:
         """A stored tuning result, or None (absent, or invalid and then removed)."""
         path = self._tuning_path(key)
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = loads_json(read_trusted(path, MAX_JSON_BYTES))
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError, ValueError) as err:
+        except (OSError, ValueError) as err:
             self._remove(path, f"tuning result {key}: {err}")
             return None
         valid = (isinstance(record, dict) and record.get("key") == key
@@ -348,6 +436,28 @@ class DiskCache:
                         pass
         return removed
 
+    def remove_stale_temporaries(self, max_age: float = STALE_TEMP_SECONDS) -> int:
+        """Remove this user's temporary files older than ``max_age`` seconds, left by
+        writers killed before their rename; returns how many went. A live writer's file is
+        younger, and another user's is not ours to judge."""
+        removed = 0
+        now = time.time()
+        for folder in (self.directory, *(self.directory / name for name in _TEMP_FOLDERS)):
+            try:
+                names = [n for n in os.listdir(folder) if _TEMP_FILE.fullmatch(n)]
+            except OSError:
+                continue
+            for name in names:
+                try:
+                    info = os.lstat(folder / name)
+                    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+                    if mine and not stat.S_ISDIR(info.st_mode) and now - info.st_mtime > max_age:
+                        os.unlink(folder / name)
+                        removed += 1
+                except OSError:  # gone already, or not removable: a later open tries again
+                    continue
+        return removed
+
     def _discard(self, key: str, reason: str) -> None:
         """Count a miss and remove the entry's files."""
         self.misses += 1
@@ -359,7 +469,10 @@ class DiskCache:
     def _remove(self, path: Path, reason: str) -> None:
         log.info("tilec cache: removing %s (%s)", path, reason)
         try:
-            os.unlink(path)
+            if stat.S_ISDIR(os.lstat(path).st_mode):  # a directory where a file belongs
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as err:
@@ -370,13 +483,15 @@ class DiskCache:
         crosses file systems), fsynced, then renamed over ``path``."""
         temp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
                                         dir=path.parent)
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
                 handle.write(text)
                 handle.flush()
                 os.fsync(handle.fileno())
+            if stat.S_ISDIR(_lstat_mode(path)):  # os.replace cannot replace a directory
+                self._remove(path, "a directory in the place of an entry file")
             os.replace(temp, path)
             temp = None
             _fsync_directory(path.parent)
@@ -393,6 +508,13 @@ class DiskCache:
                     os.unlink(temp)
                 except OSError:
                     pass
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def _fsync_directory(directory: Path) -> None:

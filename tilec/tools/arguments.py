@@ -68,10 +68,18 @@ def assignments(kind: str, convert: Callable[[str], Any] = number,
 
 
 def size(text: str) -> int:
+    """A --shape size: a non-negative integer that fits the kernel's 32-bit sizes."""
     value = int(text)
     if value < 0:
         raise ValueError(text)
+    if value > SIZE_MAX:
+        # Not a ValueError, which assignments() reports as "not a size": this one is.
+        raise argparse.ArgumentTypeError(f"size {value} is larger than {SIZE_MAX}: sizes are "
+                                         "32-bit in the kernel")
     return value
+
+
+SIZE_MAX = 2**31 - 1  # the kernel computes with sizes in i32
 
 
 def warps(text: str) -> tuple[int, int]:
