@@ -10,7 +10,7 @@ import pytest
 
 from tilec.tools.autotune import (NoFittingConfigError, autotune, config_problem, cuda_event_timer,
                             describe, prune, search_space)
-from tilec.runtime.cache import DiskCache
+from tilec.caching.disk import DiskCache
 from tilec.errors import TileConfigError
 from tilec.kernel import load_file
 from tilec.options import ARCHS, Options

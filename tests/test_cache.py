@@ -14,7 +14,7 @@ import pytest
 
 from tilec.backend.abi import I32_PARAM, POINTER, AbiParam
 from tilec.backend.ptx import Rendered
-from tilec.runtime.cache import (CacheEntryError, CachedEntry, DiskCache, canonical_json,
+from tilec.caching.disk import (CacheEntryError, CachedEntry, DiskCache, canonical_json,
                          default_cache_dir, options_from_json, to_json_value)
 from tilec.compiler import COMPILER_VERSION, metadata_for
 from tilec.kernel import load_file
@@ -83,7 +83,7 @@ def test_options_serialise_deterministically_and_round_trip():
 
 def test_key_is_stable_across_processes(cache):
     key = key_of(cache, options=OPTIONS)
-    code = ("from tilec.runtime.cache import DiskCache; from tests.test_cache import OPTIONS; "
+    code = ("from tilec.caching.disk import DiskCache; from tests.test_cache import OPTIONS; "
             "print(DiskCache('unused').key_for('src', {'BN': 64, 'BM': 128}, OPTIONS))")
     root = Path(__file__).resolve().parent.parent
     for seed in ("1", "2"):  # str hashes differ between these processes

@@ -20,8 +20,8 @@ from tilec.compiler import metadata_for, pipeline_identity
 from tilec.frontend import parse_tables
 from tilec.kernel import load_file
 from tilec.pipeline import Pass, pipeline, register_pass
-from tilec.runtime.cache import DiskCache
-from tilec.safe_files import UntrustedFile, loads_json, read_trusted
+from tilec.caching.disk import DiskCache
+from tilec.caching.safe_files import UntrustedFile, loads_json, read_trusted
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CONSTS = {"BM": 64, "BN": 64, "BK": 32}

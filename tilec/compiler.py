@@ -120,7 +120,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     """Run the pipeline and the PTX backend on a lowered kernel.
 
     With a ``source_key`` and the default passes (those registered included), the PTX is
-    also kept in the on-disk cache (:mod:`tilec.runtime.cache`; ``TILEC_CACHE_DIR``,
+    also kept in the on-disk cache (:mod:`tilec.caching.disk`; ``TILEC_CACHE_DIR``,
     ``TILEC_DISK_CACHE=0`` turns it off): a later process takes it from there instead of
     running the backend. The passes still run, since launching reads their IR (the grid, the
     parameter list). Both caches are keyed by the pass list's identity, and a pipeline
@@ -168,7 +168,7 @@ def disk_cache():
     compiler's own source, so a changed pass or backend never reads an older PTX."""
     if os.environ.get("TILEC_DISK_CACHE", "1") == "0":
         return None
-    from tilec.runtime.cache import DiskCache, default_cache_dir
+    from tilec.caching.disk import DiskCache, default_cache_dir
     directory = str(default_cache_dir())
     cache = _DISK_CACHES.get(directory)
     if cache is None:

@@ -27,7 +27,7 @@ from lark import Lark
 from lark.grammar import Rule
 from lark.lexer import TerminalDef
 
-from tilec.safe_files import loads_json, read_trusted
+from tilec.caching.safe_files import loads_json, read_trusted
 
 # Bumped whenever the file layout below changes.
 FORMAT_VERSION = 1
@@ -37,7 +37,7 @@ MAX_BYTES = 16 * 1024 * 1024
 
 def cache_dir() -> Path:
     """``TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``, else ``~/.cache/tilec``: the rule of
-    ``tilec.runtime.cache.default_cache_dir``, repeated here because importing that module
+    ``tilec.caching.disk.default_cache_dir``, repeated here because importing that module
     pulls in the whole backend, which a cold ``tilec compile`` must not wait for."""
     explicit = os.environ.get("TILEC_CACHE_DIR")
     if explicit:

@@ -12,7 +12,7 @@ Configurations the tiling pass would refuse (shared memory over the target's lim
 many registers, warps that do not divide the block, BK not a multiple of the mma k) are
 pruned with tiling's own checks before anything compiles. The rest are compiled, timed
 (CUDA events: the median of several launches after a warm-up) and the best is stored in
-the :class:`~tilec.runtime.cache.DiskCache`, keyed by the program, the arguments' shape class, the
+the :class:`~tilec.caching.disk.DiskCache`, keyed by the program, the arguments' shape class, the
 dtype, the target and the space searched; the next call with the same key times nothing.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import statistics
 import sys
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from tilec.runtime.cache import DiskCache, from_json_value, stable_hash
+from tilec.caching.disk import DiskCache, from_json_value, stable_hash
 from tilec.errors import TileConfigError, TileError
 from tilec.ir.core import Block, Kernel, Op
 from tilec.kernel import OPTION_NAMES

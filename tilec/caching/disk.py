@@ -15,7 +15,7 @@ over the final name, so a reader sees either the whole old file or the whole new
 processes compiling the same kernel at once never corrupt it.
 
 Nothing found in the directory is trusted. Every read is bounded and goes through
-:func:`tilec.safe_files.read_trusted` (no symlinks followed, no blocking on a FIFO, a regular
+:func:`tilec.caching.safe_files.read_trusted` (no symlinks followed, no blocking on a FIFO, a regular
 file owned by this user and writable by no one else), JSON however deeply nested fails as a
 ValueError, and any failure at all is a miss that repairs the entry: its files are removed
 (a directory in an entry file's place included) and the compile writes them anew. On a hit
@@ -66,7 +66,7 @@ from tilec.backend.abi import AbiParam
 from tilec.backend.ptx import Rendered
 from tilec.target.layout import Swizzle
 from tilec.options import MAX_THREADS, Options, Spec, TensorSpec
-from tilec.safe_files import loads_json, read_trusted
+from tilec.caching.safe_files import loads_json, read_trusted
 from tilec.version import COMPILER_VERSION
 
 log = logging.getLogger(__name__)

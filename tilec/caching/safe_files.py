@@ -8,7 +8,7 @@ symlinks and without blocking, checks what it opened (a regular file, owned by t
 writable by nobody else, no larger than the caller's bound) and reads at most that bound;
 :func:`loads_json` turns every way ``json.loads`` can fail into ``ValueError``.
 
-Both raise and never decide: the callers (:mod:`tilec.runtime.cache`,
+Both raise and never decide: the callers (:mod:`tilec.caching.disk`,
 :mod:`tilec.frontend.parse_tables`) treat any failure as a miss and repair the entry. The
 module imports nothing of tilec, so the parser may use it without loading the backend.
 """
