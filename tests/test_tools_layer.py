@@ -223,3 +223,17 @@ def test_run_and_bisect_share_the_tolerance():
     report = bisect(load_file(MATMUL)["matmul"], CONSTS, shapes=SMALL)
     assert report.tolerance == checking.tolerance_for(kernel) == checking.TOLERANCE[
         kernel.params[0].type.dtype]
+
+
+def test_run_on_cpu_follows_f32_math() -> None:
+    """`tilec run --cpu --f32-math tf32` and bisect interpret with the numerics the GPU uses:
+    the product's inputs rounded to tf32."""
+    from tilec.cpu.interpreter import round_tf32
+    kernel = load_file(ROOT / "samples" / "sgemm.py")["sgemm"].lower(BM=32, BN=32, BK=8)
+    sizes = {"M": 32, "N": 32, "K": 24}
+    arrays, scalars = checking.random_arguments(kernel, sizes, np.random.default_rng(3))
+    exact = checking.run_on_cpu(kernel, arrays, scalars, ["C"])["C"]
+    tf32 = checking.run_on_cpu(kernel, arrays, scalars, ["C"], "tf32")["C"]
+    a, b = (round_tf32(arrays[n]).astype(np.float64) for n in ("A", "B"))
+    assert np.allclose(tf32, a @ b, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(exact, tf32, rtol=1e-6, atol=0)

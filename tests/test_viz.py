@@ -163,7 +163,7 @@ def test_without_matplotlib_viz_says_how_to_get_it(tmp_path, capsys, monkeypatch
     code = viz.main([str(MATMUL), "--out", str(tmp_path / "pictures")])
     captured = capsys.readouterr()
     assert code == 2
-    assert captured.err.strip() == "tilec viz needs matplotlib: pip install 'tilec[viz]'"
+    assert captured.err.strip() == viz.MATPLOTLIB_MISSING
     assert captured.out == ""
     assert not (tmp_path / "pictures").exists()
 

@@ -11,34 +11,72 @@ Exit status: 0 success, 1 a failed check or an error in the program, 2 a bad com
 
 This module only builds the parser and dispatches: each verb is a module of
 :mod:`tilec.tools` with ``DESCRIPTION``, ``add_arguments(parser)`` (which sets the handler)
-and ``run(args)``; the flags they share are in :mod:`tilec.tools.arguments`.
+and ``run(args)``; the flags they share are in :mod:`tilec.tools.arguments`. A verb's module
+is imported only when the command line names that verb (:class:`_Verbs`): the modules pull in
+the compiler, numpy, the CUDA bindings or the benchmark harness, and a cold ``tilec compile``
+should not wait for the others' imports.
 """
 from __future__ import annotations
 
 import argparse
-from typing import Optional, Sequence
+import importlib
+from typing import Any, Optional, Sequence
 
-from tilec.tools import bench, bisect, compile_command, explain_command, run_command, viz
-from tilec.tools.arguments import run_handler
+from tilec.tools.arguments import Parser, run_handler
+from tilec.version import COMPILER_VERSION
 
 # (verb, its module, the one-line help `tilec --help` lists), in the order listed.
 VERBS = (
-    ("compile", compile_command, "write a kernel's PTX"),
-    ("run", run_command, "run a kernel on random inputs and check the result"),
-    ("explain", explain_command, "show how a kernel maps to the GPU (no GPU needed)"),
-    ("bisect", bisect, "name the first pass whose IR computes a wrong result (CPU only)"),
-    ("viz", viz, "draw bank maps and mma fragment ownership as PNGs (needs matplotlib)"),
-    ("bench", bench, "time tilec's matmul against cuBLAS and Triton (needs a GPU)"),
+    ("compile", "tilec.tools.compile_command", "write a kernel's PTX"),
+    ("run", "tilec.tools.run_command", "run a kernel on random inputs and check the result"),
+    ("explain", "tilec.tools.explain_command",
+     "show how a kernel maps to the GPU (no GPU needed)"),
+    ("bisect", "tilec.tools.bisect",
+     "name the first pass whose IR computes a wrong result (CPU only)"),
+    ("viz", "tilec.tools.viz",
+     "draw bank maps and mma fragment ownership as PNGs (needs matplotlib)"),
+    ("bench", "tilec.tools.bench", "time tilec's matmul against cuBLAS and Triton (needs a GPU)"),
 )
 
 
+class _Verbs(argparse._SubParsersAction):
+    """The subcommands, each filled in from its module (description and arguments) only when
+    it is chosen: argparse calls this action with the verb before it parses the verb's own
+    arguments (or prints its --help)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._modules: dict[str, str] = {}
+        self._loaded: set[str] = set()
+
+    def add_verb(self, name: str, module: str, summary: str) -> None:
+        self.add_parser(name, help=summary)
+        self._modules[name] = module
+
+    def load(self, name: str) -> argparse.ArgumentParser:
+        """The verb's parser, with its description and arguments."""
+        parser = self.choices[name]
+        if name not in self._loaded:
+            module = importlib.import_module(self._modules[name])
+            parser.description = module.DESCRIPTION
+            module.add_arguments(parser)
+            self._loaded.add(name)
+        return parser
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Sequence[str], option_string: Optional[str] = None) -> None:
+        self.load(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tilec", description="Compile tile-level matmul programs to PTX, and run them.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"tilec {COMPILER_VERSION}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                     action=_Verbs)
     for name, module, summary in VERBS:
-        module.add_arguments(commands.add_parser(name, help=summary,
-                                                 description=module.DESCRIPTION))
+        commands.add_verb(name, module, summary)
     return parser
 
 

@@ -103,12 +103,14 @@ class TileFunction:
             raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
         # One binding for both paths: extra, doubled, unknown and missing arguments.
         values = bind_names(self.signature.params, args, call_kwargs)
-        from tilec.runtime.driver import has_gpu
+        from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
         use_gpu = device == "gpu" or (device == "auto" and has_gpu())
         if not use_gpu:
             if device == "auto" and not self._interpreter_warned:
-                warnings.warn("no GPU: running in tilec's CPU interpreter", RuntimeWarning,
-                              stacklevel=2)
+                # The reason `tilec run` gives too: a missing cuda-python reads differently
+                # from a driver that failed to load, and each has its own fix.
+                warnings.warn(f"no GPU ({gpu_unavailable_reason()}): running in tilec's CPU "
+                              "interpreter", RuntimeWarning, stacklevel=2)
                 self._interpreter_warned = True
             return self._run_interpreter(values, compile_kwargs)
         return self._run_gpu(values, compile_kwargs)

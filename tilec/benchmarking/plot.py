@@ -1,5 +1,5 @@
 """The report as a PNG (``tilec bench --plot``): TFLOP/s against size, through matplotlib,
-which is optional (``tilec[viz]``)."""
+which is optional (the ``viz`` extra)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 from tilec.benchmarking.results import Report
 
 MATPLOTLIB_MISSING = ("--plot needs matplotlib: python -m pip install matplotlib "
-                      "(or pip install 'tilec[viz]'); no plot written")
+                      "(or pip install -e '.[viz]'); no plot written")
 
 
 def require_matplotlib() -> None:

@@ -10,19 +10,29 @@ program (FILE, ``--kernel``, ``--const``), the compile options (``--arch``, ``--
 Parsed arguments turn into a tile function's values here too: :func:`select_functions`,
 :func:`constants`, :func:`shapes`, :func:`scalars` and :func:`compile_options` check what was
 given against the program and raise :class:`CommandError` for what it does not have.
+
+The NAME=VALUE flags (``--const``, ``--shape``, ``--scalar``) take one assignment or several:
+``--const BM=64 --const BN=32``, ``--const BM=64,BN=32`` and ``--const BM=64 BN=32`` are the
+same. The last is :class:`Parser`'s doing, not argparse's ``nargs="+"``, which would swallow
+the FILE that follows (``--const BM=64 samples/matmul.py``).
+
+This module is imported before the CLI knows which verb runs, so it imports nothing heavy at
+module level: the compiler (:mod:`tilec.kernel`) and the pass list load when first used.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from tilec.errors import TileError
 from tilec.ir.types import I32
-from tilec.kernel import TileFunction, load_file
 from tilec.options import ARCHS, F32_MATH, MAX_SPLIT_K, PACK_POLICIES
-from tilec.pipeline import pipeline
+
+if TYPE_CHECKING:
+    from tilec.kernel import TileFunction
 
 # A small ragged shape: no dimension divides the 128x128x32 tiles, so edge masks are tested.
 DEFAULT_SHAPE = {"M": 200, "N": 136, "K": 72}
@@ -116,11 +126,16 @@ def _default_shape_text() -> str:
     return ",".join(f"{k}={v}" for k, v in DEFAULT_SHAPE.items())
 
 
+def _pass_names() -> list[str]:
+    from tilec.pipeline import pipeline
+    return [p.name for p in pipeline()]
+
+
 # name -> (the flag, argparse's keywords). A verb adds the ones it takes, in its own order.
 FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "const": ("--const", dict(
         metavar="NAME=VALUE", action="append", default=[], type=assignments("constant"),
-        help="override a compile-time constant, e.g. --const BM=64")),
+        help="override compile-time constants, e.g. --const BM=64 BN=64 (or BM=64,BN=64)")),
     "arch": ("--arch", dict(
         choices=list(ARCHS), help="target (compile default: sm_80; run: the GPU's)")),
     "stages": ("--stages", dict(
@@ -139,7 +154,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
     "disable": ("--disable", dict(
-        metavar="PASS", action="append", default=[], choices=[p.name for p in pipeline()],
+        metavar="PASS", action="append", default=[], choices=_pass_names,  # see add_flags
         help="skip a pass")),
     "verify": ("--verify", dict(
         action="store_true", help="run the IR verifier after every pass")),
@@ -169,7 +184,45 @@ def add_flags(parser: argparse.ArgumentParser, *names: str,
     flag's keywords (its help, metavar...)."""
     for name in names:
         flag, keywords = FLAGS[name]
-        parser.add_argument(flag, **{**keywords, **changes.get(name, {})})
+        keywords = {**keywords, **changes.get(name, {})}
+        if callable(keywords.get("choices")):  # computed when the flag is added (the passes)
+            keywords["choices"] = keywords["choices"]()
+        parser.add_argument(flag, **keywords)
+
+
+# The flags taking NAME=VALUE assignments, which a Parser lets take several in a row.
+ASSIGNMENT_FLAGS = tuple(FLAGS[name][0] for name in ("const", "shape", "scalar"))
+_ASSIGNMENT = re.compile(r"[^\W\d]\w*=")  # NAME=..., NAME an identifier
+
+
+def split_assignments(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--const A=1 B=2`` written ``--const A=1 --const B=2`` (for every flag of
+    :data:`ASSIGNMENT_FLAGS`): the words after such a flag's value that look like NAME=VALUE
+    each get the flag again. Words after ``--`` are left alone."""
+    out: list[str] = []
+    flag: Optional[str] = None  # the assignment flag whose values are being read
+    for index, word in enumerate(argv):
+        if word == "--":
+            return out + list(argv[index:])
+        if flag is not None and out[-1] != flag and _ASSIGNMENT.match(word):
+            out.append(flag)
+        elif flag is None or out[-1] != flag:
+            named = word.partition("=")[0] if word.startswith("--") else word  # --const=A=1
+            flag = named if named in ASSIGNMENT_FLAGS else None
+        out.append(word)
+    return out
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose NAME=VALUE flags take several assignments in a row
+    (:func:`split_assignments`); subcommands' parsers are of the same class."""
+
+    def parse_known_args(self, args: Optional[Sequence[str]] = None,
+                         namespace: Optional[argparse.Namespace] = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        if args is None:
+            args = sys.argv[1:]
+        return super().parse_known_args(split_assignments(args), namespace)
 
 
 def add_program_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -190,6 +243,7 @@ def merged(groups: list[list[tuple[str, Any]]]) -> dict[str, Any]:
 
 def select_functions(path: Path, name: Optional[str]) -> list[TileFunction]:
     """The tile functions of ``path``: the one named, or every one."""
+    from tilec.kernel import load_file
     functions = load_file(path)
     if not functions:
         raise CommandError(f"{path} has no tile functions (functions decorated with @tile)")
@@ -266,13 +320,20 @@ def run_handler(args: argparse.Namespace, prog: str) -> int:
     them, with exit status 1."""
     try:
         return args.handler(args)
-    except TileError as err:
-        print(err.render(), file=sys.stderr)
-    except CommandError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+    except (TileError, CommandError) as err:
+        print(error_message(err, prog), file=sys.stderr)
     except _runtime_errors() as err:
         print(f"{prog}: {type(err).__name__}: {err}", file=sys.stderr)
     return 1
+
+
+def error_message(err: Union[TileError, CommandError, OSError], prog: str = "tilec") -> str:
+    """How an error is printed: at its place in the program (``file:line:col: error: ...``
+    and the caret), or, when it has no place (a missing file, a bad request), after
+    ``prog:`` as argparse prints its errors."""
+    if isinstance(err, TileError):
+        return err.render() if err.loc else f"{prog}: {err.render()}"
+    return f"{prog}: error: {err}"
 
 
 def _runtime_errors() -> tuple[type[Exception], ...]:

@@ -167,8 +167,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
         parser, "const", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
-        const={"nargs": "+", "action": "extend",
-               "help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
+        const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
         stages={"help": "tilec's shared-memory pipeline stages"},
         warps={"help": "tilec's warp grid, e.g. 2x4"},
         swizzle={"help": "tilec's shared swizzle"},
@@ -195,7 +194,7 @@ def main(argv: Optional[Sequence[str]] = None, *, prog: str = "tilec bench",
          default_dtypes: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv`` and run (benchmarks/bench_matmul.py keeps its 4096 f16 default through
     ``default_sizes`` and ``default_dtypes``)."""
-    parser = add_arguments(argparse.ArgumentParser(prog=prog, description=DESCRIPTION),
+    parser = add_arguments(arguments.Parser(prog=prog, description=DESCRIPTION),
                            default_sizes, default_dtypes)
     try:
         args = parser.parse_args(argv)

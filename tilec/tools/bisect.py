@@ -39,7 +39,8 @@ from tilec.pipeline import Pass, pipeline, run_pipeline
 from tilec.tools import arguments
 from tilec.tools.arguments import DEFAULT_SHAPE, PROBLEM_SHAPE, CommandError
 from tilec.tools.checking import (Arrays, Scalars, as_float64, dtype_of, random_arguments,
-                                  run_on_cpu, tolerance_for, within_tolerance, worst_errors)
+                                  run_on_cpu, tolerance_for, unpoisoned, within_tolerance,
+                                  worst_errors)
 
 __all__ = ["bisect", "BisectReport", "StageResult", "make_inputs", "launch_options", "main"]
 
@@ -190,7 +191,7 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
     frontend = StageResult(FRONTEND_STAGE, print_kernel(kernel), "float64 reference")
     report.stages.append(frontend)
     try:
-        expected = run_on_cpu(kernel, arrays, scalars, written)
+        expected = run_on_cpu(kernel, arrays, scalars, written, options.f32_math)
     except Exception as err:  # noqa: BLE001 - a bisect reports every failure as a stage
         frontend.failure = f"{type(err).__name__}: {err}"
         return report
@@ -205,7 +206,7 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
         except IRError as err:
             result.note = f"verifier: {err}"
         try:
-            got = run_on_cpu(stage_kernel, arrays, scalars, written)
+            got = run_on_cpu(stage_kernel, arrays, scalars, written, options.f32_math)
         except Exception as err:  # noqa: BLE001 - broken IR fails in many ways; report it
             result.failure = f"{type(err).__name__}: {err}"
             continue
@@ -219,7 +220,8 @@ def bisect(function: Union[TileFunction, Kernel], consts: Optional[dict[str, Any
 def _check_frontend(result: StageResult, kernel: Kernel, arrays: Arrays, scalars: Scalars,
                     outputs: Arrays, tolerance: float) -> None:
     from tilec.cpu.reference import Unsupported, reference
-    before = {name: as_float64(array, dtype_of(kernel, name)) for name, array in arrays.items()}
+    before = {name: as_float64(array, dtype_of(kernel, name))
+              for name, array in unpoisoned(kernel, arrays).items()}
     try:
         exact = reference(kernel, before, scalars)
     except Unsupported as why:
@@ -246,7 +248,7 @@ DESCRIPTION = ("Run the IR after every pass on the CPU (the frontend's in the in
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return add_arguments(argparse.ArgumentParser(prog="tilec bisect", description=DESCRIPTION))
+    return add_arguments(arguments.Parser(prog="tilec bisect", description=DESCRIPTION))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -254,7 +256,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     arguments.add_program_arguments(parser, "bisect")
     shape = {**PROBLEM_SHAPE, "help": PROBLEM_SHAPE["help"] + "; the executor is slow: small "
              "shapes and tiles bisect fastest"}
-    arguments.add_flags(parser, "stages", "warps", "swizzle", "shape", "seed", shape=shape)
+    arguments.add_flags(parser, "arch", "stages", "warps", "swizzle", "f32_math", "split_k",
+                        "shape", "seed", shape=shape,
+                        arch={"help": "target whose numerics the stages follow (default: "
+                              "sm_80)"})
     parser.add_argument("--dump-dir", metavar="DIR", type=Path,
                         help="where to write each stage's IR (default: a new temporary "
                         "directory)")
@@ -284,10 +289,10 @@ def run(args: argparse.Namespace) -> int:
             if dump_dir is None:
                 dump_dir = Path(tempfile.mkdtemp(prefix="tilec-bisect-"))
             status = max(status, _print_report(report, args.file, dump_dir))
-    except TileError as err:
-        print(err.render(), file=sys.stderr)
+    except (TileError, CommandError) as err:
+        print(arguments.error_message(err), file=sys.stderr)
         return 1
-    except (CommandError, ValueError) as err:
+    except ValueError as err:
         print(f"tilec: error: {err}", file=sys.stderr)
         return 1
     return status

@@ -7,9 +7,11 @@
   GPU's numerics tile by tile) and the float64 whole-tensor reference
   (:mod:`tilec.cpu.reference`), where that understands the program.
 - The one error measure (:func:`errors`): the relative Frobenius error
-  ``||out - ref|| / ||ref||``, NaN when either side holds a NaN, and a NaN never passes
-  (:func:`within_tolerance`); the tolerance depends on the tensors' dtypes
-  (:data:`TOLERANCE`, :func:`tolerance_for`).
+  ``||out - ref|| / ||ref||`` over the elements where the reference is finite. Where it is
+  not (NaN or an infinity, from a scalar such as ``alpha=nan``), the output must hold the
+  same value. A NaN output where the reference is finite, or a mismatch where it is not,
+  makes the error NaN, and a NaN never passes (:func:`within_tolerance`); the tolerance
+  depends on the tensors' dtypes (:data:`TOLERANCE`, :func:`tolerance_for`).
 """
 from __future__ import annotations
 
@@ -44,8 +46,19 @@ def tolerance_for(kernel: Kernel) -> float:
 
 def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     """(max abs error, relative Frobenius error ``||out - ref|| / ||ref||``; the absolute
-    Frobenius error when ``ref`` is all zero). NaN in ``out`` or ``ref`` gives NaN, which
-    :func:`within_tolerance` never accepts: an unwritten (NaN-poisoned) output fails."""
+    Frobenius error when ``ref`` is all zero), both over the elements where ``ref`` is
+    finite. Where ``ref`` is NaN or infinite, ``out`` must be NaN or the same infinity: a NaN
+    reference is the right answer there (NaN != NaN would fail a correct output). Anything
+    else gives NaN, which :func:`within_tolerance` never accepts: a NaN output where the
+    reference is finite (an unwritten, NaN-poisoned element) fails."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    finite = np.isfinite(ref)
+    special = ~finite
+    if np.any(special):
+        same = (out[special] == ref[special]) | (np.isnan(out[special]) & np.isnan(ref[special]))
+        if not np.all(same):
+            return float("nan"), float("nan")
+        out, ref = out[finite], ref[finite]
     with np.errstate(invalid="ignore"):
         diff = out - ref
     max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
@@ -127,6 +140,16 @@ def _as_dtype(values: np.ndarray, dtype: DType, name: str, on_gpu: bool) -> np.n
     return bits.view(ml_dtypes.bfloat16)
 
 
+def unpoisoned(kernel: Kernel, arrays: Arrays) -> Arrays:
+    """``arrays`` with the tensors the kernel only writes set to zero instead of NaN: the
+    references' inputs. An element the kernel leaves unwritten then stays NaN in its output
+    against a number in the reference, and fails, instead of matching a reference that left
+    the same element unwritten (:func:`errors` accepts NaN where the reference is NaN)."""
+    write_only = set(written_params(kernel)) - loaded_params(kernel)
+    return {name: np.zeros_like(array) if name in write_only else array
+            for name, array in arrays.items()}
+
+
 def as_float64(array: np.ndarray, dtype: DType) -> np.ndarray:
     """A tensor's values in float64 (bf16 given as bits or as ml_dtypes.bfloat16)."""
     if dtype == BF16:
@@ -135,26 +158,30 @@ def as_float64(array: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def run_on_cpu(kernel: Kernel, arrays: Arrays, scalars: Scalars,
-               names: list[str]) -> Arrays:
-    """Run ``kernel`` in the CPU interpreter on copies of ``arrays``; the tensors ``names``
-    afterwards, in float64."""
+               names: list[str], f32_math: str = "ffma") -> Arrays:
+    """Run ``kernel`` in the CPU interpreter on copies of ``arrays``, with the numerics of
+    ``f32_math`` (Options.f32_math); the tensors ``names`` afterwards, in float64."""
     from tilec.cpu.interpreter import run_kernel
     from tilec.families.catalogue import op_catalogue
     values = {**{name: array.copy() for name, array in arrays.items()}, **scalars}
-    run_kernel(kernel, values, ops=op_catalogue())  # any stage's IR: bisect runs them all
+    run_kernel(kernel, values, ops=op_catalogue(), f32_math=f32_math)  # bisect: any stage
     return {name: as_float64(values[name], dtype_of(kernel, name)) for name in names}
 
 
 # --------------------------------------------------------------------------- references
 
-def references(kernel: Kernel, arrays: Arrays, before: Arrays, scalars: Scalars,
-               on_gpu: bool) -> list[tuple[str, Union[Arrays, str]]]:
-    """(label, outputs by name, or the reason there are none) for each reference."""
+def references(kernel: Kernel, arrays: Arrays, scalars: Scalars, on_gpu: bool,
+               f32_math: str = "ffma") -> list[tuple[str, Union[Arrays, str]]]:
+    """(label, outputs by name, or the reason there are none) for each reference, computed
+    from ``arrays`` :func:`unpoisoned`."""
     from tilec.cpu.reference import Unsupported, reference
+    arrays = unpoisoned(kernel, arrays)
+    before = {name: as_float64(array, dtype_of(kernel, name)) for name, array in arrays.items()}
     found: list[tuple[str, Union[Arrays, str]]] = []
     if on_gpu:
         # The interpreter follows the GPU's numerics tile by tile: the closest comparison.
-        found.append(("CPU interpreter", run_on_cpu(kernel, arrays, scalars, list(arrays))))
+        found.append(("CPU interpreter", run_on_cpu(kernel, arrays, scalars, list(arrays),
+                                                    f32_math)))
     try:
         found.append(("float64 reference", reference(kernel, before, scalars)))
     except Unsupported as why:
@@ -182,7 +209,6 @@ def run_and_check(fn: TileFunction, source: str, consts: dict[str, Any],
     kernel = fn.lower(**consts)
     written = written_params(kernel)
     arrays, _ = random_arguments(kernel, sizes, np.random.default_rng(seed), scalars, on_gpu)
-    before = {name: as_float64(array, dtype_of(kernel, name)) for name, array in arrays.items()}
 
     options = dict(options)
     if on_gpu:
@@ -193,9 +219,11 @@ def run_and_check(fn: TileFunction, source: str, consts: dict[str, Any],
     print(f"{fn.name} from {source}")
     print(f"  shapes    {_describe_args(kernel, arrays, scalars)}")
     print(f"  compiled  {summary(compiled)}")
-    if on_gpu:
-        for line in packing.describe():
-            print(f"  packed    {line}")
+    # What a GPU launch of these arrays packs, said as explain says it; the interpreter reads
+    # the arrays in place, so on the CPU it is what the GPU would do.
+    packed = "; ".join(packing.describe()) or "none"
+    where_packed = "at launch" if on_gpu else "at a GPU launch (the interpreter reads in place)"
+    print(f"  packed    {where_packed}, for row-major arrays of these sizes: {packed}")
 
     start = time.perf_counter()
     if on_gpu:
@@ -203,10 +231,10 @@ def run_and_check(fn: TileFunction, source: str, consts: dict[str, Any],
         fn(**values, device="gpu", **options, **consts)
         outputs = {name: as_float64(values[name], dtype_of(kernel, name)) for name in written}
     else:
-        outputs = run_on_cpu(kernel, arrays, scalars, written)
+        outputs = run_on_cpu(kernel, arrays, scalars, written, compiled.options.f32_math)
     print(f"  ran on    {where} in {time.perf_counter() - start:.2f} s")
 
-    found = references(kernel, arrays, before, scalars, on_gpu)
+    found = references(kernel, arrays, scalars, on_gpu, compiled.options.f32_math)
     tolerance = tolerance_for(kernel)
     passed = True
     for label, expected in found:
@@ -218,7 +246,7 @@ def run_and_check(fn: TileFunction, source: str, consts: dict[str, Any],
             max_abs, rel = errors(out, expected[name])
             ok = within_tolerance(rel, tolerance)
             passed &= ok
-            nans = int(np.count_nonzero(np.isnan(out)))
+            nans = int(np.count_nonzero(np.isnan(out) & ~np.isnan(expected[name])))
             note = f", {nans} NaN elements (outputs start as NaN)" if nans else ""
             print(f"  check     {name} vs {label}: max abs err {max_abs:.3g}, rel Frobenius "
                   f"err {rel:.3g} (tolerance {tolerance:g}){note} {'ok' if ok else 'FAILED'}")

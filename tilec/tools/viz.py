@@ -16,7 +16,7 @@ Every number drawn comes from :mod:`tilec.target.layout` and
 :mod:`tilec.families.mma_sync` through the functions here that return
 numpy arrays (:func:`bank_groups`, :func:`phase_conflicts`, :func:`bank_views`,
 :func:`fragment_owners`); the ``*_png`` functions only draw them. matplotlib is optional
-(``pip install 'tilec[viz]'``) and imported only when drawing.
+(``pip install -e '.[viz]'``, as the README says) and imported only when drawing.
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.tools import arguments
 from tilec.tools.arguments import CommandError
 
-MATPLOTLIB_MISSING = "tilec viz needs matplotlib: pip install 'tilec[viz]'"
+MATPLOTLIB_MISSING = ("tilec viz needs matplotlib: pip install -e '.[viz]' in the tilec checkout "
+                      "(or pip install matplotlib)")
 
 # One ldmatrix row and one cp.async vector: the unit that 16-byte-chunk swizzles permute.
 CHUNK_BYTES = 16
@@ -387,7 +388,8 @@ DESCRIPTION = ("Draw the bank maps of a kernel's shared operand tiles (linear an
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec viz`` arguments, on ``parser`` (a subcommand's, or :func:`main`'s)."""
     arguments.add_program_arguments(parser, "draw")
-    arguments.add_flags(parser, "stages", "warps")
+    arguments.add_flags(parser, "arch", "stages", "warps", "swizzle",
+                        arch={"help": "target (default: sm_80)"})
     parser.add_argument("--out", metavar="DIR", type=Path, default=Path("."),
                         help="folder for the pictures (default: the current one)")
     parser.set_defaults(handler=run)
@@ -395,7 +397,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return add_arguments(argparse.ArgumentParser(prog="tilec viz", description=DESCRIPTION))
+    return add_arguments(arguments.Parser(prog="tilec viz", description=DESCRIPTION))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -430,11 +432,8 @@ def run(args: argparse.Namespace) -> int:
                                             args.out / f"{fn.name}_{op_plan.role}_banks.png",
                                             kernel_name=fn.name))
         written.append(fragment_png(args.out / "mma_fragments.png"))
-    except TileError as err:
-        print(err.render(), file=sys.stderr)
-        return 1
-    except (CommandError, OSError) as err:
-        print(f"tilec: error: {err}", file=sys.stderr)
+    except (TileError, CommandError, OSError) as err:
+        print(arguments.error_message(err), file=sys.stderr)
         return 1
     for path in written:
         print(path)
@@ -442,5 +441,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``tilec viz FILE [--kernel NAME] [--const ...] [--stages N] [--warps MxN] [--out DIR]``"""
+    """``tilec viz FILE [--kernel NAME] [--const ...] [--arch SM] [--stages N] [--warps MxN]
+    [--swizzle auto|off] [--out DIR]``"""
     return run(build_parser().parse_args(argv))
