@@ -4,7 +4,8 @@
 #
 #   bash scripts/gpu_check.sh [benchmark arguments...]
 #
-# GPU_TESTS=0 skips the tests, BENCH=0 skips the benchmark. Logs go to $OUT (default ./out),
+# GPU_TESTS=0 skips the tests, BENCH=0 skips the benchmark, SANITIZE=0 the compute-sanitizer
+# runs (scripts/sanitize.sh). Logs go to $OUT (default ./out),
 # which the device tool brings back. The exit status is the tests' if they failed, else the
 # benchmark's: a failing test must not hide the benchmark numbers, so both always run.
 set -o pipefail
@@ -51,7 +52,16 @@ if [ "${BENCH:-1}" != 0 ] && [ -f benchmarks/bench_launch.py ]; then
         || echo "gpu_check: launch benchmark failed"
 fi
 
+sanitize_status=0
+if [ "${SANITIZE:-1}" != 0 ]; then
+    bash scripts/sanitize.sh 2>&1 | tee "$OUT/sanitize_summary.log"
+    sanitize_status=$?
+fi
+
 if [ "$tests_status" != 0 ]; then
     exit "$tests_status"
+fi
+if [ "$sanitize_status" != 0 ]; then
+    exit "$sanitize_status"
 fi
 exit "$bench_status"
