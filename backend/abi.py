@@ -239,11 +239,15 @@ def with_ptx_names(params: Iterable["AbiParam"]) -> list["AbiParam"]:
     return named
 
 
-def printable(text: str) -> str:
-    """``text`` for a PTX comment or string, which ptxas reads as printable ASCII without
-    escapes: other characters and ``"`` spelled as Python escapes (``\\xe9``, ``\\x22``)."""
-    return "".join(c if " " <= c <= "~" and c != '"' else f"\\x{ord(c):02x}" if ord(c) < 256
-                   else ascii(c)[1:-1] for c in text)
+def printable(text: str, *, comment: bool = False) -> str:
+    """``text`` for a PTX string (``.file``) or, with ``comment``, a ``//`` comment: ptxas
+    reads printable ASCII only and knows no escapes, so other characters, and ``"`` in a
+    string, are spelled as Python escapes (``\\xe9``, ``\\x22``); a comment keeps
+    tabs."""
+    def keep(c: str) -> bool:
+        return " " <= c <= "~" and not (c == '"' and not comment) or comment and c == "\t"
+    return "".join(c if keep(c) else f"\\x{ord(c):02x}" if ord(c) < 256 else ascii(c)[1:-1]
+                   for c in text)
 
 
 # The roles of the DSL function's own parameters; any other role is a hidden parameter

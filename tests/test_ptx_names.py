@@ -62,6 +62,7 @@ def test_valid_free_names_stay_and_the_rest_are_mangled_deterministically():
     assert ptx_identifier("WARP_SZ") == "WARP_SZ$0"
     assert ptx_identifier("matmul_é") == "matmul_$ue9$0"
     assert printable('a "b" é\n') == "a \\x22b\\x22 \\xe9\\x0a"
+    assert printable('a "b"\té', comment=True) == 'a "b"\t\\xe9'
 
 
 @pytest.mark.parametrize("name", list(FUNCTIONS))
@@ -85,6 +86,8 @@ def test_ptxas_accepts_user_names(tmp_path, name, split_k):
     for arch in ARCHS:
         path = tmp_path / f"{arch}.ptx"
         options = {"split_k": split_k} if split_k > 1 else {}
+        # Annotated PTX quotes each source line (non-ASCII here) in a comment.
+        options["annotate"] = arch == "sm_90"
         path.write_text(FUNCTIONS[name].ptx(arch=arch, **options))
         result = subprocess.run([PTXAS, "-arch", arch, str(path), "-o", str(tmp_path / "o")],
                                 capture_output=True, text=True)
