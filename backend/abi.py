@@ -16,8 +16,8 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
-from dataclasses import dataclass
-from typing import Any, ClassVar, Union
+from dataclasses import dataclass, replace
+from typing import AbstractSet, Any, ClassVar, Iterable, Union
 
 from tilec.ir.core import Kernel, Op
 from tilec.ir.types import TensorType
@@ -201,6 +201,53 @@ class AbiParam:
             raise ValueError(f"ABI parameter {item!r} has a field of the wrong type")
         return cls(item["name"], param_type(item["kind"]), item["source"], item["role"],
                    item["dim"])
+
+
+# -- names: PTX ISA 4.4 (identifiers) -----------------------------------------------------
+_PTX_IDENTIFIER = re.compile(r"[a-zA-Z][a-zA-Z0-9_$]*|[_$%][a-zA-Z0-9_$]+")
+# Predefined identifiers a Python name can spell (the others start with %): ptxas refuses them
+# as names.
+PTX_PREDEFINED = frozenset({"WARP_SZ"})
+
+
+def ptx_identifier(name: str, taken: AbstractSet[str] = frozenset()) -> str:
+    """``name`` itself where PTX accepts it and it is not in ``taken``; otherwise a mangled
+    spelling. A mangled name always holds a ``$``, which no Python identifier (so no user
+    name, and no name the ABI makes from one) can: non-ASCII characters become ``$u<hex>``
+    and ``$<n>`` (the first n free) ends it. Names PTX accepts and nothing else holds, every
+    name of a working program, stay as they are, so their PTX does not change."""
+    if _PTX_IDENTIFIER.fullmatch(name) and name not in PTX_PREDEFINED and name not in taken:
+        return name
+    base = "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"$u{ord(c):x}"
+                   for c in name)
+    n = 0
+    while f"{base}${n}" in taken:
+        n += 1
+    return f"{base}${n}"
+
+
+def with_ptx_names(params: Iterable["AbiParam"]) -> list["AbiParam"]:
+    """The parameters with names PTX accepts and no two alike, in order: where a user's
+    scalar is called like a generated name (``A_ptr``, ``dim_M``, ``split_partials``), the
+    later of the two is renamed. The launcher passes arguments by position, never by name."""
+    taken: set[str] = set()
+    named = []
+    for param in params:
+        name = ptx_identifier(param.name, taken)
+        taken.add(name)
+        named.append(param if name == param.name else replace(param, name=name))
+    return named
+
+
+def printable(text: str, *, comment: bool = False) -> str:
+    """``text`` for a PTX string (``.file``) or, with ``comment``, a ``//`` comment: ptxas
+    reads printable ASCII only and knows no escapes, so other characters, and ``"`` in a
+    string, are spelled as Python escapes (``\\xe9``, ``\\x22``); a comment keeps
+    tabs."""
+    def keep(c: str) -> bool:
+        return " " <= c <= "~" and not (c == '"' and not comment) or comment and c == "\t"
+    return "".join(c if keep(c) else f"\\x{ord(c):02x}" if ord(c) < 256 else ascii(c)[1:-1]
+                   for c in text)
 
 
 # The roles of the DSL function's own parameters; any other role is a hidden parameter

@@ -111,7 +111,12 @@ def _splat(ctx: Context, op: Op) -> None:
     if op.result in ctx.values:
         return  # bound by an earlier chunk of the epilogue
     rtype = op.result.type
-    ctx.bind(op.result, [ctx.get(op.operands[0])] * _elements_per_thread(rtype))
+    # Scalars live in f32 registers whatever their IR dtype (a number next to an f16 tile is
+    # an f16 constant, still emitted as mov.f32): a 16-bit tile's elements are b16.
+    reg = ctx.get(op.operands[0])
+    if rtype.dtype in NARROW:
+        reg = _narrow(ctx, reg, rtype.dtype)
+    ctx.bind(op.result, [reg] * _elements_per_thread(rtype))
 
 
 def _elements_per_thread(rtype) -> int:

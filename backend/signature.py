@@ -12,14 +12,15 @@ from tilec.families.movements import MOVEMENT_FAMILIES
 from tilec.ir.core import Kernel
 
 from . import split
-from .abi import AbiParam, program_params
+from .abi import AbiParam, program_params, with_ptx_names
 
 
 @functools.lru_cache(maxsize=256)  # per compiled kernel: every plain call's launch reads it
 def kernel_abi(kernel: Kernel) -> tuple[AbiParam, ...]:
-    """Every parameter the kernel is declared and launched with."""
+    """Every parameter the kernel is declared and launched with, named as the PTX declares
+    it (:func:`~tilec.backend.abi.with_ptx_names`)."""
     params = program_params(kernel)
     for family in MOVEMENT_FAMILIES.values():
         params.extend(family.kernel_params(kernel))
     params.extend(split.kernel_params(kernel))
-    return tuple(params)
+    return tuple(with_ptx_names(params))

@@ -42,6 +42,7 @@ from tilec.ir.types import TileType
 from tilec.target.layout import DistributedLayout
 from tilec.options import Options
 
+from . import coverage
 from .common import drop_dead, find_main_loop, tile_in_bounds
 
 NAME = "fragments"
@@ -161,6 +162,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     plan: TilingPlan = kernel.schedule.tiling
     loop, dot = find_main_loop(kernel)
     body = loop.regions[0]
+    # Checked on the program as it comes, reported after this pass's own errors.
+    uncovered = coverage.problem(kernel)
     layout = family_of(plan).layout("C", plan.warps, plan.warp_tile)
     acc_arg = dot.operands[2]
     if acc_arg not in body.args:
@@ -173,6 +176,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     if init_op is None or init_op.name != "tile.full":
         raise located(TileConfigError, "the accumulator must start as zeros(...) or full(...)",
                       dot.loc, kernel.source_lines)
+    _check_loop_body(kernel, loop, dot)
+    _sink_epilogue_tiles(kernel, loop)
     for value in (init, acc_arg, loop.results[index]):
         value.type = acc_type
     position = body.ops.index(dot)
@@ -210,7 +215,52 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     # Loads folded into frag.load and index computations the pipelining re-emitted.
     drop_dead(kernel.body, catalogue)
     _check_epilogue(kernel, loop, block_shape)
+    if uncovered is not None:
+        raise uncovered
     return kernel
+
+
+def _is_register_tile(value: Value) -> bool:
+    return isinstance(value.type, TileType) and value.type.space == "reg"
+
+
+def _check_loop_body(kernel: Kernel, loop: Op, dot: Op) -> None:
+    """Inside the K loop the accumulator lives in registers the product updates in place, and
+    the operands only in shared memory: no other tile (an elementwise op on ``acc``, a
+    ``zeros``, a cast to store) has registers to live in there. Refused at its line."""
+    for op in loop.regions[0].ops:
+        if op is not dot and any(_is_register_tile(v) for v in op.results):
+            kind = op.name.removeprefix("tile.")
+            raise located(TileConfigError, "only `acc += a @ b` may compute a tile inside the "
+                          f"K loop; this computes one ({kind})", op.loc, kernel.source_lines,
+                          "compute on the accumulator (scale, cast, add, fill) after the "
+                          "loop")
+
+
+def _sink_epilogue_tiles(kernel: Kernel, loop: Op) -> None:
+    """Tiles computed before the K loop for the epilogue only (``c = C[...]`` between
+    ``acc = zeros(...)`` and the loop) move to just after it, where the epilogue's
+    accumulator layout holds them. A loop that stores no tile leaves the tensors as they
+    were, so the moved loads read what they would have read."""
+    top = kernel.body.ops
+    at = top.index(loop)
+    needed = {v for op in loop.walk() for v in op.operands}
+    # Values the loop reads, and what computes them before it, stay before it.
+    for op in reversed(top[:at]):
+        if any(v in needed for v in op.results):
+            needed.update(op.operands)
+    moved = [op for op in top[:at] if not any(v in needed for v in op.results)
+             and any(_is_register_tile(v) for v in op.results)]
+    if not moved:
+        return
+    store = next((op for op in loop.walk() if op.name == "tile.store"), None)
+    loads = [op for op in moved if op.name == "tile.load"]
+    if store is not None and loads:
+        raise located(TileConfigError, "a tile loaded before a K loop that stores tiles: the "
+                      "load would have to see the tensor before the loop's stores", loads[0].loc,
+                      kernel.source_lines, "load it after the loop")
+    kept = [op for op in top[:at] if op not in moved]
+    kernel.body.ops = kept + [loop] + moved + top[at + 1:]
 
 
 def _elementwise(opdef: Optional[OpDef]) -> bool:

@@ -35,6 +35,7 @@ from tilec.families.products import FAMILIES, family_for, family_of
 from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
+from . import coverage
 from .common import constant, find_main_loop, tile_in_bounds
 
 NAME = "tiling"
@@ -146,6 +147,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
             raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
                           "from a tensor inside the K loop", dot.loc, kernel.source_lines)
         loads.append(load)
+    coverage.check_k_loop(kernel, loop, loads)
 
     a_type, b_type = a_val.type, b_val.type
     bm, bk = a_type.shape

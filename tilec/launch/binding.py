@@ -17,6 +17,7 @@ from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
 from tilec.ir.types import ScalarType, TensorType
 from tilec.options import Spec, TensorSpec
+from tilec.passes.coverage import check_launch
 
 INT32_MAX = 2**31 - 1
 # The largest power of two (up to this) dividing a symbol is what the spec records.
@@ -171,7 +172,9 @@ def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
     env: dict = {kernel.symbol_value(s): v for s, v in symbols.items()}
     for op in kernel.body.ops:
         if op.name == "tile.grid":
-            return [int(env[v]) for v in op.operands]
+            sizes = [int(env[v]) for v in op.operands]
+            check_launch(kernel, sizes, symbols)
+            return sizes
         opdef = catalogue.get(op.name)
         rtype = op.results[0].type if len(op.results) == 1 else None
         if (opdef is not None and opdef.fold is not None and isinstance(rtype, ScalarType)
