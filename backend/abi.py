@@ -24,6 +24,9 @@ from tilec.ir.types import TensorType
 
 # The split-K workspace's hidden parameters (``backend/split.py`` adds them, typed).
 WORKSPACE_PARAMS = ("split_partials", "split_counters")
+# The keys launches pass the workspace under, beside the program's tensors: "$" is in no Python
+# name, so a tensor parameter called split_partials cannot stand in for the workspace.
+WORKSPACE_SOURCES = tuple("$" + name for name in WORKSPACE_PARAMS)
 
 
 @dataclass(frozen=True)

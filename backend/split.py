@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tilec.ir.core import Kernel, Op
 
-from .abi import POINTER, WORKSPACE_PARAMS, AbiParam, cuda_tile_axes
+from .abi import POINTER, WORKSPACE_PARAMS, WORKSPACE_SOURCES, AbiParam, cuda_tile_axes
 from .context import Context
 
 F32_BYTES = 4
@@ -29,7 +29,8 @@ def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
     """The workspace pointers a split-K kernel takes after the shape symbols; none else."""
     if kernel.schedule.splits <= 1:
         return ()
-    return tuple(AbiParam(name, POINTER, name, "workspace") for name in WORKSPACE_PARAMS)
+    return tuple(AbiParam(name, POINTER, source, "workspace")
+                 for name, source in zip(WORKSPACE_PARAMS, WORKSPACE_SOURCES))
 
 
 def _tile_index(ctx: Context) -> str:
@@ -54,7 +55,7 @@ def _split_reduce(ctx: Context, op: Op) -> None:
     threads = ctx.plan.threads
     register_stride = threads * F32_BYTES
     slice_bytes = len(partial) * register_stride
-    partials, counters = (ctx.workspace[name] for name in WORKSPACE_PARAMS)
+    partials, counters = (ctx.workspace[source] for source in WORKSPACE_SOURCES)
     tid = ctx.tid()
     tile = _tile_index(ctx)
 

@@ -100,8 +100,8 @@ def test_a_scalar_named_like_a_generated_parameter_gets_its_own_value():
     device = {"A": SimpleNamespace(ptr=0xA000, strides=(7, 1)),
               "B": SimpleNamespace(ptr=0xB000, strides=(9, 1)),
               "C": SimpleNamespace(ptr=0xC000, strides=(9, 1)),
-              "split_partials": SimpleNamespace(ptr=0xD000),
-              "split_counters": SimpleNamespace(ptr=0xE000)}
+              "$split_partials": SimpleNamespace(ptr=0xD000),
+              "$split_counters": SimpleNamespace(ptr=0xE000)}
     scalars = {"A_ptr": 1.5, "dim_M": 2.5, "A_stride0": 3.5, "split_partials": 4.5}
     bound = Bound(device, scalars, {"M": 11, "N": 9, "K": 7})
     values = dict(zip([p.name for p in abi], kernel_arguments(compiled.kernel, bound, device)))
@@ -112,3 +112,31 @@ def test_a_scalar_named_like_a_generated_parameter_gets_its_own_value():
     assert (values["A_ptr$0"], values["A_stride0$0"]) == (1.5, 3.5)
     assert (values["dim_M"], values["dim_M$0"]) == (2.5, 11)
     assert (values["split_partials"], values["split_partials$0"]) == (4.5, 0xD000)
+
+
+def test_a_tensor_named_like_the_workspace_is_not_taken_for_it():
+    """The split-K workspace travels under keys no parameter can have, so a tensor called
+    split_partials keeps its own buffer."""
+    function = load_file("names.tile", text=TENSOR_NAMED_LIKE_THE_WORKSPACE)["k"]
+    compiled = function.compile(split_k=2)
+    abi = kernel_abi(compiled.kernel)
+    device = {"A": SimpleNamespace(ptr=0xA000, strides=(7, 1)),
+              "split_partials": SimpleNamespace(ptr=0xB000, strides=(9, 1)),
+              "C": SimpleNamespace(ptr=0xC000, strides=(9, 1)),
+              "$split_partials": SimpleNamespace(ptr=0xD000),
+              "$split_counters": SimpleNamespace(ptr=0xE000)}
+    bound = Bound(device, {}, {"M": 11, "N": 9, "K": 7})
+    values = dict(zip([p.name for p in abi], kernel_arguments(compiled.kernel, bound, device)))
+    assert values["split_partials_ptr"] == 0xB000
+    assert values["split_partials"] == 0xD000 and values["split_counters"] == 0xE000
+
+
+TENSOR_NAMED_LIKE_THE_WORKSPACE = """\
+@tile
+def k(A: f16[M, K], split_partials: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ split_partials[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+"""

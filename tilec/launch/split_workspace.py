@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from tilec.backend.abi import WORKSPACE_PARAMS
+from tilec.backend.abi import WORKSPACE_SOURCES
 from tilec.backend.split import F32_BYTES
 from tilec.ir.core import Kernel
 
@@ -50,8 +50,8 @@ class Workspace:
 
     @property
     def args(self) -> dict[str, Any]:
-        """The hidden kernel arguments, by ABI name."""
-        return dict(zip(WORKSPACE_PARAMS, (self.partials, self.counters)))
+        """The hidden kernel arguments, by their ABI source keys."""
+        return dict(zip(WORKSPACE_SOURCES, (self.partials, self.counters)))
 
 
 _shared: dict[WorkspaceSize, Workspace] = {}
