@@ -1,6 +1,7 @@
 """The pass pipeline: one ordered list, with the reason for each ordering constraint."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -34,15 +35,16 @@ def _pass(module, requires: tuple[str, ...] = ()) -> Pass:
 
 def pipeline() -> list[Pass]:
     """The default pass list (a fresh list: edit it and pass it to compile)."""
-    passes = _builtin_pipeline()
+    passes = list(_builtin_pipeline())
     for after, extra in _REGISTERED:
         index = next(i for i, q in enumerate(passes) if q.name == after)
         passes.insert(index + 1, extra)
     return passes
 
 
-def _builtin_pipeline() -> list[Pass]:
-    return [
+@functools.cache  # the passes are frozen; each compile asks for the list, hits included
+def _builtin_pipeline() -> tuple[Pass, ...]:
+    return (
         _pass(tiling),
         # Slicing K rewrites the loop bounds, which the copies double buffering predicates
         # on read; it needs the loop in tile form, with the plan fixed.
@@ -53,7 +55,7 @@ def _builtin_pipeline() -> list[Pass]:
         _pass(swizzle, ("tiling",)),
         # Fragments read shared views whatever their stage or layout, so they come last.
         _pass(fragments, ("tiling",)),
-    ]
+    )
 
 
 # Passes whose output the PTX backend needs: it emits only lowered ops.
