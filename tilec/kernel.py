@@ -248,13 +248,15 @@ class PreparedLaunch:
         self.args = kernel_arguments(compiled.kernel, packing.bound(bound),
                                      {**self.packer.args, **hidden})
         self.stream = stream
+        self.smem_bytes = compiled.rendered.smem_bytes
+        from tilec.runtime import launch
+        self._launch = launch  # looked up once: this call is the whole cost of a launch
 
     def __call__(self) -> None:
-        from tilec.runtime import launch
         if not self.empty:
             self.packer.launch(self.stream)
-            launch(self.function, self.grid, self.block, self.compiled.rendered.smem_bytes,
-                   self.stream, self.args)
+            self._launch(self.function, self.grid, self.block, self.smem_bytes, self.stream,
+                         self.args)
 
 
 def tile(fn=None):
