@@ -4,8 +4,8 @@ Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.
 directly inside a top-level K loop.
 
 Produces:
-- ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and instruction tiles,
-  threads, each operand's shared layout and copy vector width);
+- ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and
+  instruction tiles, threads, each operand's shared layout and copy vector width);
 - a one-stage shared buffer per operand (``smem.alloc`` before the loop) filled in the loop
   by a synchronous ``copy.global_to_shared``, with ``gpu.barrier`` on both sides of the dot,
   which now reads the shared views;

@@ -53,7 +53,8 @@ def test_blob_parameters_check_their_size_and_alignment() -> None:
 
 
 def test_abi_params_round_trip_through_json() -> None:
-    params = [AbiParam("A_ptr", POINTER, "A", "ptr"), AbiParam("A_stride1", I32_PARAM, "A", "stride", 1),
+    params = [AbiParam("A_ptr", POINTER, "A", "ptr"),
+              AbiParam("A_stride1", I32_PARAM, "A", "stride", 1),
               AbiParam("tmap_A", TENSOR_MAP, "A", "tensor_map")]
     for param in params:
         assert AbiParam.from_json(param.to_json()) == param

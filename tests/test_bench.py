@@ -698,7 +698,8 @@ def test_tf32_is_a_bench_dtype_outside_the_default_sweep():
     assert {c.dtype for c in bench.sweep(None, None)} == {"f16", "bf16", "f32"}
     args = build_parser().parse_args(["bench", "--dtypes", "tf32", "--f32-math", "tf32"])
     assert args.dtypes == ["tf32"] and args.f32_math == "tf32"
-    assert bench.BENCH_TOLERANCE["tf32"] == bench.BENCH_TOLERANCE["f16"] > bench.BENCH_TOLERANCE["f32"]
+    tolerance = bench.BENCH_TOLERANCE
+    assert tolerance["tf32"] == tolerance["f16"] > tolerance["f32"]
 
 
 def test_cublas_uses_tf32_for_the_tf32_rows_only():

@@ -6,7 +6,6 @@ accumulator lives in the registers the mma updates); a tile of C loaded between
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -14,10 +13,10 @@ import pytest
 from tilec.cpu.interpreter import run_kernel
 from tilec.errors import TileConfigError
 from tilec.families.catalogue import op_catalogue
+from tests.test_ptxas import assert_assembles
 from tilec.kernel import load_file
 
 PTXAS = shutil.which("ptxas")
-ARCHS = ("sm_80", "sm_86", "sm_90")
 
 
 def _function(before_loop: str = "", in_loop: str = "",
@@ -88,9 +87,4 @@ def test_a_tile_of_c_loaded_before_the_loop_is_read_correctly(options):
 @pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
 def test_ptxas_accepts_a_tile_of_c_loaded_before_the_loop(tmp_path):
     function, _ = _function(**LOAD_C)
-    for arch in ARCHS:
-        path = tmp_path / f"{arch}.ptx"
-        path.write_text(function.ptx(arch=arch, M=70, N=45, K=96))
-        result = subprocess.run([PTXAS, "-arch", arch, str(path), "-o", str(tmp_path / "o")],
-                                capture_output=True, text=True)
-        assert result.returncode == 0, f"{arch}: {result.stderr}"
+    assert_assembles(lambda arch: function.ptx(arch=arch, M=70, N=45, K=96), tmp_path)

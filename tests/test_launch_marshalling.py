@@ -11,7 +11,8 @@ import pytest
 
 from tilec.backend.abi import F32_PARAM, POINTER, TENSOR_MAP
 from tilec.runtime import driver
-from tilec.runtime.driver import F32Arg, I32Arg, I64Arg, BlobArg, Function, PtrArg, kernel_argument, launch
+from tilec.runtime.driver import (BlobArg, F32Arg, Function, I32Arg, I64Arg, PtrArg,
+                                  kernel_argument, launch)
 
 bindings = pytest.importorskip("cuda.bindings.driver")
 
@@ -51,7 +52,8 @@ def fake(monkeypatch) -> FakeDriver:
     return fake
 
 
-ARGS = [PtrArg(0x1122_3344_5566), I32Arg(-7), BlobArg(bytes(range(128))), F32Arg(2.5), I64Arg(-(2**40))]
+ARGS = [PtrArg(0x1122_3344_5566), I32Arg(-7), BlobArg(bytes(range(128))), F32Arg(2.5),
+        I64Arg(-(2**40))]
 EXPECTED = [struct.pack("<Q", 0x1122_3344_5566), struct.pack("<i", -7), bytes(range(128)),
             struct.pack("<f", 2.5), struct.pack("<q", -(2**40))]
 

@@ -6,16 +6,15 @@ elements of vector expression')."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
+from tests.test_ptxas import assert_assembles
 from tilec.kernel import load_file
 from tilec.runtime import from_bf16_bits, to_bf16_bits
 
 PTXAS = shutil.which("ptxas")
-ARCHS = ("sm_80", "sm_86", "sm_90")
 
 # Epilogues on the 16-bit tile ``c = acc.to(dtype)`` and their numpy meaning on float64.
 EPILOGUES = {
@@ -53,12 +52,7 @@ def lit(A: {dtype}[M, K], B: {dtype}[K, N], C: {dtype}[M, N], BM=32, BN=32, BK=1
 @pytest.mark.parametrize("epilogue", list(EPILOGUES))
 def test_ptxas_accepts_a_number_with_a_16bit_tile(tmp_path, dtype, epilogue):
     function = _function(dtype, epilogue)
-    for arch in ARCHS:
-        path = tmp_path / f"{arch}.ptx"
-        path.write_text(function.ptx(arch=arch, M=100, N=70, K=48))
-        result = subprocess.run([PTXAS, "-arch", arch, str(path), "-o", str(tmp_path / "o")],
-                                capture_output=True, text=True)
-        assert result.returncode == 0, f"{arch}: {result.stderr}"
+    assert_assembles(lambda arch: function.ptx(arch=arch, M=100, N=70, K=48), tmp_path)
 
 
 ROUND = {"f16": lambda x: x.astype(np.float16).astype(np.float64),

@@ -6,18 +6,17 @@ parameter."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from types import SimpleNamespace
 
 import pytest
 
 from tilec.backend.abi import printable, ptx_identifier
 from tilec.backend.signature import kernel_abi
+from tests.test_ptxas import assert_assembles
 from tilec.kernel import load_file
 from tilec.launch.binding import Bound, kernel_arguments
 
 PTXAS = shutil.which("ptxas")
-ARCHS = ("sm_80", "sm_86", "sm_90")
 
 TEXT = """from __future__ import annotations
 from tilec import f16, f32, tile
@@ -83,15 +82,10 @@ def test_parameter_names_are_distinct_ptx_identifiers(name, split_k):
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 @pytest.mark.parametrize("split_k", [1, 2])
 def test_ptxas_accepts_user_names(tmp_path, name, split_k):
-    for arch in ARCHS:
-        path = tmp_path / f"{arch}.ptx"
-        options = {"split_k": split_k} if split_k > 1 else {}
-        # Annotated PTX quotes each source line (non-ASCII here) in a comment.
-        options["annotate"] = arch == "sm_90"
-        path.write_text(FUNCTIONS[name].ptx(arch=arch, **options))
-        result = subprocess.run([PTXAS, "-arch", arch, str(path), "-o", str(tmp_path / "o")],
-                                capture_output=True, text=True)
-        assert result.returncode == 0, f"{arch}: {result.stderr}"
+    options = {"split_k": split_k} if split_k > 1 else {}
+    # Annotated PTX quotes each source line (non-ASCII here) in a comment.
+    assert_assembles(lambda arch: FUNCTIONS[name].ptx(arch=arch, annotate=arch == "sm_90",
+                                                      **options), tmp_path)
 
 
 def test_a_scalar_named_like_a_generated_parameter_gets_its_own_value():

@@ -14,7 +14,7 @@ import subprocess
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -184,6 +184,15 @@ class Assembled:
     command: str
     returncode: int
     log: str
+
+
+def assert_assembles(ptx_for: Callable[[str], str], folder: Path, archs=ARCHS) -> None:
+    """ptxas accepts ``ptx_for(arch)`` for every target in ``archs`` (written to ``folder``)."""
+    for arch in archs:
+        path = folder / f"{arch}.ptx"
+        path.write_text(ptx_for(arch), encoding="utf-8")
+        result = run_ptxas(path, arch)
+        assert result.returncode == 0, f"{arch}: {result.log}\nRepro command: {result.command}"
 
 
 def run_ptxas(path: Path, arch: str) -> Assembled:

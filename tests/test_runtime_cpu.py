@@ -128,7 +128,8 @@ def test_tilec_device_must_be_a_device_number(monkeypatch: pytest.MonkeyPatch, r
 # --- kernel parameters ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make, value", [
-    (PtrArg, -1), (PtrArg, 2**64), (I32Arg, 2**31), (I32Arg, -(2**31) - 1), (I64Arg, 2**63), (F32Arg, 1e39),
+    (PtrArg, -1), (PtrArg, 2**64), (I32Arg, 2**31), (I32Arg, -(2**31) - 1), (I64Arg, 2**63),
+    (F32Arg, 1e39),
 ])
 def test_kernel_args_reject_out_of_range_values(make: type, value: float) -> None:
     with pytest.raises(ValueError):

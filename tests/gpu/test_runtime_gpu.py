@@ -184,7 +184,8 @@ def test_parameters_arrive_as_packed(module) -> None:
     buffer.memset_d8(0)
     launch(
         module.function("echo_params"), (1, 1, 1), (1, 1, 1), 0, None,
-        [PtrArg(buffer.ptr), I32Arg(-7), I64Arg(-(2**40) - 3), F32Arg(2.5), PtrArg(0xDEAD_BEEF_CAFE)])
+        [PtrArg(buffer.ptr), I32Arg(-7), I64Arg(-(2**40) - 3), F32Arg(2.5),
+         PtrArg(0xDEAD_BEEF_CAFE)])
     raw = np.zeros(32, np.uint8)
     buffer.copy_to_host(raw)
     assert raw[0:4].view(np.int32)[0] == -7
@@ -226,7 +227,8 @@ def test_dynamic_shared_memory_beyond_48_kib(module) -> None:
 ])
 def test_launch_validates_dimensions(module, grid, block, message) -> None:
     with pytest.raises(ValueError, match=message):
-        launch(module.function("add_scalar"), grid, block, 0, None, [PtrArg(0), I32Arg(0), F32Arg(0.0)])
+        launch(module.function("add_scalar"), grid, block, 0, None,
+               [PtrArg(0), I32Arg(0), F32Arg(0.0)])
 
 
 def test_launch_wants_typed_arguments(module) -> None:

@@ -5,7 +5,8 @@ every read of a shared stage sees the copy that filled it, and no copy refills a
 warp may still be reading. Rather than trusting the passes, :func:`check_schedule` executes the
 schedule: it walks the IR in program order, runs the K loop for concrete trip counts while
 evaluating the scalar index arithmetic (each integer op by its definition's fold: constants,
-add/sub/mul/floordiv/mod, comparisons; the loop's wrap-around stage counters), and follows each access to each buffer stage.
+add/sub/mul/floordiv/mod, comparisons; the loop's wrap-around stage counters), and follows each
+access to each buffer stage.
 
 Every thread runs the same program (the copies and barriers are not under divergent control
 flow), so one trace stands for all warps, and a ``gpu.barrier`` orders what every thread did
@@ -28,7 +29,7 @@ accesses: op, buffer stage, loop iteration, and source location.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 

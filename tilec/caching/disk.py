@@ -15,8 +15,8 @@ over the final name, so a reader sees either the whole old file or the whole new
 processes compiling the same kernel at once never corrupt it.
 
 Nothing found in the directory is trusted. Every read is bounded and goes through
-:func:`tilec.caching.safe_files.read_trusted` (no symlinks followed, no blocking on a FIFO, a regular
-file owned by this user and writable by no one else), JSON however deeply nested fails as a
+:func:`tilec.caching.safe_files.read_trusted` (no symlinks followed, no blocking on a FIFO, a
+regular file owned by this user and writable by no one else), JSON however deeply nested fails as a
 ValueError, and any failure at all is a miss that repairs the entry: its files are removed
 (a directory in an entry file's place included) and the compile writes them anew. On a hit
 the metadata is checked against the PTX it describes: the entry is declared (``.entry

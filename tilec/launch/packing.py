@@ -196,8 +196,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
     (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
     the parameters the kernel stores to, never packed. A tensor is packed when its widest
-    aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than 16 bytes, it is 2-D and
-    not empty, and, under "auto", it holds at least :data:`PACK_MIN_ELEMENTS` elements."""
+    aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than 16 bytes, it is
+    2-D and not empty, and, under "auto", it holds at least :data:`PACK_MIN_ELEMENTS` elements."""
     if policy == "off":
         return PackPlan()
     packed = {}
@@ -395,8 +395,8 @@ def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) 
     ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
     from tilec.runtime import I32Arg, PtrArg
     grid, block = pack_geometry(packed)
-    args = (PtrArg(source.ptr), PtrArg(scratch_ptr), I32Arg(packed.rows), I32Arg(packed.source_rows),
-            I32Arg(packed.cols),
+    args = (PtrArg(source.ptr), PtrArg(scratch_ptr), I32Arg(packed.rows),
+            I32Arg(packed.source_rows), I32Arg(packed.cols),
             I32Arg(source.strides[packed.outer]), I32Arg(source.strides[packed.inner]),
             I32Arg(packed.row_stride))
     return PackLaunch(pack_function(packed.itemsize, arch), grid, block, args)

@@ -710,7 +710,8 @@ def launch(function: Function, grid: Dim3, block: Dim3, smem_bytes: int, stream:
            params: Sequence[KernelArg], cluster: Dim3 | None = None) -> None:
     """Enqueue `function` on `stream`: every launch in tilec goes through here.
 
-    `params` are typed values (PtrArg, I32Arg, I64Arg, F32Arg, BlobArg) in the kernel's parameter order.
+    `params` are typed values (PtrArg, I32Arg, I64Arg, F32Arg, BlobArg) in the kernel's
+    parameter order.
     With a `cluster` shape, the launch is `cuLaunchKernelEx` with a
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute (thread block clusters, sm_90); without,
     `cuLaunchKernel`. Faults inside the kernel surface later, at a synchronize, as CudaError.

@@ -4,10 +4,11 @@
 
 - the tile hierarchy (block, warp grid and warp tile, the instruction, threads) and each
   operand's global-to-shared copy mapping;
-- the pipeline schedule as the hazard checker runs it (:mod:`tilec.analysis.hazards`): the prologue's
-  copies, then the K loop's waits, barriers, copies, commits, fragment loads and products
+- the pipeline schedule as the hazard checker runs it (:mod:`tilec.analysis.hazards`): the
+  prologue's copies, then the K loop's waits, barriers, copies, commits, fragment loads and products
   with their stage indices written as functions of the iteration ``it``;
-- the shared-memory plan, laid out as the backend lays it out (``backend/copies.py``, ``tilec/families/cp_async.py``);
+- the shared-memory plan, laid out as the backend lays it out (``backend/copies.py``,
+  ``tilec/families/cp_async.py``);
 - bank conflicts of every shared access the backend emits, enumerated instance by instance
   with :mod:`tilec.target.layout`, beside what an unswizzled layout would give;
 - the register estimate, and ptxas's own report when ``ptxas`` is on PATH;
@@ -37,7 +38,7 @@ from tilec.compiler import Compiled
 from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.families.product import LanePiece, Run  # noqa: F401  (Run: the type of LanePiece's rows)
+from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
                                  conflict_degree, copy_map, copy_store_addresses,
