@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from tilec.errors import TileConfigError, located
-from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
 
 Dim = Union[int, str]  # a tensor dim: a constant or a shape symbol
@@ -35,10 +35,9 @@ class Coverage:
 
 
 def _constant(value: Value) -> Optional[int]:
-    op = defining_op(value)
-    if op is not None and op.name == "arith.constant" and isinstance(op.attrs["value"], int):
-        return op.attrs["value"]
-    return None
+    """An integer constant's value (floats and predicates are not offsets)."""
+    constant = constant_value(value)
+    return constant if type(constant) is int else None
 
 
 def _scaled_index(value: Value, indices: list[Value]) -> Optional[tuple[int, int]]:
