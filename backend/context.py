@@ -57,6 +57,9 @@ class Context:
         # Hidden parameters (the split-K workspace, what a movement family adds), by source
         # name: a register, or for a blob passed by value its parameter's name.
         self.workspace: dict[str, str] = {}
+        # How a region's ops are emitted (backend.ptx.emit_block, set by render): ops with
+        # regions that a family emits (a warp-specialized producer) call it.
+        self.emit_block = None
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:

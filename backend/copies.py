@@ -11,13 +11,22 @@ from tilec.ir.core import Op
 from .context import Context, SmemBuffer, SmemView
 
 SMEM_ALIGN = 128
+# Slabbed layouts are written by TMA in its 128-byte swizzle, which permutes by address bits
+# up to 1024: their stages start on 1024-byte boundaries (so does the dynamic shared memory
+# then, backend.ptx.render).
+SWIZZLE_ATOM_ALIGN = 1024
+
+
+def smem_align(layout) -> int:
+    return SWIZZLE_ATOM_ALIGN if getattr(layout, "slab", 0) else SMEM_ALIGN
 
 
 def _smem_alloc(ctx: Context, op: Op) -> None:
     rtype = op.result.type
     elem_bytes = rtype.dtype.bytes
     stage_bytes = rtype.shape[1] * rtype.shape[2] * elem_bytes
-    offset = -(-ctx.smem_bytes // SMEM_ALIGN) * SMEM_ALIGN
+    align = smem_align(rtype.layout)
+    offset = -(-ctx.smem_bytes // align) * align
     ctx.smem_bytes = offset + stage_bytes * rtype.shape[0]
     ctx.bind(op.result, SmemBuffer(offset, stage_bytes, rtype.layout, elem_bytes))
 

@@ -304,8 +304,8 @@ def ptx_header(options: Options) -> list[str]:
 def render(kernel: Kernel, options: Options) -> Rendered:
     """PTX for a kernel that has been through the pipeline."""
     ctx = Context(kernel, options)
-    plan = kernel.schedule.tiling
-    threads = plan.threads if plan is not None else 128
+    ctx.emit_block = emit_block
+    threads = kernel.schedule.threads
     abi = kernel_abi(kernel)
     _load_params(ctx, abi)
     params_text = ctx.w.body
@@ -321,12 +321,17 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     if options.line_info:
         lines.append(f'.file 1 "{source}"')
     if ctx.smem_bytes:
-        lines.append(f".extern .shared .align 128 .b8 {SHARED_MEMORY}[];")
+        align = max([copies.SMEM_ALIGN] + [copies.smem_align(op.result.type.layout)
+                                           for op in kernel.walk() if op.name == "smem.alloc"])
+        lines.append(f".extern .shared .align {align} .b8 {SHARED_MEMORY}[];")
     lines.append("")
     decls = [f"\t{p.declaration()}" for p in abi]
     lines.append(f".visible .entry {entry}(")
     lines.append(",\n".join(decls))
-    lines.append(f")\n.maxntid {threads}, 1, 1\n{{")
+    # setmaxnreg needs the register count at entry, which .minnctapersm 1 with .maxntid fixes.
+    bounds = f".maxntid {threads}, 1, 1" + (
+        "\n.minnctapersm 1" if kernel.schedule.roles is not None else "")
+    lines.append(f")\n{bounds}\n{{")
     lines.extend(ctx.w.declarations())
     lines.append("")
     lines.extend(params_text)

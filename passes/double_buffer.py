@@ -29,17 +29,22 @@ from tilec.ir.schedule import PipelinePlan
 from tilec.ir.types import PRED, ScalarType, TileType, i32
 from tilec.options import Options
 
+from . import warp_specialize
 from .common import clone_slice, constant, find_main_loop
 
 NAME = "double_buffer"
+# Movement families whose pipeline is not the cp.async shape below: their builder.
+_BUILDERS = {"tma": warp_specialize.build}
 
 
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
     stages = options.stages
-    family = pipeline_family(options)
+    family = pipeline_family(kernel.schedule.tiling.kind)
     ops = family.pipeline
     loop, dot = find_main_loop(kernel)
+    if family.name in _BUILDERS:
+        return _BUILDERS[family.name](kernel, loop, dot, stages, options)
     body = loop.regions[0]
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]

@@ -53,6 +53,11 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     bm, bn, bk = plan.block
     dtype = view_a.type.dtype
     family = family_of(plan)
+    if family.fused_k_steps:  # one product op reads the whole stage (wgmma)
+        product = Op(family.product_op, [view_a, view_b, acc], [dot.result], {}, [], dot.loc)
+        dot.result.owner = product
+        dot.result.type = acc_type
+        return [product]
     step_k = family.k_step
     a_type = TileType(dtype, (bm, step_k), "reg", family.layout("A", plan.warps, plan.warp_tile))
     b_type = TileType(dtype, (step_k, bn), "reg", family.layout("B", plan.warps, plan.warp_tile))
@@ -183,7 +188,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     position = body.ops.index(dot)
     body.ops[position:position + 1] = _expand_dot(dot, plan, acc_type)
     stages = kernel.schedule.stages
-    if stages >= 2 and options.pipeline_fragments:
+    if stages >= 2 and options.pipeline_fragments and family_of(plan).load_op is not None:
         _pipeline_across_iterations(kernel, loop, plan, stages, acc_type)
 
     block_shape = (plan.block[0], plan.block[1])

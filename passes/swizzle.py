@@ -72,20 +72,49 @@ def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
     return best, degrees
 
 
+def _fixed_layout(plan: TilingPlan, op_plan: OperandPlan, candidates: list[SmemLayout],
+                  elem_bytes: int, options: Options) -> tuple[SmemLayout, dict, dict]:
+    """For families that read shared operands in a few layouts only (wgmma's descriptors,
+    written by TMA in its swizzle modes): the candidate whose reads conflict least, with the
+    figures of the family's reads under it and under the same slabs unswizzled. The copy
+    engine writes whole swizzled rows, so "copy" counts 1."""
+    family = family_of(plan)
+
+    def degrees(layout: SmemLayout) -> dict[str, int]:
+        return {"copy": 1,
+                family.read_name: family.worst_read_degree(plan, op_plan, layout, elem_bytes)}
+
+    if options.swizzle == "off" or isinstance(options.swizzle, Swizzle):
+        raise ValueError(f"operand {op_plan.role}: {family.name} reads shared memory in "
+                         f"TMA's swizzle only (swizzle='auto')")
+    best = min(candidates, key=lambda layout: degrees(layout)[family.read_name])
+    return best, degrees(best), degrees(best.with_swizzle(Swizzle()))
+
+
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
     plan: TilingPlan = kernel.schedule.tiling
     report = []
     new_operands = []
+    family = family_of(plan)
     for op_plan in plan.operands:
         elem_bytes = plan.elem_bytes
-        try:
-            swizzle, degrees = choose(plan, op_plan, elem_bytes, options.swizzle)
-        except ValueError as err:
-            raise located(TileConfigError, f"swizzle for operand {op_plan.role}: {err}", None,
-                          kernel.source_lines) from None
-        linear = operand_conflicts(plan, op_plan, op_plan.layout, elem_bytes)
-        layout = op_plan.layout.with_swizzle(swizzle)
+        fixed = family.layout_candidates(op_plan, elem_bytes)
+        if fixed is not None:
+            try:
+                layout, degrees, linear = _fixed_layout(plan, op_plan, fixed, elem_bytes,
+                                                        options)
+            except ValueError as err:
+                raise located(TileConfigError, str(err), None, kernel.source_lines) from None
+        else:
+            try:
+                swizzle, degrees = choose(plan, op_plan, elem_bytes, options.swizzle)
+            except ValueError as err:
+                raise located(TileConfigError, f"swizzle for operand {op_plan.role}: {err}",
+                              None, kernel.source_lines) from None
+            linear = operand_conflicts(plan, op_plan, op_plan.layout, elem_bytes)
+            layout = op_plan.layout.with_swizzle(swizzle)
+        swizzle = layout.swizzle
         report.append(OperandConflicts(op_plan.role, str(swizzle), tuple(degrees.items()),
                                        tuple(linear.items())))
         new_operands.append(OperandPlan(op_plan.role, op_plan.tensor, layout, op_plan.vec))

@@ -57,12 +57,13 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
     refuse with the source location."""
     bm, bn, _ = block
     try:
-        family = family_for(dtype, options.f32_math)
+        family = family_for(dtype, options.f32_math, block, options, operands)
     except KeyError:
         family = FAMILIES[0]
-    warps = _choose_warps(bm, bn, family, options)
+    warps = family.choose_warps(bm, bn) or _choose_warps(bm, bn, family, options)
     return TilingPlan(block=block, warps=warps, warp_tile=(bm // warps[0], bn // warps[1]),
-                      instruction=family.instruction, threads=warps[0] * warps[1] * WARP_SIZE,
+                      instruction=family.make_instruction(block),
+                      threads=warps[0] * warps[1] * WARP_SIZE,
                       dtype=dtype, operands=operands, raster_group=options.raster_group,
                       kind=family.name)
 
@@ -108,7 +109,7 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     bm, bn, bk = plan.block
     (wm, wn), (tm, tn) = plan.warps, plan.warp_tile
     try:
-        family_for(plan.dtype, options.f32_math)
+        family_for(plan.dtype, options.f32_math, plan.block, options, plan.operands)
     except KeyError as err:
         fail(err.args[0])
     family = family_of(plan)

@@ -170,8 +170,8 @@ def test_program_shape_errors(text: str, message: str, line) -> None:
 # ------------------------------------------------------------------------------- options
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(arch="sm_75"), "unknown arch 'sm_75' (supported: sm_80, sm_86, sm_90)"),
-    (dict(arch="sm_89"), "unknown arch 'sm_89' (supported: sm_80, sm_86, sm_90)"),
+    (dict(arch="sm_75"), "unknown arch 'sm_75' (supported: sm_80, sm_86, sm_90, sm_90a)"),
+    (dict(arch="sm_89"), "unknown arch 'sm_89' (supported: sm_80, sm_86, sm_90, sm_90a)"),
     (dict(stages=0), "stages must be an integer >= 1, got 0"),
     (dict(stages=2.5), "stages must be an integer >= 1, got 2.5"),
     (dict(swizzle="on"), "swizzle must be 'auto', 'off' or a Swizzle, got 'on'"),

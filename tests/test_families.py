@@ -27,21 +27,36 @@ def small_plan(family: ProductFamily, k_major: dict[str, bool]) -> TilingPlan:
     stored k-contiguous or not as ``k_major`` says."""
     gm, gn = family.granule
     bm, bn, bk = 2 * gm, 2 * gn, 2 * family.k_step
+    warps, warp_tile = (2, 2), (gm, gn)
+    if family.fused_k_steps:  # wgmma: one warpgroup of 64 rows, 128-byte swizzle rows
+        bm, bn, bk = 64, 64, 64
+        warps, warp_tile = family.choose_warps(bm, bn), (16, bn)
     a = SmemLayout(bm, bk) if k_major["A"] else SmemLayout(bk, bm, transposed=True)
     b = SmemLayout(bn, bk, transposed=True) if k_major["B"] else SmemLayout(bk, bn)
     elem = "f16" if "f16" in family.dtypes else family.dtypes[0]
-    return TilingPlan(block=(bm, bn, bk), warps=(2, 2), warp_tile=(gm, gn),
-                      instruction=family.instruction, threads=4 * WARP_SIZE, dtype=elem,
-                      operands=(OperandPlan("A", "A", a, 4), OperandPlan("B", "B", b, 4)),
-                      raster_group=1, kind=family.name)
+    operands = []
+    for role, layout in (("A", a), ("B", b)):
+        op_plan = OperandPlan(role, role, layout, 4)
+        fixed = family.layout_candidates(op_plan, 2 if elem == "f16" else 4)
+        operands.append(op_plan if fixed is None else OperandPlan(role, role, fixed[0], 8))
+    return TilingPlan(block=(bm, bn, bk), warps=warps, warp_tile=warp_tile,
+                      instruction=family.make_instruction((bm, bn, bk)),
+                      threads=warps[0] * warps[1] * WARP_SIZE, dtype=elem,
+                      operands=tuple(operands), raster_group=1, kind=family.name)
+
+
+def fragment_ops(family: ProductFamily) -> set[str]:
+    """The ops a family defines: its fragment load (none when the product reads shared
+    memory itself, wgmma) and its product."""
+    return {family.load_op, family.product_op} - {None}
 
 
 def test_the_registry_lists_each_family_once_under_its_own_name() -> None:
     names = [family.name for family in FAMILIES]
-    assert names == ["mma", "simt", "tf32"]
+    assert names == ["wgmma", "mma", "simt", "tf32"]
     assert all(family_named(family.name) is family for family in FAMILIES)
     assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32")
-    assert PRODUCT_OPS == ("frag.mma", "frag.fma")
+    assert PRODUCT_OPS == ("wgmma.mma", "frag.mma", "frag.fma")
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -52,8 +67,11 @@ def test_every_family_implements_every_hook(family: ProductFamily) -> None:
         assert not getattr(implementation, "__isabstractmethod__", False), hook
         assert inspect.getdoc(getattr(ProductFamily, hook)), f"{hook} is undocumented"
     for field in IDENTITY:
-        assert getattr(family, field) is not None, field
+        # Only a family whose product reads shared memory itself has no fragment load.
+        assert getattr(family, field) is not None or (field, family.fused_k_steps) == (
+            "load_op", True), field
     assert family.k_step == family.instruction[2] or family.instruction == (1, 1, 1)
+    assert family.movement in ("cp.async", "tma")
     assert issubclass(family.layout, DistributedLayout) and family.layout.kind == family.name
     assert isinstance(family.explain_text, ExplainText)
     assert family.granule_why.startswith(" (")
@@ -62,7 +80,7 @@ def test_every_family_implements_every_hook(family: ProductFamily) -> None:
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_family_defines_its_ops_with_their_semantics(family: ProductFamily) -> None:
     defs = {opdef.name: opdef for opdef in family.op_defs()}
-    assert set(defs) == {family.load_op, family.product_op}
+    assert set(defs) == fragment_ops(family)
     for name, opdef in defs.items():
         assert opdef.evaluate is not None and opdef.check is not None, name
         assert name not in IR_OPS  # defined once: by the family, not the IR layer
@@ -82,7 +100,7 @@ def test_a_shared_op_runs_the_semantics_of_its_result_layouts_family() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_the_emitters_cover_the_family_ops_and_reach_the_backend(family: ProductFamily) -> None:
-    assert {family.load_op, family.product_op} <= set(family.emitters)
+    assert fragment_ops(family) <= set(family.emitters)
     for name in family.emitters:
         assert name in EMITTERS, name
 
@@ -97,7 +115,9 @@ def test_the_read_enumeration_yields_lane_addresses_for_both_operands(
     for op_plan in plan.operands:
         assert op_plan.k_major == k_major[op_plan.role]
         reads = list(family.operand_reads(plan, op_plan, op_plan.layout, elem_bytes))
-        assert reads and all(len(lanes) == WARP_SIZE for lanes in reads)
+        # A warp's lanes for fragment loads; the 8 rows of a core matrix for wgmma's reads.
+        width = WARP_SIZE if family.load_op is not None else 8
+        assert reads and all(len(lanes) == width for lanes in reads)
         stage_bytes = op_plan.layout.size * elem_bytes
         assert all(0 <= a < stage_bytes for lanes in reads for a in lanes)
         # The enumeration starts with warp 0's reads at k 0.
@@ -106,7 +126,9 @@ def test_the_read_enumeration_yields_lane_addresses_for_both_operands(
         degree = family.worst_read_degree(plan, op_plan, op_plan.layout, elem_bytes)
         assert degree >= 1
         assert family.read_access(op_plan.role, op_plan.layout)
-        swizzled = op_plan.layout.with_swizzle(Swizzle(1, {2: 3, 4: 2}[elem_bytes], 3))
+        other = Swizzle(0) if op_plan.layout.swizzle.bits else Swizzle(
+            1, {2: 3, 4: 2}[elem_bytes], 3)
+        swizzled = op_plan.layout.with_swizzle(other)
         assert list(family.operand_reads(plan, op_plan, swizzled, elem_bytes)) != reads
 
 
@@ -115,7 +137,8 @@ def test_explain_and_viz_answers_exist(family: ProductFamily) -> None:
     plan = small_plan(family, {"A": True, "B": False})
     accumulator = family.layout("C", plan.warps, plan.warp_tile)
     a, b = family.loads_per_k_step(plan)
-    assert a > 0 and b > 0 and family.products_per_k_step(accumulator) > 0
+    assert (a > 0 and b > 0) if family.load_op is not None else (a, b) == (0, 0)
+    assert family.products_per_k_step(accumulator) > 0
     refusal = family.viz_refusal(plan, "kernel 'k'")
     assert refusal is None if family.name == "mma" else "kernel 'k' uses" in refusal
     assert set(family.explain_text.options) <= set(Options.__dataclass_fields__)

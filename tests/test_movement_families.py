@@ -73,9 +73,14 @@ def test_the_families_ops_are_disjoint() -> None:
 
 
 def test_double_buffering_builds_with_the_pipeline_familys_ops() -> None:
-    family = pipeline_family(Options())
+    family = pipeline_family("mma")
     kernel = load_file(SAMPLES / "matmul.py")["matmul"].compile(stages=3).kernel
     names = {op.name for op in kernel.walk()}
     assert {family.pipeline.copy, family.pipeline.commit, family.pipeline.wait} <= names
     copies = [op for op in kernel.walk() if op.name == family.pipeline.copy]
     assert copies and all(op.attrs["mode"] == "async" for op in copies)
+
+
+def test_each_product_family_is_fed_by_its_movement_family() -> None:
+    assert pipeline_family("mma").name == pipeline_family("simt").name == "cp.async"
+    assert pipeline_family("wgmma").name == "tma"

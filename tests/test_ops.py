@@ -29,7 +29,9 @@ INTEGER_OPS = ["add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max"]
 # Ops with effects beyond their results: the launch, stores, control flow, shared memory
 # reservations, copies, synchronisation and the split-K meeting.
 IMPURE = {"tile.grid", "tile.store", "scf.for", "scf.yield", "smem.alloc",
-          "copy.global_to_shared", "copy.commit", "copy.wait", "gpu.barrier", "split.reduce"}
+          "copy.global_to_shared", "copy.commit", "copy.wait", "gpu.barrier", "split.reduce",
+          "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive",
+          "ws.producer"}
 
 
 # ----------------------------------------------------------------------------------------

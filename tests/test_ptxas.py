@@ -168,6 +168,18 @@ OTHERS = [
     case("gemm_epilogue", "f32", "sm_80", f32_math="tf32"),
 ]
 
+# sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
+# and ring depths it is tuned over, ragged sizes (TMA zero-fills) and both B orientations.
+HOPPER_TILES = (dict(BM=128, BN=256, BK=64, stages=4), dict(BM=128, BN=128, BK=64, stages=4),
+                dict(BM=64, BN=256, BK=64, stages=3), dict(BM=256, BN=128, BK=64, stages=3),
+                dict(BM=128, BN=192, BK=64, stages=4), dict(BM=64, BN=128, BK=128, stages=2))
+HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
+          for sample in ("matmul", "matmul_bt", "gemm_epilogue") for dtype in ("f16", "bf16")
+          for tiles, shapes in zip(HOPPER_TILES, (DIVISIBLE, RAGGED) * 3)]
+# ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
+# C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
+HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")
+
 # The fused epilogue sample in its default configuration: it spilled until the epilogue was
 # emitted a few registers at a time.
 EPILOGUE_SPILLS = case("gemm_epilogue", "f16", "sm_80")
@@ -283,3 +295,25 @@ def test_threads_without_a_vector_write_nothing():
     # Per stage copy: one access of A (half the threads idle), one of B (all busy).
     assert len(guarded) == len(copies) // 2 > 0, copies
     assert all(line.startswith("@%p1 ") for line in guarded)  # the same thread predicate
+
+
+@pytest.mark.parametrize("case", HOPPER, ids=ids(HOPPER))
+def test_hopper_kernels_assemble_without_serialization(assembler: Assembler, case: Case) -> None:
+    """The sm_90a kernels take the wgmma family (their PTX says so), assemble with no
+    wgmma-serialization or setmaxnreg diagnostic, and do not spill."""
+    ptx = case.ptx()
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, case.id
+    log = assembled(assembler, case).log
+    assert not HOPPER_DIAGNOSTICS.search(log), f"{case.id}\n{log}"
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
+
+
+def test_sm_90a_falls_back_to_mma_sync_where_wgmma_does_not_apply() -> None:
+    """BK=32 (not a 128-byte swizzle row), split-K, an explicit warp grid and f32 compile
+    for sm_90a through the sm_80 instruction families, which sm_90a runs too."""
+    for sample, dtype, options in (("matmul", "f16", {}), ("matmul", "f16", {"split_k": 2}),
+                                   ("matmul", "bf16", {"BK": 64, "warps": (2, 2)}),
+                                   ("sgemm", "f32", {})):
+        ptx = load_sample(sample, dtype).ptx(arch="sm_90a", **options)
+        assert ".target sm_90a" in ptx and "wgmma" not in ptx, (sample, options)

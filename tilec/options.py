@@ -15,6 +15,8 @@ ARCHS: dict[str, dict[str, int | str]] = {
     "sm_80": {"ptx_version": "8.0", "smem_optin": 166912},
     "sm_86": {"ptx_version": "8.0", "smem_optin": 101376},
     "sm_90": {"ptx_version": "8.0", "smem_optin": 232448},
+    # Hopper's architecture-specific features (wgmma, setmaxnreg): PTX ISA 8.0, sm_90a only.
+    "sm_90a": {"ptx_version": "8.0", "smem_optin": 232448},
 }
 MAX_REGISTERS_PER_THREAD = 255
 L2_PREFETCH_BYTES = (0, 64, 128, 256)
@@ -28,11 +30,18 @@ F32_MATH = ("ffma", "tf32")
 def target_arch(compute_capability: tuple[int, int]) -> str:
     """The newest target we emit that a device of this compute capability runs."""
     major, minor = compute_capability
-    runnable = [a for a in ARCHS if (int(a[3:]) // 10, int(a[3:]) % 10) <= (major, minor)
-                and int(a[3:]) // 10 == major or int(a[3:]) // 10 < major]
+    runnable = [a for a in ARCHS if arch_capability(a) <= (major, minor)
+                and (not a.endswith("a") or arch_capability(a) == (major, minor))]
     if not runnable:
         raise ValueError(f"tilec needs compute capability 8.0 or newer, got {major}.{minor}")
-    return max(runnable, key=lambda a: int(a[3:]))
+    # An "a" target (sm_90a) runs only on its own capability, and is preferred there.
+    return max(runnable, key=lambda a: (arch_capability(a), a.endswith("a")))
+
+
+def arch_capability(arch: str) -> tuple[int, int]:
+    """The compute capability a target needs: sm_86 -> (8, 6), sm_90a -> (9, 0)."""
+    digits = int(arch[3:].rstrip("a"))
+    return digits // 10, digits % 10
 MAX_THREADS = 1024
 
 

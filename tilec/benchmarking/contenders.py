@@ -81,6 +81,14 @@ TUNED = {
     ("tf32", "shallow"): dict(BM=128, BN=128, BK=32, stages=3),
     ("tf32", "ragged"): dict(BM=128, BN=128, BK=32, stages=3),
     ("tf32", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(1, 4)),
+    # sm_90a: wgmma fed by TMA, one producer and BM / 64 consumer warpgroups. Short M keeps
+    # the mma path (its warp grid makes wgmma decline): 64-row wgmma tiles would waste most
+    # of a 16-row problem, which is memory-bound anyway.
+    ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=4),
+    ("wgmma", "small"): dict(BM=128, BN=128, BK=64, stages=4),
+    ("wgmma", "shallow"): dict(BM=128, BN=256, BK=64, stages=4),
+    ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=4),
+    ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
 }
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
@@ -108,8 +116,12 @@ def problem_class(case: Case) -> str:
     return "shallow" if case.K // 128 < SHALLOW_STEPS else "tiled"
 
 
-def tuned_config(case: Case) -> dict[str, Any]:
-    return dict(TUNED[FAMILY[case.dtype], problem_class(case)])
+def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
+    """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
+    family = FAMILY[case.dtype]
+    if family == "mma" and arch == "sm_90a":
+        family = "wgmma"
+    return dict(TUNED[family, problem_class(case)])
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
@@ -166,6 +178,14 @@ class TilecContender(Contender):
     def unsupported(self, case: Case) -> Optional[str]:
         return None if case.dtype in TILEC_DTYPES else f"tilec has no {case.dtype} path yet"
 
+    def arch(self) -> str:
+        """The target the kernels compile for: the --arch given, else the device's."""
+        if "arch" in self.options:
+            return self.options["arch"]
+        from tilec.options import target_arch
+        from tilec.runtime import current_device
+        return target_arch(current_device().compute_capability)
+
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         dtype, forced = TILEC_AS.get(case.dtype, (case.dtype, {}))
@@ -174,7 +194,9 @@ class TilecContender(Contender):
         # as the command line fixes no tile size (a half-tuned tile would not fit). What the
         # dtype means (tf32: f32_math="tf32") wins over both.
         fixed = {**self.consts, **self.options, **forced}
-        tuned = {} if self.autotune or self.consts else tuned_config(case)
+        # Only the f16/bf16 rows depend on the target (wgmma on sm_90a).
+        arch = self.arch() if FAMILY[case.dtype] == "mma" else None
+        tuned = {} if self.autotune or self.consts else tuned_config(case, arch)
         kwargs = {**tuned, **fixed}
         if self.autotune:
             from tilec.tools.autotune import autotune

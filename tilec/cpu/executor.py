@@ -60,7 +60,7 @@ from tilec.ir.types import TileType
 from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout
 
 __all__ = ["SEMANTICS", "Fragment", "SharedBuffer", "SharedWrite", "MovementFamily",
-           "BlockState", "block_state", "logical_offsets", "register_map",
+           "BlockState", "block_state", "share_block_state", "logical_offsets", "register_map",
            "checked_register_map", "read_global", "read_fragment_lanes", "smem_itemsize"]
 
 # ----------------------------------------------------------------------------------------
@@ -181,6 +181,11 @@ def block_state(state: InterpState) -> BlockState:
         block = BlockState(state.program_id)
         _BLOCKS[state] = block
     return block
+
+
+def share_block_state(state: InterpState, other: InterpState) -> None:
+    """Let ``other`` (a fork of ``state`` running a region beside it) see the same block."""
+    _BLOCKS[other] = block_state(state)
 
 
 # ----------------------------------------------------------------------------------------

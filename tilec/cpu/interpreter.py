@@ -50,6 +50,8 @@ once per grid point. A kernel without ``tile.grid`` runs as a single program.
 """
 from __future__ import annotations
 
+import copy
+
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -224,6 +226,26 @@ class InterpState:
         # What programs leave for other programs of the launch (split-K partial sums).
         self.meetings: dict[Any, dict[int, Any]] = {}
         self._yielded: list[Optional[list[Any]]] = []
+        # Called once the program ends, with whether it ended well (ops whose work goes on
+        # beside the program's, such as a warp-specialized producer, finish there).
+        self._at_end: list[Callable[[bool], None]] = []
+
+    def fork(self) -> "InterpState":
+        """A state for a region that runs beside this one (a producer coroutine): the same
+        program and values so far, its own values and region stack from here on."""
+        other = copy.copy(self)
+        other.env = dict(self.env)
+        other._yielded = []
+        other._at_end = []
+        return other
+
+    def at_program_end(self, hook: Callable[[bool], None]) -> None:
+        self._at_end.append(hook)
+
+    def end_program(self, ok: bool) -> None:
+        hooks, self._at_end = self._at_end, []
+        for hook in hooks:
+            hook(ok)
 
     def error(self, op: Op, message: str) -> InterpreterError:
         where = op.name + (f" at {op.loc}" if op.loc else "")
@@ -711,7 +733,11 @@ def run_kernel(kernel: Kernel, args: Mapping[str, Any] | Sequence[Any], *,
         for program_id in itertools.product(*(range(size) for size in sizes)):
             state.env = dict(launch_env)
             state.program_id = program_id
+            ok = False
             try:
                 state.run_ops(body[grid_at[0]:])
+                ok = True
             except ProgramEnd:
-                pass
+                ok = True
+            finally:
+                state.end_program(ok)

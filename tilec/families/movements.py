@@ -7,13 +7,14 @@ entry here."""
 from __future__ import annotations
 
 from tilec.ir.ops import OpDef
-from tilec.options import Options
 
+from . import tma
+from .products import family_named
 from .cp_async import CpAsyncFamily
 from .movement import MovementFamily
 
 MOVEMENT_FAMILIES: dict[str, MovementFamily] = {
-    family.name: family for family in (CpAsyncFamily(),)
+    family.name: family for family in (CpAsyncFamily(), tma.FAMILY)
 }
 
 # Which family owns each IR op; the families' op sets are disjoint.
@@ -31,7 +32,8 @@ OP_DEFS: dict[str, OpDef] = {
 }
 
 
-def pipeline_family(options: Options) -> MovementFamily:
-    """The family double buffering builds the K loop's pipeline with: cp.async groups on
-    every target tilec compiles for today (sm_80, sm_86, sm_90)."""
-    return MOVEMENT_FAMILIES["cp.async"]
+def pipeline_family(kind: str) -> MovementFamily:
+    """The family double buffering builds the K loop's pipeline with: the one the plan's
+    product family (``kind``) reads its operands through, cp.async groups for the
+    register-fragment families, TMA + mbarrier for wgmma."""
+    return MOVEMENT_FAMILIES[family_named(kind).movement]

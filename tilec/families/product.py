@@ -26,6 +26,7 @@ from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout, warps_
 
 if TYPE_CHECKING:
     from tilec.backend.context import Context
+    from tilec.options import Options
 
 Emitter = Callable[["Context", Op], None]
 
@@ -101,7 +102,7 @@ class ProductFamily(ABC):
     granule_why: ClassVar[str]  # why, in the words of the tiling pass's error
     instruction: ClassVar[tuple[int, int, int]]  # m, n, k of one instruction
     layout: ClassVar[type[DistributedLayout]]  # fragments' and accumulator's layout
-    load_op: ClassVar[str]  # the IR op loading a fragment from a shared view
+    load_op: ClassVar[Optional[str]]  # the IR op loading a fragment (None: none, wgmma)
     product_op: ClassVar[str]  # the IR op multiplying fragments into the accumulator
     read_name: ClassVar[str]  # the key of its fragment reads' figure in the conflict report
     # The byte units the candidate swizzles permute (tilec.target.layout.swizzle_candidates).
@@ -109,6 +110,37 @@ class ProductFamily(ABC):
     explain_text: ClassVar[ExplainText]
     # The PTX emitters of its ops, op name -> emitter (tilec.backend.ptx's op table).
     emitters: ClassVar[dict[str, Emitter]]
+    # The targets it runs on (None: every target tilec emits), and the data-movement family
+    # that feeds its shared operands (tilec.families.movements).
+    archs: ClassVar[Optional[tuple[str, ...]]] = None
+    movement: ClassVar[str] = "cp.async"
+    # True when one product op covers a whole stage of BK, reading the shared views itself
+    # (wgmma); False when the fragments pass emits a load and a product per k step.
+    fused_k_steps: ClassVar[bool] = False
+
+    # -- where it applies ------------------------------------------------------------------
+    def applies(self, block: tuple[int, int, int], options: "Options",
+                operands: Sequence[OperandPlan] = ()) -> bool:
+        """Whether the family takes a block tile under these options, beyond its dtypes:
+        families restricted to some targets (``archs``), tile shapes or operand layouts
+        (``operands``: how each is stored and aligned) say so here, and the next family in
+        the registry takes the block otherwise."""
+        return self.archs is None or options.arch in self.archs
+
+    def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The m, n, k of one product instruction for this block (fixed for most)."""
+        return self.instruction
+
+    def choose_warps(self, bm: int, bn: int) -> Optional[tuple[int, int]]:
+        """The warp grid when the family fixes it (wgmma: 16 rows a warp); None lets tiling
+        search for one."""
+        return None
+
+    def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int
+                          ) -> Optional[list[SmemLayout]]:
+        """The shared layouts the family can read an operand in, when it restricts them
+        (descriptor-read operands); None lets the swizzle pass search the XOR swizzles."""
+        return None
 
     # -- registers ----------------------------------------------------------------------
     @abstractmethod

@@ -16,16 +16,17 @@ from tilec.ir.core import Op
 from tilec.ir.ops import EvaluateFn, OpDef
 from tilec.ir.schedule import TilingPlan
 
-from . import ffma, mma_sync, tf32
+from . import ffma, mma_sync, tf32, wgmma
 from .product import Emitter, ProductFamily
 
 # Lookup order matters to family_for only: the first family taking a dtype (under the
-# Options.f32_math given) wins.
-FAMILIES: tuple[ProductFamily, ...] = (mma_sync.FAMILY, ffma.FAMILY, tf32.FAMILY)
+# Options.f32_math given, and the block and target for families restricted to some) wins.
+FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, mma_sync.FAMILY, ffma.FAMILY, tf32.FAMILY)
 _BY_NAME = {family.name: family for family in FAMILIES}
 
 # Each op once (the mma and tf32 families share frag.mma).
-LOAD_OPS = tuple(dict.fromkeys(family.load_op for family in FAMILIES))
+LOAD_OPS = tuple(dict.fromkeys(family.load_op for family in FAMILIES
+                               if family.load_op is not None))
 PRODUCT_OPS = tuple(dict.fromkeys(family.product_op for family in FAMILIES))
 
 
@@ -39,11 +40,17 @@ def family_of(plan: TilingPlan) -> ProductFamily:
     return _BY_NAME[plan.kind]
 
 
-def family_for(dtype: str, f32_math: str = "ffma") -> ProductFamily:
+def family_for(dtype: str, f32_math: str = "ffma", block: Any = None,
+               options: Any = None, operands: Any = ()) -> ProductFamily:
     """The family for operand tiles of ``dtype`` (``f32_math``: Options.f32_math, which
-    picks among the f32 families); KeyError names the dtypes taken."""
+    picks among the f32 families); with a ``block`` tile and ``options``, families
+    restricted to some targets or tiles take it where they apply (wgmma on sm_90a), and
+    without them never. KeyError names the dtypes taken."""
     for family in FAMILIES:
-        if dtype in family.dtypes and family.f32_math in (None, f32_math):
+        if dtype not in family.dtypes or family.f32_math not in (None, f32_math):
+            continue
+        restricted = family.archs is not None
+        if not restricted or (block is not None and family.applies(block, options, operands)):
             return family
     taken = ", ".join(dict.fromkeys(d for family in FAMILIES for d in family.dtypes))
     raise KeyError(f"tiles of {dtype} cannot be multiplied (the backend takes {taken})")

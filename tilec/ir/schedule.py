@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from tilec.ir.types import DType
 from tilec.target.layout import WARP_SIZE, SmemLayout
+
+WARPGROUP = 4 * WARP_SIZE  # the threads of one warpgroup (wgmma, setmaxnreg)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,36 @@ class SplitPlan:
 
 
 @dataclass(frozen=True)
+class RolesPlan:
+    """Warp specialization: a producer warpgroup, whose elected thread issues the copies, and
+    the consumer warpgroups that compute; ``setmaxnreg`` moves registers from the first to
+    the second. The consumers are the block's first ``consumer_threads`` threads (the tiling
+    plan's warps, so the accumulator layout and the epilogue see the same thread ids), the
+    producer warpgroup the last 128. ``ring``: shared stages the two hand over through
+    full/empty mbarrier pairs."""
+
+    consumer_warpgroups: int
+    producer_registers: int
+    consumer_registers: int
+    ring: int
+
+    producer_threads: ClassVar[int] = WARPGROUP
+
+    @property
+    def consumer_threads(self) -> int:
+        return self.consumer_warpgroups * WARPGROUP
+
+    @property
+    def threads(self) -> int:
+        return self.consumer_threads + self.producer_threads
+
+    def __str__(self) -> str:
+        return (f"{{producer = warpgroup {self.consumer_warpgroups} (1 elected thread, "
+                f"{self.producer_registers} registers), consumers = {self.consumer_warpgroups} "
+                f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}}}")
+
+
+@dataclass(frozen=True)
 class OperandConflicts:
     """The swizzle pass's figures for one operand: the worst bank-conflict degree of each
     shared access (``copy`` stores and the family's fragment reads), under the chosen
@@ -117,6 +149,7 @@ class Schedule:
     pipeline: Optional[PipelinePlan] = None
     split: Optional[SplitPlan] = None
     conflicts: tuple[OperandConflicts, ...] = ()
+    roles: Optional[RolesPlan] = None
 
     def with_(self, **changes: Any) -> "Schedule":
         return dataclasses.replace(self, **changes)
@@ -128,6 +161,14 @@ class Schedule:
     @property
     def splits(self) -> int:
         return self.split.splits if self.split is not None else 1
+
+    @property
+    def threads(self) -> int:
+        """Threads a block is launched with: the tiling's, and a producer warpgroup's when
+        the warps are specialized."""
+        if self.roles is not None:
+            return self.roles.threads
+        return self.tiling.threads if self.tiling is not None else 128
 
     def conflict_report(self) -> dict[str, dict[str, Any]]:
         """The swizzle pass's figures as plain data: role -> {"swizzle", "chosen", "linear"},
@@ -146,6 +187,8 @@ class Schedule:
         if self.split is not None:
             out.append(f"#split = {self.split}")
         out.extend(f"#conflicts.{c.role} = {c}" for c in self.conflicts)
+        if self.roles is not None:
+            out.append(f"#roles = {self.roles}")
         return out
 
 
@@ -169,6 +212,12 @@ def check_schedule(kernel: Any) -> list[str]:
             problems.append(f"{tiling.threads} threads for {wm}x{wn} warps")
         if [op.role for op in tiling.operands] != ["A", "B"]:
             problems.append("the tiling plans operands A and B, in that order")
+    roles = schedule.roles
+    if roles is not None and tiling is not None and roles.consumer_threads != tiling.threads:
+        problems.append(f"{roles.consumer_warpgroups} consumer warpgroups for the tiling's "
+                        f"{tiling.threads} threads")
+    if roles is not None and roles.ring != schedule.stages:
+        problems.append(f"a ring of {roles.ring} stages, the pipeline {schedule.stages}")
     for op in kernel.walk():
         if op.name == "smem.alloc" and tiling is not None:
             role = op.attrs.get("role")

@@ -55,15 +55,23 @@ class SmemLayout:
 
     ``transposed``: the tile's logical (i, j) is stored at (j, i), so that the tile's
     contiguous global dimension stays contiguous in shared memory (16-byte copies).
+
+    ``slab``: when not 0, the columns are stored in slabs of ``slab`` columns, one slab after
+    the other (``rows x slab`` each): TMA's 128-byte swizzle takes boxes at most 128 bytes
+    wide, and wgmma's shared-memory descriptors step from one such slab to the next.
     """
 
     rows: int
     cols: int
     swizzle: Swizzle = Swizzle()
     transposed: bool = False
+    slab: int = 0
 
     def offset(self, row: int, col: int) -> int:
         """Element offset of storage coordinate (row, col)."""
+        if self.slab:
+            slab, col = divmod(col, self.slab)
+            return self.swizzle((slab * self.rows + row) * self.slab + col)
         return self.swizzle(row * self.cols + col)
 
     def logical_offset(self, i: int, j: int) -> int:
@@ -73,11 +81,13 @@ class SmemLayout:
     def size(self) -> int:
         return self.rows * self.cols
 
-    def with_swizzle(self, swizzle: Swizzle) -> "SmemLayout":
-        return SmemLayout(self.rows, self.cols, swizzle, self.transposed)
+    def with_swizzle(self, swizzle: Swizzle, slab: int | None = None) -> "SmemLayout":
+        return SmemLayout(self.rows, self.cols, swizzle, self.transposed,
+                          self.slab if slab is None else slab)
 
     def __str__(self) -> str:
-        return ("T," if self.transposed else "") + str(self.swizzle)
+        return (("T," if self.transposed else "") + (f"slab{self.slab}," if self.slab else "")
+                + str(self.swizzle))
 
 
 class DistributedLayout:

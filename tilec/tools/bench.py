@@ -166,8 +166,10 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         f"{', '.join(default_dtypes or DEFAULT_DTYPES)})")
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
-        parser, "const", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
+        parser, "const", "arch", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
+        arch={"help": "tilec's target (default: the GPU's, sm_90a on an H100 or H200; "
+              "sm_90 to compare with the mma.sync path)"},
         stages={"help": "tilec's shared-memory pipeline stages"},
         warps={"help": "tilec's warp grid, e.g. 2x4"},
         swizzle={"help": "tilec's shared swizzle"},

@@ -1,0 +1,159 @@
+"""Warp specialization: double buffering's pipeline for the TMA + mbarrier family
+(``tilec/families/tma.py``), used by ``passes/double_buffer.py`` when the plan's product family
+reads its operands through TMA (wgmma).
+
+Requires: tiling's output (one-stage buffers filled by synchronous copies in the K loop, the
+dot between two barriers) and a tiling plan of whole consumer warpgroups.
+
+Produces, for ``stages = S``:
+- buffers of S stages, and two rings of S mbarriers (``full``: one arrival, the producer's
+  expect_tx, plus the TMA bytes; ``empty``: one arrival per consumer warpgroup), initialised
+  before one CTA barrier;
+- a ``ws.producer`` region holding its own K loop: wait for stage s to be empty, expect its
+  bytes on ``full[s]``, and one ``tma.load`` per operand into stage s;
+- the K loop itself for the consumers: wait for ``full[s]``, the dot on stage s, one arrival
+  on ``empty[s]``; no CTA barrier after the split (the producer warpgroup has exited);
+- ``kernel.schedule.pipeline`` and ``kernel.schedule.roles``.
+
+Iteration i uses stage ``i % S`` with phase parity ``(i / S) % 2``: each ring slot completes
+one phase per trip round the ring. Before (tiling's loop body)::
+
+    copy.global_to_shared %A, %i, %k, %vA {mode = sync}      (and B)
+    gpu.barrier
+    %d = tile.dot %vA, %vB, %acc
+    gpu.barrier
+After (S = 4)::
+
+    %full = mbar.alloc {count = 1, role = full} : tile<i64,[4],smem>
+    %empty = mbar.alloc {count = 2, role = empty} : tile<i64,[4],smem>
+    gpu.barrier
+    ws.producer {
+      scf.for %k = ... {
+        mbar.wait %empty, %s, %p_free
+        mbar.arrive_expect_tx %full, %s {bytes = 49152}
+        tma.load %A, %i, %k, %vA, %full, %s {box = [64, 128], coords = [1, 0], slabs = 1}
+        tma.load %B, %k, %j, %vB, %full, %s {box = [64, 64], coords = [1, 0], slabs = 4}
+      }
+    }
+    scf.for %k = ... iter_args(%acc) {
+      mbar.wait %full, %s, %p
+      %d = tile.dot %vA, %vB, %acc
+      mbar.arrive %empty, %s
+    }
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tilec.families.products import family_of
+from tilec.families.tma import (ALLOC, ARRIVE, EXPECT, LOAD, PRODUCER, SLAB_BYTES, WAIT,
+                                barrier_type, tma_layout)
+from tilec.ir.core import Block, Builder, Kernel, Op, Value
+from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
+from tilec.ir.types import TileType, i32
+from tilec.options import Options
+
+from .common import clone_slice, constant
+
+COPY = "copy.global_to_shared"
+
+
+def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
+                      ) -> tuple[Value, Value]:
+    """Stage ``i % S`` and phase parity ``(i / S) % 2`` of the iteration at ``iv``."""
+    it = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32, "k_from_start"),
+                                    constant(b, step)], i32, "it")
+    stage = b.value("arith.mod", [it, constant(b, stages)], i32, "stage")
+    rounds = b.value("arith.floordiv", [it, constant(b, stages)], i32, "round")
+    parity = b.value("arith.mod", [rounds, constant(b, 2)], i32, "parity")
+    return stage, parity
+
+
+def _box(plan: TilingPlan, role: str) -> dict:
+    """The tma.load attributes of one operand: 128-byte boxes over the stored rows, one a
+    slab, the inner (contiguous) coordinate along the tile dim stored contiguously."""
+    layout = plan.operand(role).layout
+    inner = SLAB_BYTES // plan.elem_bytes
+    return {"tensor": plan.operand(role).tensor, "box": [inner, layout.rows],
+            "slabs": layout.cols // inner, "coords": [0, 1] if layout.transposed else [1, 0]}
+
+
+def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
+    """The warp-specialized ring for ``kernel`` (a clone the caller owns)."""
+    plan: TilingPlan = kernel.schedule.tiling
+    family = family_of(plan)
+    body = loop.regions[0]
+    iv = body.args[0]
+    lb = loop.operands[0]
+    step = loop.attrs["step_const"]
+    copies = [op for op in body.ops if op.name == COPY]
+    views = [c.operands[-1] for c in copies]
+    buffers = [v.owner.operands[0] for v in views]
+    roles = [buffer.owner.attrs["role"] for buffer in buffers]
+    # TMA writes its boxes in 128-byte swizzled slabs: the stages' layout from here on (the
+    # swizzle pass may pick another of TMA's modes).
+    layouts = {}
+    for buffer in buffers:
+        layout = tma_layout(buffer.type.layout, plan.elem_bytes)
+        layouts[buffer] = layout
+        buffer.type = buffer.type.with_(shape=(stages, *buffer.type.shape[1:]), layout=layout)
+        buffer.owner.attrs["stages"] = stages
+    for view, buffer in zip(views, buffers):
+        view.type = view.type.with_(layout=layouts[buffer])
+    consumer_warpgroups = plan.threads // WARPGROUP
+    stage_bytes = sum(v.type.numel for v in views) * plan.elem_bytes
+
+    pre = Builder(Block(), loop.loc)
+    full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
+    empty = pre.value(ALLOC, [], barrier_type(stages), "empty", count=consumer_warpgroups,
+                      role="empty")
+    pre.op("gpu.barrier")
+
+    # The producer: its own loop over the same K range, copies only.
+    region = Block()
+    ploop_body = Block()
+    k = ploop_body.add_arg(i32, "k")
+    p = Builder(ploop_body, loop.loc)
+    stage, parity = _stage_and_parity(p, k, lb, step, stages)
+    free = p.value("arith.sub", [constant(p, 1), parity], i32, "parity_free")
+    p.op(WAIT, [empty, stage, free])
+    p.op(EXPECT, [full, stage], attrs={"bytes": stage_bytes})
+    for copy, view, buffer, role in zip(copies, views, buffers, roles):
+        with p.located(copy.loc):
+            rank = copy.operands[0].type.rank
+            tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
+            stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
+            p.op(LOAD, [tensor, *offsets, stage_view, full, stage], attrs=_box(plan, role))
+    p.op("scf.yield")
+    region.ops.append(Op("scf.for", list(loop.operands[:3]), [], dict(loop.attrs),
+                         [ploop_body], loop.loc))
+    pre.block.ops.append(Op(PRODUCER, [], [], {}, [region], loop.loc))
+
+    # The consumers' loop: wait for the stage, compute on it, hand it back.
+    c = Builder(Block(), loop.loc)
+    kept = [op for op in body.ops if op not in copies and op.name != "gpu.barrier"
+            and not (op.name == "smem.stage" and op.results[0] in views)]
+    at = kept.index(dot)
+    c.block.ops.extend(kept[:at])
+    stage, parity = _stage_and_parity(c, iv, lb, step, stages)
+    c.op(WAIT, [full, stage, parity])
+    read_views = [c.value("smem.stage", [buffer, stage], view.type, view.hint)
+                  for buffer, view in zip(buffers, views)]
+    dot.operands = [*read_views, dot.operands[2]]
+    c.block.ops.append(dot)
+    c.op(ARRIVE, [empty, stage])
+    c.block.ops.extend(kept[at + 1:])
+    body.ops = c.block.ops
+
+    top = kernel.body.ops
+    index = top.index(loop)
+    kernel.body.ops = top[:index] + pre.block.ops + top[index:]
+    operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(op_plan.layout,
+                                                                     plan.elem_bytes))
+                     for op_plan in plan.operands)
+    kernel.schedule = kernel.schedule.with_(
+        tiling=dataclasses.replace(plan, operands=operands),
+        pipeline=PipelinePlan(stages),
+        roles=RolesPlan(consumer_warpgroups, family.producer_registers,
+                        family.consumer_registers(consumer_warpgroups), stages))
+    return kernel

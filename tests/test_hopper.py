@@ -1,0 +1,235 @@
+"""The sm_90a path on the CPU: wgmma fed by TMA through a warp-specialized mbarrier ring.
+
+The schedule in the IR (roles, ring, layouts), the descriptors against the layout TMA writes,
+the lowered kernels run by the CPU executor (the producer region as a coroutine beside the
+consumers, TMA boxes landing when their barrier's phase completes, wgmma reading where its
+descriptors point) against float64, and planted protocol bugs that the executor turns into
+wrong results or a named deadlock.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tilec.cpu.interpreter import InterpreterError, run_kernel
+from tilec.families.catalogue import op_catalogue
+from tilec.families.tma import SWIZZLE_128B, tma_layout
+from tilec.families.wgmma import WgmmaLayout, descriptor_offsets
+from tilec.ir.printer import print_kernel
+from tilec.kernel import load_file
+from tilec.options import Options, target_arch
+from tilec.pipeline import run_pipeline
+from tilec.target.layout import SmemLayout
+
+from .test_ptxas import load_sample
+
+SHAPE = dict(M=150, N=130, K=200)  # ragged everywhere; K spans 4 steps of 64
+
+
+def compiled(sample: str = "matmul", dtype: str = "f16", stages: int = 3, **consts):
+    consts = {"BM": 128, "BN": 128, "BK": 64, **consts}
+    function = load_sample(sample, dtype)
+    kernel = function.lower(**consts)
+    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages), keep_ir=True)
+
+
+def random_inputs(kernel, rng, shape=SHAPE):
+    arrays = {}
+    for param in kernel.params:
+        if not hasattr(param.type, "shape"):
+            arrays[param.name] = 0.5
+            continue
+        dims = tuple(shape[d] if isinstance(d, str) else d for d in param.type.shape)
+        arrays[param.name] = rng.standard_normal(dims).astype(np.float32)
+    return arrays
+
+
+def run_lowered(kernel, arrays, dtype="f16"):
+    """Run the lowered kernel on 16-bit copies of A and B; returns C."""
+    args = {}
+    for name, value in arrays.items():
+        if name in ("A", "B") and isinstance(value, np.ndarray):
+            value = value.astype(np.float16) if dtype == "f16" else _bf16_bits(value)
+        elif isinstance(value, np.ndarray):
+            value = np.full_like(value, np.nan) if name == "C" else value
+        args[name] = value
+    run_kernel(kernel, args, ops=op_catalogue())
+    return args["C"]
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _reference(arrays, dtype):
+    a, b = arrays["A"], arrays["B"]
+    if dtype == "f16":
+        a, b = a.astype(np.float16), b.astype(np.float16)
+    else:
+        a = (_bf16_bits(a).astype(np.uint32) << 16).view(np.float32)
+        b = (_bf16_bits(b).astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def relative_error(got, want) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+# -- the schedule in the IR ---------------------------------------------------------------
+
+def test_the_schedule_shows_roles_ring_and_tma_layouts() -> None:
+    result = compiled(stages=4, BN=256)
+    kernel = result.kernel
+    roles = kernel.schedule.roles
+    assert (roles.consumer_warpgroups, roles.ring, roles.producer_registers,
+            roles.consumer_registers) == (2, 4, 40, 232)
+    assert kernel.schedule.threads == 384
+    plan = kernel.schedule.tiling
+    assert plan.kind == "wgmma" and plan.warps == (8, 1) and plan.warp_tile == (16, 256)
+    assert all(op.layout.slab == 64 and op.layout.swizzle == SWIZZLE_128B
+               for op in plan.operands)
+    text = result.stages["double_buffer"]
+    assert "#roles = {producer = warpgroup 2" in text and "ring = 4" in text
+    for op in ("ws.producer", "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait",
+               "mbar.arrive"):
+        assert op in text, op
+    assert "wgmma.mma" in print_kernel(kernel)
+    acc = [op for op in kernel.walk() if op.name == "wgmma.mma"][0].result.type.layout
+    assert isinstance(acc, WgmmaLayout)
+
+
+def test_an_h100_compiles_for_sm_90a_by_default() -> None:
+    assert target_arch((9, 0)) == "sm_90a"
+    assert target_arch((8, 0)) == "sm_80" and target_arch((8, 9)) == "sm_86"
+    # An "a" target runs on its own capability only.
+    assert target_arch((10, 0)) == "sm_90"
+
+
+# -- descriptors describe what TMA wrote ---------------------------------------------------
+
+@pytest.mark.parametrize("role, transposed, rows, cols", [
+    ("A", False, 128, 64), ("A", False, 64, 128), ("A", True, 64, 192),
+    ("B", False, 64, 256), ("B", True, 128, 64), ("B", True, 256, 128),
+])
+def test_descriptors_read_exactly_where_the_tma_layout_stores(role, transposed, rows,
+                                                              cols) -> None:
+    """The wgmma descriptor model (start, LBO, SBO, 128-byte swizzle on addresses) and the
+    shared layout TMA fills agree on every element of every k16 piece: the two are written
+    independently, so this pins both."""
+    layout = tma_layout(SmemLayout(rows, cols, transposed=transposed), 2)
+    k_extent = cols if (role == "A") != transposed else rows
+    mn_extent = rows if (role == "A") != transposed else cols
+    for mn0, k0 in itertools.product(range(0, mn_extent, 64), range(0, k_extent, 16)):
+        mn = min(64, mn_extent - mn0)
+        got = descriptor_offsets(layout, role, mn0, k0, mn, 2)
+        m, k = np.meshgrid(np.arange(mn), np.arange(16), indexing="ij")
+        i, j = (mn0 + m, k0 + k) if role == "A" else (k0 + k, mn0 + m)
+        want = np.vectorize(layout.logical_offset)(i, j)
+        assert np.array_equal(got, want if role == "A" else want.T), (mn0, k0)
+
+
+# -- the lowered kernels on the CPU ---------------------------------------------------------
+
+@pytest.mark.parametrize("sample, dtype, stages, consts", [
+    ("matmul", "f16", 3, {}),
+    ("matmul", "bf16", 2, {"BN": 256}),
+    ("matmul", "f16", 4, {"BM": 64, "BK": 128}),
+    ("matmul_bt", "f16", 2, {"BM": 192, "BN": 64}),
+    ("matmul_bt", "bf16", 5, {}),
+])
+def test_lowered_hopper_kernels_compute_the_product(sample, dtype, stages, consts) -> None:
+    kernel = compiled(sample, dtype, stages, **consts).kernel
+    rng = np.random.default_rng(7)
+    arrays = random_inputs(kernel, rng)
+    if sample == "matmul_bt":
+        arrays["B"] = np.ascontiguousarray(arrays["B"])
+        want = _reference({"A": arrays["A"], "B": arrays["B"].T}, dtype)
+    else:
+        want = _reference(arrays, dtype)
+    got = run_lowered(kernel, arrays, dtype)
+    assert not np.isnan(got).any()
+    assert relative_error(got, want) < 1e-5
+
+
+def test_the_fused_epilogue_runs_after_the_consumers_loop() -> None:
+    """gemm_epilogue (alpha, beta * C, bias, relu, f16 out) on the consumers' accumulators
+    gives what the tile program means (the interpreter on the frontend's IR)."""
+    function = load_sample("gemm_epilogue", "f16")
+    lowered = compiled("gemm_epilogue", "f16", 3).kernel
+    rng = np.random.default_rng(3)
+    arrays = random_inputs(lowered, rng)
+    args = {k: (v.astype(np.float16) if isinstance(v, np.ndarray) and k != "bias" else v)
+            for k, v in arrays.items()}
+    meant = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    run_kernel(function.lower(BM=128, BN=128, BK=64), meant)
+    run_kernel(lowered, args, ops=op_catalogue())
+    written = [k for k, v in args.items()
+               if isinstance(v, np.ndarray) and not np.array_equal(v, arrays[k].astype(v.dtype))]
+    assert written
+    for name in written:
+        assert relative_error(args[name].astype(np.float64),
+                              meant[name].astype(np.float64)) < 2e-3, name
+
+
+# -- planted protocol bugs ------------------------------------------------------------------
+
+def assert_caught(kernel, seed: int) -> None:
+    """A broken protocol shows on the CPU: a named deadlock, or a wrong result (stages read
+    before their boxes landed hold NaN, or older data)."""
+    arrays = random_inputs(kernel, np.random.default_rng(seed))
+    try:
+        got = run_lowered(kernel, arrays)
+    except InterpreterError as err:
+        assert "deadlock" in str(err), err
+        return
+    assert np.isnan(got).any() or relative_error(got, _reference(arrays, "f16")) > 1e-2
+
+
+def _consumer_loop(kernel):
+    return next(op for op in kernel.body.ops if op.name == "scf.for")
+
+
+def _drop(block, predicate) -> None:
+    block.ops = [op for op in block.ops if not predicate(op)]
+
+
+def test_a_consumer_that_does_not_wait_reads_unfilled_stages() -> None:
+    kernel = compiled(stages=3).kernel
+    _drop(_consumer_loop(kernel).regions[0], lambda op: op.name == "mbar.wait")
+    assert_caught(kernel, 1)
+
+
+def test_a_wait_for_the_wrong_parity_passes_too_early() -> None:
+    kernel = compiled(stages=3).kernel
+    loop = _consumer_loop(kernel)
+    wait = next(op for op in loop.regions[0].ops if op.name == "mbar.wait")
+    from tilec.ir.core import Builder
+    b = Builder(loop.regions[0])
+    one = b.value("arith.constant", [], wait.operands[2].type, "one", value=1)
+    flipped = b.value("arith.sub", [one, wait.operands[2]], wait.operands[2].type, "flipped")
+    ops = loop.regions[0].ops
+    ops.remove(one.owner), ops.remove(flipped.owner)
+    at = ops.index(wait)
+    ops[at:at] = [one.owner, flipped.owner]
+    wait.operands[2] = flipped
+    assert_caught(kernel, 2)
+
+
+def test_a_producer_that_does_not_wait_for_empty_stages_is_caught() -> None:
+    kernel = compiled(stages=2).kernel
+    producer = next(op for op in kernel.body.ops if op.name == "ws.producer")
+    loop = producer.regions[0].ops[0]
+    _drop(loop.regions[0], lambda op: op.name == "mbar.wait")
+    assert_caught(kernel, 5)
+
+
+def test_a_wrong_byte_count_is_a_named_deadlock() -> None:
+    kernel = compiled(stages=2).kernel
+    expect = next(op for op in kernel.walk() if op.name == "mbar.arrive_expect_tx")
+    expect.attrs["bytes"] += 16
+    arrays = random_inputs(kernel, np.random.default_rng(4))
+    with pytest.raises(InterpreterError, match=r"mbar.wait .*deadlock: .*full\[0\].*16 bytes outstanding"):
+        run_lowered(kernel, arrays)

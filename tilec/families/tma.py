@@ -1,0 +1,548 @@
+"""The TMA + mbarrier data-movement family (sm_90): tiles reach shared memory through the
+tensor memory accelerator (``cp.async.bulk.tensor``, PTX ISA 9.7.9.25.5), issued by one
+elected thread of a producer warpgroup, and complete on mbarriers (PTX ISA 9.7.13.15) whose
+phases the consumer warpgroups wait on; the consumers hand each stage back through a second
+mbarrier. The pipeline is a ring of ``full`` and ``empty`` barrier pairs:
+
+- producer, iteration i, stage s = i % S, parity p = (i / S) % 2: wait ``empty[s]`` for
+  parity p ^ 1 (a fresh barrier has completed the phase before its first, so the first S
+  waits pass), ``arrive.expect_tx`` on ``full[s]`` with the stage's bytes, one TMA load a
+  64-element slab of each operand completing on ``full[s]``;
+- consumers: wait ``full[s]`` for parity p (the TMA bytes have landed), compute, and one
+  thread of each warpgroup arrives on ``empty[s]``.
+
+Ops (defined here with their CPU semantics): ``mbar.alloc`` (a ring of barriers, initialised
+by thread 0), ``mbar.arrive_expect_tx``, ``tma.load``, ``mbar.wait``, ``mbar.arrive`` and
+``ws.producer`` (a region only the producer warpgroup runs; its other threads exit, and
+``setmaxnreg`` gives their registers to the consumers, PTX ISA 9.7.19.5). The kernel takes one
+128-byte tensor map per operand, by value (:meth:`TmaFamily.kernel_params`), which the
+launcher encodes (:func:`tensor_map_box`).
+
+On the CPU, the producer region runs as a coroutine beside the consumers (one runs at a time,
+switching where a wait cannot complete), a TMA load's elements land, in TMA's 128-byte
+swizzle, when its barrier's phase completes, and a wait that can never complete is an error
+naming the barrier.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from tilec.backend.abi import TENSOR_MAP, AbiParam
+from tilec.backend.context import Context, SmemView
+from tilec.cpu.executor import SharedWrite, block_state, read_global, share_block_state
+from tilec.cpu.interpreter import InterpState, InterpreterError, TensorRef
+from tilec.ir.core import Kernel, Op
+from tilec.ir.ops import OpDef, require
+from tilec.ir.types import I64, TileType
+from tilec.target.layout import SmemLayout, Swizzle
+
+from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
+                       Tracer)
+
+ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER = (
+    "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer")
+BARRIER_BYTES = 8  # one .b64 mbarrier
+SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
+MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
+
+
+# CU_TENSOR_MAP_SWIZZLE_128B on 16-bit elements: 16-byte chunk c of 128-byte row r lands at
+# chunk c ^ (r % 8) (rows from a 1024-byte aligned start).
+SWIZZLE_128B = Swizzle(3, 3, 3)
+
+
+def tma_layout(layout: SmemLayout, elem_bytes: int) -> SmemLayout:
+    """Where TMA's 128-byte swizzle puts a tile stored as ``layout``: slabs of one 128-byte
+    row width (a box each), swizzled by 8-row atom."""
+    return layout.with_swizzle(SWIZZLE_128B, slab=SLAB_BYTES // elem_bytes)
+
+
+def swizzle_mode(layout: SmemLayout, elem_bytes: int) -> int:
+    """The tensor map's swizzle span in bytes for a stage stored as ``layout`` (the
+    launcher's CU_TENSOR_MAP_SWIZZLE_*): only :func:`tma_layout`'s is made today."""
+    if layout != tma_layout(layout, elem_bytes):
+        raise ValueError(f"TMA writes 128-byte swizzled slabs, not {layout}")
+    return SLAB_BYTES
+
+
+def barrier_type(stages: int) -> TileType:
+    """The type of a ring of ``stages`` mbarriers in shared memory."""
+    return TileType(I64, (stages,), "smem")
+
+
+@dataclass(frozen=True)
+class Box:
+    """What one ``tma.load`` moves, read off its attributes: per slab, a box of
+    ``inner x outer`` elements in the tensor's storage order (inner contiguous), the slabs
+    side by side along the inner dim; ``coords``: which of the op's tile offsets is the inner
+    coordinate and which the outer."""
+
+    inner: int
+    outer: int
+    slabs: int
+    coords: tuple[int, int]
+
+    @classmethod
+    def of(cls, op: Op) -> "Box":
+        return cls(op.attrs["box"][0], op.attrs["box"][1], op.attrs["slabs"],
+                   tuple(op.attrs["coords"]))
+
+    def bytes(self, elem_bytes: int) -> int:
+        return self.inner * self.outer * self.slabs * elem_bytes
+
+
+def tensor_map_box(kernel: Kernel, tensor: str) -> tuple[int, int, int]:
+    """The box (inner, outer elements) and swizzle span (bytes) the kernel's TMA loads of
+    ``tensor`` use: what the launcher encodes the tensor's map with."""
+    for op in kernel.walk():
+        if op.name == LOAD and op.attrs["tensor"] == tensor:
+            box = Box.of(op)
+            view = op.operands[3].type
+            return box.inner, box.outer, swizzle_mode(view.layout, view.dtype.bytes)
+    raise ValueError(f"kernel '{kernel.name}' loads no tile of '{tensor}' with TMA")
+
+
+# -- PTX -------------------------------------------------------------------------------------
+
+@dataclass
+class Barriers:
+    """A ring of mbarriers in shared memory: the u32 address of barrier 0."""
+
+    address: str
+
+
+def _barrier_address(ctx: Context, bars: Barriers, stage_value) -> str:
+    stage = ctx.const(stage_value)
+    if stage is not None:
+        return ctx.int_op("add.s32", bars.address, stage * BARRIER_BYTES)
+    return ctx.mad(ctx.get(stage_value), BARRIER_BYTES, bars.address)
+
+
+def _thread_is(ctx: Context, tid_mask: Optional[int], value: int) -> str:
+    """A predicate: (tid & mask) == value, or tid == value without a mask; computed once."""
+    def compute() -> str:
+        tid = ctx.tid() if tid_mask is None else ctx.int_op("and.b32", ctx.tid(), tid_mask)
+        reg = ctx.w.reg("pred")
+        ctx.w.emit(f"setp.eq.u32 {reg}, {tid}, {value};")
+        return reg
+    return ctx.w.once(("thread_is", tid_mask, value), compute)
+
+
+def _alloc(ctx: Context, op: Op) -> None:
+    """Barriers sit in the dynamic shared memory like buffers; thread 0 initialises them
+    (mbarrier.init, PTX ISA 9.7.13.15.9) and fences the init for the async proxy; a CTA
+    barrier (the pass puts one after the allocations) publishes them."""
+    stages = op.result.type.shape[0]
+    offset = -(-ctx.smem_bytes // BARRIER_BYTES) * BARRIER_BYTES
+    ctx.smem_bytes = offset + stages * BARRIER_BYTES
+    address = ctx.int_op("add.s32", ctx.smem_base(), offset)
+    first = _thread_is(ctx, None, 0)
+    for stage in range(stages):
+        ctx.w.emit(f"@{first} mbarrier.init.shared::cta.b64 [{address}+{stage * BARRIER_BYTES}], "
+                   f"{op.attrs['count']};")
+    ctx.w.emit(f"@{first} fence.mbarrier_init.release.cluster;")
+    ctx.bind(op.result, Barriers(address))
+
+
+def _expect(ctx: Context, op: Op) -> None:
+    address = _barrier_address(ctx, ctx.get(op.operands[0]), op.operands[1])
+    ctx.w.emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{address}], {op.attrs['bytes']};")
+
+
+def _tensor_map(ctx: Context, tensor: str) -> str:
+    """The generic address of the tensor's map, a kernel parameter passed by value."""
+    def compute() -> str:
+        reg = ctx.w.reg("b64")
+        ctx.w.emit(f"mov.u64 {reg}, {ctx.workspace[tensor]};")
+        ctx.w.emit(f"cvta.param.u64 {reg}, {reg};")
+        return reg
+    return ctx.w.once(("tensor_map", tensor), compute)
+
+
+def _load(ctx: Context, op: Op) -> None:
+    """One cp.async.bulk.tensor.2d per 64-element slab, into consecutive slabs of the stage,
+    each completing its bytes on the stage's full barrier."""
+    box = Box.of(op)
+    offsets = [ctx.get(v) for v in op.operands[1:3]]
+    view: SmemView = ctx.get(op.operands[3])
+    address = _barrier_address(ctx, ctx.get(op.operands[4]), op.operands[5])
+    tensor_map = _tensor_map(ctx, op.attrs["tensor"])
+    inner, outer = offsets[box.coords[0]], offsets[box.coords[1]]
+    slab_bytes = box.inner * box.outer * view.buffer.elem_bytes
+    for slab in range(box.slabs):
+        x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
+        ctx.w.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                   f"[{view.address}+{slab * slab_bytes}], [{tensor_map}, {{{x}, {outer}}}], "
+                   f"[{address}];")
+
+
+def _wait(ctx: Context, op: Op) -> None:
+    """Spin on try_wait.parity until the phase of the given parity has completed."""
+    address = _barrier_address(ctx, ctx.get(op.operands[0]), op.operands[1])
+    parity = ctx.operand(op.operands[2])
+    done = ctx.w.reg("pred")
+    label = ctx.w.label("wait")
+    ctx.w.raw(f"{label}:")
+    ctx.w.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {done}, [{address}], {parity};")
+    ctx.w.emit(f"@!{done} bra.uni {label};")
+
+
+def _arrive(ctx: Context, op: Op) -> None:
+    """One arrival per consumer warpgroup, from its first thread, after its wgmma reads of
+    the stage have completed (wgmma.wait_group is warpgroup-wide)."""
+    address = _barrier_address(ctx, ctx.get(op.operands[0]), op.operands[1])
+    leader = _thread_is(ctx, 127, 0)
+    ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
+
+
+def _producer(ctx: Context, op: Op) -> None:
+    """The warp-specialized split: threads from ``consumer_threads`` on are the producer
+    warpgroup. It gives up registers, its elected thread runs the region, and all of it
+    exits; the consumers take the registers and go on (setmaxnreg: PTX ISA 9.7.19.5)."""
+    roles = ctx.kernel.schedule.roles
+    w = ctx.w
+    consumer = w.reg("pred")
+    w.emit(f"setp.lt.u32 {consumer}, {ctx.tid()}, {roles.consumer_threads};")
+    consumers, done = w.label("consumers"), w.label("producer_done")
+    w.emit(f"@{consumer} bra.uni {consumers};")
+    w.emit(f"setmaxnreg.dec.sync.aligned.u32 {roles.producer_registers};")
+    elected = w.reg("pred")
+    w.emit(f"setp.ne.u32 {elected}, {ctx.tid()}, {roles.consumer_threads};")
+    w.emit(f"@{elected} bra.uni {done};")
+    ctx.emit_block(ctx, op.regions[0].ops)
+    w.raw(f"{done}:")
+    w.emit("exit;")
+    w.raw(f"{consumers}:")
+    w.emit(f"setmaxnreg.inc.sync.aligned.u32 {roles.consumer_registers};")
+
+
+# -- type rules ------------------------------------------------------------------------------
+
+def _is_barriers(value) -> bool:
+    t = value.type
+    return isinstance(t, TileType) and t.dtype == I64 and t.space == "smem" and t.rank == 1
+
+
+def _check_alloc(op: Op) -> None:
+    require(_is_barriers(op.result), "mbar.alloc yields a ring of i64 barriers in shared memory")
+    require(isinstance(op.attrs["count"], int) and op.attrs["count"] >= 1,
+            "a barrier's arrival count is a positive integer")
+
+
+def _check_barrier_operand(op: Op) -> None:
+    require(_is_barriers(op.operands[0]), f"{op.name} takes a ring of barriers first")
+
+
+def _check_load(op: Op) -> None:
+    tensor, _, _, view, bars, _ = op.operands
+    require(tensor.type.rank == 2, "tma.load reads a 2-D tensor")
+    require(isinstance(view.type, TileType) and view.type.space == "smem",
+            "tma.load writes a shared stage")
+    require(_is_barriers(bars), "tma.load completes on a ring of barriers")
+    box = Box.of(op)
+    layout = view.type.layout
+    require(box.inner * view.type.dtype.bytes == SLAB_BYTES and box.outer <= MAX_BOX,
+            f"a box is {SLAB_BYTES} bytes wide and at most {MAX_BOX} rows")
+    require(isinstance(layout, SmemLayout) and layout == tma_layout(layout, view.type.dtype.bytes)
+            and (layout.rows, layout.cols) == (box.outer, box.inner * box.slabs),
+            f"TMA fills a stage of 128-byte swizzled slabs, {box.slabs} of {box.outer} x "
+            f"{box.inner}, not {layout}")
+
+
+def _check_producer(op: Op) -> None:
+    require(not op.regions[0].args, "the producer region takes no arguments")
+
+
+# -- CPU semantics -----------------------------------------------------------------------------
+
+@dataclass
+class BarrierState:
+    """One mbarrier: arrivals and transaction bytes still expected in its current phase, the
+    phases completed so far, and the writes that land when the current phase completes."""
+
+    count: int
+    arrived: int = 0
+    tx: int = 0
+    phases: int = 0
+    landing: list[SharedWrite] = field(default_factory=list)
+
+    def maybe_complete(self) -> None:
+        if self.arrived == self.count and self.tx == 0:
+            for write in self.landing:
+                write.buffer.storage[write.offsets] = write.values
+            for buffer in {id(w.buffer): w.buffer for w in self.landing}.values():
+                buffer.refresh()
+            self.landing = []
+            self.arrived = 0
+            self.phases += 1
+
+
+class Roles:
+    """The consumer (the interpreter's own thread) and the producer region (a coroutine on a
+    thread of its own); exactly one runs at a time, handing over where a wait cannot
+    complete."""
+
+    def __init__(self) -> None:
+        self.turn = "consumer"
+        self.lock = threading.Condition()
+        self.producer_done = False
+        self.producer_error: Optional[BaseException] = None
+        self.aborted = False
+        self.thread: Optional[threading.Thread] = None
+        self.blocked: dict[str, str] = {}  # per role, the wait it last handed over at
+
+    def start(self, run: Callable[[], None]) -> None:
+        def body() -> None:
+            with self.lock:
+                self.lock.wait_for(lambda: self.turn == "producer" or self.aborted)
+            if not self.aborted:
+                try:
+                    run()
+                except BaseException as err:  # noqa: BLE001 - handed to the consumer
+                    self.producer_error = err
+            with self.lock:
+                self.producer_done = True
+                self.turn = "consumer"
+                self.lock.notify_all()
+        self.thread = threading.Thread(target=body, daemon=True, name="tilec-producer")
+        self.thread.start()
+
+    def hand_over(self, me: str) -> None:
+        """Let the other role run until it hands back (or the producer finishes)."""
+        other = "producer" if me == "consumer" else "consumer"
+        with self.lock:
+            self.turn = other
+            self.lock.notify_all()
+            self.lock.wait_for(lambda: self.turn == me or self.aborted)
+        if self.aborted and me == "producer":
+            raise _Aborted()
+        if me == "consumer" and self.producer_error is not None:
+            error, self.producer_error = self.producer_error, None
+            raise error
+
+    def finish(self, ok: bool, progress: Callable[[], int]) -> None:
+        """At the end of the program: run the producer to its end, or stop it. A producer
+        that hands back with nothing changed waits for ever: a deadlock, raised as the
+        producer's wait describes it."""
+        if self.thread is None:
+            return
+        try:
+            while ok and not self.producer_done:
+                before = progress()
+                self.hand_over("consumer")
+                if not self.producer_done and progress() == before:
+                    raise InterpreterError(f"deadlock: the producer region never finishes: "
+                                           f"{self.blocked.get('producer', '')}")
+        finally:
+            with self.lock:
+                self.aborted = True
+                self.lock.notify_all()
+            self.thread.join()
+
+
+class _Aborted(BaseException):
+    """Ends a producer coroutine whose program failed."""
+
+
+@dataclass
+class TmaBlock:
+    """The family's state in one thread block."""
+
+    barriers: dict[int, list[BarrierState]] = field(default_factory=dict)
+    roles: Optional[Roles] = None
+    producer_state: Any = None  # the interpreter state the producer region runs in
+    progress: int = 0  # barrier operations so far: a hand-over that changes none is stuck
+
+
+def _block(state: InterpState) -> TmaBlock:
+    return block_state(state).movement_state(FAMILY, TmaBlock)
+
+
+def _barrier(state: InterpState, op: Op, bars: Any, stage: int) -> BarrierState:
+    """Barrier [stage] of a ring; every op that takes one counts as progress."""
+    block = _block(state)
+    block.progress += 1
+    ring = block.barriers.get(id(bars))
+    if ring is None:
+        raise state.error(op, "operand is not an mbar.alloc of this program")
+    if not 0 <= stage < len(ring):
+        raise state.error(op, f"barrier {stage} of a ring of {len(ring)}")
+    return ring[stage]
+
+
+def _execute_alloc(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    stages = op.result.type.shape[0]
+    value = np.zeros(stages, dtype=np.int64)
+    _block(state).barriers[id(value)] = [BarrierState(op.attrs["count"]) for _ in range(stages)]
+    return [value]
+
+
+def _execute_expect(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    barrier = _barrier(state, op, operands[0], operands[1])
+    barrier.arrived += 1
+    barrier.tx += op.attrs["bytes"]
+    if barrier.arrived > barrier.count:
+        raise state.error(op, f"{barrier.arrived} arrivals on a barrier expecting "
+                              f"{barrier.count}")
+    barrier.maybe_complete()
+    return []
+
+
+@lru_cache(maxsize=None)
+def _storage_offsets(layout: SmemLayout, box: Box) -> np.ndarray:
+    rows, cols = np.meshgrid(np.arange(box.outer), np.arange(box.inner * box.slabs),
+                             indexing="ij")
+    return np.vectorize(layout.offset)(rows, cols)
+
+
+def _execute_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    tensor: TensorRef = operands[0]
+    box = Box.of(op)
+    buffer, stage = block_state(state).shared(state, op, operands[3], want_stage=True)
+    barrier = _barrier(state, op, operands[4], operands[5])
+    eb = op.operands[3].type.dtype.bytes
+    # Box element (outer r, inner i) is tile element [r, i] along the op's coords' dims.
+    inner0, outer0 = operands[1 + box.coords[0]], operands[1 + box.coords[1]]
+    outer, inner = np.meshgrid(np.arange(box.outer), np.arange(box.inner * box.slabs),
+                               indexing="ij")
+    index = [None, None]
+    index[box.coords[0]], index[box.coords[1]] = inner0 + inner, outer0 + outer
+    values = read_global(state, op, tensor, index, [True, True])
+    # The box lands as the stage's layout stores it (storage row = outer, column = inner).
+    layout: SmemLayout = op.operands[3].type.layout
+    offsets = stage * buffer.stage_size + _storage_offsets(layout, box)
+    barrier.landing.append(SharedWrite(buffer, offsets.ravel(), values.ravel()))
+    barrier.tx -= box.bytes(eb)
+    barrier.maybe_complete()
+    return []
+
+
+def _execute_wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    barrier = _barrier(state, op, operands[0], operands[1])
+    parity = operands[2]
+    block = _block(state)
+    me = "producer" if state is block.producer_state else "consumer"
+    while barrier.phases % 2 == parity:
+        roles = block.roles
+        stuck = (f"it waits for phase parity {parity} of "
+                 f"{op.operands[0].hint or 'a barrier'}[{operands[1]}], which nothing left "
+                 f"can complete ({barrier.arrived} of {barrier.count} arrivals, "
+                 f"{barrier.tx} bytes outstanding)")
+        if roles is None or (me == "consumer" and roles.producer_done):
+            raise state.error(op, f"deadlock: {stuck}; no producer is left to run")
+        before = block.progress
+        roles.blocked[me] = f"{op.name} at {op.loc}: {stuck}"
+        roles.hand_over(me)
+        if barrier.phases % 2 == parity and block.progress == before \
+                and not (me == "consumer" and roles.producer_done):
+            other = "consumer" if me == "producer" else "producer"
+            raise state.error(op, f"deadlock: {stuck}; and the {other} is stuck: "
+                                  f"{roles.blocked.get(other, 'at its end')}")
+    return []
+
+
+def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    barrier = _barrier(state, op, operands[0], operands[1])
+    # One arrival per consumer warpgroup: the executor runs the warpgroups as one.
+    consumers = state.kernel.schedule.roles.consumer_warpgroups
+    barrier.arrived += consumers
+    if barrier.arrived > barrier.count:
+        raise state.error(op, f"{barrier.arrived} arrivals on a barrier expecting "
+                              f"{barrier.count}")
+    barrier.maybe_complete()
+    return []
+
+
+def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    block = _block(state)
+    if block.roles is not None:
+        raise state.error(op, "a second producer region in one program")
+    producer = state.fork()
+    share_block_state(state, producer)
+    block.producer_state = producer
+    block.roles = Roles()
+
+    def run() -> None:
+        try:
+            producer.run_block(op.regions[0], [])
+        except _Aborted:
+            pass
+
+    block.roles.start(run)
+    roles = block.roles
+    state.at_program_end(lambda ok: roles.finish(ok, lambda: block.progress))
+    return []
+
+
+# -- the race checker's view -------------------------------------------------------------------
+# The producer and the consumers run different programs, ordered by the barriers' phases:
+# tilec/analysis/mbarriers.py checks that protocol; the generic trace walks only the ops every
+# thread runs, so these hooks have nothing to record.
+
+class TmaFamily(MovementFamily):
+    name = "tma"
+    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER})
+    pipeline = PipelineOps(LOAD, EXPECT, WAIT)
+    stage_writers = frozenset({LOAD})
+    words = CompletionWords(
+        completer=WAIT,
+        not_covered="its stage's full barrier has not completed the phase the load joined",
+        read_hint="wait on the stage's full barrier (mbar.wait) before reading it",
+        refill_hint="wait on the stage's empty barrier before refilling it",
+        end_hint="wait for every load's barrier before the kernel ends")
+
+    def emitters(self) -> Mapping[str, Emitter]:
+        return {ALLOC: _alloc, EXPECT: _expect, LOAD: _load, WAIT: _wait, ARRIVE: _arrive,
+                PRODUCER: _producer}
+
+    def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
+        return dict(copy.attrs)
+
+    def trace_op(self, op: Op, tracer: Tracer) -> None:
+        return None
+
+    def completes_on_issue(self, op: Op) -> bool:
+        return False
+
+    def observe(self, event: Event, checker: Completions) -> None:
+        return None
+
+    def describe(self, event: Event) -> Optional[str]:
+        return None
+
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return (
+            OpDef(ALLOC, "a ring of mbarriers in shared memory, each expecting `count` "
+                  "arrivals a phase; thread 0 initialises them", 0, 1,
+                  attrs=("count", "role"), check=_check_alloc, evaluate=_execute_alloc),
+            OpDef(EXPECT, "arrive on barrier [stage] and expect `bytes` more transaction bytes "
+                  "this phase", 2, 0, attrs=("bytes",), check=_check_barrier_operand,
+                  evaluate=_execute_expect),
+            OpDef(LOAD, "one elected thread copies a tile into a shared stage with TMA, "
+                  "completing its bytes on barrier [stage]; out-of-bounds elements are zeros",
+                  6, 0, attrs=("tensor", "box", "slabs", "coords"), check=_check_load,
+                  evaluate=_execute_load),
+            OpDef(WAIT, "wait until barrier [stage] has completed the phase of this parity",
+                  3, 0, check=_check_barrier_operand, evaluate=_execute_wait),
+            OpDef(ARRIVE, "one arrival on barrier [stage] from each consumer warpgroup", 2, 0,
+                  check=_check_barrier_operand, evaluate=_execute_arrive),
+            OpDef(PRODUCER, "a region the producer warpgroup runs (its elected thread), beside "
+                  "the consumers; the producer warpgroup exits at its end", 0, 0, regions=1,
+                  check=_check_producer, evaluate=_execute_producer),
+        )
+
+    def visible_at_barrier(self, state: Any) -> list[SharedWrite]:
+        return []  # TMA writes become visible through their mbarrier, not bar.sync
+
+    def kernel_params(self, kernel: Kernel) -> tuple[AbiParam, ...]:
+        tensors = dict.fromkeys(op.attrs["tensor"] for op in kernel.walk() if op.name == LOAD)
+        return tuple(AbiParam(f"{name}_tensor_map", TENSOR_MAP, name, "tensor_map")
+                     for name in tensors)
+
+
+FAMILY = TmaFamily()

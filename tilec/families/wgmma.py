@@ -1,0 +1,352 @@
+"""The wgmma family (sm_90a): ``wgmma.mma_async`` m64nNk16 on f16/bf16 tiles with both
+operands read by the tensor cores from shared memory through 64-bit matrix descriptors,
+f32 accumulation in registers.
+
+A consumer warpgroup (4 warps) owns 64 rows of the block tile and all of its BN columns;
+BM / 64 warpgroups cover the block. Per stage of BK, one ``wgmma.mma`` op issues
+``wgmma.fence``, one ``wgmma.mma_async`` per k16 step, ``wgmma.commit_group`` and
+``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
+family) in its 128-byte swizzle: 64-element slabs of 128-byte rows whose 16-byte chunks are
+XOR-ed by the row within each 8-row, 1024-byte atom, which is the descriptors' SW128
+canonical layout (PTX ISA 9.7.15.5.1.2).
+
+Here: the accumulator layout (:class:`WgmmaLayout`: per warp exactly mma.sync's m16n8 C
+fragments along n, so the epilogue is the mma family's), the descriptor fields
+(:func:`descriptor_fields`), the element addresses a descriptor implies
+(:func:`descriptor_offsets`, which the CPU semantics read instead of the shared layout, so a
+descriptor that disagrees with where TMA put the data gives a wrong result on the CPU too),
+the emitter, the op definition and the explain text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, ClassVar, Iterator, Optional, Sequence
+
+import numpy as np
+
+from tilec.backend.context import Context, SmemView
+from tilec.cpu.executor import block_state, checked_register_map
+from tilec.cpu.interpreter import InterpState
+from tilec.ir.core import Op
+from tilec.ir.ops import OpDef, require
+from tilec.ir.schedule import WARPGROUP, OperandPlan, TilingPlan
+from tilec.ir.types import BF16, F16, DType, TileType
+from tilec.options import Options
+from tilec.target.layout import DistributedLayout, SmemLayout, conflict_degree, operand_k_major
+
+from .mma_sync import MmaLayout
+from .product import ExplainShape, ExplainText, ProductFamily
+from .tma import tma_layout
+
+WGMMA_M, WGMMA_K = 64, 16  # m64nNk16 for 16-bit inputs, PTX ISA 9.7.15.5
+WGMMA_N_MAX, WGMMA_N_STEP = 256, 8
+SW128_BYTES = 128  # the 128-byte swizzle: one row of an atom
+ATOM_ROWS = 8  # rows of one swizzle atom (1024 bytes)
+DESCRIPTOR_LAYOUT_SW128 = 1  # bits 62-63 of a descriptor
+MAX_CONSUMER_WARPGROUPS = 4
+PRODUCER_REGISTERS = 40  # setmaxnreg.dec for the producer warpgroup (CUTLASS's choice)
+REGISTER_FILE = 65536
+MAX_SETMAXNREG = 240  # a consumer never needs more; setmaxnreg takes 24..256
+
+
+@dataclass(frozen=True)
+class WgmmaLayout(MmaLayout):
+    """The accumulator of wgmma m64nN: warp ``w`` of the block holds rows ``16 w`` to
+    ``16 w + 15`` (warpgroup ``w // 4`` owns 64), and lane ``l`` register ``i`` is element
+    (``l / 4 + 8 ((i / 2) % 2)``, ``8 (i / 4) + 2 (l % 4) + i % 2``) of the warp's 16 rows:
+    mma.sync's m16n8 C fragments one n8 tile after the other (PTX ISA 9.7.15.5.1.1, Figure
+    "WGMMA .m64nNk16 register fragment layout for accumulator"), so ``warps`` is (BM / 16, 1)
+    and ``warp_tile`` (16, BN)."""
+
+    kind = "wgmma"
+
+
+# -- descriptors: PTX ISA 9.7.15.5.1.2 (matrix descriptor format) --------------------------
+
+@dataclass(frozen=True)
+class Descriptor:
+    """The fields of one operand's descriptors, offsets in bytes from the stage start.
+
+    ``start(mn0, k0)``: the byte offset of the core matrices at (mn0, k0); K-major operands
+    advance 32 bytes per k16 step inside their 128-byte rows, MN-major ones 16 rows. LBO:
+    unused by K-major SW128 (1 by convention); for MN-major, the distance between two
+    64-element slabs along mn. SBO: the distance between 8-row groups (1024 bytes)."""
+
+    k_major: bool
+    lbo: int
+    sbo: int
+    slab_bytes: int
+    row_bytes: int
+
+    def start(self, mn0: int, k0: int, elem_bytes: int) -> int:
+        contiguous, strided = (k0, mn0) if self.k_major else (mn0, k0)
+        slab, within = divmod(contiguous * elem_bytes, SW128_BYTES)
+        return slab * self.slab_bytes + strided * self.row_bytes + within
+
+
+def descriptor_fields(layout: SmemLayout, role: str) -> Descriptor:
+    """Descriptor fields for an operand stored as ``layout`` (TMA's 128-byte swizzle in
+    slabs of 128-byte rows: :func:`tilec.families.tma.tma_layout`)."""
+    k_major = operand_k_major(role, layout)
+    row_bytes = SW128_BYTES
+    slab_bytes = layout.rows * row_bytes
+    sbo = ATOM_ROWS * row_bytes
+    return Descriptor(k_major, 16 if k_major else slab_bytes, sbo, slab_bytes, row_bytes)
+
+
+def swizzle_bytes(byte_offset: np.ndarray | int) -> np.ndarray | int:
+    """The 128-byte swizzle on byte offsets from a 1024-byte aligned base: bits 4-6 XOR bits
+    7-9 (the hardware's view, independent of :class:`SmemLayout`)."""
+    return byte_offset ^ ((byte_offset >> 3) & 0x70)
+
+
+@lru_cache(maxsize=None)
+def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int,
+                       elem_bytes: int) -> np.ndarray:
+    """Element offsets (from the stage start) of the ``mn x 16`` operand piece at (mn0, k0)
+    as one wgmma reads it through its descriptor, ``[mn, k]`` for A and ``[k, mn]`` for B:
+    the canonical SW128 layout decoded from :func:`descriptor_fields` (start, LBO, SBO)."""
+    d = descriptor_fields(layout, role)
+    start = d.start(mn0, k0, elem_bytes)
+    m = np.arange(mn)[:, None]
+    k = np.arange(WGMMA_K)[None, :]
+    if d.k_major:
+        # Core matrices: 8 rows of 16 bytes; rows 128 bytes apart, 8-row groups SBO apart.
+        address = start + (m // ATOM_ROWS) * d.sbo + (m % ATOM_ROWS) * d.row_bytes \
+            + k * elem_bytes
+    else:
+        per_row = SW128_BYTES // elem_bytes
+        address = start + (m // per_row) * d.lbo + (k // ATOM_ROWS) * d.sbo \
+            + (k % ATOM_ROWS) * d.row_bytes + (m % per_row) * elem_bytes
+    # The descriptors say SW128 (the emitter refuses anything else); an unswizzled layout is
+    # read as the same slabs without it, for the swizzle pass's and explain's comparison.
+    offsets = (swizzle_bytes(address) if layout.swizzle.bits else address) // elem_bytes
+    offsets = offsets if role == "A" else offsets.T
+    offsets.flags.writeable = False
+    return offsets
+
+
+# -- the emitter ---------------------------------------------------------------------------
+WGMMA_TYPES = {F16: "f16", BF16: "bf16"}
+
+
+def _warpgroup(ctx: Context) -> str:
+    """This consumer thread's warpgroup index (tid / 128), computed once."""
+    return ctx.w.once("warpgroup", lambda: ctx.int_op("shr.u32", ctx.tid(), 7))
+
+
+def _descriptor(ctx: Context, view: SmemView, role: str, k0: int) -> str:
+    """The 64-bit descriptor of this warpgroup's piece of operand ``role`` at ``k0``."""
+    layout, eb = view.buffer.layout, view.buffer.elem_bytes
+    if layout != tma_layout(layout, eb):
+        raise ValueError(f"wgmma's descriptors read 128-byte swizzled slabs, not {layout}")
+    d = descriptor_fields(layout, role)
+    w = ctx.w
+
+    def base() -> str:
+        # The stage's address in 16-byte units (14 bits), plus this warpgroup's 64 rows of A.
+        address = view.address
+        if role == "A":
+            step = d.start(WGMMA_M, 0, eb)
+            address = ctx.mad(_warpgroup(ctx), step, address)
+        return ctx.int_op("and.b32", ctx.int_op("shr.u32", address, 4), 0x3FFF)
+
+    start = w.once(("wgmma_desc", view.address, role), base)
+    lo = ctx.int_op("add.s32", start, d.start(0, k0, eb) >> 4)
+    lo = ctx.int_op("or.b32", lo, (d.lbo >> 4) << 16)
+    hi = (d.sbo >> 4) | (DESCRIPTOR_LAYOUT_SW128 << 30)
+    desc = w.reg("b64")
+    w.emit(f"mov.b64 {desc}, {{{lo}, {hi}}};")
+    return desc
+
+
+def _wgmma(ctx: Context, op: Op) -> None:
+    """``wgmma.mma``: acc + A @ B over one stage of BK, one wgmma.mma_async per k16 step, the
+    accumulators updated in place (PTX ISA 9.7.15.5.2)."""
+    view_a: SmemView = ctx.get(op.operands[0])
+    view_b: SmemView = ctx.get(op.operands[1])
+    acc = ctx.get(op.operands[2])
+    plan = ctx.plan
+    bn, bk = plan.block[1], plan.block[2]
+    dtype = WGMMA_TYPES[op.operands[0].type.dtype]
+    trans_a = 0 if operand_k_major("A", view_a.buffer.layout) else 1
+    trans_b = 0 if operand_k_major("B", view_b.buffer.layout) else 1
+    w = ctx.w
+    accumulate = w.once("wgmma_scale_d", lambda: _true_predicate(ctx))
+    w.emit("wgmma.fence.sync.aligned;")
+    for k0 in range(0, bk, WGMMA_K):
+        desc_a = _descriptor(ctx, view_a, "A", k0)
+        desc_b = _descriptor(ctx, view_b, "B", k0)
+        w.emit(f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA_K}.f32.{dtype}.{dtype} "
+               f"{{{', '.join(acc)}}}, {desc_a}, {desc_b}, {accumulate}, 1, 1, {trans_a}, "
+               f"{trans_b};")
+    w.emit("wgmma.commit_group.sync.aligned;")
+    w.emit("wgmma.wait_group.sync.aligned 0;")
+    ctx.bind(op.result, list(acc))
+
+
+def _true_predicate(ctx: Context) -> str:
+    reg = ctx.w.reg("pred")
+    ctx.w.emit(f"setp.ne.u32 {reg}, 1, 0;")
+    return reg
+
+
+# -- the op and its CPU semantics ------------------------------------------------------------
+
+def _check_wgmma(op: Op) -> None:
+    a, b, acc = (v.type for v in op.operands)
+    require(all(isinstance(t, TileType) and t.space == "smem" for t in (a, b)),
+            "wgmma reads both operands from shared memory")
+    require(a.dtype == b.dtype, "wgmma operands share a dtype")
+    require(acc == op.result.type, "wgmma returns the accumulator type")
+    require(a.shape[1] == b.shape[0] and tuple(acc.shape) == (a.shape[0], b.shape[1]),
+            "wgmma operand shapes do not chain")
+    require(isinstance(acc.layout, WgmmaLayout), "the accumulator is in the wgmma layout")
+
+
+def _execute_wgmma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    """Per warpgroup and k16 step, A (64 x 16) and B (16 x BN) read where the descriptors
+    point (:func:`descriptor_offsets`) and D = f32(C + A @ B), products summed in float64
+    (exact for 16-bit inputs: one rounding per wgmma)."""
+    block = block_state(state)
+    (buffer_a, stage_a), (buffer_b, stage_b) = (
+        block.shared(state, op, value, want_stage=True) for value in operands[:2])
+    a_type, b_type, c_type = (v.type for v in op.operands)
+    layout: WgmmaLayout = c_type.layout
+    checked_register_map(state, op, layout, c_type.shape)
+    eb = a_type.dtype.bytes
+    bm, bk = a_type.shape
+    bn = b_type.shape[1]
+    a_storage = buffer_a.storage[stage_a * buffer_a.stage_size:][:buffer_a.stage_size]
+    b_storage = buffer_b.storage[stage_b * buffer_b.stage_size:][:buffer_b.stage_size]
+    acc = np.array(operands[2], dtype=np.float32)
+    for k0 in range(0, bk, WGMMA_K):
+        b = b_storage[descriptor_offsets(b_type.layout, "B", 0, k0, bn, eb)].astype(np.float64)
+        for m0 in range(0, bm, WGMMA_M):
+            a = a_storage[descriptor_offsets(a_type.layout, "A", m0, k0, WGMMA_M, eb)]
+            rows = slice(m0, m0 + WGMMA_M)
+            acc[rows] = (acc[rows] + a.astype(np.float64) @ b).astype(np.float32)
+    return [acc]
+
+
+WGMMA_MMA = OpDef("wgmma.mma", "acc + a @ b over one shared stage: a warpgroup's wgmma.mma_async "
+                  "per k16 step, operands read through shared-memory descriptors", 3, 1,
+                  check=_check_wgmma, pure=True, evaluate=_execute_wgmma)
+
+
+class Wgmma(ProductFamily):
+    """wgmma.mma_async m64nNk16, operands in shared memory (sm_90a)."""
+
+    name = "wgmma"
+    dtypes = ("f16", "bf16")
+    archs = ("sm_90a",)
+    movement = "tma"
+    fused_k_steps = True
+    producer_registers = PRODUCER_REGISTERS
+    k_step = WGMMA_K
+    granule = (16, WGMMA_N_STEP)
+    granule_why = " (wgmma m64nNk16: 16 rows a warp, N a multiple of 8)"
+    instruction = (WGMMA_M, 0, WGMMA_K)  # N is the block's: see make_instruction
+    layout = WgmmaLayout
+    load_op = None
+    product_op = "wgmma.mma"
+    read_name = "wgmma"
+    explain_text = ExplainText("(none: wgmma reads shared memory)", "wgmma.mma_async",
+                               "warpgroup", "-", "wgmma", "core matrices", ())
+    emitters = {"wgmma.mma": _wgmma}
+
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return (WGMMA_MMA,)
+
+    def applies(self, block: tuple[int, int, int], options: Options,
+                operands: Sequence[OperandPlan] = ()) -> bool:
+        """Whether this family takes the block: the arch, tiles wgmma and TMA's 128-byte
+        swizzle take, operands TMA can read (a unit-stride dim, 16-byte aligned rows: the
+        launch spec's vectors), no split-K, warps and swizzle left to the compiler. Otherwise
+        the mma family takes it (cp.async, or the pack kernel for misaligned operands)."""
+        tma_readable = all(op.vec * DType.parse(self.dtypes[0]).bytes == 16
+                           for op in operands)
+        return (options.arch in self.archs and self.block_problem(block, options) is None
+                and options.split_k == 1 and options.warps is None
+                and options.swizzle == "auto" and tma_readable)
+
+    def block_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
+        bm, bn, bk = block
+        if bm % WGMMA_M or not 1 <= bm // WGMMA_M <= MAX_CONSUMER_WARPGROUPS:
+            return f"BM={bm} is not 64 to {64 * MAX_CONSUMER_WARPGROUPS} in steps of 64"
+        # B may be stored N-major, in slabs of 64 columns (one 128-byte swizzle row).
+        if bn % 64 or bn > WGMMA_N_MAX:
+            return f"BN={bn} is not a multiple of 64 up to {WGMMA_N_MAX}"
+        if bk % 64:
+            return f"BK={bk} is not a multiple of 64 (one 128-byte swizzle row)"
+        return None
+
+    def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
+        return (WGMMA_M, block[1], WGMMA_K)
+
+    def choose_warps(self, bm: int, bn: int) -> tuple[int, int]:
+        return (bm // 16, 1)
+
+    def consumer_registers(self, consumer_warpgroups: int) -> int:
+        """setmaxnreg.inc for the consumers: what the register file leaves after the
+        producer's, a multiple of 8 (PTX ISA 9.7.19.5)."""
+        left = REGISTER_FILE - WARPGROUP * PRODUCER_REGISTERS
+        return min(MAX_SETMAXNREG, left // (WARPGROUP * consumer_warpgroups) // 8 * 8)
+
+    def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int) -> list[SmemLayout]:
+        return [tma_layout(op_plan.layout, elem_bytes)]
+
+    def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
+        return 0  # both operands stay in shared memory
+
+    def read_addresses(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                       warp_index: int, k0: int, elem_bytes: int) -> Iterator[list[int]]:
+        """The core matrices (8 rows of 16 bytes) one warpgroup's wgmma reads at ``k0``: eight
+        16-byte row addresses each, the unit the tensor core fetches."""
+        if warp_index:
+            return
+        role = op_plan.role
+        extent = plan.block[0] if role == "A" else plan.block[1]
+        offsets = descriptor_offsets(layout, role, 0, k0, extent, elem_bytes)
+        per_row = 16 // elem_bytes
+        grid = offsets if role == "A" else offsets.T  # [mn, k]
+        k_major = operand_k_major(role, layout)
+        if k_major:
+            for m0 in range(0, extent, ATOM_ROWS):
+                for kc in range(0, WGMMA_K, per_row):
+                    yield [int(grid[m0 + r, kc]) * elem_bytes for r in range(ATOM_ROWS)]
+        else:
+            for mc in range(0, extent, per_row):
+                for k in range(0, WGMMA_K, ATOM_ROWS):
+                    yield [int(grid[mc, k + r]) * elem_bytes for r in range(ATOM_ROWS)]
+
+    def read_access(self, role: str, layout: SmemLayout) -> str:
+        return "wgmma descriptor (" + ("K" if operand_k_major(role, layout) else "MN") \
+            + "-major)"
+
+    def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
+        return conflict_degree(addresses, 16)
+
+    def loads_per_k_step(self, plan: TilingPlan) -> tuple[int, int]:
+        return 0, 0
+
+    def products_per_k_step(self, accumulator: DistributedLayout) -> int:
+        return 1
+
+    def warp_tile_text(self, h: ExplainShape) -> str:
+        tm, tn = h.warp_tile
+        return (f"{tm} x {tn} per warp: a warpgroup's 64 x {tn} from one wgmma.mma_async "
+                f"m64n{tn}k16 per k-step, operands from shared memory")
+
+    def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
+        return ("instruction tile", "m{}n{}k{}".format(*h.instruction)
+                + f", {h.k_steps} k-steps per BK")
+
+    def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        return (f"viz draws ldmatrix bank maps and mma.sync fragments; {kernel} uses "
+                "wgmma, whose operands the tensor cores read from shared memory through "
+                "descriptors; see `tilec explain` for the TMA swizzle and its conflicts")
+
+
+FAMILY = Wgmma()
