@@ -378,7 +378,13 @@ def schedule_stages(kernel: Kernel) -> int:
 
 def check_schedule(kernel: Kernel, trip_count: Optional[int] = None) -> None:
     """Simulate the K loop for ``trip_count`` iterations (default: 2 * stages + 2, then every
-    count up to ``stages``) and raise :class:`HazardError` on the first shared-memory race."""
+    count up to ``stages``) and raise :class:`HazardError` on the first shared-memory race.
+    A warp-specialized kernel (``kernel.schedule.roles``) runs as a producer and consumers
+    ordered by mbarriers: :mod:`tilec.analysis.mbarriers` checks that protocol instead."""
+    if kernel.schedule.roles is not None:
+        from tilec.analysis.mbarriers import check_roles
+        check_roles(kernel, trip_count, HazardError)
+        return
     counts = [trip_count] if trip_count is not None else trip_counts(schedule_stages(kernel))
     for count in counts:
         check_trace(kernel, simulate(kernel, count))

@@ -37,6 +37,7 @@ from tilec.backend.copies import SMEM_ALIGN
 from tilec.compiler import Compiled
 from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
+from tilec.analysis.mbarriers import Step, programs
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
@@ -328,6 +329,8 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
     run long enough to see each stage twice, so their stage indices are read off as
     functions of ``it`` rather than assumed."""
     trips = 2 * stages + 2
+    if kernel.schedule.roles is not None:
+        return _roles_schedule(kernel, stages, trips)
     trace = simulate(kernel, trips)
     loop = trace.loop
     lower = 0
@@ -355,6 +358,54 @@ def _schedule(kernel: Kernel, stages: int, pipeline_fragments: bool) -> Schedule
         carried = tuple(f"{arg.hint} = {_fragment_source(arg, loop)}"
                         for arg in loop.regions[0].args[1:] if _is_operand_fragment(arg))
     return Schedule(stages, pipeline_fragments, tuple(rows), carried)
+
+
+def _roles_schedule(kernel: Kernel, stages: int, trips: int) -> Schedule:
+    """A warp-specialized kernel's schedule as the mbarrier checker runs it
+    (:mod:`tilec.analysis.mbarriers`): every thread's prologue, then the producer's and the
+    consumers' K loops, each op's barrier, stages and parity read off every iteration."""
+    rows: list[ScheduleRow] = []
+    for role, steps in zip(("", "producer ", "consumers "), programs(kernel, trips)):
+        by_op: dict[tuple, list[Step]] = {}
+        for step in steps:
+            phase = ("loop" if step.iteration is not None else
+                     "prologue" if step.where.startswith("before") else "after")
+            by_op.setdefault((phase, step.op), []).append(step)
+        for (phase, op), group in by_op.items():
+            rows.append(_roles_row(phase, role, group, stages))
+    return Schedule(stages, False, tuple(rows), ())
+
+
+def _roles_row(phase: str, role: str, group: list[Step], stages: int) -> ScheduleRow:
+    s = group[0]
+    views = dict.fromkeys(g.buffer for g in group if g.buffer is not None)
+    target = ", ".join(f"{b.hint}[{_of_it([g.stage for g in group if g.buffer is b], stages)}]"
+                       for b in views)
+    bar = ("" if s.ring is None else
+           f"{s.ring.hint}[{_of_it([g.index for g in group], stages)}]")
+    if s.kind == "wait":
+        parities = [g.parity for g in group]
+        rounds = [(it // stages) % 2 for it in range(len(group))]
+        parity = (f"(it/{stages})%2" if parities == rounds else f"1-(it/{stages})%2"
+                  if parities == [1 - r for r in rounds] else _of_it(parities))
+        return ScheduleRow(phase, role + "wait", bar, f"parity {parity}: until that phase "
+                           "of the barrier has completed")
+    if s.kind == "expect":
+        return ScheduleRow(phase, role + "expect_tx", bar, f"one arrival, {s.bytes} "
+                           "transaction bytes expected")
+    if s.kind == "arrive":
+        return ScheduleRow(phase, role + "arrive", bar, "one arrival per consumer "
+                           "warpgroup: the stage is free again")
+    if s.kind == "load":
+        return ScheduleRow(phase, role + "tma.load", target, f"{s.op.attrs['tensor']} tile "
+                           f"({s.bytes} B), completing on {bar}")
+    if s.kind == "alloc":
+        return ScheduleRow(phase, "mbar.alloc", s.ring.hint, f"{s.ring.type.shape[0]} "
+                           f"barriers of {s.op.attrs['count']} arrival(s) a phase")
+    if s.kind == "barrier":
+        return ScheduleRow(phase, role + "barrier", "", "bar.sync 0: every thread of the block")
+    return ScheduleRow(phase, role + s.op.name, target, "reads the stages in shared memory"
+                       if s.kind == "read" else s.kind)
 
 
 def _is_operand_fragment(value: Value) -> bool:
