@@ -128,3 +128,23 @@ def test_kernel_argument_wraps_values_by_parameter_type() -> None:
     assert type(kernel_argument(F32_PARAM, 1)) is F32Arg
     blob = kernel_argument(TENSOR_MAP, bytes(128))
     assert type(blob) is BlobArg and blob.param_type == TENSOR_MAP
+
+
+def test_a_cluster_the_device_refuses_says_what_clusters_need(monkeypatch) -> None:
+    fake = FakeDriver()
+    fake.CUresult = bindings.CUresult  # names the code, as the real module does
+    refused = int(bindings.CUresult.CUDA_ERROR_INVALID_CLUSTER_SIZE)
+    fake.cuLaunchKernelEx = lambda *args: (refused,)
+    monkeypatch.setattr(driver, "_cuda", fake)
+    function = fake_function()
+    function._device.compute_capability = (9, 0)
+    with pytest.raises(driver.CudaError) as error:
+        launch(function, (16, 1, 1), (384, 1, 1), 4096, None, ARGS, cluster=(16, 1, 1))
+    text = str(error.value)
+    assert error.value.name == "CUDA_ERROR_INVALID_CLUSTER_SIZE"
+    assert text.startswith("cuLaunchKernelEx failed: CUDA_ERROR_INVALID_CLUSTER_SIZE")
+    assert "kernel 'k', grid (16, 1, 1), block (384, 1, 1), cluster (16, 1, 1)" in text
+    assert "The device refused a cluster of 16 blocks" in text
+    assert "compute capability 9.0 or newer (this device has compute capability 9.0)" in text
+    assert "more than 8 blocks are not portable" in text
+    assert "each with 4096 bytes of dynamic shared memory and 384 threads" in text

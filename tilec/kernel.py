@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
+from tilec.launch.arch_check import check_runs_on
 from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisibility,
                                   grid_size, kernel_arguments, launch_grid, spec_for)
 from tilec.options import Options, Spec, target_arch
@@ -147,6 +148,7 @@ class TileFunction:
             raise TypeError(f"prepare() takes GPU arrays; argument(s) {', '.join(host)} are "
                             "host arrays")
         option_args.setdefault("arch", target_arch(current_device().compute_capability))
+        check_device_runs(option_args["arch"])
         kernel = self.lower(**consts)
         sizes = grid_size(kernel, bound.symbols)
         options = Options(**option_args, spec=spec_for(bound))
@@ -178,6 +180,7 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
     bound = bind_arguments(kernel.params, kernel.symbols, [], values)
     option_args = dict(option_args)
     option_args.setdefault("arch", target_arch(current_device().compute_capability))
+    check_device_runs(option_args["arch"])  # before staging copies or any module load
     written = written_params(kernel)
     sizes = grid_size(kernel, bound.symbols)
     with HostStaging() as staging:
@@ -204,10 +207,21 @@ def _with(bound, device_args):
     return Bound(device_args, bound.scalars, bound.symbols)
 
 
+def check_device_runs(arch: str) -> None:
+    """ValueError when the current device cannot run code compiled for ``arch`` (an sm_90a
+    kernel on anything but compute capability 9.0, say), naming both."""
+    from tilec.runtime import current_device
+    device = current_device()
+    check_runs_on(arch, device.compute_capability, f"device {device.ordinal} ({device.name})")
+
+
 def loaded_function(compiled: Compiled):
     """The driver function for a compiled kernel, loaded once and kept on it."""
     from tilec.runtime import load_module
     if compiled.loaded is None:
+        # Every launch path loads through here; plain calls and prepare() check earlier still,
+        # before their operand-pack kernels load.
+        check_device_runs(compiled.options.arch)
         module = load_module(compiled.ptx, name=compiled.name)
         function = module.function(compiled.rendered.entry)
         if compiled.rendered.smem_bytes > 48 * 1024:

@@ -16,6 +16,7 @@ from tilec.families.catalogue import op_catalogue
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
 from tilec.ir.types import ScalarType, TensorType
+from tilec.launch.tensor_maps import tensor_map_argument
 from tilec.options import Spec, TensorSpec
 from tilec.passes.coverage import check_launch
 
@@ -198,19 +199,25 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel) -> tuple[int, int, in
 
 
 # Where each role's value comes from: the bound arguments, or the device arguments (the
-# program's tensors and the hidden buffers, such as the split-K workspace, by source name).
-_ROLE_VALUES: dict[str, Callable[[AbiParam, Bound, dict[str, Any]], Any]] = {
-    "ptr": lambda p, bound, device: device[p.source].ptr,
-    "workspace": lambda p, bound, device: device[p.source].ptr,
-    "stride": lambda p, bound, device: device[p.source].strides[p.dim],
-    "scalar": lambda p, bound, device: bound.scalars[p.source],
-    "symbol": lambda p, bound, device: bound.symbols[p.source],
+# program's tensors and the hidden buffers, such as the split-K workspace, by source name);
+# a TMA tensor map also needs the compiled kernel, whose loads fix its box and swizzle.
+RoleValue = Callable[[AbiParam, Kernel, Bound, dict[str, Any]], Any]
+_ROLE_VALUES: dict[str, RoleValue] = {
+    "ptr": lambda p, kernel, bound, device: device[p.source].ptr,
+    "workspace": lambda p, kernel, bound, device: device[p.source].ptr,
+    "stride": lambda p, kernel, bound, device: device[p.source].strides[p.dim],
+    "scalar": lambda p, kernel, bound, device: bound.scalars[p.source],
+    "symbol": lambda p, kernel, bound, device: bound.symbols[p.source],
+    "tensor_map": lambda p, kernel, bound, device: tensor_map_argument(kernel, p.source,
+                                                                       device[p.source]),
 }
 
 
 def kernel_arguments(kernel: Kernel, bound: Bound, device_args: dict[str, Any]) -> list:
-    """The typed launch arguments (``tilec.runtime.driver.launch``), in ABI order."""
+    """The typed launch arguments (``tilec.runtime.driver.launch``), in ABI order, for the
+    compiled ``kernel``. TMA tensor maps are encoded here, so a caller launching again and
+    again on the same arrays builds this list once (:class:`~tilec.kernel.PreparedLaunch`)."""
     from tilec.runtime.driver import kernel_argument
 
-    return [kernel_argument(p.type, _ROLE_VALUES[p.role](p, bound, device_args))
+    return [kernel_argument(p.type, _ROLE_VALUES[p.role](p, kernel, bound, device_args))
             for p in kernel_abi(kernel)]

@@ -530,6 +530,70 @@ def signature(args: Sequence[KernelArg]) -> tuple[ParamType, ...]:
                     "I32Arg, I64Arg, F32Arg or BlobArg so its parameter type is explicit")
 
 
+# --- TMA tensor maps -----------------------------------------------------------------------------
+# A TMA load (cp.async.bulk.tensor) reads global memory through a 128-byte descriptor the host
+# encodes once per tensor; the kernel takes it by value (abi.TENSOR_MAP).
+
+TENSOR_MAP_BYTES = 128
+# The CUtensorMapDataType of each tilec dtype a TMA load may move.
+_TENSOR_MAP_DTYPES = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+                      "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+                      "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+# Swizzle span in bytes -> CUtensorMapSwizzle (0: none).
+_TENSOR_MAP_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
+                        64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+# L2 promotion in bytes -> CUtensorMapL2promotion: how much L2 fetches around each request.
+_TENSOR_MAP_L2_PROMOTIONS = {128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
+                             256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
+
+
+def encode_tensor_map(dtype: str, address: int, dims: Sequence[int], byte_strides: Sequence[int],
+                      box: Sequence[int], swizzle_bytes: int, *, l2_promotion_bytes: int = 256,
+                      what: str = "a tensor") -> bytes:
+    """The 128 bytes of a tiled TMA tensor map (`cuTensorMapEncodeTiled`), for a kernel
+    parameter passed by value.
+
+    Everything is in storage order, innermost (contiguous) dim first: `dims` in elements,
+    `byte_strides` the strides of the dims after the first, in bytes (rank - 1 of them), `box`
+    the elements one load moves along each dim. Element strides are 1, nothing is interleaved,
+    and out-of-bounds elements read as zeros (CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), which is what
+    makes ragged edges need no masks. `what` names the tensor in errors. The caller checks
+    TMA's rules first (tilec.launch.tensor_maps), so a driver refusal here is unexpected; it
+    raises CudaError with the driver's error name and these arguments.
+    """
+    rank = len(dims)
+    if len(byte_strides) != rank - 1 or len(box) != rank:
+        raise ValueError(f"tensor map of {what}: {rank} dims need {rank - 1} byte strides and "
+                         f"{rank} box dims, got {len(byte_strides)} and {len(box)}")
+    for label, value, table in (("dtype", dtype, _TENSOR_MAP_DTYPES),
+                                ("swizzle", swizzle_bytes, _TENSOR_MAP_SWIZZLES),
+                                ("L2 promotion", l2_promotion_bytes, _TENSOR_MAP_L2_PROMOTIONS)):
+        if value not in table:
+            raise ValueError(f"tensor map of {what}: {label} must be one of "
+                             f"{', '.join(map(str, table))}, got {value!r}")
+    if not has_gpu():
+        raise GpuUnavailableError(f"no usable GPU to encode a tensor map: "
+                                  f"{gpu_unavailable_reason()}")
+    # cuda.bindings wants its own fixed-width integer objects in these lists, not Python ints.
+    u64, u32 = _cuda.cuuint64_t, _cuda.cuuint32_t
+    err, tensor_map = _cuda.cuTensorMapEncodeTiled(
+        getattr(_cuda.CUtensorMapDataType, _TENSOR_MAP_DTYPES[dtype]), rank, int(address),
+        [u64(int(d)) for d in dims], [u64(int(s)) for s in byte_strides],
+        [u32(int(b)) for b in box], [u32(1)] * rank,
+        _cuda.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(_cuda.CUtensorMapSwizzle, _TENSOR_MAP_SWIZZLES[swizzle_bytes]),
+        getattr(_cuda.CUtensorMapL2promotion, _TENSOR_MAP_L2_PROMOTIONS[l2_promotion_bytes]),
+        _cuda.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != 0:
+        raise CudaError(err, "cuTensorMapEncodeTiled", hint=(
+            f"tensor map of {what}: dtype {dtype}, address 0x{int(address):x}, dims "
+            f"{list(dims)}, byte strides {list(byte_strides)}, box {list(box)}, swizzle "
+            f"{swizzle_bytes} B (storage order, innermost first)"))
+    # Copy the bytes out at once: the CUtensorMap object's own storage need not be 64-byte
+    # aligned, so only the copy (laid out by the launch at the parameter's alignment) is used.
+    return ctypes.string_at(tensor_map.getPtr(), TENSOR_MAP_BYTES)
+
+
 # --- Modules and functions -----------------------------------------------------------------------
 
 class Module:
@@ -731,10 +795,32 @@ def launch(function: Function, grid: Dim3, block: Dim3, smem_bytes: int, stream:
         else:
             err = _cuda.cuLaunchKernelEx(config, function.handle, address, 0)[0]
     if err != 0:
-        where = f", cluster {tuple(cluster)}" if cluster is not None else ""
-        raise CudaError(err, call, hint=f"kernel {function.name!r}, grid {tuple(grid)}, block "
-                                        f"{tuple(block)}{where}, {smem_bytes} bytes of dynamic "
-                                        "shared memory")
+        raise CudaError(err, call, hint=_launch_hint(function, grid, block, smem_bytes, cluster))
+
+
+# Clusters of more blocks than this need CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED.
+_PORTABLE_CLUSTER_BLOCKS = 8
+
+
+def _launch_hint(function: Function, grid: Dim3, block: Dim3, smem_bytes: int,
+                 cluster: Dim3 | None) -> str:
+    """What a refused launch asked for; for a cluster, also the limits the driver enforces
+    that check_launch cannot see (the device's capability and what one GPC holds at once)."""
+    where = f", cluster {tuple(cluster)}" if cluster is not None else ""
+    text = (f"kernel {function.name!r}, grid {tuple(grid)}, block {tuple(block)}{where}, "
+            f"{smem_bytes} bytes of dynamic shared memory")
+    if cluster is None:
+        return text
+    blocks = math.prod(cluster)
+    capability = getattr(function._device, "compute_capability", None)
+    device = ("this device has compute capability " + ".".join(map(str, capability))
+              if capability else "the device's capability is unknown")
+    return (f"{text}\nThe device refused a cluster of {blocks} blocks. Thread block clusters "
+            f"need compute capability 9.0 or newer ({device}); clusters of more than "
+            f"{_PORTABLE_CLUSTER_BLOCKS} blocks are not portable; and all the blocks of a "
+            f"cluster must be resident on one GPC at once, each with {smem_bytes} bytes of "
+            f"dynamic shared memory and {math.prod(block)} threads. Try a smaller cluster, "
+            f"or fewer stages (less shared memory per block).")
 
 
 def _launch_config(grid: Dim3, block: Dim3, smem_bytes: int, stream: Any,

@@ -1,0 +1,227 @@
+"""The Hopper path (arch="sm_90a": wgmma products, TMA + mbarrier loads, warp specialization)
+on a compute capability 9.0 GPU, against a float64 reference: the matmul samples at the tile
+shapes TMA takes (128x256x64, 128x128x64, 64x128x128) and stages 2 to 4, square and ragged
+sizes, f16 and bf16, outputs poisoned with NaN; a transposed view of B; ragged K read through
+TMA's out-of-bounds zeros; a prepared launch run again on fresh inputs; and HGMMA in the SASS.
+Each run also checks that the kernel it ran loads with TMA, so a silent fallback to the
+cp.async path does not pass for the Hopper one."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tilec.kernel import load_file
+from tilec.runtime.driver import current_device, gpu_unavailable_reason, has_gpu
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
+]
+torch = pytest.importorskip("torch")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+ARCH = "sm_90a"
+TILES = [dict(BM=128, BN=256, BK=64), dict(BM=128, BN=128, BK=64), dict(BM=64, BN=128, BK=128)]
+TILE_IDS = ["128x256x64", "128x128x64", "64x128x128"]
+STAGES = [2, 3, 4]
+# 1000x1003x77: ragged M and N edges, and K = 77 (one whole BK = 64 step and a ragged one).
+SHAPES = [(256, 256, 256), (1000, 1003, 77)]
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+SAMPLE_FUNCTIONS = {"matmul": "matmul", "matmul_bt": "matmul_bt", "gemm_epilogue": "gemm"}
+TMA_LOAD = "cp.async.bulk.tensor"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hopper():
+    """sm_90a code runs only on compute capability 9.0 (H100, H200)."""
+    capability = current_device().compute_capability
+    if capability != (9, 0):
+        pytest.skip(f"sm_90a needs compute capability 9.0, this GPU has "
+                    f"{capability[0]}.{capability[1]}")
+
+
+def sample(name: str, dtype: str):
+    """The sample's tile function with every f16 of its source read as ``dtype``."""
+    path = SAMPLES / f"{name}.py"
+    text = re.sub(r"\bf16\b", dtype, path.read_text())
+    return load_file(path, text=text)[SAMPLE_FUNCTIONS[name]]
+
+
+def rel_error(out, ref) -> float:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    return float(torch.linalg.norm(out.double() - ref) / max(float(torch.linalg.norm(ref)),
+                                                            1e-30))
+
+
+def randn(shape, dtype: str):
+    return torch.randn(*shape, device="cuda").to(TORCH[dtype])
+
+
+class Case:
+    """One sample's arguments for an (m, n, k) problem and its float64 reference.
+    ``b`` is given as the sample reads it: [K, N] for matmul and gemm, [N, K] for
+    matmul_bt."""
+
+    def __init__(self, name: str, dtype: str, m: int, n: int, k: int, a=None, b=None):
+        self.name, self.dtype = name, dtype
+        self.a = randn((m, k), dtype) if a is None else a
+        b_shape = (n, k) if name == "matmul_bt" else (k, n)
+        self.b = randn(b_shape, dtype) if b is None else b
+        self.m, self.n = m, n
+        if name == "gemm_epilogue":
+            # C is read (beta * C) and written: random, not NaN; a missed element keeps its
+            # input value, which the reference does not.
+            self.c = randn((m, n), dtype)
+            self.bias = torch.randn(n, device="cuda")
+            self.alpha, self.beta = 0.75, -0.5
+        else:
+            self.c = torch.full((m, n), float("nan"), device="cuda")
+
+    def args(self) -> tuple:
+        if self.name == "gemm_epilogue":
+            return self.a, self.b, self.c, self.bias, self.alpha, self.beta
+        return self.a, self.b, self.c
+
+    def reference(self):
+        """Computed from the inputs as they are now (call before the kernel overwrites C)."""
+        b = self.b.double().T if self.name == "matmul_bt" else self.b.double()
+        product = self.a.double() @ b
+        if self.name == "gemm_epilogue":
+            return torch.relu(self.alpha * product + self.beta * self.c.double()
+                              + self.bias.double())
+        return product
+
+    def tolerance(self) -> float:
+        # gemm's output is rounded to 16 bits: allow that rounding on top of the product's.
+        return TOLERANCE[self.dtype] * (2 if self.name == "gemm_epilogue" else 1)
+
+    def check(self, ref) -> None:
+        torch.cuda.synchronize()
+        assert rel_error(self.c, ref) < self.tolerance()
+
+
+def assert_loads_with_tma(function, case: Case, **options) -> None:
+    """The kernel a call with these arguments and options runs (prepare() compiles and packs
+    as a call does, from the compile cache) loads its operands with TMA and multiplies with
+    wgmma."""
+    ptx = function.prepare(*case.args(), **options).compiled.ptx
+    assert TMA_LOAD in ptx and "wgmma.mma_async" in ptx, "the call did not take the TMA path"
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("stages", STAGES)
+@pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_samples(shape, tiles, stages, name, dtype):
+    function = sample(name, dtype)
+    case = Case(name, dtype, *shape)
+    options = dict(arch=ARCH, stages=stages, **tiles)
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert_loads_with_tma(function, case, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+def test_4096_cubed(name, dtype):
+    function = sample(name, dtype)
+    case = Case(name, dtype, 4096, 4096, 4096)
+    options = dict(arch=ARCH, stages=4, **TILES[0])
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert_loads_with_tma(function, case, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
+@pytest.mark.parametrize("shape", [(256, 256, 256), (1000, 1003, 80), (1000, 1003, 77)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_a_transposed_view_of_b(shape, tiles, dtype):
+    """matmul.py with B [K, N] given as the transpose of a row-major [N, K] (K contiguous):
+    its tensor map has K inner. K = 77 leaves the columns 154 bytes apart, so the call packs
+    B (and A) into aligned scratch first."""
+    m, n, k = shape
+    function = sample("matmul", dtype)
+    case = Case("matmul", dtype, m, n, k, b=randn((n, k), dtype).T)
+    options = dict(arch=ARCH, stages=3, **tiles)
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert_loads_with_tma(function, case, **options)
+
+
+def padded(rows: int, cols: int, dtype: str, pad_to: int = 16):
+    """A [rows, cols] view of a [rows, cols rounded up to ``pad_to``] tensor: rows 16-byte
+    aligned whatever ``cols`` is, so nothing is packed and TMA reads the view as it is."""
+    storage = randn((rows, -(-cols // pad_to) * pad_to), dtype)
+    return storage[:, :cols]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
+def test_ragged_k_reads_tmas_out_of_bounds_zeros(tiles, name, dtype):
+    """K = 77 in aligned, padded storage: no packing, no K padding; the last K step's box
+    runs past K and TMA fills it with zeros (the padding holds random values, which would
+    show if it were read)."""
+    m, n, k = 1000, 1003, 77
+    b = padded(n, k, dtype) if name == "matmul_bt" else padded(k, n, dtype)
+    case = Case(name, dtype, m, n, k, a=padded(m, k, dtype), b=b)
+    function = sample(name, dtype)
+    options = dict(arch=ARCH, stages=4, **tiles)
+    launch = function.prepare(*case.args(), **options)
+    assert not launch.packing, "aligned operands should not be packed"
+    assert TMA_LOAD in launch.compiled.ptx
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+
+
+def test_misaligned_operands_unpacked_fall_back_to_cp_async():
+    """pack="off" with K = 77 rows (154 bytes apart): TMA cannot read them, so the compile
+    takes the mma.sync + cp.async path; the result is right all the same."""
+    function = sample("matmul", "f16")
+    case = Case("matmul", "f16", 1000, 1003, 77)
+    options = dict(arch=ARCH, stages=3, pack="off", **TILES[1])
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert TMA_LOAD not in function.prepare(*case.args(), **options).compiled.ptx
+
+
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_a_prepared_launch_runs_again_on_fresh_inputs(shape, name):
+    """The tensor maps are built once, with the argument list: refilling the same buffers
+    and launching again must read the new values."""
+    dtype = "bf16"
+    function = sample(name, dtype)
+    case = Case(name, dtype, *shape)
+    launch = function.prepare(*case.args(), arch=ARCH, stages=4, **TILES[1])
+    assert TMA_LOAD in launch.compiled.ptx
+    for _ in range(3):
+        case.a.copy_(randn(case.a.shape, dtype))
+        case.b.copy_(randn(case.b.shape, dtype))
+        if name == "gemm_epilogue":
+            case.c.copy_(randn(case.c.shape, dtype))
+        else:
+            case.c.fill_(float("nan"))
+        ref = case.reference()
+        launch()
+        case.check(ref)
+
+
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+def test_the_sass_multiplies_with_hgmma(name):
+    from tilec.tools.sass import sass, sass_unavailable_reason
+    reason = sass_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no SASS: {reason}")
+    compiled = sample(name, "f16").compile(arch=ARCH, stages=4, **TILES[0])
+    assert "HGMMA" in sass(compiled.ptx, ARCH)
