@@ -189,7 +189,8 @@ def _wait(ctx: Context, op: Op) -> None:
     label = ctx.w.label("wait")
     ctx.w.raw(f"{label}:")
     ctx.w.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {done}, [{address}], {parity};")
-    ctx.w.emit(f"@!{done} bra.uni {label};")
+    # Not .uni: the threads of a warp may see the phase complete at different times.
+    ctx.w.emit(f"@!{done} bra {label};")
 
 
 def _arrive(ctx: Context, op: Op) -> None:
@@ -209,11 +210,11 @@ def _producer(ctx: Context, op: Op) -> None:
     consumer = w.reg("pred")
     w.emit(f"setp.lt.u32 {consumer}, {ctx.tid()}, {roles.consumer_threads};")
     consumers, done = w.label("consumers"), w.label("producer_done")
-    w.emit(f"@{consumer} bra.uni {consumers};")
+    w.emit(f"@{consumer} bra.uni {consumers};")  # whole warps: uniform
     w.emit(f"setmaxnreg.dec.sync.aligned.u32 {roles.producer_registers};")
     elected = w.reg("pred")
     w.emit(f"setp.ne.u32 {elected}, {ctx.tid()}, {roles.consumer_threads};")
-    w.emit(f"@{elected} bra.uni {done};")
+    w.emit(f"@{elected} bra {done};")  # one thread of the warp goes on: divergent
     ctx.emit_block(ctx, op.regions[0].ops)
     w.raw(f"{done}:")
     w.emit("exit;")

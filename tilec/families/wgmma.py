@@ -48,6 +48,8 @@ MAX_CONSUMER_WARPGROUPS = 4
 PRODUCER_REGISTERS = 40  # setmaxnreg.dec for the producer warpgroup (CUTLASS's choice)
 REGISTER_FILE = 65536
 MAX_SETMAXNREG = 240  # a consumer never needs more; setmaxnreg takes 24..256
+# Registers a consumer needs beside its accumulators (ptxas 13.0: 154 for m64n256 tiles).
+CONSUMER_OVERHEAD = 26
 
 
 @dataclass(frozen=True)
@@ -144,15 +146,16 @@ def _descriptor(ctx: Context, view: SmemView, role: str, k0: int) -> str:
     d = descriptor_fields(layout, role)
     w = ctx.w
 
-    def base() -> str:
-        # The stage's address in 16-byte units (14 bits), plus this warpgroup's 64 rows of A.
+    # The stage's address in 16-byte units (14 bits), plus this warpgroup's 64 rows of A:
+    # once per stage view, where it is computed (the stage changes every iteration).
+    key = ("wgmma_desc", view.address, role)
+    start = ctx.op_state.get(key)
+    if start is None:
         address = view.address
         if role == "A":
-            step = d.start(WGMMA_M, 0, eb)
-            address = ctx.mad(_warpgroup(ctx), step, address)
-        return ctx.int_op("and.b32", ctx.int_op("shr.u32", address, 4), 0x3FFF)
-
-    start = w.once(("wgmma_desc", view.address, role), base)
+            address = ctx.mad(_warpgroup(ctx), d.start(WGMMA_M, 0, eb), address)
+        start = ctx.int_op("and.b32", ctx.int_op("shr.u32", address, 4), 0x3FFF)
+        ctx.op_state[key] = start
     lo = ctx.int_op("add.s32", start, d.start(0, k0, eb) >> 4)
     lo = ctx.int_op("or.b32", lo, (d.lbo >> 4) << 16)
     hi = (d.sbo >> 4) | (DESCRIPTOR_LAYOUT_SW128 << 30)
@@ -280,6 +283,13 @@ class Wgmma(ProductFamily):
             return f"BN={bn} is not a multiple of 64 up to {WGMMA_N_MAX}"
         if bk % 64:
             return f"BK={bk} is not a multiple of 64 (one 128-byte swizzle row)"
+        # ptxas allocates for the whole block at entry (setmaxnreg moves registers later but
+        # does not raise that cap): the consumers' accumulators must fit it, or C7602.
+        threads = 2 * bm + WARPGROUP
+        at_entry = REGISTER_FILE // threads // 8 * 8
+        if bn // 2 + CONSUMER_OVERHEAD > at_entry:
+            return (f"{bm}x{bn} needs about {bn // 2 + CONSUMER_OVERHEAD} registers a consumer "
+                    f"thread, more than the {at_entry} a {threads}-thread block starts with")
         return None
 
     def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
