@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # compute-sanitizer over tilec's kernels at a ragged shape: memcheck on every sample under
 # every pipeline depth, split-K, packing and tf32; racecheck and synccheck on one of each
-# kind. Run on the GPU machine (scripts/gpu_check.sh calls it); logs go to $OUT/sanitize.log.
+# kind. On a compute capability 9.0 GPU, the same three tools over the Hopper path (sm_90a:
+# TMA, wgmma, warp specialization) at two ragged shapes, f16 and bf16. Run on the GPU
+# machine (scripts/gpu_check.sh calls it); logs go to $OUT/sanitize.log.
 # Exit status 1 when any run reports an error or fails its check.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -13,18 +15,26 @@ SHAPE="M=200,N=136,K=72"
 failed=0
 runs=0
 
+sanitize() {  # sanitize TOOL FILE SHAPE [tilec run options...]
+    local tool=$1 file=$2 shape=$3
+    shift 3
+    runs=$((runs + 1))
+    echo "== $tool $file --shape $shape $*" >> "$LOG"
+    local what="$tool $(basename "$file" .py) $*"
+    [ "$shape" = "$SHAPE" ] || what="$what --shape $shape"
+    if compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 \
+            python3 -m tilec run "$file" --shape "$shape" "$@" >> "$LOG" 2>&1; then
+        echo "ok      $what"
+    else
+        echo "FAILED  $what (see $LOG)"
+        failed=$((failed + 1))
+    fi
+}
+
 check() {  # check TOOL SAMPLE [tilec run options...]
     local tool=$1 sample=$2
     shift 2
-    runs=$((runs + 1))
-    echo "== $tool samples/$sample.py $*" >> "$LOG"
-    if compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 \
-            python3 -m tilec run "samples/$sample.py" --shape "$SHAPE" "$@" >> "$LOG" 2>&1; then
-        echo "ok      $tool $sample $*"
-    else
-        echo "FAILED  $tool $sample $* (see $LOG)"
-        failed=$((failed + 1))
-    fi
+    sanitize "$tool" "samples/$sample.py" "$SHAPE" "$@"
 }
 
 for sample in matmul matmul_bt gemm_epilogue sgemm; do
@@ -44,5 +54,79 @@ for tool in racecheck synccheck; do
     check "$tool" sgemm --stages 2
     check "$tool" sgemm --f32-math tf32
 done
+
+# The Hopper path: a producer warp loads A and B tiles by TMA into an mbarrier ring, wgmma
+# consumer warpgroups read them from shared memory. Two tiles (wgmma needs BK a multiple of
+# 64) at two ragged shapes: 1000x1003x77 has rows that are not 16-byte aligned, so the
+# launch packs A and B and pads K to BK; 300x520x200 loads in place and leaves TMA to
+# zero-fill the last K box. Each run first checks that this compiles to TMA + wgmma (explain's
+# schedule names the producer's tma.load) rather than the mma.sync fallback.
+HOPPER_BIG="BM=128 BN=256 BK=64 --stages 4"
+HOPPER_MID="BM=128 BN=128 BK=64 --stages 3"
+RAGGED_PACKED="M=1000,N=1003,K=77"
+RAGGED_IN_PLACE="M=300,N=520,K=200"
+SAMPLE_DIR=$(mktemp -d)
+trap 'rm -rf "$SAMPLE_DIR"' EXIT
+
+sample_file() {  # sample_file SAMPLE DTYPE: the sample's path, with A and B read as DTYPE
+    local sample=$1 dtype=$2
+    if [ "$dtype" = f16 ]; then
+        echo "samples/$sample.py"
+        return
+    fi
+    local file="$SAMPLE_DIR/${sample}_$dtype.py"
+    sed -e "s/A: f16\[/A: $dtype[/" -e "s/B: f16\[/B: $dtype[/" "samples/$sample.py" > "$file"
+    echo "$file"
+}
+
+hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
+    local tool=$1 sample=$2 dtype=$3 shape=$4
+    shift 4
+    local file consts=() options=()
+    file=$(sample_file "$sample" "$dtype")
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --stages) options+=("$1" "$2"); shift 2 ;;
+            *) consts+=("$1"); shift ;;
+        esac
+    done
+    local plan
+    plan=$(python3 -m tilec explain "$file" --arch sm_90a --const "${consts[@]}" \
+        "${options[@]}" --shape "$shape" 2>&1)
+    if ! grep -q "producer tma.load" <<< "$plan" || ! grep -q "wgmma.mma_async" <<< "$plan"
+    then
+        runs=$((runs + 1))
+        failed=$((failed + 1))
+        { echo "== $tool $file --shape $shape --arch sm_90a ${consts[*]} ${options[*]}"
+          echo "not on the Hopper path (no producer tma.load or no wgmma.mma_async in explain):"
+          echo "$plan"; } >> "$LOG"
+        echo "FAILED  $tool $sample $dtype $shape ${consts[*]} ${options[*]}: no TMA + wgmma"
+        return
+    fi
+    { echo "-- the plan of the next run (tilec explain): $(grep -m1 'warp tile' <<< "$plan" |
+          sed 's/^ *//')"
+      grep -E "packed at launch|producer tma.load" <<< "$plan"; } >> "$LOG"
+    sanitize "$tool" "$file" "$shape" --arch sm_90a --const "${consts[@]}" "${options[@]}"
+}
+
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+if [ "$cc" = 9.0 ]; then
+    for sample in matmul matmul_bt gemm_epilogue; do
+        for dtype in f16 bf16; do
+            hopper memcheck "$sample" "$dtype" "$RAGGED_PACKED" $HOPPER_BIG
+            hopper memcheck "$sample" "$dtype" "$RAGGED_IN_PLACE" $HOPPER_MID
+        done
+    done
+    hopper memcheck matmul f16 "$RAGGED_IN_PLACE" $HOPPER_BIG
+    hopper memcheck matmul bf16 "$RAGGED_PACKED" $HOPPER_MID
+    for tool in racecheck synccheck; do
+        hopper "$tool" matmul f16 "$RAGGED_PACKED" $HOPPER_BIG
+        hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" $HOPPER_MID
+        hopper "$tool" matmul_bt bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_PACKED" $HOPPER_MID
+    done
+else
+    echo "sanitize: compute capability '${cc:-unknown}' is not 9.0; the sm_90a runs are skipped"
+fi
 echo "sanitize: $runs runs, $failed failed"
 [ "$failed" = 0 ]
