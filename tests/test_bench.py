@@ -778,3 +778,18 @@ def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
     assert contenders.tuned_config(short, "sm_90a") == contenders.tuned_config(short, "sm_80")
     assert contenders.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \
         contenders.tuned_config(Case(4096, 4096, 4096, "f32"))
+
+
+def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
+    from tilec.families.wgmma import FAMILY as WGMMA
+    from tilec.options import Options
+    space = bench.autotune_space(Case(4096, 4096, 4096, "bf16"), {}, "sm_90a")
+    blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
+    assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (192, 192, 64) in blocks
+    assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
+    assert {c["stages"] for c in space} == {3, 4} and {c["raster_group"] for c in space} == {8, 16}
+    # Short M and f32 keep their spaces; so does every dtype on other targets.
+    assert bench.autotune_space(Case(16, 8192, 8192, "f16"), {}, "sm_90a") == \
+        bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
+    assert bench.autotune_space(Case(4096, 4096, 4096, "f16"), {}, "sm_90") == \
+        bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})

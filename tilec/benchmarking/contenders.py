@@ -38,11 +38,22 @@ class Contender:
         raise NotImplementedError
 
 
-def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
+def autotune_space(case: Case, fixed: dict[str, Any],
+                   arch: Optional[str] = None) -> list[dict[str, Any]]:
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
-    line (the autotuner takes those beside the space). Short M gets short block tiles."""
+    line (the autotuner takes those beside the space). Short M gets short block tiles; on
+    sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
+    256, BK 64, the ring depth, the raster group; the autotuner prunes what does not fit)."""
     from tilec.tools.autotune import search_space
-    if case.M <= 64:
+    if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
+        from tilec.families.wgmma import FAMILY as WGMMA
+        from tilec.options import Options
+        space = [config for config in search_space(
+                     BM=(128, 192, 256), BN=(128, 192, 256), BK=(64,), stages=(3, 4),
+                     raster_group=(8, 16))
+                 if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
+                                        Options(arch=arch)) is None]
+    elif case.M <= 64:
         fitting = max(16, 1 << (case.M - 1).bit_length())
         space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
                              BN=(64, 128, 256), BK=(64, 128), stages=(3, 4),
@@ -200,7 +211,8 @@ class TilecContender(Contender):
         kwargs = {**tuned, **fixed}
         if self.autotune:
             from tilec.tools.autotune import autotune
-            best = autotune(kernel, (*inputs[0], outputs[0]), autotune_space(case, kwargs),
+            best = autotune(kernel, (*inputs[0], outputs[0]),
+                            autotune_space(case, kwargs, arch),
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
