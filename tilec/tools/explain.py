@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from tilec.backend.copies import SMEM_ALIGN, smem_align
+from tilec.backend.copies import smem_align
 from tilec.compiler import Compiled
 from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
