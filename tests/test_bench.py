@@ -470,7 +470,7 @@ def test_the_sample_is_retyped_and_its_tiling_described():
     assert program_dtype(kernel, {}) == "bf16"
     compiled = kernel.compile(arch="sm_80", BM=64, BN=128, BK=32, stages=4, warps=(2, 2),
                               swizzle="off")
-    assert bench.describe_compiled(compiled) == "64x128x32 warps 2x2 stages 4 swizzle off"
+    assert bench.describe_compiled(compiled) == "64x128x32 mma.sync warps 2x2 stages 4 swizzle off"
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -793,3 +793,12 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
         bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
     assert bench.autotune_space(Case(4096, 4096, 4096, "f16"), {}, "sm_90") == \
         bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})
+
+
+def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
+    """1000x1003x77 (32 tiles of 128x256): mma.sync's 128x128 tiles, forced by their warp
+    grid; the large ragged shape keeps wgmma's 128x256."""
+    small = contenders.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
+    assert small == dict(BM=128, BN=128, BK=64, stages=3, warps=(2, 2))
+    assert contenders.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
+        dict(BM=128, BN=256, BK=64, stages=4)
