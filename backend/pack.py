@@ -87,9 +87,12 @@ def _emit_pack(w: PtxWriter, elem_bytes: int) -> None:
     w.emit(f"setp.eq.u32 {unit}, {p['src_col_stride']}, 1;")
     strided = w.label("strided")
     w.emit(f"@!{unit} bra.uni {strided};")
-    _contiguous_rows(w, rows, left, first_col, elem_bytes)
+    # The last source row goes element by element: its aligned chunks may reach past the
+    # tensor's last byte, which may be its allocation's (compute-sanitizer's memcheck).
+    rows.emit(_contiguous_loader(w, rows, left, first_col, elem_bytes),
+              last_row=_strided_loader(w, rows, left, first_col, elem_bytes))
     w.raw(f"{strided}:")
-    _strided_rows(w, rows, left, first_col, elem_bytes)
+    rows.emit(_strided_loader(w, rows, left, first_col, elem_bytes))
     w.raw(f"{done}:")
     w.emit("ret;")
 
@@ -104,9 +107,13 @@ class RowLoop:
         self.w, self.p, self.row, self.row_step = w, p, row, row_step
         self.elem_shift, self.dst_col, self.done = elem_shift, dst_col, done
 
-    def emit(self, load_words) -> None:
+    def emit(self, load_words, last_row=None) -> None:
+        """The loop, loading with ``load_words``; with ``last_row``, the last source row
+        (``src_rows - 1``) loads with that instead."""
         w, p = self.w, self.p
         loop = w.label("rows")
+        if last_row is not None:
+            last_index = _int(w, "sub.s32", p["src_rows"], 1)
         row = w.reg("b32")
         w.emit(f"mov.u32 {row}, {self.row};")
         w.raw(f"{loop}:")
@@ -121,9 +128,18 @@ class RowLoop:
         beyond = w.reg("pred")
         w.emit(f"setp.ge.u32 {beyond}, {row}, {p['src_rows']};")
         w.emit(f"@{beyond} bra {padding};")
+        if last_row is not None:
+            last, at_last = w.reg("pred"), w.label("last_row")
+            w.emit(f"setp.eq.u32 {last}, {row}, {last_index};")
+            w.emit(f"@{last} bra {at_last};")
         words = load_words(_wide(w, row, p["src_row_stride"]))
         w.emit(f"st.global.v4.b32 [{dst}], {{{', '.join(words)}}};")
         w.emit(f"bra.uni {next_row};")
+        if last_row is not None:
+            w.raw(f"{at_last}:")
+            words = last_row(_wide(w, row, p["src_row_stride"]))
+            w.emit(f"st.global.v4.b32 [{dst}], {{{', '.join(words)}}};")
+            w.emit(f"bra.uni {next_row};")
         w.raw(f"{padding}:")
         zero = w.reg("b32")
         w.emit(f"mov.b32 {zero}, 0;")
@@ -133,8 +149,8 @@ class RowLoop:
         w.emit(f"bra {loop};")
 
 
-def _contiguous_rows(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
-                     elem_bytes: int) -> None:
+def _contiguous_loader(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
+                       elem_bytes: int):
     """Rows with unit element stride: the 16 bytes a vector needs start anywhere an element
     may (2-byte aligned rows of an odd-K f16 operand), so they are read as the two aligned
     16-byte chunks that hold them (PTX ISA 9.7.9.8, ld.global.nc.v4) and shifted into
@@ -192,7 +208,7 @@ def _contiguous_rows(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
             words.append(word)
         return words
 
-    rows.emit(load_words)
+    return load_words
 
 
 def _inside_masks(w: PtxWriter, left: str, elem_bytes: int) -> list[str]:
@@ -212,8 +228,8 @@ def _inside_masks(w: PtxWriter, left: str, elem_bytes: int) -> list[str]:
     return masks
 
 
-def _strided_rows(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
-                  elem_bytes: int) -> None:
+def _strided_loader(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
+                    elem_bytes: int):
     """Rows whose elements are apart in memory: one scalar load per element inside the row
     (consecutive threads read consecutive elements), zeros past its end."""
     p, cls = rows.p, ELEMENT_CLASS[elem_bytes]
@@ -248,7 +264,7 @@ def _strided_rows(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
             words.append(word)
         return words
 
-    rows.emit(load_words)
+    return load_words
 
 
 def _load_params(w: PtxWriter) -> dict[str, str]:

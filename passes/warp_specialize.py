@@ -50,7 +50,7 @@ from tilec.families.tma import (ALLOC, ARRIVE, EXPECT, LOAD, PRODUCER, SLAB_BYTE
                                 barrier_type, tma_layout)
 from tilec.ir.core import Block, Builder, Kernel, Op, Value
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
-from tilec.ir.types import TileType, i32
+from tilec.ir.types import i32
 from tilec.options import Options
 
 from .common import clone_slice, constant

@@ -470,7 +470,7 @@ def test_the_sample_is_retyped_and_its_tiling_described():
     assert program_dtype(kernel, {}) == "bf16"
     compiled = kernel.compile(arch="sm_80", BM=64, BN=128, BK=32, stages=4, warps=(2, 2),
                               swizzle="off")
-    assert bench.describe_compiled(compiled) == "64x128x32 warps 2x2 stages 4 swizzle off"
+    assert bench.describe_compiled(compiled) == "64x128x32 mma.sync warps 2x2 stages 4 swizzle off"
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -778,3 +778,27 @@ def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
     assert contenders.tuned_config(short, "sm_90a") == contenders.tuned_config(short, "sm_80")
     assert contenders.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \
         contenders.tuned_config(Case(4096, 4096, 4096, "f32"))
+
+
+def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
+    from tilec.families.wgmma import FAMILY as WGMMA
+    from tilec.options import Options
+    space = bench.autotune_space(Case(4096, 4096, 4096, "bf16"), {}, "sm_90a")
+    blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
+    assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (192, 192, 64) in blocks
+    assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
+    assert {c["stages"] for c in space} == {3, 4} and {c["raster_group"] for c in space} == {8, 16}
+    # Short M and f32 keep their spaces; so does every dtype on other targets.
+    assert bench.autotune_space(Case(16, 8192, 8192, "f16"), {}, "sm_90a") == \
+        bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
+    assert bench.autotune_space(Case(4096, 4096, 4096, "f16"), {}, "sm_90") == \
+        bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})
+
+
+def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
+    """1000x1003x77 (32 tiles of 128x256): mma.sync's 128x128 tiles, forced by their warp
+    grid; the large ragged shape keeps wgmma's 128x256."""
+    small = contenders.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
+    assert small == dict(BM=128, BN=128, BK=64, stages=3, warps=(2, 2))
+    assert contenders.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
+        dict(BM=128, BN=256, BK=64, stages=4)

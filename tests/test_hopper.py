@@ -233,3 +233,17 @@ def test_a_wrong_byte_count_is_a_named_deadlock() -> None:
     arrays = random_inputs(kernel, np.random.default_rng(4))
     with pytest.raises(InterpreterError, match=r"mbar.wait .*deadlock: .*full\[0\].*16 bytes outstanding"):
         run_lowered(kernel, arrays)
+
+
+def test_explain_describes_the_tma_copies_the_ring_and_the_register_split() -> None:
+    from tilec.tools.explain import explain, render_explanation
+    compiled_kernel = load_sample("matmul", "f16").compile(arch="sm_90a", stages=4, BM=128,
+                                                           BN=256, BK=64)
+    text = render_explanation(explain(compiled_kernel, ptxas=False))
+    assert "box 64 x 128 (128 B rows)" in text and "TMA box (cp.async.bulk.tensor" in text
+    assert "a producer warpgroup of 128 threads" in text and "384 threads" in text
+    assert "1024 B" in text and "mbarrier, 2 arrival(s) a phase" in text
+    assert "st.shared" not in text and "wgmma descriptor (MN-major)" in text
+    assert "the producer warpgroup gives up to 40, the consumers take 232" in text
+    assert "runs of 9, 1, 2, 3, 4, 5 K-loop iterations" in text
+    assert "note: the backend declared" not in text  # the barriers are counted too

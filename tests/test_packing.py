@@ -396,14 +396,17 @@ def test_pack_ptx_shape(itemsize):
     assert header in ptx and f".entry {pack_entry(itemsize)}(" in ptx
     per_vector = vector_elems(itemsize)
     kind = f"b{8 * itemsize}"
-    # Strided rows: every element of the vector is loaded under its own in-row predicate.
-    assert len(re.findall(rf"@%p\d+ ld\.global\.nc\.{kind} ", ptx)) == per_vector
+    # Strided rows, and the last row of contiguous ones (its aligned chunks could reach past
+    # the tensor's last byte): every element of the vector under its own in-row predicate.
+    assert len(re.findall(rf"@%p\d+ ld\.global\.nc\.{kind} ", ptx)) == 2 * per_vector
+    assert len(re.findall(r"@%p\d+ bra \$L_last_row", ptx)) == 1
     # Contiguous rows: two aligned 16-byte chunks, each only when the vector reaches it,
     # funnel-shifted into four words.
     assert len(re.findall(r"@%p\d+ ld\.global\.nc\.v4\.b32 ", ptx)) == 2
     assert ptx.count("shf.r.clamp.b32") == 4
-    # Per path, one store of the loaded row and one of a zero row (a padded reduction dim).
-    assert ptx.count("st.global.v4.b32") == 4
+    # Per path, one store of the loaded row and one of a zero row (a padded reduction dim);
+    # one more for the contiguous path's last row.
+    assert ptx.count("st.global.v4.b32") == 5
     assert len(re.findall(r"setp\.ge\.u32 %p\d+, %r\d+, %r\d+;\n\t@%p\d+ bra \$L_zero_row",
                           ptx)) == 2
     assert len(re.findall(r"mul\.wide\.u32", ptx)) >= 4  # 64-bit addresses
@@ -438,9 +441,9 @@ def test_describe_compiled_mentions_the_packing():
     from tilec.benchmarking.contenders import describe_compiled
     compiled = sample("matmul").compile(arch="sm_80")
     packing = plan("matmul", matmul_args(4095, 4097, 4093))
-    assert describe_compiled(compiled) == "128x128x32 warps 2x2 stages 3"
+    assert describe_compiled(compiled) == "128x128x32 mma.sync warps 2x2 stages 3"
     assert describe_compiled(compiled, packing) == (
-        "128x128x32 warps 2x2 stages 3, A packed to stride 4096 (rows were 2-byte aligned), "
+        "128x128x32 mma.sync warps 2x2 stages 3, A packed to stride 4096 (rows were 2-byte aligned), "
         "B packed to stride 4160 (rows were 2-byte aligned), K padded to 4096 with zeros")
 
 

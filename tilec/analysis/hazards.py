@@ -29,18 +29,17 @@ accesses: op, buffer stage, loop iteration, and source location.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
+from tilec.analysis.folding import fold, folds_to_scalar
 from tilec.errors import TileConfigError, located
 from tilec.families.catalogue import op_catalogue
-from tilec.families.products import LOAD_OPS, PRODUCT_OPS
-from tilec.ir.arith import INT_BITS
 from tilec.families.movements import FAMILY_OF_OP, STAGE_WRITERS
+from tilec.families.products import LOAD_OPS, PRODUCT_OPS
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
-from tilec.ir.ops import OpDef
-from tilec.ir.types import PRED, ScalarType, TileType
+from tilec.ir.types import TileType
 
 # Ops that read a shared stage: every operand that is a shared view is read.
 READERS = (*LOAD_OPS, "tile.dot")
@@ -131,30 +130,6 @@ def main_loop(kernel: Kernel) -> Optional[Op]:
     return None
 
 
-def _folds_to_scalar(op: Op, catalogue: Mapping[str, OpDef]) -> bool:
-    opdef = catalogue.get(op.name)
-    return (opdef is not None and opdef.fold is not None and len(op.results) == 1
-            and isinstance(op.result.type, ScalarType))
-
-
-def _fold(op: Op, operands: list[Optional[int]], catalogue: Mapping[str, OpDef]
-          ) -> Optional[int]:
-    """An integer (or predicate) op's value by its definition's fold; None when unknown at
-    compile time. (PTX's div/rem truncate, which is the fold's floor division for the
-    non-negative indices the passes compute.)"""
-    dtype = op.result.type.dtype
-    if dtype not in INT_BITS and dtype != PRED:
-        return None
-    if op.name == "arith.mul" and 0 in operands:
-        return 0  # slice 0 times a width known only at launch
-    if None in operands:
-        return None
-    try:
-        return catalogue[op.name].fold(operands, op.attrs, dtype)
-    except ZeroDivisionError:
-        return None
-
-
 class _Tracer:
     """The simulated run as a movement family's ``trace_op`` sees it
     (:class:`tilec.families.movement.Tracer`)."""
@@ -209,8 +184,8 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
                 a = value(op.operands[0])
                 env[op.result] = None if a is None else (
                     0 if a + 1 == op.attrs["modulus"] else a + 1)
-            elif _folds_to_scalar(op, catalogue):
-                env[op.result] = _fold(op, [value(v) for v in op.operands], catalogue)
+            elif folds_to_scalar(op, catalogue):
+                env[op.result] = fold(op, [value(v) for v in op.operands], catalogue)
             elif name == "tile.grid":
                 for result in op.results:
                     env[result] = 0

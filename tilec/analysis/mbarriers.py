@@ -80,14 +80,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from tilec.analysis.folding import fold, folds_to_scalar
 from tilec.errors import TileConfigError, located
 from tilec.families.catalogue import op_catalogue
 from tilec.families.movements import STAGE_WRITERS
 from tilec.families.products import FAMILIES, LOAD_OPS, PRODUCT_OPS, family_of
 from tilec.families.tma import ALLOC, ARRIVE, EXPECT, FAMILY as TMA, LOAD, PRODUCER, WAIT, Box
-from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.ir.types import PRED, ScalarType, TileType
+from tilec.ir.types import TileType
 
 FENCE = "fence.proxy_async"  # fence.proxy.async: generic-proxy writes before async-proxy use
 READERS = frozenset({*LOAD_OPS, "tile.dot", *PRODUCT_OPS})  # each shared-view operand is read
@@ -190,22 +190,6 @@ def join(into: dict, other: dict) -> None:
 
 # -- the programs ---------------------------------------------------------------------------
 
-def _fold(op: Op, operands: list, catalogue) -> Optional[int]:
-    """An integer op's value by its definition's fold (as hazards.py folds: a product with a
-    zero is zero, anything else with an unknown operand unknown)."""
-    dtype = op.result.type.dtype
-    if dtype not in INT_BITS and dtype != PRED:
-        return None
-    if op.name == "arith.mul" and 0 in operands:
-        return 0
-    if None in operands:
-        return None
-    try:
-        return catalogue[op.name].fold(operands, op.attrs, dtype)
-    except ZeroDivisionError:
-        return None
-
-
 def _tracked(op: Op) -> bool:
     return op.name in (WAIT, EXPECT, LOAD, ARRIVE, FENCE) or op.name in READERS \
         or op.name in GENERIC_WRITERS
@@ -255,9 +239,8 @@ def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
                 a = env.get(op.operands[0])
                 env[op.result] = None if a is None else (
                     0 if a + 1 == op.attrs["modulus"] else a + 1)
-            elif (name in catalogue and catalogue[name].fold is not None
-                  and len(op.results) == 1 and isinstance(op.result.type, ScalarType)):
-                env[op.result] = _fold(op, [env.get(v) for v in op.operands], catalogue)
+            elif folds_to_scalar(op, catalogue):
+                env[op.result] = fold(op, [env.get(v) for v in op.operands], catalogue)
             elif name == "tile.grid":
                 env.update((r, 0) for r in op.results)  # the first program of the grid
             elif name == WAIT:

@@ -38,11 +38,22 @@ class Contender:
         raise NotImplementedError
 
 
-def autotune_space(case: Case, fixed: dict[str, Any]) -> list[dict[str, Any]]:
+def autotune_space(case: Case, fixed: dict[str, Any],
+                   arch: Optional[str] = None) -> list[dict[str, Any]]:
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
-    line (the autotuner takes those beside the space). Short M gets short block tiles."""
+    line (the autotuner takes those beside the space). Short M gets short block tiles; on
+    sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
+    256, BK 64, the ring depth, the raster group; the autotuner prunes what does not fit)."""
     from tilec.tools.autotune import search_space
-    if case.M <= 64:
+    if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
+        from tilec.families.wgmma import FAMILY as WGMMA
+        from tilec.options import Options
+        space = [config for config in search_space(
+                     BM=(128, 192, 256), BN=(128, 192, 256), BK=(64,), stages=(3, 4),
+                     raster_group=(8, 16))
+                 if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
+                                        Options(arch=arch)) is None]
+    elif case.M <= 64:
         fitting = max(16, 1 << (case.M - 1).bit_length())
         space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
                              BN=(64, 128, 256), BK=(64, 128), stages=(3, 4),
@@ -118,14 +129,28 @@ def problem_class(case: Case) -> str:
 
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
-    family = FAMILY[case.dtype]
+    family, problem = FAMILY[case.dtype], problem_class(case)
     if family == "mma" and arch == "sm_90a":
         family = "wgmma"
-    return dict(TUNED[family, problem_class(case)])
+        if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
+            # A few tiles and K steps after packing (1000x1003x77: 32 blocks of 2 steps):
+            # mma.sync's 128x128 tiles measured faster (7.5 against 5.7 TFLOP/s, H100).
+            return dict(TUNED["mma", "ragged"], warps=(2, 2))
+    return dict(TUNED[family, problem])
+
+
+def _large_tiles(case: Case) -> int:
+    """Output tiles of 128x256, the large tiles, the case has (ragged edges included)."""
+    return -(-case.M // 128) * -(-case.N // 256)
+
+
+# How the config column names the instruction family a row ran on.
+PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync"}
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
-    """``128x128x32 warps 2x4 stages 3``: the tiling the compiler chose, and what the launch
+    """``128x128x32 mma.sync warps 2x4 stages 3``: the tiling and instruction family the
+    compiler chose, and what the launch
     packs (``packing``: a :class:`tilec.launch.packing.PackPlan`), e.g. ``, A packed to stride
     4096 (rows were 2-byte aligned)``."""
     schedule = compiled.kernel.schedule
@@ -133,8 +158,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages
     text = f"stages {stages}"
     if plan is not None:
-        text = (f"{'x'.join(map(str, plan.block))} warps {plan.warps[0]}x{plan.warps[1]} "
-                + text)
+        text = (f"{'x'.join(map(str, plan.block))} {PRODUCT_WORDS.get(plan.kind, plan.kind)} "
+                f"warps {plan.warps[0]}x{plan.warps[1]} " + text)
     if compiled.options.swizzle == "off":
         text += " swizzle off"
     if compiled.options.split_k > 1:
@@ -200,7 +225,8 @@ class TilecContender(Contender):
         kwargs = {**tuned, **fixed}
         if self.autotune:
             from tilec.tools.autotune import autotune
-            best = autotune(kernel, (*inputs[0], outputs[0]), autotune_space(case, kwargs),
+            best = autotune(kernel, (*inputs[0], outputs[0]),
+                            autotune_space(case, kwargs, arch),
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]

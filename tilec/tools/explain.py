@@ -33,18 +33,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from tilec.backend.copies import SMEM_ALIGN
+from tilec.backend.copies import smem_align
 from tilec.compiler import Compiled
 from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
 from tilec.analysis.mbarriers import Step, programs
+from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
+from tilec.families.tma import BARRIER_BYTES, Box
+from tilec.families.wgmma import REGISTER_FILE
+from tilec.families.tma import LOAD as TMA_LOAD
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
                                  conflict_degree, copy_map, copy_store_addresses,
                                  operand_k_major)
-from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -68,7 +72,7 @@ class CopyMapping:
     per_thread: int  # accesses each thread makes per tile
     threads_per_row: int
     rows_per_pass: int  # rows all threads cover with one access each
-    mode: str  # "async" (cp.async) or "sync" (ld.global then st.shared)
+    mode: str  # "async" (cp.async), "sync" (ld.global then st.shared) or "tma" (boxes)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Hierarchy:
     copies: tuple[CopyMapping, ...]
     lanes: Optional[LanePiece] = None  # simt: what one lane computes
     split_k: int = 1  # blocks per output tile along K
+    producer_threads: int = 0  # warp specialization: the producer warpgroup beside the warps
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,9 @@ class Registers:
     accumulators: int
     fragments: int
     overhead: int
+    # Warp specialization: setmaxnreg's (producer, consumers) registers, and what a thread
+    # of the block starts with (65536 / threads, as ptxas allocates at entry).
+    rebalanced: Optional[tuple[int, int, int]] = None
 
 
 @dataclass(frozen=True)
@@ -235,22 +243,26 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         shared=SharedMemory(tuple(buffers), _end_of(buffers), compiled.rendered.smem_bytes,
                             options.smem_limit, options.arch),
         conflicts=tuple(_conflicts(kernel, plan, buffers)),
-        registers=_registers(plan),
+        registers=_registers(plan, kernel.schedule.roles),
         ptxas=report,
         ptxas_note=note,
         hazard=hazard,
-        checked_trip_counts=tuple(trip_counts(stages)),
+        checked_trip_counts=tuple(trip_counts(stages) if kernel.schedule.roles is None
+                                  else roles_trip_counts(stages)),
         packing=None if packing is None else tuple(packing),
     )
 
 
 def _copy_ops(kernel: Kernel) -> dict[str, Op]:
-    """One copy op per operand role (they all share attributes)."""
+    """One copy op per operand role (they all share attributes): cp.async's copies, or the
+    TMA family's box loads."""
     copies: dict[str, Op] = {}
     for op in kernel.walk():
         if op.name == "copy.global_to_shared":
             rank = op.operands[0].type.rank
             copies.setdefault(_role(op.operands[1 + rank]), op)
+        elif op.name == TMA_LOAD:
+            copies.setdefault(_role(op.operands[3]), op)
     return copies
 
 
@@ -269,6 +281,13 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
         per_row = layout.cols // op_plan.vec
         op = copies.get(op_plan.role)
+        if op is not None and op.name == TMA_LOAD:
+            # One elected thread, one box a 128-byte-wide slab of the stored tile.
+            box = Box.of(op)
+            mappings.append(CopyMapping(
+                op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
+                box.inner, box.inner * elem_bytes, box.slabs, 1, box.outer, "tma"))
+            continue
         mode = op.attrs["mode"] if op is not None else "sync"
         mappings.append(CopyMapping(
             op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
@@ -281,7 +300,9 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         kind=family.name, k_step=family.k_step, k_steps=plan.block[2] // family.k_step,
         products_per_k_step=family.products_per_k_step(accumulator),
         loads_per_k_step=family.loads_per_k_step(plan), copies=tuple(mappings),
-        lanes=family.lane_piece(accumulator), split_k=kernel.schedule.splits)
+        lanes=family.lane_piece(accumulator), split_k=kernel.schedule.splits,
+        producer_threads=(kernel.schedule.roles.producer_threads
+                          if kernel.schedule.roles is not None else 0))
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -296,13 +317,21 @@ def _buffers(kernel: Kernel) -> list[Buffer]:
     buffers = []
     end = 0
     for op in kernel.walk():
+        if op.name == "mbar.alloc":  # a ring of 8-byte mbarriers, after the buffers
+            stages = op.result.type.shape[0]
+            offset = -(-end // BARRIER_BYTES) * BARRIER_BYTES
+            end = offset + stages * BARRIER_BYTES
+            buffers.append(Buffer(op.result.hint or "mbar", "barriers", stages, 1, 1, "b64",
+                                  BARRIER_BYTES, BARRIER_BYTES, offset, BARRIER_BYTES,
+                                  f"mbarrier, {op.attrs['count']} arrival(s) a phase"))
         if op.name != "smem.alloc":
             continue
         rtype = op.result.type
         stage_bytes = rtype.shape[1] * rtype.shape[2] * rtype.dtype.bytes
-        offset = -(-end // SMEM_ALIGN) * SMEM_ALIGN
+        align = smem_align(rtype.layout)
+        offset = -(-end // align) * align
         end = offset + stage_bytes * rtype.shape[0]
-        alignment = SMEM_ALIGN if offset == 0 else min(SMEM_ALIGN, offset & -offset)
+        alignment = align if offset == 0 else min(align, offset & -offset)
         buffers.append(Buffer(op.result.hint or "smem", op.attrs["role"], rtype.shape[0],
                               rtype.shape[1], rtype.shape[2], rtype.dtype.short,
                               rtype.dtype.bytes, stage_bytes, offset, alignment,
@@ -314,12 +343,17 @@ def _end_of(buffers: Sequence[Buffer]) -> int:
     return max((b.offset + b.total_bytes for b in buffers), default=0)
 
 
-def _registers(plan: TilingPlan) -> Registers:
+def _registers(plan: TilingPlan, roles: Optional[RolesPlan] = None) -> Registers:
     """The tiling plan's estimate, split as ProductFamily.registers adds it up."""
     tm, tn = plan.warp_tile
     accumulators = tm * tn // WARP_SIZE
     fragments = 2 * family_of(plan).fragment_registers(tm, tn)
-    return Registers(registers_estimate(plan), accumulators, fragments, REGISTER_OVERHEAD)
+    rebalanced = None
+    if roles is not None:
+        rebalanced = (roles.producer_registers, roles.consumer_registers,
+                      REGISTER_FILE // roles.threads)
+    return Registers(registers_estimate(plan), accumulators, fragments, REGISTER_OVERHEAD,
+                     rebalanced)
 
 
 # --------------------------------------------------------------------------- schedule
@@ -585,16 +619,19 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
         layout = op_plan.layout
         linear = layout.with_swizzle(Swizzle(0))
         copy = copies.get(op_plan.role)
-        mode = copy.attrs["mode"] if copy is not None else "sync"
         figure = figures.get(op_plan.role, {}).get("chosen", {})
-        elem_bytes = buffer.elem_bytes
-        store = (f"cp.async {op_plan.vec * elem_bytes} B" if mode == "async"
-                 else f"st.shared.b{8 * elem_bytes}")
-        chosen = [_degree(a, w) for a, w in copy_store_instances(layout, op_plan, plan, buffer,
-                                                                 mode)]
-        plain = [_degree(a, w) for a, w in copy_store_instances(linear, op_plan, plan, buffer,
-                                                                mode)]
-        rows.append(_conflict_row(op_plan.role, store, layout, chosen, plain, figure.get("copy")))
+        if copy is None or copy.name != TMA_LOAD:
+            # TMA's copy engine writes whole swizzled rows: no per-thread stores to count.
+            mode = copy.attrs["mode"] if copy is not None else "sync"
+            elem_bytes = buffer.elem_bytes
+            store = (f"cp.async {op_plan.vec * elem_bytes} B" if mode == "async"
+                     else f"st.shared.b{8 * elem_bytes}")
+            chosen = [_degree(a, w)
+                      for a, w in copy_store_instances(layout, op_plan, plan, buffer, mode)]
+            plain = [_degree(a, w)
+                     for a, w in copy_store_instances(linear, op_plan, plan, buffer, mode)]
+            rows.append(_conflict_row(op_plan.role, store, layout, chosen, plain,
+                                      figure.get("copy")))
         family = family_of(plan)
         k_major = operand_k_major(op_plan.role, layout)
         chosen = [family.read_degree(k_major, a)
@@ -667,6 +704,16 @@ def _kib(nbytes: int) -> str:
     return f"{nbytes / 1024:g} KiB"
 
 
+COPY_INSTRUCTIONS = {"async": "cp.async", "sync": "ld.global + st.shared",
+                     "tma": "TMA box (cp.async.bulk.tensor, 128B swizzle), one elected thread"}
+
+
+def _vector(c: CopyMapping, dtype: str) -> str:
+    if c.mode == "tma":
+        return f"box {c.vec_elems} x {c.rows_per_pass} ({c.vec_bytes} B rows)"
+    return f"{c.vec_elems} x {dtype} = {c.vec_bytes} B"
+
+
 def render_explanation(e: Explanation) -> str:
     h = e.hierarchy
     family = family_named(h.kind)
@@ -677,7 +724,10 @@ def render_explanation(e: Explanation) -> str:
     lines += [
         f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, f32 "
         "accumulator",
-        f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads",
+        f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads"
+        + (f" (consumers), + a producer warpgroup of {h.producer_threads} threads (one elected "
+           f"thread issues the TMA loads): {h.threads + h.producer_threads} threads"
+           if h.producer_threads else ""),
         f"  warp tile         {family.warp_tile_text(h)}",
         f"  {label:<16}  {instruction}",
     ]
@@ -691,9 +741,8 @@ def render_explanation(e: Explanation) -> str:
         ["operand", "tensor", "stored", "vector", "accesses/thread", "threads/row",
          "rows/pass", "instruction"],
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
-          f"{c.vec_elems} x {h.dtype} = {c.vec_bytes} B", c.per_thread, c.threads_per_row,
-          c.rows_per_pass, "cp.async" if c.mode == "async" else "ld.global + st.shared"]
-         for c in h.copies], indent="    ")
+          _vector(c, h.dtype), c.per_thread, c.threads_per_row, c.rows_per_pass,
+          COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
     if e.packing is not None:
         lines.append("  packed at launch, for row-major arrays of these sizes: "
                      + ("; ".join(e.packing) or "none"))
@@ -749,6 +798,10 @@ def render_explanation(e: Explanation) -> str:
     lines += ["", "Registers per thread",
               f"  estimate  {r.estimate}: {r.accumulators} accumulators + {r.fragments} "
               f"fragments (double-buffered) + {r.overhead} addresses and indices"]
+    if r.rebalanced is not None:
+        producer, consumers, entry = r.rebalanced
+        lines.append(f"  setmaxnreg  the block starts with {entry} a thread; the producer "
+                     f"warpgroup gives up to {producer}, the consumers take {consumers}")
     if e.ptxas is not None:
         p = e.ptxas
         lines.append(f"  ptxas     {p.registers} registers, {p.spill_stores} B spill stores, "
