@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tilec.analysis import hazards
+from tilec.analysis import folding
 from tilec.cpu import reference
 from tilec.cpu.interpreter import InterpreterError, InterpState
 from tilec.families import movements, products
@@ -224,7 +224,7 @@ def test_the_launch_evaluates_grid_sizes_by_the_folds() -> None:
     assert grid_size(kernel, {"M": 130}) == [-2, -2]
 
 
-def test_the_hazard_checker_folds_known_values_and_leaves_unknown_ones() -> None:
+def test_the_race_checkers_fold_known_values_and_leave_unknown_ones() -> None:
     body = Block()
     a, b = body.add_arg(I32_SCALAR, "a"), body.add_arg(I32_SCALAR, "b")
     builder = Builder(body)
@@ -232,9 +232,9 @@ def test_the_hazard_checker_folds_known_values_and_leaves_unknown_ones() -> None
     for name in INTEGER_OPS:
         op = builder.value(f"arith.{name}", [a, b], I32_SCALAR).owner
         for x, y in itertools.product(SWEEP, [-3, 7, INT_MAX]):
-            assert hazards._fold(op, [x, y], catalogue) == _oracle(name, x, y)
-        assert hazards._fold(op, [5, None], catalogue) is None
+            assert folding.fold(op, [x, y], catalogue) == _oracle(name, x, y)
+        assert folding.fold(op, [5, None], catalogue) is None
     divide = builder.value("arith.mod", [a, b], I32_SCALAR).owner
-    assert hazards._fold(divide, [5, 0], catalogue) is None
+    assert folding.fold(divide, [5, 0], catalogue) is None
     tile = builder.value("tile.full", [], TileType(F32, (2,)), shape=[2], value=0.0).owner
-    assert not hazards._folds_to_scalar(tile, catalogue)
+    assert not folding.folds_to_scalar(tile, catalogue)
