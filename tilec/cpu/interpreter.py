@@ -66,7 +66,7 @@ from tilec.ir.core import Block, Kernel, Op, Param, Value
 from tilec.ir.ops import IR_OPS, OpDef, registered_ops
 from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
 from tilec.options import F32_MATH
-from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
+from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 
 try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
     import ml_dtypes

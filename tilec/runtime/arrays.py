@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tilec.runtime import driver
+from tilec.target.bf16 import from_bf16_bits, to_bf16_bits  # noqa: F401 (re-exported)
 
 DTYPES = ("f16", "bf16", "f32", "i32")
 ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
@@ -436,34 +437,6 @@ def _host_view(view: DLPackView, dtype: str, byte_strides: tuple[int, ...]) -> n
     if view.readonly:
         host.flags.writeable = False
     return host
-
-
-# --- bf16 bits -------------------------------------------------------------------------------
-
-def to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """Round float32 values to bf16, round-to-nearest-even, returning the raw uint16 bits.
-
-    Other float dtypes are converted to float32 first. NaNs stay NaN (quiet, sign kept).
-    """
-    single = np.asarray(values, dtype=np.float32)
-    # uint64 arithmetic: the rounding carry must not wrap around for the largest bit patterns.
-    bits = single.view(np.uint32).astype(np.uint64)
-    # Adding 0x7FFF plus the lowest kept bit rounds ties to even; a carry into the exponent is
-    # the correct rounding up (to the next binade, or to infinity past the largest bf16).
-    lowest_kept = (bits >> 16) & 1
-    rounded = (bits + 0x7FFF + lowest_kept) >> 16
-    quiet_nan = (bits >> 16) | 0x0040
-    return np.where(np.isnan(single), quiet_nan, rounded).astype(np.uint16)
-
-
-def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
-    """Widen raw bf16 bits (uint16, or ml_dtypes.bfloat16) to float32, exactly."""
-    array = np.asarray(bits)
-    if array.dtype.name == "bfloat16":
-        array = array.view(np.uint16)
-    if array.dtype != np.uint16:
-        raise TypeError(f"from_bf16_bits takes uint16 bf16 bits, got {array.dtype}")
-    return (array.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 # --- host staging ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType
 from tilec.kernel import TileFunction, written_params
 from tilec.options import target_arch
-from tilec.runtime.arrays import from_bf16_bits, to_bf16_bits
+from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 from tilec.tools.arguments import CommandError
 from tilec.tools.compile_command import summary
 
