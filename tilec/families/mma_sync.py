@@ -30,7 +30,7 @@ from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, confl
 
 from .fragments_common import operand_offset, relative_address
 from .product import (ExplainShape, ExplainText, ProductFamily, check_fragment_load,
-                      check_product)
+                      check_product, instruction_tile_text)
 
 # mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
 MMA_M, MMA_N, MMA_K = 16, 8, 16
@@ -520,8 +520,7 @@ class MmaSync(ProductFamily):
                 f"{text.product} and {a + b} {text.load} (A {a}, B {b}) per k-step")
 
     def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
-        return ("instruction tile", "m{}n{}k{}".format(*h.instruction)
-                + f", {h.k_steps} k-steps per BK")
+        return instruction_tile_text(h)
 
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
         return None  # viz draws this family's ldmatrix bank maps and fragments

@@ -221,6 +221,13 @@ class ProductFamily(ABC):
         not, naming ``kernel`` (``kernel 'sgemm'``) and its instructions."""
 
 
+def instruction_tile_text(h: ExplainShape) -> tuple[str, str]:
+    """explain's instruction line for families whose one instruction covers an m x n x k
+    tile (mma.sync, wgmma)."""
+    return ("instruction tile", "m{}n{}k{}".format(*h.instruction)
+            + f", {h.k_steps} k-steps per BK")
+
+
 def check_fragment_load(op: Op) -> None:
     """The type rule of a fragment load: a shared tile in, a distributed operand out."""
     view = op.operands[0]

@@ -36,7 +36,7 @@ from tilec.options import Options
 from tilec.target.layout import DistributedLayout, SmemLayout, conflict_degree, operand_k_major
 
 from .mma_sync import MmaLayout
-from .product import ExplainShape, ExplainText, ProductFamily
+from .product import ExplainShape, ExplainText, ProductFamily, instruction_tile_text
 from .tma import tma_layout
 
 WGMMA_M, WGMMA_K = 64, 16  # m64nNk16 for 16-bit inputs, PTX ISA 9.7.15.5
@@ -350,8 +350,7 @@ class Wgmma(ProductFamily):
                 f"m64n{tn}k16 per k-step, operands from shared memory")
 
     def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
-        return ("instruction tile", "m{}n{}k{}".format(*h.instruction)
-                + f", {h.k_steps} k-steps per BK")
+        return instruction_tile_text(h)
 
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
         return (f"viz draws ldmatrix bank maps and mma.sync fragments; {kernel} uses "
