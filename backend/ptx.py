@@ -328,9 +328,10 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     decls = [f"\t{p.declaration()}" for p in abi]
     lines.append(f".visible .entry {entry}(")
     lines.append(",\n".join(decls))
-    # setmaxnreg needs the register count at entry, which .minnctapersm 1 with .maxntid fixes.
+    # setmaxnreg needs the register count at entry, which .minnctapersm with .maxntid fixes.
+    roles = kernel.schedule.roles
     bounds = f".maxntid {threads}, 1, 1" + (
-        "\n.minnctapersm 1" if kernel.schedule.roles is not None else "")
+        f"\n.minnctapersm {roles.blocks_per_sm}" if roles is not None else "")
     lines.append(f")\n{bounds}\n{{")
     lines.extend(ctx.w.declarations())
     lines.append("")

@@ -46,12 +46,13 @@ from __future__ import annotations
 import dataclasses
 
 from tilec.families.products import family_of
-from tilec.families.tma import (ALLOC, ARRIVE, EXPECT, LOAD, PRODUCER, SLAB_BYTES, WAIT,
-                                barrier_type, tma_layout)
+from tilec.errors import TileConfigError, located
+from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, EXPECT, LOAD, PRODUCER,
+                                SLAB_BYTES, WAIT, barrier_type, tma_layout)
 from tilec.ir.core import Block, Builder, Kernel, Op, Value
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import i32
-from tilec.options import Options
+from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 
 from .common import clone_slice, constant
 
@@ -102,6 +103,13 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         view.type = view.type.with_(layout=layouts[buffer])
     consumer_warpgroups = plan.threads // WARPGROUP
     stage_bytes = sum(v.type.numel for v in views) * plan.elem_bytes
+    blocks = options.blocks_per_sm
+    share = SMEM_PER_SM // blocks - SMEM_RESERVED_PER_BLOCK - 2 * stages * BARRIER_BYTES
+    if blocks > 1 and stages * stage_bytes > share:
+        raise located(TileConfigError, f"{blocks} blocks per SM leave each "
+                      f"{share} bytes of shared memory; {stages} stages of this tile need "
+                      f"{stages * stage_bytes}", dot.loc, kernel.source_lines,
+                      "use fewer stages, a smaller tile, or blocks_per_sm=1")
 
     pre = Builder(Block(), loop.loc)
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
@@ -155,5 +163,6 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         tiling=dataclasses.replace(plan, operands=operands),
         pipeline=PipelinePlan(stages),
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
-                        family.consumer_registers(consumer_warpgroups), stages))
+                        family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
+                        stages, options.blocks_per_sm))
     return kernel

@@ -247,3 +247,24 @@ def test_explain_describes_the_tma_copies_the_ring_and_the_register_split() -> N
     assert "the producer warpgroup gives up to 40, the consumers take 232" in text
     assert "runs of 9, 1, 2, 3, 4, 5 K-loop iterations" in text
     assert "note: the backend declared" not in text  # the barriers are counted too
+
+
+def test_two_blocks_per_sm_halve_the_register_file_and_the_shared_memory() -> None:
+    """blocks_per_sm=2: .minnctapersm 2 (ptxas starts each thread at 65536 / (256 * 2)
+    registers), the consumers' setmaxnreg share of half the file, the schedule says so; a
+    tile whose stages do not fit half the SM's shared memory is refused at its line, and one
+    whose accumulators do not fit half the registers runs on mma.sync."""
+    function = load_sample("matmul", "f16")
+    compiled_kernel = function.compile(arch="sm_90a", stages=4, BM=64, BN=128, BK=64,
+                                       blocks_per_sm=2)
+    roles = compiled_kernel.kernel.schedule.roles
+    assert (roles.blocks_per_sm, roles.consumer_registers) == (2, 216)
+    ptx = compiled_kernel.ptx
+    assert ".minnctapersm 2" in ptx and "setmaxnreg.inc.sync.aligned.u32 216;" in ptx
+    assert "2 blocks per SM" in print_kernel(compiled_kernel.kernel)
+    with pytest.raises(Exception, match="2 blocks per SM leave each .* bytes of shared memory"):
+        function.ptx(arch="sm_90a", stages=4, BM=64, BN=192, BK=64, blocks_per_sm=2)
+    fallback = function.ptx(arch="sm_90a", stages=2, BM=128, BN=256, BK=64, blocks_per_sm=2)
+    assert "wgmma" not in fallback
+    with pytest.raises(ValueError, match="blocks_per_sm must be one of"):
+        Options(blocks_per_sm=3)

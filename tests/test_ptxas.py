@@ -175,7 +175,10 @@ HOPPER_TILES = (dict(BM=128, BN=256, BK=64, stages=4), dict(BM=128, BN=128, BK=6
                 dict(BM=128, BN=192, BK=64, stages=4), dict(BM=64, BN=128, BK=128, stages=2))
 HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
           for sample in ("matmul", "matmul_bt", "gemm_epilogue") for dtype in ("f16", "bf16")
-          for tiles, shapes in zip(HOPPER_TILES, (DIVISIBLE, RAGGED) * 3)]
+          for tiles, shapes in zip(HOPPER_TILES, (DIVISIBLE, RAGGED) * 3)] + [
+    # Two blocks an SM: 128 registers at entry, the consumers' half-file setmaxnreg.
+    case(sample, "f16", "sm_90a", RAGGED, BM=64, BN=128, BK=64, stages=4, blocks_per_sm=2)
+    for sample in ("matmul", "gemm_epilogue")]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")

@@ -22,6 +22,9 @@ MAX_REGISTERS_PER_THREAD = 255
 L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
 MAX_SPLIT_K = 64
+BLOCKS_PER_SM = (1, 2)
+# Shared memory per SM on sm_90 (228 KiB), of which the driver reserves 1 KiB per block.
+SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 233472, 1024
 # How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
 # TF32 off), "tf32" tensor cores (mma.sync m16n8k8 .tf32, inputs rounded to 10 mantissa bits).
 F32_MATH = ("ffma", "tf32")
@@ -100,6 +103,10 @@ class Options:
     # Products of f32 operand tiles: "ffma" (exact f32) or "tf32" (tensor cores, each input
     # rounded to tf32 with cvt.rna first, f32 accumulation). f16/bf16 tiles ignore it.
     f32_math: str = "ffma"
+    # Blocks of a warp-specialized (sm_90a) kernel resident on one SM: with 2, one block's
+    # epilogue and pipeline fill overlap the other's products; the block then gets half the
+    # register file and must fit half the shared memory.
+    blocks_per_sm: int = 1
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -125,6 +132,10 @@ class Options:
         if self.l2_prefetch not in L2_PREFETCH_BYTES:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
                              f"{self.l2_prefetch!r}")
+        if (not isinstance(self.blocks_per_sm, int) or isinstance(self.blocks_per_sm, bool)
+                or self.blocks_per_sm not in BLOCKS_PER_SM):
+            raise ValueError(f"blocks_per_sm must be one of {BLOCKS_PER_SM}, got "
+                             f"{self.blocks_per_sm!r}")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):

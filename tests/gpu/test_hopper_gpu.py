@@ -128,6 +128,22 @@ def test_samples(shape, tiles, stages, name, dtype):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (2048, 2048, 2048)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_two_blocks_per_sm(shape, name, dtype):
+    """64x128x64 tiles, two blocks resident on each SM (.minnctapersm 2, the register file
+    and shared memory halved): the same results."""
+    function = sample(name, dtype)
+    case = Case(name, dtype, *shape)
+    options = dict(arch=ARCH, stages=4, BM=64, BN=128, BK=64, blocks_per_sm=2)
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert_loads_with_tma(function, case, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 def test_4096_cubed(name, dtype):
     function = sample(name, dtype)
     case = Case(name, dtype, 4096, 4096, 4096)

@@ -53,6 +53,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                      raster_group=(8, 16))
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
+        # Two blocks an SM: one's epilogue overlaps the other's products (small tiles only:
+        # half the registers and shared memory each).
+        space += [dict(config, blocks_per_sm=2) for config in search_space(
+                      BM=(64,), BN=(128, 192), BK=(64,), stages=(3, 4), raster_group=(8,))]
     elif case.M <= 64:
         fitting = max(16, 1 << (case.M - 1).bit_length())
         space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
@@ -166,6 +170,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " swizzle off"
     if compiled.options.split_k > 1:
         text += f" split-K {compiled.options.split_k}"
+    if schedule.roles is not None and schedule.roles.blocks_per_sm > 1:
+        text += f" {schedule.roles.blocks_per_sm} blocks/SM"
     if plan is not None and family_of(plan).f32_math == "tf32":
         text += " tf32"
     if packing:

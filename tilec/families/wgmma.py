@@ -286,10 +286,12 @@ class Wgmma(ProductFamily):
         # ptxas allocates for the whole block at entry (setmaxnreg moves registers later but
         # does not raise that cap): the consumers' accumulators must fit it, or C7602.
         threads = 2 * bm + WARPGROUP
-        at_entry = REGISTER_FILE // threads // 8 * 8
+        blocks = options.blocks_per_sm
+        at_entry = REGISTER_FILE // (threads * blocks) // 8 * 8
         if bn // 2 + CONSUMER_OVERHEAD > at_entry:
             return (f"{bm}x{bn} needs about {bn // 2 + CONSUMER_OVERHEAD} registers a consumer "
-                    f"thread, more than the {at_entry} a {threads}-thread block starts with")
+                    f"thread, more than the {at_entry} a {threads}-thread block starts with"
+                    + (f" at {blocks} blocks per SM" if blocks > 1 else ""))
         return None
 
     def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -298,10 +300,10 @@ class Wgmma(ProductFamily):
     def choose_warps(self, bm: int, bn: int) -> tuple[int, int]:
         return (bm // 16, 1)
 
-    def consumer_registers(self, consumer_warpgroups: int) -> int:
-        """setmaxnreg.inc for the consumers: what the register file leaves after the
-        producer's, a multiple of 8 (PTX ISA 9.7.19.5)."""
-        left = REGISTER_FILE - WARPGROUP * PRODUCER_REGISTERS
+    def consumer_registers(self, consumer_warpgroups: int, blocks_per_sm: int = 1) -> int:
+        """setmaxnreg.inc for the consumers: what the block's share of the register file
+        leaves after the producer's, a multiple of 8 (PTX ISA 9.7.19.5)."""
+        left = REGISTER_FILE // blocks_per_sm - WARPGROUP * PRODUCER_REGISTERS
         return min(MAX_SETMAXNREG, left // (WARPGROUP * consumer_warpgroups) // 8 * 8)
 
     def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int) -> list[SmemLayout]:

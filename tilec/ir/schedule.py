@@ -106,6 +106,7 @@ class RolesPlan:
     producer_registers: int
     consumer_registers: int
     ring: int
+    blocks_per_sm: int = 1  # blocks resident on an SM (.minnctapersm)
 
     producer_threads: ClassVar[int] = WARPGROUP
 
@@ -120,7 +121,9 @@ class RolesPlan:
     def __str__(self) -> str:
         return (f"{{producer = warpgroup {self.consumer_warpgroups} (1 elected thread, "
                 f"{self.producer_registers} registers), consumers = {self.consumer_warpgroups} "
-                f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}}}")
+                f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}"
+                + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else "")
+                + "}")
 
 
 @dataclass(frozen=True)

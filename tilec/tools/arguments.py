@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from tilec.errors import TileError
 from tilec.ir.types import I32
-from tilec.options import ARCHS, F32_MATH, MAX_SPLIT_K, PACK_POLICIES
+from tilec.options import ARCHS, BLOCKS_PER_SM, F32_MATH, MAX_SPLIT_K, PACK_POLICIES
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -40,7 +40,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "split_k")
+                "split_k", "blocks_per_sm")
 
 
 class CommandError(Exception):
@@ -150,6 +150,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "split_k": ("--split-k", dict(
         type=split_k, metavar="S",
         help="blocks per output tile along K, each summing a slice (split-K)")),
+    "blocks_per_sm": ("--blocks-per-sm", dict(
+        type=int, choices=BLOCKS_PER_SM, metavar="N",
+        help="sm_90a warp-specialized kernels: blocks resident per SM (2 overlaps one "
+        "block's epilogue with another's products, at half the registers and shared memory)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
@@ -172,7 +176,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "disable", "verify")
+                 "blocks_per_sm", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")

@@ -50,6 +50,12 @@ def summary(compiled: Compiled) -> str:
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
         if family_of(plan).f32_math == "tf32":  # not the default: say the products round
             parts.append("tf32 tensor cores")
+    if schedule.roles is not None:
+        roles = schedule.roles
+        parts.append(f"{family_of(plan).name} fed by TMA, {roles.consumer_warpgroups} consumer "
+                     f"warpgroup{'s' if roles.consumer_warpgroups > 1 else ''} + a producer"
+                     + (f", {roles.blocks_per_sm} blocks per SM" if roles.blocks_per_sm > 1
+                        else ""))
     parts.append(f"{rendered.threads} threads")
     stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages
     parts.append(f"{stages} stages")
