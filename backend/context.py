@@ -58,8 +58,13 @@ class Context:
         # name: a register, or for a blob passed by value its parameter's name.
         self.workspace: dict[str, str] = {}
         # How a region's ops are emitted (backend.ptx.emit_block, set by render): ops with
-        # regions that a family emits (a warp-specialized producer) call it.
+        # regions that a family emits (a warp-specialized producer) call it; and a
+        # persistent kernel's loop over its tiles (backend.ptx._tile_loop), the grid op it
+        # numbers them by and the ring iterations of earlier tiles (ws.ring_base).
         self.emit_block = None
+        self.tile_loop = None
+        self.grid_op = None
+        self.ring_base: Optional[str] = None
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:

@@ -92,19 +92,9 @@ def _grid(ctx: Context, op: Op) -> None:
     w = ctx.w
     group = op.attrs.get("raster_group")
     if folds_tile_axes(op):
-        # Grouped order: `group` block rows walk the N blocks together so that the A and B
-        # tiles they share stay in L2.
-        gm, gn = (ctx.get(v) for v in op.operands[:2])
         pid = w.reg("b32")
         w.emit(f"mov.u32 {pid}, %ctaid.x;")
-        per_group = ctx.int_op("mul.lo.s32", gn, group)
-        group_id = ctx.int_op("div.u32", pid, per_group)
-        first_m = ctx.int_op("mul.lo.s32", group_id, group)
-        rows_left = ctx.int_op("sub.s32", gm, first_m)
-        group_rows = ctx.int_op("min.s32", rows_left, group)
-        in_group = ctx.int_op("rem.u32", pid, per_group)
-        pid_m = ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows))
-        pid_n = ctx.int_op("div.u32", in_group, group_rows)
+        pid_m, pid_n = _grouped_coords(ctx, op, pid, group)
         ctx.bind(op.results[0], pid_m)
         ctx.bind(op.results[1], pid_n)
         for axis, result in zip("yz", op.results[2:]):
@@ -116,6 +106,55 @@ def _grid(ctx: Context, op: Op) -> None:
         reg = w.reg("b32")
         w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
         ctx.bind(result, reg)
+
+
+def _grouped_coords(ctx: Context, op: Op, pid: str, group: int) -> tuple[str, str]:
+    """The (m, n) tile of linear tile index ``pid`` in grouped order: ``group`` block rows
+    walk the N blocks together so that the A and B tiles they share stay in L2."""
+    gm, gn = (ctx.get(v) for v in op.operands[:2])
+    per_group = ctx.int_op("mul.lo.s32", gn, group)
+    group_id = ctx.int_op("div.u32", pid, per_group)
+    first_m = ctx.int_op("mul.lo.s32", group_id, group)
+    rows_left = ctx.int_op("sub.s32", gm, first_m)
+    group_rows = ctx.int_op("min.s32", rows_left, group)
+    in_group = ctx.int_op("rem.u32", pid, per_group)
+    pid_m = ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows))
+    pid_n = ctx.int_op("div.u32", in_group, group_rows)
+    return pid_m, pid_n
+
+
+def _tile_loop(ctx: Context, ops: list[Op], emit) -> None:
+    """A persistent kernel's loop over the output tiles for one role (``ops``: what it runs
+    per tile, holding its K loop): tiles ``%ctaid.x``, then every ``%nctaid.x``-th, each
+    bound to the grid's (m, n) in grouped order, and the ring iterations of the earlier
+    tiles carried as ``ws.ring_base`` (so stages and phases go on round the ring)."""
+    w = ctx.w
+    grid = ctx.grid_op
+    gm, gn = (ctx.get(v) for v in grid.operands[:2])
+    tiles = ctx.int_op("mul.lo.s32", gm, gn)
+    k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
+    lb, ub, step = (ctx.operand(v) for v in k_loop.operands[:3])
+    span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
+    trips = ctx.int_op("max.s32", ctx.int_op("div.s32", span, step), 0)
+    tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
+    w.emit(f"mov.u32 {tile}, %ctaid.x;")
+    w.emit(f"mov.u32 {stride}, %nctaid.x;")
+    w.emit(f"mov.u32 {ring}, 0;")
+    head, done = w.label("tile"), w.label("tiles_done")
+    finished = w.reg("pred")
+    w.raw(f"{head}:")
+    w.emit(f"setp.ge.s32 {finished}, {tile}, {tiles};")
+    w.emit(f"@{finished} bra.uni {done};")
+    pid_m, pid_n = _grouped_coords(ctx, grid, tile, grid.attrs.get("raster_group") or 1)
+    ctx.bind(grid.results[0], pid_m)
+    ctx.bind(grid.results[1], pid_n)
+    saved, ctx.ring_base = ctx.ring_base, ring
+    emit()
+    ctx.ring_base = saved
+    w.emit(f"add.s32 {ring}, {ring}, {trips};")
+    w.emit(f"add.s32 {tile}, {tile}, {stride};")
+    w.emit(f"bra.uni {head};")
+    w.raw(f"{done}:")
 
 
 # -- structured control flow: PTX ISA 9.7.12 (bra) --------------------------------------
@@ -212,7 +251,38 @@ EPILOGUE_CHUNK = 8
 
 def _emit_body(ctx: Context, ops: list[Op]) -> None:
     """The kernel body: everything up to the last K loop as it is, then the epilogue in
-    register chunks when it is made of elementwise work on the accumulator layout."""
+    register chunks when it is made of elementwise work on the accumulator layout; a
+    persistent kernel's roles each in a loop over the tiles."""
+    roles = ctx.kernel.schedule.roles
+    if roles is not None and roles.persistent:
+        _emit_persistent(ctx, ops)
+        return
+    _emit_chunked(ctx, ops)
+
+
+def _emit_persistent(ctx: Context, ops: list[Op]) -> None:
+    """Sizes, shared buffers and barriers once; then the producer's region and the
+    consumers' accumulator, K loop and epilogue, each in a loop over this block's tiles
+    (:func:`_tile_loop`). Only the accumulator's fill sits between the grid and the producer
+    and depends on the tile."""
+    grid_at = next(i for i, op in enumerate(ops) if op.name == "tile.grid")
+    producer_at = next(i for i, op in enumerate(ops) if op.name == "ws.producer")
+    emit_block(ctx, ops[:grid_at])
+    ctx.grid_op = ops[grid_at]
+    middle = ops[grid_at + 1:producer_at]
+    per_tile = [op for op in middle if op.name == "tile.full"]
+    ids = set(ctx.grid_op.results)
+    once = [op for op in middle if op not in per_tile]
+    if any(v in ids for op in once for v in op.operands):
+        raise NotImplementedError("a persistent kernel computes nothing from the tile between "
+                                  "the grid and the producer but the accumulator's fill")
+    emit_block(ctx, once)
+    emit_block(ctx, [ops[producer_at]])
+    tail = per_tile + ops[producer_at + 1:]
+    _tile_loop(ctx, tail, lambda: _emit_chunked(ctx, tail))
+
+
+def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
     loops = [i for i, op in enumerate(ops) if op.name == "scf.for"]
     plan = ctx.plan
     if not loops or plan is None:
@@ -305,6 +375,7 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     """PTX for a kernel that has been through the pipeline."""
     ctx = Context(kernel, options)
     ctx.emit_block = emit_block
+    ctx.tile_loop = lambda ops, emit: _tile_loop(ctx, ops, emit)
     threads = kernel.schedule.threads
     abi = kernel_abi(kernel)
     _load_params(ctx, abi)

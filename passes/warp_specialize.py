@@ -47,7 +47,7 @@ import dataclasses
 
 from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
-from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, EXPECT, LOAD, PRODUCER,
+from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, WAIT, barrier_type, tma_layout)
 from tilec.ir.core import Block, Builder, Kernel, Op, Value
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
@@ -61,9 +61,13 @@ COPY = "copy.global_to_shared"
 
 def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
                       ) -> tuple[Value, Value]:
-    """Stage ``i % S`` and phase parity ``(i / S) % 2`` of the iteration at ``iv``."""
-    it = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32, "k_from_start"),
-                                    constant(b, step)], i32, "it")
+    """Stage ``i % S`` and phase parity ``(i / S) % 2`` of the ring iteration ``i`` at
+    ``iv``: the iterations of the block's earlier tiles (``ws.ring_base``, 0 but in a
+    persistent kernel) plus this loop's."""
+    base = b.value(RING_BASE, [], i32, "ring_base")
+    within = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32, "k_from_start"),
+                                        constant(b, step)], i32, "k_step")
+    it = b.value("arith.add", [base, within], i32, "it")
     stage = b.value("arith.mod", [it, constant(b, stages)], i32, "stage")
     rounds = b.value("arith.floordiv", [it, constant(b, stages)], i32, "round")
     parity = b.value("arith.mod", [rounds, constant(b, 2)], i32, "parity")
@@ -164,5 +168,5 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         pipeline=PipelinePlan(stages),
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
-                        stages, options.blocks_per_sm))
+                        stages, options.blocks_per_sm, options.persistent))
     return kernel

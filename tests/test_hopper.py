@@ -9,6 +9,7 @@ wrong results or a named deadlock.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -268,3 +269,28 @@ def test_two_blocks_per_sm_halve_the_register_file_and_the_shared_memory() -> No
     assert "wgmma" not in fallback
     with pytest.raises(ValueError, match="blocks_per_sm must be one of"):
         Options(blocks_per_sm=3)
+
+
+def test_a_persistent_kernel_loops_both_roles_over_the_tiles() -> None:
+    """persistent=True: the schedule says so; the producer's region and the consumers'
+    accumulator, K loop and epilogue each sit in a loop from %ctaid.x by %nctaid.x, whose
+    ring count feeds ws.ring_base (stages and phases continue across tiles); the grid is a
+    block per SM."""
+    from tilec.launch.binding import launch_grid
+    function = load_sample("gemm_epilogue", "f16")
+    compiled_kernel = function.compile(arch="sm_90a", stages=3, BM=128, BN=256, BK=64,
+                                       persistent=True)
+    kernel = compiled_kernel.kernel
+    assert kernel.schedule.roles.persistent and ", persistent}" in print_kernel(kernel)
+    ptx = compiled_kernel.ptx
+    assert ptx.count("mov.u32 %r") and ptx.count("%nctaid.x;") == 2
+    assert len(re.findall(r"\$L_tile_\d+:", ptx)) == 2
+    assert len(re.findall(r"\$L_tiles_done_\d+:", ptx)) == 2
+    assert launch_grid([40, 16], kernel, 132) == (132, 1, 1)
+    assert launch_grid([4, 3], kernel, 132) == (12, 1, 1)
+    with pytest.raises(ValueError, match="multiprocessor count"):
+        launch_grid([40, 16], kernel)
+    # The CPU runs a tile per program (ring base 0): the same product.
+    lowered = compiled("matmul", "f16", 3, BN=256).kernel
+    arrays = random_inputs(lowered, np.random.default_rng(9))
+    assert relative_error(run_lowered(lowered, arrays), _reference(arrays, "f16")) < 1e-5

@@ -178,7 +178,11 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
           for tiles, shapes in zip(HOPPER_TILES, (DIVISIBLE, RAGGED) * 3)] + [
     # Two blocks an SM: 128 registers at entry, the consumers' half-file setmaxnreg.
     case(sample, "f16", "sm_90a", RAGGED, BM=64, BN=128, BK=64, stages=4, blocks_per_sm=2)
-    for sample in ("matmul", "gemm_epilogue")]
+    for sample in ("matmul", "gemm_epilogue")] + [
+    # Persistent: both roles loop over the tiles.
+    case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, persistent=True)
+    for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("gemm_epilogue", "bf16", RAGGED),
+                                  ("matmul_bt", "f16", RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")

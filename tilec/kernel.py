@@ -215,6 +215,12 @@ def check_device_runs(arch: str) -> None:
     check_runs_on(arch, device.compute_capability, f"device {device.ordinal} ({device.name})")
 
 
+def _multiprocessors() -> int:
+    """The current device's SM count (a persistent kernel launches a block per SM)."""
+    from tilec.runtime import current_device
+    return current_device().multiprocessor_count
+
+
 def loaded_function(compiled: Compiled):
     """The driver function for a compiled kernel, loaded once and kept on it."""
     from tilec.runtime import load_module
@@ -233,7 +239,7 @@ def loaded_function(compiled: Compiled):
 def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
     from tilec.runtime import launch
     function = loaded_function(compiled)
-    grid = launch_grid(sizes, compiled.kernel)
+    grid = launch_grid(sizes, compiled.kernel, _multiprocessors())
     args = kernel_arguments(compiled.kernel, bound, device_args)
     launch(function, grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
            stream, args)
@@ -249,7 +255,7 @@ class PreparedLaunch:
                  packing: PackPlan = PackPlan()):
         self.compiled = compiled
         self.function = loaded_function(compiled)
-        self.grid = launch_grid(sizes, compiled.kernel)
+        self.grid = launch_grid(sizes, compiled.kernel, _multiprocessors())
         self.empty = 0 in sizes
         self.block = (compiled.rendered.threads, 1, 1)
         self.packing = packing

@@ -107,6 +107,9 @@ class Options:
     # epilogue and pipeline fill overlap the other's products; the block then gets half the
     # register file and must fit half the shared memory.
     blocks_per_sm: int = 1
+    # Warp-specialized (sm_90a) kernels: a grid of one block per SM (times blocks_per_sm)
+    # looping over the output tiles, so one tile's epilogue overlaps the next one's loads.
+    persistent: bool = False
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:

@@ -144,6 +144,23 @@ def test_two_blocks_per_sm(shape, name, dtype):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (2048, 3072, 1000), (4096, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_persistent(shape, stages, name, dtype):
+    """One block per SM looping over the tiles: more tiles than blocks, K steps that are
+    not a multiple of the ring (the phases go on across tiles), ragged edges."""
+    function = sample(name, dtype)
+    case = Case(name, dtype, *shape)
+    options = dict(arch=ARCH, stages=stages, BM=128, BN=256, BK=64, persistent=True)
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert_loads_with_tma(function, case, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 def test_4096_cubed(name, dtype):
     function = sample(name, dtype)
     case = Case(name, dtype, 4096, 4096, 4096)

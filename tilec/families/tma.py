@@ -44,8 +44,9 @@ from tilec.target.layout import SmemLayout, Swizzle
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
 
-ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER = (
-    "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer")
+ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
+    "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer",
+    "ws.ring_base")
 BARRIER_BYTES = 8  # one .b64 mbarrier
 SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
@@ -201,6 +202,18 @@ def _arrive(ctx: Context, op: Op) -> None:
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
 
 
+def _ring_base(ctx: Context, op: Op) -> None:
+    """The ring iterations a role ran for earlier tiles of this block: the register a
+    persistent kernel's tile loop carries (ctx.ring_base), else 0."""
+    if ctx.ring_base is not None:
+        ctx.bind(op.result, ctx.ring_base)
+        return
+    ctx.constants[op.result] = 0
+    reg = ctx.w.reg("b32")
+    ctx.w.emit(f"mov.u32 {reg}, 0;")
+    ctx.bind(op.result, reg)
+
+
 def _producer(ctx: Context, op: Op) -> None:
     """The warp-specialized split: threads from ``consumer_threads`` on are the producer
     warpgroup. It gives up registers, its elected thread runs the region, and all of it
@@ -215,7 +228,10 @@ def _producer(ctx: Context, op: Op) -> None:
     elected = w.reg("pred")
     w.emit(f"setp.ne.u32 {elected}, {ctx.tid()}, {roles.consumer_threads};")
     w.emit(f"@{elected} bra {done};")  # one thread of the warp goes on: divergent
-    ctx.emit_block(ctx, op.regions[0].ops)
+    if roles.persistent:
+        ctx.tile_loop(op.regions[0].ops, lambda: ctx.emit_block(ctx, op.regions[0].ops))
+    else:
+        ctx.emit_block(ctx, op.regions[0].ops)
     w.raw(f"{done}:")
     w.emit("exit;")
     w.raw(f"{consumers}:")
@@ -459,6 +475,14 @@ def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any
     return []
 
 
+def _fold_ring_base(operands: list, attrs: Any, dtype: Any) -> int:
+    return 0  # one tile per block, as the CPU runs a program and the checkers fold it
+
+
+def _execute_ring_base(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return [0]
+
+
 def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     block = _block(state)
     if block.roles is not None:
@@ -487,7 +511,7 @@ def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[A
 
 class TmaFamily(MovementFamily):
     name = "tma"
-    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER})
+    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE})
     pipeline = PipelineOps(LOAD, EXPECT, WAIT)
     stage_writers = frozenset({LOAD})
     words = CompletionWords(
@@ -499,7 +523,7 @@ class TmaFamily(MovementFamily):
 
     def emitters(self) -> Mapping[str, Emitter]:
         return {ALLOC: _alloc, EXPECT: _expect, LOAD: _load, WAIT: _wait, ARRIVE: _arrive,
-                PRODUCER: _producer}
+                PRODUCER: _producer, RING_BASE: _ring_base}
 
     def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
         return dict(copy.attrs)
@@ -532,6 +556,10 @@ class TmaFamily(MovementFamily):
                   3, 0, check=_check_barrier_operand, evaluate=_execute_wait),
             OpDef(ARRIVE, "one arrival on barrier [stage] from each consumer warpgroup", 2, 0,
                   check=_check_barrier_operand, evaluate=_execute_arrive),
+            OpDef(RING_BASE, "the ring iterations this role ran for the block's earlier tiles: "
+                  "0 when a block computes one tile (as the CPU runs it); a persistent "
+                  "kernel's tile loop carries it", 0, 1, pure=True, fold=_fold_ring_base,
+                  evaluate=_execute_ring_base),
             OpDef(PRODUCER, "a region the producer warpgroup runs (its elected thread), beside "
                   "the consumers; the producer warpgroup exits at its end", 0, 0, regions=1,
                   check=_check_producer, evaluate=_execute_producer),

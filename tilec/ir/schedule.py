@@ -107,6 +107,9 @@ class RolesPlan:
     consumer_registers: int
     ring: int
     blocks_per_sm: int = 1  # blocks resident on an SM (.minnctapersm)
+    # One block per SM (times blocks_per_sm) loops over the output tiles: the producer runs
+    # ahead into the next tile while the consumers store this one (backend.ptx lowers it).
+    persistent: bool = False
 
     producer_threads: ClassVar[int] = WARPGROUP
 
@@ -123,7 +126,7 @@ class RolesPlan:
                 f"{self.producer_registers} registers), consumers = {self.consumer_warpgroups} "
                 f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}"
                 + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else "")
-                + "}")
+                + (", persistent" if self.persistent else "") + "}")
 
 
 @dataclass(frozen=True)

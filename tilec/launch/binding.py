@@ -7,8 +7,10 @@ symbols agreeing across arguments, scalars' types. The facts the compiled code m
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tilec.backend.abi import AbiParam, folds_tile_axes
 from tilec.backend.signature import kernel_abi
@@ -184,10 +186,20 @@ def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
     raise ValueError(f"kernel '{kernel.name}' has no grid")
 
 
-def launch_grid(sizes: list[int], compiled_kernel: Kernel) -> tuple[int, int, int]:
+def launch_grid(sizes: list[int], compiled_kernel: Kernel,
+                multiprocessors: Optional[int] = None) -> tuple[int, int, int]:
     """The CUDA grid for the compiled kernel (``sizes``: its tile axes, as
     :func:`grid_size` evaluates them): its grid op says whether the passes folded two axes
-    into one (grouped rasterization) and whether split-K added a slice axis after them."""
+    into one (grouped rasterization) and whether split-K added a slice axis after them. A
+    persistent kernel gets one block per SM (``multiprocessors``: the device's), times its
+    blocks per SM, at most one a tile."""
+    roles = compiled_kernel.schedule.roles
+    if roles is not None and roles.persistent:
+        if multiprocessors is None:
+            raise ValueError("a persistent kernel's grid needs the device's multiprocessor "
+                             "count")
+        tiles = math.prod(sizes)
+        return (min(tiles, multiprocessors * roles.blocks_per_sm), 1, 1)
     grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)

@@ -40,7 +40,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "split_k", "blocks_per_sm")
+                "split_k", "blocks_per_sm", "persistent")
 
 
 class CommandError(Exception):
@@ -154,6 +154,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         type=int, choices=BLOCKS_PER_SM, metavar="N",
         help="sm_90a warp-specialized kernels: blocks resident per SM (2 overlaps one "
         "block's epilogue with another's products, at half the registers and shared memory)")),
+    "persistent": ("--persistent", dict(
+        action="store_true", default=None,
+        help="sm_90a warp-specialized kernels: one block per SM looping over the output "
+        "tiles, so one tile's epilogue overlaps the next one's loads")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
@@ -176,7 +180,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "disable", "verify")
+                 "blocks_per_sm", "persistent", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")
