@@ -54,7 +54,9 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     dtype = view_a.type.dtype
     family = family_of(plan)
     if family.fused_k_steps:  # one product op reads the whole stage (wgmma)
-        product = Op(family.product_op, [view_a, view_b, acc], [dot.result], {}, [], dot.loc)
+        attrs = {"in_flight": dot.attrs["in_flight"]} if "in_flight" in dot.attrs else {}
+        product = Op(family.product_op, [view_a, view_b, acc], [dot.result], attrs, [],
+                     dot.loc)
         dot.result.owner = product
         dot.result.type = acc_type
         return [product]

@@ -51,7 +51,7 @@ from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, EXPECT, LOAD, PROD
                                 SLAB_BYTES, WAIT, barrier_type, tma_layout)
 from tilec.ir.core import Block, Builder, Kernel, Op, Value
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
-from tilec.ir.types import i32
+from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 
 from .common import clone_slice, constant
@@ -60,7 +60,7 @@ COPY = "copy.global_to_shared"
 
 
 def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
-                      ) -> tuple[Value, Value]:
+                      ) -> tuple[Value, Value, Value, Value]:
     """Stage ``i % S`` and phase parity ``(i / S) % 2`` of the ring iteration ``i`` at
     ``iv``: the iterations of the block's earlier tiles (``ws.ring_base``, 0 but in a
     persistent kernel) plus this loop's."""
@@ -71,7 +71,7 @@ def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
     stage = b.value("arith.mod", [it, constant(b, stages)], i32, "stage")
     rounds = b.value("arith.floordiv", [it, constant(b, stages)], i32, "round")
     parity = b.value("arith.mod", [rounds, constant(b, 2)], i32, "parity")
-    return stage, parity
+    return stage, parity, it, within
 
 
 def _box(plan: TilingPlan, role: str) -> dict:
@@ -126,7 +126,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     ploop_body = Block()
     k = ploop_body.add_arg(i32, "k")
     p = Builder(ploop_body, loop.loc)
-    stage, parity = _stage_and_parity(p, k, lb, step, stages)
+    stage, parity, _, _ = _stage_and_parity(p, k, lb, step, stages)
     free = p.value("arith.sub", [constant(p, 1), parity], i32, "parity_free")
     p.op(WAIT, [empty, stage, free])
     p.op(EXPECT, [full, stage], attrs={"bytes": stage_bytes})
@@ -147,19 +147,46 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             and not (op.name == "smem.stage" and op.results[0] in views)]
     at = kept.index(dot)
     c.block.ops.extend(kept[:at])
-    stage, parity = _stage_and_parity(c, iv, lb, step, stages)
+    stage, parity, it, within = _stage_and_parity(c, iv, lb, step, stages)
     c.op(WAIT, [full, stage, parity])
     read_views = [c.value("smem.stage", [buffer, stage], view.type, view.hint)
                   for buffer, view in zip(buffers, views)]
     dot.operands = [*read_views, dot.operands[2]]
     c.block.ops.append(dot)
-    c.op(ARRIVE, [empty, stage])
+    in_flight = family.in_flight_wait is not None
+    if in_flight:
+        # This stage's products run on while the next stage's are issued; once they are
+        # issued (the product waits for all groups but the newest), the previous stage is
+        # read and goes back to the producer.
+        dot.attrs["in_flight"] = 1
+        previous = c.value("arith.mod", [c.value("arith.add", [it, constant(c, stages - 1)],
+                                                 i32, "it_before"), constant(c, stages)],
+                           i32, "previous_stage")
+        not_first = c.value("arith.lt", [constant(c, 0), within], ScalarType(PRED), "not_first")
+        c.op(ARRIVE, [empty, previous, not_first])
+    else:
+        c.op(ARRIVE, [empty, stage])
     c.block.ops.extend(kept[at + 1:])
     body.ops = c.block.ops
 
     top = kernel.body.ops
     index = top.index(loop)
-    kernel.body.ops = top[:index] + pre.block.ops + top[index:]
+    after = Builder(Block(), loop.loc)
+    if in_flight:
+        # The last stage's products finish, and the stage goes back (a persistent kernel's
+        # producer fills it again for the next tile).
+        after.op(family.in_flight_wait, attrs={"in_flight": 0})
+        trips = after.value("arith.cdiv", [after.value("arith.sub", [loop.operands[1], lb], i32,
+                                                       "k_span"), constant(after, step)],
+                            i32, "k_steps")
+        base = after.value(RING_BASE, [], i32, "ring_base")
+        last = after.value("arith.mod", [after.value("arith.add", [base, after.value(
+            "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it"),
+            constant(after, stages)], i32, "last_stage")
+        ran = after.value("arith.lt", [constant(after, 0), trips], ScalarType(PRED), "ran")
+        after.op(ARRIVE, [empty, last, ran])
+    kernel.body.ops = (top[:index] + pre.block.ops + top[index:index + 1] + after.block.ops
+                       + top[index + 1:])
     operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(op_plan.layout,
                                                                      plan.elem_bytes))
                      for op_plan in plan.operands)

@@ -70,9 +70,11 @@ expect_tx opened whenever they land: loads are counted when issued.
 
 Not claimed: a wait that passes on an earlier phase of its own stage (a constant parity) reads a
 fill it already read, which is no race under happens-before; it shows as the refill race, hang or
-unwaited load (b, d, e) it leads to. The product op's reads end when it does (``wgmma.mma``
-ends with ``wgmma.wait_group 0``); wgmma groups left in flight across iterations would need the
-read modelled up to their wait. A ``gpu.barrier`` after the split is taken as the consumer
+unwaited load (b, d, e) it leads to. The product op's reads end when it does: with
+``in_flight = 1`` a stage's wgmma group runs on past it, until the next product (or
+``wgmma.wait``) waits for it, and the pipeline hands that stage back only after that wait; the
+checker orders the reads by the product op, so a hand-back moved before that wait is not
+caught here (the CPU executor computes each product at once, so it cannot see it either). A ``gpu.barrier`` after the split is taken as the consumer
 warpgroups meeting (the producer warpgroup has exited).
 """
 from __future__ import annotations
@@ -250,8 +252,11 @@ def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
                                   "parity is 0 or 1", op.loc, kernel.source_lines)
                 add(op, "wait", parity=parity, **barrier(op, *op.operands[:2]))
             elif name in (EXPECT, ARRIVE):
-                add(op, "expect" if name == EXPECT else "arrive",
-                    bytes=op.attrs.get("bytes", 0), **barrier(op, *op.operands[:2]))
+                # A predicated arrival happens only where its predicate holds.
+                if not (name == ARRIVE and len(op.operands) > 2
+                        and not known(op.operands[2], op, "the arrival's predicate")):
+                    add(op, "expect" if name == EXPECT else "arrive",
+                        bytes=op.attrs.get("bytes", 0), **barrier(op, *op.operands[:2]))
             elif name == LOAD:
                 view = op.operands[3]
                 add(op, "load", bytes=Box.of(op).bytes(view.type.dtype.bytes), async_proxy=True,

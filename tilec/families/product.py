@@ -117,6 +117,9 @@ class ProductFamily(ABC):
     # True when one product op covers a whole stage of BK, reading the shared views itself
     # (wgmma); False when the fragments pass emits a load and a product per k step.
     fused_k_steps: ClassVar[bool] = False
+    # The op that waits for products left in flight (wgmma's groups): with it, a pipeline
+    # may let a stage's products run on while the next stage's are issued.
+    in_flight_wait: ClassVar[Optional[str]] = None
 
     # -- where it applies ------------------------------------------------------------------
     def applies(self, block: tuple[int, int, int], options: "Options",

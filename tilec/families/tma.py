@@ -196,9 +196,12 @@ def _wait(ctx: Context, op: Op) -> None:
 
 def _arrive(ctx: Context, op: Op) -> None:
     """One arrival per consumer warpgroup, from its first thread, after its wgmma reads of
-    the stage have completed (wgmma.wait_group is warpgroup-wide)."""
+    the stage have completed (wgmma.wait_group is warpgroup-wide); only where the optional
+    predicate holds."""
     address = _barrier_address(ctx, ctx.get(op.operands[0]), op.operands[1])
     leader = _thread_is(ctx, 127, 0)
+    if len(op.operands) > 2:
+        leader = ctx.and_pred(leader, ctx.get(op.operands[2]))
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
 
 
@@ -253,6 +256,11 @@ def _check_alloc(op: Op) -> None:
 
 def _check_barrier_operand(op: Op) -> None:
     require(_is_barriers(op.operands[0]), f"{op.name} takes a ring of barriers first")
+
+
+def _check_arrive(op: Op) -> None:
+    _check_barrier_operand(op)
+    require(len(op.operands) in (2, 3), "mbar.arrive takes a ring, a stage and maybe a predicate")
 
 
 def _check_load(op: Op) -> None:
@@ -464,6 +472,8 @@ def _execute_wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 
 def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    if len(operands) > 2 and not operands[2]:
+        return []
     barrier = _barrier(state, op, operands[0], operands[1])
     # One arrival per consumer warpgroup: the executor runs the warpgroups as one.
     consumers = state.kernel.schedule.roles.consumer_warpgroups
@@ -554,8 +564,9 @@ class TmaFamily(MovementFamily):
                   evaluate=_execute_load),
             OpDef(WAIT, "wait until barrier [stage] has completed the phase of this parity",
                   3, 0, check=_check_barrier_operand, evaluate=_execute_wait),
-            OpDef(ARRIVE, "one arrival on barrier [stage] from each consumer warpgroup", 2, 0,
-                  check=_check_barrier_operand, evaluate=_execute_arrive),
+            OpDef(ARRIVE, "one arrival on barrier [stage] from each consumer warpgroup (where "
+                  "the optional third operand, a predicate, holds)", None, 0,
+                  check=_check_arrive, evaluate=_execute_arrive),
             OpDef(RING_BASE, "the ring iterations this role ran for the block's earlier tiles: "
                   "0 when a block computes one tile (as the CPU runs it); a persistent "
                   "kernel's tile loop carries it", 0, 1, pure=True, fold=_fold_ring_base,

@@ -185,8 +185,15 @@ def _wgmma(ctx: Context, op: Op) -> None:
                f"{{{', '.join(acc)}}}, {desc_a}, {desc_b}, {accumulate}, 1, 1, {trans_a}, "
                f"{trans_b};")
     w.emit("wgmma.commit_group.sync.aligned;")
-    w.emit("wgmma.wait_group.sync.aligned 0;")
+    # in_flight = 1: this stage's group may still run (it chains on the same accumulators);
+    # the previous stage's group, and so its reads of shared memory, are complete.
+    w.emit(f"wgmma.wait_group.sync.aligned {op.attrs.get('in_flight', 0)};")
     ctx.bind(op.result, list(acc))
+
+
+def _wgmma_wait(ctx: Context, op: Op) -> None:
+    """``wgmma.wait``: every group but the newest ``in_flight`` has completed."""
+    ctx.w.emit(f"wgmma.wait_group.sync.aligned {op.attrs['in_flight']};")
 
 
 def _true_predicate(ctx: Context) -> str:
@@ -233,6 +240,17 @@ def _execute_wgmma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]
     return [acc]
 
 
+def _check_wait(op: Op) -> None:
+    require(op.attrs["in_flight"] in (0, 1), "wgmma.wait leaves 0 or 1 group in flight")
+
+
+def _execute_wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return []  # the CPU completes each wgmma.mma as it runs it
+
+
+WGMMA_WAIT = OpDef("wgmma.wait", "wait until at most `in_flight` wgmma groups are still running "
+                   "(their accumulators and shared-memory reads then complete)", 0, 0,
+                   attrs=("in_flight",), check=_check_wait, evaluate=_execute_wait)
 WGMMA_MMA = OpDef("wgmma.mma", "acc + a @ b over one shared stage: a warpgroup's wgmma.mma_async "
                   "per k16 step, operands read through shared-memory descriptors", 3, 1,
                   check=_check_wgmma, pure=True, evaluate=_execute_wgmma)
@@ -246,6 +264,7 @@ class Wgmma(ProductFamily):
     archs = ("sm_90a",)
     movement = "tma"
     fused_k_steps = True
+    in_flight_wait = "wgmma.wait"
     producer_registers = PRODUCER_REGISTERS
     k_step = WGMMA_K
     granule = (16, WGMMA_N_STEP)
@@ -257,10 +276,10 @@ class Wgmma(ProductFamily):
     read_name = "wgmma"
     explain_text = ExplainText("(none: wgmma reads shared memory)", "wgmma.mma_async",
                                "warpgroup", "-", "wgmma", "core matrices", ())
-    emitters = {"wgmma.mma": _wgmma}
+    emitters = {"wgmma.mma": _wgmma, "wgmma.wait": _wgmma_wait}
 
     def op_defs(self) -> tuple[OpDef, ...]:
-        return (WGMMA_MMA,)
+        return (WGMMA_MMA, WGMMA_WAIT)
 
     def applies(self, block: tuple[int, int, int], options: Options,
                 operands: Sequence[OperandPlan] = ()) -> bool:
