@@ -215,10 +215,13 @@ def check_device_runs(arch: str) -> None:
     check_runs_on(arch, device.compute_capability, f"device {device.ordinal} ({device.name})")
 
 
-def _multiprocessors() -> int:
-    """The current device's SM count (a persistent kernel launches a block per SM)."""
+def _launch_grid(sizes: list[int], kernel: Kernel) -> tuple[int, int, int]:
+    """The CUDA grid; a persistent kernel's depends on the current device's SM count."""
+    roles = kernel.schedule.roles
+    if roles is None or not roles.persistent:
+        return launch_grid(sizes, kernel)
     from tilec.runtime import current_device
-    return current_device().multiprocessor_count
+    return launch_grid(sizes, kernel, current_device().multiprocessor_count)
 
 
 def loaded_function(compiled: Compiled):
@@ -239,7 +242,7 @@ def loaded_function(compiled: Compiled):
 def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
     from tilec.runtime import launch
     function = loaded_function(compiled)
-    grid = launch_grid(sizes, compiled.kernel, _multiprocessors())
+    grid = _launch_grid(sizes, compiled.kernel)
     args = kernel_arguments(compiled.kernel, bound, device_args)
     launch(function, grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
            stream, args)
@@ -255,7 +258,7 @@ class PreparedLaunch:
                  packing: PackPlan = PackPlan()):
         self.compiled = compiled
         self.function = loaded_function(compiled)
-        self.grid = launch_grid(sizes, compiled.kernel, _multiprocessors())
+        self.grid = _launch_grid(sizes, compiled.kernel)
         self.empty = 0 in sizes
         self.block = (compiled.rendered.threads, 1, 1)
         self.packing = packing
