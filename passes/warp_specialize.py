@@ -11,8 +11,12 @@ Produces, for ``stages = S``:
   before one CTA barrier;
 - a ``ws.producer`` region holding its own K loop: wait for stage s to be empty, expect its
   bytes on ``full[s]``, and one ``tma.load`` per operand into stage s;
-- the K loop itself for the consumers: wait for ``full[s]``, the dot on stage s, one arrival
-  on ``empty[s]``; no CTA barrier after the split (the producer warpgroup has exited);
+- the K loop itself for the consumers: wait for ``full[s]``, the dot on stage s; with a
+  product family that can leave its products in flight (wgmma: ``in_flight = 1``), the
+  arrival on ``empty`` hands back the previous stage, whose products the dot's wait has
+  completed, and after the loop a ``wgmma.wait`` and the last stage's arrival; otherwise one
+  arrival on ``empty[s]`` after the dot. No CTA barrier after the split (the producer
+  warpgroup has exited);
 - ``kernel.schedule.pipeline`` and ``kernel.schedule.roles``.
 
 Iteration i uses stage ``i % S`` with phase parity ``(i / S) % 2``: each ring slot completes
@@ -37,9 +41,14 @@ After (S = 4)::
     }
     scf.for %k = ... iter_args(%acc) {
       mbar.wait %full, %s, %p
-      %d = tile.dot %vA, %vB, %acc
-      mbar.arrive %empty, %s
+      %d = tile.dot %vA, %vB, %acc {in_flight = 1}
+      mbar.arrive %empty, %s_before, %not_first
     }
+    wgmma.wait {in_flight = 0}
+    mbar.arrive %empty, %s_last, %ran
+
+Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
+the kernel is persistent), so stages and phases go on across a persistent block's tiles.
 """
 from __future__ import annotations
 
