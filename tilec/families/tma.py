@@ -296,6 +296,15 @@ class BarrierState:
     phases: int = 0
     landing: list[SharedWrite] = field(default_factory=list)
 
+    def arrive(self, state: InterpState, op: Op, arrivals: int, tx: int = 0) -> None:
+        """``arrivals`` arrivals, expecting ``tx`` more transaction bytes this phase."""
+        self.arrived += arrivals
+        self.tx += tx
+        if self.arrived > self.count:
+            raise state.error(op, f"{self.arrived} arrivals on a barrier expecting "
+                                  f"{self.count}")
+        self.maybe_complete()
+
     def maybe_complete(self) -> None:
         if self.arrived == self.count and self.tx == 0:
             for write in self.landing:
@@ -408,21 +417,20 @@ def _execute_alloc(state: InterpState, op: Op, operands: list[Any]) -> list[Any]
 
 
 def _execute_expect(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
-    barrier = _barrier(state, op, operands[0], operands[1])
-    barrier.arrived += 1
-    barrier.tx += op.attrs["bytes"]
-    if barrier.arrived > barrier.count:
-        raise state.error(op, f"{barrier.arrived} arrivals on a barrier expecting "
-                              f"{barrier.count}")
-    barrier.maybe_complete()
+    _barrier(state, op, operands[0], operands[1]).arrive(state, op, 1, op.attrs["bytes"])
     return []
 
 
 @lru_cache(maxsize=None)
+def _box_grid(box: Box) -> tuple[np.ndarray, np.ndarray]:
+    """(outer, inner) index of every element of a box, its slabs side by side."""
+    return tuple(np.meshgrid(np.arange(box.outer), np.arange(box.inner * box.slabs),
+                             indexing="ij"))
+
+
+@lru_cache(maxsize=None)
 def _storage_offsets(layout: SmemLayout, box: Box) -> np.ndarray:
-    rows, cols = np.meshgrid(np.arange(box.outer), np.arange(box.inner * box.slabs),
-                             indexing="ij")
-    return np.vectorize(layout.offset)(rows, cols)
+    return np.vectorize(layout.offset)(*_box_grid(box))
 
 
 def _execute_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
@@ -433,8 +441,7 @@ def _execute_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     eb = op.operands[3].type.dtype.bytes
     # Box element (outer r, inner i) is tile element [r, i] along the op's coords' dims.
     inner0, outer0 = operands[1 + box.coords[0]], operands[1 + box.coords[1]]
-    outer, inner = np.meshgrid(np.arange(box.outer), np.arange(box.inner * box.slabs),
-                               indexing="ij")
+    outer, inner = _box_grid(box)
     index = [None, None]
     index[box.coords[0]], index[box.coords[1]] = inner0 + inner, outer0 + outer
     values = read_global(state, op, tensor, index, [True, True])
@@ -474,14 +481,9 @@ def _execute_wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     if len(operands) > 2 and not operands[2]:
         return []
-    barrier = _barrier(state, op, operands[0], operands[1])
     # One arrival per consumer warpgroup: the executor runs the warpgroups as one.
-    consumers = state.kernel.schedule.roles.consumer_warpgroups
-    barrier.arrived += consumers
-    if barrier.arrived > barrier.count:
-        raise state.error(op, f"{barrier.arrived} arrivals on a barrier expecting "
-                              f"{barrier.count}")
-    barrier.maybe_complete()
+    _barrier(state, op, operands[0], operands[1]).arrive(
+        state, op, state.kernel.schedule.roles.consumer_warpgroups)
     return []
 
 
