@@ -52,6 +52,12 @@ MAX_SETMAXNREG = 240  # a consumer never needs more; setmaxnreg takes 24..256
 CONSUMER_OVERHEAD = 26
 
 
+def registers_at_entry(threads: int, blocks_per_sm: int = 1) -> int:
+    """The registers a thread starts with, as ptxas allocates them for ``.maxntid threads``
+    and ``.minnctapersm blocks_per_sm``: its share of the file, in units of 8."""
+    return REGISTER_FILE // (threads * blocks_per_sm) // 8 * 8
+
+
 @dataclass(frozen=True)
 class WgmmaLayout(MmaLayout):
     """The accumulator of wgmma m64nN: warp ``w`` of the block holds rows ``16 w`` to
@@ -306,7 +312,7 @@ class Wgmma(ProductFamily):
         # does not raise that cap): the consumers' accumulators must fit it, or C7602.
         threads = 2 * bm + WARPGROUP
         blocks = options.blocks_per_sm
-        at_entry = REGISTER_FILE // (threads * blocks) // 8 * 8
+        at_entry = registers_at_entry(threads, blocks)
         if bn // 2 + CONSUMER_OVERHEAD > at_entry:
             return (f"{bm}x{bn} needs about {bn // 2 + CONSUMER_OVERHEAD} registers a consumer "
                     f"thread, more than the {at_entry} a {threads}-thread block starts with"

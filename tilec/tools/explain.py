@@ -43,7 +43,7 @@ from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
 from tilec.families.tma import BARRIER_BYTES, Box
-from tilec.families.wgmma import REGISTER_FILE
+from tilec.families.wgmma import registers_at_entry
 from tilec.families.tma import LOAD as TMA_LOAD
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
                                  conflict_degree, copy_map, copy_store_addresses,
@@ -171,7 +171,7 @@ class Registers:
     fragments: int
     overhead: int
     # Warp specialization: setmaxnreg's (producer, consumers) registers, and what a thread
-    # of the block starts with (65536 / threads, as ptxas allocates at entry).
+    # of the block starts with (its share of the register file, as ptxas allocates at entry).
     rebalanced: Optional[tuple[int, int, int]] = None
 
 
@@ -351,7 +351,7 @@ def _registers(plan: TilingPlan, roles: Optional[RolesPlan] = None) -> Registers
     rebalanced = None
     if roles is not None:
         rebalanced = (roles.producer_registers, roles.consumer_registers,
-                      REGISTER_FILE // roles.threads)
+                      registers_at_entry(roles.threads, roles.blocks_per_sm))
     return Registers(registers_estimate(plan), accumulators, fragments, REGISTER_OVERHEAD,
                      rebalanced)
 
