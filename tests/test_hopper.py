@@ -232,7 +232,8 @@ def test_a_wrong_byte_count_is_a_named_deadlock() -> None:
     expect = next(op for op in kernel.walk() if op.name == "mbar.arrive_expect_tx")
     expect.attrs["bytes"] += 16
     arrays = random_inputs(kernel, np.random.default_rng(4))
-    with pytest.raises(InterpreterError, match=r"mbar.wait .*deadlock: .*full\[0\].*16 bytes outstanding"):
+    stuck = r"mbar.wait .*deadlock: .*full\[0\].*16 bytes outstanding"
+    with pytest.raises(InterpreterError, match=stuck):
         run_lowered(kernel, arrays)
 
 

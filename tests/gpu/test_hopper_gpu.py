@@ -111,19 +111,24 @@ def assert_loads_with_tma(function, case: Case, **options) -> None:
     assert TMA_LOAD in ptx and "wgmma.mma_async" in ptx, "the call did not take the TMA path"
 
 
+def run_and_check(name: str, dtype: str, shape: tuple[int, int, int], **options) -> None:
+    """The sample on fresh inputs of ``shape`` against float64, on the TMA path."""
+    function = sample(name, dtype)
+    case = Case(name, dtype, *shape)
+    options = dict(arch=ARCH, **options)
+    ref = case.reference()
+    function(*case.args(), **options)
+    case.check(ref)
+    assert_loads_with_tma(function, case, **options)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 @pytest.mark.parametrize("stages", STAGES)
 @pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_samples(shape, tiles, stages, name, dtype):
-    function = sample(name, dtype)
-    case = Case(name, dtype, *shape)
-    options = dict(arch=ARCH, stages=stages, **tiles)
-    ref = case.reference()
-    function(*case.args(), **options)
-    case.check(ref)
-    assert_loads_with_tma(function, case, **options)
+    run_and_check(name, dtype, shape, stages=stages, **tiles)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -133,13 +138,7 @@ def test_samples(shape, tiles, stages, name, dtype):
 def test_two_blocks_per_sm(shape, name, dtype):
     """64x128x64 tiles, two blocks resident on each SM (.minnctapersm 2, the register file
     and shared memory halved): the same results."""
-    function = sample(name, dtype)
-    case = Case(name, dtype, *shape)
-    options = dict(arch=ARCH, stages=4, BM=64, BN=128, BK=64, blocks_per_sm=2)
-    ref = case.reference()
-    function(*case.args(), **options)
-    case.check(ref)
-    assert_loads_with_tma(function, case, **options)
+    run_and_check(name, dtype, shape, stages=4, BM=64, BN=128, BK=64, blocks_per_sm=2)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -150,25 +149,13 @@ def test_two_blocks_per_sm(shape, name, dtype):
 def test_persistent(shape, stages, name, dtype):
     """One block per SM looping over the tiles: more tiles than blocks, K steps that are
     not a multiple of the ring (the phases go on across tiles), ragged edges."""
-    function = sample(name, dtype)
-    case = Case(name, dtype, *shape)
-    options = dict(arch=ARCH, stages=stages, BM=128, BN=256, BK=64, persistent=True)
-    ref = case.reference()
-    function(*case.args(), **options)
-    case.check(ref)
-    assert_loads_with_tma(function, case, **options)
+    run_and_check(name, dtype, shape, stages=stages, BM=128, BN=256, BK=64, persistent=True)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 def test_4096_cubed(name, dtype):
-    function = sample(name, dtype)
-    case = Case(name, dtype, 4096, 4096, 4096)
-    options = dict(arch=ARCH, stages=4, **TILES[0])
-    ref = case.reference()
-    function(*case.args(), **options)
-    case.check(ref)
-    assert_loads_with_tma(function, case, **options)
+    run_and_check(name, dtype, (4096, 4096, 4096), stages=4, **TILES[0])
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

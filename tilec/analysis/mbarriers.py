@@ -74,8 +74,9 @@ unwaited load (b, d, e) it leads to. The product op's reads end when it does: wi
 ``in_flight = 1`` a stage's wgmma group runs on past it, until the next product (or
 ``wgmma.wait``) waits for it, and the pipeline hands that stage back only after that wait; the
 checker orders the reads by the product op, so a hand-back moved before that wait is not
-caught here (the CPU executor computes each product at once, so it cannot see it either). A ``gpu.barrier`` after the split is taken as the consumer
-warpgroups meeting (the producer warpgroup has exited).
+caught here (the CPU executor computes each product at once, so it cannot see it either).
+A ``gpu.barrier`` after the split is taken as the consumer warpgroups meeting (the producer
+warpgroup has exited).
 """
 from __future__ import annotations
 
