@@ -20,6 +20,7 @@ from typing import Any, Optional
 from tilec.backend.abi import TENSOR_MAP
 from tilec.families.tma import LOAD, tensor_map_box
 from tilec.ir.core import Kernel, Value, defining_op
+from tilec.ir.types import DType
 
 # cuTensorMapEncodeTiled's limits (cuda.bindings' docstring; research/hopper.md 1.5).
 ADDRESS_ALIGN = 16  # bytes, without interleave
@@ -28,7 +29,7 @@ MAX_STRIDE = 2**40  # bytes, exclusive
 MAX_DIM = 2**32  # elements, exclusive
 MAX_BOX = 256  # elements per box dim
 BOX_INNER_ALIGN = 16  # bytes: the box's inner extent is a whole number of 16-byte units
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
+TMA_DTYPES = ("f16", "bf16", "f32")  # the element types the encoder maps
 
 # What a user can do about an argument TMA refuses.
 ARGUMENT_REMEDY = (
@@ -93,9 +94,9 @@ def tensor_map_layout(name: str, arg: Any, box: tuple[int, int], swizzle: int,
     if len(shape) != 2:
         raise _refuse(name, "a tensor map here is 2-D", f"a {len(shape)}-D array of shape "
                       f"{shape}")
-    if arg.dtype not in ITEMSIZE:
-        raise _refuse(name, f"the dtype must be one of {', '.join(ITEMSIZE)}", arg.dtype)
-    itemsize = ITEMSIZE[arg.dtype]
+    if arg.dtype not in TMA_DTYPES:
+        raise _refuse(name, f"the dtype must be one of {', '.join(TMA_DTYPES)}", arg.dtype)
+    itemsize = DType.parse(arg.dtype).bytes
     inner = inner_dim(name, shape, strides, compiled_inner)
     outer = 1 - inner
     dims = (shape[inner], shape[outer])
