@@ -123,9 +123,9 @@ def _grouped_coords(ctx: Context, op: Op, pid: str, group: int) -> tuple[str, st
     return pid_m, pid_n
 
 
-def _tile_loop(ctx: Context, ops: list[Op], emit) -> None:
-    """A persistent kernel's loop over the output tiles for one role (``ops``: what it runs
-    per tile, holding its K loop): tiles ``%ctaid.x``, then every ``%nctaid.x``-th, each
+def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
+    """A persistent kernel's loop over the output tiles for one role: ``emit_ops(ctx, ops)``
+    for each tile (``ops``: what it runs per tile, holding its K loop): tiles ``%ctaid.x``, then every ``%nctaid.x``-th, each
     bound to the grid's (m, n) in grouped order, and the ring iterations of the earlier
     tiles carried as ``ws.ring_base`` (so stages and phases go on round the ring)."""
     w = ctx.w
@@ -149,7 +149,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit) -> None:
     ctx.bind(grid.results[0], pid_m)
     ctx.bind(grid.results[1], pid_n)
     saved, ctx.ring_base = ctx.ring_base, ring
-    emit()
+    emit_ops(ctx, ops)
     ctx.ring_base = saved
     w.emit(f"add.s32 {ring}, {ring}, {trips};")
     w.emit(f"add.s32 {tile}, {tile}, {stride};")
@@ -279,7 +279,7 @@ def _emit_persistent(ctx: Context, ops: list[Op]) -> None:
     emit_block(ctx, once)
     emit_block(ctx, [ops[producer_at]])
     tail = per_tile + ops[producer_at + 1:]
-    _tile_loop(ctx, tail, lambda: _emit_chunked(ctx, tail))
+    _tile_loop(ctx, tail, _emit_chunked)
 
 
 def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
@@ -375,7 +375,7 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     """PTX for a kernel that has been through the pipeline."""
     ctx = Context(kernel, options)
     ctx.emit_block = emit_block
-    ctx.tile_loop = lambda ops, emit: _tile_loop(ctx, ops, emit)
+    ctx.tile_loop = lambda ops, emit_ops: _tile_loop(ctx, ops, emit_ops)
     threads = kernel.schedule.threads
     abi = kernel_abi(kernel)
     _load_params(ctx, abi)

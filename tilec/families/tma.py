@@ -232,7 +232,7 @@ def _producer(ctx: Context, op: Op) -> None:
     w.emit(f"setp.ne.u32 {elected}, {ctx.tid()}, {roles.consumer_threads};")
     w.emit(f"@{elected} bra {done};")  # one thread of the warp goes on: divergent
     if roles.persistent:
-        ctx.tile_loop(op.regions[0].ops, lambda: ctx.emit_block(ctx, op.regions[0].ops))
+        ctx.tile_loop(op.regions[0].ops, ctx.emit_block)
     else:
         ctx.emit_block(ctx, op.regions[0].ops)
     w.raw(f"{done}:")
