@@ -106,14 +106,14 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     roles = [buffer.owner.attrs["role"] for buffer in buffers]
     # TMA writes its boxes in 128-byte swizzled slabs: the stages' layout from here on (the
     # swizzle pass may pick another of TMA's modes).
-    layouts = {}
-    for buffer in buffers:
-        layout = tma_layout(buffer.type.layout, plan.elem_bytes)
-        layouts[buffer] = layout
+    operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(op_plan.layout,
+                                                                     plan.elem_bytes))
+                     for op_plan in plan.operands)
+    for view, buffer, role in zip(views, buffers, roles):
+        layout = next(op_plan.layout for op_plan in operands if op_plan.role == role)
         buffer.type = buffer.type.with_(shape=(stages, *buffer.type.shape[1:]), layout=layout)
         buffer.owner.attrs["stages"] = stages
-    for view, buffer in zip(views, buffers):
-        view.type = view.type.with_(layout=layouts[buffer])
+        view.type = view.type.with_(layout=layout)
     consumer_warpgroups = plan.threads // WARPGROUP
     stage_bytes = sum(v.type.numel for v in views) * plan.elem_bytes
     blocks = options.blocks_per_sm
@@ -196,9 +196,6 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         after.op(ARRIVE, [empty, last, ran])
     kernel.body.ops = (top[:index] + pre.block.ops + top[index:index + 1] + after.block.ops
                        + top[index + 1:])
-    operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(op_plan.layout,
-                                                                     plan.elem_bytes))
-                     for op_plan in plan.operands)
     kernel.schedule = kernel.schedule.with_(
         tiling=dataclasses.replace(plan, operands=operands),
         pipeline=PipelinePlan(stages),
