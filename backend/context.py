@@ -9,6 +9,7 @@ from tilec.ir.core import Kernel, Value
 from tilec.target.layout import SmemLayout, Swizzle
 from tilec.options import Options
 
+from . import divide
 from .writer import PtxWriter
 
 
@@ -143,6 +144,14 @@ class Context:
         r = self.w.reg("pred")
         self.w.emit(f"and.pred {r}, {a}, {b};")
         return r
+
+    def div_const(self, x: str, d: int, nonnegative: bool = False) -> str:
+        """``x // d`` for a constant d > 0 (shift or multiply-high: :mod:`.divide`)."""
+        return divide.emit(self, x, d, "q", nonnegative)
+
+    def mod_const(self, x: str, d: int, nonnegative: bool = False) -> str:
+        """``x % d`` (non-negative) for a constant d > 0."""
+        return divide.emit(self, x, d, "r", nonnegative)
 
     def mad(self, a: Union[str, int], b: Union[str, int], c: Union[str, int]) -> str:
         r = self.w.reg("b32")

@@ -20,8 +20,8 @@ def c_thread_coords(ctx: Context, layout: DistributedLayout) -> tuple[str, str]:
     def compute() -> tuple[str, str]:
         lane, warp = ctx.lane_warp()
         lane_cols = layout.lane_grid[1]
-        wm = ctx.int_op("div.u32", warp, layout.warps[1])
-        wn = ctx.int_op("rem.u32", warp, layout.warps[1])
+        wm = ctx.div_const(warp, layout.warps[1], nonnegative=True)
+        wn = ctx.mod_const(warp, layout.warps[1], nonnegative=True)
         lane_row = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
         lane_col = ctx.int_op("and.b32", lane, lane_cols - 1)
         row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))

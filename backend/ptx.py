@@ -35,6 +35,8 @@ class Rendered:
 INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.lo.s32",
               "arith.floordiv": "div.s32", "arith.mod": "rem.s32", "arith.min": "min.s32",
               "arith.max": "max.s32"}
+# By a positive constant: a shift or a multiply-high (backend/divide.py), never div/rem.
+CONSTANT_DIVISION = {"arith.floordiv": Context.div_const, "arith.mod": Context.mod_const}
 FLOAT_BINARY = {"arith.add": "add.f32", "arith.sub": "sub.f32", "arith.mul": "mul.f32",
                 "arith.div": "div.rn.f32", "arith.min": "min.f32", "arith.max": "max.f32"}
 
@@ -58,10 +60,15 @@ def _constant(ctx: Context, op: Op) -> None:
 def _scalar_binary(ctx: Context, op: Op) -> None:
     a, b = op.operands
     is_int = op.result.type.dtype == I32
+    divisor = ctx.const(b) if is_int else None
     if op.name == "arith.cdiv":
         bias = ctx.int_op("add.s32", ctx.operand(a), ctx.operand(b))
         bias = ctx.int_op("sub.s32", bias, 1)
-        ctx.bind(op.result, ctx.int_op("div.s32", bias, ctx.operand(b)))
+        ctx.bind(op.result, ctx.int_op("div.s32", bias, ctx.operand(b)) if divisor is None
+                 else ctx.div_const(bias, divisor))
+        return
+    if op.name in CONSTANT_DIVISION and isinstance(divisor, int) and divisor > 0:
+        ctx.bind(op.result, CONSTANT_DIVISION[op.name](ctx, ctx.get(a), divisor))
         return
     table = INT_BINARY if is_int else FLOAT_BINARY
     reg = ctx.w.reg("b32" if is_int else "f32")
@@ -135,7 +142,9 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     lb, ub, step = (ctx.operand(v) for v in k_loop.operands[:3])
     span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
-    trips = ctx.int_op("max.s32", ctx.int_op("div.s32", span, step), 0)
+    steps = (ctx.int_op("div.s32", span, step) if ctx.const(k_loop.operands[2]) is None
+             else ctx.div_const(span, ctx.const(k_loop.operands[2])))
+    trips = ctx.int_op("max.s32", steps, 0)
     tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
     w.emit(f"mov.u32 {tile}, %ctaid.x;")
     w.emit(f"mov.u32 {stride}, %nctaid.x;")

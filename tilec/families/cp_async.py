@@ -73,8 +73,8 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
         if (i + 1) * threads > cmap.vectors:
             active = ctx.w.reg("pred")
             ctx.w.emit(f"setp.lt.s32 {active}, {v}, {cmap.vectors};")
-        row = ctx.int_op("div.u32", v, per_row)
-        col = ctx.int_op("mul.lo.s32", ctx.int_op("rem.u32", v, per_row), vec)
+        row = ctx.div_const(v, per_row, nonnegative=True)
+        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
         linear = ctx.mad(row, layout.cols, col)
         smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
         coords = logical((row, col))

@@ -19,9 +19,9 @@ def operand_offset(ctx: Context, view: SmemView, role: str, warps: tuple[int, in
     layout = view.buffer.layout
     _, warp = ctx.lane_warp()
     if role == "A":
-        warp_index, extent = ctx.int_op("div.u32", warp, warps[1]), warp_tile[0]
+        warp_index, extent = ctx.div_const(warp, warps[1], nonnegative=True), warp_tile[0]
     else:
-        warp_index, extent = ctx.int_op("rem.u32", warp, warps[1]), warp_tile[1]
+        warp_index, extent = ctx.mod_const(warp, warps[1], nonnegative=True), warp_tile[1]
     mn = ctx.mad(warp_index, extent, ctx.int_op("add.s32", lane_mn, mn_rel))
     row, col = operand_storage_coord(operand_k_major(role, layout), mn, k)
     if isinstance(row, int):  # PTX's mad takes no immediate multiplicand
