@@ -295,3 +295,18 @@ def test_a_persistent_kernel_loops_both_roles_over_the_tiles() -> None:
     lowered = compiled("matmul", "f16", 3, BN=256).kernel
     arrays = random_inputs(lowered, np.random.default_rng(9))
     assert relative_error(run_lowered(lowered, arrays), _reference(arrays, "f16")) < 1e-5
+
+
+@pytest.mark.parametrize("consumer_warpgroups", [1, 2, 3, 4])
+@pytest.mark.parametrize("blocks_per_sm", [1, 2])
+def test_setmaxnreg_asks_only_for_registers_the_block_holds(consumer_warpgroups,
+                                                           blocks_per_sm) -> None:
+    """The consumers' setmaxnreg.inc waits until the block has the registers: asking for
+    more than the producer's dec freed from what the block was launched with hangs the GPU
+    (it did, for 256-row tiles: 640 threads start with 96 registers, and an inc to 112)."""
+    from tilec.families.wgmma import FAMILY, PRODUCER_REGISTERS, registers_at_entry
+    threads = 128 * (consumer_warpgroups + 1)
+    held = registers_at_entry(threads, blocks_per_sm) * threads
+    inc = FAMILY.consumer_registers(consumer_warpgroups, blocks_per_sm)
+    assert inc % 8 == 0 and 24 <= inc <= 256
+    assert 128 * PRODUCER_REGISTERS + 128 * consumer_warpgroups * inc <= held

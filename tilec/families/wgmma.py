@@ -326,10 +326,16 @@ class Wgmma(ProductFamily):
         return (bm // 16, 1)
 
     def consumer_registers(self, consumer_warpgroups: int, blocks_per_sm: int = 1) -> int:
-        """setmaxnreg.inc for the consumers: what the block's share of the register file
-        leaves after the producer's, a multiple of 8 (PTX ISA 9.7.19.5)."""
-        left = REGISTER_FILE // blocks_per_sm - WARPGROUP * PRODUCER_REGISTERS
-        return min(MAX_SETMAXNREG, left // (WARPGROUP * consumer_warpgroups) // 8 * 8)
+        """setmaxnreg.inc for the consumers, a multiple of 8 (PTX ISA 9.7.19.5): what the
+        block was launched with (every thread's registers at entry) less the producer's
+        after its setmaxnreg.dec, shared by the consumers. Not the whole file's share: with
+        640 threads the block starts with 96 registers a thread (61440, not 65536), and an
+        inc to 112 waited forever for registers the block never had (a GPU hang, H100)."""
+        consumer_threads = WARPGROUP * consumer_warpgroups
+        threads = consumer_threads + WARPGROUP
+        held = registers_at_entry(threads, blocks_per_sm) * threads
+        left = held - WARPGROUP * PRODUCER_REGISTERS
+        return min(MAX_SETMAXNREG, left // consumer_threads // 8 * 8)
 
     def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int) -> list[SmemLayout]:
         return [tma_layout(op_plan.layout, elem_bytes)]
