@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from tilec.ir.core import Kernel, Value
-from tilec.target.layout import SmemLayout, Swizzle
+from tilec.target.layout import DistributedLayout, SmemLayout, Swizzle
 from tilec.options import Options
 
 from . import divide
@@ -66,6 +66,9 @@ class Context:
         self.tile_loop = None
         self.grid_op = None
         self.ring_base: Optional[str] = None
+        # What a role emits once after a persistent kernel's tile loop (the TMA stores'
+        # last wait): _tile_loop collects them per loop.
+        self.after_tiles: list = []
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:
@@ -171,3 +174,25 @@ class Context:
         r = self.w.reg("b64")
         self.w.emit(f"mul.wide.s32 {r}, {a}, {b};")
         return r
+
+
+# -- the accumulator layout's thread coordinates (epilogue, TMA store) ----------------
+def c_thread_coords(ctx: "Context", layout: DistributedLayout) -> tuple[str, str]:
+    """This thread's (row, col) base in a distributed layout: its warp's tile corner plus its
+    place in the lane grid."""
+    def compute() -> tuple[str, str]:
+        lane, warp = ctx.lane_warp()
+        lane_cols = layout.lane_grid[1]
+        wm = ctx.div_const(warp, layout.warps[1], nonnegative=True)
+        wn = ctx.mod_const(warp, layout.warps[1], nonnegative=True)
+        lane_row = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
+        lane_col = ctx.int_op("and.b32", lane, lane_cols - 1)
+        row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
+        col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
+        return row, col
+    return ctx.w.once(("c_coords", layout), compute)
+
+
+def _scaled(ctx: "Context", reg: str, power_of_two: int) -> str:
+    shift = power_of_two.bit_length() - 1
+    return ctx.int_op("shl.b32", reg, shift) if shift else reg

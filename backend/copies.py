@@ -54,3 +54,7 @@ EMITTERS = {
     **{name: emitter for family in MOVEMENT_FAMILIES.values()
        for name, emitter in family.emitters().items()},
 }
+
+# tile.store ops a pass routed through a movement family (attribute ``via``).
+STORE_VIAS = {via: emitter for family in MOVEMENT_FAMILIES.values()
+              for via, emitter in family.store_emitters().items()}

@@ -7,34 +7,14 @@ from __future__ import annotations
 from tilec.ir.core import Op
 from tilec.target.layout import DistributedLayout
 
-from .context import Context, TensorRegs
+from .context import Context, TensorRegs, c_thread_coords
+from .copies import STORE_VIAS
 
 # Global load/store instruction suffix per element bytes; PTX ISA 9.7.9.8 / 9.7.9.10.
 MEMORY_TYPES = {2: "b16", 4: "f32"}
 
 
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ----------
-def c_thread_coords(ctx: Context, layout: DistributedLayout) -> tuple[str, str]:
-    """This thread's (row, col) base in a distributed layout: its warp's tile corner plus its
-    place in the lane grid."""
-    def compute() -> tuple[str, str]:
-        lane, warp = ctx.lane_warp()
-        lane_cols = layout.lane_grid[1]
-        wm = ctx.div_const(warp, layout.warps[1], nonnegative=True)
-        wn = ctx.mod_const(warp, layout.warps[1], nonnegative=True)
-        lane_row = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
-        lane_col = ctx.int_op("and.b32", lane, lane_cols - 1)
-        row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
-        col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
-        return row, col
-    return ctx.w.once(("c_coords", layout), compute)
-
-
-def _scaled(ctx: Context, reg: str, power_of_two: int) -> str:
-    shift = power_of_two.bit_length() - 1
-    return ctx.int_op("shl.b32", reg, shift) if shift else reg
-
-
 def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: DistributedLayout,
                        eb: int, masked: list[bool]):
     """For the registers being emitted: (index, address operand, in-bounds predicate or None,
@@ -150,6 +130,9 @@ def _frag_load(ctx: Context, op: Op) -> None:
 
 
 def _store(ctx: Context, op: Op) -> None:
+    if "via" in op.attrs:  # through shared memory and a movement family (tma_store pass)
+        STORE_VIAS[op.attrs["via"]](ctx, op)
+        return
     offsets = [ctx.get(v) for v in op.operands[1:-1]]
     value = op.operands[-1]
     vtype = value.type

@@ -158,12 +158,16 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
     ctx.bind(grid.results[0], pid_m)
     ctx.bind(grid.results[1], pid_n)
     saved, ctx.ring_base = ctx.ring_base, ring
+    saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     emit_ops(ctx, ops)
     ctx.ring_base = saved
     w.emit(f"add.s32 {ring}, {ring}, {trips};")
     w.emit(f"add.s32 {tile}, {tile}, {stride};")
     w.emit(f"bra.uni {head};")
     w.raw(f"{done}:")
+    for hook in ctx.after_tiles:
+        hook()
+    ctx.after_tiles = saved_hooks
 
 
 # -- structured control flow: PTX ISA 9.7.12 (bra) --------------------------------------

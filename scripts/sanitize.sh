@@ -87,6 +87,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
     while [ $# -gt 0 ]; do
         case $1 in
             --stages) options+=("$1" "$2"); shift 2 ;;
+            --persistent) options+=("$1"); shift ;;
             *) consts+=("$1"); shift ;;
         esac
     done
@@ -105,7 +106,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
     fi
     { echo "-- the plan of the next run (tilec explain): $(grep -m1 'warp tile' <<< "$plan" |
           sed 's/^ *//')"
-      grep -E "packed at launch|producer tma.load" <<< "$plan"; } >> "$LOG"
+      grep -E "packed at launch|producer tma.load|epilogue  " <<< "$plan"; } >> "$LOG"
     sanitize "$tool" "$file" "$shape" --arch sm_90a --const "${consts[@]}" "${options[@]}"
 }
 
@@ -119,7 +120,14 @@ if [ "$cc" = 9.0 ]; then
     done
     hopper memcheck matmul f16 "$RAGGED_IN_PLACE" $HOPPER_BIG
     hopper memcheck matmul bf16 "$RAGGED_PACKED" $HOPPER_MID
+    # C through the staging tile and TMA stores (N = 520: 16-byte aligned rows), one tile a
+    # block and persistent blocks reusing the staging tile.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
+            --persistent
+    done
     for tool in racecheck synccheck; do
+        hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_MID
         hopper "$tool" matmul f16 "$RAGGED_PACKED" $HOPPER_BIG
         hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" $HOPPER_MID
         hopper "$tool" matmul_bt bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG

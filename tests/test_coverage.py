@@ -10,7 +10,7 @@ import pytest
 from tilec.errors import TileConfigError
 from tilec.kernel import load_file
 from tilec.launch.binding import grid_size
-from passes.coverage import check_launch, coverage
+from tilec.passes.coverage import check_launch, coverage
 
 
 def _function(grid: str = "cdiv(M, BM), cdiv(N, BN)", step: str = "BK",

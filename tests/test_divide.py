@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from backend.divide import divider, model
+from tilec.backend.divide import divider, model
 from tests.test_ptxas import load_sample
 
 INT32 = (-(1 << 31), (1 << 31) - 1)

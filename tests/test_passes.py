@@ -15,7 +15,7 @@ from tilec.ir.verifier import verify as verify_ir
 from tilec.families.mma_sync import MMA_K, MmaLayout
 from tilec.target.layout import SmemLayout, Swizzle
 from tilec.options import Options, Spec, TensorSpec
-from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling
+from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling, tma_store
 from tilec.pipeline import pipeline
 
 
@@ -23,7 +23,7 @@ def verify(kernel: Kernel, after: Optional[str] = None) -> None:
     """The verifier with the op catalogue: lowered IR holds the families' ops."""
     verify_ir(kernel, after=after, ops=op_catalogue())
 
-PASSES = [tiling, split_k, double_buffer, swizzle, fragments]  # in pipeline order
+PASSES = [tiling, split_k, double_buffer, swizzle, fragments, tma_store]  # pipeline order
 
 MATMUL = '''\
 def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=32, BN=32, BK=16):
@@ -593,7 +593,10 @@ def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None
     result = module.run(kernel, options)
     assert print_kernel(kernel, locs=True) == before
     assert kernel.schedule == schedule
-    assert result is not kernel and print_kernel(result, locs=True) != before
+    if module is tma_store:  # nothing to route without warp specialization (sm_90a):
+        assert result is kernel  # tests/test_tma_store.py checks it where it acts
+    else:
+        assert result is not kernel and print_kernel(result, locs=True) != before
     verify(kernel)
 
 

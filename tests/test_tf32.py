@@ -292,6 +292,8 @@ def test_every_stage_computes_the_tf32_product(b_transposed, swizzle, stages, wa
     results = {stage: run(k, arrays, scalars) for stage, k in stage_kernels(kernel, options)}
     expected = results.pop("tile")
     fragments = results.pop("fragments")
+    # After fragments only the store's route changes (tma_store): fragments' numbers.
+    np.testing.assert_array_equal(results.pop("tma_store"), fragments, err_msg="after tma_store")
     # Until fragments the tile.dot reads shared memory in exact f32: the same numbers.
     for stage, got in results.items():
         np.testing.assert_array_equal(got, expected, err_msg=f"after {stage}")

@@ -18,7 +18,7 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling
+from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling, tma_store
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ def _builtin_pipeline() -> tuple[Pass, ...]:
         _pass(swizzle, ("tiling",)),
         # Fragments read shared views whatever their stage or layout, so they come last.
         _pass(fragments, ("tiling",)),
+        # The store's value must be in its final (accumulator) layout; without warp
+        # specialization (double_buffer's, on sm_90a) it changes nothing.
+        _pass(tma_store, ("tiling",)),
     )
 
 

@@ -245,3 +245,63 @@ def test_the_sass_multiplies_with_hgmma(name):
         pytest.skip(f"no SASS: {reason}")
     compiled = sample(name, "f16").compile(arch=ARCH, stages=4, **TILES[0])
     assert "HGMMA" in sass(compiled.ptx, ARCH)
+
+
+TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta"
+
+
+def matmul_with_c_as_inputs(dtype: str):
+    """samples/matmul.py with C in the inputs' dtype (acc.to(dtype)): a 16-bit output the
+    tma_store pass takes when C's rows are 16-byte aligned."""
+    path = SAMPLES / "matmul.py"
+    text = re.sub(r"\bf16\b", dtype, path.read_text())
+    text = text.replace("C: f32[", f"C: {dtype}[").replace("] = acc\n", f"] = acc.to({dtype})\n")
+    return load_file(path, text=text)["matmul"]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
+@pytest.mark.parametrize("shape", [(1000, 1024, 77), (300, 520, 200), (64, 64, 64),
+                                   (2048, 3072, 1000)], ids=lambda s: "x".join(map(str, s)))
+def test_the_tma_store_epilogue_clips_at_the_edges(shape, tiles, persistent, dtype):
+    """C through the staging tile and TMA stores: tiles that cross the bottom and right
+    edges (TMA clips them), a problem smaller than one tile, persistent blocks reusing the
+    staging tile; NaN-poisoned C, so an unwritten element fails."""
+    function = matmul_with_c_as_inputs(dtype)
+    m, n, k = shape
+    a, b = randn((m, k), dtype), randn((k, n), dtype)
+    c = torch.full((m, n), float("nan"), device="cuda").to(TORCH[dtype])
+    options = dict(arch=ARCH, stages=3, persistent=persistent, **tiles)
+    ref = a.double() @ b.double()
+    function(a, b, c, **options)
+    torch.cuda.synchronize()
+    assert rel_error(c, ref) < 2 * TOLERANCE[dtype]
+    compiled = function.prepare(a, b, c, **options).compiled
+    assert TMA_STORE in compiled.ptx, compiled.kernel.schedule.epilogue
+
+
+def test_an_unaligned_c_is_stored_directly():
+    """N = 1003: C's rows are not 16-byte aligned, so TMA cannot address them; the kernel
+    stores from registers, and says why."""
+    function = matmul_with_c_as_inputs("f16")
+    a, b = randn((200, 64), "f16"), randn((64, 1003), "f16")
+    c = torch.full((200, 1003), float("nan"), device="cuda").to(torch.float16)
+    function(a, b, c, arch=ARCH, stages=3, **TILES[0])
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < 2 * TOLERANCE["f16"]
+    compiled = function.prepare(a, b, c, arch=ARCH, stages=3, **TILES[0]).compiled
+    assert TMA_STORE not in compiled.ptx
+    assert "16-byte aligned" in compiled.kernel.schedule.epilogue.reason
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("tiles", [dict(BM=256, BN=128, BK=64), dict(BM=192, BN=128, BK=64)],
+                         ids=["256x128x64", "192x128x64"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 1024, 1024)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_three_and_four_consumer_warpgroups(shape, tiles, name, dtype):
+    """512 and 640 threads: the consumers' setmaxnreg.inc asks for what the producer's dec
+    left of the registers the block starts with (more than that hung the GPU)."""
+    run_and_check(name, dtype, shape, stages=3, **tiles)

@@ -138,6 +138,11 @@ class MovementFamily(ABC):
         block, taken out of the family's block ``state``: those complete for the threads
         that issued them (a synchronous copy; an async one its wait has completed)."""
 
+    def store_emitters(self) -> Mapping[str, Emitter]:
+        """Emitters of ``tile.store`` ops a pass routed through this family, by their
+        ``via`` attribute (the TMA store: ``{"tma": ...}``); none by default."""
+        return {}
+
     @abstractmethod
     def kernel_params(self, kernel: Kernel) -> tuple["AbiParam", ...]:
         """The parameters a kernel using this family takes after its shape symbols."""

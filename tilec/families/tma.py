@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from tilec.backend.abi import TENSOR_MAP, AbiParam
-from tilec.backend.context import Context, SmemView
+from tilec.backend.context import Context, SmemView, c_thread_coords
 from tilec.cpu.executor import SharedWrite, block_state, read_global, share_block_state
 from tilec.cpu.interpreter import InterpState, InterpreterError, TensorRef
 from tilec.ir.core import Kernel, Op
@@ -47,6 +47,10 @@ from .movement import (CompletionWords, Completions, Emitter, Event, MovementFam
 ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
     "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer",
     "ws.ring_base")
+STORE = "tile.store"
+# The consumers' own barrier (bar.sync 0 is the whole block's, and the producer has left).
+CONSUMER_BARRIER = 1
+STAGING_ALIGN = 1024  # the TMA store's staging tile starts on a swizzle atom
 BARRIER_BYTES = 8  # one .b64 mbarrier
 SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
@@ -61,6 +65,12 @@ def tma_layout(layout: SmemLayout, elem_bytes: int) -> SmemLayout:
     """Where TMA's 128-byte swizzle puts a tile stored as ``layout``: slabs of one 128-byte
     row width (a box each), swizzled by 8-row atom."""
     return layout.with_swizzle(SWIZZLE_128B, slab=SLAB_BYTES // elem_bytes)
+
+
+def staging_layout(rows: int, cols: int, elem_bytes: int) -> SmemLayout:
+    """The TMA store's staging tile: ``rows x cols`` in slabs of one 128-byte swizzle row
+    each, as TMA reads them."""
+    return tma_layout(SmemLayout(rows, cols), elem_bytes)
 
 
 def swizzle_mode(layout: SmemLayout, elem_bytes: int) -> int:
@@ -105,7 +115,15 @@ def tensor_map_box(kernel: Kernel, tensor: str) -> tuple[int, int, int]:
             box = Box.of(op)
             view = op.operands[3].type
             return box.inner, box.outer, swizzle_mode(view.layout, view.dtype.bytes)
-    raise ValueError(f"kernel '{kernel.name}' loads no tile of '{tensor}' with TMA")
+        if is_tma_store(op) and op.attrs["tensor"] == tensor:
+            box = Box.of(op)
+            return box.inner, box.outer, SLAB_BYTES
+    raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' with TMA")
+
+
+def is_tma_store(op: Op) -> bool:
+    """A ``tile.store`` the tma_store pass routed through shared memory and TMA."""
+    return op.name == STORE and op.attrs.get("via") == "tma"
 
 
 # -- PTX -------------------------------------------------------------------------------------
@@ -203,6 +221,77 @@ def _arrive(ctx: Context, op: Op) -> None:
     if len(op.operands) > 2:
         leader = ctx.and_pred(leader, ctx.get(op.operands[2]))
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
+
+
+def _store_tile(ctx: Context, op: Op) -> None:
+    """A ``tile.store {via = tma}``, emitted a chunk of registers at a time: each thread
+    writes its register pairs into the staging tile, in TMA's 128-byte swizzle; after the
+    last chunk the consumers fence their writes for the async proxy and meet, and thread 0
+    stores one box per slab, then waits for the stores (a persistent kernel waits only for
+    them to have read the staging tile, before the next tile's first write, and for the
+    rest after its last tile)."""
+    w = ctx.w
+    value = op.operands[-1]
+    layout = value.type.layout
+    eb = value.type.dtype.bytes
+    regs = ctx.get(value)
+    roles = ctx.kernel.schedule.roles
+    box = Box.of(op)
+    state = ctx.op_state.setdefault(op, {})
+    leader = _thread_is(ctx, None, 0)
+    meet = f"bar.sync {CONSUMER_BARRIER}, {roles.consumer_threads};"
+    rows, cols = value.type.shape
+    if "staging" not in state:
+        offset = -(-ctx.smem_bytes // STAGING_ALIGN) * STAGING_ALIGN
+        ctx.smem_bytes = offset + rows * cols * eb
+        state["staging"] = offset
+        if roles.persistent:
+            # The previous tile's stores must have read the staging tile.
+            w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
+            w.emit(meet)
+            if not ctx.after_tiles:
+                ctx.after_tiles.append(lambda: w.emit(f"@{leader} cp.async.bulk.wait_group 0;"))
+    # Element (row, col) sits at slab col / S, row, chunk (col % S) / 8 ^ row % 8: the
+    # thread's row modulo 8 is the same in all its registers (tma_store checked), so the
+    # XOR is per thread and per chunk, and the rest of the offset an immediate. The
+    # addresses are remade per chunk of registers: kept across the epilogue, they spill.
+    staging = ctx.int_op("add.s32", ctx.smem_base(), state["staging"])
+    row0, col0 = c_thread_coords(ctx, layout)
+    shift = SWIZZLE_128B.base + (eb.bit_length() - 1)
+    base = ctx.mad(ctx.mad(row0, box.inner, col0), eb, staging)
+    row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
+    xor = ctx.int_op("shl.b32", row_bits, shift)
+    chunks: dict[int, str] = {}
+    offsets = layout.register_offsets()
+    for index in ctx.indices(len(offsets)):
+        if index % 2:
+            continue
+        r, c = offsets[index]
+        slab, within = divmod(c, box.inner)
+        chunk = within >> SWIZZLE_128B.base
+        if chunk not in chunks:
+            moved = ctx.int_op("xor.b32", xor, chunk << shift)
+            chunks[chunk] = ctx.int_op("add.s32", base, moved)
+        low = within & ((1 << SWIZZLE_128B.base) - 1)
+        immediate = ((slab * rows + r) * box.inner + low) * eb
+        packed = w.reg("b32")  # 16-bit tiles only (the tma_store pass)
+        w.emit(f"mov.b32 {packed}, {{{regs[index]}, {regs[index + 1]}}};")
+        w.emit(f"st.shared.b32 [{chunks[chunk]}+{immediate}], {packed};")
+    if ctx.active is not None and ctx.active.stop < len(offsets):
+        return
+    w.emit("fence.proxy.async.shared::cta;")
+    w.emit(meet)
+    tensor_map = _tensor_map(ctx, op.attrs["tensor"])
+    coords = [ctx.get(v) for v in op.operands[1:3]]
+    inner, outer = coords[box.coords[0]], coords[box.coords[1]]
+    slab_bytes = box.inner * box.outer * eb
+    for slab in range(box.slabs):
+        x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
+        w.emit(f"@{leader} cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+               f"[{tensor_map}, {{{x}, {outer}}}], [{staging}+{slab * slab_bytes}];")
+    w.emit(f"@{leader} cp.async.bulk.commit_group;")
+    if not roles.persistent:
+        w.emit(f"@{leader} cp.async.bulk.wait_group 0;")
 
 
 def _ring_base(ctx: Context, op: Op) -> None:
@@ -581,8 +670,12 @@ class TmaFamily(MovementFamily):
     def visible_at_barrier(self, state: Any) -> list[SharedWrite]:
         return []  # TMA writes become visible through their mbarrier, not bar.sync
 
+    def store_emitters(self) -> Mapping[str, Emitter]:
+        return {"tma": _store_tile}
+
     def kernel_params(self, kernel: Kernel) -> tuple[AbiParam, ...]:
-        tensors = dict.fromkeys(op.attrs["tensor"] for op in kernel.walk() if op.name == LOAD)
+        tensors = dict.fromkeys(op.attrs["tensor"] for op in kernel.walk()
+                                if op.name == LOAD or is_tma_store(op))
         return tuple(AbiParam(f"{name}_tensor_map", TENSOR_MAP, name, "tensor_map")
                      for name in tensors)
 

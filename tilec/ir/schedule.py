@@ -130,6 +130,26 @@ class RolesPlan:
 
 
 @dataclass(frozen=True)
+class EpiloguePlan:
+    """How the consumers write their output tile: ``via = "tma"``, into a ``staging_bytes``
+    shared tile (TMA's 128-byte swizzled slabs) that one thread stores with TMA, a box of
+    ``box`` (inner, outer elements) per slab; or ``via = "direct"``, each thread storing its
+    own registers to global memory, for the ``reason`` given."""
+
+    via: str
+    staging_bytes: int = 0
+    box: tuple[int, int] = (0, 0)
+    slabs: int = 0
+    reason: str = ""
+
+    def __str__(self) -> str:
+        if self.via == "tma":
+            return (f"{{via = tma, staging = {self.staging_bytes} bytes, {self.slabs} boxes of "
+                    f"{self.box[0]}x{self.box[1]}}}")
+        return f"{{via = direct, reason = {self.reason!r}}}"
+
+
+@dataclass(frozen=True)
 class OperandConflicts:
     """The swizzle pass's figures for one operand: the worst bank-conflict degree of each
     shared access (``copy`` stores and the family's fragment reads), under the chosen
@@ -156,6 +176,7 @@ class Schedule:
     split: Optional[SplitPlan] = None
     conflicts: tuple[OperandConflicts, ...] = ()
     roles: Optional[RolesPlan] = None
+    epilogue: Optional[EpiloguePlan] = None
 
     def with_(self, **changes: Any) -> "Schedule":
         return dataclasses.replace(self, **changes)
@@ -195,6 +216,8 @@ class Schedule:
         out.extend(f"#conflicts.{c.role} = {c}" for c in self.conflicts)
         if self.roles is not None:
             out.append(f"#roles = {self.roles}")
+        if self.epilogue is not None:
+            out.append(f"#epilogue = {self.epilogue}")
         return out
 
 

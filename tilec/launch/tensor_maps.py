@@ -1,4 +1,5 @@
-"""The TMA tensor map of each operand a kernel loads with TMA (``tilec/families/tma.py``).
+"""The TMA tensor map of each tensor a kernel loads or stores with TMA
+(``tilec/families/tma.py``, ``passes/tma_store.py``).
 
 A kernel compiled with the TMA movement family takes, after its ordinary parameters, one
 128-byte tensor map per TMA-loaded tensor, by value (``role = "tensor_map"``). The map
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tilec.backend.abi import TENSOR_MAP
-from tilec.families.tma import LOAD, tensor_map_box
+from tilec.families.tma import LOAD, is_tma_store, tensor_map_box
 from tilec.ir.core import Kernel, Value, defining_op
 from tilec.ir.types import DType
 
@@ -147,7 +148,7 @@ def _compiled_inner(kernel: Kernel, tensor: str) -> Optional[int]:
     a view of the parameter through transposes (each swaps the two dims). None when the IR
     does not say (then the argument's own layout decides)."""
     for op in kernel.walk():
-        if op.name == LOAD and op.attrs["tensor"] == tensor:
+        if (op.name == LOAD or is_tma_store(op)) and op.attrs["tensor"] == tensor:
             dim = op.attrs["coords"][0]
             value: Value = op.operands[0]
             view = defining_op(value)

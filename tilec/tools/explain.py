@@ -42,7 +42,7 @@ from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
-from tilec.families.tma import BARRIER_BYTES, Box
+from tilec.families.tma import BARRIER_BYTES, STAGING_ALIGN, Box, is_tma_store, staging_layout
 from tilec.families.wgmma import registers_at_entry
 from tilec.families.tma import LOAD as TMA_LOAD
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
@@ -205,6 +205,8 @@ class Explanation:
     # What a launch on row-major arrays of the given sizes packs (PackPlan.describe());
     # None when the sizes are not known.
     packing: Optional[tuple[str, ...]] = None
+    # How the consumers write C (schedule.epilogue, warp-specialized kernels), in words.
+    epilogue: str = ""
 
 
 # ----------------------------------------------------------------------------- gather
@@ -250,7 +252,18 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         checked_trip_counts=tuple(trip_counts(stages) if kernel.schedule.roles is None
                                   else roles_trip_counts(stages)),
         packing=None if packing is None else tuple(packing),
+        epilogue=_epilogue_text(kernel.schedule.epilogue),
     )
+
+
+def _epilogue_text(plan) -> str:
+    if plan is None:
+        return ""
+    if plan.via == "tma":
+        return (f"registers -> staging tile sC in shared memory (st.shared, TMA's 128-byte "
+                f"swizzle) -> {plan.slabs} TMA stores of {plan.box[0]}x{plan.box[1]} "
+                "(cp.async.bulk.tensor, one thread; TMA clips the tile at the edges)")
+    return f"each thread stores its registers (st.global): not through TMA, as {plan.reason}"
 
 
 def _copy_ops(kernel: Kernel) -> dict[str, Op]:
@@ -324,6 +337,16 @@ def _buffers(kernel: Kernel) -> list[Buffer]:
             buffers.append(Buffer(op.result.hint or "mbar", "barriers", stages, 1, 1, "b64",
                                   BARRIER_BYTES, BARRIER_BYTES, offset, BARRIER_BYTES,
                                   f"mbarrier, {op.attrs['count']} arrival(s) a phase"))
+        if is_tma_store(op):  # the TMA store's staging tile, after everything else
+            value = op.operands[-1].type
+            rows, cols = value.shape
+            offset = -(-end // STAGING_ALIGN) * STAGING_ALIGN
+            stage_bytes = rows * cols * value.dtype.bytes
+            end = offset + stage_bytes
+            layout = staging_layout(rows, cols, value.dtype.bytes)
+            buffers.append(Buffer("sC", "staging", 1, rows, cols, value.dtype.short,
+                                  value.dtype.bytes, stage_bytes, offset, STAGING_ALIGN,
+                                  f"{layout} (TMA store staging)"))
         if op.name != "smem.alloc":
             continue
         rtype = op.result.type
@@ -743,6 +766,8 @@ def render_explanation(e: Explanation) -> str:
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
           _vector(c, h.dtype), c.per_thread, c.threads_per_row, c.rows_per_pass,
           COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+    if e.epilogue:
+        lines.append(f"  epilogue          {e.epilogue}")
     if e.packing is not None:
         lines.append("  packed at launch, for row-major arrays of these sizes: "
                      + ("; ".join(e.packing) or "none"))

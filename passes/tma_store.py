@@ -1,0 +1,129 @@
+"""TMA-store epilogue: the warp-specialized consumers write their output tile into a shared
+staging tile, and one thread stores it to global memory with TMA, a box per 64-column slab
+(``cp.async.bulk.tensor`` shared -> global, PTX ISA 9.7.9.25.5.2).
+
+Direct stores from the accumulator layout write each row in 16-byte pieces (f16: four
+threads of two elements), scattered over 8 rows per instruction; TMA writes whole 128-byte
+lines, clips the tile at the tensor's edges itself, and runs while the consumers go on.
+
+Requires: warp specialization's schedule (``schedule.roles``) and the fragments pass (the
+stored value in the accumulator layout).
+
+Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with its box
+(``box = [64, BM]``, ``slabs = BN / 64``, ``coords = [1, 0]``: the column offset is the
+inner coordinate); the backend (:mod:`tilec.families.tma`) lays the staging tile out in
+TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
+a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
+not TMA when it does not: only 16-bit outputs (an f32 tile of 128x256 would need 128 KiB
+beside the ring), a 2-D output stored where TMA can address it (unit-stride rows, 16-byte
+aligned: the launch spec), one store, and room in shared memory. The CPU semantics are the
+store's own: TMA skips out-of-bounds elements as the masked store does.
+
+Before / after::
+
+    tile.store %C, %5, %6, %c {masked = [true, true]}
+    tile.store %C, %5, %6, %c {masked = [true, true], via = tma, tensor = C,
+                               box = [64, 128], slabs = 4, coords = [1, 0]}
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from tilec.families.tma import BARRIER_BYTES, SLAB_BYTES, STAGING_ALIGN, SWIZZLE_128B
+from tilec.ir.core import Kernel, Op, clone_kernel
+from tilec.ir.schedule import EpiloguePlan
+from tilec.ir.types import TileType
+from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
+from tilec.target.layout import DistributedLayout
+
+NAME = "tma_store"
+
+
+def addressing_problem(layout: DistributedLayout, elem_bytes: int) -> Optional[str]:
+    """Why the backend's staging writes cannot use their cheap form for this accumulator
+    layout (None when they can): every register of a thread must stay in the thread's rows
+    modulo 8 (so the swizzle's XOR is the thread's), and a register pair's columns inside
+    one 16-byte chunk from the thread's first column."""
+    chunk = 1 << SWIZZLE_128B.base  # elements per 16-byte chunk
+    if layout.warps[1] != 1:
+        return "the warps split the tile's columns"
+    first_cols = (layout.lane_grid[1] - 1) * layout.lane_step[1]
+    offsets = layout.register_offsets()
+    if len(offsets) % 2:
+        return "the registers do not come in column pairs"
+    for index in range(0, len(offsets), 2):
+        (r, c), (r2, c2) = offsets[index], offsets[index + 1]
+        if (r2, c2) != (r, c + 1) or r % (1 << SWIZZLE_128B.bits):
+            return "a register pair is not two neighbours on the thread's rows modulo 8"
+        if c % chunk + 1 + first_cols >= chunk:
+            return "a register pair crosses a 16-byte chunk"
+    return None
+
+
+def _store_problem(kernel: Kernel, store: Op, options: Options) -> Optional[str]:
+    value = store.operands[-1]
+    vtype: TileType = value.type
+    layout = vtype.layout
+    if not isinstance(layout, DistributedLayout) or layout.operand != "C":
+        return "the stored tile is not in the accumulator layout"
+    elem_bytes = vtype.dtype.bytes
+    if elem_bytes != 2:
+        return (f"C is {vtype.dtype}: TMA stores here take 16-bit tiles (an f32 tile's "
+                "staging would crowd out the ring)")
+    params = dict(zip(kernel.body.args, kernel.params))
+    param = params.get(store.operands[0])
+    if param is None or param.type.rank != 2:
+        return "C is not a 2-D tensor parameter (a transposed view or a vector)"
+    spec = options.spec.tensor(param.name, 2, elem_bytes)
+    if spec.contiguous_dim != 1 or spec.vec_elems * elem_bytes < 16:
+        return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
+                "(the launch spec)")
+    problem = addressing_problem(layout, elem_bytes)
+    if problem is not None:
+        return problem
+    return None
+
+
+def _smem_in_use(kernel: Kernel) -> int:
+    """Shared bytes the ring and its barriers take, at the backend's alignments."""
+    used = 0
+    for op in kernel.walk():
+        if op.name == "smem.alloc":
+            t = op.result.type
+            used = -(-used // STAGING_ALIGN) * STAGING_ALIGN + t.numel * t.dtype.bytes
+        elif op.name == "mbar.alloc":
+            used += op.result.type.shape[0] * BARRIER_BYTES
+    return used
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    if kernel.schedule.roles is None:
+        return kernel
+    kernel = clone_kernel(kernel)
+    stores = [op for op in kernel.body.ops if op.name == "tile.store"]
+    if len(stores) != 1:
+        plan = EpiloguePlan("direct", reason=f"{len(stores)} stores (TMA takes one)")
+        kernel.schedule = kernel.schedule.with_(epilogue=plan)
+        return kernel
+    store = stores[0]
+    problem = _store_problem(kernel, store, options)
+    bm, bn, _ = kernel.schedule.tiling.block
+    elem_bytes = store.operands[-1].type.dtype.bytes
+    staging = bm * bn * elem_bytes
+    if problem is None:
+        used = -(-_smem_in_use(kernel) // STAGING_ALIGN) * STAGING_ALIGN
+        limit = SMEM_PER_SM // kernel.schedule.roles.blocks_per_sm - SMEM_RESERVED_PER_BLOCK
+        if used + staging > limit:
+            problem = (f"its {staging}-byte staging tile does not fit beside the ring's "
+                       f"{used} bytes (a block may have {limit})")
+    if problem is not None:
+        kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan("direct",
+                                                                      reason=problem))
+        return kernel
+    params = dict(zip(kernel.body.args, kernel.params))
+    inner = SLAB_BYTES // elem_bytes
+    store.attrs.update(via="tma", tensor=params[store.operands[0]].name, box=[inner, bm],
+                       slabs=bn // inner, coords=[1, 0])
+    kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
+        "tma", staging, (inner, bm), bn // inner))
+    return kernel

@@ -1,0 +1,172 @@
+"""The TMA-store epilogue (passes/tma_store.py): which stores it takes and why it declines the
+others, what the backend writes for it (staging writes, the proxy fence, the consumers'
+barrier, one box per slab from one thread, the waits), the tensor map it adds, and the
+lowered kernel's result on the CPU."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tilec.cpu.interpreter import run_kernel
+from tilec.families.catalogue import op_catalogue
+from tilec.families.tma import is_tma_store, staging_layout
+from tilec.families.wgmma import WgmmaLayout
+from tilec.ir.printer import print_kernel
+from tilec.kernel import load_file
+from tilec.options import Options, Spec, TensorSpec
+from tilec.pipeline import run_pipeline
+from tilec.passes.tma_store import addressing_problem
+
+from .test_ptxas import load_sample
+
+F16_OUT = '''from __future__ import annotations
+from tilec import f16, f32, tile
+
+@tile
+def matmul(A: f16[M, K], B: f16[K, N], C: f16[M, N], BM=128, BN=256, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc.to(f16)
+'''
+ALIGNED = Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
+                        ("C", TensorSpec(1, 8))))
+
+
+def f16_out():
+    return load_file("f16_out.py", text=F16_OUT)["matmul"]
+
+
+def lowered(function, stages=3, spec=ALIGNED, **options):
+    kernel = function.lower()
+    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, spec=spec, **options),
+                        keep_ir=True).kernel
+
+
+def store_of(kernel):
+    (store,) = [op for op in kernel.walk() if op.name == "tile.store"]
+    return store
+
+
+def test_a_16_bit_output_goes_through_shared_memory_and_tma():
+    kernel = lowered(f16_out())
+    store = store_of(kernel)
+    assert is_tma_store(store)
+    assert (store.attrs["box"], store.attrs["slabs"], store.attrs["coords"]) == ([64, 128], 4,
+                                                                                  [1, 0])
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.staging_bytes, plan.box, plan.slabs) == ("tma", 65536, (64, 128), 4)
+    assert "#epilogue = {via = tma, staging = 65536 bytes, 4 boxes of 64x128}" in \
+        print_kernel(kernel)
+
+
+@pytest.mark.parametrize("function, options, reason", [
+    (lambda: load_sample("matmul", "f16"), dict(BM=128, BN=256, BK=64), "C is f32"),
+    (f16_out, dict(stages=4), "does not fit beside the ring"),
+    (f16_out, dict(spec=Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
+                                      ("C", TensorSpec(1, 1))))), "16-byte aligned rows"),
+])
+def test_other_stores_stay_direct_and_say_why(function, options, reason):
+    options = dict(options)
+    consts = {k: options.pop(k) for k in ("BM", "BN", "BK") if k in options}
+    kernel = run_pipeline(function().lower(**consts),
+                          Options(arch="sm_90a", **{"stages": 3, "spec": ALIGNED, **options}),
+                          keep_ir=True).kernel
+    assert not is_tma_store(store_of(kernel))
+    assert kernel.schedule.epilogue.via == "direct"
+    assert reason in kernel.schedule.epilogue.reason
+
+
+def test_kernels_without_warp_specialization_have_no_epilogue_plan():
+    kernel = run_pipeline(f16_out().lower(), Options(arch="sm_90", spec=ALIGNED)).kernel
+    assert kernel.schedule.epilogue is None
+    assert not is_tma_store(store_of(kernel))
+
+
+def ptx(persistent=False, **options):
+    return f16_out().compile(arch="sm_90a", stages=3, persistent=persistent, spec=ALIGNED,
+                             **options)
+
+
+def test_the_backend_stages_fences_meets_and_stores_one_box_per_slab():
+    text = ptx().ptx
+    tail = text[text.index("cvt.rn.f16.f32"):]
+    assert len(re.findall(r"st\.shared\.b32", tail)) == 64  # 128 f16 registers in pairs
+    assert "st.global" not in tail
+    fence, meet = tail.index("fence.proxy.async.shared::cta;"), tail.index("bar.sync 1, 256;")
+    stores = [m.start() for m in re.finditer(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta"
+                                             r"\.bulk_group", tail)]
+    assert len(stores) == 4 and fence < meet < stores[0]
+    commit, wait = tail.index("cp.async.bulk.commit_group;"), tail.index(
+        "cp.async.bulk.wait_group 0;")
+    assert stores[-1] < commit < wait
+
+
+def test_a_persistent_kernel_waits_for_the_reads_before_reusing_the_staging_tile():
+    text = ptx(persistent=True).ptx
+    consumers = text[text.index("$L_consumers"):]
+    read_wait = consumers.index("cp.async.bulk.wait_group.read 0;")
+    assert read_wait < consumers.index("st.shared.b32")
+    # The full wait comes once, after the tile loop.
+    assert consumers.count("cp.async.bulk.wait_group 0;") == 1
+    assert consumers.index("cp.async.bulk.wait_group 0;") > consumers.rindex("$L_tiles_done")
+
+
+def test_the_stored_tensor_gets_a_tensor_map_parameter():
+    compiled = ptx()
+    names = [p.name for p in compiled.rendered.abi]
+    assert "C_tensor_map" in names
+    assert ".param .align 64 .b8 C_tensor_map[128]" in compiled.ptx
+
+
+def test_disabling_the_pass_gives_direct_stores():
+    text = ptx(disable=("tma_store",)).ptx
+    assert "bulk_group" not in text and "st.global.b32" in text
+
+
+def test_the_accumulator_layout_passes_the_addressing_checks():
+    layout = WgmmaLayout("C", (8, 1), (16, 256))
+    assert addressing_problem(layout, 2) is None
+    assert "columns" in addressing_problem(WgmmaLayout("C", (4, 2), (16, 128)), 2)
+
+
+def test_staging_layout_is_tmas_swizzled_slabs():
+    layout = staging_layout(128, 256, 2)
+    assert layout.slab == 64
+    # Row r, 16-byte chunk c lands at chunk c ^ (r % 8) of its 128-byte row.
+    for row in range(16):
+        for chunk in range(8):
+            offset = layout.offset(row, 64 + chunk * 8)
+            assert offset == (128 + row) * 64 + ((chunk ^ row % 8) * 8)
+
+
+def test_the_lowered_kernel_computes_the_product_on_the_cpu():
+    kernel = lowered(f16_out())
+    rng = np.random.default_rng(3)
+    M, N, K = 130, 300, 150
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, dtype=np.float16)
+    run_kernel(kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.isnan(c).any()
+    assert float(np.linalg.norm(c - want) / np.linalg.norm(want)) < 1e-3
+
+
+def test_the_pass_leaves_its_input_alone():
+    from tilec.pipeline import pipeline
+    from tilec.passes import tma_store
+    kernel = f16_out().lower()
+    options = Options(arch="sm_90a", stages=3, spec=ALIGNED)
+    for p in pipeline():
+        if p.name == "tma_store":
+            break
+        kernel = p.run(kernel, options)
+    before, schedule = print_kernel(kernel, locs=True), kernel.schedule
+    result = tma_store.run(kernel, options)
+    assert print_kernel(kernel, locs=True) == before and kernel.schedule == schedule
+    assert result is not kernel and is_tma_store(store_of(result))
+
