@@ -20,12 +20,15 @@ class Contender:
     """A matmul implementation: which cases it takes, what C it writes, how it runs."""
 
     name = ""
+    # C_DTYPES: "inputs" writes 16-bit products' C in their dtype, as torch.matmul does;
+    # "f32" writes every C as f32 (cuBLAS through torch.matmul still writes 16 bits).
+    c_dtype = "inputs"
 
     def unsupported(self, case: Case) -> Optional[str]:
         return None
 
     def out_dtype(self, case: Case) -> str:
-        return "f32"
+        return case.dtype if self.c_dtype == "inputs" and case.dtype in SIXTEEN_BIT else "f32"
 
     def math(self, case: Case) -> str:
         """The dtype whose numerics (and tolerance) the contender's product has: the case's,
@@ -98,14 +101,19 @@ TUNED = {
     # sm_90a: wgmma fed by TMA, one producer and BM / 64 consumer warpgroups. Short M keeps
     # the mma path (its warp grid makes wgmma decline): 64-row wgmma tiles would waste most
     # of a 16-row problem, which is memory-bound anyway.
-    # 4096^2 f16 on an H100 (bench --autotune): 3 stages 0.228-0.229 ms, 4 stages 0.234-0.235,
-    # 192x192 0.250, 128x128 and 192x128 0.288-0.295.
+    # H100, C f16 (TMA-store epilogue where C's rows are aligned), TFLOP/s against cuBLAS in
+    # one run (benchmarks/NOTES.md): 4096^3 128x256x64 3 stages 0.96 (4 stages, whose
+    # staging tile does not fit, 0.88; 128x128 0.84); 1024^3 64x128x64 6 stages 0.99
+    # (128x128 0.80, 128x256 0.56); 8192x8192x256 128x128 persistent 0.96 (128x256 one tile
+    # a block 0.66: all fill and epilogue); 4095x4097x4093 128x256 3 stages 2.83.
     ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3),
-    ("wgmma", "small"): dict(BM=128, BN=128, BK=64, stages=4),
-    ("wgmma", "shallow"): dict(BM=128, BN=256, BK=64, stages=4),
-    ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=4),
+    ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
+    ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
+    ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
 }
+SIXTEEN_BIT = ("f16", "bf16")
+C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
 # What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
@@ -165,6 +173,9 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     if plan is not None:
         text = (f"{'x'.join(map(str, plan.block))} {PRODUCT_WORDS.get(plan.kind, plan.kind)} "
                 f"warps {plan.warps[0]}x{plan.warps[1]} " + text)
+    epilogue = compiled.kernel.schedule.epilogue
+    if epilogue is not None and epilogue.via == "tma":
+        text += " TMA-store epilogue"
     if compiled.options.swizzle == "off":
         text += " swizzle off"
     if compiled.options.split_k > 1:
@@ -178,13 +189,19 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     return text
 
 
-def sample_kernel(dtype: str) -> Any:
-    """samples/matmul.py's tile function with A and B read as ``dtype`` (C stays f32)."""
+def sample_kernel(dtype: str, out: str = "f32") -> Any:
+    """samples/matmul.py's tile function with A and B read as ``dtype``, and C written as
+    ``out`` (the sample's f32, or the accumulator converted: ``acc.to(out)``)."""
     from tilec.kernel import load_file
     text = SAMPLE.read_text(encoding="utf-8")
     retyped = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
     if f"A: {dtype}[" not in retyped or f"B: {dtype}[" not in retyped:
         raise RuntimeError(f"{SAMPLE} no longer declares A: f16[...] and B: f16[...]")
+    if out != "f32":
+        retyped = retyped.replace("C: f32[", f"C: {out}[").replace("] = acc\n",
+                                                                    f"] = acc.to({out})\n")
+        if f"acc.to({out})" not in retyped:
+            raise RuntimeError(f"{SAMPLE} no longer declares C: f32[...] stored as acc")
     return load_file(SAMPLE, text=retyped)["matmul"]
 
 
@@ -195,12 +212,12 @@ class TilecContender(Contender):
                  progress: bool = True) -> None:
         self.consts, self.options = dict(consts), dict(options)
         self.autotune, self.progress = autotune, progress
-        self._kernels: dict[str, Any] = {}
+        self._kernels: dict[tuple[str, str], Any] = {}
 
-    def kernel(self, dtype: str) -> Any:
-        if dtype not in self._kernels:
-            self._kernels[dtype] = sample_kernel(dtype)
-        return self._kernels[dtype]
+    def kernel(self, dtype: str, out: str = "f32") -> Any:
+        if (dtype, out) not in self._kernels:
+            self._kernels[dtype, out] = sample_kernel(dtype, out)
+        return self._kernels[dtype, out]
 
     def math(self, case: Case) -> str:
         if case.dtype == "f32" and self.options.get("f32_math") == "tf32":
@@ -221,7 +238,7 @@ class TilecContender(Contender):
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         dtype, forced = TILEC_AS.get(case.dtype, (case.dtype, {}))
-        kernel = self.kernel(dtype)
+        kernel = self.kernel(dtype, self.out_dtype(case))
         # Knobs given on the command line win; the tuned defaults fill in the rest, as long
         # as the command line fixes no tile size (a half-tuned tile would not fit). What the
         # dtype means (tf32: f32_math="tf32") wins over both.
@@ -237,8 +254,9 @@ class TilecContender(Contender):
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
-        return (lambda i: launches[i]()), describe_compiled(launches[0].compiled,
-                                                            launches[0].packing)
+        return (lambda i: launches[i]()), (describe_compiled(launches[0].compiled,
+                                                             launches[0].packing)
+                                           + f", C {self.out_dtype(case)}")
 
 
 class CublasContender(Contender):
@@ -278,4 +296,5 @@ class TritonContender(Contender):
             triton_matmul(*inputs[i], outputs[i], config, ieee=ieee)
         bm, bn, bk, stages, warps = config
         precision = {"f32": ", ieee f32 dot", "tf32": ", tf32 dot"}.get(case.dtype, "")
-        return run, f"{bm}x{bn}x{bk} warps {warps} stages {stages}{precision}"
+        return run, (f"{bm}x{bn}x{bk} warps {warps} stages {stages}{precision}, "
+                     f"C {self.out_dtype(case)}")

@@ -84,6 +84,7 @@ from tilec.benchmarking.ceilings import (
 )
 from tilec.benchmarking.check_and_time import measure, progress_line, run_case, run_sweep
 from tilec.benchmarking.contenders import (
+    C_DTYPES,
     SAMPLE,
     Contender,
     CublasContender,
@@ -178,6 +179,10 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
         f32_math={"help": "tilec's math for the f32 rows (default ffma; checked with the tf32 "
                   "tolerance when tf32); the tf32 rows always use tf32"},
         pack={"help": "tilec's packing of misaligned operands at launch (default auto)"})
+    parser.add_argument("--c-dtype", choices=C_DTYPES, default="inputs",
+                        help="what tilec and Triton write C as for f16/bf16 products: "
+                        "'inputs' (their dtype, as torch.matmul writes it; the default) or "
+                        "'f32' (twice cuBLAS's bytes)")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -259,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
                                    CublasContender(arrays)]
     if _triton_version() is not None:
         contenders.append(TritonContender(arrays))
+    for contender in contenders:
+        contender.c_dtype = args.c_dtype
     else:
         print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
               file=sys.stderr)
@@ -269,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         contenders=[c.name for c in contenders],
         settings={"dtypes": list(dict.fromkeys(c.dtype for c in cases)), "consts": consts,
                   "options": {k: str(v) for k, v in options.items()},
-                  "autotune": args.autotune, "quick": args.quick,
+                  "autotune": args.autotune, "quick": args.quick, "c_dtype": args.c_dtype,
                   "warmup_ms": WARMUP_MS[args.quick], "rep_ms": REP_MS[args.quick],
                   "tolerance": BENCH_TOLERANCE, "l2_factor": L2_FACTOR,
                   "cublas_f32_tf32": arrays.tf32})
