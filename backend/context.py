@@ -177,11 +177,19 @@ class Context:
 
 
 # -- the accumulator layout's thread coordinates (epilogue, TMA store) ----------------
-def c_thread_coords(ctx: "Context", layout: DistributedLayout) -> tuple[str, str]:
+def c_thread_coords(ctx: "Context", layout: DistributedLayout,
+                    keep: bool = True) -> tuple[str, str]:
     """This thread's (row, col) base in a distributed layout: its warp's tile corner plus its
-    place in the lane grid."""
+    place in the lane grid. ``keep``: computed once at the kernel's entry and kept; else
+    computed here from a fresh %tid (for code late in a register-bound kernel, where two
+    registers held from the entry make ptxas spill)."""
     def compute() -> tuple[str, str]:
-        lane, warp = ctx.lane_warp()
+        if keep:
+            lane, warp = ctx.lane_warp()
+        else:
+            tid = ctx.w.reg("b32")
+            ctx.w.emit(f"mov.u32 {tid}, %tid.x;")
+            lane, warp = ctx.int_op("and.b32", tid, 31), ctx.int_op("shr.u32", tid, 5)
         lane_cols = layout.lane_grid[1]
         wm = ctx.div_const(warp, layout.warps[1], nonnegative=True)
         wn = ctx.mod_const(warp, layout.warps[1], nonnegative=True)
@@ -190,7 +198,7 @@ def c_thread_coords(ctx: "Context", layout: DistributedLayout) -> tuple[str, str
         row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
         col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
         return row, col
-    return ctx.w.once(("c_coords", layout), compute)
+    return ctx.w.once(("c_coords", layout), compute) if keep else compute()
 
 
 def _scaled(ctx: "Context", reg: str, power_of_two: int) -> str:

@@ -101,7 +101,21 @@ def _grid(ctx: Context, op: Op) -> None:
     if folds_tile_axes(op):
         pid = w.reg("b32")
         w.emit(f"mov.u32 {pid}, %ctaid.x;")
-        pid_m, pid_n = _grouped_coords(ctx, op, pid, group)
+        roles = ctx.kernel.schedule.roles
+        cluster = roles.cluster if roles is not None else 1
+        if cluster > 1:
+            # The blocks of a cluster are consecutive ids; they take consecutive M tiles of
+            # one N column (they share B), so the raster walks clusters (launch_grid rounds
+            # the M tiles up to whole clusters; a block past M computes nothing it stores).
+            gm, gn = (ctx.get(v) for v in op.operands[:2])
+            clusters_m = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
+            rank = ctx.mod_const(pid, cluster, nonnegative=True)
+            pair_m, pid_n = _grouped_coords(ctx, clusters_m, gn,
+                                            ctx.div_const(pid, cluster, nonnegative=True), group)
+            pid_m = ctx.mad(pair_m, cluster, rank)
+        else:
+            pid_m, pid_n = _grouped_coords(ctx, *(ctx.get(v) for v in op.operands[:2]), pid,
+                                           group)
         ctx.bind(op.results[0], pid_m)
         ctx.bind(op.results[1], pid_n)
         for axis, result in zip("yz", op.results[2:]):
@@ -115,10 +129,10 @@ def _grid(ctx: Context, op: Op) -> None:
         ctx.bind(result, reg)
 
 
-def _grouped_coords(ctx: Context, op: Op, pid: str, group: int) -> tuple[str, str]:
-    """The (m, n) tile of linear tile index ``pid`` in grouped order: ``group`` block rows
-    walk the N blocks together so that the A and B tiles they share stay in L2."""
-    gm, gn = (ctx.get(v) for v in op.operands[:2])
+def _grouped_coords(ctx: Context, gm: str, gn: str, pid: str, group: int) -> tuple[str, str]:
+    """The (m, n) tile of linear tile index ``pid`` of a ``gm`` x ``gn`` grid in grouped
+    order: ``group`` block rows walk the N blocks together so that the A and B tiles they
+    share stay in L2."""
     per_group = ctx.int_op("mul.lo.s32", gn, group)
     group_id = ctx.int_op("div.u32", pid, per_group)
     first_m = ctx.int_op("mul.lo.s32", group_id, group)
@@ -154,7 +168,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
     w.raw(f"{head}:")
     w.emit(f"setp.ge.s32 {finished}, {tile}, {tiles};")
     w.emit(f"@{finished} bra.uni {done};")
-    pid_m, pid_n = _grouped_coords(ctx, grid, tile, grid.attrs.get("raster_group") or 1)
+    pid_m, pid_n = _grouped_coords(ctx, gm, gn, tile, grid.attrs.get("raster_group") or 1)
     ctx.bind(grid.results[0], pid_m)
     ctx.bind(grid.results[1], pid_n)
     saved, ctx.ring_base = ctx.ring_base, ring

@@ -27,6 +27,7 @@ from tilec.families.movements import pipeline_family
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel
 from tilec.ir.schedule import PipelinePlan
 from tilec.ir.types import PRED, ScalarType, TileType, i32
+from tilec.errors import TileConfigError, located
 from tilec.options import Options
 
 from . import warp_specialize
@@ -45,6 +46,12 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     loop, dot = find_main_loop(kernel)
     if family.name in _BUILDERS:
         return _BUILDERS[family.name](kernel, loop, dot, stages, options)
+    if options.cluster > 1:
+        raise located(TileConfigError, f"cluster={options.cluster} shares tiles between "
+                      "the blocks of a warp-specialized sm_90a kernel (wgmma fed by TMA); this "
+                      f"one copies with {family.name}", dot.loc, kernel.source_lines,
+                      "compile for arch='sm_90a' with a tile wgmma takes (BM a multiple of "
+                      "64, BK of 64), or leave cluster at 1")
     body = loop.regions[0]
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]

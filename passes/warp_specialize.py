@@ -47,6 +47,14 @@ After (S = 4)::
     wgmma.wait {in_flight = 0}
     mbar.arrive %empty, %s_last, %ran
 
+With ``cluster = 2`` (two blocks along M, launched as a thread-block cluster) the blocks
+share B: its ``tma.load`` is ``multicast`` (each block loads half of every box's rows into
+both blocks' stages, completing on both blocks' full barriers), each ``mbar.arrive`` on
+``empty`` is ``cluster``-wide (this block's barrier and the peer's: the empty count doubles),
+a ``cluster.sync`` follows the barriers' initialisation, and the producer ends with one wait
+per stage for both blocks' consumers to hand it back (the peer arrives on this block's
+barriers, which must outlive those arrivals).
+
 Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
 the kernel is persistent), so stages and phases go on across a persistent block's tiles.
 """
@@ -56,8 +64,8 @@ import dataclasses
 
 from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
-from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, EXPECT, LOAD, PRODUCER, RING_BASE,
-                                SLAB_BYTES, WAIT, barrier_type, tma_layout)
+from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, CLUSTER_SYNC, EXPECT, LOAD,
+                                PRODUCER, RING_BASE, SLAB_BYTES, WAIT, barrier_type, tma_layout)
 from tilec.ir.core import Block, Builder, Kernel, Op, Value
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
@@ -83,13 +91,41 @@ def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
     return stage, parity, it, within
 
 
-def _box(plan: TilingPlan, role: str) -> dict:
+# The operand the blocks of a cluster (along M) share: B's tile depends on n and k only.
+SHARED_BY_CLUSTER = "B"
+
+
+def _box(plan: TilingPlan, role: str, cluster: int) -> dict:
     """The tma.load attributes of one operand: 128-byte boxes over the stored rows, one a
-    slab, the inner (contiguous) coordinate along the tile dim stored contiguously."""
+    slab, the inner (contiguous) coordinate along the tile dim stored contiguously; the
+    operand a cluster shares is ``multicast``: each block loads 1/cluster of every box's
+    rows into all the cluster's blocks."""
     layout = plan.operand(role).layout
     inner = SLAB_BYTES // plan.elem_bytes
-    return {"tensor": plan.operand(role).tensor, "box": [inner, layout.rows],
-            "slabs": layout.cols // inner, "coords": [0, 1] if layout.transposed else [1, 0]}
+    attrs = {"tensor": plan.operand(role).tensor, "box": [inner, layout.rows],
+             "slabs": layout.cols // inner, "coords": [0, 1] if layout.transposed else [1, 0]}
+    if cluster > 1 and role == SHARED_BY_CLUSTER:
+        attrs["multicast"] = cluster
+    return attrs
+
+
+def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -> None:
+    """The producer's last waits, one per stage, for the consumers of both blocks of a
+    cluster to hand every stage back: the peer block's consumers arrive on this block's
+    empty barriers, and the block must not exit before they have (the block's shared
+    memory, barriers included, goes with it)."""
+    lb, ub = loop.operands[:2]
+    trips = p.value("arith.cdiv", [p.value("arith.sub", [ub, lb], i32, "k_span"),
+                                   constant(p, step)], i32, "k_steps")
+    base = p.value(RING_BASE, [], i32, "ring_base")
+    end = p.value("arith.add", [base, trips], i32, "ring_end")
+    for j in range(stages):
+        it = p.value("arith.add", [end, constant(p, j)], i32, "it_after")
+        stage = p.value("arith.mod", [it, constant(p, stages)], i32, "stage")
+        rounds = p.value("arith.floordiv", [it, constant(p, stages)], i32, "round")
+        parity = p.value("arith.mod", [rounds, constant(p, 2)], i32, "parity")
+        free = p.value("arith.sub", [constant(p, 1), parity], i32, "parity_free")
+        p.op(WAIT, [empty, stage, free])
 
 
 def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
@@ -124,11 +160,19 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       f"{stages * stage_bytes}", dot.loc, kernel.source_lines,
                       "use fewer stages, a smaller tile, or blocks_per_sm=1")
 
+    # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
+    # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.
+    cluster = options.cluster
     pre = Builder(Block(), loop.loc)
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
-    empty = pre.value(ALLOC, [], barrier_type(stages), "empty", count=consumer_warpgroups,
-                      role="empty")
+    # Every consumer warpgroup of the cluster hands each stage back to every block.
+    empty = pre.value(ALLOC, [], barrier_type(stages), "empty",
+                      count=consumer_warpgroups * cluster, role="empty")
     pre.op("gpu.barrier")
+    if cluster > 1:
+        # The peer's multicasts and arrivals land in this block's barriers: both blocks'
+        # initialisations first.
+        pre.op(CLUSTER_SYNC)
 
     # The producer: its own loop over the same K range, copies only.
     region = Block()
@@ -144,10 +188,15 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             rank = copy.operands[0].type.rank
             tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
-            p.op(LOAD, [tensor, *offsets, stage_view, full, stage], attrs=_box(plan, role))
+            p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
+                 attrs=_box(plan, role, cluster))
     p.op("scf.yield")
     region.ops.append(Op("scf.for", list(loop.operands[:3]), [], dict(loop.attrs),
                          [ploop_body], loop.loc))
+    if cluster > 1:
+        tail = Builder(Block(), loop.loc)
+        _producer_tail(tail, empty, loop, step, stages)
+        region.ops.extend(tail.block.ops)
     pre.block.ops.append(Op(PRODUCER, [], [], {}, [region], loop.loc))
 
     # The consumers' loop: wait for the stage, compute on it, hand it back.
@@ -163,6 +212,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     dot.operands = [*read_views, dot.operands[2]]
     c.block.ops.append(dot)
     in_flight = family.in_flight_wait is not None
+    arrive_attrs = {"cluster": cluster} if cluster > 1 else {}
     if in_flight:
         # This stage's products run on while the next stage's are issued; once they are
         # issued (the product waits for all groups but the newest), the previous stage is
@@ -172,9 +222,9 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                                                  i32, "it_before"), constant(c, stages)],
                            i32, "previous_stage")
         not_first = c.value("arith.lt", [constant(c, 0), within], ScalarType(PRED), "not_first")
-        c.op(ARRIVE, [empty, previous, not_first])
+        c.op(ARRIVE, [empty, previous, not_first], attrs=arrive_attrs)
     else:
-        c.op(ARRIVE, [empty, stage])
+        c.op(ARRIVE, [empty, stage], attrs=arrive_attrs)
     c.block.ops.extend(kept[at + 1:])
     body.ops = c.block.ops
 
@@ -193,7 +243,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it"),
             constant(after, stages)], i32, "last_stage")
         ran = after.value("arith.lt", [constant(after, 0), trips], ScalarType(PRED), "ran")
-        after.op(ARRIVE, [empty, last, ran])
+        after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
     kernel.body.ops = (top[:index] + pre.block.ops + top[index:index + 1] + after.block.ops
                        + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
@@ -201,5 +251,5 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         pipeline=PipelinePlan(stages),
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
-                        stages, options.blocks_per_sm, options.persistent))
+                        stages, options.blocks_per_sm, options.persistent, cluster))
     return kernel

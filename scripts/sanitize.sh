@@ -88,6 +88,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
         case $1 in
             --stages) options+=("$1" "$2"); shift 2 ;;
             --persistent) options+=("$1"); shift ;;
+            --cluster) options+=("$1" "$2"); shift 2 ;;
             *) consts+=("$1"); shift ;;
         esac
     done
@@ -125,6 +126,12 @@ if [ "$cc" = 9.0 ]; then
     for tool in memcheck racecheck synccheck; do
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent
+    done
+    # Clusters of two blocks sharing B (multicast, remote arrivals); 300 rows: an odd count
+    # of M tiles, the last cluster's second block past M.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG --cluster 2
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" $HOPPER_MID --cluster 2
     done
     for tool in racecheck synccheck; do
         hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_MID

@@ -182,7 +182,16 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     # Persistent: both roles loop over the tiles.
     case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, persistent=True)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("gemm_epilogue", "bf16", RAGGED),
-                                  ("matmul_bt", "f16", RAGGED))]
+                                  ("matmul_bt", "f16", RAGGED))] + [
+    # The TMA-store epilogue beside a fused epilogue's C loads at 128x256 (ptxas's
+    # 168-register budget: where the thread coordinates live decides spills).
+    case("gemm_epilogue", dtype, "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3)
+    for dtype in ("f16", "bf16")] + [
+    # Clusters of two blocks along M sharing B (multicast loads, remote arrivals).
+    case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2)
+    for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
+                                  ("gemm_epilogue", "f16", DIVISIBLE),
+                                  ("gemm_epilogue", "bf16", RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")

@@ -17,7 +17,8 @@ from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
 from tilec.launch.arch_check import check_runs_on
 from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisibility,
-                                  grid_size, kernel_arguments, launch_grid, spec_for)
+                                  grid_size, kernel_arguments, launch_cluster, launch_grid,
+                                  spec_for)
 from tilec.options import Options, Spec, target_arch
 from tilec.launch.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
 from tilec.pipeline import Pass
@@ -245,7 +246,7 @@ def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
     grid = _launch_grid(sizes, compiled.kernel)
     args = kernel_arguments(compiled.kernel, bound, device_args)
     launch(function, grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
-           stream, args)
+           stream, args, launch_cluster(compiled.kernel))
 
 
 class PreparedLaunch:
@@ -272,6 +273,7 @@ class PreparedLaunch:
                                      {**self.packer.args, **hidden})
         self.stream = stream
         self.smem_bytes = compiled.rendered.smem_bytes
+        self.cluster = launch_cluster(compiled.kernel)
         from tilec.runtime import launch
         self._launch = launch  # looked up once: this call is the whole cost of a launch
 
@@ -279,7 +281,7 @@ class PreparedLaunch:
         if not self.empty:
             self.packer.launch(self.stream)
             self._launch(self.function, self.grid, self.block, self.smem_bytes, self.stream,
-                         self.args)
+                         self.args, self.cluster)
 
 
 def tile(fn=None):

@@ -23,6 +23,7 @@ L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
 MAX_SPLIT_K = 64
 BLOCKS_PER_SM = (1, 2)
+CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
 # Shared memory per SM on sm_90 (228 KiB), of which the driver reserves 1 KiB per block.
 SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 233472, 1024
 # How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
@@ -110,6 +111,10 @@ class Options:
     # Warp-specialized (sm_90a) kernels: a grid of one block per SM (times blocks_per_sm)
     # looping over the output tiles, so one tile's epilogue overlaps the next one's loads.
     persistent: bool = False
+    # Warp-specialized (sm_90a) kernels: blocks per thread-block cluster, along M. With 2,
+    # the two blocks of a cluster share their B tile: each loads half of it with TMA and
+    # multicasts it to both, halving B's traffic from L2.
+    cluster: int = 1
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -139,6 +144,12 @@ class Options:
                 or self.blocks_per_sm not in BLOCKS_PER_SM):
             raise ValueError(f"blocks_per_sm must be one of {BLOCKS_PER_SM}, got "
                              f"{self.blocks_per_sm!r}")
+        if (not isinstance(self.cluster, int) or isinstance(self.cluster, bool)
+                or self.cluster not in CLUSTER_SIZES):
+            raise ValueError(f"cluster must be one of {CLUSTER_SIZES}, got {self.cluster!r}")
+        if self.cluster > 1 and self.persistent:
+            raise ValueError("cluster=2 takes one tile a block: it cannot be combined with "
+                             "persistent=True")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):

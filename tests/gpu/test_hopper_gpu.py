@@ -305,3 +305,15 @@ def test_three_and_four_consumer_warpgroups(shape, tiles, name, dtype):
     """512 and 640 threads: the consumers' setmaxnreg.inc asks for what the producer's dec
     left of the registers the block starts with (more than that hung the GPU)."""
     run_and_check(name, dtype, shape, stages=3, **tiles)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("tiles", [TILES[0], TILES[1]], ids=TILE_IDS[:2])
+@pytest.mark.parametrize("shape", [(640, 1024, 200), (300, 520, 200), (1000, 1003, 77),
+                                   (2048, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
+def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
+    """cluster=2: each block loads half of every B stage and multicasts it; an odd number
+    of M tiles (640 and 300 rows) leaves the last cluster's second block past M, loading
+    zeros and storing nothing, while its half of B still reaches its peer."""
+    run_and_check(name, dtype, shape, stages=3, cluster=2, **tiles)

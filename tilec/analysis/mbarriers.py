@@ -256,8 +256,11 @@ def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
                 # A predicated arrival happens only where its predicate holds.
                 if not (name == ARRIVE and len(op.operands) > 2
                         and not known(op.operands[2], op, "the arrival's predicate")):
-                    add(op, "expect" if name == EXPECT else "arrive",
-                        bytes=op.attrs.get("bytes", 0), **barrier(op, *op.operands[:2]))
+                    # A cluster's arrival: this block's warpgroup and, as the peers run the
+                    # same program, each peer's on this block's barrier.
+                    for _ in range(op.attrs.get("cluster", 1) if name == ARRIVE else 1):
+                        add(op, "expect" if name == EXPECT else "arrive",
+                            bytes=op.attrs.get("bytes", 0), **barrier(op, *op.operands[:2]))
             elif name == LOAD:
                 view = op.operands[3]
                 add(op, "load", bytes=Box.of(op).bytes(view.type.dtype.bytes), async_proxy=True,

@@ -48,6 +48,7 @@ ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
     "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer",
     "ws.ring_base")
 STORE = "tile.store"
+CLUSTER_SYNC = "cluster.sync"
 # The consumers' own barrier (bar.sync 0 is the whole block's, and the producer has left).
 CONSUMER_BARRIER = 1
 STAGING_ALIGN = 1024  # the TMA store's staging tile starts on a swizzle atom
@@ -114,7 +115,9 @@ def tensor_map_box(kernel: Kernel, tensor: str) -> tuple[int, int, int]:
         if op.name == LOAD and op.attrs["tensor"] == tensor:
             box = Box.of(op)
             view = op.operands[3].type
-            return box.inner, box.outer, swizzle_mode(view.layout, view.dtype.bytes)
+            # A multicast load's block moves its share of the box's rows.
+            outer = box.outer // op.attrs.get("multicast", 1)
+            return box.inner, outer, swizzle_mode(view.layout, view.dtype.bytes)
         if is_tma_store(op) and op.attrs["tensor"] == tensor:
             box = Box.of(op)
             return box.inner, box.outer, SLAB_BYTES
@@ -183,21 +186,44 @@ def _tensor_map(ctx: Context, tensor: str) -> str:
     return ctx.w.once(("tensor_map", tensor), compute)
 
 
+def _cluster_rank(ctx: Context) -> str:
+    # Read where it is used: kept from the kernel's entry, it holds a register through the
+    # consumers' epilogue, where a fused one spilled for it.
+    reg = ctx.w.reg("b32")
+    ctx.w.emit(f"mov.u32 {reg}, %cluster_ctarank;")
+    return reg
+
+
 def _load(ctx: Context, op: Op) -> None:
     """One cp.async.bulk.tensor.2d per 64-element slab, into consecutive slabs of the stage,
-    each completing its bytes on the stage's full barrier."""
+    each completing its bytes on the stage's full barrier. A ``multicast`` load (a cluster
+    of n blocks sharing the tile): this block loads rows [rank / n, (rank + 1) / n) of each
+    box into the same place of every block's stage, completing on each block's barrier at
+    the same offset (``.multicast::cluster``, PTX ISA 9.7.9.25.5.1)."""
     box = Box.of(op)
     offsets = [ctx.get(v) for v in op.operands[1:3]]
     view: SmemView = ctx.get(op.operands[3])
     address = _barrier_address(ctx, ctx.get(op.operands[4]), op.operands[5])
     tensor_map = _tensor_map(ctx, op.attrs["tensor"])
     inner, outer = offsets[box.coords[0]], offsets[box.coords[1]]
-    slab_bytes = box.inner * box.outer * view.buffer.elem_bytes
+    eb = view.buffer.elem_bytes
+    slab_bytes = box.inner * box.outer * eb
+    destination, multicast = view.address, ""
+    blocks = op.attrs.get("multicast", 1)
+    if blocks > 1:
+        rows = box.outer // blocks
+        first = ctx.int_op("mul.lo.s32", _cluster_rank(ctx), rows)
+        outer = ctx.int_op("add.s32", outer, first)
+        destination = ctx.mad(first, box.inner * eb, view.address)
+        mask = ctx.w.reg("b16")
+        ctx.w.emit(f"mov.b16 {mask}, {(1 << blocks) - 1};")
+        multicast = f".multicast::cluster"
     for slab in range(box.slabs):
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
-        ctx.w.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                   f"[{view.address}+{slab * slab_bytes}], [{tensor_map}, {{{x}, {outer}}}], "
-                   f"[{address}];")
+        ctx.w.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                   f"{multicast} [{destination}+{slab * slab_bytes}], "
+                   f"[{tensor_map}, {{{x}, {outer}}}], [{address}]"
+                   + (f", {mask};" if multicast else ";"))
 
 
 def _wait(ctx: Context, op: Op) -> None:
@@ -221,6 +247,20 @@ def _arrive(ctx: Context, op: Op) -> None:
     if len(op.operands) > 2:
         leader = ctx.and_pred(leader, ctx.get(op.operands[2]))
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
+    # In a cluster, every other block's barrier at the same offset too (mapa, PTX ISA
+    # 9.7.9.20): its producer refills the stage in both blocks.
+    for peer in range(1, op.attrs.get("cluster", 1)):
+        rank = ctx.int_op("xor.b32", _cluster_rank(ctx), peer)
+        remote = ctx.w.reg("b32")
+        ctx.w.emit(f"mapa.shared::cluster.u32 {remote}, {address}, {rank};")
+        ctx.w.emit(f"@{leader} mbarrier.arrive.release.cluster.shared::cluster.b64 _, "
+                   f"[{remote}];")
+
+
+def _cluster_sync(ctx: Context, op: Op) -> None:
+    """Every thread of every block of the cluster meets (PTX ISA 9.7.13.1)."""
+    ctx.w.emit("barrier.cluster.arrive.release.aligned;")
+    ctx.w.emit("barrier.cluster.wait.acquire.aligned;")
 
 
 def _store_tile(ctx: Context, op: Op) -> None:
@@ -256,7 +296,10 @@ def _store_tile(ctx: Context, op: Op) -> None:
     # XOR is per thread and per chunk, and the rest of the offset an immediate. The
     # addresses are remade per chunk of registers: kept across the epilogue, they spill.
     staging = ctx.int_op("add.s32", ctx.smem_base(), state["staging"])
-    row0, col0 = c_thread_coords(ctx, layout)
+    # Where the thread's coordinates live is a matter of ptxas's 168-register budget with
+    # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
+    # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
+    row0, col0 = c_thread_coords(ctx, layout, keep=roles.persistent)
     shift = SWIZZLE_128B.base + (eb.bit_length() - 1)
     base = ctx.mad(ctx.mad(row0, box.inner, col0), eb, staging)
     row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
@@ -570,10 +613,16 @@ def _execute_wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     if len(operands) > 2 and not operands[2]:
         return []
-    # One arrival per consumer warpgroup: the executor runs the warpgroups as one.
+    # One arrival per consumer warpgroup: the executor runs the warpgroups as one; in a
+    # cluster, the other blocks' warpgroups too (the CPU runs one block, whose peers run
+    # the same program on the same B tile).
     _barrier(state, op, operands[0], operands[1]).arrive(
-        state, op, state.kernel.schedule.roles.consumer_warpgroups)
+        state, op, state.kernel.schedule.roles.consumer_warpgroups * op.attrs.get("cluster", 1))
     return []
+
+
+def _execute_cluster_sync(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return []  # the CPU runs one block of the cluster
 
 
 def _fold_ring_base(operands: list, attrs: Any, dtype: Any) -> int:
@@ -612,7 +661,7 @@ def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[A
 
 class TmaFamily(MovementFamily):
     name = "tma"
-    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE})
+    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE, CLUSTER_SYNC})
     pipeline = PipelineOps(LOAD, EXPECT, WAIT)
     stage_writers = frozenset({LOAD})
     words = CompletionWords(
@@ -624,7 +673,7 @@ class TmaFamily(MovementFamily):
 
     def emitters(self) -> Mapping[str, Emitter]:
         return {ALLOC: _alloc, EXPECT: _expect, LOAD: _load, WAIT: _wait, ARRIVE: _arrive,
-                PRODUCER: _producer, RING_BASE: _ring_base}
+                PRODUCER: _producer, RING_BASE: _ring_base, CLUSTER_SYNC: _cluster_sync}
 
     def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
         return dict(copy.attrs)
@@ -650,18 +699,24 @@ class TmaFamily(MovementFamily):
                   "this phase", 2, 0, attrs=("bytes",), check=_check_barrier_operand,
                   evaluate=_execute_expect),
             OpDef(LOAD, "one elected thread copies a tile into a shared stage with TMA, "
-                  "completing its bytes on barrier [stage]; out-of-bounds elements are zeros",
+                  "completing its bytes on barrier [stage]; out-of-bounds elements are zeros; "
+                  "`multicast = n`: each of a cluster's n blocks loads 1/n of the rows into "
+                  "every block's stage",
                   6, 0, attrs=("tensor", "box", "slabs", "coords"), check=_check_load,
                   evaluate=_execute_load),
             OpDef(WAIT, "wait until barrier [stage] has completed the phase of this parity",
                   3, 0, check=_check_barrier_operand, evaluate=_execute_wait),
             OpDef(ARRIVE, "one arrival on barrier [stage] from each consumer warpgroup (where "
-                  "the optional third operand, a predicate, holds)", None, 0,
+                  "the optional third operand, a predicate, holds); `cluster = n`: on that "
+                  "barrier of each of the cluster's n blocks", None, 0,
                   check=_check_arrive, evaluate=_execute_arrive),
             OpDef(RING_BASE, "the ring iterations this role ran for the block's earlier tiles: "
                   "0 when a block computes one tile (as the CPU runs it); a persistent "
                   "kernel's tile loop carries it", 0, 1, pure=True, fold=_fold_ring_base,
                   evaluate=_execute_ring_base),
+            OpDef(CLUSTER_SYNC, "every thread of every block of the thread-block cluster "
+                  "meets (the CPU runs one block: nothing to wait for)", 0, 0,
+                  evaluate=_execute_cluster_sync),
             OpDef(PRODUCER, "a region the producer warpgroup runs (its elected thread), beside "
                   "the consumers; the producer warpgroup exits at its end", 0, 0, regions=1,
                   check=_check_producer, evaluate=_execute_producer),

@@ -110,6 +110,10 @@ class RolesPlan:
     # One block per SM (times blocks_per_sm) loops over the output tiles: the producer runs
     # ahead into the next tile while the consumers store this one (backend.ptx lowers it).
     persistent: bool = False
+    # Blocks per thread-block cluster along M: with 2, the pair shares B (each block loads
+    # half of every B stage and multicasts it; each consumer warpgroup hands a stage back
+    # to both blocks' empty barriers).
+    cluster: int = 1
 
     producer_threads: ClassVar[int] = WARPGROUP
 
@@ -126,7 +130,9 @@ class RolesPlan:
                 f"{self.producer_registers} registers), consumers = {self.consumer_warpgroups} "
                 f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}"
                 + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else "")
-                + (", persistent" if self.persistent else "") + "}")
+                + (", persistent" if self.persistent else "")
+                + (f", cluster = {self.cluster} blocks along M sharing B" if self.cluster > 1
+                   else "") + "}")
 
 
 @dataclass(frozen=True)

@@ -186,6 +186,15 @@ def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
     raise ValueError(f"kernel '{kernel.name}' has no grid")
 
 
+def launch_cluster(compiled_kernel: Kernel) -> Optional[tuple[int, int, int]]:
+    """The thread-block cluster shape a kernel is launched with (cuLaunchKernelEx), or None
+    for a plain launch."""
+    roles = compiled_kernel.schedule.roles
+    if roles is None or roles.cluster == 1:
+        return None
+    return (roles.cluster, 1, 1)
+
+
 def launch_grid(sizes: list[int], compiled_kernel: Kernel,
                 multiprocessors: Optional[int] = None) -> tuple[int, int, int]:
     """The CUDA grid for the compiled kernel (``sizes``: its tile axes, as
@@ -203,6 +212,9 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
+    cluster = launch_cluster(compiled_kernel)
+    if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
+        axes[0] = -(-axes[0] // cluster[0]) * cluster[0]
     if folds_tile_axes(grid_op):
         axes = [axes[0] * axes[1]]
     axes += [split] if split else []

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from tilec.errors import TileError
 from tilec.ir.types import I32
-from tilec.options import ARCHS, BLOCKS_PER_SM, F32_MATH, MAX_SPLIT_K, PACK_POLICIES
+from tilec.options import (ARCHS, BLOCKS_PER_SM, CLUSTER_SIZES, F32_MATH, MAX_SPLIT_K,
+                           PACK_POLICIES)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -40,7 +41,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "split_k", "blocks_per_sm", "persistent")
+                "split_k", "blocks_per_sm", "persistent", "cluster")
 
 
 class CommandError(Exception):
@@ -158,6 +159,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         action="store_true", default=None,
         help="sm_90a warp-specialized kernels: one block per SM looping over the output "
         "tiles, so one tile's epilogue overlaps the next one's loads")),
+    "cluster": ("--cluster", dict(
+        type=int, choices=CLUSTER_SIZES, metavar="N",
+        help="sm_90a warp-specialized kernels: blocks per thread-block cluster along M (2: "
+        "the pair loads B once, multicasting each half to both)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
@@ -180,7 +185,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "persistent", "disable", "verify")
+                 "blocks_per_sm", "persistent", "cluster", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")

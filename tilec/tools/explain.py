@@ -207,6 +207,7 @@ class Explanation:
     packing: Optional[tuple[str, ...]] = None
     # How the consumers write C (schedule.epilogue, warp-specialized kernels), in words.
     epilogue: str = ""
+    cluster: int = 1  # blocks per thread-block cluster
 
 
 # ----------------------------------------------------------------------------- gather
@@ -253,6 +254,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
                                   else roles_trip_counts(stages)),
         packing=None if packing is None else tuple(packing),
         epilogue=_epilogue_text(kernel.schedule.epilogue),
+        cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
     )
 
 
@@ -451,11 +453,21 @@ def _roles_row(phase: str, role: str, group: list[Step], stages: int) -> Schedul
         return ScheduleRow(phase, role + "expect_tx", bar, f"one arrival, {s.bytes} "
                            "transaction bytes expected")
     if s.kind == "arrive":
+        cluster = s.op.attrs.get("cluster", 1)
+        if cluster > 1:  # the checker arrives once per block of the cluster
+            group = group[::cluster]
+            bar = f"{s.ring.hint}[{_of_it([g.index for g in group], stages)}]"
+            return ScheduleRow(phase, role + "arrive", bar, "one arrival per consumer "
+                               f"warpgroup on this barrier of each of the {cluster} blocks of "
+                               "the cluster: the stage is free again in all of them")
         return ScheduleRow(phase, role + "arrive", bar, "one arrival per consumer "
                            "warpgroup: the stage is free again")
     if s.kind == "load":
+        blocks = s.op.attrs.get("multicast", 1)
+        shared = (f"; this block loads 1/{blocks} of its rows and multicasts them to the "
+                  f"{blocks} blocks of the cluster" if blocks > 1 else "")
         return ScheduleRow(phase, role + "tma.load", target, f"{s.op.attrs['tensor']} tile "
-                           f"({s.bytes} B), completing on {bar}")
+                           f"({s.bytes} B), completing on {bar}{shared}")
     if s.kind == "alloc":
         return ScheduleRow(phase, "mbar.alloc", s.ring.hint, f"{s.ring.type.shape[0]} "
                            f"barriers of {s.op.attrs['count']} arrival(s) a phase")
@@ -766,6 +778,9 @@ def render_explanation(e: Explanation) -> str:
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
           _vector(c, h.dtype), c.per_thread, c.threads_per_row, c.rows_per_pass,
           COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+    if e.cluster > 1:
+        lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
+                     "cuLaunchKernelEx): they share each B stage, which TMA multicasts")
     if e.epilogue:
         lines.append(f"  epilogue          {e.epilogue}")
     if e.packing is not None:

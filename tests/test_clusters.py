@@ -1,0 +1,113 @@
+"""Thread-block clusters of two blocks along M on the sm_90a path (cluster=2): the schedule
+(empty barriers counting both blocks' consumers, B multicast, the cluster barrier after the
+barriers' initialisation, the producer's tail), the PTX it becomes, the launch shape, what
+the CPU executor and the mbarrier checker make of it, and the errors for what it cannot
+take. ptxas runs on cluster kernels in tests/test_ptxas.py (HOPPER)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tilec.analysis.hazards import HazardError, check_schedule
+from tilec.errors import TileConfigError
+from tilec.families.tma import ALLOC, ARRIVE, CLUSTER_SYNC, LOAD, WAIT, tensor_map_box
+from tilec.launch.binding import launch_cluster, launch_grid
+from tilec.options import Options
+from tilec.pipeline import run_pipeline
+
+from .test_hopper import SHAPE, _reference, random_inputs, relative_error, run_lowered
+from .test_ptxas import load_sample
+
+TILE = dict(BM=128, BN=256, BK=64)
+
+
+def lowered(sample="matmul", dtype="f16", stages=3, **consts):
+    kernel = load_sample(sample, dtype).lower(**{**TILE, **consts})
+    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, cluster=2)).kernel
+
+
+def ops_named(kernel, name):
+    return [op for op in kernel.walk() if op.name == name]
+
+
+def test_the_schedule_shares_b_between_the_two_blocks():
+    kernel = lowered()
+    assert kernel.schedule.roles.cluster == 2
+    full, empty = ops_named(kernel, ALLOC)
+    assert (full.attrs["count"], empty.attrs["count"]) == (1, 4)  # 2 warpgroups x 2 blocks
+    loads = {op.attrs["tensor"]: op for op in ops_named(kernel, LOAD)}
+    assert "multicast" not in loads["A"].attrs and loads["B"].attrs["multicast"] == 2
+    assert all(op.attrs["cluster"] == 2 for op in ops_named(kernel, ARRIVE))
+    assert len(ops_named(kernel, CLUSTER_SYNC)) == 1
+    producer = next(op for op in kernel.walk() if op.name == "ws.producer")
+    tail = [op for op in producer.regions[0].ops if op.name == WAIT]
+    assert len(tail) == 3  # one wait a stage after the producer's loop
+    # The tensor map of B is one block's share of the box: half its rows.
+    assert tensor_map_box(kernel, "B") == (64, 32, 128)
+    assert tensor_map_box(kernel, "A") == (64, 128, 128)
+
+
+def test_the_ptx_multicasts_meets_the_cluster_and_arrives_remotely():
+    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2, **TILE)
+    init = ptx.index("fence.mbarrier_init.release.cluster;")
+    meet = ptx.index("barrier.cluster.arrive.release.aligned;")
+    assert init < meet < ptx.index("barrier.cluster.wait.acquire.aligned;")
+    multicasts = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::"
+                            r"complete_tx::bytes\.multicast::cluster .*, %h\d+;", ptx)
+    assert len(multicasts) == 4  # B's four slabs, each block its half of the rows
+    assert "%cluster_ctarank" in ptx
+    assert len(re.findall(r"mapa\.shared::cluster\.u32", ptx)) == 2
+    assert len(re.findall(r"mbarrier\.arrive\.release\.cluster\.shared::cluster\.b64", ptx)) == 2
+
+
+def test_the_launch_pairs_m_tiles_into_clusters():
+    kernel = lowered()
+    assert launch_cluster(kernel) == (2, 1, 1)
+    # 5 M tiles round up to 3 clusters (the last block is past M: it stores nothing).
+    assert launch_grid([5, 4], kernel) == (6 * 4, 1, 1)
+    plain = run_pipeline(load_sample("matmul", "f16").lower(**TILE),
+                         Options(arch="sm_90a", stages=3)).kernel
+    assert launch_cluster(plain) is None and launch_grid([5, 4], plain) == (20, 1, 1)
+
+
+@pytest.mark.parametrize("sample", ["matmul", "matmul_bt"])
+def test_the_cpu_executor_computes_the_product(sample):
+    kernel = lowered(sample, BN=128)
+    arrays = random_inputs(kernel, np.random.default_rng(11))
+    if sample == "matmul_bt":
+        want = _reference({"A": arrays["A"], "B": arrays["B"].T}, "f16")
+    else:
+        want = _reference(arrays, "f16")
+    got = run_lowered(kernel, arrays)
+    assert not np.isnan(got).any()
+    assert relative_error(got, want) < 1e-5
+
+
+def test_the_mbarrier_checker_accepts_the_cluster_protocol():
+    check_schedule(lowered())
+
+
+def test_an_empty_barrier_counting_one_block_is_caught():
+    """Counting only this block's consumers, a stage looks free before every consumer has
+    read it: the checker reports the refill racing the read."""
+    kernel = lowered()
+    _, empty = ops_named(kernel, ALLOC)
+    empty.attrs["count"] = 2
+    with pytest.raises(HazardError, match="is refilled while consumer warpgroup"):
+        check_schedule(kernel)
+
+
+def test_cluster_needs_the_warp_specialized_path():
+    with pytest.raises(TileConfigError, match="cluster=2 shares tiles"):
+        load_sample("matmul", "f16").ptx(arch="sm_90", cluster=2)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(cluster=3), "cluster must be one of"),
+    (dict(cluster=2, persistent=True), "cannot be combined with persistent"),
+])
+def test_bad_cluster_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        Options(arch="sm_90a", **options)
