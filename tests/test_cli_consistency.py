@@ -54,6 +54,28 @@ def test_compile_imports_no_other_verb():
     assert not loaded & set(OTHER_VERBS)
 
 
+# What compiling never needs, so a cold `tilec compile` never waits for it: numpy and the
+# CPU model (the interpreter and the executor), which only running a kernel does.
+NOT_FOR_COMPILING = {"numpy", "tilec.cpu.interpreter", "tilec.cpu.executor"}
+
+
+@pytest.mark.parametrize("disk_cache", ["off", "miss", "hit"])
+def test_compile_imports_nothing_only_running_needs(disk_cache, tmp_path):
+    code = ("from tilec.cli import main\n"
+            f"main(['compile', {MATMUL!r}, '-o', {os.devnull!r}])")
+    if disk_cache != "off":
+        code = ("import os\n"
+                f"os.environ.update(TILEC_DISK_CACHE='1', TILEC_CACHE_DIR={str(tmp_path)!r})\n"
+                + code)
+    if disk_cache == "hit":
+        modules_after(code)  # fills the cache
+    loaded = modules_after(code)
+    assert "tilec.compiler" in loaded
+    assert not loaded & NOT_FOR_COMPILING
+    if disk_cache != "off":
+        assert list(tmp_path.glob("*.ptx"))  # the cache was used
+
+
 def test_top_level_help_imports_neither_the_compiler_nor_numpy():
     loaded = modules_after("from tilec.cli import main\n"
                            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from tilec.backend.ptx import Rendered, render
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.ir.core import Kernel
 from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
@@ -149,7 +149,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
             return hit
     keep_ir = keep_ir or bool(dump_dir)
     if options.verify:
-        verify(kernel, after="frontend", ops=op_catalogue())
+        verify(kernel, after="frontend", ops=op_definitions())
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
     start = time.perf_counter()
     disk = disk_cache() if key is not None else None

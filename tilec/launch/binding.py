@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tilec.backend.abi import AbiParam, folds_tile_axes
 from tilec.backend.signature import kernel_abi
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
 from tilec.ir.types import ScalarType, TensorType
@@ -171,7 +171,7 @@ def spec_for(bound: Bound) -> Spec:
 def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
     """Evaluate the grid's sizes on the host, from the shape symbols and constants: the
     integer ops before the grid, each by its definition's fold."""
-    catalogue = op_catalogue()
+    catalogue = op_definitions()
     env: dict = {kernel.symbol_value(s): v for s, v in symbols.items()}
     for op in kernel.body.ops:
         if op.name == "tile.grid":
