@@ -135,12 +135,18 @@ def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int,
 def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int, k0: int,
                        elem_bytes: int) -> list[int]:
     """Byte addresses the 32 lanes give one ldmatrix.x4 at operand position (mn0, k0)."""
-    result = []
-    for lane in range(WARP_SIZE):
-        mn, k = ldmatrix_lane_coord(operand, k_major, lane, 16 // elem_bytes)
-        row, col = operand_storage_coord(k_major, mn0 + mn, k0 + k)
-        result.append(layout.offset(row, col) * elem_bytes)
-    return result
+    coords = [operand_storage_coord(k_major, mn0 + mn, k0 + k)
+              for mn, k in _ldmatrix_lane_coords(operand, k_major, 16 // elem_bytes)]
+    return [offset * elem_bytes for offset in layout.offsets(coords)]
+
+
+@lru_cache(maxsize=None)
+def _ldmatrix_lane_coords(operand: str, k_major: bool, row_elems: int
+                          ) -> tuple[tuple[int, int], ...]:
+    """:func:`ldmatrix_lane_coord` of the 32 lanes, once per kind of piece (the swizzle pass
+    asks for hundreds of pieces)."""
+    return tuple(ldmatrix_lane_coord(operand, k_major, lane, row_elems)
+                 for lane in range(WARP_SIZE))
 
 
 def ldmatrix_reads(plan: TilingPlan, role: str, layout: SmemLayout, warp_index: int, k0: int,
