@@ -55,8 +55,10 @@ def test_compile_imports_no_other_verb():
 
 
 # What compiling never needs, so a cold `tilec compile` never waits for it: numpy and the
-# CPU model (the interpreter and the executor), which only running a kernel does.
-NOT_FOR_COMPILING = {"numpy", "tilec.cpu.interpreter", "tilec.cpu.executor"}
+# CPU model (the interpreter and the executor), which only running a kernel needs, and what
+# only a launch needs (operand packing, the split-K workspace).
+NOT_FOR_COMPILING = {"numpy", "tilec.cpu.interpreter", "tilec.cpu.executor",
+                     "tilec.launch.packing", "tilec.launch.split_workspace"}
 
 
 @pytest.mark.parametrize("disk_cache", ["off", "miss", "hit"])
