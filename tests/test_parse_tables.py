@@ -1,6 +1,6 @@
 """The parser's cached LALR tables: used when sound, rebuilt and repaired when stale,
 tampered with, or not a plain file of ours."""
-import json
+import marshal
 import os
 
 import pytest
@@ -16,7 +16,7 @@ def _load(directory):
 
 
 def _table_file(directory):
-    files = list((directory / "parser").glob("tables-*.json"))
+    files = list((directory / "parser").glob("tables-*"))
     assert len(files) == 1
     return files[0]
 
@@ -46,15 +46,20 @@ def test_key_covers_grammar_lark_version_and_options(monkeypatch):
 
 
 def _tamper(path):
-    stored = json.loads(path.read_text())
-    stored["tables"] = stored["tables"].replace('"module"', '"modulf"', 1)
-    path.write_text(json.dumps(stored))
+    stored = marshal.loads(path.read_bytes())
+    assert b"module" in stored["tables"]
+    stored["tables"] = stored["tables"].replace(b"module", b"modulf", 1)
+    path.write_bytes(marshal.dumps(stored))
 
 
 def _wrong_key(path):
-    stored = json.loads(path.read_text())
+    stored = marshal.loads(path.read_bytes())
     stored["key"] = "0" * 64
-    path.write_text(json.dumps(stored))
+    path.write_bytes(marshal.dumps(stored))
+
+
+def _not_marshal(path):
+    path.write_text('{"key": "0"}')
 
 
 def _symlink_to_dev_zero(path):
@@ -81,7 +86,7 @@ def _truncated(path):
 
 
 @pytest.mark.parametrize("damage", [_tamper, _wrong_key, _symlink_to_dev_zero, _fifo,
-                                    _group_writable, _truncated])
+                                    _group_writable, _truncated, _not_marshal])
 def test_unsound_table_file_is_a_miss_and_is_repaired(tmp_path, damage, monkeypatch):
     expected = _load(tmp_path).parse(SAMPLE)
     path = _table_file(tmp_path)
