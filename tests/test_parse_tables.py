@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tilec.frontend import parse_tables, parser
+from tilec.frontend import lexer, parse_tables, parser
 
 SAMPLE = "@tile\ndef f(A: f16[M, K], BM=64):\n    for m in grid(cdiv(M, BM)):\n        pass\n"
 
@@ -33,6 +33,19 @@ def test_tables_are_written_then_loaded_and_parse_the_same(tmp_path, monkeypatch
     assert path.stat().st_mode & 0o077 == 0
     _refuse_build(monkeypatch)
     loaded = _load(tmp_path)
+    assert loaded.parse(SAMPLE) == built.parse(SAMPLE)
+
+
+def test_plugins_are_not_stored_and_load_again(tmp_path, monkeypatch):
+    def plugged():
+        return parse_tables.load_parser(parser._grammar_text(), parser._PARSER_OPTIONS,
+                                        parser._TileIndenter, tmp_path, plugins=lexer.PLUGINS)
+    built = plugged()
+    stored = marshal.loads(_table_file(tmp_path).read_bytes())
+    assert b"TileContextualLexer" not in stored["tables"]
+    _refuse_build(monkeypatch)
+    loaded = plugged()
+    assert isinstance(loaded.parser.lexer.lexer, lexer.TileContextualLexer)
     assert loaded.parse(SAMPLE) == built.parse(SAMPLE)
 
 

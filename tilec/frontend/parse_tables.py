@@ -61,23 +61,26 @@ def table_key(grammar: str, options: dict[str, Any]) -> str:
 
 
 def load_parser(grammar: str, options: dict[str, Any], postlex_factory: Callable[[], Any],
-                directory: Optional[Path] = None) -> Lark:
+                directory: Optional[Path] = None,
+                plugins: Optional[dict[str, Any]] = None) -> Lark:
     """The LALR parser for ``grammar``, from cached tables when a valid file exists, else
     built (and the file written for next time). ``options`` are Lark's keyword options
-    without ``postlex``; ``postlex_factory`` makes the post-lexer (it is code, not data, so it
-    is never stored)."""
+    without ``postlex``; ``postlex_factory`` makes the post-lexer and ``plugins`` are the
+    classes lark makes its parts from (its ``_plugins`` option): they are code, not data, so
+    they are never stored, and the tables do not depend on them."""
+    code = {"postlex": postlex_factory, "_plugins": lambda: dict(plugins or {})}
     if os.environ.get("TILEC_PARSER_CACHE", "1") == "0":
-        return _build(grammar, options, postlex_factory)
+        return _build(grammar, options, code)
     key = table_key(grammar, options)
     path = table_path(directory or cache_dir(), key)
     tables = _read_tables(path, key)
     if tables is not None:
         try:
             return Lark._load_from_dict(tables["data"], tables["memo"],
-                                        postlex=postlex_factory())
+                                        **{name: make() for name, make in code.items()})
         except Exception:  # a table lark cannot load is a miss, repaired below
             pass
-    parser = _build(grammar, options, postlex_factory)
+    parser = _build(grammar, options, code)
     _write_tables(path, key, parser)
     return parser
 
@@ -87,8 +90,9 @@ def table_path(directory: Path, key: str) -> Path:
     return directory / "parser" / f"tables-{key}.marshal"
 
 
-def _build(grammar: str, options: dict[str, Any], postlex_factory: Callable[[], Any]) -> Lark:
-    return Lark(grammar, postlex=postlex_factory(), **options)
+def _build(grammar: str, options: dict[str, Any],
+           code: dict[str, Callable[[], Any]]) -> Lark:
+    return Lark(grammar, **options, **{name: make() for name, make in code.items()})
 
 
 # ------------------------------------------------------------------------------ the file
@@ -116,8 +120,8 @@ def _write_tables(path: Path, key: str, parser: Lark) -> None:
     """Write the tables atomically; a cache that cannot be written is only slower."""
     try:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
-        # The post-lexer is an object with code; the loader gets a fresh one instead.
-        data["options"] = dict(data["options"], postlex=None)
+        # The post-lexer and the plugins are code; the loader gets them afresh instead.
+        data["options"] = dict(data["options"], postlex=None, _plugins={})
         body = marshal.dumps({"data": data, "memo": memo})
         stored = marshal.dumps({"key": key, "lark": lark.__version__, "sha256": _digest(body),
                                 "tables": body})
