@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Optional
+from copy import copy
+from typing import Any, Callable, Optional
 
 from lark.lexer import (BasicLexer, CallChain, ContextualLexer, PatternRE, PatternStr,
                         UnlessCallback)
@@ -105,14 +106,50 @@ class TileBasicLexer(BasicLexer):
 
 class TileContextualLexer(ContextualLexer):
     """lark's ContextualLexer, whose states' lexers (and the one it retries an error with)
-    are :class:`TileBasicLexer`."""
+    are :class:`TileBasicLexer`, each made when the parser first reaches its state (lark
+    makes all 131 up front; a parse reaches a few dozen)."""
 
     BasicLexer = TileBasicLexer
 
     def __init__(self, conf: Any, states: Any, always_accept: Any = ()) -> None:
         if conf.re_module is not re or conf.use_bytes:
             raise ValueError("the tile lexer scans str with Python's re module")
-        super().__init__(conf, states, always_accept)
+        if not conf.skip_validation:  # a grammar being built: lark checks every state's
+            super().__init__(conf, states, always_accept)  # terminals as it makes them
+            return
+        # What lark's __init__ does for each state, on first use (its validation is off for
+        # tables loaded from a file, so there is no comparator).
+        terminals = list(conf.terminals)
+        trad_conf = copy(conf)
+        trad_conf.terminals = terminals
+        extra = set(conf.ignore) | set(always_accept)
+        by_accepts: dict[frozenset, TileBasicLexer] = {}
+
+        def state_lexer(state: int) -> TileBasicLexer:
+            key = frozenset(states[state])
+            lexer = by_accepts.get(key)
+            if lexer is None:
+                lexer_conf = copy(trad_conf)
+                lexer_conf.terminals = [conf.terminals_by_name[name] for name in set(key) | extra
+                                        if name in conf.terminals_by_name]
+                lexer = by_accepts[key] = self.BasicLexer(lexer_conf, None)
+            return lexer
+
+        self.lexers = _StateLexers(state_lexer)
+        trad_conf.skip_validation = True
+        self.root_lexer = self.BasicLexer(trad_conf, None)
+
+
+class _StateLexers(dict):
+    """Parser state -> its lexer, each made on first lookup."""
+
+    def __init__(self, make: Callable[[int], TileBasicLexer]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, state: int) -> TileBasicLexer:
+        lexer = self[state] = self._make(state)
+        return lexer
 
 
 # lark's option naming the classes it makes the lexer from.
