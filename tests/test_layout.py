@@ -84,6 +84,17 @@ def test_offsets_is_offset_of_each_coordinate(swz, slab):
     assert layout.offsets(coords) == [layout.offset(row, col) for row, col in coords]
 
 
+@pytest.mark.parametrize("rows, cols, vec, threads", [(128, 32, 8, 128), (32, 128, 8, 256),
+                                                     (24, 40, 4, 128), (3, 8, 2, 32)])
+def test_coords_is_coord_of_each_thread(rows, cols, vec, threads):
+    cmap = L.copy_map(rows, cols, vec, threads)
+    for i in range(cmap.per_thread + 1):
+        every = [cmap.coord(t, i) for t in range(threads)]
+        assert cmap.coords(i) == every
+        quarter = threads // 4
+        assert cmap.coords(i, quarter, quarter) == every[quarter:2 * quarter]
+
+
 def test_conflict_degree_is_the_same_a_whole_line_away_and_with_idle_lanes():
     # The degree is counted once per pattern, from its first 128-byte line: moving every
     # address by whole lines (or idling lanes) must give what counting each access gives.

@@ -45,10 +45,10 @@ def _access_steps(cmap, layout) -> list[tuple[int, int]] | None:
     """Storage (row, col) step from access 0 to access i, when it is the same for every
     thread (threads cover whole rows); None otherwise."""
     steps = []
+    firsts = cmap.coords(0)
     for i in range(cmap.per_thread):
         deltas = set()
-        for t in range(cmap.threads):
-            first, other = cmap.coord(t, 0), cmap.coord(t, i)
+        for first, other in zip(firsts, cmap.coords(i)):
             if first is not None and other is not None:
                 deltas.add((other[0] - first[0], other[1] - first[1]))
         if len(deltas) > 1:
@@ -92,8 +92,8 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
                 "active": active}
 
     def smem_offsets(i: int) -> list[int]:
-        return [layout.offset(*coord) * eb for t in range(threads)
-                if (coord := cmap.coord(t, i)) is not None]
+        return [offset * eb for offset in
+                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
 
     def compute() -> list[dict]:
         first = own(0)

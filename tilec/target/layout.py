@@ -178,6 +178,17 @@ class CopyMap:
         per_row = self.cols // self.vec
         return v // per_row, (v % per_row) * self.vec
 
+    def coords(self, i: int, first: int = 0, count: int | None = None
+               ) -> list[tuple[int, int] | None]:
+        """:meth:`coord` of access ``i`` of threads ``first``, ``first + 1``... (``count`` of
+        them, else to the last thread), in one pass: the swizzle pass and the copy emitter
+        ask for tens of thousands."""
+        per_row, vec, vectors = self.cols // self.vec, self.vec, self.vectors
+        start = first + i * self.threads
+        stop = start + (self.threads - first if count is None else count)
+        return [(v // per_row, (v % per_row) * vec) if v < vectors else None
+                for v in range(start, stop)]
+
 
 def copy_map(rows: int, cols: int, vec: int, threads: int) -> CopyMap:
     if cols % vec:
@@ -266,7 +277,7 @@ def operand_k_major(operand: str, layout: SmemLayout) -> bool:
 def copy_store_addresses(layout: SmemLayout, cmap: CopyMap, warp: int, i: int,
                          elem_bytes: int) -> list[int | None]:
     """Byte addresses warp ``warp``'s lanes write in access ``i`` of a copy."""
-    coords = [cmap.coord(warp * WARP_SIZE + lane, i) for lane in range(WARP_SIZE)]
+    coords = cmap.coords(i, warp * WARP_SIZE, WARP_SIZE)
     offsets = iter(layout.offsets([coord for coord in coords if coord is not None]))
     return [None if coord is None else next(offsets) * elem_bytes for coord in coords]
 
