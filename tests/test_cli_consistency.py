@@ -5,6 +5,7 @@ prefix; install hints that agree with the README and pyproject; the CPU fallback
 packing line; and the error measure's handling of a NaN reference (``--scalar alpha=nan``)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -76,6 +77,21 @@ def test_compile_imports_nothing_only_running_needs(disk_cache, tmp_path):
     assert not loaded & NOT_FOR_COMPILING
     if disk_cache != "off":
         assert list(tmp_path.glob("*.ptx"))  # the cache was used
+
+
+@pytest.mark.skipif(importlib.util.find_spec("regex") is None, reason="regex not installed")
+def test_the_command_line_loads_lark_without_regex_which_stays_importable():
+    # main() without argv is the process's own command line (python -m tilec, the script).
+    script = ("import sys\n"
+              f"sys.argv = ['tilec', 'compile', {MATMUL!r}, '-o', {os.devnull!r}]\n"
+              "from tilec.cli import main\n"
+              "main()\n"
+              "loaded = 'regex' in sys.modules\n"
+              "import lark.utils, regex\n"
+              "print(loaded, lark.utils._has_regex)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_top_level_help_imports_neither_the_compiler_nor_numpy():

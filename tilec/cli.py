@@ -19,9 +19,11 @@ should not wait for the others' imports.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
-from typing import Any, Optional, Sequence
+import sys
+from typing import Any, Iterator, Optional, Sequence
 
 from tilec.tools.arguments import Parser, run_handler
 from tilec.version import COMPILER_VERSION
@@ -81,6 +83,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _lark_without_regex() -> Iterator[None]:
+    """lark imports the third-party ``regex`` package, when it is installed, for two things
+    tilec never asks of it (``Lark(regex=True)``, ``\\p{...}`` classes in a grammar): ~8 ms
+    of a cold ``tilec compile``. While the verb's module (lark with it) loads in tilec's own
+    process (:func:`main` without ``argv``), ``regex`` reads as not installed, so lark goes
+    without it; afterwards it imports as usual. Nothing changes when either is loaded
+    already, nor for a program that imports tilec."""
+    if "regex" in sys.modules or "lark" in sys.modules:
+        yield
+        return
+    sys.modules["regex"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        yield
+    finally:
+        if "regex" in sys.modules and sys.modules["regex"] is None:
+            del sys.modules["regex"]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is not None:  # called from Python (tests, scripts): leave its collector alone
         return run_handler(build_parser().parse_args(argv), "tilec")
@@ -92,7 +113,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # (gc.freeze) for every later collection, the one at exit included.
     gc.disable()
     try:
-        args = build_parser().parse_args()
+        with _lark_without_regex():
+            args = build_parser().parse_args()
     finally:
         gc.freeze()
         gc.enable()
