@@ -110,15 +110,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # collector, left on, traverses them ~90 times in a cold `tilec compile` and once more
     # at exit, finding nothing to free: ~15 ms of it. So it is off while the command line is
     # parsed (which imports the verb's module); the objects made so far are then set aside
-    # (gc.freeze) for every later collection, the one at exit included.
+    # (gc.freeze) for every later collection, the one at exit included. A compile stays
+    # without it: its garbage is a few IR copies, freed with the process (the other verbs
+    # run kernels, loops and benchmarks, and get it back).
     gc.disable()
+    args = None
     try:
         with _lark_without_regex():
             args = build_parser().parse_args()
     finally:
         gc.freeze()
-        gc.enable()
+        if args is None or args.command != "compile":
+            gc.enable()
     try:
         return run_handler(args, "tilec")
     finally:
         gc.freeze()
+        gc.enable()
