@@ -57,9 +57,10 @@ def test_compile_imports_no_other_verb():
 
 # What compiling never needs, so a cold `tilec compile` never waits for it: numpy and the
 # CPU model (the interpreter and the executor), which only running a kernel needs, and what
-# only a launch needs (operand packing, the split-K workspace).
+# only a launch needs (operand packing, the split-K workspace, TMA tensor maps).
 NOT_FOR_COMPILING = {"numpy", "tilec.cpu.interpreter", "tilec.cpu.executor",
-                     "tilec.launch.packing", "tilec.launch.split_workspace"}
+                     "tilec.launch.packing", "tilec.launch.split_workspace",
+                     "tilec.launch.tensor_maps"}
 
 
 @pytest.mark.parametrize("disk_cache", ["off", "miss", "hit"])
