@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, constant_value,
                            defining_op)
 from tilec.ir.ops import OpDef
@@ -100,10 +100,11 @@ def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> boo
 
 
 def drop_dead(block: Block, ops: Optional[Mapping[str, OpDef]] = None) -> None:
-    """Remove, in place, the pure ops (their definitions say so; ``ops`` defaults to the op
-    catalogue) whose results nothing in ``block`` or its regions uses, until none is left:
-    an op becomes dead once its last user is removed."""
-    table = op_catalogue() if ops is None else ops
+    """Remove, in place, the pure ops (their definitions say so; ``ops`` defaults to every
+    op's, :func:`~tilec.families.catalogue.op_definitions`) whose results nothing in
+    ``block`` or its regions uses, until none is left: an op becomes dead once its last user
+    is removed."""
+    table = op_definitions() if ops is None else ops
 
     def dead(op: Op, used: set[Value]) -> bool:
         opdef = table.get(op.name)

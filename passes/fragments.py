@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec.errors import TileConfigError, located
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_of
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.ops import OpDef
@@ -194,7 +194,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         _pipeline_across_iterations(kernel, loop, plan, stages, acc_type)
 
     block_shape = (plan.block[0], plan.block[1])
-    catalogue = op_catalogue()
+    catalogue = op_definitions()
     after = kernel.body.ops[kernel.body.ops.index(loop) + 1:]
     rewritten: list[Op] = []
     for op in after:

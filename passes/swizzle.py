@@ -30,18 +30,29 @@ from tilec.target.layout import (WARP_SIZE, SmemLayout, Swizzle, conflict_degree
 NAME = "swizzle"
 
 
-@functools.lru_cache(maxsize=512)
 def operand_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
                       elem_bytes: int) -> dict[str, int]:
     """Worst conflict degree of the copy stores and the fragment loads of one operand (the
     loads as the plan's product family enumerates them, keyed by its ``read_name``)."""
+    return {"copy": copy_conflicts(plan, op_plan, layout, elem_bytes),
+            family_of(plan).read_name: read_conflicts(plan, op_plan, layout, elem_bytes)}
+
+
+@functools.lru_cache(maxsize=512)
+def copy_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                   elem_bytes: int) -> int:
+    """Worst conflict degree of the copy stores of one operand."""
     cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
-    stores = max(conflict_degree(copy_store_addresses(layout, cmap, warp, i, elem_bytes),
-                                 op_plan.vec * elem_bytes)
-                 for warp in range(plan.threads // WARP_SIZE) for i in range(cmap.per_thread))
-    family = family_of(plan)
-    return {"copy": stores,
-            family.read_name: family.worst_read_degree(plan, op_plan, layout, elem_bytes)}
+    return max(conflict_degree(copy_store_addresses(layout, cmap, warp, i, elem_bytes),
+                               op_plan.vec * elem_bytes)
+               for warp in range(plan.threads // WARP_SIZE) for i in range(cmap.per_thread))
+
+
+@functools.lru_cache(maxsize=512)
+def read_conflicts(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                   elem_bytes: int) -> int:
+    """Worst conflict degree of the fragment loads of one operand."""
+    return family_of(plan).worst_read_degree(plan, op_plan, layout, elem_bytes)
 
 
 def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
@@ -57,19 +68,26 @@ def choose(plan: TilingPlan, op_plan: OperandPlan, elem_bytes: int,
         candidates = [requested]
     else:
         candidates = swizzle_candidates(elem_bytes, family_of(plan).swizzle_units)
-    scored = []
+    best = None  # ((reads, copy, bits), swizzle) of the best candidate so far
     for swizzle in sorted(candidates, key=lambda c: c.bits):
         if swizzle.period > base.size and swizzle.bits:
             continue  # would fold rows of different stages together
-        degrees = operand_conflicts(plan, op_plan, base.with_swizzle(swizzle), elem_bytes)
-        reads = degrees[family_of(plan).read_name]
-        scored.append(((reads, degrees["copy"], swizzle.bits), swizzle, degrees))
-        if reads == degrees["copy"] == 1:
+        layout = base.with_swizzle(swizzle)
+        reads = read_conflicts(plan, op_plan, layout, elem_bytes)
+        if best is not None and (reads, 1) >= best[0][:2]:
+            # Fewest read conflicts first, then copy conflicts (1 at best), then XOR bits
+            # (never fewer than the earlier candidates'): this one cannot win, so its copy
+            # stores need no scoring.
+            continue
+        score = (reads, copy_conflicts(plan, op_plan, layout, elem_bytes), swizzle.bits)
+        if best is None or score < best[0]:
+            best = (score, swizzle)
+        if score[:2] == (1, 1):
             break  # conflict-free, and no later candidate has fewer XOR bits
-    if not scored:
+    if best is None:
         raise ValueError(f"{requested} does not fit a {base.rows}x{base.cols} tile")
-    _, best, degrees = min(scored, key=lambda entry: entry[0])
-    return best, degrees
+    swizzle = best[1]
+    return swizzle, operand_conflicts(plan, op_plan, base.with_swizzle(swizzle), elem_bytes)
 
 
 def _fixed_layout(plan: TilingPlan, op_plan: OperandPlan, candidates: list[SmemLayout],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -75,11 +76,15 @@ def test_deep_json_is_a_value_error():
         loads_json(DEEP)
 
 
-def test_the_parser_tables_use_the_same_reader(tmp_path):
-    path = tmp_path / "tables.json"
-    path.write_text(json.dumps({"key": "k", "tables": DEEP,
-                                "sha256": parse_tables._digest(DEEP)}))
-    assert parse_tables._read_tables(path, "k") is None  # no RecursionError
+def test_deeply_nested_parser_tables_are_a_miss(tmp_path):
+    # marshal's own nesting bound: lists 100,000 deep, as marshal writes a one-item list.
+    deep = b"[\x01\x00\x00\x00" * 100_000 + b"[\x00\x00\x00\x00"
+    path = tmp_path / "tables.marshal"
+    path.write_bytes(marshal.dumps({"key": "k", "tables": deep,
+                                    "sha256": parse_tables._digest(deep)}))
+    assert parse_tables._read_tables(path, "k") is None
+    path.write_bytes(deep)
+    assert parse_tables._read_tables(path, "k") is None
 
 
 # -- entries that must be misses, repaired --------------------------------------------------

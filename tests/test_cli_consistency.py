@@ -5,6 +5,7 @@ prefix; install hints that agree with the README and pyproject; the CPU fallback
 packing line; and the error measure's handling of a NaN reference (``--scalar alpha=nan``)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -52,6 +53,46 @@ def test_compile_imports_no_other_verb():
                            f"main(['compile', {MATMUL!r}, '-o', {os.devnull!r}])")
     assert "tilec.tools.compile_command" in loaded
     assert not loaded & set(OTHER_VERBS)
+
+
+# What compiling never needs, so a cold `tilec compile` never waits for it: numpy and the
+# CPU model (the interpreter and the executor), which only running a kernel needs, and what
+# only a launch needs (operand packing, the split-K workspace, TMA tensor maps).
+NOT_FOR_COMPILING = {"numpy", "tilec.cpu.interpreter", "tilec.cpu.executor",
+                     "tilec.launch.packing", "tilec.launch.split_workspace",
+                     "tilec.launch.tensor_maps"}
+
+
+@pytest.mark.parametrize("disk_cache", ["off", "miss", "hit"])
+def test_compile_imports_nothing_only_running_needs(disk_cache, tmp_path):
+    code = ("from tilec.cli import main\n"
+            f"main(['compile', {MATMUL!r}, '-o', {os.devnull!r}])")
+    if disk_cache != "off":
+        code = ("import os\n"
+                f"os.environ.update(TILEC_DISK_CACHE='1', TILEC_CACHE_DIR={str(tmp_path)!r})\n"
+                + code)
+    if disk_cache == "hit":
+        modules_after(code)  # fills the cache
+    loaded = modules_after(code)
+    assert "tilec.compiler" in loaded
+    assert not loaded & NOT_FOR_COMPILING
+    if disk_cache != "off":
+        assert list(tmp_path.glob("*.ptx"))  # the cache was used
+
+
+@pytest.mark.skipif(importlib.util.find_spec("regex") is None, reason="regex not installed")
+def test_the_command_line_loads_lark_without_regex_which_stays_importable():
+    # main() without argv is the process's own command line (python -m tilec, the script).
+    script = ("import sys\n"
+              f"sys.argv = ['tilec', 'compile', {MATMUL!r}, '-o', {os.devnull!r}]\n"
+              "from tilec.cli import main\n"
+              "main()\n"
+              "loaded = 'regex' in sys.modules\n"
+              "import lark.utils, regex\n"
+              "print(loaded, lark.utils._has_regex)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_top_level_help_imports_neither_the_compiler_nor_numpy():

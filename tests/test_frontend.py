@@ -2,6 +2,9 @@
 finding tile functions in Python functions, .tile files and .py files."""
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 import logging
 import random
 import textwrap
@@ -232,6 +235,42 @@ def test_samples_parse_to_functions() -> None:
     assert matmul.decorators == (ast.Decorator("tile", loc=matmul.loc),)
     assert [p.name for p in matmul.params] == ["A", "B", "C", "BM", "BN", "BK"]
     assert matmul.loc.line == 4 and matmul.loc.col == 5  # the function's name
+
+
+def _reference(node: Any) -> Any:
+    """``node`` rebuilt from plain frozen dataclasses with its classes' fields and flags:
+    the equality, hash and repr that dataclass itself writes."""
+    if isinstance(node, tuple):
+        return tuple(_reference(item) for item in node)
+    if not isinstance(node, ast.Node):
+        return node
+    cls = _reference_class(type(node))
+    return cls(**{f.name: _reference(getattr(node, f.name)) for f in dataclasses.fields(node)})
+
+
+@functools.cache
+def _reference_class(cls: type) -> type:
+    namespace: dict[str, Any] = {"__annotations__": {}, "__qualname__": cls.__qualname__}
+    for f in dataclasses.fields(cls):
+        namespace["__annotations__"][f.name] = object
+        namespace[f.name] = dataclasses.field(default=None, compare=f.compare, repr=f.repr)
+    return dataclasses.dataclass(frozen=True)(type(cls.__name__, (), namespace))
+
+
+def test_nodes_compare_hash_and_read_as_dataclass_writes_them() -> None:
+    # ast.Node gives every node class its __eq__, __hash__ and __repr__ (see the module).
+    nodes = [node for function in parse_module(SAMPLES, "samples.tile").functions
+             for node in ast.iter_nodes(function)]
+    assert len({type(node) for node in nodes}) > 12
+    for node in nodes:
+        assert repr(node) == repr(_reference(node))
+        assert hash(node) == hash(_reference(node))
+    for a, b in itertools.islice(itertools.combinations(nodes, 2), 20000):
+        assert (a == b) == (_reference(a) == _reference(b))
+    name = ast.Name("x", loc=None)
+    assert name == ast.Name("x", loc=name) and name != ast.Constant(1, loc=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        name.id = "y"
 
 
 def test_ast_of_a_tile_access() -> None:

@@ -76,6 +76,53 @@ def test_conflict_degree_counts_wavefronts():
     assert L.conflict_degree([0] * 32, 4) == 1  # broadcast
 
 
+@pytest.mark.parametrize("slab", [0, 64])
+@pytest.mark.parametrize("swz", [L.Swizzle(0), *L.swizzle_candidates(2, (16, 32))])
+def test_offsets_is_offset_of_each_coordinate(swz, slab):
+    layout = L.SmemLayout(32, 128, swz, slab=slab)
+    coords = [(row, col) for row in range(32) for col in range(128)]
+    assert layout.offsets(coords) == [layout.offset(row, col) for row, col in coords]
+
+
+@pytest.mark.parametrize("rows, cols, vec, threads", [(128, 32, 8, 128), (32, 128, 8, 256),
+                                                     (24, 40, 4, 128), (3, 8, 2, 32)])
+def test_coords_is_coord_of_each_thread(rows, cols, vec, threads):
+    cmap = L.copy_map(rows, cols, vec, threads)
+    for i in range(cmap.per_thread + 1):
+        every = [cmap.coord(t, i) for t in range(threads)]
+        assert cmap.coords(i) == every
+        quarter = threads // 4
+        assert cmap.coords(i, quarter, quarter) == every[quarter:2 * quarter]
+
+
+def test_conflict_degree_is_the_same_a_whole_line_away_and_with_idle_lanes():
+    # The degree is counted once per pattern, from its first 128-byte line: moving every
+    # address by whole lines (or idling lanes) must give what counting each access gives.
+    rng = np.random.default_rng(0)
+    for width in (2, 4, 8, 16):
+        for _ in range(200):
+            addresses = [int(a) * width for a in rng.integers(0, 512 // width, 32)]
+            if rng.random() < 0.3:
+                addresses[int(rng.integers(32))] = None
+            lines = int(rng.integers(1, 9))
+            moved = [a if a is None else a + 128 * lines for a in addresses]
+            assert L.conflict_degree(moved, width) == L.conflict_degree(addresses, width) \
+                == _wavefronts(addresses, width)
+
+
+def _wavefronts(addresses, width):
+    """conflict_degree's definition, counted per access: the most distinct 4-byte words one
+    bank serves in a phase (8 lanes of 16 bytes, 16 of 8, 32 of 4 or 2)."""
+    per_phase = min(32, 128 // width)
+    worst = 1
+    for start in range(0, 32, per_phase):
+        words = {word for a in addresses[start:start + per_phase] if a is not None
+                 for word in range(a // 4, -(-(a + width) // 4))}
+        for bank in range(32):
+            worst = max(worst, sum(1 for word in words if word % 32 == bank))
+    return worst
+
+
 def test_swizzle_removes_ldmatrix_conflicts_on_a_64_wide_tile():
     linear = L.SmemLayout(128, 64, L.Swizzle(0))
     swizzled = L.SmemLayout(128, 64, L.Swizzle(3, 3, 3))

@@ -1,11 +1,11 @@
 """The parser's cached LALR tables: used when sound, rebuilt and repaired when stale,
 tampered with, or not a plain file of ours."""
-import json
+import marshal
 import os
 
 import pytest
 
-from tilec.frontend import parse_tables, parser
+from tilec.frontend import lexer, parse_tables, parser
 
 SAMPLE = "@tile\ndef f(A: f16[M, K], BM=64):\n    for m in grid(cdiv(M, BM)):\n        pass\n"
 
@@ -16,7 +16,7 @@ def _load(directory):
 
 
 def _table_file(directory):
-    files = list((directory / "parser").glob("tables-*.json"))
+    files = list((directory / "parser").glob("tables-*"))
     assert len(files) == 1
     return files[0]
 
@@ -36,6 +36,19 @@ def test_tables_are_written_then_loaded_and_parse_the_same(tmp_path, monkeypatch
     assert loaded.parse(SAMPLE) == built.parse(SAMPLE)
 
 
+def test_plugins_are_not_stored_and_load_again(tmp_path, monkeypatch):
+    def plugged():
+        return parse_tables.load_parser(parser._grammar_text(), parser._PARSER_OPTIONS,
+                                        parser._TileIndenter, tmp_path, plugins=lexer.PLUGINS)
+    built = plugged()
+    stored = marshal.loads(_table_file(tmp_path).read_bytes())
+    assert b"TileContextualLexer" not in stored["tables"]
+    _refuse_build(monkeypatch)
+    loaded = plugged()
+    assert isinstance(loaded.parser.lexer.lexer, lexer.TileContextualLexer)
+    assert loaded.parse(SAMPLE) == built.parse(SAMPLE)
+
+
 def test_key_covers_grammar_lark_version_and_options(monkeypatch):
     grammar = parser._grammar_text()
     key = parse_tables.table_key(grammar, parser._PARSER_OPTIONS)
@@ -46,15 +59,20 @@ def test_key_covers_grammar_lark_version_and_options(monkeypatch):
 
 
 def _tamper(path):
-    stored = json.loads(path.read_text())
-    stored["tables"] = stored["tables"].replace('"module"', '"modulf"', 1)
-    path.write_text(json.dumps(stored))
+    stored = marshal.loads(path.read_bytes())
+    assert b"module" in stored["tables"]
+    stored["tables"] = stored["tables"].replace(b"module", b"modulf", 1)
+    path.write_bytes(marshal.dumps(stored))
 
 
 def _wrong_key(path):
-    stored = json.loads(path.read_text())
+    stored = marshal.loads(path.read_bytes())
     stored["key"] = "0" * 64
-    path.write_text(json.dumps(stored))
+    path.write_bytes(marshal.dumps(stored))
+
+
+def _not_marshal(path):
+    path.write_text('{"key": "0"}')
 
 
 def _symlink_to_dev_zero(path):
@@ -81,7 +99,7 @@ def _truncated(path):
 
 
 @pytest.mark.parametrize("damage", [_tamper, _wrong_key, _symlink_to_dev_zero, _fifo,
-                                    _group_writable, _truncated])
+                                    _group_writable, _truncated, _not_marshal])
 def test_unsound_table_file_is_a_miss_and_is_repaired(tmp_path, damage, monkeypatch):
     expected = _load(tmp_path).parse(SAMPLE)
     path = _table_file(tmp_path)

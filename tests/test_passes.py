@@ -13,7 +13,8 @@ from tilec.families.catalogue import op_catalogue
 from tilec.ir import Kernel, Op, TileType, Value, defining_op, print_kernel
 from tilec.ir.verifier import verify as verify_ir
 from tilec.families.mma_sync import MMA_K, MmaLayout
-from tilec.target.layout import SmemLayout, Swizzle
+from tilec.families.products import family_of
+from tilec.target.layout import SmemLayout, Swizzle, swizzle_candidates
 from tilec.options import Options, Spec, TensorSpec
 from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling, tma_store
 from tilec.pipeline import pipeline
@@ -844,6 +845,35 @@ def test_swizzle_types_every_buffer_and_view_with_the_chosen_layout(consts, warp
     stage_layouts = {(stage_of(op.result)[0].attrs["role"], op.result.type.layout)
                      for op in kernel.walk() if op.name == "smem.stage"}
     assert stage_layouts == set(layouts.items())
+
+
+SGEMM = MATMUL.replace("f16", "f32")
+
+
+@pytest.mark.parametrize("text, options, consts", [
+    (MATMUL, Options(stages=3), (128, 128, 32)), (MATMUL_BT, Options(stages=2), (64, 128, 64)),
+    (MATMUL, Options(warps=(1, 1)), (32, 32, 16)), (SGEMM, Options(), (64, 128, 32)),
+    (SGEMM, Options(f32_math="tf32"), (128, 128, 32)),
+    (SGEMM.replace("@ B[k", "@ B.T[k").replace("B: f32[K, N]", "B: f32[N, K]"),
+     Options(f32_math="tf32"), (64, 64, 32))])
+def test_swizzle_chooses_the_least_conflicting_candidate(text, options, consts) -> None:
+    # choose() scores a candidate's copy stores only when they could decide; the choice
+    # and its figures are those of scoring every candidate in full.
+    bm, bn, bk = consts
+    plan = input_of(swizzle, options, text, BM=bm, BN=bn, BK=bk).schedule.tiling
+    family = family_of(plan)
+    for op_plan in plan.operands:
+        scored = []
+        for candidate in sorted(swizzle_candidates(plan.elem_bytes, family.swizzle_units),
+                                key=lambda c: c.bits):
+            layout = op_plan.layout.with_swizzle(candidate)
+            if candidate.period > layout.size and candidate.bits:
+                continue
+            degrees = swizzle.operand_conflicts(plan, op_plan, layout, plan.elem_bytes)
+            scored.append(((degrees[family.read_name], degrees["copy"], candidate.bits),
+                           candidate, degrees))
+        _, best, degrees = min(scored, key=lambda entry: entry[0])
+        assert swizzle.choose(plan, op_plan, plan.elem_bytes, "auto") == (best, degrees)
 
 
 def test_swizzle_off_keeps_rows_linear() -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from tilec.backend.ptx import Rendered, render
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.ir.core import Kernel
 from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
@@ -149,7 +149,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
             return hit
     keep_ir = keep_ir or bool(dump_dir)
     if options.verify:
-        verify(kernel, after="frontend", ops=op_catalogue())
+        verify(kernel, after="frontend", ops=op_definitions())
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
     start = time.perf_counter()
     disk = disk_cache() if key is not None else None
@@ -197,15 +197,23 @@ def compiler_fingerprint() -> str:
     import tilec.backend
     import tilec.grammar
     import tilec.passes
-    own_folder = Path(__file__).parent
+    own_folder = os.path.dirname(os.path.abspath(__file__))
     subpackages = (tilec.passes, tilec.backend, tilec.grammar)
     # Each subpackage's own folder is the first on its path.
-    folders = [own_folder] + [Path(list(package.__path__)[0]) for package in subpackages]
+    folders = [own_folder] + [list(package.__path__)[0] for package in subpackages]
     digest = hashlib.sha256()
     for folder in folders:
-        for path in sorted(folder.rglob("*")):
-            if path.suffix in (".py", ".lark") and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+        # os.walk, not Path.rglob: this runs on every cold start that consults the disk
+        # cache, and rglob took twice as long (it lists __pycache__ too).
+        files = []
+        for root, dirs, names in os.walk(folder):
+            dirs[:] = [name for name in dirs if name != "__pycache__"]
+            parts = Path(os.path.relpath(root, folder)).parts
+            files += [(*parts, name) for name in names if name.endswith((".py", ".lark"))]
+        for parts in sorted(files):  # the order of the relative paths' parts
+            relative = os.path.join(*parts)
+            with open(os.path.join(folder, relative), "rb") as file:
+                digest.update(relative.encode() + b"\0" + file.read())
     return digest.hexdigest()[:16]
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import warnings
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
@@ -20,9 +20,14 @@ from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisi
                                   grid_size, kernel_arguments, launch_cluster, launch_grid,
                                   spec_for)
 from tilec.options import Options, Spec, target_arch
-from tilec.launch.packing import PackPlan, Packer, owned_scratch, plan_packing, pooled_scratch
 from tilec.pipeline import Pass
-from tilec.launch.split_workspace import Workspace, shared_workspace, workspace_size
+
+if TYPE_CHECKING:
+    from tilec.launch.packing import PackPlan
+
+# Operand packing and the split-K workspace (tilec.launch.packing, .split_workspace) are
+# imported by the launches that use them: compiling never does, and a cold `tilec compile`
+# should not wait for them.
 
 # Keyword arguments of compile/ptx that are options, not the program's constants.
 OPTION_NAMES = {f.name for f in dataclasses.fields(Options)} - {"spec"}
@@ -137,6 +142,7 @@ class TileFunction:
     def prepare(self, *args: Any, stream=None, **kwargs: Any) -> "PreparedLaunch":
         """Bind GPU arrays once and return a callable that only launches: the cheapest way
         to run the same kernel on the same buffers again (benchmarks, graphs)."""
+        from tilec.launch.packing import PackPlan, plan_packing
         from tilec.runtime import current_device
         params = {p.name for p in self.signature.params}
         call_kwargs = {k: v for k, v in kwargs.items() if k in params}
@@ -177,6 +183,8 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
                source_key: Optional[str] = None) -> list[str]:
     """Check the arguments, compile for their layout, launch, and copy host outputs back.
     Returns the names of the parameters the kernel writes."""
+    from tilec.launch.packing import Packer, plan_packing, pooled_scratch
+    from tilec.launch.split_workspace import shared_workspace, workspace_size
     from tilec.runtime import HostStaging, current_device
     bound = bind_arguments(kernel.params, kernel.symbols, [], values)
     option_args = dict(option_args)
@@ -256,7 +264,10 @@ class PreparedLaunch:
     long, too. Calls on one prepared launch are ordered by its stream."""
 
     def __init__(self, compiled: Compiled, bound, sizes, stream,
-                 packing: PackPlan = PackPlan()):
+                 packing: Optional[PackPlan] = None):
+        from tilec.launch.packing import PackPlan, Packer, owned_scratch
+        from tilec.launch.split_workspace import Workspace, workspace_size
+        packing = PackPlan() if packing is None else packing
         self.compiled = compiled
         self.function = loaded_function(compiled)
         self.grid = _launch_grid(sizes, compiled.kernel)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from tilec.errors import TileError
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.ir.core import Kernel
 from tilec.ir.ops import IRError
 from tilec.ir.printer import print_kernel
@@ -105,7 +105,7 @@ def run_pipeline(kernel: Kernel, options: Options, passes: Sequence[Pass] | None
         _stamp(kernel, p.name)
         if options.verify:
             try:
-                verify(kernel, after=p.name, ops=op_catalogue())
+                verify(kernel, after=p.name, ops=op_definitions())
             except IRError as err:
                 raise PassError(p.name, f"broke an IR invariant: {err}", kernel) from None
         if keep_ir:

@@ -35,7 +35,7 @@ from typing import Optional
 
 from tilec.analysis.folding import fold, folds_to_scalar
 from tilec.errors import TileConfigError, located
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.families.movements import FAMILY_OF_OP, STAGE_WRITERS
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS
 from tilec.ir.core import Block, Kernel, Op, Value, defining_op
@@ -172,7 +172,7 @@ def simulate(kernel: Kernel, trip_count: int) -> Trace:
     env = trace.values
     state = tracer.state
     value, stage_of, record = tracer.value, tracer.stage_of, tracer.record
-    catalogue = op_catalogue()
+    catalogue = op_definitions()
 
     def run_block(block: Block) -> list[Optional[int]]:
         for op in block.ops:

@@ -85,7 +85,7 @@ from typing import Optional
 
 from tilec.analysis.folding import fold, folds_to_scalar
 from tilec.errors import TileConfigError, located
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.families.movements import STAGE_WRITERS
 from tilec.families.products import FAMILIES, LOAD_OPS, PRODUCT_OPS, family_of
 from tilec.families.tma import ALLOC, ARRIVE, EXPECT, FAMILY as TMA, LOAD, PRODUCER, WAIT, Box
@@ -201,7 +201,7 @@ def _tracked(op: Op) -> bool:
 def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
     """The steps of ``ops`` with every K loop (a loop holding barrier ops or shared accesses)
     taking ``trips`` iterations; ``env`` holds the values computed so far, updated."""
-    catalogue = op_catalogue()
+    catalogue = op_definitions()
     async_dot = family_of(kernel.schedule.tiling).load_op is None
     steps: list[Step] = []
     at = {"iteration": None, "where": "before the K loop"}

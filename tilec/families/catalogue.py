@@ -7,29 +7,46 @@ frontend emits, with the interpreter's semantics, :data:`tilec.cpu.interpreter.S
 semantics in the family's module (:data:`tilec.families.products.OP_DEFS`,
 :data:`tilec.families.movements.OP_DEFS`; an op two families share appears once).
 :data:`OP_DEFS` is the built-in ops; :func:`op_catalogue` adds the op kinds passes
-registered with :func:`tilec.ir.ops.register_op`. The passes, the race checker and callers
-running or verifying lowered IR (``run_kernel(..., ops=op_catalogue())``,
-``verify(..., ops=op_catalogue())``) read it.
+registered with :func:`tilec.ir.ops.register_op`. Callers running lowered IR
+(``run_kernel(..., ops=op_catalogue())``) read it.
+
+:func:`op_definitions` is the same ops as their layers define them, without the IR layer's
+CPU semantics: what compiling reads (the verifier's checks, the race checker's folds). The
+interpreter and the executor need numpy, so the catalogue imports them when first asked
+for (:data:`OP_DEFS` included), and a cold ``tilec compile`` never does.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from tilec.cpu import executor, interpreter
-from tilec.cpu.interpreter import SemanticsFn
 from tilec.ir.ops import CORE_OPS, GPU_OPS, OpDef, registered_ops
 
 from . import movements, products
 
-__all__ = ["OP_DEFS", "op_catalogue"]
+if TYPE_CHECKING:
+    from tilec.cpu.interpreter import SemanticsFn
 
-# Where the IR layer's ops get their CPU semantics: the interpreter (core ops, and the
-# scalar and split-K ops it needs nothing more for) and the executor (shared memory,
-# barriers, fragment loads from global memory).
-_SEMANTICS_TABLES: tuple[Mapping[str, SemanticsFn], ...] = (
-    interpreter.SEMANTICS, executor.SEMANTICS)
+__all__ = ["OP_DEFS", "op_catalogue", "op_definitions"]
+
+
+def _definitions(defs: Iterable[OpDef]) -> dict[str, OpDef]:
+    definitions: dict[str, OpDef] = {}
+    for opdef in defs:
+        if opdef.name in definitions:
+            raise ValueError(f"op '{opdef.name}' is defined twice")
+        definitions[opdef.name] = opdef
+    return definitions
+
+
+# The built-in ops by name as defined, read-only: the IR layer's (no semantics), then the
+# families' (with theirs).
+_DEFINITIONS: Mapping[str, OpDef] = MappingProxyType(_definitions(
+    [*CORE_OPS.values(), *GPU_OPS.values(), *products.OP_DEFS.values(),
+     *movements.OP_DEFS.values()]))
 
 
 def _joined(tables: Iterable[Mapping[str, SemanticsFn]]) -> dict[str, SemanticsFn]:
@@ -42,28 +59,40 @@ def _joined(tables: Iterable[Mapping[str, SemanticsFn]]) -> dict[str, SemanticsF
     return semantics
 
 
-def _catalogue(defs: Iterable[OpDef], semantics: Mapping[str, SemanticsFn]
+def _catalogue(defs: Mapping[str, OpDef], semantics: Mapping[str, SemanticsFn]
                ) -> dict[str, OpDef]:
-    catalogue: dict[str, OpDef] = {}
-    for opdef in defs:
-        if opdef.name in catalogue:
-            raise ValueError(f"op '{opdef.name}' is defined twice")
-        evaluate = semantics.get(opdef.name, opdef.evaluate)
-        catalogue[opdef.name] = replace(opdef, evaluate=evaluate)
+    catalogue = {name: replace(opdef, evaluate=semantics.get(name, opdef.evaluate))
+                 for name, opdef in defs.items()}
     stray = sorted(semantics.keys() - catalogue.keys())
     if stray:
         raise ValueError(f"semantics for ops that are not defined: {', '.join(stray)}")
     return catalogue
 
 
-# The built-in ops by name, read-only: the IR layer's, then the families'.
-OP_DEFS: Mapping[str, OpDef] = MappingProxyType(_catalogue(
-    [*CORE_OPS.values(), *GPU_OPS.values(), *products.OP_DEFS.values(),
-     *movements.OP_DEFS.values()],
-    _joined(_SEMANTICS_TABLES)))
+@functools.cache
+def _op_defs() -> Mapping[str, OpDef]:
+    """The built-in ops by name, read-only, with the IR layer's semantics: the interpreter's
+    (core ops, and the scalar and split-K ops it needs nothing more for) and the executor's
+    (shared memory, barriers, fragment loads from global memory)."""
+    from tilec.cpu import executor, interpreter
+    return MappingProxyType(_catalogue(
+        _DEFINITIONS, _joined((interpreter.SEMANTICS, executor.SEMANTICS))))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OP_DEFS":  # made on first use: it imports the CPU model (see above)
+        return _op_defs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def op_catalogue() -> dict[str, OpDef]:
-    """Every op kind known now: the built-in ops and those passes registered (register_op
-    keeps them out of the built-in ops' dialects, so the two do not overlap)."""
-    return {**OP_DEFS, **registered_ops()}
+    """Every op kind known now, with its CPU semantics: the built-in ops and those passes
+    registered (register_op keeps them out of the built-in ops' dialects, so the two do not
+    overlap)."""
+    return {**_op_defs(), **registered_ops()}
+
+
+def op_definitions() -> dict[str, OpDef]:
+    """Every op kind known now as defined (:func:`op_catalogue` less the IR layer's CPU
+    semantics): enough to verify IR and fold its scalars, without importing numpy."""
+    return {**_DEFINITIONS, **registered_ops()}

@@ -15,14 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.context import Context, SmemView, TensorRegs
-from tilec.cpu.executor import SharedWrite, block_state, read_global
-from tilec.cpu.interpreter import InterpState, TensorRef
 from tilec.ir.core import Kernel, Op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I32, ScalarType, TensorType, TileType
@@ -30,6 +26,15 @@ from tilec.target.layout import SmemLayout, copy_map, offset_relation
 
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tilec.cpu.executor import SharedWrite
+    from tilec.cpu.interpreter import InterpState, TensorRef
+
+# The CPU semantics import numpy and the CPU model (tilec.cpu) where they run: compiling
+# never runs them, and a cold `tilec compile` should not wait for numpy's import.
 
 COPY, COMMIT, WAIT = "copy.global_to_shared", "copy.commit", "copy.wait"
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async sizes, PTX ISA 9.7.9.25.3.1
@@ -40,10 +45,10 @@ def _access_steps(cmap, layout) -> list[tuple[int, int]] | None:
     """Storage (row, col) step from access 0 to access i, when it is the same for every
     thread (threads cover whole rows); None otherwise."""
     steps = []
+    firsts = cmap.coords(0)
     for i in range(cmap.per_thread):
         deltas = set()
-        for t in range(cmap.threads):
-            first, other = cmap.coord(t, 0), cmap.coord(t, i)
+        for first, other in zip(firsts, cmap.coords(i)):
             if first is not None and other is not None:
                 deltas.add((other[0] - first[0], other[1] - first[1]))
         if len(deltas) > 1:
@@ -87,8 +92,8 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
                 "active": active}
 
     def smem_offsets(i: int) -> list[int]:
-        return [layout.offset(*coord) * eb for t in range(threads)
-                if (coord := cmap.coord(t, i)) is not None]
+        return [offset * eb for offset in
+                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
 
     def compute() -> list[dict]:
         first = own(0)
@@ -293,6 +298,7 @@ class _CopyPlan:
 
 @lru_cache(maxsize=None)
 def _copy_plan(layout: SmemLayout, vec: int, threads: int) -> _CopyPlan:
+    import numpy as np
     cmap = copy_map(layout.rows, layout.cols, vec, threads)
     starts, rows, cols = [], [], []
     for thread in range(threads):
@@ -316,6 +322,9 @@ def _copy_plan(layout: SmemLayout, vec: int, threads: int) -> _CopyPlan:
 
 def _copy_write(state: InterpState, op: Op, operands: list[Any]) -> SharedWrite:
     """What one copy puts into shared memory, once visible."""
+    import numpy as np
+
+    from tilec.cpu.executor import SharedWrite, block_state, read_global
     tensor: TensorRef = operands[0]
     rank = op.operands[0].type.rank
     offsets = operands[1:1 + rank]
@@ -424,6 +433,7 @@ class CpAsyncFamily(MovementFamily):
         return complete
 
     def _copies(self, state: InterpState) -> _BlockCopies:
+        from tilec.cpu.executor import block_state
         return block_state(state).movement_state(self, _BlockCopies)
 
     def _execute_copy(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:

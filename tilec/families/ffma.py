@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
-from tilec.cpu.executor import (Fragment, checked_register_map, read_fragment_lanes,
-                                smem_itemsize)
-from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import TileType
@@ -34,6 +29,14 @@ from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout,
 from .fragments_common import operand_offset, relative_address
 from .product import (ExplainShape, ExplainText, LanePiece, ProductFamily, Run,
                       check_operand_load, check_product, not_drawn)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tilec.cpu.interpreter import InterpState
+
+# The CPU semantics import numpy and the CPU model (tilec.cpu) where they run: compiling
+# never runs them, and a cold `tilec compile` should not wait for numpy's import.
 
 SIMT_LANES = (4, 8)
 SIMT_VEC = 4
@@ -249,6 +252,7 @@ def _lds_index(smem: SmemLayout, fragment: SimtLayout, k0: int,
                elem_bytes: int) -> tuple[np.ndarray, bool]:
     """Storage offset (within a stage) of every register ``[warps, 32, regs]`` one k step
     loads, and whether every vector is 16-byte aligned (ld.shared.v4 requires it)."""
+    import numpy as np
     warps = fragment.warps[0] * fragment.warps[1]
     index = np.full((warps, WARP_SIZE, fragment.regs_per_thread), -1, dtype=np.int64)
     aligned = True
@@ -268,6 +272,7 @@ def _fragment_tile(lanes: np.ndarray, fragment: SimtLayout, shape: tuple[int, ..
                    ) -> np.ndarray:
     """The logical [BM, k] (A) or [k, BN] (B) tile the lanes hold, read off the first warp
     of each warp row (A) or column (B)."""
+    import numpy as np
     tile = np.full(shape, np.nan, dtype=lanes.dtype)
     warps = fragment.warps[0] * fragment.warps[1]
     for w in range(warps):
@@ -288,6 +293,7 @@ def _fragment_tile(lanes: np.ndarray, fragment: SimtLayout, shape: tuple[int, ..
 
 
 def _execute_lds(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    from tilec.cpu.executor import Fragment, read_fragment_lanes, smem_itemsize
     rtype: TileType = op.result.type
     lanes = read_fragment_lanes(
         state, op, operands[0], SimtLayout,
@@ -300,6 +306,9 @@ def _execute_lds(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 
 def _execute_fma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    import numpy as np
+
+    from tilec.cpu.executor import Fragment, checked_register_map
     a, b, acc = operands
     c_type: TileType = op.operands[2].type
     layout: SimtLayout = c_type.layout

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
-from tilec.cpu.executor import Fragment, checked_register_map, read_fragment_lanes
-from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef
 from tilec.ir.schedule import OperandPlan, TilingPlan
@@ -31,6 +27,14 @@ from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, confl
 from .fragments_common import operand_offset, relative_address
 from .product import (ExplainShape, ExplainText, ProductFamily, check_fragment_load,
                       check_product, instruction_tile_text)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tilec.cpu.interpreter import InterpState
+
+# The CPU semantics import numpy and the CPU model (tilec.cpu) where they run: compiling
+# never runs them, and a cold `tilec compile` should not wait for numpy's import.
 
 # mma.sync.aligned.m16n8k16: PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16".
 MMA_M, MMA_N, MMA_K = 16, 8, 16
@@ -131,12 +135,18 @@ def ldmatrix_lane_coord(operand: str, k_major: bool, lane: int,
 def ldmatrix_addresses(layout: SmemLayout, operand: str, k_major: bool, mn0: int, k0: int,
                        elem_bytes: int) -> list[int]:
     """Byte addresses the 32 lanes give one ldmatrix.x4 at operand position (mn0, k0)."""
-    result = []
-    for lane in range(WARP_SIZE):
-        mn, k = ldmatrix_lane_coord(operand, k_major, lane, 16 // elem_bytes)
-        row, col = operand_storage_coord(k_major, mn0 + mn, k0 + k)
-        result.append(layout.offset(row, col) * elem_bytes)
-    return result
+    coords = [operand_storage_coord(k_major, mn0 + mn, k0 + k)
+              for mn, k in _ldmatrix_lane_coords(operand, k_major, 16 // elem_bytes)]
+    return [offset * elem_bytes for offset in layout.offsets(coords)]
+
+
+@lru_cache(maxsize=None)
+def _ldmatrix_lane_coords(operand: str, k_major: bool, row_elems: int
+                          ) -> tuple[tuple[int, int], ...]:
+    """:func:`ldmatrix_lane_coord` of the 32 lanes, once per kind of piece (the swizzle pass
+    asks for hundreds of pieces)."""
+    return tuple(ldmatrix_lane_coord(operand, k_major, lane, row_elems)
+                 for lane in range(WARP_SIZE))
 
 
 def ldmatrix_reads(plan: TilingPlan, role: str, layout: SmemLayout, warp_index: int, k0: int,
@@ -300,6 +310,7 @@ def ldmatrix_index(layout: SmemLayout, role: str, warps: tuple[int, int],
     halves a register; k8 of 32-bit ones, one), and whether every row address is 16-byte
     aligned, as ldmatrix requires. ldmatrix moves 32-bit words: lane ``l`` gets word
     ``l % 4`` of row ``l // 4`` whatever the elements are."""
+    import numpy as np
     k_major = operand_k_major(role, layout)
     row_elems = 16 // elem_bytes  # one 16-byte row
     halves = 4 // elem_bytes  # elements per 32-bit word
@@ -350,6 +361,7 @@ MMA_FRAGMENTS = MmaFragments(MMA_K, 2, mma_a_coord, mma_b_coord)
 def _fragment_positions(fragments: MmaFragments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flat position in the 16 x k A, k x 8 B and 16x8 C tiles of one mma of each (lane,
     reg, half) or (lane, reg), in C order."""
+    import numpy as np
     mma_k, halves = fragments.k, fragments.halves
     a = [m * mma_k + k for lane in range(WARP_SIZE) for r in range(4) for h in range(halves)
          for m, k in [fragments.a_coord(lane, r, h)]]
@@ -365,6 +377,7 @@ def _fragment_tile_map(role: str, warps: tuple[int, int], warp_tile: tuple[int, 
                        ) -> tuple[np.ndarray, ...]:
     """(warp, lane, reg, half) and the (row, col) they hold in the logical fragment tile, for
     the first warp of each warp row (A) or warp column (B)."""
+    import numpy as np
     entries = []
     if role == "A":
         for wm in range(warps[0]):
@@ -388,6 +401,9 @@ def _fragment_tile_map(role: str, warps: tuple[int, int], warp_tile: tuple[int, 
 
 
 def _execute_ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    import numpy as np
+
+    from tilec.cpu.executor import Fragment, read_fragment_lanes
     rtype: TileType = op.result.type
     lanes = read_fragment_lanes(
         state, op, operands[0], MmaLayout,
@@ -405,6 +421,7 @@ def _execute_ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[A
 
 
 def _lanes(state: InterpState, op: Op, value: Any, which: str) -> np.ndarray:
+    from tilec.cpu.executor import Fragment
     if not isinstance(value, Fragment) or value.lanes is None:
         raise state.error(op, f"operand {which} is not a fragment made by a fragment load")
     return value.lanes
@@ -414,6 +431,9 @@ def execute_mma(fragments: MmaFragments, state: InterpState, op: Op,
                 operands: list[Any]) -> list[Any]:
     """``frag.mma`` on fragments laid out as ``fragments`` says (the mma and tf32 families'
     semantics of the op they share)."""
+    import numpy as np
+
+    from tilec.cpu.executor import checked_register_map
     a_type, b_type, c_type = (v.type for v in op.operands)
     a_lanes = _lanes(state, op, operands[0], "A")
     b_lanes = _lanes(state, op, operands[1], "B")

@@ -23,14 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
-from tilec.cpu.executor import Fragment, read_fragment_lanes, smem_itemsize
-# round_tf32 lives with the interpreter, which rounds f32 products as this family does.
-from tilec.cpu.interpreter import InterpState, round_tf32  # noqa: F401 - re-exported
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef
 from tilec.ir.schedule import OperandPlan, TilingPlan
@@ -43,6 +38,21 @@ from .fragments_common import operand_offset, relative_address
 from .mma_sync import (FRAG_MMA, LDMATRIX_PIECE, MMA_M, MMA_N, MmaFragments, MmaLayout, MmaSync,
                        ldmatrix_index, ldmatrix_reads, ldmatrix_registers, mma_products)
 from .product import ExplainShape, ExplainText, check_operand_load, not_drawn
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tilec.cpu.interpreter import InterpState
+
+# The CPU semantics import numpy and the CPU model (tilec.cpu) where they run: compiling
+# never runs them, and a cold `tilec compile` should not wait for numpy's import.
+
+
+def round_tf32(values: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32 on every element: the interpreter's rounding, which rounds f32
+    products as this family does (it lives there; imported on first use, see above)."""
+    from tilec.cpu.interpreter import round_tf32 as interpreter_round_tf32
+    return interpreter_round_tf32(values)
 
 # mma.sync.aligned.m16n8k8 with .tf32 inputs: PTX ISA "Matrix Fragments for mma.m16n8k8"; one
 # 32-bit element a register, so k 8 (32 bytes of f32, as k16 is 32 bytes of f16).
@@ -194,6 +204,7 @@ def _word_index(smem: SmemLayout, fragment: Tf32Layout, k0: int,
                 elem_bytes: int) -> np.ndarray:
     """Storage offset (within a stage) of every register ``[warps, 32, regs]`` the 32-bit
     reads of one k step load."""
+    import numpy as np
     role = fragment.operand
     warps = fragment.warps[0] * fragment.warps[1]
     regs = tf32_registers(role, fragment.warp_tile)
@@ -223,6 +234,7 @@ def _ldtf32_index(smem: SmemLayout, fragment: Tf32Layout, k0: int,
 def _tile_map(fragment: Tf32Layout) -> tuple[np.ndarray, ...]:
     """(warp, lane, reg) and the (row, col) they hold in the logical fragment tile, for the
     first warp of each warp row (A) or warp column (B)."""
+    import numpy as np
     role = fragment.operand
     extent = fragment.warp_tile[0] if role == "A" else fragment.warp_tile[1]
     entries = []
@@ -237,6 +249,9 @@ def _tile_map(fragment: Tf32Layout) -> tuple[np.ndarray, ...]:
 
 
 def _execute_ldtf32(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    import numpy as np
+
+    from tilec.cpu.executor import Fragment, read_fragment_lanes, smem_itemsize
     rtype: TileType = op.result.type
     lanes = round_tf32(read_fragment_lanes(
         state, op, operands[0], Tf32Layout,

@@ -28,14 +28,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from tilec.backend.abi import TENSOR_MAP, AbiParam
 from tilec.backend.context import Context, SmemView, c_thread_coords
-from tilec.cpu.executor import SharedWrite, block_state, read_global, share_block_state
-from tilec.cpu.interpreter import InterpState, InterpreterError, TensorRef
 from tilec.ir.core import Kernel, Op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I64, TileType
@@ -43,6 +39,15 @@ from tilec.target.layout import SmemLayout, Swizzle
 
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tilec.cpu.executor import SharedWrite
+    from tilec.cpu.interpreter import InterpState, TensorRef
+
+# The CPU semantics import numpy and the CPU model (tilec.cpu) where they run: compiling
+# never runs them, and a cold `tilec compile` should not wait for numpy's import.
 
 ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
     "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer",
@@ -502,6 +507,7 @@ class Roles:
                 before = progress()
                 self.hand_over("consumer")
                 if not self.producer_done and progress() == before:
+                    from tilec.cpu.interpreter import InterpreterError
                     raise InterpreterError(f"deadlock: the producer region never finishes: "
                                            f"{self.blocked.get('producer', '')}")
         finally:
@@ -526,6 +532,7 @@ class TmaBlock:
 
 
 def _block(state: InterpState) -> TmaBlock:
+    from tilec.cpu.executor import block_state
     return block_state(state).movement_state(FAMILY, TmaBlock)
 
 
@@ -542,6 +549,7 @@ def _barrier(state: InterpState, op: Op, bars: Any, stage: int) -> BarrierState:
 
 
 def _execute_alloc(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    import numpy as np
     stages = op.result.type.shape[0]
     value = np.zeros(stages, dtype=np.int64)
     _block(state).barriers[id(value)] = [BarrierState(op.attrs["count"]) for _ in range(stages)]
@@ -556,16 +564,19 @@ def _execute_expect(state: InterpState, op: Op, operands: list[Any]) -> list[Any
 @lru_cache(maxsize=None)
 def _box_grid(box: Box) -> tuple[np.ndarray, np.ndarray]:
     """(outer, inner) index of every element of a box, its slabs side by side."""
+    import numpy as np
     return tuple(np.meshgrid(np.arange(box.outer), np.arange(box.inner * box.slabs),
                              indexing="ij"))
 
 
 @lru_cache(maxsize=None)
 def _storage_offsets(layout: SmemLayout, box: Box) -> np.ndarray:
+    import numpy as np
     return np.vectorize(layout.offset)(*_box_grid(box))
 
 
 def _execute_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    from tilec.cpu.executor import SharedWrite, block_state, read_global
     tensor: TensorRef = operands[0]
     box = Box.of(op)
     buffer, stage = block_state(state).shared(state, op, operands[3], want_stage=True)
@@ -634,6 +645,7 @@ def _execute_ring_base(state: InterpState, op: Op, operands: list[Any]) -> list[
 
 
 def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    from tilec.cpu.executor import share_block_state
     block = _block(state)
     if block.roles is not None:
         raise state.error(op, "a second producer region in one program")

@@ -21,13 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
-from tilec.cpu.executor import block_state, checked_register_map
-from tilec.cpu.interpreter import InterpState
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.schedule import WARPGROUP, OperandPlan, TilingPlan
@@ -38,6 +34,15 @@ from tilec.target.layout import DistributedLayout, SmemLayout, conflict_degree, 
 from .mma_sync import MmaLayout
 from .product import ExplainShape, ExplainText, ProductFamily, instruction_tile_text
 from .tma import tma_layout
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tilec.cpu.interpreter import InterpState
+
+# numpy and the CPU model (tilec.cpu) are imported where they are used: the CPU semantics, and
+# the descriptor offsets (whose arrays they read; compiling for wgmma reads them too).
+# Compiling for the other families never runs these, and should not wait for numpy's import.
 
 WGMMA_M, WGMMA_K = 64, 16  # m64nNk16 for 16-bit inputs, PTX ISA 9.7.15.5
 WGMMA_N_MAX, WGMMA_N_STEP = 256, 8
@@ -115,6 +120,7 @@ def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int
     """Element offsets (from the stage start) of the ``mn x 16`` operand piece at (mn0, k0)
     as one wgmma reads it through its descriptor, ``[mn, k]`` for A and ``[k, mn]`` for B:
     the canonical SW128 layout decoded from :func:`descriptor_fields` (start, LBO, SBO)."""
+    import numpy as np
     d = descriptor_fields(layout, role)
     start = d.start(mn0, k0, elem_bytes)
     m = np.arange(mn)[:, None]
@@ -225,6 +231,9 @@ def _execute_wgmma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]
     """Per warpgroup and k16 step, A (64 x 16) and B (16 x BN) read where the descriptors
     point (:func:`descriptor_offsets`) and D = f32(C + A @ B), products summed in float64
     (exact for 16-bit inputs: one rounding per wgmma)."""
+    import numpy as np
+
+    from tilec.cpu.executor import block_state, checked_register_map
     block = block_state(state)
     (buffer_a, stage_a), (buffer_b, stage_b) = (
         block.shared(state, op, value, want_stage=True) for value in operands[:2])

@@ -2,7 +2,6 @@
 ("an f16 tile [64,32]", "2 axes", "did you mean 'BM'?") shared by the frontend's messages."""
 from __future__ import annotations
 
-import difflib
 from typing import Iterable, Optional, Sequence
 
 from tilec.errors import TileError, located
@@ -57,6 +56,7 @@ def clamp_loc(loc: Loc, source_lines: Sequence[str], last_line: Optional[int] = 
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    import difflib  # for error messages only: a compile that succeeds never loads it
     close = difflib.get_close_matches(name, list(candidates), n=1)
     return f"did you mean '{close[0]}'?" if close else ""
 

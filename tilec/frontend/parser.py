@@ -22,6 +22,7 @@ from lark.visitors import Discard, v_args
 from tilec.errors import TileError, TileSyntaxError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import clamp_loc, split_lines
+from tilec.frontend.lexer import PLUGINS
 from tilec.frontend.parse_tables import load_parser
 from tilec.ir.core import Loc
 
@@ -96,7 +97,7 @@ _PARSER_OPTIONS = {"parser": "lalr", "start": "module", "propagate_positions": T
 def grammar_parser() -> Lark:
     """The one Lark parser, made on first use from tables cached on disk (see
     :mod:`tilec.frontend.parse_tables`), or built when there are none yet."""
-    return load_parser(_grammar_text(), _PARSER_OPTIONS, _TileIndenter)
+    return load_parser(_grammar_text(), _PARSER_OPTIONS, _TileIndenter, plugins=PLUGINS)
 
 
 def parse_module(text: str, filename: str = "<tile>", first_line: int = 1,

@@ -8,8 +8,9 @@ generic ops the passes introduce are :data:`GPU_OPS` (shared buffers, the barrie
 fragment loads from global memory, the K loop's scalar ops); :data:`IR_OPS` is both. The ops
 of an instruction or data-movement family (``frag.mma``, ``copy.*``) are defined in the
 family's module (:mod:`tilec.families`); the complete catalogue, with each op's CPU
-semantics attached, is :func:`tilec.families.catalogue.op_catalogue`, which the passes, the
-race checker and whoever verifies or runs lowered IR read.
+semantics attached, is :func:`tilec.families.catalogue.op_catalogue`, which whoever runs
+lowered IR reads; the passes, the race checker and the verifier read the same definitions
+without the semantics (:func:`tilec.families.catalogue.op_definitions`).
 """
 from __future__ import annotations
 

@@ -14,11 +14,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from tilec.backend.abi import AbiParam, folds_tile_axes
 from tilec.backend.signature import kernel_abi
-from tilec.families.catalogue import op_catalogue
+from tilec.families.catalogue import op_definitions
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Kernel
 from tilec.ir.types import ScalarType, TensorType
-from tilec.launch.tensor_maps import tensor_map_argument
 from tilec.options import Spec, TensorSpec
 from tilec.passes.coverage import check_launch
 
@@ -171,7 +170,7 @@ def spec_for(bound: Bound) -> Spec:
 def grid_size(kernel: Kernel, symbols: dict[str, int]) -> list[int]:
     """Evaluate the grid's sizes on the host, from the shape symbols and constants: the
     integer ops before the grid, each by its definition's fold."""
-    catalogue = op_catalogue()
+    catalogue = op_definitions()
     env: dict = {kernel.symbol_value(s): v for s, v in symbols.items()}
     for op in kernel.body.ops:
         if op.name == "tile.grid":
@@ -232,9 +231,16 @@ _ROLE_VALUES: dict[str, RoleValue] = {
     "stride": lambda p, kernel, bound, device: device[p.source].strides[p.dim],
     "scalar": lambda p, kernel, bound, device: bound.scalars[p.source],
     "symbol": lambda p, kernel, bound, device: bound.symbols[p.source],
-    "tensor_map": lambda p, kernel, bound, device: tensor_map_argument(kernel, p.source,
-                                                                       device[p.source]),
+    "tensor_map": lambda p, kernel, bound, device: _tensor_map(kernel, p.source,
+                                                               device[p.source]),
 }
+
+
+def _tensor_map(kernel: Kernel, source: str, tensor: Any) -> Any:
+    # Imported by the launches that encode one: compiling (which imports this module for
+    # the grid's size) never does.
+    from tilec.launch.tensor_maps import tensor_map_argument
+    return tensor_map_argument(kernel, source, tensor)
 
 
 def kernel_arguments(kernel: Kernel, bound: Bound, device_args: dict[str, Any]) -> list:

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 WARP_SIZE = 32
 BANKS = 32
 BANK_BYTES = 4
+LINE_BYTES = BANKS * BANK_BYTES  # what one wavefront serves
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,20 @@ class SmemLayout:
             slab, col = divmod(col, self.slab)
             return self.swizzle((slab * self.rows + row) * self.slab + col)
         return self.swizzle(row * self.cols + col)
+
+    def offsets(self, coords: Iterable[tuple[int, int]]) -> list[int]:
+        """:meth:`offset` of each storage coordinate: the same arithmetic, without two calls
+        an element (the swizzle pass scores tens of thousands of addresses per compile)."""
+        swizzle = self.swizzle
+        if self.slab:
+            return [self.offset(row, col) for row, col in coords]
+        cols = self.cols
+        if not swizzle.bits:
+            return [row * cols + col for row, col in coords]
+        mask = ((1 << swizzle.bits) - 1) << (swizzle.base + swizzle.shift)
+        shift = swizzle.shift
+        return [linear ^ ((linear & mask) >> shift)
+                for linear in [row * cols + col for row, col in coords]]
 
     def logical_offset(self, i: int, j: int) -> int:
         return self.offset(j, i) if self.transposed else self.offset(i, j)
@@ -163,6 +178,17 @@ class CopyMap:
         per_row = self.cols // self.vec
         return v // per_row, (v % per_row) * self.vec
 
+    def coords(self, i: int, first: int = 0, count: int | None = None
+               ) -> list[tuple[int, int] | None]:
+        """:meth:`coord` of access ``i`` of threads ``first``, ``first + 1``... (``count`` of
+        them, else to the last thread), in one pass: the swizzle pass and the copy emitter
+        ask for tens of thousands."""
+        per_row, vec, vectors = self.cols // self.vec, self.vec, self.vectors
+        start = first + i * self.threads
+        stop = start + (self.threads - first if count is None else count)
+        return [(v // per_row, (v % per_row) * vec) if v < vectors else None
+                for v in range(start, stop)]
+
 
 def copy_map(rows: int, cols: int, vec: int, threads: int) -> CopyMap:
     if cols % vec:
@@ -197,18 +223,33 @@ def conflict_degree(addresses: Sequence[int], width: int) -> int:
     """The number of shared-memory wavefronts one warp access needs, divided by the minimum:
     1 means conflict-free. ``addresses`` are the byte addresses of the 32 lanes (None for an
     idle lane), ``width`` the bytes each lane accesses (4, 8 or 16)."""
+    # Moving every address by whole 128-byte lines moves every word by a multiple of the 32
+    # banks, which changes no degree: each pattern is counted once, from its first line (the
+    # swizzle pass scores a few dozen patterns hundreds of times per compile).
+    busy = [address for address in addresses if address is not None]
+    if not busy:
+        return 1
+    line = min(busy) // LINE_BYTES * LINE_BYTES
+    return _pattern_degree(
+        tuple(None if address is None else address - line for address in addresses), width)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern_degree(addresses: tuple[int | None, ...], width: int) -> int:
+    """:func:`conflict_degree` of one pattern."""
     # A 128-byte wavefront serves 32 banks: 16-byte accesses go 8 lanes a phase, 8-byte 16.
     lanes_per_phase = min(WARP_SIZE, 128 // width)
     worst = 1
     for start in range(0, len(addresses), lanes_per_phase):
-        phase = [a for a in addresses[start:start + lanes_per_phase] if a is not None]
-        words_per_bank: dict[int, set[int]] = {}
-        for address in phase:
-            # Every 4-byte word the access touches, a 2-byte access included.
-            for word in range(address // BANK_BYTES, -(-(address + width) // BANK_BYTES)):
-                words_per_bank.setdefault(word % BANKS, set()).add(word)
-        if words_per_bank:
-            worst = max(worst, max(len(words) for words in words_per_bank.values()))
+        # Every distinct 4-byte word the phase touches (a 2-byte access included), counted
+        # per bank: a bank serves one word a wavefront.
+        words = {word for address in addresses[start:start + lanes_per_phase]
+                 if address is not None
+                 for word in range(address // BANK_BYTES, -(-(address + width) // BANK_BYTES))}
+        per_bank = [0] * BANKS
+        for word in words:
+            per_bank[word % BANKS] += 1
+        worst = max(worst, max(per_bank))
     return worst
 
 
@@ -236,11 +277,9 @@ def operand_k_major(operand: str, layout: SmemLayout) -> bool:
 def copy_store_addresses(layout: SmemLayout, cmap: CopyMap, warp: int, i: int,
                          elem_bytes: int) -> list[int | None]:
     """Byte addresses warp ``warp``'s lanes write in access ``i`` of a copy."""
-    result: list[int | None] = []
-    for lane in range(WARP_SIZE):
-        coord = cmap.coord(warp * WARP_SIZE + lane, i)
-        result.append(None if coord is None else layout.offset(*coord) * elem_bytes)
-    return result
+    coords = cmap.coords(i, warp * WARP_SIZE, WARP_SIZE)
+    offsets = iter(layout.offsets([coord for coord in coords if coord is not None]))
+    return [None if coord is None else next(offsets) * elem_bytes for coord in coords]
 
 
 def worst_conflicts(degrees: Iterable[int]) -> int:
