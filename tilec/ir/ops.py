@@ -353,7 +353,7 @@ IR_OPS: Mapping[str, OpDef] = MappingProxyType({**CORE_OPS, **GPU_OPS})
 # defined in tilec/families/) among them: a registered op names a dialect of its own, so a
 # pass cannot take the name of an op this layer cannot see.
 BUILTIN_DIALECTS = frozenset({"arith", "tile", "tensor", "scf", "smem", "copy", "gpu", "split",
-                              "frag", "wgmma", "tma", "mbar", "ws"})
+                              "frag", "wgmma", "tma", "mbar", "ws", "cluster"})
 
 # Op kinds added by passes (ours or a user's) with register_op.
 _REGISTERED: dict[str, OpDef] = {}
