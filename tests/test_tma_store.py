@@ -14,34 +14,27 @@ from tilec.families.catalogue import op_catalogue
 from tilec.families.tma import is_tma_store, staging_layout
 from tilec.families.wgmma import WgmmaLayout
 from tilec.ir.printer import print_kernel
-from tilec.kernel import load_file
+from tilec.benchmarking.contenders import sample_kernel
 from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import run_pipeline
 from tilec.passes.tma_store import addressing_problem
 
 from .test_ptxas import load_sample
 
-F16_OUT = '''from __future__ import annotations
-from tilec import f16, f32, tile
-
-@tile
-def matmul(A: f16[M, K], B: f16[K, N], C: f16[M, N], BM=128, BN=256, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * BN : +BN] = acc.to(f16)
-'''
 ALIGNED = Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
                         ("C", TensorSpec(1, 8))))
 
 
+TILE = dict(BM=128, BN=256, BK=64)
+
+
 def f16_out():
-    return load_file("f16_out.py", text=F16_OUT)["matmul"]
+    """samples/matmul.py writing C as f16 (acc.to(f16)), as tilec bench runs it."""
+    return sample_kernel("f16", "f16")
 
 
 def lowered(function, stages=3, spec=ALIGNED, **options):
-    kernel = function.lower()
+    kernel = function.lower(**TILE)
     return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, spec=spec, **options),
                         keep_ir=True).kernel
 
@@ -72,7 +65,7 @@ def test_a_16_bit_output_goes_through_shared_memory_and_tma():
 def test_other_stores_stay_direct_and_say_why(function, options, reason):
     options = dict(options)
     consts = {k: options.pop(k) for k in ("BM", "BN", "BK") if k in options}
-    kernel = run_pipeline(function().lower(**consts),
+    kernel = run_pipeline(function().lower(**{**TILE, **consts}),
                           Options(arch="sm_90a", **{"stages": 3, "spec": ALIGNED, **options}),
                           keep_ir=True).kernel
     assert not is_tma_store(store_of(kernel))
@@ -81,14 +74,14 @@ def test_other_stores_stay_direct_and_say_why(function, options, reason):
 
 
 def test_kernels_without_warp_specialization_have_no_epilogue_plan():
-    kernel = run_pipeline(f16_out().lower(), Options(arch="sm_90", spec=ALIGNED)).kernel
+    kernel = run_pipeline(f16_out().lower(**TILE), Options(arch="sm_90", spec=ALIGNED)).kernel
     assert kernel.schedule.epilogue is None
     assert not is_tma_store(store_of(kernel))
 
 
 def ptx(persistent=False, **options):
     return f16_out().compile(arch="sm_90a", stages=3, persistent=persistent, spec=ALIGNED,
-                             **options)
+                             **TILE, **options)
 
 
 def test_the_backend_stages_fences_meets_and_stores_one_box_per_slab():
@@ -159,7 +152,7 @@ def test_the_lowered_kernel_computes_the_product_on_the_cpu():
 def test_the_pass_leaves_its_input_alone():
     from tilec.pipeline import pipeline
     from tilec.passes import tma_store
-    kernel = f16_out().lower()
+    kernel = f16_out().lower(**TILE)
     options = Options(arch="sm_90a", stages=3, spec=ALIGNED)
     for p in pipeline():
         if p.name == "tma_store":
