@@ -59,7 +59,7 @@ def test_the_ptx_multicasts_meets_the_cluster_and_arrives_remotely():
     assert len(multicasts) == 4  # B's four slabs, each block its half of the rows
     assert "%cluster_ctarank" in ptx
     assert len(re.findall(r"mapa\.shared::cluster\.u32", ptx)) == 2
-    assert len(re.findall(r"mbarrier\.arrive\.release\.cluster\.shared::cluster\.b64", ptx)) == 2
+    assert len(re.findall(r"mbarrier\.arrive\.shared::cluster\.b64", ptx)) == 2
 
 
 def test_the_launch_pairs_m_tiles_into_clusters():

@@ -94,7 +94,7 @@ def test_the_backend_stages_fences_meets_and_stores_one_box_per_slab():
                                              r"\.bulk_group", tail)]
     assert len(stores) == 4 and fence < meet < stores[0]
     commit, wait = tail.index("cp.async.bulk.commit_group;"), tail.index(
-        "cp.async.bulk.wait_group 0;")
+        "cp.async.bulk.wait_group.read 0;")
     assert stores[-1] < commit < wait
 
 
@@ -103,9 +103,10 @@ def test_a_persistent_kernel_waits_for_the_reads_before_reusing_the_staging_tile
     consumers = text[text.index("$L_consumers"):]
     read_wait = consumers.index("cp.async.bulk.wait_group.read 0;")
     assert read_wait < consumers.index("st.shared.b32")
-    # The full wait comes once, after the tile loop.
-    assert consumers.count("cp.async.bulk.wait_group 0;") == 1
-    assert consumers.index("cp.async.bulk.wait_group 0;") > consumers.rindex("$L_tiles_done")
+    # Twice: before each tile's first write, and once after the tile loop.
+    assert consumers.count("cp.async.bulk.wait_group.read 0;") == 2
+    assert consumers.rindex("cp.async.bulk.wait_group.read 0;") > \
+        consumers.rindex("$L_tiles_done")
 
 
 def test_the_stored_tensor_gets_a_tensor_map_parameter():

@@ -253,13 +253,14 @@ def _arrive(ctx: Context, op: Op) -> None:
         leader = ctx.and_pred(leader, ctx.get(op.operands[2]))
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
     # In a cluster, every other block's barrier at the same offset too (mapa, PTX ISA
-    # 9.7.9.20): its producer refills the stage in both blocks.
+    # 9.7.9.20): its producer refills the stage in both blocks. The arrival keeps the
+    # default .release.cta semantics, as CUTLASS's ClusterBarrier::arrive does: with
+    # .release.cluster, 4096^3 f16 ran at 501 TFLOP/s against 719 (H100).
     for peer in range(1, op.attrs.get("cluster", 1)):
         rank = ctx.int_op("xor.b32", _cluster_rank(ctx), peer)
         remote = ctx.w.reg("b32")
         ctx.w.emit(f"mapa.shared::cluster.u32 {remote}, {address}, {rank};")
-        ctx.w.emit(f"@{leader} mbarrier.arrive.release.cluster.shared::cluster.b64 _, "
-                   f"[{remote}];")
+        ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cluster.b64 _, [{remote}];")
 
 
 def _cluster_sync(ctx: Context, op: Op) -> None:
@@ -272,9 +273,8 @@ def _store_tile(ctx: Context, op: Op) -> None:
     """A ``tile.store {via = tma}``, emitted a chunk of registers at a time: each thread
     writes its register pairs into the staging tile, in TMA's 128-byte swizzle; after the
     last chunk the consumers fence their writes for the async proxy and meet, and thread 0
-    stores one box per slab, then waits for the stores (a persistent kernel waits only for
-    them to have read the staging tile, before the next tile's first write, and for the
-    rest after its last tile)."""
+    stores one box per slab, then waits for the stores to have read the staging tile (a
+    persistent kernel waits before the next tile's first write, and after its last)."""
     w = ctx.w
     value = op.operands[-1]
     layout = value.type.layout
@@ -295,7 +295,8 @@ def _store_tile(ctx: Context, op: Op) -> None:
             w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
             w.emit(meet)
             if not ctx.after_tiles:
-                ctx.after_tiles.append(lambda: w.emit(f"@{leader} cp.async.bulk.wait_group 0;"))
+                ctx.after_tiles.append(
+                    lambda: w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;"))
     # Element (row, col) sits at slab col / S, row, chunk (col % S) / 8 ^ row % 8: the
     # thread's row modulo 8 is the same in all its registers (tma_store checked), so the
     # XOR is per thread and per chunk, and the rest of the offset an immediate. The
@@ -339,7 +340,10 @@ def _store_tile(ctx: Context, op: Op) -> None:
                f"[{tensor_map}, {{{x}, {outer}}}], [{staging}+{slab * slab_bytes}];")
     w.emit(f"@{leader} cp.async.bulk.commit_group;")
     if not roles.persistent:
-        w.emit(f"@{leader} cp.async.bulk.wait_group 0;")
+        # Until the stores have read the staging tile: the block's shared memory goes
+        # with it; their writes to global memory complete with the grid (CUTLASS's
+        # tma_store_wait<0> is this .read form too).
+        w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
 
 
 def _ring_base(ctx: Context, op: Op) -> None:
