@@ -494,7 +494,8 @@ def fake_report() -> Report:
             "tilec": Measurement("ok", ms=0.05, error=2.2e-4, tolerance=2e-3, config="c"),
             "cuBLAS": Measurement("ok", ms=0.04, error=2.0e-4, tolerance=2e-3),
             "Triton": Measurement("error", note="CompilationError: out of resources")},
-            memory_bound_ms=skinny.nbytes("f32") / 4e9, compute_bound_ms=skinny.flops / 600e9),
+            memory_bound_ms=skinny.nbytes("f16") / 4e9, compute_bound_ms=skinny.flops / 600e9,
+            bound_bytes=skinny.nbytes("f16")),
         CaseResult(f32, 2, {
             "tilec": Measurement("n/a", note="tilec has no f32 path yet"),
             "cuBLAS": Measurement("ok", ms=2.5, error=1e-6, tolerance=1e-4),
@@ -521,7 +522,7 @@ def test_the_table_shows_ratios_bounds_failures_and_skinny_bounds():
     assert f32.split()[:7] == ["4096", "f32", "n/a", f"{f32_tflops(report, 'cuBLAS'):.1f}",
                                f"{f32_tflops(report, 'Triton'):.1f}", "-", "-"]
     text = "\n".join(table)
-    assert (f"  16x8192x8192 f16: {report.rows[1].case.nbytes('f32') / 1e6:.1f} MB at 4000 GB/s "
+    assert (f"  16x8192x8192 f16: {report.rows[1].case.nbytes('f16') / 1e6:.1f} MB at 4000 GB/s "
             f"= {bound * 1e3:.1f} us; tilec 50.0 us, {bound / 0.05:.2f} of the bound") in text
     assert ("FAIL 4096 f16 Triton: error 5.00e-01 against a tolerance of 0.002 (not timed)"
             in text)
@@ -798,10 +799,10 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
 
 
 def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
-    """1000x1003x77 (32 tiles of 128x256): mma.sync's 128x128 tiles, forced by their warp
-    grid; the large ragged shape keeps wgmma's 128x256."""
+    """1000x1003x77 (32 tiles of 128x256): mma.sync's 64x64 tiles, forced by their warp
+    grid, reading the operands unpacked; the large ragged shape keeps wgmma's 128x256."""
     small = contenders.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
-    assert small == dict(BM=128, BN=128, BK=64, stages=3, warps=(2, 2))
+    assert small == dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     assert contenders.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
         dict(BM=128, BN=256, BK=64, stages=3)
 

@@ -59,8 +59,10 @@ def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer:
     checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
     measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
     result = CaseResult(case, sets, measured)
+    tilec = next((c for c in contenders if c.name == "tilec"), None)
+    result.bound_bytes = case.nbytes(tilec.out_dtype(case) if tilec else "f32")
     if references is not None and references.copy_gbps:
-        result.memory_bound_ms = case.nbytes("f32") / (references.copy_gbps * 1e6)
+        result.memory_bound_ms = result.bound_bytes / (references.copy_gbps * 1e6)
         ceiling = references.mma_tflops.get(case.dtype)
         if ceiling:
             result.compute_bound_ms = case.flops / (ceiling * 1e9)

@@ -26,7 +26,7 @@ def report_json(report: Report) -> dict[str, Any]:
         rows.append({
             "M": case.M, "N": case.N, "K": case.K, "dtype": case.dtype, "kind": case.kind,
             "shape": case.shape, "flops": case.flops, "input_sets": row.sets,
-            "tilec_bytes": case.nbytes("f32"), "memory_bound_ms": row.memory_bound_ms,
+            "tilec_bytes": row.bound_bytes, "memory_bound_ms": row.memory_bound_ms,
             "compute_bound_ms": row.compute_bound_ms, "bound": bound[1] if bound else None,
             "tilec_fraction_of_bound": row.fraction_of_bound(),
             "tilec_vs_cublas": row.ratio("tilec", "cuBLAS"),

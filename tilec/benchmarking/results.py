@@ -25,7 +25,8 @@ class CaseResult:
     case: Case
     sets: int
     measurements: dict[str, Measurement]  # by contender name, in the contenders' order
-    memory_bound_ms: Optional[float] = None  # tilec's bytes (C in f32) over the copy rate
+    memory_bound_ms: Optional[float] = None  # tilec's bytes over the copy rate
+    bound_bytes: int = 0  # what tilec moves at least: A, B and C in the dtype it writes
     compute_bound_ms: Optional[float] = None  # the flops over the mma.sync ceiling
     seconds: float = 0.0
 

@@ -57,11 +57,11 @@ def format_table(report: Report) -> str:
     skinny = [row for row in report.rows
               if row.case.kind == "skinny" and row.memory_bound_ms is not None]
     if skinny and refs is not None and refs.copy_gbps:
-        lines += ["", "memory bounds of the skinny shapes (A, B and an f32 C over the copy "
-                  "bandwidth):"]
+        lines += ["", "memory bounds of the skinny shapes (A, B and C as tilec writes it, over "
+                  "the copy bandwidth):"]
         for row in skinny:
             bound_ms = row.memory_bound_ms or 0.0
-            line = (f"  {row.case.shape} {row.case.dtype}: {row.case.nbytes('f32') / 1e6:.1f} "
+            line = (f"  {row.case.shape} {row.case.dtype}: {row.bound_bytes / 1e6:.1f} "
                     f"MB at {refs.copy_gbps:.0f} GB/s = {bound_ms * 1e3:.1f} us")
             tilec_ms = row.timed_ms("tilec")
             if tilec_ms is not None:
