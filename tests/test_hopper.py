@@ -310,3 +310,22 @@ def test_setmaxnreg_asks_only_for_registers_the_block_holds(consumer_warpgroups,
     inc = FAMILY.consumer_registers(consumer_warpgroups, blocks_per_sm)
     assert inc % 8 == 0 and 24 <= inc <= 256
     assert 128 * PRODUCER_REGISTERS + 128 * consumer_warpgroups * inc <= held
+
+
+@pytest.mark.parametrize("options, reason", [
+    (dict(split_k=2, BM=128, BN=256, BK=64), "split-K"),
+    (dict(BM=128, BN=128, BK=32), "BK=32 is not a multiple of 64"),
+    (dict(BM=16, BN=64, BK=128, warps=(1, 4)), "BM=16 is not 64 to 256"),
+])
+def test_explain_says_why_an_sm_90a_kernel_is_not_on_the_wgmma_path(options, reason) -> None:
+    from tilec.tools.explain import explain, render_explanation
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", **options)
+    text = render_explanation(explain(compiled, ptxas=False))
+    line = next(line for line in text.splitlines() if line.startswith("  not wgmma"))
+    assert "the mma family multiplies" in line and reason in line
+
+
+def test_explain_on_the_wgmma_path_gives_no_reason() -> None:
+    from tilec.tools.explain import explain, render_explanation
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", BM=128, BN=256, BK=64)
+    assert "not wgmma" not in render_explanation(explain(compiled, ptxas=False))

@@ -302,11 +302,29 @@ class Wgmma(ProductFamily):
         swizzle take, operands TMA can read (a unit-stride dim, 16-byte aligned rows: the
         launch spec's vectors), no split-K, warps and swizzle left to the compiler. Otherwise
         the mma family takes it (cp.async, or the pack kernel for misaligned operands)."""
-        tma_readable = all(op.vec * DType.parse(self.dtypes[0]).bytes == 16
-                           for op in operands)
-        return (options.arch in self.archs and self.block_problem(block, options) is None
-                and options.split_k == 1 and options.warps is None
-                and options.swizzle == "auto" and tma_readable)
+        return self.declined(block, options, operands) is None
+
+    def declined(self, block: tuple[int, int, int], options: Options,
+                 operands: Sequence[OperandPlan] = ()) -> Optional[str]:
+        """Why the family does not take the block (None when it does): what explain says
+        when an sm_90a kernel multiplies with mma.sync."""
+        if options.arch not in self.archs:
+            return f"wgmma needs arch {' or '.join(self.archs)}, not {options.arch}"
+        problem = self.block_problem(block, options)
+        if problem is not None:
+            return problem
+        if options.split_k != 1:
+            return "split-K (its slices meet through a workspace the wgmma path lacks)"
+        if options.warps is not None:
+            return "an explicit warp grid (wgmma's warpgroups own 64 rows each)"
+        if options.swizzle != "auto":
+            return "swizzle is fixed (TMA's 128-byte swizzle is wgmma's layout)"
+        unaligned = [op.role for op in operands
+                     if op.vec * DType.parse(self.dtypes[0]).bytes != 16]
+        if unaligned:
+            return (f"operand{'s' if len(unaligned) > 1 else ''} {', '.join(unaligned)} "
+                    "without 16-byte aligned rows (TMA cannot address them)")
+        return None
 
     def block_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
         bm, bn, bk = block

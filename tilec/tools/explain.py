@@ -208,6 +208,7 @@ class Explanation:
     # How the consumers write C (schedule.epilogue, warp-specialized kernels), in words.
     epilogue: str = ""
     cluster: int = 1  # blocks per thread-block cluster
+    declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
 
 
 # ----------------------------------------------------------------------------- gather
@@ -255,7 +256,20 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         packing=None if packing is None else tuple(packing),
         epilogue=_epilogue_text(kernel.schedule.epilogue),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
+        declined=_wgmma_declined(plan, options),
     )
+
+
+def _wgmma_declined(plan: TilingPlan, options) -> str:
+    """On sm_90a, why the kernel multiplies with an older family (the rule the tiling pass
+    applied); empty elsewhere and on the wgmma path."""
+    from tilec.families.wgmma import FAMILY as WGMMA
+    if options.arch not in WGMMA.archs or plan.kind == WGMMA.name:
+        return ""
+    if plan.elem_bytes != 2:
+        return f"the {plan.kind} family multiplies: wgmma here takes f16/bf16 operands"
+    reason = WGMMA.declined(plan.block, options, plan.operands)
+    return f"the {plan.kind} family multiplies: {reason}" if reason else ""
 
 
 def _epilogue_text(plan) -> str:
@@ -778,6 +792,8 @@ def render_explanation(e: Explanation) -> str:
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
           _vector(c, h.dtype), c.per_thread, c.threads_per_row, c.rows_per_pass,
           COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+    if e.declined:
+        lines.append(f"  not wgmma         {e.declined}")
     if e.cluster > 1:
         lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
                      "cuLaunchKernelEx): they share each B stage, which TMA multicasts")
