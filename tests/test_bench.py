@@ -788,9 +788,16 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     from tilec.options import Options
     space = bench.autotune_space(Case(4096, 4096, 4096, "bf16"), {}, "sm_90a")
     blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
-    assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (192, 192, 64) in blocks
+    assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
     assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
-    assert {c["stages"] for c in space} == {3, 4} and {c["raster_group"] for c in space} == {8, 16}
+    assert {c["stages"] for c in space} == {3, 4, 6}
+    assert {c["raster_group"] for c in space} == {8, 16}
+    # Each tile under the three schedules; a cluster never with persistent blocks.
+    schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space}
+    assert schedules == {(False, 1), (True, 1), (False, 2)}
+    for config in space:
+        Options(arch="sm_90a", **{k: v for k, v in config.items()
+                                  if k in ("stages", "raster_group", "persistent", "cluster")})
     # Short M and f32 keep their spaces; so does every dtype on other targets.
     assert bench.autotune_space(Case(16, 8192, 8192, "f16"), {}, "sm_90a") == \
         bench.autotune_space(Case(16, 8192, 8192, "f16"), {})

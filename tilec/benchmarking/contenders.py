@@ -46,16 +46,19 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
-    256, BK 64, the ring depth, the raster group; the autotuner prunes what does not fit)."""
+    256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
+    persistent block, or a cluster of two sharing B (the autotuner prunes what does not
+    fit)."""
     from tilec.tools.autotune import search_space
     if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
-        space = [config for config in search_space(
-                     BM=(128, 192, 256), BN=(128, 192, 256), BK=(64,), stages=(3, 4),
+        tiles = [config for config in search_space(
+                     BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
                      raster_group=(8, 16))
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
+        space = [{**config, **schedule} for config in tiles for schedule in SM90A_SCHEDULES]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -113,6 +116,9 @@ TUNED = {
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
 }
 SIXTEEN_BIT = ("f16", "bf16")
+# The block schedules sm_90a's autotuning tries for each tile (a cluster takes one tile a
+# block: persistent blocks do not pair).
+SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2})
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
