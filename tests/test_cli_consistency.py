@@ -170,6 +170,23 @@ def test_bisect_takes_arch_f32_math_and_split_k(capsys):
     assert "all stages agree" in out
 
 
+@pytest.mark.parametrize("verb", ["compile", "run", "explain", "bisect", "bench"])
+def test_the_hopper_schedule_flags_reach_every_compiling_verb(verb):
+    file = [] if verb == "bench" else [MATMUL]
+    for flags, options in ((["--persistent"], {"persistent": True}),
+                           (["--cluster", "2", "--blocks-per-sm", "2"],
+                            {"cluster": 2, "blocks_per_sm": 2})):
+        args = build_parser().parse_args([verb, *file, "--arch", "sm_90a", *flags])
+        assert arguments.compile_options(args) == {"arch": "sm_90a", **options}
+
+
+def test_bisect_follows_a_cluster_kernel_through_every_stage(capsys):
+    code, out, err = run_cli(capsys, "bisect", MATMUL, "--arch", "sm_90a", "--const", "BM=128",
+                             "BN=128", "BK=64", "--cluster", "2", "--shape", "M=300,N=130,K=150")
+    assert code == 0, out + err
+    assert "all stages agree" in out
+
+
 def test_viz_takes_swizzle_and_arch():
     args = build_parser().parse_args(["viz", MATMUL, "--swizzle", "off", "--arch", "sm_90"])
     assert arguments.compile_options(args) == {"arch": "sm_90", "swizzle": "off"}

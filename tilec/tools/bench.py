@@ -168,7 +168,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
         parser, "const", "arch", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
-        "blocks_per_sm", "persistent",
+        "blocks_per_sm", "persistent", "cluster",
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
         arch={"help": "tilec's target (default: the GPU's, sm_90a on an H100 or H200; "
               "sm_90 to compare with the mma.sync path)"},
