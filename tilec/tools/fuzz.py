@@ -5,7 +5,8 @@ Programs come from two generators, both driven by one seeded ``random.Random``:
 - *matmul*: a random matmul kernel built from parts (input dtypes f16 / bf16 / f32, layouts
   A, A.T, B, B.T, tile sizes, an epilogue over ``acc`` with alpha / beta scalars, a bias
   vector, ``c``, relu, casts, min / max with literals and + - * /) and random options
-  (stages 1-4, warps, swizzle, split-K, f32_math). The generator keeps the epilogue as a
+  (stages 1-4, warps, swizzle, split-K, f32_math; on sm_90a, where wgmma takes the tile, a
+  persistent block, a cluster of two or two blocks an SM). The generator keeps the epilogue as a
   tree, so it can evaluate the program itself in float64 (:func:`evaluate`), independently
   of tilec's own reference.
 - *mutation*: a sample (``samples/*.py``) or a generated kernel with a few textual edits
@@ -47,7 +48,10 @@ from typing import Any, Optional, Union
 import numpy as np
 
 SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
-ARCHS = ("sm_80", "sm_86", "sm_90")
+ARCHS = ("sm_80", "sm_86", "sm_90", "sm_90a")
+# The sm_90a schedule knobs, tried on the warp-specialized path only (other targets take
+# none of them); a program gets one of these beside its other options.
+HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2}, {"blocks_per_sm": 2})
 OUTCOMES = ("compiled", "clean error", "config error", "unlocated error", "internal crash",
             "hang")
 FAILING = ("unlocated error", "internal crash", "hang")
@@ -81,6 +85,7 @@ class Program:
     text: str
     suffix: str = ".py"
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    hopper_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # sm_90a only
     features: frozenset[str] = frozenset()
     # Generated kernels only.
     dtypes: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -206,6 +211,15 @@ def _leaves(tree: Tree) -> set[str]:
     return set().union(*(_leaves(t) for t in tree[1:] if isinstance(t, tuple)))
 
 
+def _wgmma_takes(operand: str, tiles: tuple[int, int, int], options: dict[str, Any]) -> bool:
+    """Whether sm_90a compiles the program on the warp-specialized wgmma path, by the
+    family's own rule: only there do the schedule knobs (HOPPER_SCHEDULES) apply."""
+    from tilec.families.wgmma import FAMILY as WGMMA
+    from tilec.options import Options
+    return operand in ("f16", "bf16") and WGMMA.declined(
+        tiles, Options(arch="sm_90a", **options)) is None
+
+
 def generate_matmul(rng: random.Random, index: int) -> Program:
     """A random matmul kernel with a random epilogue and random options."""
     operand = rng.choice(("f16", "f16", "bf16", "f32"))
@@ -298,7 +312,10 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         options["split_k"] = rng.choice((2, 3, 4))
     if operand == "f32":
         options["f32_math"] = rng.choice(("ffma", "tf32"))
-    return Program(index, "matmul", text, options=options, features=frozenset(features),
+    hopper = dict(rng.choice(HOPPER_SCHEDULES)) if _wgmma_takes(operand, (bm, bn, bk),
+                                                                options) else {}
+    return Program(index, "matmul", text, options=options, hopper_options=hopper,
+                   features=frozenset(features),
                    dtypes=dtypes, layouts=transposed, tiles=(bm, bn, bk), epilogue=tree,
                    reads_c=reads_c)
 
@@ -513,7 +530,9 @@ def run_program(program: Program) -> Result:
         archs = ARCHS if program.check_ptxas else ("sm_80",)
         for arch in archs:
             for name, function in functions.items():
-                ptx[(arch, name)] = function.compile(arch=arch, **program.options).ptx
+                extra = program.hopper_options if arch == "sm_90a" else {}
+                ptx[(arch, name)] = function.compile(arch=arch, **program.options,
+                                                     **extra).ptx
     except TileError as err:
         if err.loc is None:
             return Result(program.index, "config error", err.message)
@@ -726,7 +745,7 @@ def report(summary: Summary) -> str:
     rows = [f"{'outcome':<22}{'programs':>10}"]
     rows += [f"{outcome:<22}{summary.outcomes[outcome]:>10}" for outcome in OUTCOMES]
     rows += [f"{'total run':<22}{total:>10}",
-             f"ptxas (sm_80/86/90)   {summary.ptxas_checked:>10} checked, "
+             f"ptxas (sm_80/86/90/90a){summary.ptxas_checked:>9} checked, "
              f"{summary.ptxas_rejected} rejected",
              f"CPU vs float64        {summary.cpu_checked:>10} checked, "
              f"{summary.cpu_mismatched} mismatched"]
