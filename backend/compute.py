@@ -17,7 +17,39 @@ from .writer import f32_literal
 # as numpy's maximum/minimum do.
 F32_BINARY = {"tile.add": "add.f32", "tile.sub": "sub.f32", "tile.mul": "mul.f32",
               "tile.div": "div.rn.f32", "tile.max": "max.NaN.f32", "tile.min": "min.NaN.f32"}
-F32_UNARY = {"tile.neg": "neg.f32 {d}, {a};", "tile.relu": "max.NaN.f32 {d}, {a}, 0f00000000;"}
+# One-operand ops: the instructions computing ``{d}`` from ``{a}``, with ``{t}`` a scratch f32
+# register. The math functions use PTX's approximate forms (PTX ISA 9.7.3: ex2, lg2, rsqrt,
+# rcp .approx.ftz; tanh.approx, sm_75+); .ftz flushes subnormal inputs and results to zero.
+# exp(x) = ex2(x log2 e), log(x) = lg2(x) ln 2; sqrt is sqrt.rn (correctly rounded).
+# sigmoid(x) = 1 / (1 + ex2(-x log2 e)) with rcp.approx rather than 0.5 tanh(x / 2) + 0.5:
+# it keeps its relative accuracy where sigmoid is tiny (x << 0), as silu needs, while
+# tanh.approx's 2^-11 relative error would leave nothing of 1 + tanh there.
+# gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3),
+# computed as x / (1 + ex2(-2 log2(e) sqrt(2/pi) x (1 + 0.044715 x^2))) for the same reason.
+_LOG2E, _MINUS_LOG2E, _LN2, _ONE = "0f3FB8AA3B", "0fBFB8AA3B", "0f3F317218", "0f3F800000"
+_SIGMOID_OF_T = ("ex2.approx.ftz.f32 {t}, {t};", f"add.f32 {{t}}, {{t}}, {_ONE};",
+                 "rcp.approx.ftz.f32 {t}, {t};")  # t = 1 / (1 + 2^t)
+F32_UNARY: dict[str, tuple[str, ...]] = {
+    "tile.neg": ("neg.f32 {d}, {a};",),
+    "tile.relu": ("max.NaN.f32 {d}, {a}, 0f00000000;",),
+    "tile.exp": (f"mul.f32 {{t}}, {{a}}, {_LOG2E};", "ex2.approx.ftz.f32 {d}, {t};"),
+    "tile.exp2": ("ex2.approx.ftz.f32 {d}, {a};",),
+    "tile.log": ("lg2.approx.ftz.f32 {t}, {a};", f"mul.f32 {{d}}, {{t}}, {_LN2};"),
+    "tile.log2": ("lg2.approx.ftz.f32 {d}, {a};",),
+    "tile.sqrt": ("sqrt.rn.f32 {d}, {a};",),
+    "tile.rsqrt": ("rsqrt.approx.ftz.f32 {d}, {a};",),
+    "tile.abs": ("abs.f32 {d}, {a};",),
+    "tile.tanh": ("tanh.approx.f32 {d}, {a};",),
+    "tile.sigmoid": (f"mul.f32 {{t}}, {{a}}, {_MINUS_LOG2E};", *_SIGMOID_OF_T[:2],
+                     "rcp.approx.ftz.f32 {d}, {t};"),
+    "tile.silu": (f"mul.f32 {{t}}, {{a}}, {_MINUS_LOG2E};", *_SIGMOID_OF_T,
+                  "mul.f32 {d}, {a}, {t};"),
+    "tile.gelu_tanh": ("mul.f32 {t}, {a}, {a};",
+                       f"fma.rn.f32 {{t}}, {{t}}, 0f3D372713, {_ONE};",  # 1 + 0.044715 x^2
+                       "mul.f32 {t}, {t}, {a};",
+                       "mul.f32 {t}, {t}, 0fC0135761;",  # -2 log2(e) sqrt(2 / pi)
+                       *_SIGMOID_OF_T, "mul.f32 {d}, {a}, {t};"),
+}
 
 # 16-bit floats go through f32: exact widening, one rounding back (PTX ISA 9.7.9.21, cvt).
 # bf16 widens by placing its bits in the high half of an f32 (exact, any target).
@@ -78,7 +110,10 @@ def _binary(ctx: Context, op: Op) -> None:
 def _unary(ctx: Context, op: Op) -> None:
     def combine(wide: list[str]) -> str:
         d = ctx.w.reg("f32")
-        ctx.w.emit(F32_UNARY[op.name].format(d=d, a=wide[0]))
+        lines = F32_UNARY[op.name]
+        t = ctx.w.reg("f32") if any("{t}" in line for line in lines) else ""
+        for line in lines:
+            ctx.w.emit(line.format(d=d, a=wide[0], t=t))
         return d
     _map(ctx, op, combine)
 

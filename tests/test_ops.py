@@ -16,7 +16,7 @@ from tilec.families import movements, products
 from tilec.families.catalogue import OP_DEFS, op_catalogue
 from tilec.frontend import arithmetic
 from tilec.ir import I32, PRED, Block, Builder, Kernel, Op, ScalarType, Value, arith
-from tilec.ir.ops import BUILTIN_DIALECTS, CORE_OPS, GPU_OPS
+from tilec.ir.ops import BUILTIN_DIALECTS, CORE_OPS, GPU_OPS, MATH_FUNCTIONS
 from tilec.ir.types import F32, TileType
 from tilec.launch.binding import grid_size
 from tilec.passes.common import drop_dead
@@ -65,7 +65,8 @@ def test_the_elementwise_ops_are_those_that_follow_a_layout() -> None:
     elementwise = {name for name, opdef in OP_DEFS.items() if opdef.elementwise}
     assert elementwise == {"tile.full", "tile.splat", "tile.add", "tile.sub", "tile.mul",
                            "tile.div", "tile.max", "tile.min", "tile.neg", "tile.relu",
-                           "tile.cast", "split.reduce"}
+                           "tile.cast", "split.reduce",
+                           *(f"tile.{name}" for name in MATH_FUNCTIONS)}
 
 
 def test_the_ir_does_not_import_the_cpu_and_the_executor_no_family() -> None:

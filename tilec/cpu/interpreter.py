@@ -460,8 +460,26 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,
     "tile.div": np.divide, "tile.max": np.maximum, "tile.min": np.minimum,
 }
+def _sigmoid_f32(a: np.ndarray) -> np.ndarray:
+    one = a.dtype.type(1)
+    return one / (one + np.exp(-a))
+
+
+def _gelu_tanh_f32(a: np.ndarray) -> np.ndarray:
+    # 0.5 a (1 + tanh(u)) = a sigmoid(2u), the GPU's form: no cancellation where a << 0.
+    t = a.dtype.type
+    two_u = t(2 * 0.7978845608028654) * (a * (t(1) + t(0.044715) * a * a))
+    return a * _sigmoid_f32(two_u)
+
+
 _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tile.neg": np.negative, "tile.relu": lambda a: np.maximum(a, a.dtype.type(0)),
+    # The math functions in f32 (numpy's, within a few ulp); the GPU's are PTX's .approx forms,
+    # whose error is larger and which flush subnormals (backend/compute.py).
+    "tile.exp": np.exp, "tile.exp2": np.exp2, "tile.log": np.log, "tile.log2": np.log2,
+    "tile.sqrt": np.sqrt, "tile.rsqrt": lambda a: a.dtype.type(1) / np.sqrt(a),
+    "tile.abs": np.abs, "tile.tanh": np.tanh, "tile.sigmoid": _sigmoid_f32,
+    "tile.silu": lambda a: a * _sigmoid_f32(a), "tile.gelu_tanh": _gelu_tanh_f32,
 }
 
 

@@ -81,6 +81,15 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,
     "tile.div": np.divide, "tile.max": np.maximum, "tile.min": np.minimum,
     "tile.neg": np.negative, "tile.relu": lambda a: np.maximum(a, 0.0),
+    # The math functions by their definitions, in float64.
+    "tile.exp": np.exp, "tile.exp2": np.exp2, "tile.log": np.log, "tile.log2": np.log2,
+    "tile.sqrt": np.sqrt, "tile.rsqrt": lambda a: 1.0 / np.sqrt(a), "tile.abs": np.abs,
+    "tile.tanh": np.tanh, "tile.sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)),
+    "tile.silu": lambda a: a / (1.0 + np.exp(-a)),
+    # 0.5 a (1 + tanh(u)) = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3): the same
+    # function, without the cancellation of 1 + tanh(u) where a << 0.
+    "tile.gelu_tanh": lambda a: a / (1.0 + np.exp(-2.0 * np.sqrt(2.0 / np.pi)
+                                                  * (a + 0.044715 * a ** 3))),
 }
 SCALAR_OPS = frozenset(f"arith.{name}" for name in arith.EXACT)
 

@@ -1,4 +1,5 @@
-"""Calls: the built-in functions (cdiv, min, max, relu, zeros, full), matched to their
+"""Calls: the built-in functions (cdiv, min, max, relu, the math functions of
+:data:`tilec.ir.ops.MATH_FUNCTIONS`, zeros, full), matched to their
 parameters by position or keyword, and the tile method ``.to(dtype)``."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
                                      describe, is_scalar, is_tile)
 from tilec.frontend.tiles import TileLowering
+from tilec.ir.ops import MATH_FUNCTIONS
 from tilec.ir.types import F32, TENSOR_DTYPES, DType, TileType
 
 
@@ -29,6 +31,8 @@ class CallLowering(TileLowering):
                      else "a loop: for k in range(...)")
             raise self.error(TileError, f"{name}(...) can only be the iterable of {where}",
                              node.loc)
+        if name in MATH_FUNCTIONS:
+            return self._call_math(node, name)
         handler = getattr(self, "_call_" + name, None) if name in BUILTINS else None
         if handler is None:
             known = ", ".join(b for b in BUILTINS if b not in ("grid", "range"))
@@ -91,6 +95,20 @@ class CallLowering(TileLowering):
             raise self.error(TileTypeError, f"relu() takes a tile, not {describe(value)}",
                              node.loc)
         return self.builder.value("tile.relu", [value], value.type)
+
+    def _call_math(self, node: ast.Call, name: str) -> Operand:
+        """``exp(x)`` ... ``gelu_tanh(x)``: one tile, same shape and dtype (a constant folds)."""
+        value = self.expr(self._arguments(node, name, ("x",), 1)["x"])
+        if isinstance(value, ConstValue):
+            try:
+                return ConstValue(float(MATH_FUNCTIONS[name][1](float(value.value))))
+            except (ValueError, OverflowError, ZeroDivisionError) as err:
+                raise self.error(TileError, f"{name}({value.value}) has no f32 value: {err}",
+                                 node.loc) from None
+        if not is_tile(value):
+            raise self.error(TileTypeError, f"{name}() takes a tile, not {describe(value)}",
+                             node.loc)
+        return self.builder.value(f"tile.{name}", [value], value.type)
 
     def _call_zeros(self, node: ast.Call) -> Operand:
         args = self._arguments(node, "zeros", ("shape", "dtype"), 1)

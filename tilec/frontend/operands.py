@@ -8,11 +8,12 @@ from typing import Union
 
 from tilec.frontend.diagnostics import a_or_an, shape_text
 from tilec.ir.core import Loc, Value
+from tilec.ir.ops import MATH_FUNCTIONS
 from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType, TileType
 
 # The predefined names: dtypes, built-in functions, and methods of tiles.
 DTYPES = {"f16": F16, "bf16": BF16, "f32": F32, "i32": I32}
-BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu")
+BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu", *MATH_FUNCTIONS)
 TILE_METHODS = ("to",)
 
 

@@ -14,6 +14,7 @@ without the semantics (:func:`tilec.families.catalogue.op_definitions`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -219,6 +220,32 @@ def _for(op: Op) -> None:
              "loop step must be a positive compile-time constant")
 
 
+def _gelu_tanh(x: float) -> float:
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+# The elementwise math functions of tiles (the DSL's ``exp(x)`` ... ``gelu_tanh(x)``, ops
+# ``tile.<name>``): what each means, and its value on one number in float64, with which the
+# frontend folds a compile-time constant (it raises ValueError or OverflowError outside the
+# function's domain or range). They keep the tile's dtype; 16-bit tiles compute in f32.
+MATH_FUNCTIONS: dict[str, tuple[str, Callable[[float], float]]] = {
+    "exp": ("e ** a", math.exp),
+    "exp2": ("2 ** a", lambda x: 2.0 ** x),
+    "log": ("ln(a)", math.log),
+    "log2": ("log2(a)", math.log2),
+    "sqrt": ("sqrt(a)", math.sqrt),
+    "rsqrt": ("1 / sqrt(a)", lambda x: 1.0 / math.sqrt(x)),
+    "abs": ("|a|", abs),
+    "tanh": ("tanh(a)", math.tanh),
+    "sigmoid": ("1 / (1 + e ** -a)", _sigmoid),
+    "silu": ("a / (1 + e ** -a)", lambda x: x * _sigmoid(x)),
+    "gelu_tanh": ("0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a ** 3)))", _gelu_tanh),
+}
+
 _INTEGER_ARITH = ("add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max")
 
 CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
@@ -253,7 +280,8 @@ CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
           ("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b"),
           ("max", "max(a, b)"), ("min", "min(a, b)")]],
     *[OpDef(f"tile.{name}", meaning, 1, 1, check=_elementwise, pure=True, elementwise=True)
-      for name, meaning in [("neg", "-a"), ("relu", "max(a, 0)")]],
+      for name, meaning in [("neg", "-a"), ("relu", "max(a, 0)"),
+                            *((name, meaning) for name, (meaning, _) in MATH_FUNCTIONS.items())]],
     OpDef("tile.cast", "convert elements to another dtype (round to nearest even)", 1, 1,
           attrs=("dtype",), check=_cast, pure=True, elementwise=True),
     OpDef("scf.for", "a counted loop with loop-carried values", None, None, regions=1,
