@@ -405,8 +405,6 @@ _UNSUPPORTED: dict[str, tuple[str, str]] = {
         "comparisons are not supported in tile programs",
         "tile programs have no branches; use max(a, b), min(a, b) or relu(x)"),
     "unsupported_bitwise": _unsupported("bitwise operators are not supported in tile programs"),
-    "unsupported_power": _unsupported(
-        "`**` is not supported in tile programs", "multiply explicitly: x * x"),
     "unsupported_string": _unsupported("strings are not supported in tile programs"),
     "unsupported_bool": _unsupported("`True` / `False` are not supported in tile programs"),
     "unsupported_ellipsis": _unsupported("`...` is not supported in tile programs"),
@@ -419,7 +417,7 @@ _UNSUPPORTED: dict[str, tuple[str, str]] = {
 # Refused operators put the caret on the operator (their first kept token), the rest at the
 # construct's first keyword.
 _AT_OPERATOR = {"unsupported_if_expr", "unsupported_bool_op", "unsupported_compare",
-                "unsupported_bitwise", "unsupported_power"}
+                "unsupported_bitwise"}
 _STRING_MESSAGE = _UNSUPPORTED["unsupported_string"][0]
 _AUGMENTED_OPS = ("+", "-", "*", "/", "//", "%", "@")
 

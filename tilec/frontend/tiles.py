@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.errors import TileShapeError, TileTypeError
+from tilec.errors import TileError, TileShapeError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.arithmetic import TILE_OPS
 from tilec.frontend.diagnostics import shape_text, spelled
@@ -17,6 +17,7 @@ from tilec.ir.types import BF16, F16, F32, DType, ScalarType, TileType
 
 # The hint where a tensor is used as if it were a tile.
 _LOAD_A_TILE_HINT = "load a tile first: A[off : +SIZE, ...]"
+MAX_POWER = 64  # |n| in x ** n: repeated squaring keeps it to 12 multiplies
 
 
 class TileLowering(ScalarLowering):
@@ -43,7 +44,39 @@ class TileLowering(ScalarLowering):
             return self._add_to_product(node)
         left = self.expr(node.left)
         right = self.expr(node.right)
+        if node.op == "**":
+            return self._power(left, right, node)
         return self._binary(node.op, left, right, node)
+
+    def _power(self, base: Operand, exponent: Operand, node: ast.BinOp) -> Operand:
+        """``base ** n`` for a constant integer n: numbers fold; tiles and scalars become
+        products by repeated squaring (at most 2 log2 |n| multiplies, each rounding as ``*``
+        does), and a negative n the reciprocal of that (``1 / base ** -n``)."""
+        if not (isinstance(exponent, ConstValue) and isinstance(exponent.value, int)
+                and abs(exponent.value) <= MAX_POWER):
+            raise self.error(TileTypeError, f"`**` takes a constant integer exponent from "
+                             f"-{MAX_POWER} to {MAX_POWER}, not {describe(exponent)}", node.loc,
+                             "x ** 2, x ** 3, x ** -1; use exp() and log() for other powers")
+        n = exponent.value
+        if isinstance(base, ConstValue):
+            if base.value == 0 and n < 0:
+                raise self.error(TileError, "0 raised to a negative power in a constant "
+                                 "expression", node.loc)
+            return ConstValue(base.value ** n)
+        if n == 0:  # 1 for every x, NaN and inf included (as numpy and Python say)
+            if not is_tile(base):
+                return ConstValue(1.0)
+            shape = base.type.shape
+            return self.builder.value("tile.full", [], TileType(base.type.dtype, shape),
+                                      shape=shape, value=1.0)
+        result, square, k = None, base, abs(n)
+        while k:
+            if k & 1:
+                result = square if result is None else self._binary("*", result, square, node)
+            k >>= 1
+            if k:
+                square = self._binary("*", square, square, node)
+        return self._binary("/", ConstValue(1.0), result, node) if n < 0 else result
 
     def _binary(self, op: str, left: Operand, right: Operand, node: ast.Node) -> Operand:
         """``left op right`` for any mix of numbers, scalars and tiles; ``op`` is an operator
