@@ -135,7 +135,7 @@ def problem(kernel: Kernel) -> Optional[TileConfigError]:
                            f"count grid axis {c.axis} as cdiv({c.size}, {c.step})")
     used = {v for op in kernel.walk() for v in op.operands}
     for param, arg in zip(kernel.params, kernel.body.args):
-        if isinstance(param.type, TensorType) and arg not in used:
+        if isinstance(param.type, TensorType) and arg not in used and not param.branch_only:
             # Most likely an output whose store was forgotten: launching leaves it as it was.
             return located(TileConfigError, f"tensor '{param.name}' is never read or stored",
                            param.loc, kernel.source_lines,

@@ -81,6 +81,25 @@ class UnaryOp(Node):
 
 
 @frozen_node
+class Compare(Node):
+    """``left op right`` for ``<``, ``<=``, ``>``, ``>=``, ``==``, ``!=``: decided at compile
+    time (constants only); ``loc`` is the operator's."""
+
+    left: "Expr"
+    op: str
+    right: "Expr"
+
+
+@frozen_node
+class BoolOp(Node):
+    """``left and right`` / ``left or right``, on constants (Python's semantics)."""
+
+    left: "Expr"
+    op: str
+    right: "Expr"
+
+
+@frozen_node
 class Keyword(Node):
     name: str
     value: "Expr"
@@ -140,8 +159,8 @@ class Unsupported(Node):
     hint: str = ""
 
 
-Expr = Union[Name, Constant, BinOp, UnaryOp, Call, Attribute, Subscript, ListExpr, TupleExpr,
-             Unsupported]
+Expr = Union[Name, Constant, BinOp, UnaryOp, Compare, BoolOp, Call, Attribute, Subscript,
+             ListExpr, TupleExpr, Unsupported]
 
 
 # ----------------------------------------------------------------------------- statements
@@ -182,7 +201,17 @@ class ForStmt(Node):
     body: tuple["Stmt", ...]
 
 
-Stmt = Union[Assign, AugAssign, ExprStmt, PassStmt, ForStmt, Unsupported]
+@frozen_node
+class IfStmt(Node):
+    """``if test: body else: orelse`` (``elif`` nests another IfStmt in ``orelse``): a
+    compile-time branch; only the taken side is lowered."""
+
+    test: "Expr"
+    body: tuple["Stmt", ...]
+    orelse: tuple["Stmt", ...] = ()
+
+
+Stmt = Union[Assign, AugAssign, ExprStmt, PassStmt, ForStmt, IfStmt, Unsupported]
 
 
 # ------------------------------------------------------------------------------ functions

@@ -33,6 +33,8 @@ After (abridged)::
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Optional, Sequence
 
 from tilec.errors import TileError, TileNameError, TileShapeError
@@ -90,6 +92,8 @@ class _Lowering(StatementLowering, CallLowering):
         for name, value in consts.items():
             self.env[name] = Binding(ConstValue(value, name), "const", sig.const_locs[name])
         self._kernel_body(func)
+        params = [dataclasses.replace(p, branch_only=p.name in self.untaken_names)
+                  for p in params]
         return Kernel(func.name, params, list(sig.symbols), consts, body, func.file,
                       self.source_lines)
 

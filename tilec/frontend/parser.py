@@ -374,9 +374,6 @@ def _unsupported(message: str, hint: str = "") -> tuple[str, str]:
 
 # Rule name -> (message, hint) for the Python that tile programs refuse.
 _UNSUPPORTED: dict[str, tuple[str, str]] = {
-    "unsupported_if": _unsupported(
-        "`if` statements are not supported in tile programs",
-        "tile programs have no branches; out-of-bounds loads read 0 and stores are masked"),
     "unsupported_while": _unsupported(
         "`while` loops are not supported in tile programs", "use `for k in range(...)`"),
     "unsupported_for_else": _unsupported("`for ... else` is not supported in tile programs"),
@@ -399,11 +396,6 @@ _UNSUPPORTED: dict[str, tuple[str, str]] = {
         "conditional expressions (`a if c else b`) are not supported in tile programs",
         "use max(a, b), min(a, b) or relu(x)"),
     "unsupported_lambda": _unsupported("lambdas are not supported in tile programs"),
-    "unsupported_bool_op": _unsupported("`and` / `or` are not supported in tile programs"),
-    "unsupported_not": _unsupported("`not` is not supported in tile programs"),
-    "unsupported_compare": _unsupported(
-        "comparisons are not supported in tile programs",
-        "tile programs have no branches; use max(a, b), min(a, b) or relu(x)"),
     "unsupported_bitwise": _unsupported("bitwise operators are not supported in tile programs"),
     "unsupported_string": _unsupported("strings are not supported in tile programs"),
     "unsupported_bool": _unsupported("`True` / `False` are not supported in tile programs"),
@@ -416,10 +408,10 @@ _UNSUPPORTED: dict[str, tuple[str, str]] = {
 }
 # Refused operators put the caret on the operator (their first kept token), the rest at the
 # construct's first keyword.
-_AT_OPERATOR = {"unsupported_if_expr", "unsupported_bool_op", "unsupported_compare",
-                "unsupported_bitwise"}
+_AT_OPERATOR = {"unsupported_if_expr", "unsupported_bitwise"}
 _STRING_MESSAGE = _UNSUPPORTED["unsupported_string"][0]
 _AUGMENTED_OPS = ("+", "-", "*", "/", "//", "%", "@")
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 @v_args(meta=True)
@@ -588,6 +580,40 @@ class _ToAst(Transformer):
     def bin_op(self, meta: Any, children: list[Any]) -> ast.BinOp:
         left, op, right = children
         return ast.BinOp(left, str(op), right, loc=self._token_loc(op))
+
+    def compare(self, meta: Any, children: list[Any]) -> ast.Node:
+        left, *tokens, right = children
+        op = " ".join(str(t) for t in tokens)
+        loc = self._token_loc(tokens[0])
+        if op not in COMPARISONS:
+            return ast.Unsupported(f"`{op}` is not supported in tile programs", loc=loc)
+        if isinstance(left, ast.Compare):
+            return ast.Unsupported("chained comparisons are not supported in tile programs",
+                                   "write (a < b) and (b < c)", loc=loc)
+        return ast.Compare(left, op, right, loc=loc)
+
+    def bool_op(self, meta: Any, children: list[Any]) -> ast.BoolOp:
+        left, op, right = children
+        return ast.BoolOp(left, str(op), right, loc=self._token_loc(op))
+
+    def if_stmt(self, meta: Any, children: list[Any]) -> ast.IfStmt:
+        test, body, *clauses = children
+        orelse: tuple = ()
+        for clause in reversed(clauses):  # elif clauses nest from the last one
+            if clause[0] == "else":
+                orelse = clause[1]
+            else:
+                _, elif_test, elif_body, loc = clause
+                orelse = (ast.IfStmt(elif_test, elif_body, orelse, loc=loc),)
+        return ast.IfStmt(test, body, orelse, loc=self._loc(meta))
+
+    def elif_clause(self, meta: Any, children: list[Any]) -> tuple:
+        keyword, test, body = children
+        return ("elif", test, body, self._token_loc(keyword))
+
+    def else_clause(self, meta: Any, children: list[Any]) -> tuple:
+        (body,) = children
+        return ("else", body)
 
     def unary_op(self, meta: Any, children: list[Any]) -> ast.Node:
         op, operand = children

@@ -3,6 +3,8 @@ dispatch of expressions, names and literals, compile-time folding, and arithmeti
 scalars and indices."""
 from __future__ import annotations
 
+import operator
+
 import struct
 from typing import Optional, Union
 
@@ -35,6 +37,8 @@ class ScalarLowering:
         self.loop_locals: dict[str, tuple[Loc, bool]] = {}
         # While lowering the grid sizes: the program ids about to be defined.
         self.grid_targets: Optional[set[str]] = None
+        # Names in the sides of compile-time `if`s not taken (never lowered).
+        self.untaken_names: set[str] = set()
 
     def error(self, cls: type[TileError], message: str, loc: Optional[Loc],
               hint: str = "") -> TileError:
@@ -86,6 +90,29 @@ class ScalarLowering:
     def _expr_TupleExpr(self, node: ast.TupleExpr) -> Operand:
         raise self.error(TileError, "a tuple is only meaningful as a tile shape, as in "
                          "zeros((BM, BN), f32)", node.loc)
+
+    def _expr_Compare(self, node: ast.Compare) -> Operand:
+        left, right = self.expr(node.left), self.expr(node.right)
+        self._compile_time(node, left, right)
+        return ConstValue(int(COMPARE[node.op](left.value, right.value)))
+
+    def _expr_BoolOp(self, node: ast.BoolOp) -> Operand:
+        left = self.expr(node.left)
+        self._compile_time(node, left)
+        if (node.op == "and") != bool(left.value):  # Python's short circuit
+            return left
+        right = self.expr(node.right)
+        self._compile_time(node, right)
+        return right
+
+    def _compile_time(self, node: ast.Node, *values: Operand) -> None:
+        """Comparisons and and/or/not decide at compile time: their operands are constants."""
+        for value in values:
+            if not isinstance(value, ConstValue):
+                raise self.error(TileTypeError, f"`{node.op}` takes compile-time constants "
+                                 f"(constant parameters, numbers), not {describe(value)}",
+                                 node.loc, "tile programs branch only when compiling; on "
+                                 "tiles use max(a, b), min(a, b) or relu(x)")
 
     def _expr_Unsupported(self, node: ast.Unsupported) -> Operand:
         raise self.error(TileError, node.message, node.loc, node.hint)
@@ -178,3 +205,8 @@ class ScalarLowering:
             return value
         raise self.error(TileTypeError, f"{what} must be an integer scalar, not "
                          f"{describe(value)}", start_loc(node))
+
+
+COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+           "==": operator.eq, "!=": operator.ne}
+

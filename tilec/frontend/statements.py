@@ -23,6 +23,8 @@ class StatementLowering(TensorAccessLowering):
             with self.builder.located(stmt.loc):
                 if isinstance(stmt, ast.ForStmt):
                     self._range_loop(stmt)
+                elif isinstance(stmt, ast.IfStmt):
+                    self._statements(self._taken_branch(stmt))
                 elif isinstance(stmt, ast.Assign):
                     self._assign(stmt.target, stmt.value, None, stmt.loc)
                 elif isinstance(stmt, ast.AugAssign):
@@ -36,6 +38,20 @@ class StatementLowering(TensorAccessLowering):
                 elif not isinstance(stmt, ast.PassStmt):
                     raise self.error(TileError, "this statement is not supported in tile "
                                      "programs", stmt.loc)
+
+    def _taken_branch(self, stmt: ast.IfStmt) -> Sequence[ast.Stmt]:
+        """The statements of the side the condition, a compile-time constant, takes; the
+        other side is never lowered (its names need not exist, its code is not compiled)."""
+        test = self.expr(stmt.test)
+        if not isinstance(test, ConstValue):
+            raise self.error(TileTypeError, "`if` takes a condition known when compiling "
+                             f"(constants and constant expressions), not {describe(test)}",
+                             stmt.test.loc, "tile programs branch only when compiling; on "
+                             "tiles use max(a, b), min(a, b) or relu(x)")
+        taken, untaken = (stmt.body, stmt.orelse) if test.value else (stmt.orelse, stmt.body)
+        self.untaken_names.update(node.id for side in untaken for node in ast.iter_nodes(side)
+                                  if isinstance(node, ast.Name))
+        return taken
 
     def _assign(self, target: ast.Expr, value_node: ast.Expr, augmented: Optional[str],
                 loc: Loc) -> None:
@@ -190,5 +206,8 @@ def _assigned_names(statements: Sequence[ast.Stmt]) -> list[str]:
             names.setdefault(stmt.target.id)
         elif isinstance(stmt, ast.ForStmt):
             for name in _assigned_names(stmt.body):
+                names.setdefault(name)
+        elif isinstance(stmt, ast.IfStmt):  # either side: a superset is safe
+            for name in _assigned_names((*stmt.body, *stmt.orelse)):
                 names.setdefault(name)
     return list(names)

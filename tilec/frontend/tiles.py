@@ -25,6 +25,9 @@ class TileLowering(ScalarLowering):
 
     def _expr_UnaryOp(self, node: ast.UnaryOp) -> Operand:
         value = self.expr(node.operand)
+        if node.op == "not":
+            self._compile_time(node, value)
+            return ConstValue(int(not value.value))
         if isinstance(value, (DTypeValue,)) or is_tensor(value):
             raise self.error(TileTypeError, f"cannot apply unary '{node.op}' to "
                              f"{describe(value)}", node.loc)

@@ -84,6 +84,9 @@ class Param:
     name: str
     type: Type  # TensorType for arrays, ScalarType for scalars
     loc: Optional[Loc] = None
+    # Named only in a compile-time branch not taken (`if HAS_BIAS:` with HAS_BIAS = 0): the
+    # kernel still takes it, and leaving it untouched is no mistake.
+    branch_only: bool = False
 
 
 @dataclass(eq=False)
