@@ -146,22 +146,38 @@ def _pipeline_across_iterations(kernel: Kernel, loop: Op, plan: TilingPlan, stag
         loop.results.append(Value(rtype, hint + "_unused", loop))
 
 
-def _broadcast_load(kernel: Kernel, op: Op, layout: DistributedLayout) -> Op:
-    """``broadcast(load 1-D)`` or ``broadcast(reshape(load 1-D))`` as one frag.load."""
+def _broadcast_load(kernel: Kernel, op: Op, layout: DistributedLayout) -> list[Op]:
+    """``broadcast(load 1-D)``, through a reshape and a dtype conversion (an f16 bias added
+    to f32 values), as one frag.load of the vector's own dtype, converted after the load
+    when the broadcast converted it."""
     source = defining_op(op.operands[0])
     shape = op.operands[0].type.shape
-    if source is not None and source.name == "tile.reshape":
+    cast = None
+    while source is not None and source.name in ("tile.reshape", "tile.cast"):
+        if source.name == "tile.cast":
+            if cast is not None:
+                break
+            cast = source
         source = defining_op(source.operands[0])
     if source is None or source.name != "tile.load" or source.result.type.rank != 1:
         raise located(TileConfigError, "only tiles loaded from 1-D tensors (bias rows or "
-                      "columns) can be broadcast in an epilogue", op.loc, kernel.source_lines)
+                      "columns), converted or not, can be broadcast in an epilogue", op.loc,
+                      kernel.source_lines)
     # numpy aligns shapes at the right: [n] and [1, n] walk columns, [n, 1] walks rows.
     dims = [-1, 0] if len(shape) == 1 or shape[0] == 1 else [0, -1]
     rtype = op.result.type.with_(layout=layout)
-    new = Op("frag.load", list(source.operands), [op.result], {"dims": dims}, [], op.loc)
-    op.result.owner = new
+    if cast is None:
+        new = Op("frag.load", list(source.operands), [op.result], {"dims": dims}, [], op.loc)
+        op.result.owner = new
+        op.result.type = rtype
+        return [new]
+    loaded = Value(rtype.with_(dtype=source.result.type.dtype), op.result.hint + "_loaded")
+    load = Op("frag.load", list(source.operands), [loaded], {"dims": dims}, [], op.loc)
+    loaded.owner = load
+    widen = Op("tile.cast", [loaded], [op.result], dict(cast.attrs), [], op.loc)
+    op.result.owner = widen
     op.result.type = rtype
-    return new
+    return [load, widen]
 
 
 def run(kernel: Kernel, options: Options) -> Kernel:
@@ -207,7 +223,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
             op.result.type = result_type.with_(layout=layout)
             op = new
         elif is_block_tile and op.name == "tile.broadcast":
-            op = _broadcast_load(kernel, op, layout)
+            *loads, op = _broadcast_load(kernel, op, layout)
+            rewritten.extend(loads)
         elif is_block_tile and _elementwise(catalogue.get(op.name)):
             # Elementwise ops compute in any layout: the result takes the accumulator's.
             op.result.type = result_type.with_(layout=layout)

@@ -239,8 +239,8 @@ def test_automatic_warps_choose_a_grid_that_fits(kwargs) -> None:
 ], ids=["made-row", "made-column", "2-D-row"])
 def test_epilogue_broadcasts_only_loaded_1d_tiles(statement: str) -> None:
     err = compile_error(TileConfigError, EPILOGUE_HEADER + statement)
-    assert "only tiles loaded from 1-D tensors (bias rows or columns) can be broadcast in an " \
-           "epilogue" in err.message
+    assert "only tiles loaded from 1-D tensors (bias rows or columns), converted or not, can " \
+           "be broadcast in an epilogue" in err.message
     assert err.loc.line == 7
 
 
