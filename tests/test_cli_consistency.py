@@ -174,8 +174,8 @@ def test_bisect_takes_arch_f32_math_and_split_k(capsys):
 def test_the_hopper_schedule_flags_reach_every_compiling_verb(verb):
     file = [] if verb == "bench" else [MATMUL]
     for flags, options in ((["--persistent"], {"persistent": True}),
-                           (["--cluster", "2", "--blocks-per-sm", "2"],
-                            {"cluster": 2, "blocks_per_sm": 2})):
+                           (["--cluster", "2"], {"cluster": 2}),
+                           (["--blocks-per-sm", "2"], {"blocks_per_sm": 2})):
         args = build_parser().parse_args([verb, *file, "--arch", "sm_90a", *flags])
         assert arguments.compile_options(args) == {"arch": "sm_90a", **options}
 

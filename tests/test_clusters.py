@@ -107,6 +107,7 @@ def test_cluster_needs_the_warp_specialized_path():
 @pytest.mark.parametrize("options, message", [
     (dict(cluster=3), "cluster must be one of"),
     (dict(cluster=2, persistent=True), "cannot be combined with persistent"),
+    (dict(cluster=2, blocks_per_sm=2), "cannot be combined with blocks_per_sm=2"),
 ])
 def test_bad_cluster_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):

@@ -150,6 +150,10 @@ class Options:
         if self.cluster > 1 and self.persistent:
             raise ValueError("cluster=2 takes one tile a block: it cannot be combined with "
                              "persistent=True")
+        if self.cluster > 1 and self.blocks_per_sm > 1:
+            # Not run on a GPU together: refused rather than risk a hang.
+            raise ValueError("cluster=2 runs with one block per SM: it cannot be combined "
+                             "with blocks_per_sm=2")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):
