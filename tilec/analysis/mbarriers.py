@@ -122,6 +122,7 @@ class Step:
     buffer: Optional[Value] = None
     stage: Optional[int] = None
     async_proxy: bool = False
+    arrivals: int = 1  # an arrive's: one per block of a cluster (the peers run this program)
 
     @property
     def bar(self) -> str:
@@ -258,9 +259,9 @@ def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
                         and not known(op.operands[2], op, "the arrival's predicate")):
                     # A cluster's arrival: this block's warpgroup and, as the peers run the
                     # same program, each peer's on this block's barrier.
-                    for _ in range(op.attrs.get("cluster", 1) if name == ARRIVE else 1):
-                        add(op, "expect" if name == EXPECT else "arrive",
-                            bytes=op.attrs.get("bytes", 0), **barrier(op, *op.operands[:2]))
+                    add(op, "expect" if name == EXPECT else "arrive",
+                        bytes=op.attrs.get("bytes", 0), arrivals=op.attrs.get("cluster", 1),
+                        **barrier(op, *op.operands[:2]))
             elif name == LOAD:
                 view = op.operands[3]
                 add(op, "load", bytes=Box.of(op).bytes(view.type.dtype.bytes), async_proxy=True,
@@ -439,7 +440,8 @@ class _Run:
             join(proc.clock, bar.completed)
             proc.last_wait[(step.ring, step.index)] = (access, bar.phases)
         elif kind in ("expect", "arrive"):
-            self.arrive(bar, access, proc.clock, step.bytes)
+            for _ in range(step.arrivals):
+                self.arrive(bar, access, proc.clock, step.bytes)
         elif kind == "load":
             self.load(proc, access, bar)
         elif kind == "read":
@@ -637,7 +639,7 @@ def check_transactions(kernel: Kernel, steps: list[Step], error: type) -> None:
                 group = None
             if group is None:
                 group = phases[key] = {"expects": [], "loads": [], "arrivals": 0}
-            group["arrivals"] += 1
+            group["arrivals"] += step.arrivals
             if step.kind == "expect":
                 group["expects"].append(step)
         elif step.kind == "load":

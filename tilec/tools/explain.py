@@ -467,13 +467,10 @@ def _roles_row(phase: str, role: str, group: list[Step], stages: int) -> Schedul
         return ScheduleRow(phase, role + "expect_tx", bar, f"one arrival, {s.bytes} "
                            "transaction bytes expected")
     if s.kind == "arrive":
-        cluster = s.op.attrs.get("cluster", 1)
-        if cluster > 1:  # the checker arrives once per block of the cluster
-            group = group[::cluster]
-            bar = f"{s.ring.hint}[{_of_it([g.index for g in group], stages)}]"
+        if s.arrivals > 1:
             return ScheduleRow(phase, role + "arrive", bar, "one arrival per consumer "
-                               f"warpgroup on this barrier of each of the {cluster} blocks of "
-                               "the cluster: the stage is free again in all of them")
+                               f"warpgroup on this barrier of each of the {s.arrivals} blocks "
+                               "of the cluster: the stage is free again in all of them")
         return ScheduleRow(phase, role + "arrive", bar, "one arrival per consumer "
                            "warpgroup: the stage is free again")
     if s.kind == "load":
