@@ -85,10 +85,23 @@ def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
     within = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32, "k_from_start"),
                                         constant(b, step)], i32, "k_step")
     it = b.value("arith.add", [base, within], i32, "it")
+    stage, parity = _ring_slot(b, it, stages)
+    return stage, parity, it, within
+
+
+def _ring_slot(b: Builder, it: Value, stages: int) -> tuple[Value, Value]:
+    """Stage ``it % S`` and phase parity ``(it / S) % 2`` of ring iteration ``it``."""
     stage = b.value("arith.mod", [it, constant(b, stages)], i32, "stage")
     rounds = b.value("arith.floordiv", [it, constant(b, stages)], i32, "round")
     parity = b.value("arith.mod", [rounds, constant(b, 2)], i32, "parity")
-    return stage, parity, it, within
+    return stage, parity
+
+
+def _k_steps(b: Builder, loop: Op, step: int) -> Value:
+    """The K loop's trip count, ``cdiv(ub - lb, step)``."""
+    lb, ub = loop.operands[:2]
+    return b.value("arith.cdiv", [b.value("arith.sub", [ub, lb], i32, "k_span"),
+                                  constant(b, step)], i32, "k_steps")
 
 
 # The operand the blocks of a cluster (along M) share: B's tile depends on n and k only.
@@ -114,16 +127,12 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
     cluster to hand every stage back: the peer block's consumers arrive on this block's
     empty barriers, and the block must not exit before they have (the block's shared
     memory, barriers included, goes with it)."""
-    lb, ub = loop.operands[:2]
-    trips = p.value("arith.cdiv", [p.value("arith.sub", [ub, lb], i32, "k_span"),
-                                   constant(p, step)], i32, "k_steps")
+    trips = _k_steps(p, loop, step)
     base = p.value(RING_BASE, [], i32, "ring_base")
     end = p.value("arith.add", [base, trips], i32, "ring_end")
     for j in range(stages):
         it = p.value("arith.add", [end, constant(p, j)], i32, "it_after")
-        stage = p.value("arith.mod", [it, constant(p, stages)], i32, "stage")
-        rounds = p.value("arith.floordiv", [it, constant(p, stages)], i32, "round")
-        parity = p.value("arith.mod", [rounds, constant(p, 2)], i32, "parity")
+        stage, parity = _ring_slot(p, it, stages)
         free = p.value("arith.sub", [constant(p, 1), parity], i32, "parity_free")
         p.op(WAIT, [empty, stage, free])
 
@@ -235,9 +244,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         # The last stage's products finish, and the stage goes back (a persistent kernel's
         # producer fills it again for the next tile).
         after.op(family.in_flight_wait, attrs={"in_flight": 0})
-        trips = after.value("arith.cdiv", [after.value("arith.sub", [loop.operands[1], lb], i32,
-                                                       "k_span"), constant(after, step)],
-                            i32, "k_steps")
+        trips = _k_steps(after, loop, step)
         base = after.value(RING_BASE, [], i32, "ring_base")
         last = after.value("arith.mod", [after.value("arith.add", [base, after.value(
             "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it"),
