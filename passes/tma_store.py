@@ -39,7 +39,7 @@ from tilec.target.layout import DistributedLayout
 NAME = "tma_store"
 
 
-def addressing_problem(layout: DistributedLayout, elem_bytes: int) -> Optional[str]:
+def addressing_problem(layout: DistributedLayout) -> Optional[str]:
     """Why the backend's staging writes cannot use their cheap form for this accumulator
     layout (None when they can): every register of a thread must stay in the thread's rows
     modulo 8 (so the swizzle's XOR is the thread's), and a register pair's columns inside
@@ -78,7 +78,7 @@ def _store_problem(kernel: Kernel, store: Op, options: Options) -> Optional[str]
     if spec.contiguous_dim != 1 or spec.vec_elems * elem_bytes < 16:
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
-    problem = addressing_problem(layout, elem_bytes)
+    problem = addressing_problem(layout)
     if problem is not None:
         return problem
     return None

@@ -111,8 +111,7 @@ class ScalarLowering:
             if not isinstance(value, ConstValue):
                 raise self.error(TileTypeError, f"`{node.op}` takes compile-time constants "
                                  f"(constant parameters, numbers), not {describe(value)}",
-                                 node.loc, "tile programs branch only when compiling; on "
-                                 "tiles use max(a, b), min(a, b) or relu(x)")
+                                 node.loc, BRANCH_HINT)
 
     def _expr_Unsupported(self, node: ast.Unsupported) -> Operand:
         raise self.error(TileError, node.message, node.loc, node.hint)
@@ -209,4 +208,7 @@ class ScalarLowering:
 
 COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
            "==": operator.eq, "!=": operator.ne}
+# Said wherever a branch or a comparison meets a value known only when the kernel runs.
+BRANCH_HINT = ("tile programs branch only when compiling; on tiles use max(a, b), min(a, b) "
+               "or relu(x)")
 

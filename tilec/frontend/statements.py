@@ -9,6 +9,7 @@ from tilec.errors import TileError, TileNameError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import start_loc
 from tilec.frontend.operands import Binding, ConstValue, describe, is_predefined
+from tilec.frontend.scalars import BRANCH_HINT
 from tilec.frontend.tensor_access import TensorAccessLowering
 from tilec.ir.core import Block, Loc, Op, Value
 from tilec.ir.types import F32, I32, ScalarType, TileType
@@ -46,8 +47,7 @@ class StatementLowering(TensorAccessLowering):
         if not isinstance(test, ConstValue):
             raise self.error(TileTypeError, "`if` takes a condition known when compiling "
                              f"(constants and constant expressions), not {describe(test)}",
-                             stmt.test.loc, "tile programs branch only when compiling; on "
-                             "tiles use max(a, b), min(a, b) or relu(x)")
+                             stmt.test.loc, BRANCH_HINT)
         taken, untaken = (stmt.body, stmt.orelse) if test.value else (stmt.orelse, stmt.body)
         self.untaken_names.update(node.id for side in untaken for node in ast.iter_nodes(side)
                                   if isinstance(node, ast.Name))
