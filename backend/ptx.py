@@ -7,7 +7,7 @@ from it is reported by name, never silently skipped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from tilec.families import products
 from tilec.ir.core import Block, Kernel, Op
@@ -144,14 +144,23 @@ def _grouped_coords(ctx: Context, gm: str, gn: str, pid: str, group: int) -> tup
     return pid_m, pid_n
 
 
-def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
+def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -> None:
     """A persistent kernel's loop over the output tiles for one role: ``emit_ops(ctx, ops)``
-    for each tile (``ops``: what it runs per tile, holding its K loop): tiles ``%ctaid.x``, then every ``%nctaid.x``-th, each
-    bound to the grid's (m, n) in grouped order, and the ring iterations of the earlier
-    tiles carried as ``ws.ring_base`` (so stages and phases go on round the ring)."""
+    for each tile (``ops``: what it runs per tile, holding its K loop): tiles ``%ctaid.x``,
+    then every ``%nctaid.x``-th, each bound to the grid's (m, n) in grouped order, and the
+    ring iterations of the earlier tiles carried as ``ws.ring_base`` (so stages and phases go
+    on round the ring). In a cluster the loop numbers pairs of M tiles instead (cluster
+    ``%ctaid.x / cluster``, then every ``%nctaid.x / cluster``-th), and each block takes the
+    pair's M tile of its rank: the pair walks the same tiles and ring iterations, which the
+    B tiles it multicasts to both need. ``tail`` runs once after the last tile, with
+    ``ws.ring_base`` the last tile's (so ``ring_base + K steps`` is where the ring ended)."""
     w = ctx.w
     grid = ctx.grid_op
     gm, gn = (ctx.get(v) for v in grid.operands[:2])
+    cluster = ctx.kernel.schedule.roles.cluster
+    rank = None
+    if cluster > 1:
+        gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
     tiles = ctx.int_op("mul.lo.s32", gm, gn)
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     lb, ub, step = (ctx.operand(v) for v in k_loop.operands[:3])
@@ -160,8 +169,16 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
              else ctx.div_const(span, ctx.const(k_loop.operands[2])))
     trips = ctx.int_op("max.s32", steps, 0)
     tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
-    w.emit(f"mov.u32 {tile}, %ctaid.x;")
-    w.emit(f"mov.u32 {stride}, %nctaid.x;")
+    if cluster > 1:
+        block, blocks = w.reg("b32"), w.reg("b32")
+        w.emit(f"mov.u32 {block}, %ctaid.x;")
+        w.emit(f"mov.u32 {blocks}, %nctaid.x;")
+        rank = ctx.mod_const(block, cluster, nonnegative=True)
+        w.emit(f"mov.u32 {tile}, {ctx.div_const(block, cluster, nonnegative=True)};")
+        w.emit(f"mov.u32 {stride}, {ctx.div_const(blocks, cluster, nonnegative=True)};")
+    else:
+        w.emit(f"mov.u32 {tile}, %ctaid.x;")
+        w.emit(f"mov.u32 {stride}, %nctaid.x;")
     w.emit(f"mov.u32 {ring}, 0;")
     head, done = w.label("tile"), w.label("tiles_done")
     finished = w.reg("pred")
@@ -169,6 +186,8 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
     w.emit(f"setp.ge.s32 {finished}, {tile}, {tiles};")
     w.emit(f"@{finished} bra.uni {done};")
     pid_m, pid_n = _grouped_coords(ctx, gm, gn, tile, grid.attrs.get("raster_group") or 1)
+    if rank is not None:
+        pid_m = ctx.mad(pid_m, cluster, rank)
     ctx.bind(grid.results[0], pid_m)
     ctx.bind(grid.results[1], pid_n)
     saved, ctx.ring_base = ctx.ring_base, ring
@@ -182,6 +201,12 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops) -> None:
     for hook in ctx.after_tiles:
         hook()
     ctx.after_tiles = saved_hooks
+    if tail:
+        # Every tile runs the same K steps: the last one began at ring - trips (or, with no
+        # tile at all, ring_base + trips = 0: nothing ran, and nothing is waited for).
+        ctx.ring_base = ctx.int_op("sub.s32", ring, trips)
+        emit_ops(ctx, list(tail))
+        ctx.ring_base = saved
 
 
 # -- structured control flow: PTX ISA 9.7.12 (bra) --------------------------------------
@@ -402,7 +427,7 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     """PTX for a kernel that has been through the pipeline."""
     ctx = Context(kernel, options)
     ctx.emit_block = emit_block
-    ctx.tile_loop = lambda ops, emit_ops: _tile_loop(ctx, ops, emit_ops)
+    ctx.tile_loop = lambda ops, emit_ops, tail=(): _tile_loop(ctx, ops, emit_ops, tail)
     threads = kernel.schedule.threads
     abi = kernel_abi(kernel)
     _load_params(ctx, abi)

@@ -23,9 +23,10 @@ from .test_ptxas import load_sample
 TILE = dict(BM=128, BN=256, BK=64)
 
 
-def lowered(sample="matmul", dtype="f16", stages=3, **consts):
+def lowered(sample="matmul", dtype="f16", stages=3, persistent=False, **consts):
     kernel = load_sample(sample, dtype).lower(**{**TILE, **consts})
-    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, cluster=2)).kernel
+    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, cluster=2,
+                                        persistent=persistent)).kernel
 
 
 def ops_named(kernel, name):
@@ -72,9 +73,10 @@ def test_the_launch_pairs_m_tiles_into_clusters():
     assert launch_cluster(plain) is None and launch_grid([5, 4], plain) == (20, 1, 1)
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("sample", ["matmul", "matmul_bt"])
-def test_the_cpu_executor_computes_the_product(sample):
-    kernel = lowered(sample, BN=128)
+def test_the_cpu_executor_computes_the_product(sample, persistent):
+    kernel = lowered(sample, BN=128, persistent=persistent)
     arrays = random_inputs(kernel, np.random.default_rng(11))
     if sample == "matmul_bt":
         want = _reference({"A": arrays["A"], "B": arrays["B"].T}, "f16")
@@ -85,8 +87,34 @@ def test_the_cpu_executor_computes_the_product(sample):
     assert relative_error(got, want) < 1e-5
 
 
-def test_the_mbarrier_checker_accepts_the_cluster_protocol():
-    check_schedule(lowered())
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_the_mbarrier_checker_accepts_the_cluster_protocol(persistent):
+    check_schedule(lowered(persistent=persistent))
+
+
+def test_a_persistent_pair_walks_pairs_of_m_tiles():
+    """persistent + cluster=2: both blocks of a cluster number the same pairs of M tiles
+    (cluster id, then every grid/2-th), each taking the M tile of its rank, so they go
+    through the same ring iterations and every B stage they multicast is one both use; the
+    grid is whole clusters, at most one a pair; the producer's waits for the peer's
+    hand-backs come once, after the last tile, not after every tile."""
+    kernel = lowered(persistent=True)
+    assert kernel.schedule.roles.persistent and kernel.schedule.roles.cluster == 2
+    assert launch_cluster(kernel) == (2, 1, 1)
+    # 5 M tiles are 3 pairs; 3 x 4 pairs fit 66 clusters: 12 clusters of 2 blocks.
+    assert launch_grid([5, 4], kernel, multiprocessors=132) == (24, 1, 1)
+    # 33 x 8 tiles: 17 x 8 = 136 pairs for 66 clusters (132 SMs); an odd SM count drops one.
+    assert launch_grid([33, 8], kernel, multiprocessors=132) == (132, 1, 1)
+    assert launch_grid([33, 8], kernel, multiprocessors=131) == (130, 1, 1)
+    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2,
+                                           persistent=True, **TILE)
+    producer = ptx[ptx.index("setmaxnreg.dec"):ptx.index("setmaxnreg.inc")]
+    done = re.search(r"\$L_tiles_done_\d+:", producer).start()
+    # The K loop's wait on the empty ring inside the tile loop, the three tail waits after.
+    assert producer[:done].count("mbarrier.try_wait") == 1
+    assert producer[done:].count("mbarrier.try_wait") == 3
+    # Both roles number clusters: the block id halved (a shift) and the grid halved.
+    assert ptx.count("%ctaid.x;") == ptx.count("%nctaid.x;") == 2
 
 
 def test_an_empty_barrier_counting_one_block_is_caught():
@@ -106,7 +134,6 @@ def test_cluster_needs_the_warp_specialized_path():
 
 @pytest.mark.parametrize("options, message", [
     (dict(cluster=3), "cluster must be one of"),
-    (dict(cluster=2, persistent=True), "cannot be combined with persistent"),
     (dict(cluster=2, blocks_per_sm=2), "cannot be combined with blocks_per_sm=2"),
 ])
 def test_bad_cluster_options_are_refused(options, message):

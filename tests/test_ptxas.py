@@ -191,6 +191,11 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
                                   ("gemm_epilogue", "f16", DIVISIBLE),
+                                  ("gemm_epilogue", "bf16", RAGGED))] + [
+    # Persistent clusters: the pair walks pairs of M tiles, the producer's tail after them.
+    case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2,
+         persistent=True)
+    for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
                                   ("gemm_epilogue", "bf16", RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).

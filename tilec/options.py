@@ -113,7 +113,8 @@ class Options:
     persistent: bool = False
     # Warp-specialized (sm_90a) kernels: blocks per thread-block cluster, along M. With 2,
     # the two blocks of a cluster share their B tile: each loads half of it with TMA and
-    # multicasts it to both, halving B's traffic from L2.
+    # multicasts it to both, halving B's traffic from L2. With persistent=True the pair
+    # walks the output tiles together, a pair of M tiles of one N column at a time.
     cluster: int = 1
     spec: Spec = field(default_factory=Spec)
 
@@ -147,9 +148,6 @@ class Options:
         if (not isinstance(self.cluster, int) or isinstance(self.cluster, bool)
                 or self.cluster not in CLUSTER_SIZES):
             raise ValueError(f"cluster must be one of {CLUSTER_SIZES}, got {self.cluster!r}")
-        if self.cluster > 1 and self.persistent:
-            raise ValueError("cluster=2 takes one tile a block: it cannot be combined with "
-                             "persistent=True")
         if self.cluster > 1 and self.blocks_per_sm > 1:
             # Not run on a GPU together: refused rather than risk a hang.
             raise ValueError("cluster=2 runs with one block per SM: it cannot be combined "

@@ -315,3 +315,18 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
     of M tiles (640 and 300 rows) leaves the last cluster's second block past M, loading
     zeros and storing nothing, while its half of B still reaches its peer."""
     run_and_check(name, dtype, shape, stages=3, cluster=2, **tiles)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("shape", [(640, 1024, 200), (300, 520, 200), (1000, 1003, 77),
+                                   (4224, 2048, 256), (4096, 4096, 512)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_persistent_clusters_walk_pairs_of_tiles(shape, name, dtype):
+    """persistent + cluster=2 at 128x256x64: each pair of blocks walks pairs of M tiles,
+    multicasting B to both. 4224x2048 (17 pairs of M tiles, the last half past M, x 8 N
+    tiles: 136 pairs for at most 66 clusters) and 4096^2 (256 pairs) give every cluster
+    several tiles, so the ring's stages and phases go on across tiles in both blocks; the
+    smaller shapes give some clusters none."""
+    run_and_check(name, dtype, shape, stages=3, cluster=2, persistent=True,
+                  BM=128, BN=256, BK=64)

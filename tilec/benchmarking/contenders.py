@@ -47,8 +47,8 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
-    persistent block, or a cluster of two sharing B (the autotuner prunes what does not
-    fit)."""
+    persistent block, a cluster of two sharing B, or persistent clusters (the autotuner
+    prunes what does not fit)."""
     from tilec.tools.autotune import search_space
     if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
@@ -116,9 +116,9 @@ TUNED = {
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
 }
 SIXTEEN_BIT = ("f16", "bf16")
-# The block schedules sm_90a's autotuning tries for each tile (a cluster takes one tile a
-# block: persistent blocks do not pair).
-SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2})
+# The block schedules sm_90a's autotuning tries for each tile: one tile a block, persistent
+# blocks, a cluster of two sharing B, and persistent clusters walking pairs of tiles.
+SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2}, {"persistent": True, "cluster": 2})
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}

@@ -373,7 +373,11 @@ def _producer(ctx: Context, op: Op) -> None:
     w.emit(f"setp.ne.u32 {elected}, {ctx.tid()}, {roles.consumer_threads};")
     w.emit(f"@{elected} bra {done};")  # one thread of the warp goes on: divergent
     if roles.persistent:
-        ctx.tile_loop(op.regions[0].ops, ctx.emit_block)
+        # The region is its K loop, then (in a cluster) the waits for the peer's last
+        # hand-backs: those once, after the last tile.
+        ops = op.regions[0].ops
+        loop_end = max(i for i, inner in enumerate(ops) if inner.name == "scf.for") + 1
+        ctx.tile_loop(ops[:loop_end], ctx.emit_block, ops[loop_end:])
     else:
         ctx.emit_block(ctx, op.regions[0].ops)
     w.raw(f"{done}:")

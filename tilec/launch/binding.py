@@ -200,14 +200,19 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     :func:`grid_size` evaluates them): its grid op says whether the passes folded two axes
     into one (grouped rasterization) and whether split-K added a slice axis after them. A
     persistent kernel gets one block per SM (``multiprocessors``: the device's), times its
-    blocks per SM, at most one a tile."""
+    blocks per SM, at most one a tile (a cluster's: whole clusters, at most one a pair of
+    M tiles)."""
     roles = compiled_kernel.schedule.roles
     if roles is not None and roles.persistent:
         if multiprocessors is None:
             raise ValueError("a persistent kernel's grid needs the device's multiprocessor "
                              "count")
-        tiles = math.prod(sizes)
-        return (min(tiles, multiprocessors * roles.blocks_per_sm), 1, 1)
+        # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop): whole
+        # clusters, at most one a pair of tiles.
+        cluster = roles.cluster
+        pairs = -(-sizes[0] // cluster) * math.prod(sizes[1:])
+        clusters = min(pairs, multiprocessors * roles.blocks_per_sm // cluster)
+        return (clusters * cluster, 1, 1)
     grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
