@@ -776,7 +776,8 @@ def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
     """The tuned tiles on an H100: 128x256x64 in 3 stages for wgmma; short M keeps the mma
     tile (its warp grid makes wgmma decline); f32 does not depend on the target."""
     square, short = Case(4096, 4096, 4096, "f16"), Case(16, 8192, 8192, "bf16")
-    assert contenders.tuned_config(square, "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3)
+    assert contenders.tuned_config(square, "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3,
+                                                             raster_group=16)
     assert contenders.tuned_config(square, "sm_90") == contenders.tuned_config(square)
     assert contenders.tuned_config(short, "sm_90a") == contenders.tuned_config(short, "sm_80")
     assert contenders.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \
@@ -792,9 +793,9 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
     assert {c["stages"] for c in space} == {3, 4, 6}
     assert {c["raster_group"] for c in space} == {8, 16}
-    # Each tile under the three schedules; a cluster never with persistent blocks.
+    # Each tile under the four schedules: one tile a block or persistent, alone or in pairs.
     schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space}
-    assert schedules == {(False, 1), (True, 1), (False, 2)}
+    assert schedules == {(False, 1), (True, 1), (False, 2), (True, 2)}
     for config in space:
         Options(arch="sm_90a", **{k: v for k, v in config.items()
                                   if k in ("stages", "raster_group", "persistent", "cluster")})
@@ -806,10 +807,13 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
 
 
 def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
-    """1000x1003x77 (32 tiles of 128x256): mma.sync's 64x64 tiles, forced by their warp
-    grid, reading the operands unpacked; the large ragged shape keeps wgmma's 128x256."""
+    """1000x1003x77 (32 tiles of 128x256): mma.sync's 64x128 tiles, forced by their warp
+    grid, reading the operands unpacked, all of K in one step of 80; a longer K keeps the
+    3-stage 64x64x32 kernel; the large ragged shape keeps wgmma's 128x256."""
     small = contenders.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
-    assert small == dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
+    assert small == dict(BM=64, BN=128, BK=80, stages=1, warps=(2, 4), pack="off")
+    longer = contenders.tuned_config(Case(1000, 1003, 500, "f16"), "sm_90a")
+    assert longer == dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     assert contenders.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
         dict(BM=128, BN=256, BK=64, stages=3)
 

@@ -338,3 +338,25 @@ def test_sm_90a_falls_back_to_mma_sync_where_wgmma_does_not_apply() -> None:
                                    ("sgemm", "f32", {})):
         ptx = load_sample(sample, dtype).ptx(arch="sm_90a", **options)
         assert ".target sm_90a" in ptx and "wgmma" not in ptx, (sample, options)
+
+
+# sm_90a's tuned kernel for small ragged problems (1000x1003x77, benchmarking.contenders):
+# mma.sync, all of K in one step of one stage, the misaligned operands and C copied element
+# by element.
+SMALL_RAGGED = [case(sample, dtype, "sm_90a", RAGGED, BM=64, BN=128, BK=80, stages=1,
+                     warps=(2, 4), spec=Spec(tensors=(("A", TensorSpec(1, 1)),
+                                                      ("B", TensorSpec(1, 1)),
+                                                      ("C", TensorSpec(1, 1)))))
+                for sample, dtype in (("matmul", "f16"), ("gemm_epilogue", "bf16"))]
+
+
+@pytest.mark.parametrize("case", SMALL_RAGGED, ids=ids(SMALL_RAGGED))
+def test_the_one_step_kernel_for_small_ragged_problems_assembles(assembler: Assembler,
+                                                                  case: Case) -> None:
+    ptx = case.ptx()
+    # Element copies go through registers: no cp.async copy (cp.async.ca or .cg).
+    assert "mma.sync" in ptx and "wgmma.mma_async" not in ptx, case.id
+    assert not re.search(r"cp\.async\.c[ag]\b", ptx), case.id
+    log = assembled(assembler, case).log
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"

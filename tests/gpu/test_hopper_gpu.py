@@ -330,3 +330,25 @@ def test_persistent_clusters_walk_pairs_of_tiles(shape, name, dtype):
     smaller shapes give some clusters none."""
     run_and_check(name, dtype, shape, stages=3, cluster=2, persistent=True,
                   BM=128, BN=256, BK=64)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (300, 517, 33), (130, 1003, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_small_ragged_problems_take_k_in_one_step(shape, name, dtype):
+    """The tuned kernel for small ragged problems on sm_90a (benchmarking.contenders:
+    mma.sync 64x128 tiles, 2x4 warps, all of K in one step of one stage, the operands read
+    unpacked with element copies): K of 77, 33 and 128 in one step, ragged M and N edges."""
+    from tilec.benchmarking.cases import Case as BenchCase
+    from tilec.benchmarking.contenders import tuned_config
+    m, n, k = shape
+    config = tuned_config(BenchCase(m, n, k, dtype), ARCH)
+    assert (config["stages"], config["BK"]) == (1, -(-k // 16) * 16)
+    function = sample(name, dtype)
+    case = Case(name, dtype, m, n, k)
+    ref = case.reference()
+    function(*case.args(), arch=ARCH, **config)
+    case.check(ref)
+    ptx = function.prepare(*case.args(), arch=ARCH, **config).compiled.ptx
+    assert "mma.sync" in ptx and TMA_LOAD not in ptx
