@@ -17,6 +17,10 @@ follows what the hardware does rather than what numpy does by default:
   once, which is correctly rounded for + - * / because f32 has more than twice their precision
   plus two bits (Figueroa's double-rounding bound). Casts round to nearest even; float to int
   casts round to nearest even and saturate, NaN -> 0 (PTX ``cvt.rni.sat``).
+- ``tile.dot`` of i8 tiles into an i32 accumulator is exact: summed in int64 and wrapped to
+  int32 (two's complement), as ``mma.sync ... .s32.s8.s8.s32`` without ``.satfinite`` does;
+  int to 16-bit float casts go through f32 (``cvt.rn.f32.s32`` then one more rounding), as
+  the GPU converts them, and int to int casts wrap (``cvt.s8.s32`` keeps the low byte).
 - ``tile.max``/``min``/``relu`` propagate NaN (numpy ``maximum``/``minimum``).
 - Scalar integer ops are their op definitions' ``fold`` (:mod:`tilec.ir.arith`): they wrap
   like the hardware's 32/64-bit registers; ``arith.floordiv`` and ``arith.mod`` are Python's
@@ -64,7 +68,7 @@ from tilec.ir import arith
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
 from tilec.ir.ops import IR_OPS, OpDef, registered_ops
-from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
+from tilec.ir.types import BF16, F16, F32, I8, I32, I64, PRED, DType, ScalarType, TensorType, TileType
 from tilec.options import F32_MATH
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 
@@ -109,7 +113,8 @@ def _f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 # dtypes and rounding
 
 _STORAGE = {F16: np.dtype(np.float16), BF16: np.dtype(np.float32), F32: np.dtype(np.float32),
-            I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_)}
+            I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_),
+            I8: np.dtype(np.int8)}
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -162,8 +167,10 @@ def _convert(values: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     if dst == PRED:
         return values != 0
     if dst.is_float:
-        # Every f16/bf16/f32 value is exact in f32; integers are exact in f64 up to 2**53.
-        wide = values.astype(np.float32 if src.is_float else np.float64)
+        # Every f16/bf16/f32 value is exact in f32; integers are exact in f64 up to 2**53,
+        # and reach a 16-bit float through f32, as cvt.rn.f32.s32 then cvt.rn.f16.f32 do.
+        wide = values.astype(np.float32 if src.is_float or dst in (F16, BF16)
+                             else np.float64)
         return round_to_dtype(dst, wide)
     if src.is_float:
         info = np.iinfo(_STORAGE[dst])
@@ -447,6 +454,10 @@ def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a, b, acc = operands
+    if not op.operands[0].type.dtype.is_float:
+        # i8 @ i8 into i32: exact, wrapping as the integer mma does (no .satfinite).
+        exact = acc.astype(np.int64) + np.matmul(a.astype(np.int64), b.astype(np.int64))
+        return [((exact + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)]
     if op.operands[0].type.dtype == F32:
         if state.f32_math == "tf32":  # the products of tf32 inputs are exact in f32
             a, b = round_tf32(a), round_tf32(b)
@@ -554,7 +565,7 @@ def _accepted_dtypes(dtype: DType) -> tuple[tuple[np.dtype, ...], str]:
             accepted += (np.dtype(ml_dtypes.bfloat16),)
             words += " or ml_dtypes.bfloat16"
         return accepted, words
-    numpy_dtype = {F16: np.dtype(np.float16), F32: np.dtype(np.float32)}[dtype]
+    numpy_dtype = _STORAGE[dtype] if dtype != BF16 else None
     return (numpy_dtype,), f"numpy {numpy_dtype}"
 
 

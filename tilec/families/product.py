@@ -130,6 +130,14 @@ class ProductFamily(ABC):
         the registry takes the block otherwise."""
         return self.archs is None or options.arch in self.archs
 
+    def operand_refusal(self, operands: Sequence[OperandPlan], options: "Options"
+                        ) -> Optional[tuple[str, str]]:
+        """Why the family, having taken the dtype, cannot read these operands (how they are
+        stored) or run on this target: (message, hint) for the tiling pass's error at the
+        ``@``; None when it can. Unlike :meth:`applies`, no other family is tried: the
+        dtype has no other (8-bit operands read k-contiguous only)."""
+        return None
+
     def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
         """The m, n, k of one product instruction for this block (fixed for most)."""
         return self.instruction

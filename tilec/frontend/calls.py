@@ -9,7 +9,7 @@ from tilec.errors import TileError, TileNameError, TileShapeError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
-                                     describe, is_scalar, is_tile)
+                                     describe, dtype_list, is_scalar, is_tile)
 from tilec.frontend.tiles import TileLowering
 from tilec.ir.ops import MATH_FUNCTIONS
 from tilec.ir.types import F32, TENSOR_DTYPES, DType, TileType
@@ -94,6 +94,7 @@ class CallLowering(TileLowering):
         if not is_tile(value):
             raise self.error(TileTypeError, f"relu() takes a tile, not {describe(value)}",
                              node.loc)
+        self._require_float_tile(value, "relu()", node)
         return self.builder.value("tile.relu", [value], value.type)
 
     def _call_math(self, node: ast.Call, name: str) -> Operand:
@@ -108,6 +109,7 @@ class CallLowering(TileLowering):
         if not is_tile(value):
             raise self.error(TileTypeError, f"{name}() takes a tile, not {describe(value)}",
                              node.loc)
+        self._require_float_tile(value, f"{name}()", node)
         return self.builder.value(f"tile.{name}", [value], value.type)
 
     def _call_zeros(self, node: ast.Call) -> Operand:
@@ -146,10 +148,10 @@ class CallLowering(TileLowering):
             return F32
         value = self.expr(node)
         if not isinstance(value, DTypeValue):
-            raise self.error(TileTypeError, f"expected a dtype (f16, bf16, f32), got "
-                             f"{describe(value)}", node.loc)
+            raise self.error(TileTypeError, f"expected a dtype ({dtype_list(TENSOR_DTYPES)}), "
+                             f"got {describe(value)}", node.loc)
         if value.dtype not in TENSOR_DTYPES:
-            raise self.error(TileTypeError, f"tiles hold f16, bf16 or f32, not "
+            raise self.error(TileTypeError, f"tiles hold {dtype_list(TENSOR_DTYPES)}, not "
                              f"{value.dtype}", node.loc)
         return value.dtype
 

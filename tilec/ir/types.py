@@ -17,6 +17,7 @@ class DType(Enum):
     BF16 = ("bf16", 16, True)
     F32 = ("f32", 32, True)
     I32 = ("i32", 32, False)
+    I8 = ("i8", 8, False)
     I64 = ("i64", 64, False)
     PRED = ("pred", 1, False)
 
@@ -55,11 +56,16 @@ _DTYPES_BY_NAME = {d.short: d for d in DType}
 
 F16, BF16, F32, I32, I64, PRED = (DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64,
                                   DType.PRED)
+I8 = DType.I8
 
-# Element types a user may give to tensor parameters.
-TENSOR_DTYPES = (F16, BF16, F32)
+# Element types a user may give to tensor parameters (and tiles may hold).
+TENSOR_DTYPES = (F16, BF16, F32, I8, I32)
 # Input element types the mma.sync / wgmma paths multiply.
 MMA_INPUT_DTYPES = (F16, BF16)
+# The dtype a product of operand tiles of each dtype accumulates in (``acc += a @ b``): the
+# one table the frontend, the IR's type check and tiling read, so a new operand dtype is one
+# entry here (and a product family taking it).
+ACCUMULATOR_DTYPES = {F16: F32, BF16: F32, F32: F32, I8: I32}
 
 # A dimension of a global tensor: a symbol bound at launch (``"M"``) or a fixed size.
 Dim = Union[str, int]

@@ -20,13 +20,13 @@ import numpy as np
 from tilec.runtime import driver
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits  # noqa: F401 (re-exported)
 
-DTYPES = ("f16", "bf16", "f32", "i32")
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+DTYPES = ("f16", "bf16", "f32", "i32", "i8")
+ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1}
 
 # Array-interface typestrs, as numpy's `dtype.str` and __cuda_array_interface__ spell them.
-_FROM_TYPESTR = {"<f2": "f16", "<f4": "f32", "<i4": "i32"}
+_FROM_TYPESTR = {"<f2": "f16", "<f4": "f32", "<i4": "i32", "|i1": "i8"}
 # DLPack (type code, bits): kDLInt = 0, kDLFloat = 2, kDLBfloat = 4.
-_FROM_DLPACK = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16", (0, 32): "i32"}
+_FROM_DLPACK = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16", (0, 32): "i32", (0, 8): "i8"}
 _DLPACK_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
 _KDLCPU = 1
 _KDLCUDA = 2
@@ -169,7 +169,7 @@ def _element_strides(described: _Described, name: str) -> tuple[int, ...]:
 # --- torch ------------------------------------------------------------------------------------
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32",
-                 "torch.int32": "i32"}
+                 "torch.int32": "i32", "torch.int8": "i8"}
 
 
 def _from_torch_cuda(tensor: Any) -> _Described | None:
@@ -215,7 +215,7 @@ def _host_numpy_dtype(dtype: str) -> np.dtype:
             return np.dtype(np.uint16)
         return np.dtype(ml_dtypes.bfloat16)
     return {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
-            "i32": np.dtype(np.int32)}[dtype]
+            "i32": np.dtype(np.int32), "i8": np.dtype(np.int8)}[dtype]
 
 
 # --- __cuda_array_interface__ ----------------------------------------------------------------
