@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tilec.benchmarking.array_libraries import Arrays
-from tilec.benchmarking.cases import TILEC_DTYPES, Case
+from tilec.benchmarking.cases import EXACT_OUTPUT, TILEC_DTYPES, Case
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
 from tilec.families.products import family_of
+from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
 
@@ -28,6 +29,8 @@ class Contender:
         return None
 
     def out_dtype(self, case: Case) -> str:
+        if case.dtype in EXACT_OUTPUT:
+            return EXACT_OUTPUT[case.dtype]
         return case.dtype if self.c_dtype == "inputs" and case.dtype in SIXTEEN_BIT else "f32"
 
     def math(self, case: Case) -> str:
@@ -114,6 +117,13 @@ TUNED = {
     ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
     ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
+    # int8 (mma.sync m16n8k32 .s8, on every target): the f16 tiles with BK doubled (the same
+    # bytes a row). Starting points, not yet measured; split-K is not offered (i32 sums).
+    ("int8", "tiled"): dict(BM=128, BN=256, BK=128, stages=3, warps=(2, 4)),
+    ("int8", "small"): dict(BM=64, BN=128, BK=128, stages=3, warps=(1, 2)),
+    ("int8", "shallow"): dict(BM=128, BN=128, BK=128, stages=3),
+    ("int8", "ragged"): dict(BM=128, BN=128, BK=128, stages=3),
+    ("int8", "short"): dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
 }
 SIXTEEN_BIT = ("f16", "bf16")
 # The block schedules sm_90a's autotuning tries for each tile (a cluster takes one tile a
@@ -121,7 +131,7 @@ SIXTEEN_BIT = ("f16", "bf16")
 SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2})
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
-FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
+FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8"}
 # What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
 TILEC_AS = {"tf32": ("f32", {"f32_math": "tf32"})}
 SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
@@ -166,7 +176,8 @@ def _large_tiles(case: Case) -> int:
 
 
 # How the config column names the instruction family a row ran on.
-PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync"}
+PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync",
+                 "int8": "mma.sync .s8"}
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
@@ -205,11 +216,18 @@ def sample_kernel(dtype: str, out: str = "f32") -> Any:
     retyped = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
     if f"A: {dtype}[" not in retyped or f"B: {dtype}[" not in retyped:
         raise RuntimeError(f"{SAMPLE} no longer declares A: f16[...] and B: f16[...]")
-    if out != "f32":
+    accumulator = ACCUMULATOR_DTYPES[DType.parse(dtype)]
+    if str(accumulator) != "f32":  # i8: an i32 accumulator, stored as it is
+        retyped = retyped.replace("zeros([BM, BN], f32)", f"zeros([BM, BN], {accumulator})")
+        if f"zeros([BM, BN], {accumulator})" not in retyped:
+            raise RuntimeError(f"{SAMPLE} no longer starts acc as zeros([BM, BN], f32)")
+    if out != str(accumulator):
         retyped = retyped.replace("C: f32[", f"C: {out}[").replace("] = acc\n",
                                                                     f"] = acc.to({out})\n")
         if f"acc.to({out})" not in retyped:
             raise RuntimeError(f"{SAMPLE} no longer declares C: f32[...] stored as acc")
+    elif out != "f32":
+        retyped = retyped.replace("C: f32[", f"C: {out}[")
     return load_file(SAMPLE, text=retyped)["matmul"]
 
 
@@ -274,7 +292,7 @@ class CublasContender(Contender):
         self.arrays = arrays
 
     def out_dtype(self, case: Case) -> str:
-        return "f32" if case.dtype == "tf32" else case.dtype
+        return "f32" if case.dtype == "tf32" else EXACT_OUTPUT.get(case.dtype, case.dtype)
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
@@ -282,8 +300,11 @@ class CublasContender(Contender):
 
         def run(i: int) -> None:
             self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
-        note = {"f32": ", TF32 off", "tf32": ", TF32 on"}.get(case.dtype, "")
-        return run, f"{self.arrays.name}.matmul, C {self.out_dtype(case)}{note}"
+        note = {"f32": ", TF32 off", "tf32": ", TF32 on", "i8": ", B k contiguous"}.get(
+            case.dtype, "")
+        # i8 products go through torch._int_mm (TorchArrays.matmul).
+        function = "torch._int_mm" if case.dtype == "i8" else f"{self.arrays.name}.matmul"
+        return run, f"{function}, C {self.out_dtype(case)}{note}"
 
 
 class TritonContender(Contender):
@@ -293,6 +314,8 @@ class TritonContender(Contender):
         self.arrays = arrays
 
     def unsupported(self, case: Case) -> Optional[str]:
+        if case.dtype not in TRITON_CONFIG:
+            return f"the Triton kernel has no {case.dtype} configuration"
         return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
