@@ -1,0 +1,139 @@
+"""8-bit operands on the GPU: samples/int8_gemm.py (i8 x i8 -> exact i32 through mma.sync
+m16n8k32 .s8) at ragged sizes, checked integer-exact against int64 products on the host,
+with torch int8 tensors (zero-copy) and numpy int8 arrays (staged), in several
+configurations, and the dequantized f32 output against float64; plus the i32 -> i8 / f16
+conversions and the bench's matmul sample against torch._int_mm."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilec.kernel import load_file
+from tilec.runtime.driver import has_gpu
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
+torch = pytest.importorskip("torch")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SHAPES = [(1, 1, 1), (127, 129, 65), (1000, 1003, 77), (333, 517, 4099), (4096, 4096, 4096)]
+
+
+def int8_gemm():
+    return load_file(SAMPLES / "int8_gemm.py")["int8_gemm"]
+
+
+def operands(m: int, n: int, k: int, seed: int = 0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=generator)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=generator)
+    # The extremes: -128 * -128 over all of K is the largest sum (2**14 K).
+    a[0, :] = -128
+    b[0, :] = -128
+    return a, b
+
+
+def exact(a, b):
+    """A @ B.T in int64 on the host: no float rounding anywhere."""
+    return a.cpu().numpy().astype(np.int64) @ b.cpu().numpy().astype(np.int64).T
+
+
+CONFIGS = [dict(), dict(stages=1), dict(stages=4), dict(swizzle="off"),
+           dict(BM=128, BN=256, BK=64, warps=(2, 4)), dict(BM=128, BN=256, BK=128, warps=(2, 4)),
+           dict(BM=64, BN=64, BK=32)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in
+                                                                 c.items()) or "defaults")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_int8_gemm_is_exact(shape, config):
+    m, n, k = shape
+    a, b = operands(m, n, k)
+    cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    int8_gemm()(a, b, cq, c, 0.5, **config)
+    torch.cuda.synchronize()
+    expected = exact(a, b)
+    assert np.array_equal(cq.cpu().numpy().astype(np.int64), expected)
+    # 0.5 * an integer below 2**24 in magnitude is exact in f32 (K = 4096: 2**26, rounded
+    # once by cvt.rn.f32.s32, as float32() rounds).
+    assert np.array_equal(c.cpu().numpy(), expected.astype(np.float32) * np.float32(0.5))
+
+
+@pytest.mark.parametrize("shape", [(127, 129, 65), (1000, 1003, 77)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_int8_gemm_takes_numpy_arrays(shape):
+    m, n, k = shape
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    cq = np.full((m, n), -2**31, np.int32)
+    c = np.full((m, n), np.nan, np.float32)
+    int8_gemm()(a, b, cq, c, 0.25)
+    expected = a.astype(np.int64) @ b.astype(np.int64).T
+    assert np.array_equal(cq, expected)
+    assert np.array_equal(c, expected.astype(np.float32) * np.float32(0.25))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_int8_gemm_runs_for_the_targets_this_gpu_runs(arch):
+    major, _ = torch.cuda.get_device_capability()
+    if arch == "sm_90a" and major != 9:
+        pytest.skip("sm_90a needs a Hopper GPU")
+    a, b = operands(1000, 1003, 77, seed=7)
+    cq = torch.zeros((1000, 1003), dtype=torch.int32, device="cuda")
+    c = torch.zeros((1000, 1003), device="cuda")
+    int8_gemm()(a, b, cq, c, 1.0, arch=arch)
+    torch.cuda.synchronize()
+    assert np.array_equal(cq.cpu().numpy().astype(np.int64), exact(a, b))
+
+
+CONVERSIONS = """
+from tilec import f16, f32, i8, i32, tile
+
+
+@tile
+def f(A: i8[M, K], B: i8[N, K], C8: i8[M, N], Ch: f16[M, N], Cs: i8[M, N], BM=64, BN=64,
+      BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], i32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
+        C8[m * BM : +BM, n * BN : +BN] = acc.to(i8)
+        Ch[m * BM : +BM, n * BN : +BN] = (acc.to(f32) * 0.25).to(f16)
+        Cs[m * BM : +BM, n * BN : +BN] = (acc.to(f32) * 0.001).to(i8)
+"""
+
+
+def test_conversions_of_the_i32_accumulator():
+    """cvt.s8.s32 keeps the low byte; f16 from f32 rounds once; cvt.rni.s8.f32 rounds to
+    nearest even and saturates: the CPU interpreter's semantics (tests/test_int8.py)."""
+    kernel = load_file(Path("conversions.tile"), text=CONVERSIONS)["f"]
+    m, n, k = 200, 136, 300
+    a, b = operands(m, n, k, seed=11)
+    c8 = torch.zeros((m, n), dtype=torch.int8, device="cuda")
+    ch = torch.zeros((m, n), dtype=torch.float16, device="cuda")
+    cs = torch.zeros((m, n), dtype=torch.int8, device="cuda")
+    kernel(a, b, c8, ch, cs)
+    torch.cuda.synchronize()
+    expected = exact(a, b)
+    assert np.array_equal(c8.cpu().numpy(), expected.astype(np.int8))
+    assert np.array_equal(ch.cpu().numpy(), (expected.astype(np.float32) * 0.25)
+                          .astype(np.float16))
+    scaled = np.rint((expected.astype(np.float32) * np.float32(0.001)).astype(np.float64))
+    assert np.array_equal(cs.cpu().numpy(), np.clip(scaled, -128, 127).astype(np.int8))
+
+
+def test_the_bench_kernel_matches_torch_int_mm():
+    """`tilec bench --dtypes i8`'s kernel (samples/matmul.py in i8 into i32) on torch's
+    column-major B, exactly torch._int_mm's result."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import sample_kernel, tuned_config
+    m = n = k = 1024
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda").t()  # [K, N], k-major
+    out = torch.full((m, n), -1, dtype=torch.int32, device="cuda")
+    sample_kernel("i8", "i32")(a, b, out, **tuned_config(Case(m, n, k, "i8")))
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch._int_mm(a, b))
