@@ -53,7 +53,7 @@ def fragment_ops(family: ProductFamily) -> set[str]:
 
 def test_the_registry_lists_each_family_once_under_its_own_name() -> None:
     names = [family.name for family in FAMILIES]
-    assert names == ["wgmma", "mma", "simt", "tf32", "int8"]
+    assert names == ["wgmma", "mma", "simt", "tf32", "int8", "fp8"]
     assert all(family_named(family.name) is family for family in FAMILIES)
     assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32")
     assert PRODUCT_OPS == ("wgmma.mma", "frag.mma", "frag.fma")
@@ -96,10 +96,11 @@ def test_every_family_defines_its_ops_with_their_semantics(family: ProductFamily
 def test_a_shared_op_runs_the_semantics_of_its_result_layouts_family() -> None:
     mma, tf32 = family_named("mma"), family_named("tf32")
     int8 = family_named("int8")
+    fp8 = family_named("fp8")
     assert [f.name for f in FAMILIES if "frag.mma" in {o.name for o in f.op_defs()}] == [
-        "mma", "tf32", "int8"]
-    # k16 of 16-bit halves, k8 of one f32, k32 of four i8 summed in integers
-    assert len({mma.fragments, tf32.fragments, int8.fragments}) == 3
+        "mma", "tf32", "int8", "fp8"]
+    # k16 of 16-bit halves, k8 of one f32, k32 of four i8 summed in integers, of four fp8
+    assert len({mma.fragments, tf32.fragments, int8.fragments, fp8.fragments}) == 4
     assert int8.fragments.integer and not mma.fragments.integer
 
 
@@ -170,7 +171,7 @@ def test_an_unknown_dtype_is_refused_naming_the_dtypes_taken(dtype: str) -> None
     with pytest.raises(KeyError) as info:
         family_for(dtype)
     assert info.value.args[0] == (f"tiles of {dtype} cannot be multiplied (the backend takes "
-                                  "f16, bf16, f32, i8)")
+                                  "f16, bf16, f32, i8, f8e4m3, f8e5m2)")
 
 
 def test_i8_tiles_take_the_int8_family() -> None:

@@ -35,6 +35,8 @@ def load_sample(name: str, dtype: str) -> TileFunction:
     """A sample's tile function; ``bf16`` or ``f32`` reads f16 inputs A and B as that."""
     path = SAMPLES / f"{name}.py"
     text = path.read_text(encoding="utf-8")
+    if dtype == "f8e5m2":  # the fp8 sample in its other format
+        text = text.replace("f8e4m3", "f8e5m2")
     if dtype != "f16" and f"A: {dtype}[" not in text:
         text = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
         assert f"A: {dtype}[" in text and f"B: {dtype}[" in text, f"{path}: no f16 A, B"
@@ -185,7 +187,15 @@ OTHERS = [
                                                         ("B", TensorSpec(1, 2))))),
     case("int8_gemm", "i8", "sm_90a", RAGGED),
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    # fp8 (mma.sync m16n8k32 .e4m3 / .e5m2, PTX ISA 8.4): sm_90 and sm_90a only.
+    case("fp8_gemm", "f8e4m3", "sm_90"),
+    case("fp8_gemm", "f8e4m3", "sm_90", RAGGED, stages=2),
+    case("fp8_gemm", "f8e5m2", "sm_90", DIVISIBLE, BM=128, BN=256, BK=128, warps=(2, 4)),
+    case("fp8_gemm", "f8e4m3", "sm_90a", RAGGED),
+    case("fp8_gemm", "f8e5m2", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
 ]
+# The targets each sample compiles for, where not every one (fp8: sm_89 and later).
+SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}}
 
 # sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
 # and ring depths it is tuned over, ragged sizes (TMA zero-fills) and both B orientations.
@@ -317,9 +327,10 @@ def test_every_sample_is_covered() -> None:
         mine = [c for c in cases if c.sample == path.stem]
         text = path.read_text()
         dtypes = ({"f16", "bf16", "f32"} if "A: f16[" in text
-                  else {"i8"} if "A: i8[" in text else {"f32"})
+                  else {"i8"} if "A: i8[" in text
+                  else {"f8e4m3", "f8e5m2"} if "A: f8e4m3[" in text else {"f32"})
         assert {c.dtype for c in mine} == dtypes, path.stem
-        assert set(ARCHS) <= {c.arch for c in mine}, path.stem
+        assert SAMPLE_ARCHS.get(path.stem, set(ARCHS)) <= {c.arch for c in mine}, path.stem
 
 
 def test_threads_without_a_vector_write_nothing():

@@ -68,9 +68,10 @@ from tilec.ir import arith
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
 from tilec.ir.ops import IR_OPS, OpDef, registered_ops
-from tilec.ir.types import BF16, F16, F32, I8, I32, I64, PRED, DType, ScalarType, TensorType, TileType
+from tilec.ir.types import BF16, F8E4M3, F8E5M2, F16, F32, I8, I32, I64, PRED, DType, ScalarType, TensorType, TileType
 from tilec.options import F32_MATH
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
+from tilec.target import fp8
 
 try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
     import ml_dtypes
@@ -114,7 +115,10 @@ def _f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 
 _STORAGE = {F16: np.dtype(np.float16), BF16: np.dtype(np.float32), F32: np.dtype(np.float32),
             I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_),
-            I8: np.dtype(np.int8)}
+            I8: np.dtype(np.int8), F8E4M3: np.dtype(np.float32), F8E5M2: np.dtype(np.float32)}
+# 8-bit floats: tiles hold their exact values in float32 (tilec.target.fp8); tensors their
+# uint8 bits (or ml_dtypes float8 arrays, viewed as bits).
+_FP8_NAMES = {F8E4M3: "f8e4m3", F8E5M2: "f8e5m2"}
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -201,6 +205,8 @@ class TensorRef:
         part = self.array[index]
         if self.dtype == BF16:
             return from_bf16_bits(part)
+        if self.dtype in _FP8_NAMES:
+            return fp8.decode(part, _FP8_NAMES[self.dtype])
         return part.astype(_STORAGE[self.dtype])
 
     def write(self, index: tuple[slice, ...], values: np.ndarray) -> None:
@@ -565,7 +571,15 @@ def _accepted_dtypes(dtype: DType) -> tuple[tuple[np.dtype, ...], str]:
             accepted += (np.dtype(ml_dtypes.bfloat16),)
             words += " or ml_dtypes.bfloat16"
         return accepted, words
-    numpy_dtype = _STORAGE[dtype] if dtype != BF16 else None
+    if dtype in _FP8_NAMES:
+        accepted = (np.dtype(np.uint8),)
+        words = f"numpy uint8 holding {dtype} bits"
+        ml_name = fp8.ML_DTYPES_NAMES[_FP8_NAMES[dtype]]
+        if ml_dtypes is not None and hasattr(ml_dtypes, ml_name):
+            accepted += (np.dtype(getattr(ml_dtypes, ml_name)),)
+            words += f" or ml_dtypes.{ml_name}"
+        return accepted, words
+    numpy_dtype = _STORAGE[dtype]
     return (numpy_dtype,), f"numpy {numpy_dtype}"
 
 
@@ -657,6 +671,8 @@ def _bind_tensor(param: Param, value: Any, symbols: _SymbolTable, stored: bool) 
     # bf16 is handled as its bits so that uint16 and ml_dtypes arrays share one code path;
     # a same-itemsize view keeps the strides, so stores still reach the caller's memory.
     array = value.view(np.uint16) if ttype.dtype == BF16 else value
+    if ttype.dtype in _FP8_NAMES:
+        array = value.view(np.uint8)
     return TensorRef(array, ttype.dtype, param.name)
 
 

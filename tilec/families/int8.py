@@ -116,7 +116,8 @@ def _tile_map(fragment: Int8Layout) -> tuple[np.ndarray, ...]:
     return tuple(np.array(column, dtype=np.int64) for column in zip(*entries))
 
 
-def _execute_ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+def execute_8bit_ldmatrix(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    """frag.ldmatrix of 8-bit elements (i8; fp8, whose shared tiles hold decoded values)."""
     import numpy as np
 
     from tilec.cpu.executor import Fragment, read_fragment_lanes
@@ -141,7 +142,7 @@ def _k_major_index(state: InterpState, op: Op, smem: Any, layout: Int8Layout,
     .trans moves 16-bit units (the tiling pass refuses the other orientation)."""
     from tilec.target.layout import operand_k_major
     if not operand_k_major(layout.operand, smem):
-        raise state.error(op, f"i8 operand {layout.operand} is not stored k-contiguous "
+        raise state.error(op, f"8-bit operand {layout.operand} is not stored k-contiguous "
                               f"({smem}): ldmatrix.trans cannot transpose bytes")
     return ldmatrix_index(smem, layout.operand, layout.warps, layout.warp_tile, k0, 1)
 
@@ -162,20 +163,12 @@ class Int8(MmaSync):
     fragments = INT8_FRAGMENTS
 
     def op_defs(self) -> tuple[OpDef, ...]:
-        return (replace(FRAG_LDMATRIX, evaluate=_execute_ldmatrix),
+        return (replace(FRAG_LDMATRIX, evaluate=execute_8bit_ldmatrix),
                 replace(FRAG_MMA, evaluate=self.execute_product))
 
     def operand_refusal(self, operands: Sequence[OperandPlan], options: "Options"
                         ) -> Optional[tuple[str, str]]:
-        for op_plan in operands:
-            if not op_plan.k_major:
-                stored = "[K, N]" if op_plan.role == "B" else "[K, M] (read as A.T)"
-                return (f"i8 operand {op_plan.role} ('{op_plan.tensor}') is stored {stored}, "
-                        "mn contiguous: 8-bit mma.sync fragments are read with k contiguous "
-                        "(ldmatrix.trans moves 16-bit units and cannot transpose bytes)",
-                        "store B as [N, K] and read B.T[k : +BK, n : +BN], A as [M, K] "
-                        "(samples/int8_gemm.py)")
-        return None
+        return k_major_refusal(operands, self.dtypes[0])
 
     # fragment_registers: the mma family's count (4 per m16 piece of A, 2 per n8 tile of B),
     # four i8 a register per k32 step.
@@ -190,6 +183,19 @@ class Int8(MmaSync):
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
         return not_drawn(plan, kernel, "int8 tensor cores",
                          "ldmatrix + mma.sync m16n8k32 .s8")
+
+
+def k_major_refusal(operands: Sequence[OperandPlan], dtype: str) -> Optional[tuple[str, str]]:
+    """Why 8-bit operands stored mn contiguous cannot be read (see the module docstring)."""
+    for op_plan in operands:
+        if not op_plan.k_major:
+            stored = "[K, N]" if op_plan.role == "B" else "[K, M] (read as A.T)"
+            return (f"{dtype} operand {op_plan.role} ('{op_plan.tensor}') is stored {stored}, "
+                    "mn contiguous: 8-bit mma.sync fragments are read with k contiguous "
+                    "(ldmatrix.trans moves 16-bit units and cannot transpose bytes)",
+                    "store B as [N, K] and read B.T[k : +BK, n : +BN], A as [M, K] "
+                    "(samples/int8_gemm.py)")
+    return None
 
 
 FAMILY = Int8()

@@ -120,6 +120,9 @@ class ProductFamily(ABC):
     # The op that waits for products left in flight (wgmma's groups): with it, a pipeline
     # may let a stage's products run on while the next stage's are issued.
     in_flight_wait: ClassVar[Optional[str]] = None
+    # The PTX ISA version its instructions need beyond the target's (fp8 mma.sync: 8.4);
+    # the kernel's header names the higher of the two.
+    ptx_version: ClassVar[Optional[str]] = None
 
     # -- where it applies ------------------------------------------------------------------
     def applies(self, block: tuple[int, int, int], options: "Options",

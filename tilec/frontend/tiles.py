@@ -13,7 +13,8 @@ from tilec.frontend.operands import (ConstValue, DTypeValue, Operand, describe, 
                                      is_scalar, is_tensor, is_tile)
 from tilec.frontend.scalars import ScalarLowering
 from tilec.ir.core import Value
-from tilec.ir.types import ACCUMULATOR_DTYPES, F32, DType, ScalarType, TileType
+from tilec.ir.types import (ACCUMULATOR_DTYPES, ARITHMETIC_DTYPES, F32, FP8_DTYPES, DType,
+                            ScalarType, TileType)
 
 # The hint where a tensor is used as if it were a tile.
 _LOAD_A_TILE_HINT = "load a tile first: A[off : +SIZE, ...]"
@@ -139,7 +140,11 @@ class TileLowering(ScalarLowering):
         """Tile arithmetic is float arithmetic: an integer tile (an i32 accumulator, i8
         data) is converted explicitly first, so where rounding happens is written down."""
         dtype = value.type.dtype
-        if not dtype.is_float:
+        if dtype in FP8_DTYPES:
+            raise self.error(TileTypeError, f"{what} on {describe(value)}: 8-bit float tiles "
+                             "are only multiplied", node.loc,
+                             "multiply it with '@' (f32 accumulation), then scale the result")
+        if dtype not in ARITHMETIC_DTYPES:
             raise self.error(TileTypeError, f"{what} on {describe(value)}: arithmetic on "
                              f"tiles is float arithmetic", node.loc,
                              "convert it first: x.to(f32)")
@@ -220,8 +225,10 @@ class TileLowering(ScalarLowering):
             a, b = self._matmul_operands(product_node)
             other = self.expr(node.right)
         shape = (a.type.shape[0], b.type.shape[1])
-        if is_tile(other) and other.type.shape == shape and other.type.dtype in (
-                F32, ACCUMULATOR_DTYPES[a.type.dtype]):
+        # An accumulator-typed tile (f32, i32) takes the product; the wrong one of the two
+        # for these operands is refused there, naming the right one.
+        if is_tile(other) and other.type.shape == shape and other.type.dtype in set(
+                ACCUMULATOR_DTYPES.values()):
             return self._dot(a, b, other, product_node)
         product = self._dot(a, b, None, product_node)
         if product_on_right:

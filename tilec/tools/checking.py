@@ -21,9 +21,10 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from tilec.ir.core import Kernel
-from tilec.ir.types import BF16, F16, F32, I8, I32, DType, ScalarType, TensorType
+from tilec.ir.types import BF16, F16, F32, FP8_DTYPES, I8, I32, DType, ScalarType, TensorType
 from tilec.kernel import TileFunction, written_params
 from tilec.options import target_arch
+from tilec.target import fp8
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 from tilec.tools.arguments import CommandError
 from tilec.tools.compile_command import summary
@@ -147,6 +148,8 @@ def _random_integers(dtype: DType, shape: tuple[int, ...], rng: np.random.Genera
 
 
 def _as_dtype(values: np.ndarray, dtype: DType, name: str, on_gpu: bool) -> np.ndarray:
+    if dtype in FP8_DTYPES:  # uint8 bits, the nearest fp8 values (the host form tilec takes)
+        return fp8.encode(values, str(dtype))
     if dtype != BF16:
         return values.astype({F16: np.float16, F32: np.float32}[dtype])
     bits = to_bf16_bits(values)
@@ -174,6 +177,8 @@ def as_float64(array: np.ndarray, dtype: DType) -> np.ndarray:
     """A tensor's values in float64 (bf16 given as bits or as ml_dtypes.bfloat16)."""
     if dtype == BF16:
         return from_bf16_bits(array).astype(np.float64)
+    if dtype in FP8_DTYPES:
+        return fp8.decode(array, str(dtype)).astype(np.float64)
     return np.asarray(array, dtype=np.float64)
 
 
