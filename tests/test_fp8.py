@@ -203,3 +203,37 @@ def test_the_ptx_names_isa_8_4_and_the_e4m3_mma() -> None:
         assert mmas and all("m16n8k32.row.col.f32.e4m3.e4m3.f32" in line for line in mmas)
     int8 = load_file(SAMPLES / "int8_gemm.py")["int8_gemm"]
     assert ".version 8.0\n" in int8.ptx(arch="sm_90")  # other families keep the target's
+
+
+def test_the_bench_compiles_the_matmul_sample_for_e4m3_into_f16_without_spills(tmp_path) -> None:
+    """``tilec bench --dtypes f8e4m3``: samples/matmul.py with e4m3 A and B, f32
+    accumulation, f16 C, against torch._scaled_mm; every tuned tile assembles without
+    spilling on sm_90a (64x64 warp tiles spill there: FP8_TUNED says why)."""
+    import re
+    import shutil
+    import subprocess
+
+    from tilec.benchmarking.cases import BENCH_TOLERANCE, Case
+    from tilec.benchmarking.contenders import (FP8_TUNED, CublasContender, TilecContender,
+                                               TritonContender, sample_kernel)
+    from tilec.options import Spec, TensorSpec
+    case = Case(4096, 4096, 4096, "f8e4m3")
+    assert TilecContender({}, {}).out_dtype(case) == CublasContender(None).out_dtype(case) \
+        == "f16"
+    assert TritonContender(None).unsupported(case) is not None
+    assert 0 < BENCH_TOLERANCE["f8e4m3"] <= 5e-3
+    kernel = sample_kernel("f8e4m3", "f16")
+    ptxas = shutil.which("ptxas")
+    for problem, config in FP8_TUNED.items():
+        compiled = kernel.compile(spec=Spec(tensors=(("B", TensorSpec(0, 16)),)),
+                                  arch="sm_90a", **config)
+        assert compiled.kernel.schedule.tiling.kind == "fp8", problem
+        if ptxas is None:
+            continue
+        path = tmp_path / f"{problem}.ptx"
+        path.write_text(compiled.ptx)
+        done = subprocess.run([ptxas, "-v", "-arch=sm_90a", str(path), "-o",
+                               str(path.with_suffix(".cubin"))], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert re.findall(r"(\d+) bytes spill stores", done.stderr) == ["0"], (problem,
+                                                                              done.stderr)

@@ -2,7 +2,11 @@
 m16n8k32 .s8) at ragged sizes, checked integer-exact against int64 products on the host,
 with torch int8 tensors (zero-copy) and numpy int8 arrays (staged), in several
 configurations, and the dequantized f32 output against float64; plus the i32 -> i8 / f16
-conversions and the bench's matmul sample against torch._int_mm."""
+conversions and the bench's matmul sample against torch._int_mm.
+
+fp8 (sm_90 / sm_90a, mma.sync m16n8k32 .e4m3 / .e5m2): samples/fp8_gemm.py and an f32-output
+variant at ragged sizes against float64 of the decoded inputs, from torch float8 tensors
+(zero-copy) and numpy uint8 bits; the measured errors are printed (pytest -s)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -137,3 +141,122 @@ def test_the_bench_kernel_matches_torch_int_mm():
     sample_kernel("i8", "i32")(a, b, out, **tuned_config(Case(m, n, k, "i8")))
     torch.cuda.synchronize()
     assert torch.equal(out, torch._int_mm(a, b))
+
+
+# ----------------------------------------------------------------------------------- fp8
+
+FP8_F32 = """
+from tilec import f8e4m3, f32, tile
+
+
+@tile
+def f(A: f8e4m3[M, K], B: f8e4m3[N, K], C: f32[M, N], BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+"""
+FP8_TORCH = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+# Relative Frobenius error against float64 of the decoded inputs. f32 C: the tensor cores'
+# accumulation of fp8 products, which on Hopper keeps fewer bits than f32 (published
+# measurements: about 14), so not f32's 1e-6; f16 C adds f16's rounding (2^-11).
+FP8_TOLERANCE = {"f32": 2e-3, "f16": 3e-3}
+
+
+def needs_fp8():
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) < (8, 9):
+        pytest.skip("fp8 tensor cores need sm_89 or later")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8 dtypes")
+
+
+def fp8_operands(m, n, k, name, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = getattr(torch, FP8_TORCH[name])
+    a = torch.randn(m, k, device="cuda", generator=generator).to(dtype)
+    b = torch.randn(n, k, device="cuda", generator=generator).to(dtype)
+    return a, b
+
+
+def fp8_reference(a, b):
+    return a.float().double() @ b.float().double().t()
+
+
+def fp8_rel_error(out, ref) -> float:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    return float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+@pytest.mark.parametrize("name", ["f8e4m3", "f8e5m2"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (127, 129, 65), (1000, 1003, 77),
+                                   (4096, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_fp8_products_in_f32(shape, name, arch):
+    needs_fp8()
+    if arch == "sm_90a" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("sm_90a needs a Hopper GPU")
+    m, n, k = shape
+    kernel = load_file(Path("fp8.tile"), text=FP8_F32.replace("f8e4m3", name))["f"]
+    a, b = fp8_operands(m, n, k, name)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c, arch=arch)
+    torch.cuda.synchronize()
+    error = fp8_rel_error(c, fp8_reference(a, b))
+    print(f"fp8 {name} {arch} {shape}: rel Frobenius error {error:.3g} against float64")
+    assert error < FP8_TOLERANCE["f32"]
+
+
+@pytest.mark.parametrize("config", [dict(), dict(stages=1), dict(swizzle="off"),
+                                    dict(BM=128, BN=128, BK=128, warps=(2, 4), stages=4)],
+                         ids=["defaults", "1stage", "unswizzled", "bench-tile"])
+@pytest.mark.parametrize("shape", [(127, 129, 65), (1000, 1003, 77), (333, 517, 4099)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_fp8_sample_with_scales(shape, config):
+    needs_fp8()
+    m, n, k = shape
+    kernel = load_file(SAMPLES / "fp8_gemm.py")["fp8_gemm"]
+    a, b = fp8_operands(m, n, k, "f8e4m3", seed=1)
+    c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    kernel(a, b, c, 0.5, 0.25, **config)
+    torch.cuda.synchronize()
+    error = fp8_rel_error(c, 0.125 * fp8_reference(a, b))
+    print(f"fp8_gemm {shape} {config}: rel Frobenius error {error:.3g} against float64")
+    assert error < FP8_TOLERANCE["f16"]
+
+
+def test_fp8_sample_takes_numpy_uint8_bits():
+    """numpy arrays of fp8 are uint8 arrays of the bits (tilec.target.fp8 encodes them)."""
+    needs_fp8()
+    from tilec.target import fp8
+    m, n, k = 200, 300, 130
+    rng = np.random.default_rng(2)
+    a = fp8.encode(rng.standard_normal((m, k)), "f8e4m3")
+    b = fp8.encode(rng.standard_normal((n, k)), "f8e4m3")
+    c = np.full((m, n), np.nan, np.float16)
+    load_file(SAMPLES / "fp8_gemm.py")["fp8_gemm"](a, b, c, 1.0, 1.0)
+    reference = (fp8.decode(a, "f8e4m3").astype(np.float64)
+                 @ fp8.decode(b, "f8e4m3").astype(np.float64).T)
+    error = np.linalg.norm(c - reference) / np.linalg.norm(reference)
+    assert error < FP8_TOLERANCE["f16"], error
+
+
+def test_the_bench_fp8_kernel_matches_torch_scaled_mm():
+    """`tilec bench --dtypes f8e4m3`'s kernel (samples/matmul.py in e4m3 into f16) on torch's
+    column-major B, close to torch._scaled_mm's result and to float64."""
+    needs_fp8()
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import sample_kernel, tuned_config
+    m = n = k = 1024
+    a, b_nk = fp8_operands(m, n, k, "f8e4m3", seed=3)
+    b = b_nk.t()  # [K, N], k contiguous
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    sample_kernel("f8e4m3", "f16")(a, b, out, **tuned_config(Case(m, n, k, "f8e4m3")))
+    one = torch.ones((), dtype=torch.float32, device="cuda")
+    theirs = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float16)
+    torch.cuda.synchronize()
+    reference = a.float().double() @ b.float().double()
+    ours, cublas = fp8_rel_error(out, reference), fp8_rel_error(theirs, reference)
+    print(f"1024^3 e4m3: tilec {ours:.3g}, torch._scaled_mm {cublas:.3g} against float64")
+    assert ours < FP8_TOLERANCE["f16"]

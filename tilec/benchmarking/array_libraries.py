@@ -52,17 +52,26 @@ class TorchArrays:
         # tf32 cases hold f32 arrays; only their products differ (matmul's tf32).
         self.dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
                        "tf32": torch.float32, "i8": torch.int8, "i32": torch.int32}
+        if hasattr(torch, "float8_e4m3fn"):  # torch 2.1 and later
+            self.dtypes["f8e4m3"] = torch.float8_e4m3fn
+        # torch._scaled_mm's per-tensor scales: 1, so its C is the plain product.
+        self.unit_scale = torch.ones((), dtype=torch.float32, device=self.device)
 
     def unsupported(self, dtype: str) -> Optional[str]:
+        if dtype == "f8e4m3" and dtype not in self.dtypes:
+            return f"torch {self.version} has no float8_e4m3fn"
         return None
 
     def random(self, shape: tuple[int, ...], dtype: str, k_major: bool = False) -> Any:
+        stored = shape[::-1] if k_major else shape
         if dtype == "i8":  # every i8 value
-            stored = shape[::-1] if k_major else shape
             values = self.torch.randint(-128, 128, stored, dtype=self.torch.int8,
                                         device=self.device)
-            return values.t() if k_major else values
-        return self.torch.randn(shape, dtype=self.dtypes[dtype], device=self.device)
+        elif dtype == "f8e4m3":  # standard normal values rounded to e4m3
+            values = self.torch.randn(stored, device=self.device).to(self.dtypes[dtype])
+        else:
+            return self.torch.randn(shape, dtype=self.dtypes[dtype], device=self.device)
+        return values.t() if k_major else values
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.torch.empty(shape, dtype=self.dtypes[dtype], device=self.device)
@@ -74,7 +83,7 @@ class TorchArrays:
             array.fill_(self.torch.iinfo(array.dtype).min)
 
     def reference(self, a: Any, b: Any) -> Any:
-        return a.double() @ b.double()
+        return a.float().double() @ b.float().double()  # float8 widens through float32
 
     def rel_error(self, out: Any, ref: Any) -> float:
         norm = self.torch.linalg.vector_norm
@@ -90,6 +99,10 @@ class TorchArrays:
         (the tf32 rows), and the flag is restored after, so the f32 rows stay exact."""
         if str(getattr(a, "dtype", "")) == "torch.int8":  # i8 @ i8 -> exact i32 (cuBLASLt)
             self.torch._int_mm(a, b, out=out)
+            return
+        if str(getattr(a, "dtype", "")) == "torch.float8_e4m3fn":  # cuBLASLt's fp8 GEMM
+            self.torch._scaled_mm(a, b, scale_a=self.unit_scale, scale_b=self.unit_scale,
+                                  out_dtype=out.dtype, out=out)
             return
         flags = self.torch.backends.cuda.matmul
         previous = flags.allow_tf32
@@ -142,8 +155,8 @@ class CupyArrays:
     def unsupported(self, dtype: str) -> Optional[str]:
         if dtype == "tf32" and not self.tf32:
             return "cupy allows TF32 only process-wide (CUPY_TF32=1 before importing cupy)"
-        if dtype == "i8":
-            return "the i8 rows compare with torch._int_mm: they need torch"
+        if dtype in ("i8", "f8e4m3"):
+            return f"the {dtype} rows compare with torch's int8 / fp8 GEMMs: they need torch"
         return None if dtype in self.dtypes else "cupy has no bfloat16 arrays"
 
     def random(self, shape: tuple[int, ...], dtype: str, k_major: bool = False) -> Any:

@@ -80,6 +80,24 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     return trimmed
 
 
+# mma.sync m16n8k32 on 8-bit operands: the f16 tiles with BK doubled (the same bytes a
+# row). Starting points, not yet measured; split-K is not offered (i32 sums).
+EIGHT_BIT_TUNED = {
+    "tiled": dict(BM=128, BN=256, BK=128, stages=3, warps=(2, 4)),
+    "small": dict(BM=64, BN=128, BK=128, stages=3, warps=(1, 2)),
+    "shallow": dict(BM=128, BN=128, BK=128, stages=3),
+    "ragged": dict(BM=128, BN=128, BK=128, stages=3),
+    "short": dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+}
+# fp8 needs 64x32 warp tiles: ptxas spills (72 bytes at 128x256x128) with 64x64 ones,
+# where int8 does not (mma.sync .e4m3 on sm_90 takes more registers than .s8).
+FP8_TUNED = {
+    "tiled": dict(BM=128, BN=128, BK=128, stages=4, warps=(2, 4)),
+    "small": dict(BM=64, BN=128, BK=128, stages=4, warps=(1, 4)),
+    "shallow": dict(BM=128, BN=128, BK=128, stages=3, warps=(2, 4)),
+    "ragged": dict(BM=128, BN=128, BK=128, stages=3, warps=(2, 4)),
+    "short": dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+}
 # The configurations tilec runs when neither --autotune nor the command line chooses: the
 # best measured (benchmarks/NOTES.md), per dtype family and problem class.
 TUNED = {
@@ -117,13 +135,10 @@ TUNED = {
     ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
     ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
-    # int8 (mma.sync m16n8k32 .s8, on every target): the f16 tiles with BK doubled (the same
-    # bytes a row). Starting points, not yet measured; split-K is not offered (i32 sums).
-    ("int8", "tiled"): dict(BM=128, BN=256, BK=128, stages=3, warps=(2, 4)),
-    ("int8", "small"): dict(BM=64, BN=128, BK=128, stages=3, warps=(1, 2)),
-    ("int8", "shallow"): dict(BM=128, BN=128, BK=128, stages=3),
-    ("int8", "ragged"): dict(BM=128, BN=128, BK=128, stages=3),
-    ("int8", "short"): dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+    # The 8-bit families (int8 on every target, fp8 on sm_90/sm_90a; wgmma declines 8-bit
+    # operands): EIGHT_BIT_TUNED.
+    **{("int8", problem): config for problem, config in EIGHT_BIT_TUNED.items()},
+    **{("fp8", problem): config for problem, config in FP8_TUNED.items()},
 }
 SIXTEEN_BIT = ("f16", "bf16")
 # The block schedules sm_90a's autotuning tries for each tile (a cluster takes one tile a
@@ -131,7 +146,8 @@ SIXTEEN_BIT = ("f16", "bf16")
 SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2})
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
-FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8"}
+FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8",
+          "f8e4m3": "fp8"}
 # What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
 TILEC_AS = {"tf32": ("f32", {"f32_math": "tf32"})}
 SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
@@ -177,7 +193,7 @@ def _large_tiles(case: Case) -> int:
 
 # How the config column names the instruction family a row ran on.
 PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync",
-                 "int8": "mma.sync .s8"}
+                 "int8": "mma.sync .s8", "fp8": "mma.sync .e4m3"}
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
@@ -300,10 +316,12 @@ class CublasContender(Contender):
 
         def run(i: int) -> None:
             self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
-        note = {"f32": ", TF32 off", "tf32": ", TF32 on", "i8": ", B k contiguous"}.get(
+        note = {"f32": ", TF32 off", "tf32": ", TF32 on", "i8": ", B k contiguous",
+                "f8e4m3": ", B k contiguous, unit scales, use_fast_accum=False"}.get(
             case.dtype, "")
-        # i8 products go through torch._int_mm (TorchArrays.matmul).
-        function = "torch._int_mm" if case.dtype == "i8" else f"{self.arrays.name}.matmul"
+        # 8-bit products go through torch's own GEMMs (TorchArrays.matmul).
+        function = {"i8": "torch._int_mm", "f8e4m3": "torch._scaled_mm"}.get(
+            case.dtype, f"{self.arrays.name}.matmul")
         return run, f"{function}, C {self.out_dtype(case)}{note}"
 
 
