@@ -220,7 +220,15 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
                                   ("gemm_epilogue", "f16", DIVISIBLE),
-                                  ("gemm_epilogue", "bf16", RAGGED))]
+                                  ("gemm_epilogue", "bf16", RAGGED))] + [
+    # 8-bit operands on wgmma m64nNk32 (the wgmma8 family): BK 128, both operands K-major.
+    case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4),
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=256, BK=128, stages=3,
+         persistent=True),
+    case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3, cluster=2),
+    case("fp8_gemm", "f8e4m3", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
+    case("fp8_gemm", "f8e5m2", "sm_90a", RAGGED, BM=256, BN=128, BK=128, stages=3)]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")

@@ -260,3 +260,74 @@ def test_the_bench_fp8_kernel_matches_torch_scaled_mm():
     ours, cublas = fp8_rel_error(out, reference), fp8_rel_error(theirs, reference)
     print(f"1024^3 e4m3: tilec {ours:.3g}, torch._scaled_mm {cublas:.3g} against float64")
     assert ours < FP8_TOLERANCE["f16"]
+
+
+# ------------------------------------------------------------ sm_90a: wgmma m64nNk32 (wgmma8)
+
+WGMMA8_CONFIGS = [dict(BM=128, BN=256, BK=128, stages=3), dict(BM=128, BN=128, BK=128, stages=4),
+                  dict(BM=256, BN=128, BK=128, stages=3),
+                  dict(BM=128, BN=256, BK=128, stages=3, persistent=True),
+                  dict(BM=128, BN=256, BK=128, stages=3, cluster=2)]
+
+
+def needs_hopper():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("wgmma needs a Hopper GPU (sm_90a)")
+
+
+def config_id(config) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+@pytest.mark.parametrize("config", WGMMA8_CONFIGS, ids=config_id)
+# K a multiple of 16 (TMA reads 16-byte aligned rows; other K: test_int8_ragged_k_on_sm_90a),
+# M and N ragged, K past the last whole BK.
+@pytest.mark.parametrize("shape", [(127, 129, 64), (1000, 1003, 112), (333, 517, 4112),
+                                   (4096, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_int8_on_wgmma_is_exact(shape, config):
+    needs_hopper()
+    kernel = int8_gemm()
+    assert "wgmma.mma_async.sync.aligned.m64n" in kernel.ptx(arch="sm_90a", **config)
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=5)
+    cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, cq, c, 0.5, arch="sm_90a", **config)
+    torch.cuda.synchronize()
+    expected = exact(a, b)
+    assert np.array_equal(cq.cpu().numpy().astype(np.int64), expected)
+    assert np.array_equal(c.cpu().numpy(), expected.astype(np.float32) * np.float32(0.5))
+
+
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (4096, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_int8_ragged_k_on_sm_90a(shape):
+    """A K whose rows are not 16-byte aligned: TMA cannot read them, so mma.sync's int8
+    family takes the block (the pack kernel has no 1-byte form); exact."""
+    needs_hopper()
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=9)
+    cq = torch.zeros((m, n), dtype=torch.int32, device="cuda")
+    c = torch.zeros((m, n), device="cuda")
+    int8_gemm()(a, b, cq, c, 1.0, arch="sm_90a", BM=128, BN=256, BK=128, stages=3)
+    torch.cuda.synchronize()
+    assert np.array_equal(cq.cpu().numpy().astype(np.int64), exact(a, b))
+
+
+@pytest.mark.parametrize("config", WGMMA8_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("name", ["f8e4m3", "f8e5m2"])
+@pytest.mark.parametrize("shape", [(127, 129, 64), (1000, 1008, 4096), (4096, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_fp8_on_wgmma(shape, name, config):
+    needs_hopper()
+    needs_fp8()
+    kernel = load_file(Path("fp8.tile"), text=FP8_F32.replace("f8e4m3", name))["f"]
+    assert "wgmma.mma_async.sync.aligned.m64n" in kernel.ptx(arch="sm_90a", **config)
+    m, n, k = shape
+    a, b = fp8_operands(m, n, k, name, seed=6)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c, arch="sm_90a", **config)
+    torch.cuda.synchronize()
+    error = fp8_rel_error(c, fp8_reference(a, b))
+    print(f"wgmma fp8 {name} {shape} {config}: rel Frobenius error {error:.3g}")
+    assert error < FP8_TOLERANCE["f32"]

@@ -53,7 +53,17 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     persistent block, or a cluster of two sharing B (the autotuner prunes what does not
     fit)."""
     from tilec.tools.autotune import search_space
-    if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
+    if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
+        # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
+        from tilec.families.wgmma8 import FAMILY as WGMMA8
+        from tilec.options import Options
+        tiles = [config for config in search_space(
+                     BM=(128, 256), BN=(128, 256), BK=(128,), stages=(3, 4),
+                     raster_group=(8, 16))
+                 if WGMMA8.block_problem((config["BM"], config["BN"], config["BK"]),
+                                         Options(arch=arch)) is None]
+        space = [{**config, **schedule} for config in tiles for schedule in SM90A_SCHEDULES]
+    elif arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
         tiles = [config for config in search_space(
@@ -139,7 +149,15 @@ TUNED = {
     # operands): EIGHT_BIT_TUNED.
     **{("int8", problem): config for problem, config in EIGHT_BIT_TUNED.items()},
     **{("fp8", problem): config for problem, config in FP8_TUNED.items()},
+    # sm_90a's 8-bit rows: wgmma m64nNk32 fed by TMA (the wgmma8 family), the f16 wgmma
+    # tiles with BK doubled (the same bytes a row). Starting points, not yet measured.
+    ("wgmma8", "tiled"): dict(BM=128, BN=256, BK=128, stages=3),
+    ("wgmma8", "small"): dict(BM=128, BN=128, BK=128, stages=4),
+    ("wgmma8", "shallow"): dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
+    ("wgmma8", "ragged"): dict(BM=128, BN=256, BK=128, stages=3),
 }
+# The product families whose rows run on wgmma8 on sm_90a (but short M: mma.sync's tiles).
+EIGHT_BIT_WGMMA = ("int8", "fp8")
 SIXTEEN_BIT = ("f16", "bf16")
 # The block schedules sm_90a's autotuning tries for each tile (a cluster takes one tile a
 # block: persistent blocks do not pair).
@@ -175,6 +193,8 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
+    if family in EIGHT_BIT_WGMMA and arch == "sm_90a" and problem != "short":
+        family = "wgmma8"
     if family == "mma" and arch == "sm_90a":
         family = "wgmma"
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
@@ -192,7 +212,7 @@ def _large_tiles(case: Case) -> int:
 
 
 # How the config column names the instruction family a row ran on.
-PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync",
+PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "wgmma8": "wgmma+TMA 8-bit", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync",
                  "int8": "mma.sync .s8", "fp8": "mma.sync .e4m3"}
 
 
@@ -286,7 +306,7 @@ class TilecContender(Contender):
         # dtype means (tf32: f32_math="tf32") wins over both.
         fixed = {**self.consts, **self.options, **forced}
         # Only the f16/bf16 rows depend on the target (wgmma on sm_90a).
-        arch = self.arch() if FAMILY[case.dtype] == "mma" else None
+        arch = self.arch() if FAMILY[case.dtype] in ("mma", *EIGHT_BIT_WGMMA) else None
         tuned = {} if self.autotune or self.consts else tuned_config(case, arch)
         kwargs = {**tuned, **fixed}
         if self.autotune:

@@ -8,8 +8,9 @@ family with float products: the same k-contiguous operands and ldmatrix reads
 (:mod:`.int8`), the mma family's f32 accumulator. On sm_80 and sm_86 the tiling pass stops
 at the ``@`` naming the target (:meth:`Fp8.operand_refusal`).
 
-The sm_90a wgmma family declines 8-bit operands (its dtypes are f16 and bf16): on sm_90a
-fp8 tiles take this family too.
+On sm_90a the wgmma8 family (:mod:`.wgmma8`, wgmma m64nNk32 .e4m3) takes fp8 blocks where
+it applies (BK a multiple of 128, both operands K-major, TMA-readable); this family takes
+the others.
 
 CPU semantics: shared tiles hold the exact values of the fp8 bits (tilec.target.fp8), the
 fragment load is the int8 family's, and the product is the mma family's float one on the

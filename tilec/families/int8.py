@@ -16,6 +16,9 @@ refuses such operands with a clear error (:meth:`Int8.operand_refusal`): give B 
 ``[N, K]`` and read ``B.T`` (``samples/int8_gemm.py``), the layout cuBLASLt's int8 GEMM
 takes too.
 
+On sm_90a the wgmma8 family (:mod:`.wgmma8`, wgmma m64nNk32 .s8) takes i8 blocks where it
+applies (BK a multiple of 128, both operands K-major); this family takes the others.
+
 The products are exact: the CPU semantics sum the i8 products in int64 and wrap to int32,
 as mma.sync without ``.satfinite`` does (a 32-element k step cannot overflow by itself:
 32 * 128 * 128 = 2**19).

@@ -49,6 +49,7 @@ from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemL
                                  conflict_degree, copy_map, copy_store_addresses,
                                  operand_k_major)
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
+from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -768,8 +769,8 @@ def render_explanation(e: Explanation) -> str:
     label, instruction = family.instruction_text(h)
     lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
     lines += [
-        f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, f32 "
-        "accumulator",
+        f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, "
+        f"{ACCUMULATOR_DTYPES[DType.parse(h.dtype)]} accumulator",
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads"
         + (f" (consumers), + a producer warpgroup of {h.producer_threads} threads (one elected "
            f"thread issues the TMA loads): {h.threads + h.producer_threads} threads"
