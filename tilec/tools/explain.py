@@ -265,11 +265,14 @@ def _wgmma_declined(plan: TilingPlan, options) -> str:
     """On sm_90a, why the kernel multiplies with an older family (the rule the tiling pass
     applied); empty elsewhere and on the wgmma path."""
     from tilec.families.wgmma import FAMILY as WGMMA
-    if options.arch not in WGMMA.archs or plan.kind == WGMMA.name:
+    from tilec.families.wgmma8 import FAMILY as WGMMA8
+    if options.arch not in WGMMA.archs or plan.kind in (WGMMA.name, WGMMA8.name):
         return ""
-    if plan.elem_bytes != 2:
-        return f"the {plan.kind} family multiplies: wgmma here takes f16/bf16 operands"
-    reason = WGMMA.declined(plan.block, options, plan.operands)
+    # The wgmma family of the operands' dtype: wgmma8 for 8-bit ones.
+    wgmma = next((family for family in (WGMMA, WGMMA8) if plan.dtype in family.dtypes), None)
+    if wgmma is None:
+        return f"the {plan.kind} family multiplies: wgmma here takes f16/bf16 or 8-bit operands"
+    reason = wgmma.declined(plan.block, options, plan.operands)
     return f"the {plan.kind} family multiplies: {reason}" if reason else ""
 
 
