@@ -158,7 +158,7 @@ def test_fp8_on_sm_80_and_sm_86_is_refused_at_the_product_naming_the_target(arch
     err = error_of(F32_OUT, arch=arch)
     text = str(err)
     assert err.loc is not None and err.loc.line == 7, text
-    assert f"8-bit float products need sm_89 or later" in err.message
+    assert "8-bit float products need sm_89 or later" in err.message
     assert f"the target is {arch}" in err.message and "sm_90" in text
     source_line, caret = text.splitlines()[1:3]
     assert source_line[caret.index("^"):].startswith("@ B.T"), text

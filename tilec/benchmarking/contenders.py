@@ -212,7 +212,8 @@ def _large_tiles(case: Case) -> int:
 
 
 # How the config column names the instruction family a row ran on.
-PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "wgmma8": "wgmma+TMA 8-bit", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync",
+PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "wgmma8": "wgmma+TMA 8-bit", "mma": "mma.sync",
+                 "simt": "ffma", "tf32": "mma.sync",
                  "int8": "mma.sync .s8", "fp8": "mma.sync .e4m3"}
 
 

@@ -68,7 +68,8 @@ from tilec.ir import arith
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
 from tilec.ir.ops import IR_OPS, OpDef, registered_ops
-from tilec.ir.types import BF16, F8E4M3, F8E5M2, F16, F32, I8, I32, I64, PRED, DType, ScalarType, TensorType, TileType
+from tilec.ir.types import (BF16, F8E4M3, F8E5M2, F16, F32, I8, I32, I64, PRED, DType, ScalarType,
+                            TensorType, TileType)
 from tilec.options import F32_MATH
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 from tilec.target import fp8

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef
-from tilec.ir.schedule import OperandPlan, TilingPlan
+from tilec.ir.schedule import OperandPlan
 from tilec.ir.types import F8E4M3, F8E5M2, I8
 from tilec.options import Options
 from tilec.target.layout import operand_k_major

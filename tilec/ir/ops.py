@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
-from tilec.ir.types import (ACCUMULATOR_DTYPES, F32, I32, PRED, ScalarType, TensorType,
+from tilec.ir.types import (ACCUMULATOR_DTYPES, I32, PRED, ScalarType, TensorType,
                             TileType)
 
 
