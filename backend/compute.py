@@ -8,7 +8,8 @@ tile made from one value (``tile.full``, ``tile.splat``) repeats one register.
 from __future__ import annotations
 
 from tilec.ir.core import Op
-from tilec.ir.types import BF16, F16, F32, DType
+from tilec.ir.arith import wrap
+from tilec.ir.types import BF16, F16, F32, I8, I32, DType
 
 from .context import Context
 from .writer import f32_literal
@@ -55,6 +56,35 @@ F32_UNARY: dict[str, tuple[str, ...]] = {
 # bf16 widens by placing its bits in the high half of an f32 (exact, any target).
 WIDEN = {F16: "cvt.f32.f16 {d}, {a};", BF16: "mov.b32 {d}, {{{zero}, {a}}};"}
 NARROW = {F16: "cvt.rn.f16.f32 {d}, {a};", BF16: "cvt.rn.bf16.f32 {d}, {a};"}
+
+
+# Integer tiles (i32 accumulators, i8 data): the register class an element lives in and its
+# PTX type (PTX ISA 5.2). Their arithmetic is conversions only (the frontend asks for .to()).
+INT_REGISTERS = {I32: ("b32", "s32"), I8: ("b16", "s8")}
+
+
+def convert(ctx: Context, reg: str, source: DType, target: DType) -> str:
+    """One element converted from ``source`` to ``target`` (PTX ISA 9.7.9.21, cvt): floats
+    through f32 as before; int -> float by cvt.rn.f32 (then one rounding to 16 bits);
+    float -> int by cvt.rni, which saturates and sends NaN to 0; int -> int by cvt, which
+    keeps the low bits (wraps). The CPU interpreter's _convert is the same."""
+    if source.is_float and target.is_float:
+        return _narrow(ctx, _widen(ctx, reg, source), target)
+    if source == target:
+        return reg
+    if not source.is_float:
+        if target.is_float:
+            wide = ctx.w.reg("f32")
+            ctx.w.emit(f"cvt.rn.f32.{INT_REGISTERS[source][1]} {wide}, {reg};")
+            return _narrow(ctx, wide, target)
+        cls, ptx_type = INT_REGISTERS[target]
+        out = ctx.w.reg(cls)
+        ctx.w.emit(f"cvt.{ptx_type}.{INT_REGISTERS[source][1]} {out}, {reg};")
+        return out
+    cls, ptx_type = INT_REGISTERS[target]
+    out = ctx.w.reg(cls)
+    ctx.w.emit(f"cvt.rni.{ptx_type}.f32 {out}, {_widen(ctx, reg, source)};")
+    return out
 
 
 def _widen(ctx: Context, reg: str, dtype: DType) -> str:
@@ -127,7 +157,7 @@ def _cast(ctx: Context, op: Op) -> None:
     for index in ctx.indices(len(regs)):
         reg = regs[index]
         if reg not in cache:
-            cache[reg] = _narrow(ctx, _widen(ctx, reg, source), target)
+            cache[reg] = convert(ctx, reg, source, target)
         out[index] = cache[reg]
     ctx.bind_elements(op.result, len(regs), out)
 
@@ -136,6 +166,12 @@ def _full(ctx: Context, op: Op) -> None:
     if op.result in ctx.values:
         return  # bound by an earlier chunk of the epilogue
     rtype = op.result.type
+    if rtype.dtype in INT_REGISTERS:
+        cls, _ = INT_REGISTERS[rtype.dtype]
+        reg = ctx.w.reg(cls)
+        ctx.w.emit(f"mov.{cls} {reg}, {wrap(rtype.dtype, int(op.attrs['value']))};")
+        ctx.bind(op.result, [reg] * _elements_per_thread(rtype))
+        return
     reg = ctx.w.reg("f32")
     ctx.w.emit(f"mov.f32 {reg}, {f32_literal(op.attrs['value'])};")
     reg = _narrow(ctx, reg, rtype.dtype)

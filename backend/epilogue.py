@@ -5,13 +5,25 @@ columns as one 2-element access).
 from __future__ import annotations
 
 from tilec.ir.core import Op
+from tilec.ir.types import DType
 from tilec.target.layout import DistributedLayout
 
+from .compute import INT_REGISTERS
 from .context import Context, TensorRegs, c_thread_coords
 from .copies import STORE_VIAS
 
 # Global load/store instruction suffix per element bytes; PTX ISA 9.7.9.8 / 9.7.9.10.
 MEMORY_TYPES = {2: "b16", 4: "f32"}
+
+
+def _memory_type(dtype: DType) -> tuple[str, str]:
+    """(instruction suffix, register class) of a global access to one element: integers
+    by their own type (INT_REGISTERS: i8 in a b16 register), floats by their size."""
+    if dtype in INT_REGISTERS:
+        cls, ptx_type = INT_REGISTERS[dtype]
+        return ptx_type, cls
+    eb = dtype.bytes
+    return MEMORY_TYPES[eb], "b16" if eb == 2 else "f32"
 
 
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ----------
@@ -112,8 +124,7 @@ def _frag_load(ctx: Context, op: Op) -> None:
     offsets = [ctx.get(v) for v in op.operands[1:]]
     rtype = op.result.type
     eb = rtype.dtype.bytes
-    suffix = MEMORY_TYPES[eb]
-    cls = "b16" if eb == 2 else "f32"
+    suffix, cls = _memory_type(rtype.dtype)
     loaded = ctx.op_state.setdefault(("loaded", op), {})
     masked = op.attrs.get("masked", [True] * len(offsets))
     out = {}
@@ -122,7 +133,7 @@ def _frag_load(ctx: Context, op: Op) -> None:
         if element not in loaded:
             reg = ctx.w.reg(cls)
             loaded[element] = reg
-            ctx.w.emit(f"mov.{suffix} {reg}, 0;" if eb == 2 else f"mov.f32 {reg}, 0f00000000;")
+            ctx.w.emit(f"mov.f32 {reg}, 0f00000000;" if cls == "f32" else f"mov.{cls} {reg}, 0;")
             guard = f"@{inside} " if inside else ""
             ctx.w.emit(f"{guard}ld.global.{suffix} {reg}, [{address}];")
         out[index] = loaded[element]
@@ -140,13 +151,15 @@ def _store(ctx: Context, op: Op) -> None:
         raise NotImplementedError("the PTX backend stores tiles held in an accumulator "
                                   f"layout; got {vtype} at {op.loc}")
     eb = vtype.dtype.bytes
-    suffix = MEMORY_TYPES[eb]
+    suffix, _ = _memory_type(vtype.dtype)
     regs = ctx.get(value)
     dims = list(range(len(offsets)))
     masked = op.attrs.get("masked", [True] * len(offsets))
     elements = _element_addresses(ctx, op, offsets, dims, vtype.layout, eb, masked)
     w = ctx.w
-    if not _pairs_contiguous(ctx, op.operands[0]):
+    # 1-byte elements (i8) are stored one by one: a pair is a 16-bit store of two b16
+    # registers' low bytes, not worth the packing here.
+    if eb == 1 or not _pairs_contiguous(ctx, op.operands[0]):
         for index, address, inside, _ in elements:
             guard = f"@{inside} " if inside else ""
             w.emit(f"{guard}st.global.{suffix} [{address}], {regs[index]};")
@@ -161,7 +174,7 @@ def _store(ctx: Context, op: Op) -> None:
             w.emit(f"mov.b32 {packed}, {pair};")
             store = f"st.global.b32 [{address}], {packed};"
         else:
-            store = f"st.global.v2.f32 [{address}], {pair};"
+            store = f"st.global.v2.{suffix} [{address}], {pair};"
         w.emit((f"@{inside_next} " if inside_next else "") + store)
         if inside_next:
             alone = w.reg("pred")

@@ -42,7 +42,7 @@ from __future__ import annotations
 from tilec.errors import TileConfigError, located
 from tilec.ir.schedule import SplitPlan
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, replace_uses
-from tilec.ir.types import i32
+from tilec.ir.types import F32, i32
 from tilec.options import Options
 
 from .common import constant, find_main_loop
@@ -66,6 +66,12 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         raise located(TileConfigError, f"split_k adds a grid axis; a {len(grid.operands)}-D "
                       "grid has none left", grid.loc, kernel.source_lines)
     acc_index = _accumulator_index(kernel, loop, dot)
+    if dot.operands[2].type.dtype != F32:
+        # The slices meet in an f32 workspace (backend/split.py); integer sums would need
+        # their own meeting, which tilec does not build.
+        raise located(TileConfigError, f"split_k sums f32 partial tiles; this product "
+                      f"accumulates in {dot.operands[2].type.dtype}", dot.loc,
+                      kernel.source_lines, "use split_k=1 (the default)")
 
     with_slice = Builder(Block(), grid.loc)
     count = constant(with_slice, splits, "splits")

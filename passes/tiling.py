@@ -29,7 +29,7 @@ from __future__ import annotations
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import F32, TileType
+from tilec.ir.types import ACCUMULATOR_DTYPES, TileType
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
 from tilec.target.layout import WARP_SIZE, SmemLayout
@@ -113,6 +113,9 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     except KeyError as err:
         fail(err.args[0])
     family = family_of(plan)
+    refusal = family.operand_refusal(plan.operands, options)
+    if refusal is not None:
+        fail(*refusal)
     if bk % family.k_step:
         fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
@@ -169,9 +172,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         operands.append(OperandPlan(role, name, layout, vec))
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
-    if acc.type.dtype != F32:
-        raise located(TileConfigError, "the accumulator must be f32", dot.loc,
-                      kernel.source_lines)
+    accumulator = ACCUMULATOR_DTYPES[a_type.dtype]
+    if acc.type.dtype != accumulator:
+        raise located(TileConfigError, f"the accumulator of {a_type.dtype} products must be "
+                      f"{accumulator}", dot.loc, kernel.source_lines)
 
     # Buffers go right before the loop; the copies replace the loads in place.
     pre = Builder(Block(), loop.loc)

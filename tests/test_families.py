@@ -53,7 +53,7 @@ def fragment_ops(family: ProductFamily) -> set[str]:
 
 def test_the_registry_lists_each_family_once_under_its_own_name() -> None:
     names = [family.name for family in FAMILIES]
-    assert names == ["wgmma", "mma", "simt", "tf32"]
+    assert names == ["wgmma", "mma", "simt", "tf32", "wgmma8", "int8", "fp8"]
     assert all(family_named(family.name) is family for family in FAMILIES)
     assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32")
     assert PRODUCT_OPS == ("wgmma.mma", "frag.mma", "frag.fma")
@@ -90,14 +90,21 @@ def test_every_family_defines_its_ops_with_their_semantics(family: ProductFamily
         # The catalogue holds the definition; an op families share runs through the
         # result layout's family, the others are the family's own.
         assert replace(OP_DEFS[name], evaluate=None) == replace(opdef, evaluate=None)
-        assert (OP_DEFS[name].evaluate == opdef.evaluate) == (len(shared) == 1), name
+        # (one meaning shared by all, wgmma.wait's, is kept as it is).
+        same = all({o.name: o for o in other.op_defs()}[name].evaluate is opdef.evaluate
+                   for other in shared)
+        assert (OP_DEFS[name].evaluate == opdef.evaluate) == same, name
 
 
 def test_a_shared_op_runs_the_semantics_of_its_result_layouts_family() -> None:
     mma, tf32 = family_named("mma"), family_named("tf32")
+    int8 = family_named("int8")
+    fp8 = family_named("fp8")
     assert [f.name for f in FAMILIES if "frag.mma" in {o.name for o in f.op_defs()}] == [
-        "mma", "tf32"]
-    assert mma.fragments != tf32.fragments  # k16 of 16-bit halves, k8 of one f32
+        "mma", "tf32", "int8", "fp8"]
+    # k16 of 16-bit halves, k8 of one f32, k32 of four i8 summed in integers, of four fp8
+    assert len({mma.fragments, tf32.fragments, int8.fragments, fp8.fragments}) == 4
+    assert int8.fragments.integer and not mma.fragments.integer
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -162,12 +169,16 @@ def test_family_for_defaults_to_exact_f32() -> None:
     assert family_for("f32").name == "simt"
 
 
-@pytest.mark.parametrize("dtype", ["i8", "f64", "fp8"])
+@pytest.mark.parametrize("dtype", ["i4", "f64", "fp8"])
 def test_an_unknown_dtype_is_refused_naming_the_dtypes_taken(dtype: str) -> None:
     with pytest.raises(KeyError) as info:
         family_for(dtype)
     assert info.value.args[0] == (f"tiles of {dtype} cannot be multiplied (the backend takes "
-                                  "f16, bf16, f32)")
+                                  "f16, bf16, f32, i8, f8e4m3, f8e5m2)")
+
+
+def test_i8_tiles_take_the_int8_family() -> None:
+    assert family_for("i8").name == "int8"
 
 
 def test_a_shared_product_op_is_emitted_by_the_plan_family() -> None:

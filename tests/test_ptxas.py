@@ -35,6 +35,8 @@ def load_sample(name: str, dtype: str) -> TileFunction:
     """A sample's tile function; ``bf16`` or ``f32`` reads f16 inputs A and B as that."""
     path = SAMPLES / f"{name}.py"
     text = path.read_text(encoding="utf-8")
+    if dtype == "f8e5m2":  # the fp8 sample in its other format
+        text = text.replace("f8e4m3", "f8e5m2")
     if dtype != "f16" and f"A: {dtype}[" not in text:
         text = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
         assert f"A: {dtype}[" in text and f"B: {dtype}[" in text, f"{path}: no f16 A, B"
@@ -99,7 +101,17 @@ def main_tf32_cases() -> Iterator[Case]:
         yield case("sgemm", "f32", arch, DIVISIBLE, BK=32, f32_math="tf32")
 
 
-MAIN = list(main_matmul_cases()) + list(main_sgemm_cases()) + list(main_tf32_cases())
+def main_int8_cases() -> Iterator[Case]:
+    """i8 operands on mma.sync m16n8k32 .s8 (the int8 family): the sample's default tile and
+    the 128x256 one the benchmark runs; no spills."""
+    for arch in ARCHS:
+        yield case("int8_gemm", "i8", arch)  # 128x128x64, 3 stages, 2x2 warps
+        yield case("int8_gemm", "i8", arch, DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4),
+                   stages=2 if arch == "sm_86" else 3)
+
+
+MAIN = (list(main_matmul_cases()) + list(main_sgemm_cases()) + list(main_tf32_cases())
+        + list(main_int8_cases()))
 
 OTHERS = [
     case("matmul", "f16", "sm_80", stages=1),
@@ -166,7 +178,24 @@ OTHERS = [
     case("matmul_bt", "f32", "sm_86", RAGGED, stages=2, f32_math="tf32"),
     case("matmul", "f32", "sm_90", BM=128, BN=256, BK=32, warps=(2, 4), f32_math="tf32"),
     case("gemm_epilogue", "f32", "sm_80", f32_math="tf32"),
+    # int8: ragged (K not 16-byte aligned: byte copies), one stage, unswizzled, small tiles,
+    # and sm_90a, where the int8 family (not wgmma) takes i8 tiles.
+    case("int8_gemm", "i8", "sm_80", RAGGED),
+    case("int8_gemm", "i8", "sm_86", stages=1, swizzle="off"),
+    case("int8_gemm", "i8", "sm_90", BM=64, BN=64, BK=32, warps=(1, 1), stages=4),
+    case("int8_gemm", "i8", "sm_80", spec=Spec(tensors=(("A", TensorSpec(1, 1)),
+                                                        ("B", TensorSpec(1, 2))))),
+    case("int8_gemm", "i8", "sm_90a", RAGGED),
+    case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    # fp8 (mma.sync m16n8k32 .e4m3 / .e5m2, PTX ISA 8.4): sm_90 and sm_90a only.
+    case("fp8_gemm", "f8e4m3", "sm_90"),
+    case("fp8_gemm", "f8e4m3", "sm_90", RAGGED, stages=2),
+    case("fp8_gemm", "f8e5m2", "sm_90", DIVISIBLE, BM=128, BN=256, BK=128, warps=(2, 4)),
+    case("fp8_gemm", "f8e4m3", "sm_90a", RAGGED),
+    case("fp8_gemm", "f8e5m2", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
 ]
+# The targets each sample compiles for, where not every one (fp8: sm_89 and later).
+SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}}
 
 # sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
 # and ring depths it is tuned over, ragged sizes (TMA zero-fills) and both B orientations.
@@ -196,7 +225,15 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2,
          persistent=True)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
-                                  ("gemm_epilogue", "bf16", RAGGED))]
+                                  ("gemm_epilogue", "bf16", RAGGED))] + [
+    # 8-bit operands on wgmma m64nNk32 (the wgmma8 family): BK 128, both operands K-major.
+    case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4),
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=256, BK=128, stages=3,
+         persistent=True),
+    case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3, cluster=2),
+    case("fp8_gemm", "f8e4m3", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
+    case("fp8_gemm", "f8e5m2", "sm_90a", RAGGED, BM=256, BN=128, BK=128, stages=3)]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")
@@ -301,9 +338,12 @@ def test_every_sample_is_covered() -> None:
     cases = [p.values[0] if hasattr(p, "values") else p for p in ALL]
     for path in SAMPLES.glob("*.py"):
         mine = [c for c in cases if c.sample == path.stem]
-        dtypes = {"f16", "bf16", "f32"} if "A: f16[" in path.read_text() else {"f32"}
+        text = path.read_text()
+        dtypes = ({"f16", "bf16", "f32"} if "A: f16[" in text
+                  else {"i8"} if "A: i8[" in text
+                  else {"f8e4m3", "f8e5m2"} if "A: f8e4m3[" in text else {"f32"})
         assert {c.dtype for c in mine} == dtypes, path.stem
-        assert {c.arch for c in mine} == set(ARCHS), path.stem
+        assert SAMPLE_ARCHS.get(path.stem, set(ARCHS)) <= {c.arch for c in mine}, path.stem
 
 
 def test_threads_without_a_vector_write_nothing():

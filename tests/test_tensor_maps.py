@@ -42,6 +42,15 @@ def test_a_row_major_operand_maps_with_its_rows_inner():
     assert layout == TensorMapLayout("A", "f16", BASE, (80, 1000), 160, (64, 128), 128)
 
 
+@pytest.mark.parametrize("dtype", ["i8", "f8e4m3", "f8e5m2"])
+def test_an_8_bit_operand_maps_128_elements_a_swizzle_row(dtype):
+    """8-bit operands (the wgmma8 family): a 128-element inner box is the 128-byte span."""
+    layout = tensor_map_layout("A", array("A", (1000, 96), dtype=dtype), (128, 128), 128)
+    assert layout == TensorMapLayout("A", dtype, BASE, (96, 1000), 96, (128, 128), 128)
+    with pytest.raises(ValueError, match="must fit the 128-byte swizzle span"):
+        tensor_map_layout("A", array("A", (1000, 96), dtype=dtype), (256, 128), 128)
+
+
 def test_a_column_major_operand_maps_with_its_columns_inner():
     # B [K=80, N=1000] stored as the transpose of a row-major [N, K]: dim 0 is contiguous.
     layout = tensor_map_layout("B", array("B", (80, 1000), (1, 96)), (64, 64), 128)
@@ -72,7 +81,7 @@ ARGUMENT_ERRORS = [
                               f"{2**32}"),
     (dict(shape=(16, 0)), "each dim must hold from 1 to 2**32 - 1 elements, got dim 1 of 0"),
     (dict(shape=(2, 4, 8)), "a tensor map here is 2-D, got a 3-D array of shape (2, 4, 8)"),
-    (dict(dtype="i32"), "the dtype must be one of f16, bf16, f32, got i32"),
+    (dict(dtype="i32"), "the dtype must be one of f16, bf16, f32, i8, f8e4m3, f8e5m2, got i32"),
 ]
 
 
@@ -165,7 +174,9 @@ def test_the_encode_call_is_made_as_cuda_bindings_wants_it(fake):
     assert type(data) is bytes and data == (1).to_bytes(8, "little") * 16
 
 
-@pytest.mark.parametrize("dtype, name", [("f16", "FLOAT16"), ("f32", "FLOAT32")])
+@pytest.mark.parametrize("dtype, name", [("f16", "FLOAT16"), ("f32", "FLOAT32"),
+                                         ("i8", "UINT8"), ("f8e4m3", "UINT8"),
+                                         ("f8e5m2", "UINT8")])
 def test_each_dtype_has_its_tensor_map_type(fake, dtype, name):
     driver.encode_tensor_map(dtype, BASE, (64, 64), (128,), (32, 64), 128, l2_promotion_bytes=128)
     [(_, args)] = fake.calls
@@ -185,7 +196,7 @@ def test_a_driver_refusal_is_a_cuda_error_with_the_drivers_name(fake):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(dtype="i32"), "dtype must be one of f16, bf16, f32, got 'i32'"),
+    (dict(dtype="i32"), "dtype must be one of f16, bf16, f32, i8, f8e4m3, f8e5m2, got 'i32'"),
     (dict(swizzle_bytes=16), "swizzle must be one of 0, 32, 64, 128, got 16"),
     (dict(l2_promotion_bytes=64), "L2 promotion must be one of 128, 256, got 64"),
     (dict(byte_strides=()), "2 dims need 1 byte strides and 2 box dims, got 0 and 2"),

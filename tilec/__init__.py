@@ -15,7 +15,8 @@ _ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_ROOT, "passes", "tiling.py")) and _ROOT not in __path__:
     __path__.append(_ROOT)
 
-from tilec.ir.types import BF16 as bf16, F16 as f16, F32 as f32, I32 as i32  # noqa: F401
+from tilec.ir.types import BF16 as bf16, F16 as f16, F32 as f32, I8 as i8, I32 as i32  # noqa: F401
+from tilec.ir.types import F8E4M3 as f8e4m3, F8E5M2 as f8e5m2  # noqa: F401
 from tilec.options import Options, Spec  # noqa: F401
 from tilec.version import COMPILER_VERSION
 

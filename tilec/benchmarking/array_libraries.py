@@ -17,7 +17,8 @@ class Arrays(Protocol):
     tf32: bool  # whether cuBLAS may round f32 products' inputs to TF32
 
     def unsupported(self, dtype: str) -> Optional[str]: ...
-    def random(self, shape: tuple[int, ...], dtype: str) -> Any: ...
+    # k_major (i8 B): a column-major [K, N], the transpose of a row-major [N, K].
+    def random(self, shape: tuple[int, ...], dtype: str, k_major: bool = False) -> Any: ...
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
     def poison(self, array: Any) -> None: ...
     def reference(self, a: Any, b: Any) -> Any: ...
@@ -50,22 +51,39 @@ class TorchArrays:
                                     "L2_cache_size", 0) or FALLBACK_L2_BYTES)
         # tf32 cases hold f32 arrays; only their products differ (matmul's tf32).
         self.dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
-                       "tf32": torch.float32}
+                       "tf32": torch.float32, "i8": torch.int8, "i32": torch.int32}
+        if hasattr(torch, "float8_e4m3fn"):  # torch 2.1 and later
+            self.dtypes["f8e4m3"] = torch.float8_e4m3fn
+        # torch._scaled_mm's per-tensor scales: 1, so its C is the plain product.
+        self.unit_scale = torch.ones((), dtype=torch.float32, device=self.device)
 
     def unsupported(self, dtype: str) -> Optional[str]:
+        if dtype == "f8e4m3" and dtype not in self.dtypes:
+            return f"torch {self.version} has no float8_e4m3fn"
         return None
 
-    def random(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.torch.randn(shape, dtype=self.dtypes[dtype], device=self.device)
+    def random(self, shape: tuple[int, ...], dtype: str, k_major: bool = False) -> Any:
+        stored = shape[::-1] if k_major else shape
+        if dtype == "i8":  # every i8 value
+            values = self.torch.randint(-128, 128, stored, dtype=self.torch.int8,
+                                        device=self.device)
+        elif dtype == "f8e4m3":  # standard normal values rounded to e4m3
+            values = self.torch.randn(stored, device=self.device).to(self.dtypes[dtype])
+        else:
+            return self.torch.randn(shape, dtype=self.dtypes[dtype], device=self.device)
+        return values.t() if k_major else values
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.torch.empty(shape, dtype=self.dtypes[dtype], device=self.device)
 
     def poison(self, array: Any) -> None:
-        array.fill_(float("nan"))
+        if array.dtype.is_floating_point:
+            array.fill_(float("nan"))
+        else:  # integers have no NaN: the most negative value (the checks are exact)
+            array.fill_(self.torch.iinfo(array.dtype).min)
 
     def reference(self, a: Any, b: Any) -> Any:
-        return a.double() @ b.double()
+        return a.float().double() @ b.float().double()  # float8 widens through float32
 
     def rel_error(self, out: Any, ref: Any) -> float:
         norm = self.torch.linalg.vector_norm
@@ -79,6 +97,13 @@ class TorchArrays:
     def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None:
         """``out = a @ b``; ``tf32`` allows cuBLAS TF32 tensor cores for this product only
         (the tf32 rows), and the flag is restored after, so the f32 rows stay exact."""
+        if str(getattr(a, "dtype", "")) == "torch.int8":  # i8 @ i8 -> exact i32 (cuBLASLt)
+            self.torch._int_mm(a, b, out=out)
+            return
+        if str(getattr(a, "dtype", "")) == "torch.float8_e4m3fn":  # cuBLASLt's fp8 GEMM
+            self.torch._scaled_mm(a, b, scale_a=self.unit_scale, scale_b=self.unit_scale,
+                                  out_dtype=out.dtype, out=out)
+            return
         flags = self.torch.backends.cuda.matmul
         previous = flags.allow_tf32
         flags.allow_tf32 = tf32
@@ -130,9 +155,11 @@ class CupyArrays:
     def unsupported(self, dtype: str) -> Optional[str]:
         if dtype == "tf32" and not self.tf32:
             return "cupy allows TF32 only process-wide (CUPY_TF32=1 before importing cupy)"
+        if dtype in ("i8", "f8e4m3"):
+            return f"the {dtype} rows compare with torch's int8 / fp8 GEMMs: they need torch"
         return None if dtype in self.dtypes else "cupy has no bfloat16 arrays"
 
-    def random(self, shape: tuple[int, ...], dtype: str) -> Any:
+    def random(self, shape: tuple[int, ...], dtype: str, k_major: bool = False) -> Any:
         values = self.cupy.random.standard_normal(shape, dtype=self.cupy.float32)
         return values.astype(self.dtypes[dtype])
 

@@ -12,17 +12,29 @@ from tilec.tools.checking import TOLERANCE
 # "tf32": f32 inputs and outputs, every contender computing with TF32 tensor cores (tilec
 # with f32_math="tf32", cuBLAS with TF32 allowed, Triton's default f32 dot). Not in the
 # default sweep (DEFAULT_DTYPES); ask for it with --dtypes tf32.
-DTYPES = ("f16", "bf16", "f32", "tf32")
+# "i8": i8 inputs, exact i32 C (tilec's int8 family against torch._int_mm); "f8e4m3": e4m3
+# inputs, f32 accumulation, f16 C (against torch._scaled_mm with unit scales). B is given k
+# contiguous (a column-major [K, N], K_MAJOR_B), as 8-bit tensor-core products read it. Not
+# in the default sweep; ask for them with --dtypes i8 f8e4m3.
+DTYPES = ("f16", "bf16", "f32", "tf32", "i8", "f8e4m3")
 DEFAULT_DTYPES = ("f16", "bf16", "f32")
-TILEC_DTYPES = ("f16", "bf16", "f32", "tf32")
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "tf32": 4}
+TILEC_DTYPES = ("f16", "bf16", "f32", "tf32", "i8", "f8e4m3")
+ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "tf32": 4, "i8": 1, "i32": 4, "f8e4m3": 1}
+# Input dtypes whose B the sweep creates k contiguous.
+K_MAJOR_B = ("i8", "f8e4m3")
+# The dtype every contender writes each 8-bit input dtype's C in: i8's exact i32 sums, and
+# fp8's f16 (what torch._scaled_mm writes for fp8 inference).
+EXACT_OUTPUT = {"i8": "i32", "f8e4m3": "f16"}
 # The relative Frobenius error each dtype may reach against float64: `tilec run`'s for f16
 # (rounds at 2^-11) and bf16 (2^-8); tf32 rounds each input to 10 mantissa bits as f16 does
 # (~3e-4 on random inputs, whatever K), so f16's. f32 is tighter than `tilec run` (which
 # allows f16's in case of --f32-math tf32): here f32 math is exact FFMA, and through cuBLAS
 # with TF32 off it stays near 1e-6.
 BENCH_TOLERANCE = {"f16": TOLERANCE[F16], "bf16": TOLERANCE[BF16], "f32": 1e-4,
-                   "tf32": TOLERANCE[F16]}
+                   "tf32": TOLERANCE[F16], "i8": 0.0,  # int8: exact
+                   # fp8 against float64 of the decoded inputs: f16 C's rounding and the
+                   # tensor cores' f32 accumulation of fp8 products (not full f32 on Hopper).
+                   "f8e4m3": 5e-3}
 # (M, N, K): square, ragged (no tile divides them), skinny (memory-bound).
 DEFAULT_SIZES = ((1024,) * 3, (2048,) * 3, (4096,) * 3, (8192,) * 3,
                  (4095, 4097, 4093), (1000, 1003, 77),

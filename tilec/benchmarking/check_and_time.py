@@ -7,7 +7,7 @@ import time
 from typing import Any, Optional, Sequence, TextIO
 
 from tilec.benchmarking.array_libraries import Arrays
-from tilec.benchmarking.cases import BENCH_TOLERANCE, Case, rotation_sets
+from tilec.benchmarking.cases import BENCH_TOLERANCE, K_MAJOR_B, Case, rotation_sets
 from tilec.benchmarking.contenders import Contender
 from tilec.benchmarking.results import CaseResult, Measurement, References, first_line
 from tilec.benchmarking.timing import Timer, rotating
@@ -53,8 +53,10 @@ def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer:
     if reason is not None:
         return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
     sets = rotation_sets(case, arrays.l2_bytes)
+    # 8-bit B k contiguous: a column-major [K, N] (the transpose of a row-major [N, K]).
+    b_layout = {"k_major": True} if case.dtype in K_MAJOR_B else {}
     inputs = [(arrays.random((case.M, case.K), case.dtype),
-               arrays.random((case.K, case.N), case.dtype)) for _ in range(sets)]
+               arrays.random((case.K, case.N), case.dtype, **b_layout)) for _ in range(sets)]
     # Checked in full against float64: the first and the last set (the others for NaN).
     checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
     measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tilec.benchmarking.array_libraries import Arrays
-from tilec.benchmarking.cases import TILEC_DTYPES, Case
+from tilec.benchmarking.cases import EXACT_OUTPUT, TILEC_DTYPES, Case
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
 from tilec.families.products import family_of
+from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
 
@@ -28,6 +29,8 @@ class Contender:
         return None
 
     def out_dtype(self, case: Case) -> str:
+        if case.dtype in EXACT_OUTPUT:
+            return EXACT_OUTPUT[case.dtype]
         return case.dtype if self.c_dtype == "inputs" and case.dtype in SIXTEEN_BIT else "f32"
 
     def math(self, case: Case) -> str:
@@ -50,7 +53,17 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     persistent block, a cluster of two sharing B, or persistent clusters (the autotuner
     prunes what does not fit)."""
     from tilec.tools.autotune import search_space
-    if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
+    if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
+        # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
+        from tilec.families.wgmma8 import FAMILY as WGMMA8
+        from tilec.options import Options
+        tiles = [config for config in search_space(
+                     BM=(128, 256), BN=(128, 256), BK=(128,), stages=(3, 4),
+                     raster_group=(8, 16))
+                 if WGMMA8.block_problem((config["BM"], config["BN"], config["BK"]),
+                                         Options(arch=arch)) is None]
+        space = [{**config, **schedule} for config in tiles for schedule in SM90A_SCHEDULES]
+    elif arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
         tiles = [config for config in search_space(
@@ -77,6 +90,24 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     return trimmed
 
 
+# mma.sync m16n8k32 on 8-bit operands: the f16 tiles with BK doubled (the same bytes a
+# row). Starting points, not yet measured; split-K is not offered (i32 sums).
+EIGHT_BIT_TUNED = {
+    "tiled": dict(BM=128, BN=256, BK=128, stages=3, warps=(2, 4)),
+    "small": dict(BM=64, BN=128, BK=128, stages=3, warps=(1, 2)),
+    "shallow": dict(BM=128, BN=128, BK=128, stages=3),
+    "ragged": dict(BM=128, BN=128, BK=128, stages=3),
+    "short": dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+}
+# fp8 needs 64x32 warp tiles: ptxas spills (72 bytes at 128x256x128) with 64x64 ones,
+# where int8 does not (mma.sync .e4m3 on sm_90 takes more registers than .s8).
+FP8_TUNED = {
+    "tiled": dict(BM=128, BN=128, BK=128, stages=4, warps=(2, 4)),
+    "small": dict(BM=64, BN=128, BK=128, stages=4, warps=(1, 4)),
+    "shallow": dict(BM=128, BN=128, BK=128, stages=3, warps=(2, 4)),
+    "ragged": dict(BM=128, BN=128, BK=128, stages=3, warps=(2, 4)),
+    "short": dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+}
 # The configurations tilec runs when neither --autotune nor the command line chooses: the
 # best measured (benchmarks/NOTES.md), per dtype family and problem class.
 TUNED = {
@@ -116,14 +147,27 @@ TUNED = {
     ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
     ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
+    # The 8-bit families (int8 on every target, fp8 on sm_90/sm_90a; wgmma declines 8-bit
+    # operands): EIGHT_BIT_TUNED.
+    **{("int8", problem): config for problem, config in EIGHT_BIT_TUNED.items()},
+    **{("fp8", problem): config for problem, config in FP8_TUNED.items()},
+    # sm_90a's 8-bit rows: wgmma m64nNk32 fed by TMA (the wgmma8 family), the f16 wgmma
+    # tiles with BK doubled (the same bytes a row). Starting points, not yet measured.
+    ("wgmma8", "tiled"): dict(BM=128, BN=256, BK=128, stages=3),
+    ("wgmma8", "small"): dict(BM=128, BN=128, BK=128, stages=4),
+    ("wgmma8", "shallow"): dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
+    ("wgmma8", "ragged"): dict(BM=128, BN=256, BK=128, stages=3),
 }
+# The product families whose rows run on wgmma8 on sm_90a (but short M: mma.sync's tiles).
+EIGHT_BIT_WGMMA = ("int8", "fp8")
 SIXTEEN_BIT = ("f16", "bf16")
 # The block schedules sm_90a's autotuning tries for each tile: one tile a block, persistent
 # blocks, a cluster of two sharing B, and persistent clusters walking pairs of tiles.
 SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2}, {"persistent": True, "cluster": 2})
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
-FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32"}
+FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8",
+          "f8e4m3": "fp8"}
 # What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
 TILEC_AS = {"tf32": ("f32", {"f32_math": "tf32"})}
 # Small ragged problems with K up to this take all of K in one step (mma's k of 16 rounds
@@ -154,6 +198,8 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
+    if family in EIGHT_BIT_WGMMA and arch == "sm_90a" and problem != "short":
+        family = "wgmma8"
     if family == "mma" and arch == "sm_90a":
         family = "wgmma"
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
@@ -178,7 +224,9 @@ def _large_tiles(case: Case) -> int:
 
 
 # How the config column names the instruction family a row ran on.
-PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "mma": "mma.sync", "simt": "ffma", "tf32": "mma.sync"}
+PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "wgmma8": "wgmma+TMA 8-bit", "mma": "mma.sync",
+                 "simt": "ffma", "tf32": "mma.sync",
+                 "int8": "mma.sync .s8", "fp8": "mma.sync .e4m3"}
 
 
 def describe_compiled(compiled: Any, packing: Any = None) -> str:
@@ -217,11 +265,18 @@ def sample_kernel(dtype: str, out: str = "f32") -> Any:
     retyped = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
     if f"A: {dtype}[" not in retyped or f"B: {dtype}[" not in retyped:
         raise RuntimeError(f"{SAMPLE} no longer declares A: f16[...] and B: f16[...]")
-    if out != "f32":
+    accumulator = ACCUMULATOR_DTYPES[DType.parse(dtype)]
+    if str(accumulator) != "f32":  # i8: an i32 accumulator, stored as it is
+        retyped = retyped.replace("zeros([BM, BN], f32)", f"zeros([BM, BN], {accumulator})")
+        if f"zeros([BM, BN], {accumulator})" not in retyped:
+            raise RuntimeError(f"{SAMPLE} no longer starts acc as zeros([BM, BN], f32)")
+    if out != str(accumulator):
         retyped = retyped.replace("C: f32[", f"C: {out}[").replace("] = acc\n",
                                                                     f"] = acc.to({out})\n")
         if f"acc.to({out})" not in retyped:
             raise RuntimeError(f"{SAMPLE} no longer declares C: f32[...] stored as acc")
+    elif out != "f32":
+        retyped = retyped.replace("C: f32[", f"C: {out}[")
     return load_file(SAMPLE, text=retyped)["matmul"]
 
 
@@ -264,7 +319,7 @@ class TilecContender(Contender):
         # dtype means (tf32: f32_math="tf32") wins over both.
         fixed = {**self.consts, **self.options, **forced}
         # Only the f16/bf16 rows depend on the target (wgmma on sm_90a).
-        arch = self.arch() if FAMILY[case.dtype] == "mma" else None
+        arch = self.arch() if FAMILY[case.dtype] in ("mma", *EIGHT_BIT_WGMMA) else None
         tuned = {} if self.autotune or self.consts else tuned_config(case, arch)
         kwargs = {**tuned, **fixed}
         if self.autotune:
@@ -286,7 +341,7 @@ class CublasContender(Contender):
         self.arrays = arrays
 
     def out_dtype(self, case: Case) -> str:
-        return "f32" if case.dtype == "tf32" else case.dtype
+        return "f32" if case.dtype == "tf32" else EXACT_OUTPUT.get(case.dtype, case.dtype)
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
@@ -294,8 +349,13 @@ class CublasContender(Contender):
 
         def run(i: int) -> None:
             self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
-        note = {"f32": ", TF32 off", "tf32": ", TF32 on"}.get(case.dtype, "")
-        return run, f"{self.arrays.name}.matmul, C {self.out_dtype(case)}{note}"
+        note = {"f32": ", TF32 off", "tf32": ", TF32 on", "i8": ", B k contiguous",
+                "f8e4m3": ", B k contiguous, unit scales, use_fast_accum=False"}.get(
+            case.dtype, "")
+        # 8-bit products go through torch's own GEMMs (TorchArrays.matmul).
+        function = {"i8": "torch._int_mm", "f8e4m3": "torch._scaled_mm"}.get(
+            case.dtype, f"{self.arrays.name}.matmul")
+        return run, f"{function}, C {self.out_dtype(case)}{note}"
 
 
 class TritonContender(Contender):
@@ -305,6 +365,8 @@ class TritonContender(Contender):
         self.arrays = arrays
 
     def unsupported(self, case: Case) -> Optional[str]:
+        if case.dtype not in TRITON_CONFIG:
+            return f"the Triton kernel has no {case.dtype} configuration"
         return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],

@@ -85,7 +85,9 @@ class SharedBuffer:
         stages, rows, cols = ttype.shape
         self.stages = stages
         self.stage_size = rows * cols
-        self.storage = np.full(stages * self.stage_size, np.nan, storage_dtype(ttype.dtype))
+        # NaN marks what no copy wrote yet; integer tiles (i8) have no NaN and start as 0.
+        unwritten = np.nan if ttype.dtype.is_float else 0
+        self.storage = np.full(stages * self.stage_size, unwritten, storage_dtype(ttype.dtype))
         self.value = self.storage.reshape(ttype.shape)
         self._images: dict[tuple[int, SmemLayout, tuple[int, ...]], np.ndarray] = {}
 

@@ -17,6 +17,10 @@ follows what the hardware does rather than what numpy does by default:
   once, which is correctly rounded for + - * / because f32 has more than twice their precision
   plus two bits (Figueroa's double-rounding bound). Casts round to nearest even; float to int
   casts round to nearest even and saturate, NaN -> 0 (PTX ``cvt.rni.sat``).
+- ``tile.dot`` of i8 tiles into an i32 accumulator is exact: summed in int64 and wrapped to
+  int32 (two's complement), as ``mma.sync ... .s32.s8.s8.s32`` without ``.satfinite`` does;
+  int to 16-bit float casts go through f32 (``cvt.rn.f32.s32`` then one more rounding), as
+  the GPU converts them, and int to int casts wrap (``cvt.s8.s32`` keeps the low byte).
 - ``tile.max``/``min``/``relu`` propagate NaN (numpy ``maximum``/``minimum``).
 - Scalar integer ops are their op definitions' ``fold`` (:mod:`tilec.ir.arith`): they wrap
   like the hardware's 32/64-bit registers; ``arith.floordiv`` and ``arith.mod`` are Python's
@@ -64,9 +68,11 @@ from tilec.ir import arith
 from tilec.ir.arith import INT_BITS
 from tilec.ir.core import Block, Kernel, Op, Param, Value
 from tilec.ir.ops import IR_OPS, OpDef, registered_ops
-from tilec.ir.types import BF16, F16, F32, I32, I64, PRED, DType, ScalarType, TensorType, TileType
+from tilec.ir.types import (BF16, F8E4M3, F8E5M2, F16, F32, I8, I32, I64, PRED, DType, ScalarType,
+                            TensorType, TileType)
 from tilec.options import F32_MATH
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
+from tilec.target import fp8
 
 try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
     import ml_dtypes
@@ -109,7 +115,11 @@ def _f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 # dtypes and rounding
 
 _STORAGE = {F16: np.dtype(np.float16), BF16: np.dtype(np.float32), F32: np.dtype(np.float32),
-            I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_)}
+            I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_),
+            I8: np.dtype(np.int8), F8E4M3: np.dtype(np.float32), F8E5M2: np.dtype(np.float32)}
+# 8-bit floats: tiles hold their exact values in float32 (tilec.target.fp8); tensors their
+# uint8 bits (or ml_dtypes float8 arrays, viewed as bits).
+_FP8_NAMES = {F8E4M3: "f8e4m3", F8E5M2: "f8e5m2"}
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -162,8 +172,10 @@ def _convert(values: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     if dst == PRED:
         return values != 0
     if dst.is_float:
-        # Every f16/bf16/f32 value is exact in f32; integers are exact in f64 up to 2**53.
-        wide = values.astype(np.float32 if src.is_float else np.float64)
+        # Every f16/bf16/f32 value is exact in f32; integers are exact in f64 up to 2**53,
+        # and reach a 16-bit float through f32, as cvt.rn.f32.s32 then cvt.rn.f16.f32 do.
+        wide = values.astype(np.float32 if src.is_float or dst in (F16, BF16)
+                             else np.float64)
         return round_to_dtype(dst, wide)
     if src.is_float:
         info = np.iinfo(_STORAGE[dst])
@@ -194,6 +206,8 @@ class TensorRef:
         part = self.array[index]
         if self.dtype == BF16:
             return from_bf16_bits(part)
+        if self.dtype in _FP8_NAMES:
+            return fp8.decode(part, _FP8_NAMES[self.dtype])
         return part.astype(_STORAGE[self.dtype])
 
     def write(self, index: tuple[slice, ...], values: np.ndarray) -> None:
@@ -447,6 +461,10 @@ def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a, b, acc = operands
+    if not op.operands[0].type.dtype.is_float:
+        # i8 @ i8 into i32: exact, wrapping as the integer mma does (no .satfinite).
+        exact = acc.astype(np.int64) + np.matmul(a.astype(np.int64), b.astype(np.int64))
+        return [((exact + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)]
     if op.operands[0].type.dtype == F32:
         if state.f32_math == "tf32":  # the products of tf32 inputs are exact in f32
             a, b = round_tf32(a), round_tf32(b)
@@ -554,7 +572,15 @@ def _accepted_dtypes(dtype: DType) -> tuple[tuple[np.dtype, ...], str]:
             accepted += (np.dtype(ml_dtypes.bfloat16),)
             words += " or ml_dtypes.bfloat16"
         return accepted, words
-    numpy_dtype = {F16: np.dtype(np.float16), F32: np.dtype(np.float32)}[dtype]
+    if dtype in _FP8_NAMES:
+        accepted = (np.dtype(np.uint8),)
+        words = f"numpy uint8 holding {dtype} bits"
+        ml_name = fp8.ML_DTYPES_NAMES[_FP8_NAMES[dtype]]
+        if ml_dtypes is not None and hasattr(ml_dtypes, ml_name):
+            accepted += (np.dtype(getattr(ml_dtypes, ml_name)),)
+            words += f" or ml_dtypes.{ml_name}"
+        return accepted, words
+    numpy_dtype = _STORAGE[dtype]
     return (numpy_dtype,), f"numpy {numpy_dtype}"
 
 
@@ -646,6 +672,8 @@ def _bind_tensor(param: Param, value: Any, symbols: _SymbolTable, stored: bool) 
     # bf16 is handled as its bits so that uint16 and ml_dtypes arrays share one code path;
     # a same-itemsize view keeps the strides, so stores still reach the caller's memory.
     array = value.view(np.uint16) if ttype.dtype == BF16 else value
+    if ttype.dtype in _FP8_NAMES:
+        array = value.view(np.uint8)
     return TensorRef(array, ttype.dtype, param.name)
 
 

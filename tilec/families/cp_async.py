@@ -212,6 +212,10 @@ def _copy(ctx: Context, op: Op) -> None:
     _flush_stores(ctx, pending_stores)
 
 
+# Per element bytes: the type of one element's ld.global / st.shared and the register
+# class it passes through (a byte in a 16-bit register: PTX has no 8-bit registers).
+SYNC_ELEMENT = {1: ("b8", "b16"), 2: ("b16", "b16"), 4: ("b32", "b32")}
+
 # Loads issued before their shared-memory stores, so this many are in flight per thread.
 SYNC_BATCH = 16
 
@@ -221,7 +225,7 @@ def _copy_sync_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
     """Load element by element into registers (for vectors cp.async cannot move) and return
     the shared stores that complete the copy."""
     w = ctx.w
-    suffix = "b16" if eb == 2 else "b32"
+    suffix, cls = SYNC_ELEMENT[eb]
     stores = []
     for e in range(vec):
         ok = inside
@@ -229,8 +233,8 @@ def _copy_sync_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
             in_vec = w.reg("pred")
             w.emit(f"setp.gt.s32 {in_vec}, {partial}, {e * eb};")
             ok = ctx.and_pred(ok, in_vec)
-        value = w.reg("b16" if eb == 2 else "b32")
-        w.emit(f"mov.{suffix} {value}, 0;")
+        value = w.reg(cls)
+        w.emit(f"mov.{cls} {value}, 0;")
         guard = f"@{ok} " if ok else ""
         w.emit(f"{guard}ld.global.nc.{suffix} {value}, [{src}+{e * eb}];")
         stores.append(f"st.shared.{suffix} [{dst}+{e * eb}], {value};")

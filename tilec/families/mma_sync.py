@@ -243,9 +243,11 @@ def _ldmatrix(ctx: Context, op: Op) -> None:
 MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32"}
 
 
-def mma_products(ctx: Context, op: Op, types: dict[DType, str]) -> None:
+def mma_products(ctx: Context, op: Op, types: dict[DType, str],
+                 accumulator_class: str = "f32") -> None:
     """``frag.mma``: one mma.sync per m16 x n8 tile of the warp tile, ``types`` giving the
-    instruction's type suffix per input dtype."""
+    instruction's type suffix per input dtype (``accumulator_class``: the register class of
+    the accumulator, b32 for .s32)."""
     a_regs, b_regs, acc = (ctx.get(v) for v in op.operands)
     plan = ctx.plan
     tiles_m = plan.warp_tile[0] // MMA_M
@@ -267,7 +269,7 @@ def mma_products(ctx: Context, op: Op, types: dict[DType, str]) -> None:
         b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
         first = (tn * tiles_m + tm) * 4
         c = acc[first:first + 4]
-        d = c if in_place else ctx.w.regs("f32", 4)
+        d = c if in_place else ctx.w.regs(accumulator_class, 4)
         ctx.w.emit(f"mma.sync.aligned.{shape}.row.col.{suffix} {{{', '.join(d)}}}, "
                    f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
         out[first:first + 4] = d
@@ -351,6 +353,10 @@ class MmaFragments:
     halves: int
     a_coord: Callable[[int, int, int], tuple[int, int]]
     b_coord: Callable[[int, int, int], tuple[int, int]]
+    # Integer inputs (int8): summed exactly in int64 and wrapped to the i32 accumulator, as
+    # the integer mma does without .satfinite; else floats, summed in float64, one f32
+    # rounding.
+    integer: bool = False
 
 
 # m16n8k16, PTX ISA 9.7.14.5.8
@@ -455,22 +461,28 @@ def execute_mma(fragments: MmaFragments, state: InterpState, op: Op,
     a_pos, b_pos, c_pos = _fragment_positions(fragments)
     # Per warp and m16 piece the 16 x k A tile, per n8 tile the k x 8 B tile; positions a
     # fragment does not fill stay NaN.
-    a = np.full((warps, tiles_m, MMA_M * mma_k), np.nan)
+    # Positions a fragment does not fill: NaN for floats, 0 for integers (no NaN to show).
+    work, empty = (np.int64, 0) if fragments.integer else (np.float64, np.nan)
+    a = np.full((warps, tiles_m, MMA_M * mma_k), empty, dtype=work)
     a[..., a_pos] = a_lanes.reshape(warps, WARP_SIZE, tiles_m, 4, halves).transpose(
         0, 2, 1, 3, 4).reshape(warps, tiles_m, -1)
-    b = np.full((warps, tiles_n, mma_k * MMA_N), np.nan)
+    b = np.full((warps, tiles_n, mma_k * MMA_N), empty, dtype=work)
     b[..., b_pos] = b_lanes.reshape(warps, WARP_SIZE, tiles_n, 2, halves).transpose(
         0, 2, 1, 3, 4).reshape(warps, tiles_n, -1)
     # Accumulator registers 4 (tn * tiles_m + tm) + r of each lane.
     registers = acc[rows, cols].reshape(warps, WARP_SIZE, tiles_n, tiles_m, 4)
-    c = np.empty((warps, tiles_m, tiles_n, MMA_M * MMA_N))
+    c = np.empty((warps, tiles_m, tiles_n, MMA_M * MMA_N), dtype=work)
     c[..., c_pos] = registers.transpose(0, 3, 2, 1, 4).reshape(warps, tiles_m, tiles_n, -1)
     product = (a.reshape(warps, tiles_m, 1, MMA_M, mma_k)
                @ b.reshape(warps, 1, tiles_n, mma_k, MMA_N))
-    d = (c + product.reshape(warps, tiles_m, tiles_n, -1)).astype(np.float32)
+    d = c + product.reshape(warps, tiles_m, tiles_n, -1)
+    if fragments.integer:
+        d = ((d + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+    else:
+        d = d.astype(np.float32)
     d_registers = d[..., c_pos].reshape(warps, tiles_m, tiles_n, WARP_SIZE, 4).transpose(
         0, 3, 2, 1, 4).reshape(warps, WARP_SIZE, -1)
-    result = np.empty(c_type.shape, dtype=np.float32)
+    result = np.empty(c_type.shape, dtype=d.dtype)
     result[rows, cols] = d_registers
     return [result]
 

@@ -120,6 +120,9 @@ class ProductFamily(ABC):
     # The op that waits for products left in flight (wgmma's groups): with it, a pipeline
     # may let a stage's products run on while the next stage's are issued.
     in_flight_wait: ClassVar[Optional[str]] = None
+    # The PTX ISA version its instructions need beyond the target's (fp8 mma.sync: 8.4);
+    # the kernel's header names the higher of the two.
+    ptx_version: ClassVar[Optional[str]] = None
 
     # -- where it applies ------------------------------------------------------------------
     def applies(self, block: tuple[int, int, int], options: "Options",
@@ -129,6 +132,14 @@ class ProductFamily(ABC):
         (``operands``: how each is stored and aligned) say so here, and the next family in
         the registry takes the block otherwise."""
         return self.archs is None or options.arch in self.archs
+
+    def operand_refusal(self, operands: Sequence[OperandPlan], options: "Options"
+                        ) -> Optional[tuple[str, str]]:
+        """Why the family, having taken the dtype, cannot read these operands (how they are
+        stored) or run on this target: (message, hint) for the tiling pass's error at the
+        ``@``; None when it can. Unlike :meth:`applies`, no other family is tried: the
+        dtype has no other (8-bit operands read k-contiguous only)."""
+        return None
 
     def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
         """The m, n, k of one product instruction for this block (fixed for most)."""

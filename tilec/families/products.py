@@ -16,12 +16,13 @@ from tilec.ir.core import Op
 from tilec.ir.ops import EvaluateFn, OpDef
 from tilec.ir.schedule import TilingPlan
 
-from . import ffma, mma_sync, tf32, wgmma
+from . import ffma, fp8, int8, mma_sync, tf32, wgmma, wgmma8
 from .product import Emitter, ProductFamily
 
 # Lookup order matters to family_for only: the first family taking a dtype (under the
 # Options.f32_math given, and the block and target for families restricted to some) wins.
-FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, mma_sync.FAMILY, ffma.FAMILY, tf32.FAMILY)
+FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, mma_sync.FAMILY, ffma.FAMILY, tf32.FAMILY,
+                                       wgmma8.FAMILY, int8.FAMILY, fp8.FAMILY)
 _BY_NAME = {family.name: family for family in FAMILIES}
 
 # Each op once (the mma and tf32 families share frag.mma).
@@ -100,7 +101,10 @@ def _op_defs() -> dict[str, OpDef]:
         first = defs[0][1]
         if any(replace(d, evaluate=None) != replace(first, evaluate=None) for _, d in defs):
             raise ValueError(f"families define {name} differently")
-        evaluate = first.evaluate if len(defs) == 1 else _through_layout(
+        # One meaning for all (wgmma.wait, which has no result to dispatch on), or the
+        # meaning of the family the result's layout names.
+        same = all(d.evaluate is first.evaluate for _, d in defs)
+        evaluate = first.evaluate if same else _through_layout(
             name, {family.name: d.evaluate for family, d in defs})
         joined[name] = replace(first, evaluate=evaluate)
     return joined

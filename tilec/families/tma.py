@@ -67,10 +67,17 @@ MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
 SWIZZLE_128B = Swizzle(3, 3, 3)
 
 
+def swizzle_128b(elem_bytes: int) -> Swizzle:
+    """CU_TENSOR_MAP_SWIZZLE_128B on elements of ``elem_bytes``: the same byte permutation
+    (16-byte chunks by row modulo 8), its base the elements of one chunk (SWIZZLE_128B for
+    16-bit elements; Swizzle(3, 4, 3) for 8-bit ones)."""
+    return Swizzle(3, (16 // elem_bytes).bit_length() - 1, 3)
+
+
 def tma_layout(layout: SmemLayout, elem_bytes: int) -> SmemLayout:
     """Where TMA's 128-byte swizzle puts a tile stored as ``layout``: slabs of one 128-byte
     row width (a box each), swizzled by 8-row atom."""
-    return layout.with_swizzle(SWIZZLE_128B, slab=SLAB_BYTES // elem_bytes)
+    return layout.with_swizzle(swizzle_128b(elem_bytes), slab=SLAB_BYTES // elem_bytes)
 
 
 def staging_layout(rows: int, cols: int, elem_bytes: int) -> SmemLayout:

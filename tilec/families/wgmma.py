@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 # Compiling for the other families never runs these, and should not wait for numpy's import.
 
 WGMMA_M, WGMMA_K = 64, 16  # m64nNk16 for 16-bit inputs, PTX ISA 9.7.15.5
+WGMMA_K_BYTES = 32  # one instruction's k in bytes: k16 of 16-bit inputs, k32 of 8-bit ones
 WGMMA_N_MAX, WGMMA_N_STEP = 256, 8
 SW128_BYTES = 128  # the 128-byte swizzle: one row of an atom
 ATOM_ROWS = 8  # rows of one swizzle atom (1024 bytes)
@@ -117,14 +118,15 @@ def swizzle_bytes(byte_offset: np.ndarray | int) -> np.ndarray | int:
 @lru_cache(maxsize=None)
 def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int,
                        elem_bytes: int) -> np.ndarray:
-    """Element offsets (from the stage start) of the ``mn x 16`` operand piece at (mn0, k0)
-    as one wgmma reads it through its descriptor, ``[mn, k]`` for A and ``[k, mn]`` for B:
+    """Element offsets (from the stage start) of the ``mn x k`` operand piece at (mn0, k0) as
+    one wgmma reads it through its descriptor (k: 32 bytes, 16 of f16, 32 of 8-bit elements),
+    ``[mn, k]`` for A and ``[k, mn]`` for B:
     the canonical SW128 layout decoded from :func:`descriptor_fields` (start, LBO, SBO)."""
     import numpy as np
     d = descriptor_fields(layout, role)
     start = d.start(mn0, k0, elem_bytes)
     m = np.arange(mn)[:, None]
-    k = np.arange(WGMMA_K)[None, :]
+    k = np.arange(WGMMA_K_BYTES // elem_bytes)[None, :]
     if d.k_major:
         # Core matrices: 8 rows of 16 bytes; rows 128 bytes apart, 8-row groups SBO apart.
         address = start + (m // ATOM_ROWS) * d.sbo + (m % ATOM_ROWS) * d.row_bytes \
@@ -292,6 +294,7 @@ class Wgmma(ProductFamily):
     explain_text = ExplainText("(none: wgmma reads shared memory)", "wgmma.mma_async",
                                "warpgroup", "-", "wgmma", "core matrices", ())
     emitters = {"wgmma.mma": _wgmma, "wgmma.wait": _wgmma_wait}
+    row_elements = SW128_BYTES // 2  # elements of one 128-byte swizzle row
 
     def op_defs(self) -> tuple[OpDef, ...]:
         return (WGMMA_MMA, WGMMA_WAIT)
@@ -333,8 +336,9 @@ class Wgmma(ProductFamily):
         # B may be stored N-major, in slabs of 64 columns (one 128-byte swizzle row).
         if bn % 64 or bn > WGMMA_N_MAX:
             return f"BN={bn} is not a multiple of 64 up to {WGMMA_N_MAX}"
-        if bk % 64:
-            return f"BK={bk} is not a multiple of 64 (one 128-byte swizzle row)"
+        if bk % self.row_elements:
+            return (f"BK={bk} is not a multiple of {self.row_elements} (one 128-byte swizzle "
+                    "row)")
         # ptxas allocates for the whole block at entry (setmaxnreg moves registers later but
         # does not raise that cap): the consumers' accumulators must fit it, or C7602.
         threads = 2 * bm + WARPGROUP
@@ -347,7 +351,7 @@ class Wgmma(ProductFamily):
         return None
 
     def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
-        return (WGMMA_M, block[1], WGMMA_K)
+        return (WGMMA_M, block[1], self.k_step)
 
     def choose_warps(self, bm: int, bn: int) -> tuple[int, int]:
         return (bm // 16, 1)
@@ -380,15 +384,16 @@ class Wgmma(ProductFamily):
         extent = plan.block[0] if role == "A" else plan.block[1]
         offsets = descriptor_offsets(layout, role, 0, k0, extent, elem_bytes)
         per_row = 16 // elem_bytes
+        k_extent = WGMMA_K_BYTES // elem_bytes
         grid = offsets if role == "A" else offsets.T  # [mn, k]
         k_major = operand_k_major(role, layout)
         if k_major:
             for m0 in range(0, extent, ATOM_ROWS):
-                for kc in range(0, WGMMA_K, per_row):
+                for kc in range(0, k_extent, per_row):
                     yield [int(grid[m0 + r, kc]) * elem_bytes for r in range(ATOM_ROWS)]
         else:
             for mc in range(0, extent, per_row):
-                for k in range(0, WGMMA_K, ATOM_ROWS):
+                for k in range(0, k_extent, ATOM_ROWS):
                     yield [int(grid[mc, k + r]) * elem_bytes for r in range(ATOM_ROWS)]
 
     def read_access(self, role: str, layout: SmemLayout) -> str:

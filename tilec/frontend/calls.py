@@ -9,10 +9,10 @@ from tilec.errors import TileError, TileNameError, TileShapeError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
-                                     describe, is_scalar, is_tile)
+                                     describe, dtype_list, is_scalar, is_tile)
 from tilec.frontend.tiles import TileLowering
 from tilec.ir.ops import MATH_FUNCTIONS
-from tilec.ir.types import F32, TENSOR_DTYPES, DType, TileType
+from tilec.ir.types import F32, FP8_DTYPES, TILE_DTYPES, DType, TileType
 
 
 class CallLowering(TileLowering):
@@ -94,6 +94,7 @@ class CallLowering(TileLowering):
         if not is_tile(value):
             raise self.error(TileTypeError, f"relu() takes a tile, not {describe(value)}",
                              node.loc)
+        self._require_float_tile(value, "relu()", node)
         return self.builder.value("tile.relu", [value], value.type)
 
     def _call_math(self, node: ast.Call, name: str) -> Operand:
@@ -108,6 +109,7 @@ class CallLowering(TileLowering):
         if not is_tile(value):
             raise self.error(TileTypeError, f"{name}() takes a tile, not {describe(value)}",
                              node.loc)
+        self._require_float_tile(value, f"{name}()", node)
         return self.builder.value(f"tile.{name}", [value], value.type)
 
     def _call_zeros(self, node: ast.Call) -> Operand:
@@ -146,11 +148,13 @@ class CallLowering(TileLowering):
             return F32
         value = self.expr(node)
         if not isinstance(value, DTypeValue):
-            raise self.error(TileTypeError, f"expected a dtype (f16, bf16, f32), got "
-                             f"{describe(value)}", node.loc)
-        if value.dtype not in TENSOR_DTYPES:
-            raise self.error(TileTypeError, f"tiles hold f16, bf16 or f32, not "
-                             f"{value.dtype}", node.loc)
+            raise self.error(TileTypeError, f"expected a dtype ({dtype_list(TILE_DTYPES)}), "
+                             f"got {describe(value)}", node.loc)
+        if value.dtype not in TILE_DTYPES:
+            raise self.error(TileTypeError, f"tiles are made and converted in "
+                             f"{dtype_list(TILE_DTYPES)}, not {value.dtype}", node.loc,
+                             "8-bit float tiles come from loads, to be multiplied with '@'"
+                             if value.dtype in FP8_DTYPES else "")
         return value.dtype
 
     def _method_call(self, node: ast.Call, method: ast.Attribute) -> Operand:
@@ -163,5 +167,9 @@ class CallLowering(TileLowering):
         if not is_tile(value):
             raise self.error(TileTypeError, f".to() converts tiles, not {describe(value)}",
                              method.loc)
+        if value.type.dtype in FP8_DTYPES:
+            raise self.error(TileTypeError, f".to() of {describe(value)}: 8-bit float tiles "
+                             "are only multiplied", method.loc,
+                             "multiply it with '@' (f32 accumulation), then scale the result")
         with self.builder.located(method.loc):
             return self._cast(value, dtype)

@@ -9,12 +9,18 @@ from typing import Union
 from tilec.frontend.diagnostics import a_or_an, shape_text
 from tilec.ir.core import Loc, Value
 from tilec.ir.ops import MATH_FUNCTIONS
-from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType, TileType
+from tilec.ir.types import TENSOR_DTYPES, DType, ScalarType, TensorType, TileType
 
 # The predefined names: dtypes, built-in functions, and methods of tiles.
-DTYPES = {"f16": F16, "bf16": BF16, "f32": F32, "i32": I32}
+DTYPES = {dtype.short: dtype for dtype in TENSOR_DTYPES}
 BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu", *MATH_FUNCTIONS)
 TILE_METHODS = ("to",)
+
+
+def dtype_list(dtypes: "tuple[DType, ...]", conjunction: str = "or") -> str:
+    """``f16, bf16 or f32``: dtypes in a message, from the table that allows them."""
+    names = [str(d) for d in dtypes]
+    return ", ".join(names[:-1]) + f" {conjunction} {names[-1]}" if len(names) > 1 else names[0]
 
 
 def is_predefined(name: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence, Union
 from tilec.errors import TileNameError, TileShapeError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import LocatedErrors, did_you_mean
-from tilec.frontend.operands import DTYPES, is_predefined
+from tilec.frontend.operands import DTYPES, dtype_list, is_predefined
 from tilec.ir.core import Loc
 from tilec.ir.types import F32, I32, TENSOR_DTYPES, Dim, DType, ScalarType, TensorType
 
@@ -75,8 +75,8 @@ def signature(func: ast.FunctionDef) -> Signature:
         else:
             dtype = _dtype(param.dtype, errors)
             if dtype not in TENSOR_DTYPES:
-                raise errors.at(TileTypeError, f"tensors hold f16, bf16 or f32, not {dtype}",
-                                param.dtype.loc)
+                raise errors.at(TileTypeError, f"tensors hold {dtype_list(TENSOR_DTYPES)}, "
+                                f"not {dtype}", param.dtype.loc)
             if not 1 <= len(param.dims) <= 2:
                 raise errors.at(TileShapeError, f"tensors have 1 or 2 dims; '{param.name}' has "
                                 f"{len(param.dims)}", param.loc)
@@ -104,7 +104,8 @@ def signature(func: ast.FunctionDef) -> Signature:
 def _dtype(name: ast.Name, errors: "LocatedErrors") -> DType:
     if name.id not in DTYPES:
         raise errors.at(TileTypeError, f"unknown dtype '{name.id}'", name.loc,
-                        did_you_mean(name.id, DTYPES) or "dtypes are f16, bf16, f32 and i32")
+                        did_you_mean(name.id, DTYPES)
+                        or f"dtypes are {dtype_list(TENSOR_DTYPES, 'and')}")
     return DTYPES[name.id]
 
 

@@ -13,7 +13,7 @@ from tilec.frontend.operands import (TILE_METHODS, ConstValue, Operand, describe
                                      is_predefined, is_scalar, is_tensor, is_tile)
 from tilec.frontend.tiles import TileLowering
 from tilec.ir.core import Loc, Value
-from tilec.ir.types import I32, TensorType, TileType
+from tilec.ir.types import FP8_DTYPES, I32, TensorType, TileType
 
 
 class TensorAccessLowering(TileLowering):
@@ -166,6 +166,10 @@ class TensorAccessLowering(TileLowering):
                 raise self.error(TileTypeError, f"cannot store {describe(value)} into "
                                  f"'{name}', {a_or_an(dtype)} {dtype} tensor",
                                  start_loc(value_node))
+            if dtype in FP8_DTYPES:
+                raise self.error(TileTypeError, f"storing into '{name}', {a_or_an(dtype)} "
+                                 f"{dtype} tensor: 8-bit float tensors are only read, as "
+                                 "operands of '@'", start_loc(value_node))
             if value.type.dtype != dtype:
                 raise self.error(TileTypeError, f"storing {describe(value)} into '{name}', "
                                  f"{a_or_an(dtype)} {dtype} tensor", start_loc(value_node),

@@ -9,11 +9,12 @@ from tilec.errors import TileError, TileShapeError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.arithmetic import TILE_OPS
 from tilec.frontend.diagnostics import shape_text, spelled
-from tilec.frontend.operands import (ConstValue, DTypeValue, Operand, describe, is_scalar,
-                                     is_tensor, is_tile)
+from tilec.frontend.operands import (ConstValue, DTypeValue, Operand, describe, dtype_list,
+                                     is_scalar, is_tensor, is_tile)
 from tilec.frontend.scalars import ScalarLowering
 from tilec.ir.core import Value
-from tilec.ir.types import BF16, F16, F32, DType, ScalarType, TileType
+from tilec.ir.types import (ACCUMULATOR_DTYPES, ARITHMETIC_DTYPES, F32, FP8_DTYPES, DType,
+                            ScalarType, TileType)
 
 # The hint where a tensor is used as if it were a tile.
 _LOAD_A_TILE_HINT = "load a tile first: A[off : +SIZE, ...]"
@@ -36,6 +37,7 @@ class TileLowering(ScalarLowering):
         if isinstance(value, ConstValue):
             return ConstValue(-value.value)
         if is_tile(value):
+            self._require_float_tile(value, f"unary '{node.op}'", node)
             return self.builder.value("tile.neg", [value], value.type)
         return self._binary("-", ConstValue(0), value, node)
 
@@ -101,6 +103,8 @@ class TileLowering(ScalarLowering):
                              "tiles", node.loc)
         sides = (left, right)
         for side in sides:
+            if is_tile(side):
+                self._require_float_tile(side, spelled(op, "a", "b"), node)
             if is_scalar(side) and side.type.dtype != F32:
                 raise self.error(TileTypeError, f"{describe(side)} cannot be combined with a "
                                  "tile", node.loc, "only numbers and f32 scalars mix with "
@@ -131,6 +135,19 @@ class TileLowering(ScalarLowering):
             shape = broadcast
         operands = [self._tile_operand(side, dtype, shape) for side in sides]
         return self.builder.value(f"tile.{TILE_OPS[op]}", operands, TileType(dtype, shape))
+
+    def _require_float_tile(self, value: Value, what: str, node: ast.Node) -> None:
+        """Tile arithmetic is float arithmetic: an integer tile (an i32 accumulator, i8
+        data) is converted explicitly first, so where rounding happens is written down."""
+        dtype = value.type.dtype
+        if dtype in FP8_DTYPES:
+            raise self.error(TileTypeError, f"{what} on {describe(value)}: 8-bit float tiles "
+                             "are only multiplied", node.loc,
+                             "multiply it with '@' (f32 accumulation), then scale the result")
+        if dtype not in ARITHMETIC_DTYPES:
+            raise self.error(TileTypeError, f"{what} on {describe(value)}: arithmetic on "
+                             f"tiles is float arithmetic", node.loc,
+                             "convert it first: x.to(f32)")
 
     def _tile_operand(self, value: Operand, dtype: DType, shape: tuple[int, ...]) -> Value:
         """``value`` as a tile of ``dtype`` and ``shape``: cast, broadcast or splat."""
@@ -167,13 +184,13 @@ class TileLowering(ScalarLowering):
                                  f"operand is {describe(value)}", node.loc,
                                  "make a 1-D tile 2-D with t[None, :] or t[:, None]")
         a, b = left.type, right.type
+        multiplied = dtype_list(tuple(ACCUMULATOR_DTYPES))
         if a.dtype != b.dtype:
             raise self.error(TileTypeError, f"dot operands differ in dtype: {a.dtype} @ "
                              f"{b.dtype}", node.loc,
-                             "convert one side with .to(...); both must be f16, both bf16 "
-                             "or both f32")
-        if a.dtype not in (F16, BF16, F32):
-            raise self.error(TileTypeError, f"'@' multiplies f16, bf16 or f32 tiles, not "
+                             f"convert one side with .to(...); both {multiplied}")
+        if a.dtype not in ACCUMULATOR_DTYPES:
+            raise self.error(TileTypeError, f"'@' multiplies {multiplied} tiles, not "
                              f"{a.dtype}", node.loc)
         if a.shape[1] != b.shape[0]:
             raise self.error(TileShapeError, f"inner dimensions differ: {shape_text(a.shape)} "
@@ -182,11 +199,16 @@ class TileLowering(ScalarLowering):
 
     def _dot(self, a: Value, b: Value, accumulator: Optional[Value], node: ast.Node) -> Value:
         shape = (a.type.shape[0], b.type.shape[1])
-        result = TileType(F32, shape)
+        result = TileType(ACCUMULATOR_DTYPES[a.type.dtype], shape)
         with self.builder.located(node.loc):
             if accumulator is None:
                 accumulator = self.builder.value("tile.full", [], result, shape=shape,
                                                  value=0.0)
+            elif accumulator.type.dtype != result.dtype:
+                raise self.error(TileTypeError, f"{a.type.dtype} products accumulate in "
+                                 f"{result.dtype}, not {accumulator.type.dtype}", node.loc,
+                                 f"make the accumulator {result.dtype}: zeros([BM, BN], "
+                                 f"{result.dtype})")
             return self.builder.value("tile.dot", [a, b, accumulator], result)
 
     def _add_to_product(self, node: ast.BinOp) -> Operand:
@@ -203,7 +225,10 @@ class TileLowering(ScalarLowering):
             a, b = self._matmul_operands(product_node)
             other = self.expr(node.right)
         shape = (a.type.shape[0], b.type.shape[1])
-        if is_tile(other) and other.type.dtype == F32 and other.type.shape == shape:
+        # An accumulator-typed tile (f32, i32) takes the product; the wrong one of the two
+        # for these operands is refused there, naming the right one.
+        if is_tile(other) and other.type.shape == shape and other.type.dtype in set(
+                ACCUMULATOR_DTYPES.values()):
             return self._dot(a, b, other, product_node)
         product = self._dot(a, b, None, product_node)
         if product_on_right:

@@ -19,12 +19,12 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
-from tilec.ir.types import I32, I64, DType
+from tilec.ir.types import I8, I32, I64, DType
 
 # (operand values, attributes, result dtype) -> result value
 FoldFn = Callable[[Sequence[Any], Mapping[str, Any], DType], Any]
 
-INT_BITS: dict[DType, int] = {I32: 32, I64: 64}
+INT_BITS: dict[DType, int] = {I8: 8, I32: 32, I64: 64}
 
 
 def cdiv(a: int, b: int) -> int:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
-from tilec.ir.types import (F32, I32, MMA_INPUT_DTYPES, PRED, ScalarType, TensorType,
+from tilec.ir.types import (ACCUMULATOR_DTYPES, I32, PRED, ScalarType, TensorType,
                             TileType)
 
 
@@ -174,10 +174,11 @@ def _dot(op: Op) -> None:
     for t in (a, b, acc):
         require(isinstance(t, TileType) and t.rank == 2, "dot takes 2-D tiles")
     require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
-    require(a.dtype in MMA_INPUT_DTYPES + (F32,), f"dot of {a.dtype} is not supported")
+    require(a.dtype in ACCUMULATOR_DTYPES, f"dot of {a.dtype} is not supported")
     require(a.shape[1] == b.shape[0],
              f"inner dimensions differ: [{a.shape[0]},{a.shape[1]}] @ [{b.shape[0]},{b.shape[1]}]")
-    require(acc.dtype == F32, "dot accumulates in f32")
+    require(acc.dtype == ACCUMULATOR_DTYPES[a.dtype],
+            f"dot of {a.dtype} accumulates in {ACCUMULATOR_DTYPES[a.dtype]}")
     require(tuple(acc.shape) == (a.shape[0], b.shape[1]),
              f"accumulator is {list(acc.shape)}, product is [{a.shape[0]},{b.shape[1]}]")
     require(rtype.shape == acc.shape and rtype.dtype == acc.dtype, "dot returns the acc type")

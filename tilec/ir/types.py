@@ -17,6 +17,10 @@ class DType(Enum):
     BF16 = ("bf16", 16, True)
     F32 = ("f32", 32, True)
     I32 = ("i32", 32, False)
+    I8 = ("i8", 8, False)
+    # 8-bit floats (NVIDIA's e4m3, the OCP "fn" variant, and e5m2): tilec.target.fp8.
+    F8E4M3 = ("f8e4m3", 8, True)
+    F8E5M2 = ("f8e5m2", 8, True)
     I64 = ("i64", 64, False)
     PRED = ("pred", 1, False)
 
@@ -55,11 +59,22 @@ _DTYPES_BY_NAME = {d.short: d for d in DType}
 
 F16, BF16, F32, I32, I64, PRED = (DType.F16, DType.BF16, DType.F32, DType.I32, DType.I64,
                                   DType.PRED)
+I8, F8E4M3, F8E5M2 = DType.I8, DType.F8E4M3, DType.F8E5M2
 
 # Element types a user may give to tensor parameters.
-TENSOR_DTYPES = (F16, BF16, F32)
+TENSOR_DTYPES = (F16, BF16, F32, I8, I32, F8E4M3, F8E5M2)
+# 8-bit floats: loaded only to be multiplied (no conversions, arithmetic or stores).
+FP8_DTYPES = (F8E4M3, F8E5M2)
+# Element types of the tiles zeros(), full() and .to() make.
+TILE_DTYPES = (F16, BF16, F32, I8, I32)
+# Element types tile arithmetic computes on (in f32, rounding to the tile's dtype).
+ARITHMETIC_DTYPES = (F16, BF16, F32)
 # Input element types the mma.sync / wgmma paths multiply.
 MMA_INPUT_DTYPES = (F16, BF16)
+# The dtype a product of operand tiles of each dtype accumulates in (``acc += a @ b``): the
+# one table the frontend, the IR's type check and tiling read, so a new operand dtype is one
+# entry here (and a product family taking it).
+ACCUMULATOR_DTYPES = {F16: F32, BF16: F32, F32: F32, I8: I32, F8E4M3: F32, F8E5M2: F32}
 
 # A dimension of a global tensor: a symbol bound at launch (``"M"``) or a fixed size.
 Dim = Union[str, int]

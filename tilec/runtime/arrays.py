@@ -18,15 +18,22 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tilec.runtime import driver
+from tilec.target import fp8
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits  # noqa: F401 (re-exported)
 
-DTYPES = ("f16", "bf16", "f32", "i32")
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+DTYPES = ("f16", "bf16", "f32", "i32", "i8", "f8e4m3", "f8e5m2")
+ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1, "f8e4m3": 1, "f8e5m2": 1}
+# 8-bit floats: taken from torch float8 tensors and ml_dtypes arrays by name, and from
+# uint8 arrays of their bits wherever the kernel declares the tensor f8e4m3 or f8e5m2.
+FP8 = ("f8e4m3", "f8e5m2")
+_FP8_BY_NAME = {**{name: dtype for dtype, name in fp8.ML_DTYPES_NAMES.items()},
+                **{name: dtype for dtype, name in fp8.TORCH_NAMES.items()}}
+BITS = "u8"  # a uint8 array: fp8 bits, when the parameter is fp8
 
 # Array-interface typestrs, as numpy's `dtype.str` and __cuda_array_interface__ spell them.
-_FROM_TYPESTR = {"<f2": "f16", "<f4": "f32", "<i4": "i32"}
+_FROM_TYPESTR = {"<f2": "f16", "<f4": "f32", "<i4": "i32", "|i1": "i8", "|u1": BITS}
 # DLPack (type code, bits): kDLInt = 0, kDLFloat = 2, kDLBfloat = 4.
-_FROM_DLPACK = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16", (0, 32): "i32"}
+_FROM_DLPACK = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16", (0, 32): "i32", (0, 8): "i8"}
 _DLPACK_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
 _KDLCPU = 1
 _KDLCUDA = 2
@@ -102,6 +109,8 @@ def as_array_arg(obj: Any, name: str, expected_dtype: str | None = None,
     if expected_dtype is not None and expected_dtype not in DTYPES:
         raise ValueError(f"expected_dtype must be one of {DTYPES}, got {expected_dtype!r}")
     described = _describe(obj, name)
+    if described.dtype == BITS and expected_dtype in FP8:
+        described = described._replace(dtype=expected_dtype)
     _check_dtype(described, name, expected_dtype)
     _check_rank(described, name, expected_rank, dim_names)
     strides = _element_strides(described, name)
@@ -140,9 +149,10 @@ def _check_dtype(described: _Described, name: str, expected: str | None) -> None
     if expected is not None and described.dtype != expected:
         raise TypeError(f"argument {name!r}: expected dtype {expected}, got "
                         f"{described.dtype_label}")
-    if described.dtype is None:
+    if described.dtype is None or described.dtype == BITS:
         raise TypeError(f"argument {name!r}: unsupported dtype {described.dtype_label}; tilec "
-                        f"takes {', '.join(DTYPES)} (bf16 from numpy as ml_dtypes.bfloat16)")
+                        f"takes {', '.join(DTYPES)} (bf16 from numpy as ml_dtypes.bfloat16; "
+                        "f8e4m3 and f8e5m2 as uint8 bits, ml_dtypes or torch float8)")
 
 
 def _check_rank(described: _Described, name: str, expected: int | None,
@@ -169,7 +179,8 @@ def _element_strides(described: _Described, name: str) -> tuple[int, ...]:
 # --- torch ------------------------------------------------------------------------------------
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32",
-                 "torch.int32": "i32"}
+                 "torch.int32": "i32", "torch.int8": "i8", **{
+                     name: dtype for dtype, name in fp8.TORCH_NAMES.items()}}
 
 
 def _from_torch_cuda(tensor: Any) -> _Described | None:
@@ -195,6 +206,8 @@ def _numpy_dtype_name(dtype: np.dtype) -> str | None:
     # A plain uint16 array is never taken as bf16: its bits could mean anything.
     if dtype.name == "bfloat16":
         return "bf16"
+    if dtype.name in _FP8_BY_NAME:  # ml_dtypes.float8_e4m3fn, float8_e5m2
+        return _FP8_BY_NAME[dtype.name]
     return _FROM_TYPESTR.get(dtype.str)
 
 
@@ -215,7 +228,8 @@ def _host_numpy_dtype(dtype: str) -> np.dtype:
             return np.dtype(np.uint16)
         return np.dtype(ml_dtypes.bfloat16)
     return {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
-            "i32": np.dtype(np.int32)}[dtype]
+            "i32": np.dtype(np.int32), "i8": np.dtype(np.int8), "f8e4m3": np.dtype(np.uint8),
+            "f8e5m2": np.dtype(np.uint8)}[dtype]
 
 
 # --- __cuda_array_interface__ ----------------------------------------------------------------

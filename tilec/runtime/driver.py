@@ -538,7 +538,11 @@ TENSOR_MAP_BYTES = 128
 # The CUtensorMapDataType of each tilec dtype a TMA load may move.
 _TENSOR_MAP_DTYPES = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
                       "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-                      "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+                      "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+                      # 8-bit operands move as bytes: TMA only copies them.
+                      "i8": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                      "f8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                      "f8e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
 # Swizzle span in bytes -> CUtensorMapSwizzle (0: none).
 _TENSOR_MAP_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
                         64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}

@@ -21,9 +21,10 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from tilec.ir.core import Kernel
-from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType
+from tilec.ir.types import BF16, F16, F32, FP8_DTYPES, I8, I32, DType, ScalarType, TensorType
 from tilec.kernel import TileFunction, written_params
 from tilec.options import target_arch
+from tilec.target import fp8
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 from tilec.tools.arguments import CommandError
 from tilec.tools.compile_command import summary
@@ -118,6 +119,11 @@ def random_arguments(kernel: Kernel, sizes: dict[str, int], rng: np.random.Gener
                 values[param.name] = float(np.float16(rng.uniform(0.5, 1.5)))
             continue
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
+        if not param.type.dtype.is_float:
+            arrays[param.name] = _random_integers(param.type.dtype, shape, rng,
+                                                  param.name in written
+                                                  and param.name not in loaded)
+            continue
         if param.name in written and param.name not in loaded:
             tensor = np.full(shape, np.nan, dtype=np.float32)
         else:
@@ -126,7 +132,24 @@ def random_arguments(kernel: Kernel, sizes: dict[str, int], rng: np.random.Gener
     return arrays, values
 
 
+# Integer tensors (i8 operands, i32 outputs): numpy dtypes, and the value an output the
+# kernel only writes starts as (there is no NaN: the most negative value stands out).
+INTEGER_ARRAYS = {I8: np.int8, I32: np.int32}
+
+
+def _random_integers(dtype: DType, shape: tuple[int, ...], rng: np.random.Generator,
+                     write_only: bool) -> np.ndarray:
+    """Uniform integers over i8's range (every i8 value, the int8 GEMM's inputs), or for a
+    tensor the kernel only writes its dtype's minimum."""
+    numpy_dtype = INTEGER_ARRAYS[dtype]
+    if write_only:
+        return np.full(shape, np.iinfo(numpy_dtype).min, dtype=numpy_dtype)
+    return rng.integers(-128, 128, size=shape).astype(numpy_dtype)
+
+
 def _as_dtype(values: np.ndarray, dtype: DType, name: str, on_gpu: bool) -> np.ndarray:
+    if dtype in FP8_DTYPES:  # uint8 bits, the nearest fp8 values (the host form tilec takes)
+        return fp8.encode(values, str(dtype))
     if dtype != BF16:
         return values.astype({F16: np.float16, F32: np.float32}[dtype])
     bits = to_bf16_bits(values)
@@ -154,6 +177,8 @@ def as_float64(array: np.ndarray, dtype: DType) -> np.ndarray:
     """A tensor's values in float64 (bf16 given as bits or as ml_dtypes.bfloat16)."""
     if dtype == BF16:
         return from_bf16_bits(array).astype(np.float64)
+    if dtype in FP8_DTYPES:
+        return fp8.decode(array, str(dtype)).astype(np.float64)
     return np.asarray(array, dtype=np.float64)
 
 
@@ -244,12 +269,15 @@ def run_and_check(fn: TileFunction, source: str, consts: dict[str, Any],
         for name in written:
             out = outputs[name]
             max_abs, rel = errors(out, expected[name])
-            ok = within_tolerance(rel, tolerance)
+            # Integer outputs (int8 GEMM's i32 sums) are exact.
+            exact = not dtype_of(kernel, name).is_float
+            ok = within_tolerance(rel, 0.0 if exact else tolerance)
             passed &= ok
             nans = int(np.count_nonzero(np.isnan(out) & ~np.isnan(expected[name])))
             note = f", {nans} NaN elements (outputs start as NaN)" if nans else ""
             print(f"  check     {name} vs {label}: max abs err {max_abs:.3g}, rel Frobenius "
-                  f"err {rel:.3g} (tolerance {tolerance:g}){note} {'ok' if ok else 'FAILED'}")
+                  f"err {rel:.3g} (tolerance {0 if exact else tolerance:g}){note} "
+                  f"{'ok' if ok else 'FAILED'}")
     if all(isinstance(expected, str) for _, expected in found):
         print("UNCHECKED: no reference could be computed for this kernel")
         return True

@@ -49,6 +49,7 @@ from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemL
                                  conflict_degree, copy_map, copy_store_addresses,
                                  operand_k_major)
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
+from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -264,11 +265,14 @@ def _wgmma_declined(plan: TilingPlan, options) -> str:
     """On sm_90a, why the kernel multiplies with an older family (the rule the tiling pass
     applied); empty elsewhere and on the wgmma path."""
     from tilec.families.wgmma import FAMILY as WGMMA
-    if options.arch not in WGMMA.archs or plan.kind == WGMMA.name:
+    from tilec.families.wgmma8 import FAMILY as WGMMA8
+    if options.arch not in WGMMA.archs or plan.kind in (WGMMA.name, WGMMA8.name):
         return ""
-    if plan.elem_bytes != 2:
-        return f"the {plan.kind} family multiplies: wgmma here takes f16/bf16 operands"
-    reason = WGMMA.declined(plan.block, options, plan.operands)
+    # The wgmma family of the operands' dtype: wgmma8 for 8-bit ones.
+    wgmma = next((family for family in (WGMMA, WGMMA8) if plan.dtype in family.dtypes), None)
+    if wgmma is None:
+        return f"the {plan.kind} family multiplies: wgmma here takes f16/bf16 or 8-bit operands"
+    reason = wgmma.declined(plan.block, options, plan.operands)
     return f"the {plan.kind} family multiplies: {reason}" if reason else ""
 
 
@@ -768,8 +772,8 @@ def render_explanation(e: Explanation) -> str:
     label, instruction = family.instruction_text(h)
     lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
     lines += [
-        f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, f32 "
-        "accumulator",
+        f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, "
+        f"{ACCUMULATOR_DTYPES[DType.parse(h.dtype)]} accumulator",
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads"
         + (f" (consumers), + a producer warpgroup of {h.producer_threads} threads (one elected "
            f"thread issues the TMA loads): {h.threads + h.producer_threads} threads"
