@@ -249,6 +249,16 @@ def _no_code(ctx: Context, op: Op) -> None:
         ctx.bind(op.result, ctx.get(op.operands[0]).transposed())
 
 
+def _batch_view(ctx: Context, op: Op) -> None:
+    """One matrix of a 3-D tensor: the base address moved by ``b * stride0`` elements (64-bit:
+    the batches of a large tensor span more than 2**31 bytes)."""
+    tensor = ctx.get(op.operands[0])
+    offset = ctx.wide(ctx.operand(op.operands[1]), tensor.strides[0])
+    ptr = ctx.w.reg("b64")
+    ctx.w.emit(f"mad.lo.s64 {ptr}, {offset}, {tensor.elem_bytes}, {tensor.ptr};")
+    ctx.bind(op.result, TensorRegs(ptr, tensor.strides[1:], tensor.dims[1:], tensor.elem_bytes))
+
+
 EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "arith.constant": _constant,
     **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
@@ -259,6 +269,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "tile.grid": _grid,
     "scf.for": _for,
     "tensor.transpose": _no_code,
+    "tensor.batch": _batch_view,
     **copies.EMITTERS,
     **products.EMITTERS,  # every product family's fragment loads and products
     **split.EMITTERS,

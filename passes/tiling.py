@@ -30,6 +30,7 @@ from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.ir.types import F32, TileType
+from tilec.ir.views import matrix_dim, view_source
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
 from tilec.target.layout import WARP_SIZE, SmemLayout
@@ -70,14 +71,10 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
 
 def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     """The parameter a tensor value views, and whether the view is transposed."""
-    op = defining_op(value)
-    if op is not None and op.name == "tensor.transpose":
-        name, transposed = _source_tensor(kernel, op.operands[0])
-        return name, not transposed
-    for param, arg in zip(kernel.params, kernel.body.args):
-        if arg is value:
-            return param.name, False
-    raise ValueError("tensor value is neither a parameter nor a view of one")
+    source = view_source(kernel, value)
+    if source is None:
+        raise ValueError("tensor value is neither a parameter nor a view of one")
+    return source.name, source.transposed
 
 
 def _choose_warps(bm: int, bn: int, family: ProductFamily,
@@ -160,12 +157,14 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         spec = options.spec.tensor(name, param.type.rank, param.type.dtype.bytes)
         # The logical tile dim that is contiguous in global memory stays contiguous in
         # shared memory, so copies move whole vectors.
-        contiguous = spec.contiguous_dim if spec.contiguous_dim is not None else 1
+        # A batch view reads the matrix dims of a 3-D parameter.
+        contiguous_dim = matrix_dim(param.type.rank, spec.contiguous_dim)
+        contiguous = contiguous_dim if contiguous_dim is not None else 1
         contiguous_tile_dim = 1 - contiguous if transposed_view else contiguous
         rows, cols = load.result.type.shape
         transposed = contiguous_tile_dim == 0
         layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
-        vec = spec.vec_elems if spec.contiguous_dim is not None else 1
+        vec = spec.vec_elems if contiguous_dim is not None else 1
         operands.append(OperandPlan(role, name, layout, vec))
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
+from tilec.ir.views import view_source
 from tilec.launch.arch_check import check_runs_on
 from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisibility,
                                   grid_size, kernel_arguments, launch_cluster, launch_grid,
@@ -173,10 +174,10 @@ class TileFunction:
 
 @functools.lru_cache(maxsize=256)
 def written_params(kernel: Kernel) -> list[str]:
-    stored = {op.operands[0] for op in kernel.walk() if op.name == "tile.store"}
-    views = {op.result: op.operands[0] for op in kernel.walk() if op.name == "tensor.transpose"}
-    stored |= {views[v] for v in list(stored) if v in views}
-    return [p.name for p, v in zip(kernel.params, kernel.body.args) if v in stored]
+    sources = (view_source(kernel, op.operands[0]) for op in kernel.walk()
+               if op.name == "tile.store")
+    stored = {source.name for source in sources if source is not None}
+    return [p.name for p in kernel.params if p.name in stored]
 
 
 def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, Any],
