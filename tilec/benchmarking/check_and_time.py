@@ -26,7 +26,7 @@ def measure(contender: Contender, case: Case, arrays: Arrays,
         return Measurement("n/a", note=reason)
     tolerance, config = BENCH_TOLERANCE[contender.math(case)], ""
     try:
-        outputs = [arrays.empty((case.M, case.N), contender.out_dtype(case)) for _ in inputs]
+        outputs = [arrays.empty(case.c_shape, contender.out_dtype(case)) for _ in inputs]
         run, config = contender.prepare(case, inputs, outputs)
         for out in outputs:
             arrays.poison(out)
@@ -53,8 +53,8 @@ def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer:
     if reason is not None:
         return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
     sets = rotation_sets(case, arrays.l2_bytes)
-    inputs = [(arrays.random((case.M, case.K), case.dtype),
-               arrays.random((case.K, case.N), case.dtype)) for _ in range(sets)]
+    inputs = [(arrays.random(case.a_shape, case.dtype),
+               arrays.random(case.b_shape, case.dtype)) for _ in range(sets)]
     # Checked in full against float64: the first and the last set (the others for NaN).
     checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
     measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}

@@ -12,6 +12,8 @@ from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
 from tilec.families.products import family_of
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
+# The batched rows' sample: C[b] = A[b] @ B[b] over a grid axis of batches.
+BATCHED_SAMPLE = SAMPLE.with_name("bmm.py")
 
 Run = Callable[[int], None]  # runs the product on input set i
 
@@ -48,8 +50,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, or a cluster of two sharing B (the autotuner prunes what does not
-    fit)."""
+    fit; batched rows take one tile a block: persistent blocks and clusters refuse them)."""
     from tilec.tools.autotune import search_space
+    schedules = SM90A_SCHEDULES[:1] if case.batched else SM90A_SCHEDULES
     if arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
@@ -58,7 +61,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                      raster_group=(8, 16))
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
-        space = [{**config, **schedule} for config in tiles for schedule in SM90A_SCHEDULES]
+        space = [{**config, **schedule} for config in tiles for schedule in schedules]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -141,7 +144,7 @@ def problem_class(case: Case) -> str:
         return "short"
     if not (case.M % 128 == 0 and case.N % 256 == 0 and case.K % 128 == 0):
         return "ragged"
-    if (case.M // 128) * (case.N // 256) < SMALL_TILES:
+    if (case.M // 128) * (case.N // 256) * case.batch < SMALL_TILES:
         return "small"
     return "shallow" if case.K // 128 < SHALLOW_STEPS else "tiled"
 
@@ -149,6 +152,14 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
+    if case.batched:
+        # One tile a block: persistent blocks and clusters do not walk a batch axis.
+        return {knob: value for knob, value in _tuned(case, arch, family, problem).items()
+                if knob not in ("persistent", "cluster")}
+    return _tuned(case, arch, family, problem)
+
+
+def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[str, Any]:
     if family == "mma" and arch == "sm_90a":
         family = "wgmma"
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
@@ -162,7 +173,7 @@ def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
 
 def _large_tiles(case: Case) -> int:
     """Output tiles of 128x256, the large tiles, the case has (ragged edges included)."""
-    return -(-case.M // 128) * -(-case.N // 256)
+    return -(-case.M // 128) * -(-case.N // 256) * case.batch
 
 
 # How the config column names the instruction family a row ran on.
@@ -197,20 +208,22 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     return text
 
 
-def sample_kernel(dtype: str, out: str = "f32") -> Any:
-    """samples/matmul.py's tile function with A and B read as ``dtype``, and C written as
-    ``out`` (the sample's f32, or the accumulator converted: ``acc.to(out)``)."""
+def sample_kernel(dtype: str, out: str = "f32", batched: bool = False) -> Any:
+    """samples/matmul.py's tile function (``batched``: samples/bmm.py's) with A and B read
+    as ``dtype``, and C written as ``out`` (the sample's f32, or the accumulator converted:
+    ``acc.to(out)``)."""
     from tilec.kernel import load_file
-    text = SAMPLE.read_text(encoding="utf-8")
+    sample = BATCHED_SAMPLE if batched else SAMPLE
+    text = sample.read_text(encoding="utf-8")
     retyped = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
     if f"A: {dtype}[" not in retyped or f"B: {dtype}[" not in retyped:
-        raise RuntimeError(f"{SAMPLE} no longer declares A: f16[...] and B: f16[...]")
+        raise RuntimeError(f"{sample} no longer declares A: f16[...] and B: f16[...]")
     if out != "f32":
         retyped = retyped.replace("C: f32[", f"C: {out}[").replace("] = acc\n",
                                                                     f"] = acc.to({out})\n")
         if f"acc.to({out})" not in retyped:
-            raise RuntimeError(f"{SAMPLE} no longer declares C: f32[...] stored as acc")
-    return load_file(SAMPLE, text=retyped)["matmul"]
+            raise RuntimeError(f"{sample} no longer declares C: f32[...] stored as acc")
+    return load_file(sample, text=retyped)["bmm" if batched else "matmul"]
 
 
 class TilecContender(Contender):
@@ -220,12 +233,12 @@ class TilecContender(Contender):
                  progress: bool = True) -> None:
         self.consts, self.options = dict(consts), dict(options)
         self.autotune, self.progress = autotune, progress
-        self._kernels: dict[tuple[str, str], Any] = {}
+        self._kernels: dict[tuple[str, str, bool], Any] = {}
 
-    def kernel(self, dtype: str, out: str = "f32") -> Any:
-        if (dtype, out) not in self._kernels:
-            self._kernels[dtype, out] = sample_kernel(dtype, out)
-        return self._kernels[dtype, out]
+    def kernel(self, dtype: str, out: str = "f32", batched: bool = False) -> Any:
+        if (dtype, out, batched) not in self._kernels:
+            self._kernels[dtype, out, batched] = sample_kernel(dtype, out, batched)
+        return self._kernels[dtype, out, batched]
 
     def math(self, case: Case) -> str:
         if case.dtype == "f32" and self.options.get("f32_math") == "tf32":
@@ -246,7 +259,7 @@ class TilecContender(Contender):
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         dtype, forced = TILEC_AS.get(case.dtype, (case.dtype, {}))
-        kernel = self.kernel(dtype, self.out_dtype(case))
+        kernel = self.kernel(dtype, self.out_dtype(case), case.batched)
         # Knobs given on the command line win; the tuned defaults fill in the rest, as long
         # as the command line fixes no tile size (a half-tuned tile would not fit). What the
         # dtype means (tf32: f32_math="tf32") wins over both.
@@ -283,7 +296,9 @@ class CublasContender(Contender):
         def run(i: int) -> None:
             self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
         note = {"f32": ", TF32 off", "tf32": ", TF32 on"}.get(case.dtype, "")
-        return run, f"{self.arrays.name}.matmul, C {self.out_dtype(case)}{note}"
+        # torch.matmul (cupy.matmul) of 3-D arrays is torch.bmm's batched product.
+        call = "bmm" if case.batched and self.arrays.name == "torch" else "matmul"
+        return run, f"{self.arrays.name}.{call}, C {self.out_dtype(case)}{note}"
 
 
 class TritonContender(Contender):
@@ -293,6 +308,8 @@ class TritonContender(Contender):
         self.arrays = arrays
 
     def unsupported(self, case: Case) -> Optional[str]:
+        if case.batched:
+            return "the Triton kernel is a 2-D matmul (no batched rows)"
         return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
