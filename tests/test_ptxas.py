@@ -166,6 +166,13 @@ OTHERS = [
     case("matmul_bt", "f32", "sm_86", RAGGED, stages=2, f32_math="tf32"),
     case("matmul", "f32", "sm_90", BM=128, BN=256, BK=32, warps=(2, 4), f32_math="tf32"),
     case("gemm_epilogue", "f32", "sm_80", f32_math="tf32"),
+    # Batched (bmm.py, a grid axis of batches): each base address moved by its batch.
+    case("bmm", "f16", "sm_80"),
+    case("bmm", "bf16", "sm_86", RAGGED),
+    case("bmm", "f32", "sm_90"),
+    case("bmm", "f16", "sm_90", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    case("bmm", "bf16", "sm_80", RAGGED, stages=2),
+    case("bmm", "f32", "sm_86", RAGGED, f32_math="tf32"),
 ]
 
 # sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
@@ -191,7 +198,10 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
                                   ("gemm_epilogue", "f16", DIVISIBLE),
-                                  ("gemm_epilogue", "bf16", RAGGED))]
+                                  ("gemm_epilogue", "bf16", RAGGED))] + [
+    # Batched: 3-D tensor maps, the batch coordinate from the program id.
+    case("bmm", dtype, "sm_90a", shapes, **tiles)
+    for dtype in ("f16", "bf16") for tiles, shapes in zip(HOPPER_TILES[:2], (DIVISIBLE, RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")
