@@ -9,7 +9,9 @@ Produces:
 - a one-stage shared buffer per operand (``smem.alloc`` before the loop) filled in the loop
   by a synchronous ``copy.global_to_shared``, with ``gpu.barrier`` on both sides of the dot,
   which now reads the shared views;
-- the grid's ``raster_group`` attribute (grouped block order, for L2 reuse).
+- the grid's ``raster_group`` attribute (grouped block order, for L2 reuse); a batched
+  program's 3-axis grid also gets ``batch_axis``, the axis of its batch index (the other
+  two are folded and grouped, the batch launched on CUDA's y).
 
 Before::
 
@@ -25,6 +27,8 @@ After::
     gpu.barrier
 """
 from __future__ import annotations
+
+from typing import Optional
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
@@ -75,6 +79,15 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     if source is None:
         raise ValueError("tensor value is neither a parameter nor a view of one")
     return source.name, source.transposed
+
+
+def _batch_axis(kernel: Kernel, grid: Op) -> Optional[int]:
+    """The grid axis whose program id is every batch view's index (tensor.batch), if one."""
+    indices = {op.operands[1] for op in kernel.walk() if op.name == "tensor.batch"}
+    if len(indices) != 1:
+        return None
+    index = indices.pop()
+    return grid.results.index(index) if index in grid.results else None
 
 
 def _choose_warps(bm: int, bn: int, family: ProductFamily,
@@ -214,5 +227,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     for op in kernel.body.ops:
         if op.name == "tile.grid" and len(op.operands) == 2:
             op.attrs["raster_group"] = options.raster_group
+        elif op.name == "tile.grid" and len(op.operands) == 3:
+            batch = _batch_axis(kernel, op)
+            if batch is not None:  # the other two axes fold as a 2-D grid's do
+                op.attrs.update(raster_group=options.raster_group, batch_axis=batch)
     kernel.schedule = kernel.schedule.with_(tiling=plan)
     return kernel

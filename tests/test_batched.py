@@ -228,7 +228,13 @@ def test_binding_takes_a_stride_0_batch_and_the_grid_counts_the_batches():
     sizes = grid_size(kernel, bound.symbols)
     assert sizes == [5, 1, 3]
     compiled = bmm().compile(arch="sm_80", spec=spec)
-    assert launch_grid(sizes, compiled.kernel) == (5, 1, 3)
+    # The (m, n) tiles folded on x in grouped order, the batch on y: consecutive blocks
+    # share a batch's matrices in L2.
+    grid = next(op for op in compiled.kernel.body.ops if op.name == "tile.grid")
+    assert grid.attrs["batch_axis"] == 0 and grid.attrs["raster_group"] == 8
+    assert launch_grid(sizes, compiled.kernel) == (3, 5, 1)
+    ptx = compiled.ptx
+    assert "%ctaid.x" in ptx and "%ctaid.y" in ptx and "%ctaid.z" not in ptx
 
 
 def test_batches_that_disagree_are_refused_naming_the_arguments():

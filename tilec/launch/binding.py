@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from tilec.backend.abi import AbiParam, folds_tile_axes
+from tilec.backend.abi import AbiParam, folded_axes, folds_tile_axes
 from tilec.backend.signature import kernel_abi
 from tilec.families.catalogue import op_definitions
 from tilec.ir.arith import INT_BITS
@@ -212,10 +212,15 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
     cluster = launch_cluster(compiled_kernel)
-    if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
-        axes[0] = -(-axes[0] // cluster[0]) * cluster[0]
     if folds_tile_axes(grid_op):
-        axes = [axes[0] * axes[1]]
+        first, second = folded_axes(grid_op)
+        if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
+            axes[first] = -(-axes[first] // cluster[0]) * cluster[0]
+        # The folded pair on x; a batched grid's batch axis then takes y.
+        axes = [axes[first] * axes[second]] + [size for axis, size in enumerate(axes)
+                                               if axis not in (first, second)]
+    elif cluster is not None:
+        axes[0] = -(-axes[0] // cluster[0]) * cluster[0]
     axes += [split] if split else []
     padded = axes + [1] * (3 - len(axes))
     return (padded[0], padded[1], padded[2])
