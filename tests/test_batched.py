@@ -244,6 +244,24 @@ def test_batches_that_disagree_are_refused_naming_the_arguments():
         bind_arguments(kernel.params, kernel.symbols, [a, b, c.astype(np.float32)], {})
 
 
+def test_an_output_with_a_batch_stride_of_0_is_refused_naming_it():
+    """Every batch would store into the same matrix: refused before any GPU work."""
+    from tilec.kernel import written_params
+    from tilec.launch.binding import check_outputs
+    kernel = bmm().lower()
+    a, b = np.ones((4, 8, 16), np.float16), np.ones((4, 16, 8), np.float16)
+    c = np.broadcast_to(np.zeros((8, 8), np.float32), (4, 8, 8))
+    bound = bind_arguments(kernel.params, kernel.symbols, [a, b, c], {})
+    assert written_params(kernel) == ["C"]
+    with pytest.raises(ValueError, match="argument 'C': the kernel stores into it but its "
+                                         "dim 0 has stride 0"):
+        check_outputs(bound, written_params(kernel))
+    check_outputs(bind_arguments(kernel.params, kernel.symbols,
+                                 [np.broadcast_to(a[0], a.shape), b, np.zeros((4, 8, 8),
+                                                                               np.float32)],
+                                 {}), ["C"])  # a shared input is fine
+
+
 def device_array(name, shape, strides=None, dtype="f16") -> ArrayArg:
     strides = c_strides(shape) if strides is None else strides
     return ArrayArg(name, BASE, dtype, tuple(shape), tuple(strides), device=0)

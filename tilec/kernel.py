@@ -17,9 +17,9 @@ from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
 from tilec.ir.views import view_source
 from tilec.launch.arch_check import check_runs_on
-from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisibility,
-                                  grid_size, kernel_arguments, launch_cluster, launch_grid,
-                                  spec_for)
+from tilec.launch.binding import (bind_arguments, bind_names, check_outputs, check_size,
+                                  divisibility, grid_size, kernel_arguments, launch_cluster,
+                                  launch_grid, spec_for)
 from tilec.options import Options, Spec, target_arch
 from tilec.pipeline import Pass
 
@@ -151,13 +151,14 @@ class TileFunction:
                                               if k not in params})
         bound = bind_arguments(self.signature.params, self.signature.symbols, args,
                                call_kwargs)
+        kernel = self.lower(**consts)
+        check_outputs(bound, written_params(kernel))
         host = [name for name, arg in bound.tensors.items() if arg.device is None]
         if host:
             raise TypeError(f"prepare() takes GPU arrays; argument(s) {', '.join(host)} are "
                             "host arrays")
         option_args.setdefault("arch", target_arch(current_device().compute_capability))
         check_device_runs(option_args["arch"])
-        kernel = self.lower(**consts)
         sizes = grid_size(kernel, bound.symbols)
         options = Options(**option_args, spec=spec_for(bound))
         packing = PackPlan() if 0 in sizes else plan_packing(
@@ -188,6 +189,7 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
     from tilec.launch.split_workspace import shared_workspace, workspace_size
     from tilec.runtime import HostStaging, current_device
     bound = bind_arguments(kernel.params, kernel.symbols, [], values)
+    check_outputs(bound, written_params(kernel))
     option_args = dict(option_args)
     option_args.setdefault("arch", target_arch(current_device().compute_capability))
     check_device_runs(option_args["arch"])  # before staging copies or any module load

@@ -128,6 +128,23 @@ def bind_arguments(kernel_params, symbols: Sequence[str], args: Sequence[Any],
     return Bound(tensors, scalars, bound)
 
 
+def check_outputs(bound: Bound, written: Sequence[str]) -> None:
+    """A tensor the kernel stores into must not repeat its memory along a dim (stride 0 over
+    more than one element, as ``expand`` or ``numpy.broadcast_to`` make: a batch shared by
+    every program is fine to read, not to write): every program would write the same
+    elements. ValueError naming the argument and the dim."""
+    for name in written:
+        arg = bound.tensors.get(name)
+        if arg is None:
+            continue
+        for dim, (size, stride) in enumerate(zip(arg.shape, arg.strides)):
+            if size > 1 and stride == 0:
+                raise ValueError(f"argument '{name}': the kernel stores into it but its dim "
+                                 f"{dim} has stride 0 ({size} indices, one memory: an "
+                                 "expanded or broadcast array); pass an array of its own "
+                                 "(tensor.contiguous(), numpy.ascontiguousarray)")
+
+
 def _largest_power_of_two_divisor(value: int) -> int:
     if value == 0:
         return MAX_DIVISOR
