@@ -359,3 +359,91 @@ def test_16_bit_outputs_assemble_on_every_target(dtype, tmp_path):
         return function.ptx(M=1000, N=1000, K=77, **options)
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx_for("sm_90a")
     assert_assembles(ptx_for, tmp_path, archs=("sm_80", "sm_86", "sm_90", "sm_90a"))
+
+
+# -- packing misaligned operands at launch ---------------------------------------------------
+
+def batched_args(batches, m, n, k, b_strides=None):
+    return {"A": device_array("A", (batches, m, k)),
+            "B": device_array("B", (batches, k, n), b_strides),
+            "C": device_array("C", (batches, m, n), dtype="f32")}
+
+
+def test_a_batch_of_misaligned_rows_is_packed_as_one_2d_array():
+    from tilec.launch.packing import plan_packing
+    kernel = bmm().lower()
+    plan = plan_packing(kernel, batched_args(8, 4095, 4097, 128), "auto", ["C"])
+    assert plan.names == ("B",) and plan.padded == ()  # K is never padded in a batch
+    (packed,) = plan.tensors
+    # 8 batches of 128 rows of 4097 elements, one after another: 1024 rows of 4160.
+    assert (packed.batches, packed.shared_batch) == (8, False)
+    assert packed.shape == (1024, 4097) and packed.row_stride == 4160
+    assert packed.argument_shape == (8, 128, 4097)
+    assert packed.argument_strides == (128 * 4160, 4160, 1)
+    assert (packed.spec.contiguous_dim, packed.spec.vec_elems) == (2, 8)
+    assert packed.describe() == "B packed to stride 4160 (rows were 2-byte aligned)"
+
+
+def test_a_shared_batch_packs_its_one_matrix_and_stays_shared():
+    from tilec.launch.packing import plan_packing
+    plan = plan_packing(bmm().lower(), batched_args(8, 4095, 4097, 128, (0, 4097, 1)),
+                        "auto", ["C"])
+    (packed,) = plan.tensors
+    assert packed.shared_batch and packed.shape == (128, 4097)
+    assert packed.argument_shape == (8, 128, 4097) and packed.argument_strides == (0, 4160, 1)
+
+
+def test_batches_that_are_not_one_after_another_are_read_in_place():
+    from tilec.launch.packing import plan_packing
+    # Each batch padded by a row: not one 2-D array.
+    args = batched_args(8, 4095, 4097, 128, (129 * 4097, 4097, 1))
+    assert not plan_packing(bmm().lower(), args, "always", ["C"])
+
+
+def test_the_packer_copies_the_batches_and_hands_the_kernel_a_3d_scratch(monkeypatch):
+    from tests.test_packing import FakeBuffer, FakeFunction, fake_launch
+    from tilec.launch.packing import Packer, plan_packing
+    monkeypatch.setattr("tilec.runtime.launch", fake_launch)
+    fake = FakeFunction()
+    monkeypatch.setattr("tilec.launch.packing.pack_function", lambda itemsize, arch: fake)
+    tensors = batched_args(8, 4095, 4097, 128)
+    plan = plan_packing(bmm().lower(), tensors, "auto", ["C"])
+    packer = Packer(plan, tensors, "sm_90a", {"B": FakeBuffer(1024 * 4160 * 2, ptr=0xB0000)})
+    packer.launch()
+    [(_, _, _, args, _)] = fake.launches
+    # src, dst, rows, rows copied, cols, src row stride, src element stride, dst row stride
+    assert args == (BASE, 0xB0000, 1024, 1024, 4097, 4097, 1, 4160)
+    scratch = packer.args["B"]
+    assert (scratch.ptr, scratch.shape, scratch.strides) == (0xB0000, (8, 128, 4097),
+                                                             (128 * 4160, 4160, 1))
+    assert packer.args["A"] is tensors["A"] and packer.args["C"] is tensors["C"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_packed_batch_compiles_for_wgmma_and_reads_right(shared):
+    """What the pack kernel writes (numpy here), read by the sm_90a kernel compiled for the
+    packed spec (wgmma, 3-D TMA maps) in the executor: the float64 product."""
+    from tilec.launch.binding import Bound
+    from tilec.launch.packing import plan_packing
+    from tilec.options import Options
+    batches, m, n, k = 3, 70, 77, 64
+    strides = (0, n, 1) if shared else None
+    kernel = bmm().lower(BM=128, BN=128, BK=64)
+    tensors = batched_args(batches, m, n, k, strides)
+    plan = plan_packing(kernel, tensors, "always", ["C"])
+    assert plan.names == ("B",)
+    (packed,) = plan.tensors
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((batches, m, k)).astype(np.float16)
+    b = rng.standard_normal((1 if shared else batches, k, n)).astype(np.float16)
+    flat = np.zeros((packed.rows, packed.row_stride), np.float16)
+    flat[:, :n] = b.reshape(-1, n)
+    itemsize = flat.itemsize
+    b_packed = np.lib.stride_tricks.as_strided(
+        flat, packed.argument_shape, tuple(s * itemsize for s in packed.argument_strides))
+    spec = plan.spec(spec_for(Bound(tensors, {}, {"Bt": batches, "M": m, "N": n, "K": k})))
+    compiled = bmm().compile(arch="sm_90a", spec=spec, BM=128, BN=128, BK=64)
+    assert compiled.kernel.schedule.tiling.kind == "wgmma"
+    c = np.full((batches, m, n), np.nan, np.float32)
+    run_kernel(compiled.kernel, {"A": a, "B": b_packed, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, np.broadcast_to(b, (batches, k, n)))) < 1e-6

@@ -152,6 +152,31 @@ def test_wgmma_16_bit_outputs_stored_with_tma(hopper, dtype):
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["", "B"])
+def test_wgmma_after_packing_misaligned_rows(hopper, shared, dtype):
+    """N = 1003: B's rows are 2-byte aligned, so the launch packs B (its batches as one 2-D
+    array, or its one shared matrix) into aligned scratch, which TMA then reads."""
+    function = bmm(dtype)
+    a, b, c = operands(3, 1000, 1003, 128, dtype, shared=shared)
+    options = dict(arch="sm_90a", **HOPPER_TILES[0])
+    check(function, a, b, c, TOLERANCE[dtype], **options)
+    launch = function.prepare(a, b, c, **options)
+    assert launch.packing.names == ("B",)
+    assert TMA_3D in launch.compiled.ptx and "wgmma.mma_async" in launch.compiled.ptx
+
+
+def test_the_ragged_bench_row_matches_float64():
+    """The bench's 8x4095x4097x128 f16 row in its tuned configuration (f16 C)."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import tuned_config
+    from tilec.options import target_arch
+    arch = target_arch(current_device().compute_capability)
+    case = Case(4095, 4097, 128, "f16", batch=8)
+    a, b, c = operands(8, 4095, 4097, 128, "f16", out="f16")
+    check(bmm("f16", "f16"), a, b, c, 2 * TOLERANCE["f16"], **tuned_config(case, arch))
+
+
 def padded(batches: int, rows: int, cols: int, dtype: str, pad_to: int = 16):
     """A [Bt, rows, cols] view of [Bt, rows, cols rounded up to ``pad_to``]: 16-byte aligned
     rows and batches whatever ``cols`` is, random values in the padding."""
