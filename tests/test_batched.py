@@ -425,7 +425,6 @@ def test_a_packed_batch_compiles_for_wgmma_and_reads_right(shared):
     packed spec (wgmma, 3-D TMA maps) in the executor: the float64 product."""
     from tilec.launch.binding import Bound
     from tilec.launch.packing import plan_packing
-    from tilec.options import Options
     batches, m, n, k = 3, 70, 77, 64
     strides = (0, n, 1) if shared else None
     kernel = bmm().lower(BM=128, BN=128, BK=64)
