@@ -275,9 +275,11 @@ def _batch_text(kernel: Kernel) -> str:
     names = [source.name for source in (view_source(kernel, op.operands[0]) for op in views)
              if source is not None]
     tma = any(op.name == "tma.load" or op.attrs.get("via") == "tma" for op in kernel.walk())
+    launched = (" (launched on CUDA's y; each batch's tiles folded on x in grouped order)"
+                if grid.attrs.get("batch_axis") == axis else "")
     return (f"grid axis {axis} ({index.hint or 'b'}) picks matrix b of "
-            f"{', '.join(dict.fromkeys(names))}: each base address moves by b x its batch "
-            "stride (a batch stride of 0 shares one matrix among all batches)"
+            f"{', '.join(dict.fromkeys(names))}{launched}: each base address moves by b x its "
+            "batch stride (a batch stride of 0 shares one matrix among all batches)"
             + ("; their TMA boxes go through 3-D tensor maps at batch coordinate b "
                "(0 for a stride-0 batch), so ragged rows clip at each batch's own M"
                if tma else ""))
