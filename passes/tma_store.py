@@ -15,8 +15,9 @@ inner coordinate); the backend (:mod:`tilec.families.tma`) lays the staging tile
 TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
 a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
 not TMA when it does not: only 16-bit outputs (an f32 tile of 128x256 would need 128 KiB
-beside the ring), a 2-D output (or one batch of a 3-D one) stored where TMA can address it (unit-stride rows, 16-byte
-aligned: the launch spec), one store, and room in shared memory. The CPU semantics are the
+beside the ring), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
+TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one store, and room
+in shared memory. The CPU semantics are the
 store's own: TMA skips out-of-bounds elements as the masked store does.
 
 Before / after::

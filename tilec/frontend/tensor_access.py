@@ -76,16 +76,17 @@ class TensorAccessLowering(TileLowering):
     def _batch_select(self, tensor: Value, node: ast.Subscript) -> tuple[Value, ast.Subscript]:
         """``A[b, rows, cols]`` on a 3-D tensor: the 2-D tensor of batch ``b`` (a
         ``tensor.batch`` view) and the access's two slices; other tensors pass unchanged.
-        The batch index is a program id, so a launch checks that the grid's axis covers the
-        batch exactly (:func:`tilec.passes.coverage.check_launch`)."""
+        The batch index is a program id, so that compiling can check that its grid axis
+        counts exactly the tensor's batches (:mod:`tilec.passes.coverage`)."""
         if tensor.type.rank != 3:
             return tensor, node
         name = tensor.hint or "T"
         example = f"{name}[b, off : +SIZE, off : +SIZE]"
         if len(node.indices) != 3:
+            count = counted(len(node.indices), "index", "indices")
             raise self.error(TileShapeError, f"{describe(tensor)} is 3-D (a batch of matrices) "
-                             f"but this access has {counted(len(node.indices), 'index', 'indices')}",
-                             node.loc, f"write {example}, b being the batch's program id")
+                             f"but this access has {count}", node.loc,
+                             f"write {example}, b being the batch's program id")
         index = node.indices[0]
         if isinstance(index, ast.Slice):
             raise self.error(TileShapeError, f"the batch index of {describe(tensor)} is a "

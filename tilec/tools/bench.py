@@ -55,8 +55,8 @@ from tilec.benchmarking.array_libraries import (
 )
 from tilec.benchmarking.cases import (
     BENCH_TOLERANCE,
-    DEFAULT_DTYPES,
     DEFAULT_BATCHED_SIZES,
+    DEFAULT_DTYPES,
     DEFAULT_SIZES,
     DTYPES,
     ITEMSIZE,
@@ -131,9 +131,9 @@ __all__ = [
     # array_libraries
     "FALLBACK_L2_BYTES", "Arrays", "CupyArrays", "TorchArrays", "open_arrays",
     # cases
-    "BENCH_TOLERANCE", "DEFAULT_BATCHED_SIZES", "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR",
-    "MAX_SETS", "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "Case", "Size", "parse_sizes",
-    "rotation_sets", "size_text", "sweep",
+    "BENCH_TOLERANCE", "DEFAULT_BATCHED_SIZES", "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES",
+    "ITEMSIZE", "L2_FACTOR", "MAX_SETS", "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "Case",
+    "Size", "parse_sizes", "rotation_sets", "size_text", "sweep",
     # ceilings
     "COPY_MIN_BYTES", "MMA_BLOCKS_PER_SM", "MMA_CHAINS", "MMA_ENTRY", "MMA_FLOP", "MMA_SEED",
     "MMA_TARGET_MS", "MMA_TRIPS", "MMA_UNROLL", "MMA_WARPS", "copy_bandwidth",
