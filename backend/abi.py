@@ -283,10 +283,24 @@ def tile_axes(grid_op: Op) -> int:
 
 def folds_tile_axes(grid_op: Op) -> bool:
     """Grouped rasterization: two tile axes launched as one CUDA x axis, which the kernel
-    unfolds; a slice axis then takes CUDA's y."""
-    return bool(grid_op.attrs.get("raster_group")) and tile_axes(grid_op) == 2
+    unfolds; a slice axis then takes CUDA's y. A batched program's grid (``batch_axis``: the
+    axis of its batch index, which the tiling pass marks) folds its other two axes, and the
+    batch takes CUDA's y: consecutive blocks then share one batch's matrices in L2."""
+    axes = tile_axes(grid_op)
+    return bool(grid_op.attrs.get("raster_group")) and (
+        axes == 2 or axes == 3 and grid_op.attrs.get("batch_axis") is not None)
+
+
+def folded_axes(grid_op: Op) -> tuple[int, int]:
+    """The two grid axes grouped rasterization folds into CUDA's x (the block's row of
+    tiles, then its column): the first two, or a batched grid's two besides the batch."""
+    batch = grid_op.attrs.get("batch_axis")
+    first, second = (axis for axis in range(3) if axis != batch) if batch is not None else (0, 1)
+    return first, second
 
 
 def cuda_tile_axes(grid_op: Op) -> int:
     """How many CUDA grid axes (x, then y) number the output tiles."""
-    return 1 if folds_tile_axes(grid_op) else tile_axes(grid_op)
+    if folds_tile_axes(grid_op):
+        return tile_axes(grid_op) - 1
+    return tile_axes(grid_op)

@@ -15,8 +15,8 @@ from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
 from tilec.options import Options
 
 from . import compute, copies, epilogue, split
-from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folds_tile_axes,
-                  printable, ptx_identifier)
+from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folded_axes,
+                  folds_tile_axes, printable, ptx_identifier)
 from .signature import kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -95,7 +95,8 @@ def _compare(ctx: Context, op: Op) -> None:
 # -- the grid: PTX ISA 10 (special registers %ctaid) ------------------------------------
 def _grid(ctx: Context, op: Op) -> None:
     """Program ids from %ctaid. Grouped rasterization folds two tile axes into x; a split-K
-    slice axis (always the grid's last) takes the next CUDA axis after the tile axes."""
+    slice axis (always the grid's last), or a batched grid's batch axis, takes the next CUDA
+    axis after the tile axes."""
     w = ctx.w
     group = op.attrs.get("raster_group")
     if folds_tile_axes(op):
@@ -103,22 +104,24 @@ def _grid(ctx: Context, op: Op) -> None:
         w.emit(f"mov.u32 {pid}, %ctaid.x;")
         roles = ctx.kernel.schedule.roles
         cluster = roles.cluster if roles is not None else 1
+        folded = folded_axes(op)
+        gm, gn = (ctx.get(op.operands[axis]) for axis in folded)
         if cluster > 1:
             # The blocks of a cluster are consecutive ids; they take consecutive M tiles of
             # one N column (they share B), so the raster walks clusters (launch_grid rounds
             # the M tiles up to whole clusters; a block past M computes nothing it stores).
-            gm, gn = (ctx.get(v) for v in op.operands[:2])
             clusters_m = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
             rank = ctx.mod_const(pid, cluster, nonnegative=True)
             pair_m, pid_n = _grouped_coords(ctx, clusters_m, gn,
                                             ctx.div_const(pid, cluster, nonnegative=True), group)
             pid_m = ctx.mad(pair_m, cluster, rank)
         else:
-            pid_m, pid_n = _grouped_coords(ctx, *(ctx.get(v) for v in op.operands[:2]), pid,
-                                           group)
-        ctx.bind(op.results[0], pid_m)
-        ctx.bind(op.results[1], pid_n)
-        for axis, result in zip("yz", op.results[2:]):
+            pid_m, pid_n = _grouped_coords(ctx, gm, gn, pid, group)
+        ctx.bind(op.results[folded[0]], pid_m)
+        ctx.bind(op.results[folded[1]], pid_n)
+        # The others (a batch, a split-K slice) in order on CUDA's y and z.
+        others = [result for axis, result in enumerate(op.results) if axis not in folded]
+        for axis, result in zip("yz", others):
             reg = w.reg("b32")
             w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
             ctx.bind(result, reg)
@@ -274,6 +277,16 @@ def _no_code(ctx: Context, op: Op) -> None:
         ctx.bind(op.result, ctx.get(op.operands[0]).transposed())
 
 
+def _batch_view(ctx: Context, op: Op) -> None:
+    """One matrix of a 3-D tensor: the base address moved by ``b * stride0`` elements (64-bit:
+    the batches of a large tensor span more than 2**31 bytes)."""
+    tensor = ctx.get(op.operands[0])
+    offset = ctx.wide(ctx.operand(op.operands[1]), tensor.strides[0])
+    ptr = ctx.w.reg("b64")
+    ctx.w.emit(f"mad.lo.s64 {ptr}, {offset}, {tensor.elem_bytes}, {tensor.ptr};")
+    ctx.bind(op.result, TensorRegs(ptr, tensor.strides[1:], tensor.dims[1:], tensor.elem_bytes))
+
+
 EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "arith.constant": _constant,
     **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
@@ -284,6 +297,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "tile.grid": _grid,
     "scf.for": _for,
     "tensor.transpose": _no_code,
+    "tensor.batch": _batch_view,
     **copies.EMITTERS,
     **products.EMITTERS,  # every product family's fragment loads and products
     **split.EMITTERS,

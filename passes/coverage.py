@@ -17,6 +17,7 @@ from typing import Optional, Union
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
+from tilec.ir.views import view_source
 
 Dim = Union[int, str]  # a tensor dim: a constant or a shape symbol
 
@@ -56,14 +57,8 @@ def _scaled_index(value: Value, indices: list[Value]) -> Optional[tuple[int, int
 
 def _stored_tensor(kernel: Kernel, value: Value) -> Optional[tuple[str, bool]]:
     """The parameter a store writes and whether through a transposed view."""
-    op = defining_op(value)
-    if op is not None and op.name == "tensor.transpose":
-        source = _stored_tensor(kernel, op.operands[0])
-        return None if source is None else (source[0], not source[1])
-    for param, arg in zip(kernel.params, kernel.body.args):
-        if arg is value:
-            return param.name, False
-    return None
+    source = view_source(kernel, value)
+    return None if source is None else (source.name, source.transposed)
 
 
 @functools.lru_cache(maxsize=256)  # per kernel: every launch checks it
@@ -82,13 +77,18 @@ def coverage(kernel: Kernel) -> tuple[Coverage, ...]:
         name, transposed = stored
         ttype = next(p.type for p in kernel.params if p.name == name)
         assert isinstance(ttype, TensorType)
-        rank = ttype.rank
+        source = view_source(kernel, op.operands[0])
+        batched = source is not None and source.batch is not None
+        if batched and source.batch in grid.results:  # a batch view: one batch per index
+            found.append(Coverage(name, 0, ttype.shape[0], grid.results.index(source.batch),
+                                  1, 1, op))
+        rank = ttype.rank - batched
         shape = op.operands[-1].type.shape
         for view_dim in range(rank):
             scaled = _scaled_index(op.operands[1 + view_dim], list(grid.results))
             if scaled is None:
                 continue
-            dim = rank - 1 - view_dim if transposed else view_dim
+            dim = (rank - 1 - view_dim if transposed else view_dim) + batched
             extent = shape[view_dim] if len(shape) == rank else 1
             found.append(Coverage(name, dim, ttype.shape[dim], scaled[0], scaled[1], extent, op))
     return tuple(found)
@@ -121,6 +121,9 @@ def problem(kernel: Kernel) -> Optional[TileConfigError]:
     parameter; None for a program that covers what it stores. Returned, not raised, so that
     the fragments pass can report its own errors about the program's shape first."""
     grid = next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+    batch_problem = _batch_axis_problem(kernel, grid)
+    if batch_problem is not None:
+        return batch_problem
     for c in coverage(kernel):
         assert grid is not None
         if c.extent < c.step:
@@ -140,6 +143,28 @@ def problem(kernel: Kernel) -> Optional[TileConfigError]:
             return located(TileConfigError, f"tensor '{param.name}' is never read or stored",
                            param.loc, kernel.source_lines,
                            "store its tiles, or remove the parameter")
+    return None
+
+
+def _batch_axis_problem(kernel: Kernel, grid: Optional[Op]) -> Optional[TileConfigError]:
+    """A batch view reads batch ``b`` of its tensor for every program id ``b``: the grid
+    axis must count exactly the tensor's batches (its dim 0), else a program reads past
+    the tensor (or leaves batches out)."""
+    for op in kernel.walk():
+        if op.name != "tensor.batch" or grid is None:
+            continue
+        tensor, index = op.operands
+        source = view_source(kernel, tensor)
+        batches = tensor.type.shape[0]
+        size = grid.operands[grid.results.index(index)] if index in grid.results else None
+        exact = size is not None and (
+            size is kernel.symbol_value(batches) if isinstance(batches, str)
+            else _constant(size) == batches)
+        if not exact:
+            what = f"'{source.name}'" if source is not None else "the tensor"
+            return located(TileConfigError, f"the grid axis of the batch index must be the "
+                           f"batch count of {what} ({batches})", op.loc,
+                           kernel.source_lines, f"for b, m, n in grid({batches}, ...)")
     return None
 
 

@@ -9,7 +9,9 @@ Produces:
 - a one-stage shared buffer per operand (``smem.alloc`` before the loop) filled in the loop
   by a synchronous ``copy.global_to_shared``, with ``gpu.barrier`` on both sides of the dot,
   which now reads the shared views;
-- the grid's ``raster_group`` attribute (grouped block order, for L2 reuse).
+- the grid's ``raster_group`` attribute (grouped block order, for L2 reuse); a batched
+  program's 3-axis grid also gets ``batch_axis``, the axis of its batch index (the other
+  two are folded and grouped, the batch launched on CUDA's y).
 
 Before::
 
@@ -26,10 +28,13 @@ After::
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, TileType
+from tilec.ir.views import matrix_dim, view_source
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
 from tilec.target.layout import WARP_SIZE, SmemLayout
@@ -70,14 +75,19 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
 
 def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     """The parameter a tensor value views, and whether the view is transposed."""
-    op = defining_op(value)
-    if op is not None and op.name == "tensor.transpose":
-        name, transposed = _source_tensor(kernel, op.operands[0])
-        return name, not transposed
-    for param, arg in zip(kernel.params, kernel.body.args):
-        if arg is value:
-            return param.name, False
-    raise ValueError("tensor value is neither a parameter nor a view of one")
+    source = view_source(kernel, value)
+    if source is None:
+        raise ValueError("tensor value is neither a parameter nor a view of one")
+    return source.name, source.transposed
+
+
+def _batch_axis(kernel: Kernel, grid: Op) -> Optional[int]:
+    """The grid axis whose program id is every batch view's index (tensor.batch), if one."""
+    indices = {op.operands[1] for op in kernel.walk() if op.name == "tensor.batch"}
+    if len(indices) != 1:
+        return None
+    index = indices.pop()
+    return grid.results.index(index) if index in grid.results else None
 
 
 def _choose_warps(bm: int, bn: int, family: ProductFamily,
@@ -163,12 +173,14 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         spec = options.spec.tensor(name, param.type.rank, param.type.dtype.bytes)
         # The logical tile dim that is contiguous in global memory stays contiguous in
         # shared memory, so copies move whole vectors.
-        contiguous = spec.contiguous_dim if spec.contiguous_dim is not None else 1
+        # A batch view reads the matrix dims of a 3-D parameter.
+        contiguous_dim = matrix_dim(param.type.rank, spec.contiguous_dim)
+        contiguous = contiguous_dim if contiguous_dim is not None else 1
         contiguous_tile_dim = 1 - contiguous if transposed_view else contiguous
         rows, cols = load.result.type.shape
         transposed = contiguous_tile_dim == 0
         layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
-        vec = spec.vec_elems if spec.contiguous_dim is not None else 1
+        vec = spec.vec_elems if contiguous_dim is not None else 1
         operands.append(OperandPlan(role, name, layout, vec))
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
@@ -219,5 +231,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     for op in kernel.body.ops:
         if op.name == "tile.grid" and len(op.operands) == 2:
             op.attrs["raster_group"] = options.raster_group
+        elif op.name == "tile.grid" and len(op.operands) == 3:
+            batch = _batch_axis(kernel, op)
+            if batch is not None:  # the other two axes fold as a 2-D grid's do
+                op.attrs.update(raster_group=options.raster_group, batch_axis=batch)
     kernel.schedule = kernel.schedule.with_(tiling=plan)
     return kernel

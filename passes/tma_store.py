@@ -15,8 +15,9 @@ inner coordinate); the backend (:mod:`tilec.families.tma`) lays the staging tile
 TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
 a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
 not TMA when it does not: only 16-bit outputs (an f32 tile of 128x256 would need 128 KiB
-beside the ring), a 2-D output stored where TMA can address it (unit-stride rows, 16-byte
-aligned: the launch spec), one store, and room in shared memory. The CPU semantics are the
+beside the ring), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
+TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one store, and room
+in shared memory. The CPU semantics are the
 store's own: TMA skips out-of-bounds elements as the masked store does.
 
 Before / after::
@@ -30,9 +31,10 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec.families.tma import BARRIER_BYTES, SLAB_BYTES, STAGING_ALIGN, SWIZZLE_128B
-from tilec.ir.core import Kernel, Op, clone_kernel
+from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
 from tilec.ir.types import TileType
+from tilec.ir.views import view_source
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.layout import DistributedLayout
 
@@ -70,18 +72,29 @@ def _store_problem(kernel: Kernel, store: Op, options: Options) -> Optional[str]
     if elem_bytes != 2:
         return (f"C is {vtype.dtype}: TMA stores here take 16-bit tiles (an f32 tile's "
                 "staging would crowd out the ring)")
-    params = dict(zip(kernel.body.args, kernel.params))
-    param = params.get(store.operands[0])
-    if param is None or param.type.rank != 2:
-        return "C is not a 2-D tensor parameter (a transposed view or a vector)"
-    spec = options.spec.tensor(param.name, 2, elem_bytes)
-    if spec.contiguous_dim != 1 or spec.vec_elems * elem_bytes < 16:
+    param = _stored_param(kernel, store)
+    if param is None:
+        return ("C is not a 2-D tensor parameter or one batch of a 3-D one (a transposed view "
+                "or a vector)")
+    spec = options.spec.tensor(param.name, param.type.rank, elem_bytes)
+    # The rows' unit-stride dim: the last, of a matrix or of a batch of them (3-D map).
+    if spec.contiguous_dim != param.type.rank - 1 or spec.vec_elems * elem_bytes < 16:
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
     problem = addressing_problem(layout)
     if problem is not None:
         return problem
     return None
+
+
+def _stored_param(kernel: Kernel, store: Op) -> Optional[Param]:
+    """The parameter the store writes a tile of: a 2-D one, or a batch of a 3-D one (whose
+    TMA map is 3-D: tilec/launch/tensor_maps.py); None for other views and vectors."""
+    source = view_source(kernel, store.operands[0])
+    if source is None or source.transposed:
+        return None
+    param = next(p for p in kernel.params if p.name == source.name)
+    return param if param.type.rank == 2 + (source.batch is not None) else None
 
 
 def _smem_in_use(kernel: Kernel) -> int:
@@ -120,9 +133,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan("direct",
                                                                       reason=problem))
         return kernel
-    params = dict(zip(kernel.body.args, kernel.params))
     inner = SLAB_BYTES // elem_bytes
-    store.attrs.update(via="tma", tensor=params[store.operands[0]].name, box=[inner, bm],
+    store.attrs.update(via="tma", tensor=_stored_param(kernel, store).name, box=[inner, bm],
                        slabs=bn // inner, coords=[1, 0])
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
         "tma", staging, (inner, bm), bn // inner))

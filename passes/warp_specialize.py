@@ -66,7 +66,7 @@ from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, CLUSTER_SYNC, EXPECT, LOAD,
                                 PRODUCER, RING_BASE, SLAB_BYTES, WAIT, barrier_type, tma_layout)
-from tilec.ir.core import Block, Builder, Kernel, Op, Value
+from tilec.ir.core import Block, Builder, Kernel, Op, Value, defining_op
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -168,6 +168,16 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       f"{share} bytes of shared memory; {stages} stages of this tile need "
                       f"{stages * stage_bytes}", dot.loc, kernel.source_lines,
                       "use fewer stages, a smaller tile, or blocks_per_sm=1")
+
+    batched = [c for c in copies if defining_op(c.operands[0]) is not None
+               and defining_op(c.operands[0]).name == "tensor.batch"]
+    if batched and (options.persistent or options.cluster > 1):
+        # A persistent block numbers its tiles (m, n) and a cluster pairs M tiles; neither
+        # walks a batch axis yet, so each batched program is one ordinary block.
+        what = "persistent=True" if options.persistent else f"cluster={options.cluster}"
+        raise located(TileConfigError, f"{what} does not take batched programs (3-D tensors "
+                      "indexed by a batch's program id)", batched[0].loc,
+                      kernel.source_lines, "compile without persistent / cluster")
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.

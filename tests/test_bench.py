@@ -148,27 +148,43 @@ def counting_timer(calls: list[int], ms: float = 2.0, steps: int = 7):
 
 def test_the_default_sweep_is_every_size_in_every_dtype():
     cases = bench.sweep(None, None)
-    assert len(cases) == 8 * 3
+    assert len(cases) == 8 * 3 + 2
     assert [c.dtype for c in cases[:3]] == ["f16", "bf16", "f32"]
     shapes = list(dict.fromkeys(c.shape for c in cases))
     assert shapes == ["1024", "2048", "4096", "8192", "4095x4097x4093", "1000x1003x77",
-                      "16x8192x8192", "8192x8192x256"]
+                      "16x8192x8192", "8192x8192x256", "32x1024x1024x1024", "8x4095x4097x128"]
     kinds = {c.shape: c.kind for c in cases}
-    assert [kinds[s] for s in shapes] == ["square"] * 4 + ["ragged"] * 2 + ["skinny"] * 2
+    assert [kinds[s] for s in shapes[:8]] == ["square"] * 4 + ["ragged"] * 2 + ["skinny"] * 2
+    # The batched rows close the sweep, in f16 only (and not when f16 is not asked for).
+    batched = cases[-2:]
+    assert [(c.batch, c.M, c.N, c.K, c.dtype) for c in batched] == [
+        (32, 1024, 1024, 1024, "f16"), (8, 4095, 4097, 128, "f16")]
+    assert not any(c.batched for c in bench.sweep(None, ["bf16", "f32"]))
+
+
+def test_a_batched_case_counts_every_batch():
+    case = bench.sweep([bench.parse_sizes("3x32x24x16")], ["f16"])[0]
+    assert (case.batch, case.M, case.N, case.K) == (3, 32, 24, 16)
+    assert case.shape == "3x32x24x16"
+    assert (case.a_shape, case.b_shape, case.c_shape) == ((3, 32, 16), (3, 16, 24), (3, 32, 24))
+    flat = Case(32, 24, 16, "f16")
+    assert case.flops == 3 * flat.flops and case.nbytes("f32") == 3 * flat.nbytes("f32")
+    assert flat.a_shape == (32, 16) and not flat.batched
 
 
 @pytest.mark.parametrize("text, sizes", [
     ("4096", [(4096, 4096, 4096)]),
     ("16x8192x256", [(16, 8192, 256)]),
     ("1024, 2X3X4", [(1024, 1024, 1024), (2, 3, 4)]),
+    ("32x1024x1024x1024", [(32, 1024, 1024, 1024)]),
 ])
 def test_sizes_are_n_or_m_by_n_by_k(text, sizes):
     assert bench.parse_sizes(text) == sizes
 
 
-@pytest.mark.parametrize("text", ["", "12x3", "0", "4x4x-1", "big", "4x4x4x4"])
+@pytest.mark.parametrize("text", ["", "12x3", "0", "4x4x-1", "big", "4x4x4x4x4", "0x4x4x4"])
 def test_bad_sizes_are_refused(text):
-    with pytest.raises(Exception, match="expected a size N or MxNxK"):
+    with pytest.raises(Exception, match="expected a size N, MxNxK or BtxMxNxK"):
         bench.parse_sizes(text)
 
 
@@ -362,6 +378,13 @@ def test_cublas_writes_the_inputs_dtype_and_passes_its_tolerance():
         assert measured.config.startswith("numpy.matmul, C " + dtype)
     assert bench.TritonContender(arrays).unsupported(Case(8, 8, 8, "f16")) == \
         "the Triton kernel runs on torch tensors"
+    assert bench.TritonContender(arrays).unsupported(Case(8, 8, 8, "f16", batch=2)) == \
+        "the Triton kernel is a 2-D matmul (no batched rows)"
+    # Batched: 3-D inputs and outputs, one product per batch (numpy's matmul broadcasts).
+    result = bench.run_case(Case(40, 24, 72, "f16", batch=3), arrays,
+                            [bench.CublasContender(arrays)], counting_timer([]), None)
+    measured = result.measurements["cuBLAS"]
+    assert measured.status == "ok" and measured.error <= bench.BENCH_TOLERANCE["f16"], measured
     assert bench.TilecContender({}, {}).unsupported(Case(8, 8, 8, "f32")) is None
 
 
@@ -749,7 +772,7 @@ def test_tilec_compiles_the_tf32_rows_as_f32_with_tf32_math(monkeypatch):
     contender = bench.TilecContender({}, {"stages": 4})
     asked = []
     monkeypatch.setattr(contender, "kernel",
-                        lambda dtype, out: asked.append((dtype, out)) or Kernel())
+                        lambda dtype, out, batched=False: asked.append((dtype, out)) or Kernel())
     monkeypatch.setattr(contenders, "describe_compiled", lambda compiled, packing: "")
     contender.prepare(Case(4096, 4096, 4096, "tf32"), [(None, None)], [None])
     assert asked == [("f32", "f32")]
@@ -841,3 +864,35 @@ def test_the_f16_output_sample_converts_the_accumulator():
     assert str(store.operands[-1].type.dtype) == "bf16"
     assert [p.type.dtype.short for p in kernel.lower().params][:3] == ["bf16"] * 3
 
+
+
+# -- batched rows (Bt x M x N x K against torch.bmm) -------------------------------------------
+
+def test_batched_rows_take_one_tile_a_block_and_compile_for_sm_90a():
+    """The batched rows' tuned tiles: never persistent or clustered (both refuse batched
+    programs), and the sm_90a ones compile to wgmma with TMA for bmm.py."""
+    from tilec.benchmarking.contenders import sample_kernel
+    for size in bench.DEFAULT_BATCHED_SIZES:
+        case = Case(*size[1:], "f16", batch=size[0])
+        config = contenders.tuned_config(case, "sm_90a")
+        assert "persistent" not in config and "cluster" not in config, config
+        space = bench.autotune_space(case, {}, "sm_90a")
+        assert space and not any(c.get("persistent") or c.get("cluster", 1) > 1 for c in space)
+        kernel = sample_kernel("f16", "f16", batched=True)
+        compiled = kernel.compile(arch="sm_90a", Bt=size[0], M=size[1], N=size[2], K=size[3],
+                                  **config)
+        assert compiled.kernel.schedule.tiling.kind == "wgmma", (size, config)
+        assert "cp.async.bulk.tensor.3d" in compiled.ptx
+
+
+def test_the_batched_sample_kernel_matches_float64_on_the_cpu():
+    from tilec.benchmarking.contenders import sample_kernel
+    from tilec.cpu.interpreter import run_kernel
+    kernel = sample_kernel("f16", "f16", batched=True).lower(BM=64, BN=64, BK=32)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 70, 40)).astype(np.float16)
+    b = rng.standard_normal((3, 40, 66)).astype(np.float16)
+    c = np.full((3, 70, 66), np.nan, dtype=np.float16)
+    run_kernel(kernel, {"A": a, "B": b, "C": c})
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(c - exact) / np.linalg.norm(exact) < 2e-3

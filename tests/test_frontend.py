@@ -762,7 +762,8 @@ def test_did_you_mean_hints() -> None:
     (HEADER + "    for A in grid(4):\n        pass\n",
      "program id 'A' hides an existing name", 2, "A in"),
     ("def f(A: f16[M, K], A: f16[K]):\n    pass\n", "duplicate parameter 'A'", 1, "A: f16[K]"),
-    ("def f(A: f16[M, K, N]):\n    pass\n", "tensors have 1 or 2 dims; 'A' has 3", 1, "A"),
+    ("def f(A: f16[B, M, K, N]):\n    pass\n", "tensors have 1 to 3 dims (3: a batch of "
+     "matrices); 'A' has 4", 1, "A"),
     ("def f(A: f64[M, K]):\n    pass\n", "unknown dtype 'f64'", 1, "f64"),
     ("def f(A: f64[M, K]):\n    pass\n", "unknown dtype 'f64'", 1, "f64"),
     ("def f(x: f16):\n    pass\n", "scalar parameters are f32 or i32, not f16", 1, "f16"),

@@ -193,6 +193,13 @@ OTHERS = [
     case("fp8_gemm", "f8e5m2", "sm_90", DIVISIBLE, BM=128, BN=256, BK=128, warps=(2, 4)),
     case("fp8_gemm", "f8e4m3", "sm_90a", RAGGED),
     case("fp8_gemm", "f8e5m2", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    # Batched (bmm.py, a grid axis of batches): each base address moved by its batch.
+    case("bmm", "f16", "sm_80"),
+    case("bmm", "bf16", "sm_86", RAGGED),
+    case("bmm", "f32", "sm_90"),
+    case("bmm", "f16", "sm_90", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    case("bmm", "bf16", "sm_80", RAGGED, stages=2),
+    case("bmm", "f32", "sm_86", RAGGED, f32_math="tf32"),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
 SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}}
@@ -233,7 +240,10 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          persistent=True),
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3, cluster=2),
     case("fp8_gemm", "f8e4m3", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
-    case("fp8_gemm", "f8e5m2", "sm_90a", RAGGED, BM=256, BN=128, BK=128, stages=3)]
+    case("fp8_gemm", "f8e5m2", "sm_90a", RAGGED, BM=256, BN=128, BK=128, stages=3)] + [
+    # Batched: 3-D tensor maps, the batch coordinate from the program id.
+    case("bmm", dtype, "sm_90a", shapes, **tiles)
+    for dtype in ("f16", "bf16") for tiles, shapes in zip(HOPPER_TILES[:2], (DIVISIBLE, RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
 HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")

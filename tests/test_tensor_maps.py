@@ -80,7 +80,8 @@ ARGUMENT_ERRORS = [
     (dict(shape=(2**32, 80)), "each dim must hold from 1 to 2**32 - 1 elements, got dim 0 of "
                               f"{2**32}"),
     (dict(shape=(16, 0)), "each dim must hold from 1 to 2**32 - 1 elements, got dim 1 of 0"),
-    (dict(shape=(2, 4, 8)), "a tensor map here is 2-D, got a 3-D array of shape (2, 4, 8)"),
+    (dict(shape=(2, 2, 4, 8)), "a tensor map here is 2-D (3-D for a batch of matrices), got "
+                               "a 4-D array of shape (2, 2, 4, 8)"),
     (dict(dtype="i32"), "the dtype must be one of f16, bf16, f32, i8, f8e4m3, f8e5m2, got i32"),
 ]
 

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
 from tilec.ir.core import Kernel
+from tilec.ir.views import view_source
 from tilec.launch.arch_check import check_runs_on
-from tilec.launch.binding import (bind_arguments, bind_names, check_size, divisibility,
-                                  grid_size, kernel_arguments, launch_cluster, launch_grid,
-                                  spec_for)
+from tilec.launch.binding import (bind_arguments, bind_names, check_outputs, check_size,
+                                  divisibility, grid_size, kernel_arguments, launch_cluster,
+                                  launch_grid, spec_for)
 from tilec.options import Options, Spec, target_arch
 from tilec.pipeline import Pass
 
@@ -150,13 +151,14 @@ class TileFunction:
                                               if k not in params})
         bound = bind_arguments(self.signature.params, self.signature.symbols, args,
                                call_kwargs)
+        kernel = self.lower(**consts)
+        check_outputs(bound, written_params(kernel))
         host = [name for name, arg in bound.tensors.items() if arg.device is None]
         if host:
             raise TypeError(f"prepare() takes GPU arrays; argument(s) {', '.join(host)} are "
                             "host arrays")
         option_args.setdefault("arch", target_arch(current_device().compute_capability))
         check_device_runs(option_args["arch"])
-        kernel = self.lower(**consts)
         sizes = grid_size(kernel, bound.symbols)
         options = Options(**option_args, spec=spec_for(bound))
         packing = PackPlan() if 0 in sizes else plan_packing(
@@ -173,10 +175,10 @@ class TileFunction:
 
 @functools.lru_cache(maxsize=256)
 def written_params(kernel: Kernel) -> list[str]:
-    stored = {op.operands[0] for op in kernel.walk() if op.name == "tile.store"}
-    views = {op.result: op.operands[0] for op in kernel.walk() if op.name == "tensor.transpose"}
-    stored |= {views[v] for v in list(stored) if v in views}
-    return [p.name for p, v in zip(kernel.params, kernel.body.args) if v in stored]
+    sources = (view_source(kernel, op.operands[0]) for op in kernel.walk()
+               if op.name == "tile.store")
+    stored = {source.name for source in sources if source is not None}
+    return [p.name for p in kernel.params if p.name in stored]
 
 
 def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, Any],
@@ -187,6 +189,7 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
     from tilec.launch.split_workspace import shared_workspace, workspace_size
     from tilec.runtime import HostStaging, current_device
     bound = bind_arguments(kernel.params, kernel.symbols, [], values)
+    check_outputs(bound, written_params(kernel))
     option_args = dict(option_args)
     option_args.setdefault("arch", target_arch(current_device().compute_capability))
     check_device_runs(option_args["arch"])  # before staging copies or any module load

@@ -39,27 +39,57 @@ BENCH_TOLERANCE = {"f16": TOLERANCE[F16], "bf16": TOLERANCE[BF16], "f32": 1e-4,
 DEFAULT_SIZES = ((1024,) * 3, (2048,) * 3, (4096,) * 3, (8192,) * 3,
                  (4095, 4097, 4093), (1000, 1003, 77),
                  (16, 8192, 8192), (8192, 8192, 256))
+# Batched rows (Bt, M, N, K): Bt products C[b] = A[b] @ B[b] against torch.bmm, in the
+# default sweep's f16 only (BATCHED_DTYPES); --sizes takes them as BtxMxNxK.
+DEFAULT_BATCHED_SIZES = ((32, 1024, 1024, 1024), (8, 4095, 4097, 128))
+BATCHED_DTYPES = ("f16",)
 SKINNY_RATIO = 16  # a shape is skinny when its longest side is 16x its shortest or more
 
 # Rotation: enough input sets to cover 3x the L2 cache, at least two, at most MAX_SETS.
 L2_FACTOR = 3
 MIN_SETS, MAX_SETS = 2, 512
 
-Size = tuple[int, int, int]
+Size = tuple[int, ...]  # (M, N, K), or (Bt, M, N, K) for a batch of products
 
 
 @dataclass(frozen=True)
 class Case:
-    """One product C[M, N] = A[M, K] @ B[K, N] in one dtype."""
+    """One product C[M, N] = A[M, K] @ B[K, N] in one dtype; with ``batch`` > 1, that many
+    products C[b] = A[b] @ B[b] (3-D arrays, torch.bmm's)."""
 
     M: int  # noqa: N815  (the problem's own names)
     N: int  # noqa: N815
     K: int  # noqa: N815
     dtype: str
+    batch: int = 1
 
     @property
     def shape(self) -> str:
-        return size_text((self.M, self.N, self.K))
+        return size_text(self.size)
+
+    @property
+    def size(self) -> Size:
+        sides = (self.M, self.N, self.K)
+        return (self.batch, *sides) if self.batch > 1 else sides
+
+    @property
+    def batched(self) -> bool:
+        return self.batch > 1
+
+    def _shape(self, rows: int, cols: int) -> tuple[int, ...]:
+        return (self.batch, rows, cols) if self.batched else (rows, cols)
+
+    @property
+    def a_shape(self) -> tuple[int, ...]:
+        return self._shape(self.M, self.K)
+
+    @property
+    def b_shape(self) -> tuple[int, ...]:
+        return self._shape(self.K, self.N)
+
+    @property
+    def c_shape(self) -> tuple[int, ...]:
+        return self._shape(self.M, self.N)
 
     @property
     def kind(self) -> str:
@@ -72,22 +102,26 @@ class Case:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.M * self.N * self.K
+        return 2.0 * self.batch * self.M * self.N * self.K
 
     def nbytes(self, out_dtype: str) -> int:
         """The fewest bytes a product moves: A and B read once, C written once."""
-        return ((self.M * self.K + self.K * self.N) * ITEMSIZE[self.dtype]
-                + self.M * self.N * ITEMSIZE[out_dtype])
+        return self.batch * ((self.M * self.K + self.K * self.N) * ITEMSIZE[self.dtype]
+                             + self.M * self.N * ITEMSIZE[out_dtype])
 
 
 def size_text(size: Size) -> str:
-    """``4096`` for a cube, else ``16x8192x8192`` (M x N x K): as ``--sizes`` takes it."""
+    """``4096`` for a cube, else ``16x8192x8192`` (M x N x K), or ``32x1024x1024x1024``
+    (Bt x M x N x K) for a batch: as ``--sizes`` takes it."""
+    if len(size) == 4:
+        return "x".join(map(str, size))
     M, N, K = size  # noqa: N806  (the problem's own names)
     return str(M) if M == N == K else f"{M}x{N}x{K}"
 
 
 def parse_sizes(text: str) -> list[Size]:
-    """``4096``, ``16x8192x8192`` (M x N x K) or a comma-separated list of them."""
+    """``4096``, ``16x8192x8192`` (M x N x K), ``32x1024x1024x1024`` (Bt x M x N x K: a
+    batch) or a comma-separated list of them."""
     sizes: list[Size] = []
     for item in text.split(","):
         parts = item.strip().lower().split("x")
@@ -95,17 +129,29 @@ def parse_sizes(text: str) -> list[Size]:
             values = [int(part) for part in parts]
         except ValueError:
             values = []
-        if len(values) not in (1, 3) or min(values, default=0) < 1:
-            raise argparse.ArgumentTypeError(f"expected a size N or MxNxK, got {item!r}")
-        sizes.append((values[0],) * 3 if len(values) == 1 else (values[0], values[1], values[2]))
+        if len(values) not in (1, 3, 4) or min(values, default=0) < 1:
+            raise argparse.ArgumentTypeError(f"expected a size N, MxNxK or BtxMxNxK, got "
+                                             f"{item!r}")
+        sizes.append((values[0],) * 3 if len(values) == 1 else tuple(values))
     return sizes
 
 
 def sweep(sizes: Optional[Sequence[Sequence[Size]]], dtypes: Optional[Sequence[str]]) \
         -> list[Case]:
-    """The cases in order: each size in each dtype (defaults: the whole default sweep)."""
+    """The cases in order: each size in each dtype (defaults: the whole default sweep, whose
+    batched sizes come last, in BATCHED_DTYPES only)."""
     flat = [size for group in sizes for size in group] if sizes else list(DEFAULT_SIZES)
-    return [Case(*size, dtype) for size in flat for dtype in (dtypes or DEFAULT_DTYPES)]
+    cases = [_case(size, dtype) for size in flat for dtype in (dtypes or DEFAULT_DTYPES)]
+    if not sizes:
+        cases += [_case(size, dtype) for size in DEFAULT_BATCHED_SIZES
+                  for dtype in (dtypes or DEFAULT_DTYPES) if dtype in BATCHED_DTYPES]
+    return cases
+
+
+def _case(size: Size, dtype: str) -> Case:
+    if len(size) == 4:
+        return Case(size[1], size[2], size[3], dtype, batch=size[0])
+    return Case(size[0], size[1], size[2], dtype)
 
 
 def rotation_sets(case: Case, l2_bytes: int) -> int:

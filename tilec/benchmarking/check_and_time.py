@@ -26,7 +26,7 @@ def measure(contender: Contender, case: Case, arrays: Arrays,
         return Measurement("n/a", note=reason)
     tolerance, config = BENCH_TOLERANCE[contender.math(case)], ""
     try:
-        outputs = [arrays.empty((case.M, case.N), contender.out_dtype(case)) for _ in inputs]
+        outputs = [arrays.empty(case.c_shape, contender.out_dtype(case)) for _ in inputs]
         run, config = contender.prepare(case, inputs, outputs)
         for out in outputs:
             arrays.poison(out)
@@ -55,8 +55,8 @@ def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer:
     sets = rotation_sets(case, arrays.l2_bytes)
     # 8-bit B k contiguous: a column-major [K, N] (the transpose of a row-major [N, K]).
     b_layout = {"k_major": True} if case.dtype in K_MAJOR_B else {}
-    inputs = [(arrays.random((case.M, case.K), case.dtype),
-               arrays.random((case.K, case.N), case.dtype, **b_layout)) for _ in range(sets)]
+    inputs = [(arrays.random(case.a_shape, case.dtype),
+               arrays.random(case.b_shape, case.dtype, **b_layout)) for _ in range(sets)]
     # Checked in full against float64: the first and the last set (the others for NaN).
     checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
     measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}

@@ -13,6 +13,8 @@ from tilec.families.products import family_of
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
+# The batched rows' sample: C[b] = A[b] @ B[b] over a grid axis of batches.
+BATCHED_SAMPLE = SAMPLE.with_name("bmm.py")
 
 Run = Callable[[int], None]  # runs the product on input set i
 
@@ -51,8 +53,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, a cluster of two sharing B, or persistent clusters (the autotuner
-    prunes what does not fit)."""
+    prunes what does not fit; batched rows take one tile a block: persistent blocks and
+    clusters refuse them)."""
     from tilec.tools.autotune import search_space
+    schedules = SM90A_SCHEDULES[:1] if case.batched else SM90A_SCHEDULES
     if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
         # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
         from tilec.families.wgmma8 import FAMILY as WGMMA8
@@ -62,7 +66,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                      raster_group=(8, 16))
                  if WGMMA8.block_problem((config["BM"], config["BN"], config["BK"]),
                                          Options(arch=arch)) is None]
-        space = [{**config, **schedule} for config in tiles for schedule in SM90A_SCHEDULES]
+        space = [{**config, **schedule} for config in tiles for schedule in schedules]
     elif arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
@@ -71,7 +75,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                      raster_group=(8, 16))
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
-        space = [{**config, **schedule} for config in tiles for schedule in SM90A_SCHEDULES]
+        space = [{**config, **schedule} for config in tiles for schedule in schedules]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -190,7 +194,7 @@ def problem_class(case: Case) -> str:
         return "short"
     if not (case.M % 128 == 0 and case.N % 256 == 0 and case.K % 128 == 0):
         return "ragged"
-    if (case.M // 128) * (case.N // 256) < SMALL_TILES:
+    if (case.M // 128) * (case.N // 256) * case.batch < SMALL_TILES:
         return "small"
     return "shallow" if case.K // 128 < SHALLOW_STEPS else "tiled"
 
@@ -198,6 +202,14 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
+    if case.batched:
+        # One tile a block: persistent blocks and clusters do not walk a batch axis.
+        return {knob: value for knob, value in _tuned(case, arch, family, problem).items()
+                if knob not in ("persistent", "cluster")}
+    return _tuned(case, arch, family, problem)
+
+
+def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[str, Any]:
     if family in EIGHT_BIT_WGMMA and arch == "sm_90a" and problem != "short":
         family = "wgmma8"
     if family == "mma" and arch == "sm_90a":
@@ -220,7 +232,7 @@ def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
 
 def _large_tiles(case: Case) -> int:
     """Output tiles of 128x256, the large tiles, the case has (ragged edges included)."""
-    return -(-case.M // 128) * -(-case.N // 256)
+    return -(-case.M // 128) * -(-case.N // 256) * case.batch
 
 
 # How the config column names the instruction family a row ran on.
@@ -257,27 +269,29 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     return text
 
 
-def sample_kernel(dtype: str, out: str = "f32") -> Any:
-    """samples/matmul.py's tile function with A and B read as ``dtype``, and C written as
-    ``out`` (the sample's f32, or the accumulator converted: ``acc.to(out)``)."""
+def sample_kernel(dtype: str, out: str = "f32", batched: bool = False) -> Any:
+    """samples/matmul.py's tile function (``batched``: samples/bmm.py's) with A and B read
+    as ``dtype``, and C written as ``out`` (the sample's f32, or the accumulator converted:
+    ``acc.to(out)``)."""
     from tilec.kernel import load_file
-    text = SAMPLE.read_text(encoding="utf-8")
+    sample = BATCHED_SAMPLE if batched else SAMPLE
+    text = sample.read_text(encoding="utf-8")
     retyped = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
     if f"A: {dtype}[" not in retyped or f"B: {dtype}[" not in retyped:
-        raise RuntimeError(f"{SAMPLE} no longer declares A: f16[...] and B: f16[...]")
+        raise RuntimeError(f"{sample} no longer declares A: f16[...] and B: f16[...]")
     accumulator = ACCUMULATOR_DTYPES[DType.parse(dtype)]
     if str(accumulator) != "f32":  # i8: an i32 accumulator, stored as it is
         retyped = retyped.replace("zeros([BM, BN], f32)", f"zeros([BM, BN], {accumulator})")
         if f"zeros([BM, BN], {accumulator})" not in retyped:
-            raise RuntimeError(f"{SAMPLE} no longer starts acc as zeros([BM, BN], f32)")
+            raise RuntimeError(f"{sample} no longer starts acc as zeros([BM, BN], f32)")
     if out != str(accumulator):
         retyped = retyped.replace("C: f32[", f"C: {out}[").replace("] = acc\n",
                                                                     f"] = acc.to({out})\n")
         if f"acc.to({out})" not in retyped:
-            raise RuntimeError(f"{SAMPLE} no longer declares C: f32[...] stored as acc")
+            raise RuntimeError(f"{sample} no longer declares C: f32[...] stored as acc")
     elif out != "f32":
         retyped = retyped.replace("C: f32[", f"C: {out}[")
-    return load_file(SAMPLE, text=retyped)["matmul"]
+    return load_file(sample, text=retyped)["bmm" if batched else "matmul"]
 
 
 class TilecContender(Contender):
@@ -287,12 +301,12 @@ class TilecContender(Contender):
                  progress: bool = True) -> None:
         self.consts, self.options = dict(consts), dict(options)
         self.autotune, self.progress = autotune, progress
-        self._kernels: dict[tuple[str, str], Any] = {}
+        self._kernels: dict[tuple[str, str, bool], Any] = {}
 
-    def kernel(self, dtype: str, out: str = "f32") -> Any:
-        if (dtype, out) not in self._kernels:
-            self._kernels[dtype, out] = sample_kernel(dtype, out)
-        return self._kernels[dtype, out]
+    def kernel(self, dtype: str, out: str = "f32", batched: bool = False) -> Any:
+        if (dtype, out, batched) not in self._kernels:
+            self._kernels[dtype, out, batched] = sample_kernel(dtype, out, batched)
+        return self._kernels[dtype, out, batched]
 
     def math(self, case: Case) -> str:
         if case.dtype == "f32" and self.options.get("f32_math") == "tf32":
@@ -313,7 +327,7 @@ class TilecContender(Contender):
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         dtype, forced = TILEC_AS.get(case.dtype, (case.dtype, {}))
-        kernel = self.kernel(dtype, self.out_dtype(case))
+        kernel = self.kernel(dtype, self.out_dtype(case), case.batched)
         # Knobs given on the command line win; the tuned defaults fill in the rest, as long
         # as the command line fixes no tile size (a half-tuned tile would not fit). What the
         # dtype means (tf32: f32_math="tf32") wins over both.
@@ -353,8 +367,10 @@ class CublasContender(Contender):
                 "f8e4m3": ", B k contiguous, unit scales, use_fast_accum=False"}.get(
             case.dtype, "")
         # 8-bit products go through torch's own GEMMs (TorchArrays.matmul).
+        # torch.matmul (cupy.matmul) of 3-D arrays is torch.bmm's batched product.
+        call = "bmm" if case.batched and self.arrays.name == "torch" else "matmul"
         function = {"i8": "torch._int_mm", "f8e4m3": "torch._scaled_mm"}.get(
-            case.dtype, f"{self.arrays.name}.matmul")
+            case.dtype, f"{self.arrays.name}.{call}")
         return run, f"{function}, C {self.out_dtype(case)}{note}"
 
 
@@ -365,6 +381,8 @@ class TritonContender(Contender):
         self.arrays = arrays
 
     def unsupported(self, case: Case) -> Optional[str]:
+        if case.batched:
+            return "the Triton kernel is a 2-D matmul (no batched rows)"
         if case.dtype not in TRITON_CONFIG:
             return f"the Triton kernel has no {case.dtype} configuration"
         return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"

@@ -24,7 +24,8 @@ def report_json(report: Report) -> dict[str, Any]:
         case = row.case
         bound = row.bound()
         rows.append({
-            "M": case.M, "N": case.N, "K": case.K, "dtype": case.dtype, "kind": case.kind,
+            "M": case.M, "N": case.N, "K": case.K, "batch": case.batch, "dtype": case.dtype,
+            "kind": case.kind,
             "shape": case.shape, "flops": case.flops, "input_sets": row.sets,
             "tilec_bytes": row.bound_bytes, "memory_bound_ms": row.memory_bound_ms,
             "compute_bound_ms": row.compute_bound_ms, "bound": bound[1] if bound else None,

@@ -39,17 +39,18 @@ def format_table(report: Report) -> str:
     """The results, one line per case, then the skinny cases' memory bounds and notes."""
     names = report.contenders
     others = [name for name in names if name != "tilec"]
-    head = (f"{'shape':<14} {'dtype':<5} " + " ".join(f"{n:>8}" for n in names)
+    width = max([14] + [len(row.case.shape) for row in report.rows])
+    head = (f"{'shape':<{width}} {'dtype':<5} " + " ".join(f"{n:>8}" for n in names)
             + "".join(f" {'tilec/' + n:>12}" for n in others)
             + f" {'tilec/bound':>12} {'tilec err':>9}  tilec config")
-    lines = [f"{'':<20} " + " ".join(f"{'TFLOP/s':>8}" for _ in names), head]
+    lines = [f"{'':<{width + 6}} " + " ".join(f"{'TFLOP/s':>8}" for _ in names), head]
     for row in report.rows:
         ratios = "".join(f" {_number(row.ratio('tilec', n), '.2f'):>12}" for n in others)
         fraction, bound = row.fraction_of_bound(), row.bound()
         vs_bound = f"{fraction:.2f} {bound[1]}" if fraction is not None and bound else "-"
         tilec = row.measurements.get("tilec")
         error = tilec.error if tilec is not None else None
-        lines.append(f"{row.case.shape:<14} {row.case.dtype:<5} "
+        lines.append(f"{row.case.shape:<{width}} {row.case.dtype:<5} "
                      + " ".join(f"{_cell(row, n):>8}" for n in names) + ratios
                      + f" {vs_bound:>12} {_number(error, '.2e'):>9}  "
                      f"{tilec.config if tilec else ''}".rstrip())

@@ -420,6 +420,14 @@ def _transpose(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [TensorRef(tensor.array.T, tensor.dtype, f"{tensor.name}.T")]
 
 
+def _batch(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    tensor, index = operands
+    if not 0 <= index < tensor.array.shape[0]:
+        raise state.error(op, f"batch index {index} is outside '{tensor.name}', which holds "
+                              f"{tensor.array.shape[0]} batches")
+    return [TensorRef(tensor.array[index], tensor.dtype, f"{tensor.name}[{index}]")]
+
+
 def _in_bounds(dims: tuple[int, ...], offsets: Sequence[int], sizes: Sequence[int]
                ) -> Optional[tuple[tuple[slice, ...], tuple[slice, ...]]]:
     """The part of a tile at ``offsets`` that lies inside a tensor of shape ``dims``, as
@@ -548,7 +556,7 @@ SEMANTICS: dict[str, SemanticsFn] = {
     "arith.lt": _fold, "arith.wrap_inc": _fold,
     "tile.grid": _grid, "split.reduce": _split_reduce,
     "tile.full": _full, "tile.splat": _splat, "tile.broadcast": _broadcast,
-    "tile.reshape": _reshape, "tensor.transpose": _transpose,
+    "tile.reshape": _reshape, "tensor.transpose": _transpose, "tensor.batch": _batch,
     "tile.load": _load, "tile.store": _store,
     "tile.dot": _dot, **{name: _binary for name in _BINARY},
     **{name: _unary for name in _UNARY}, "tile.cast": _cast,

@@ -113,15 +113,39 @@ def reference(kernel: Kernel, tensors: dict[str, np.ndarray],
     tensor argument (outputs included: what a store does not cover keeps its value), and
     ``scalars`` the scalar arguments. Raises :class:`Unsupported` for other program forms.
     """
-    return _Evaluator(kernel, tensors, scalars).run()
+    batches = _batch_count(kernel, tensors)
+    if batches is None:
+        return _Evaluator(kernel, tensors, scalars).run()
+    # A batched program is the 2-D program once per batch: each run sees batch ``b`` of
+    # every 3-D tensor (a view, so its stores land in the whole tensor it returns).
+    whole = {name: np.array(array, dtype=np.float64) for name, array in tensors.items()}
+    written: dict[str, np.ndarray] = {}
+    for batch in range(batches):
+        written.update(_Evaluator(kernel, whole, scalars, batch, copy=False).run())
+    return written
+
+
+def _batch_count(kernel: Kernel, tensors: dict[str, np.ndarray]) -> Optional[int]:
+    """The batch count of a program with ``tensor.batch`` views (the first dim of the 3-D
+    tensors, which must agree), or None for a program without."""
+    if not any(op.name == "tensor.batch" for op in kernel.walk()):
+        return None
+    counts = {np.shape(tensors[p.name])[0] for p in kernel.params
+              if isinstance(p.type, TensorType) and p.type.rank == 3}
+    if len(counts) != 1:
+        raise Unsupported(f"the 3-D tensors disagree on the batch count ({sorted(counts)})")
+    return counts.pop()
 
 
 class _Evaluator:
     def __init__(self, kernel: Kernel, tensors: dict[str, np.ndarray],
-                 scalars: dict[str, Union[int, float]]):
+                 scalars: dict[str, Union[int, float]], batch: Optional[int] = None,
+                 copy: bool = True):
         self.kernel = kernel
-        self.tensors = {name: np.array(array, dtype=np.float64) for name, array in
-                        tensors.items()}
+        self.tensors = {name: np.array(array, dtype=np.float64, copy=copy or None)
+                        for name, array in tensors.items()}
+        self.batch = batch  # the batch this run evaluates, for programs with batch views
+        self.batch_axis: Optional[str] = None  # the grid axis the batch views index by
         self.env: dict[Value, Any] = {}
         self.sizes: dict[Blocked, int] = {}  # blocked axis -> the extent it walks
         self.grid: dict[str, int] = {}  # grid axis -> programs along it
@@ -162,6 +186,8 @@ class _Evaluator:
             name = f"{self.env[op.operands[0]]}.T"
             self.tensors[name] = self.tensors[self.env[op.operands[0]]].T
             self.set(op, name)
+        elif op.name == "tensor.batch":
+            self.batch_view(op, where)
         elif op.name in ("tile.full", "tile.splat"):
             value = op.attrs["value"] if op.name == "tile.full" else self.concrete(
                 op.operands[0], where)
@@ -187,6 +213,23 @@ class _Evaluator:
             self.set(op, self.reshape(op, where))
         else:
             raise Unsupported(f"{where} is not evaluated by the reference")
+
+    def batch_view(self, op: Op, where: str) -> None:
+        """Batch ``self.batch`` of a 3-D tensor, when the view's index is a grid axis that
+        runs over exactly the batches (the 2-D program then runs once per batch)."""
+        index = self.env[op.operands[1]]
+        tensor = self.env[op.operands[0]]
+        if not isinstance(index, Blocked) or index.block != 1 or index.source not in self.grid:
+            raise Unsupported(f"{where}: the batch index must be a program id")
+        if self.batch_axis not in (None, index.source):
+            raise Unsupported(f"{where}: batch views index by two grid axes")
+        if self.grid[index.source] != self.tensors[tensor].shape[0]:
+            raise Unsupported(f"{where}: {index.source} has {self.grid[index.source]} "
+                              f"programs but '{tensor}' {self.tensors[tensor].shape[0]} batches")
+        self.batch_axis = index.source
+        name = f"{tensor}[{self.batch}]"
+        self.tensors[name] = self.tensors[tensor][self.batch]
+        self.set(op, name)
 
     def set(self, op: Op, value: Any) -> None:
         self.env[op.result] = value
@@ -256,7 +299,7 @@ class _Evaluator:
                         for size, label in zip(target.shape, labels))
         target[covered] = full[covered]
         # A transposed view shares its tensor's memory, so the store went there too.
-        self.written.append(tensor.removesuffix(".T"))
+        self.written.append(tensor.removesuffix(".T").split("[")[0])
 
     # -- the K loop ---------------------------------------------------------------------
     def for_loop(self, op: Op, where: str) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from tilec.backend.abi import TENSOR_MAP, AbiParam
 from tilec.backend.context import Context, SmemView, c_thread_coords
-from tilec.ir.core import Kernel, Op
+from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I64, TileType
 from tilec.target.layout import SmemLayout, Swizzle
@@ -198,6 +198,24 @@ def _tensor_map(ctx: Context, tensor: str) -> str:
     return ctx.w.once(("tensor_map", tensor), compute)
 
 
+def _coordinates(ctx: Context, tensor: Value, x: str, outer: str) -> tuple[str, str]:
+    """The box's coordinates and the instruction's dimensionality: ``{x, outer}`` in a 2-D
+    map; for a batch view (``tensor.batch``) ``{x, outer, b}`` in the 3-D map of the whole
+    tensor (:mod:`tilec.launch.tensor_maps`), whose bounds clip ragged rows at the batch's
+    own edge. A batch stride of 0 (one matrix shared by every batch) is mapped with one
+    batch, which every program reads: its coordinate is 0."""
+    view = defining_op(tensor)
+    if view is None or view.name != "tensor.batch":
+        return "2d", f"{{{x}, {outer}}}"
+    # Computed where it is used: the producer and the consumers' epilogue run different
+    # code, so a register kept from one is not set in the other.
+    shared = ctx.w.reg("pred")
+    ctx.w.emit(f"setp.eq.s32 {shared}, {ctx.get(view.operands[0]).strides[0]}, 0;")
+    coordinate = ctx.w.reg("b32")
+    ctx.w.emit(f"selp.b32 {coordinate}, 0, {ctx.operand(view.operands[1])}, {shared};")
+    return "3d", f"{{{x}, {outer}, {coordinate}}}"
+
+
 def _cluster_rank(ctx: Context) -> str:
     # Read where it is used: kept from the kernel's entry, it holds a register through the
     # consumers' epilogue, where a fused one spilled for it.
@@ -232,9 +250,10 @@ def _load(ctx: Context, op: Op) -> None:
         multicast = f".multicast::cluster"
     for slab in range(box.slabs):
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
-        ctx.w.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                   f"{multicast} [{destination}+{slab * slab_bytes}], "
-                   f"[{tensor_map}, {{{x}, {outer}}}], [{address}]"
+        dims, coordinates = _coordinates(ctx, op.operands[0], x, outer)
+        ctx.w.emit(f"cp.async.bulk.tensor.{dims}.shared::cluster.global.mbarrier::"
+                   f"complete_tx::bytes{multicast} [{destination}+{slab * slab_bytes}], "
+                   f"[{tensor_map}, {coordinates}], [{address}]"
                    + (f", {mask};" if multicast else ";"))
 
 
@@ -343,8 +362,9 @@ def _store_tile(ctx: Context, op: Op) -> None:
     slab_bytes = box.inner * box.outer * eb
     for slab in range(box.slabs):
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
-        w.emit(f"@{leader} cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
-               f"[{tensor_map}, {{{x}, {outer}}}], [{staging}+{slab * slab_bytes}];")
+        dims, coordinates = _coordinates(ctx, op.operands[0], x, outer)
+        w.emit(f"@{leader} cp.async.bulk.tensor.{dims}.global.shared::cta.bulk_group "
+               f"[{tensor_map}, {coordinates}], [{staging}+{slab * slab_bytes}];")
     w.emit(f"@{leader} cp.async.bulk.commit_group;")
     if not roles.persistent:
         # Until the stores have read the staging tile: the block's shared memory goes

@@ -32,6 +32,10 @@ class ScalarLowering:
         self.loc: Loc = func.loc  # the node being lowered: where internal errors point
         self.env: dict[str, Binding] = {}
         self.builder = Builder(Block())
+        # The kernel's top level: batch views of tensors (tensor.batch) go there, right
+        # after the grid, once per (tensor, program id).
+        self.kernel_block = self.builder.block
+        self.batch_views: dict[tuple[Value, Value], Value] = {}
         # Names bound only inside a finished loop -> that loop's place, for a better error
         # than "unknown name" when they are used after it.
         self.loop_locals: dict[str, tuple[Loc, bool]] = {}

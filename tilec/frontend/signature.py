@@ -77,9 +77,9 @@ def signature(func: ast.FunctionDef) -> Signature:
             if dtype not in TENSOR_DTYPES:
                 raise errors.at(TileTypeError, f"tensors hold {dtype_list(TENSOR_DTYPES)}, "
                                 f"not {dtype}", param.dtype.loc)
-            if not 1 <= len(param.dims) <= 2:
-                raise errors.at(TileShapeError, f"tensors have 1 or 2 dims; '{param.name}' has "
-                                f"{len(param.dims)}", param.loc)
+            if not 1 <= len(param.dims) <= 3:
+                raise errors.at(TileShapeError, f"tensors have 1 to 3 dims (3: a batch of "
+                                f"matrices); '{param.name}' has {len(param.dims)}", param.loc)
             dims: list[Dim] = []
             for dim in param.dims:
                 if isinstance(dim, ast.Name):

@@ -12,7 +12,7 @@ from tilec.frontend.diagnostics import a_or_an, counted, shape_text, start_loc
 from tilec.frontend.operands import (TILE_METHODS, ConstValue, Operand, describe,
                                      is_predefined, is_scalar, is_tensor, is_tile)
 from tilec.frontend.tiles import TileLowering
-from tilec.ir.core import Loc, Value
+from tilec.ir.core import Block, Builder, Loc, Value
 from tilec.ir.types import FP8_DTYPES, I32, TensorType, TileType
 
 
@@ -45,8 +45,10 @@ class TensorAccessLowering(TileLowering):
     def _transpose_view(self, tensor: Value, node: ast.Node) -> Value:
         ttype = tensor.type
         if ttype.rank != 2:
+            hint = (f"pick the batch first: {tensor.hint or 'T'}[b, ...].T"
+                    if ttype.rank == 3 else "")
             raise self.error(TileShapeError, f"'.T' needs a 2-D tensor; "
-                             f"{describe(tensor)} is {ttype.rank}-D", node.loc)
+                             f"{describe(tensor)} is {ttype.rank}-D", node.loc, hint)
         view = TensorType(ttype.dtype, (ttype.shape[1], ttype.shape[0]))
         hint = f"{tensor.hint}_T" if tensor.hint else ""
         with self.builder.located(node.loc):
@@ -60,6 +62,7 @@ class TensorAccessLowering(TileLowering):
 
     def _load(self, tensor: Value, node: ast.Subscript,
               transposed_at: Optional[Loc] = None) -> Value:
+        tensor, node = self._batch_select(tensor, node)
         offsets, sizes = self._tensor_slices(tensor, node)
         if transposed_at is not None:
             tensor = self._transpose_view(tensor, node)
@@ -69,6 +72,51 @@ class TensorAccessLowering(TileLowering):
         with self.builder.located(node.loc):
             return self.builder.value("tile.load", [tensor, *offsets],
                                       TileType(tensor.type.dtype, shape), shape=shape)
+
+    def _batch_select(self, tensor: Value, node: ast.Subscript) -> tuple[Value, ast.Subscript]:
+        """``A[b, rows, cols]`` on a 3-D tensor: the 2-D tensor of batch ``b`` (a
+        ``tensor.batch`` view) and the access's two slices; other tensors pass unchanged.
+        The batch index is a program id, so that compiling can check that its grid axis
+        counts exactly the tensor's batches (:mod:`tilec.passes.coverage`)."""
+        if tensor.type.rank != 3:
+            return tensor, node
+        name = tensor.hint or "T"
+        example = f"{name}[b, off : +SIZE, off : +SIZE]"
+        if len(node.indices) != 3:
+            count = counted(len(node.indices), "index", "indices")
+            raise self.error(TileShapeError, f"{describe(tensor)} is 3-D (a batch of matrices) "
+                             f"but this access has {count}", node.loc,
+                             f"write {example}, b being the batch's program id")
+        index = node.indices[0]
+        if isinstance(index, ast.Slice):
+            raise self.error(TileShapeError, f"the batch index of {describe(tensor)} is a "
+                             "single index, not a slice", index.loc,
+                             f"write {example}, b being the batch's program id")
+        binding = self.env.get(index.id) if isinstance(index, ast.Name) else None
+        if binding is None or binding.kind != "program_id":
+            if isinstance(index, ast.Name):
+                self._lookup_only(index)
+            raise self.error(TileShapeError, f"the batch index of {describe(tensor)} must be "
+                             "a program id of the grid", index.loc,
+                             "for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)): ... "
+                             f"{example}")
+        return (self._batch_view(tensor, binding.value, node.loc),
+                ast.Subscript(node.value, node.indices[1:], loc=node.loc))
+
+    def _batch_view(self, tensor: Value, program_id: Value, loc: Loc) -> Value:
+        """The ``tensor.batch`` view, made once at the top level right after the grid (its
+        address is then computed once per program, not once per K step)."""
+        key = (tensor, program_id)
+        if key not in self.batch_views:
+            view_type = TensorType(tensor.type.dtype, tensor.type.shape[1:])
+            hint = f"{tensor.hint}_{program_id.hint}" if tensor.hint else ""
+            maker = Builder(Block(), loc)
+            view = maker.value("tensor.batch", [tensor, program_id], view_type, hint)
+            ops = self.kernel_block.ops
+            at = ops.index(program_id.owner) + 1 + len(self.batch_views)
+            ops[at:at] = maker.block.ops
+            self.batch_views[key] = view
+        return self.batch_views[key]
 
     def _tensor_slices(self, tensor: Value, node: ast.Subscript) -> tuple[list[Value],
                                                                            list[int]]:
@@ -156,6 +204,7 @@ class TensorAccessLowering(TileLowering):
                              "stores go into tensor parameters: C[... : +BM, ...] = tile")
         dtype = tensor.type.dtype
         name = tensor.hint or "the tensor"
+        tensor, target = self._batch_select(tensor, target)
         offsets, sizes = self._tensor_slices(tensor, target)
         shape = tuple(sizes)
         with self.builder.located(target.loc):

@@ -168,6 +168,15 @@ def _transpose_view(op: Op) -> None:
              "transpose swaps the two dims")
 
 
+def _batch_view(op: Op) -> None:
+    src, index = (v.type for v in op.operands)
+    rtype = op.result.type
+    require(isinstance(src, TensorType) and src.rank == 3, "tensor.batch takes a 3-D tensor")
+    require(index == ScalarType(I32), f"the batch index is an i32, got {index}")
+    require(rtype == TensorType(src.dtype, src.shape[1:]),
+             "tensor.batch drops the leading (batch) dim")
+
+
 def _dot(op: Op) -> None:
     a, b, acc = (v.type for v in op.operands)
     rtype = _tile_result(op)
@@ -271,6 +280,8 @@ CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
           check=_reshape, pure=True),
     OpDef("tensor.transpose", "a transposed view of a 2-D tensor (no data moves)", 1, 1,
           check=_transpose_view, pure=True),
+    OpDef("tensor.batch", "the 2-D tensor at one batch index of a 3-D tensor (no data moves)",
+          2, 1, check=_batch_view, pure=True),
     OpDef("tile.load", "read a tile at the given offsets; out-of-bounds elements read 0",
           None, 1, attrs=("shape",), check=_load, pure=True),
     OpDef("tile.store", "write a tile at the given offsets; out-of-bounds elements are skipped",

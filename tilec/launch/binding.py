@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from tilec.backend.abi import AbiParam, folds_tile_axes
+from tilec.backend.abi import AbiParam, folded_axes, folds_tile_axes
 from tilec.backend.signature import kernel_abi
 from tilec.families.catalogue import op_definitions
 from tilec.ir.arith import INT_BITS
@@ -128,6 +128,23 @@ def bind_arguments(kernel_params, symbols: Sequence[str], args: Sequence[Any],
     return Bound(tensors, scalars, bound)
 
 
+def check_outputs(bound: Bound, written: Sequence[str]) -> None:
+    """A tensor the kernel stores into must not repeat its memory along a dim (stride 0 over
+    more than one element, as ``expand`` or ``numpy.broadcast_to`` make: a batch shared by
+    every program is fine to read, not to write): every program would write the same
+    elements. ValueError naming the argument and the dim."""
+    for name in written:
+        arg = bound.tensors.get(name)
+        if arg is None:
+            continue
+        for dim, (size, stride) in enumerate(zip(arg.shape, arg.strides)):
+            if size > 1 and stride == 0:
+                raise ValueError(f"argument '{name}': the kernel stores into it but its dim "
+                                 f"{dim} has stride 0 ({size} indices, one memory: an "
+                                 "expanded or broadcast array); pass an array of its own "
+                                 "(tensor.contiguous(), numpy.ascontiguousarray)")
+
+
 def _largest_power_of_two_divisor(value: int) -> int:
     if value == 0:
         return MAX_DIVISOR
@@ -217,10 +234,15 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
     cluster = launch_cluster(compiled_kernel)
-    if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
-        axes[0] = -(-axes[0] // cluster[0]) * cluster[0]
     if folds_tile_axes(grid_op):
-        axes = [axes[0] * axes[1]]
+        first, second = folded_axes(grid_op)
+        if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
+            axes[first] = -(-axes[first] // cluster[0]) * cluster[0]
+        # The folded pair on x; a batched grid's batch axis then takes y.
+        axes = [axes[first] * axes[second]] + [size for axis, size in enumerate(axes)
+                                               if axis not in (first, second)]
+    elif cluster is not None:
+        axes[0] = -(-axes[0] // cluster[0]) * cluster[0]
     axes += [split] if split else []
     padded = axes + [1] * (3 - len(axes))
     return (padded[0], padded[1], padded[2])

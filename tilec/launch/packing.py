@@ -74,6 +74,12 @@ class PackedTensor:
     row_stride: int
     reason: str
     source_shape: tuple[int, int]
+    # A batch of matrices (a 3-D argument; 0 for a 2-D one): the batches the kernel reads.
+    # The pack kernel then copies them as one 2-D array (``shape``, ``strides``): the
+    # batches' rows one after another, or the one matrix of a batch stride of 0
+    # (``shared_batch``), which the scratch keeps shared.
+    batches: int = 0
+    shared_batch: bool = False
 
     def padded(self, dim: int, size: int) -> "PackedTensor":
         """This tensor with its scratch's ``dim`` extended to ``size`` elements of zeros."""
@@ -107,13 +113,29 @@ class PackedTensor:
         return (strides[0], strides[1])
 
     @property
+    def argument_shape(self) -> tuple[int, ...]:
+        """The scratch as the kernel takes it: 2-D, or 3-D for a batch of matrices."""
+        if not self.batches:
+            return self.shape
+        return (self.batches, self.shape[0] // (1 if self.shared_batch else self.batches),
+                self.shape[1])
+
+    @property
+    def argument_strides(self) -> tuple[int, ...]:
+        if not self.batches:
+            return self.packed_strides
+        rows = self.argument_shape[1]
+        return (0 if self.shared_batch else rows * self.row_stride, *self.packed_strides)
+
+    @property
     def nbytes(self) -> int:
         return self.rows * self.row_stride * self.itemsize
 
     @property
     def spec(self) -> TensorSpec:
-        """The layout facts of the scratch: unit stride on ``inner``, full 16-byte vectors."""
-        return TensorSpec(self.inner, vector_elems(self.itemsize))
+        """The layout facts of the scratch: unit stride on ``inner`` (of the matrix: the
+        batch dim comes first), full 16-byte vectors."""
+        return TensorSpec(self.inner + (1 if self.batches else 0), vector_elems(self.itemsize))
 
     def describe(self) -> str:
         """``A packed to stride 4096 (rows were 2-byte aligned)``."""
@@ -179,9 +201,9 @@ def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
 
 
 def _parameter(kernel: Kernel, value: Value) -> Optional[str]:
-    """The parameter a tensor value is, or views through transposes."""
+    """The parameter a tensor value is, or views through transposes and batch views."""
     op = defining_op(value)
-    if op is not None and op.name == "tensor.transpose":
+    if op is not None and op.name in ("tensor.transpose", "tensor.batch"):
         return _parameter(kernel, op.operands[0])
     for param, arg in zip(kernel.params, kernel.body.args):
         if arg is value:
@@ -197,7 +219,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
     the parameters the kernel stores to, never packed. A tensor is packed when its widest
     aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than 16 bytes, it is
-    2-D and not empty, and, under "auto", it holds at least :data:`PACK_MIN_ELEMENTS` elements."""
+    2-D (or a batch of matrices copied as one 2-D array: :func:`_pack_batches`) and not empty,
+    and, under "auto", what is copied holds at least :data:`PACK_MIN_ELEMENTS` elements."""
     if policy == "off":
         return PackPlan()
     packed = {}
@@ -290,6 +313,8 @@ def _symbol_dims(shape: Sequence[Any], symbol: str) -> list[int]:
 
 
 def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
+    if len(arg.shape) == 3:
+        return _pack_batches(arg, policy)
     if len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
         return None
     spec = tensor_spec(arg)
@@ -305,6 +330,28 @@ def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
         return None
     return PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape), tuple(arg.strides),
                         inner, row_stride, _reason(arg, spec.contiguous_dim), tuple(arg.shape))
+
+
+def _pack_batches(arg: Any, policy: str) -> Optional[PackedTensor]:
+    """A batch of matrices whose rows are contiguous (its last dim unit-stride), packed as
+    one 2-D array: its batches' rows one after another when each batch starts where the
+    previous one's rows end (as a contiguous or row-padded array's do), or its one matrix
+    for a batch stride of 0. Other 3-D layouts are read in place."""
+    batches, rows, cols = arg.shape
+    batch_stride, row_stride, col_stride = arg.strides
+    if arg.size == 0 or col_stride != 1 and cols > 1:
+        return None
+    shared = batch_stride == 0 or batches == 1
+    if not shared and batch_stride != rows * row_stride:
+        return None
+    flat_rows = rows if shared else batches * rows
+    if flat_rows > INT32_MAX:
+        return None
+    flat = dataclasses.replace(arg, shape=(flat_rows, cols), strides=(row_stride, 1))
+    packed = _pack_tensor(flat, policy)
+    if packed is None:
+        return None
+    return dataclasses.replace(packed, batches=batches, shared_batch=shared)
 
 
 def _row_stride(cols: int, itemsize: int) -> int:
@@ -395,9 +442,11 @@ def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) 
     ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
     from tilec.runtime import I32Arg, PtrArg
     grid, block = pack_geometry(packed)
+    # The strides the pack kernel walks: the argument's (of the 2-D array a batch of
+    # matrices is copied as).
     args = (PtrArg(source.ptr), PtrArg(scratch_ptr), I32Arg(packed.rows),
             I32Arg(packed.source_rows), I32Arg(packed.cols),
-            I32Arg(source.strides[packed.outer]), I32Arg(source.strides[packed.inner]),
+            I32Arg(packed.strides[packed.outer]), I32Arg(packed.strides[packed.inner]),
             I32Arg(packed.row_stride))
     return PackLaunch(pack_function(packed.itemsize, arch), grid, block, args)
 
@@ -421,8 +470,8 @@ class Packer:
                 raise ValueError(f"scratch for {packed.name} has {buffer.nbytes} bytes, "
                                  f"{packed.nbytes} needed")
             self.args[packed.name] = ArrayArg(
-                packed.name, buffer.ptr, packed.dtype, packed.shape, packed.packed_strides,
-                source.device, readonly=True, keepalive=buffer)
+                packed.name, buffer.ptr, packed.dtype, packed.argument_shape,
+                packed.argument_strides, source.device, readonly=True, keepalive=buffer)
             self.launches.append(pack_launch(packed, source, buffer.ptr, arch))
 
     def launch(self, stream=None) -> None:

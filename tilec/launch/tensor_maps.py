@@ -57,6 +57,18 @@ class TensorMapLayout:
     byte_stride: int
     box: tuple[int, int]
     swizzle: int
+    # A 3-D argument (a batch of matrices): its batch count and batch stride in bytes, the
+    # map's third dim. A batch stride of 0 (one matrix every batch reads) is mapped as one
+    # batch; the kernel then reads batch 0 whatever its program id (tilec/families/tma.py).
+    batch: Optional[tuple[int, int]] = None
+
+    def encoding(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """dims, byte strides and box in storage order, as cuTensorMapEncodeTiled takes
+        them."""
+        if self.batch is None:
+            return self.dims, (self.byte_stride,), self.box
+        return ((*self.dims, self.batch[0]), (self.byte_stride, self.batch[1]),
+                (*self.box, 1))
 
 
 def _refuse(name: str, rule: str, got: str, remedy: str = ARGUMENT_REMEDY) -> ValueError:
@@ -92,9 +104,13 @@ def tensor_map_layout(name: str, arg: Any, box: tuple[int, int], swizzle: int,
     elements) under a ``swizzle``-byte span, after checking every TMA rule; ValueError naming
     the operand, the rule and the value for the first one broken."""
     shape, strides = tuple(arg.shape), tuple(arg.strides)
+    batch = None
+    if len(shape) == 3:  # a batch of matrices: the matrix's map, and the batch dim after it
+        batch = _batch_dim(name, arg)
+        shape, strides = shape[1:], strides[1:]
     if len(shape) != 2:
-        raise _refuse(name, "a tensor map here is 2-D", f"a {len(shape)}-D array of shape "
-                      f"{shape}")
+        raise _refuse(name, "a tensor map here is 2-D (3-D for a batch of matrices)",
+                      f"a {len(shape)}-D array of shape {shape}")
     if arg.dtype not in TMA_DTYPES:
         raise _refuse(name, f"the dtype must be one of {', '.join(TMA_DTYPES)}", arg.dtype)
     itemsize = DType.parse(arg.dtype).bytes
@@ -131,8 +147,27 @@ def tensor_map_layout(name: str, arg: Any, box: tuple[int, int], swizzle: int,
         raise _refuse(name, f"the box's inner extent must fit the {swizzle}-byte swizzle span",
                       f"{box[0]} elements of {itemsize} bytes = {box_bytes} bytes",
                       COMPILER_REMEDY)
+    if batch is not None and batch[0] == 1:  # one matrix: its stride is never stepped along
+        batch = (1, -(-dims[1] * byte_stride // STRIDE_ALIGN) * STRIDE_ALIGN)
     return TensorMapLayout(name, arg.dtype, arg.ptr, dims, byte_stride, (box[0], box[1]),
-                           swizzle)
+                           swizzle, batch)
+
+
+def _batch_dim(name: str, arg: Any) -> tuple[int, int]:
+    """(batches, byte stride) of a 3-D argument's map: a batch stride of 0 is one batch."""
+    itemsize = DType.parse(arg.dtype).bytes
+    count, stride = arg.shape[0], arg.strides[0]
+    if stride == 0 or count == 1:
+        return 1, 0
+    byte_stride = stride * itemsize
+    if not 1 <= count < MAX_DIM:
+        raise _refuse(name, "the batch dim must hold from 1 to 2**32 - 1 matrices",
+                      f"{count}")
+    if byte_stride % STRIDE_ALIGN or not 0 < byte_stride < MAX_STRIDE:
+        raise _refuse(name, f"the batch stride must be a positive multiple of {STRIDE_ALIGN} "
+                      "bytes under 2**40", f"{byte_stride} bytes ({stride} elements of "
+                      f"{itemsize} bytes)")
+    return count, byte_stride
 
 
 @functools.lru_cache(maxsize=256)  # per compiled kernel: plain calls build maps every launch
@@ -152,8 +187,9 @@ def _compiled_inner(kernel: Kernel, tensor: str) -> Optional[int]:
             dim = op.attrs["coords"][0]
             value: Value = op.operands[0]
             view = defining_op(value)
-            while view is not None and view.name == "tensor.transpose":
-                dim = 1 - dim
+            while view is not None and view.name in ("tensor.transpose", "tensor.batch"):
+                # A batch view keeps the matrix's dims (the map's inner dim is among them).
+                dim = 1 - dim if view.name == "tensor.transpose" else dim
                 view = defining_op(view.operands[0])
             return dim if view is None else None
     return None
@@ -172,6 +208,7 @@ def tensor_map_argument(kernel: Kernel, tensor_name: str, device_arg: Any) -> An
         return kernel_argument(TENSOR_MAP, bytes(TENSOR_MAP.size))
     box, swizzle, compiled_inner = compiled_map(kernel, tensor_name)
     layout = tensor_map_layout(tensor_name, device_arg, box, swizzle, compiled_inner)
-    data = encode_tensor_map(layout.dtype, layout.address, layout.dims, (layout.byte_stride,),
-                             layout.box, layout.swizzle, what=f"operand '{tensor_name}'")
+    dims, byte_strides, box = layout.encoding()
+    data = encode_tensor_map(layout.dtype, layout.address, dims, byte_strides, box,
+                             layout.swizzle, what=f"operand '{tensor_name}'")
     return kernel_argument(TENSOR_MAP, data)

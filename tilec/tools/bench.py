@@ -15,6 +15,11 @@ read-only pass over 4x the L2 cache (so it starts cold, with no dirty lines of e
 to write back; ``tilec/benchmarking/timing.py`` says why not do_bench's flush), inputs
 rotated among enough sets to exceed 3x the L2 cache.
 
+Batched rows (``--sizes BtxMxNxK``; the default sweep ends with 32x1024x1024x1024 and
+8x4095x4097x128 in f16): Bt products C[b] = A[b] @ B[b] of 3-D arrays, tilec running
+``samples/bmm.py`` against cuBLAS through ``torch.bmm`` (``torch.matmul`` of 3-D tensors);
+the Triton kernel is 2-D and sits them out (n/a, said under the table).
+
 Printed first, measured in the same run: the device-to-device copy bandwidth and the ceiling
 of the mma.sync path (a register-only loop of ``mma.sync.m16n8k16``); each case is then set
 against its roofline bound (the larger of the mma time and the memory time of A, B and C)::
@@ -50,6 +55,7 @@ from tilec.benchmarking.array_libraries import (
 )
 from tilec.benchmarking.cases import (
     BENCH_TOLERANCE,
+    DEFAULT_BATCHED_SIZES,
     DEFAULT_DTYPES,
     DEFAULT_SIZES,
     DTYPES,
@@ -125,9 +131,9 @@ __all__ = [
     # array_libraries
     "FALLBACK_L2_BYTES", "Arrays", "CupyArrays", "TorchArrays", "open_arrays",
     # cases
-    "BENCH_TOLERANCE", "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES", "ITEMSIZE", "L2_FACTOR",
-    "MAX_SETS", "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "Case", "Size", "parse_sizes",
-    "rotation_sets", "size_text", "sweep",
+    "BENCH_TOLERANCE", "DEFAULT_BATCHED_SIZES", "DEFAULT_DTYPES", "DEFAULT_SIZES", "DTYPES",
+    "ITEMSIZE", "L2_FACTOR", "MAX_SETS", "MIN_SETS", "SKINNY_RATIO", "TILEC_DTYPES", "Case",
+    "Size", "parse_sizes", "rotation_sets", "size_text", "sweep",
     # ceilings
     "COPY_MIN_BYTES", "MMA_BLOCKS_PER_SM", "MMA_CHAINS", "MMA_ENTRY", "MMA_FLOP", "MMA_SEED",
     "MMA_TARGET_MS", "MMA_TRIPS", "MMA_UNROLL", "MMA_WARPS", "copy_bandwidth",
@@ -159,8 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     ``default_sizes`` and ``default_dtypes`` replace the default sweep."""
     shown_sizes = default_sizes or [size_text(size) for size in DEFAULT_SIZES]
     parser.add_argument("--sizes", nargs="+", type=parse_sizes, metavar="SIZE",
-                        help="N for N^3, or MxNxK; commas or spaces between (default: "
-                        f"{', '.join(shown_sizes)})")
+                        help="N for N^3, MxNxK, or BtxMxNxK for Bt batched products; "
+                        "commas or spaces between (default: "
+                        f"{', '.join(shown_sizes)}, then f16 batched "
+                        f"{', '.join(size_text(size) for size in DEFAULT_BATCHED_SIZES)})")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, metavar="DTYPE",
                         help=f"operand dtypes among {', '.join(DTYPES)}; tf32: f32 operands "
                         "with TF32 tensor-core math for every contender (default: "

@@ -22,6 +22,7 @@ import numpy as np
 
 from tilec.ir.core import Kernel
 from tilec.ir.types import BF16, F16, F32, FP8_DTYPES, I8, I32, DType, ScalarType, TensorType
+from tilec.ir.views import view_source
 from tilec.kernel import TileFunction, written_params
 from tilec.options import target_arch
 from tilec.target import fp8
@@ -89,11 +90,11 @@ def dtype_of(kernel: Kernel, name: str) -> DType:
 
 
 def loaded_params(kernel: Kernel) -> set[str]:
-    """The tensor parameters the kernel reads (directly or through a transposed view)."""
-    views = {op.result: op.operands[0] for op in kernel.walk() if op.name == "tensor.transpose"}
-    loaded = {op.operands[0] for op in kernel.walk() if op.name == "tile.load"}
-    loaded |= {views[v] for v in list(loaded) if v in views}
-    return {p.name for p, v in zip(kernel.params, kernel.body.args) if v in loaded}
+    """The tensor parameters the kernel reads (directly or through views: transposed, one
+    batch of a 3-D tensor)."""
+    sources = (view_source(kernel, op.operands[0]) for op in kernel.walk()
+               if op.name == "tile.load")
+    return {source.name for source in sources if source is not None}
 
 
 def random_arguments(kernel: Kernel, sizes: dict[str, int], rng: np.random.Generator,

@@ -50,6 +50,7 @@ from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemL
                                  operand_k_major)
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
+from tilec.ir.views import view_source
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -210,6 +211,7 @@ class Explanation:
     epilogue: str = ""
     cluster: int = 1  # blocks per thread-block cluster
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
+    batch: str = ""  # how a batched program's grid axis picks its matrices, in words
 
 
 # ----------------------------------------------------------------------------- gather
@@ -258,7 +260,30 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         epilogue=_epilogue_text(kernel.schedule.epilogue),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
         declined=_wgmma_declined(plan, options),
+        batch=_batch_text(kernel),
     )
+
+
+def _batch_text(kernel: Kernel) -> str:
+    """A batched program (tensor.batch views) in words: which grid axis picks the matrices
+    of which tensors, and how each address or TMA coordinate takes the batch."""
+    views = [op for op in kernel.walk() if op.name == "tensor.batch"]
+    if not views:
+        return ""
+    grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
+    index = views[0].operands[1]
+    axis = grid.results.index(index) if index in grid.results else None
+    names = [source.name for source in (view_source(kernel, op.operands[0]) for op in views)
+             if source is not None]
+    tma = any(op.name == "tma.load" or op.attrs.get("via") == "tma" for op in kernel.walk())
+    launched = (" (launched on CUDA's y; each batch's tiles folded on x in grouped order)"
+                if grid.attrs.get("batch_axis") == axis else "")
+    return (f"grid axis {axis} ({index.hint or 'b'}) picks matrix b of "
+            f"{', '.join(dict.fromkeys(names))}{launched}: each base address moves by b x its "
+            "batch stride (a batch stride of 0 shares one matrix among all batches)"
+            + ("; their TMA boxes go through 3-D tensor maps at batch coordinate b "
+               "(0 for a stride-0 batch), so ragged rows clip at each batch's own M"
+               if tma else ""))
 
 
 def _wgmma_declined(plan: TilingPlan, options) -> str:
@@ -793,6 +818,8 @@ def render_explanation(e: Explanation) -> str:
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
           _vector(c, h.dtype), c.per_thread, c.threads_per_row, c.rows_per_pass,
           COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+    if e.batch:
+        lines.append(f"  batches           {e.batch}")
     if e.declined:
         lines.append(f"  not wgmma         {e.declined}")
     if e.cluster > 1:

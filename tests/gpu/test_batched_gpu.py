@@ -1,0 +1,197 @@
+"""Batched matmul (samples/bmm.py: C[b] = A[b] @ B[b] over a grid axis of batches) on the GPU
+against a float64 reference (torch.bmm in float64): the mma.sync path (sm_80 code, which
+every GPU from sm_80 runs) and the wgmma + TMA path (sm_90a, compute capability 9.0 only),
+f16 and bf16 (and f32 on mma.sync), ragged M, N and K in every batch, one operand shared by
+every batch through a batch stride of 0 (torch's expand), 16-bit outputs (TMA stores on
+sm_90a), outputs poisoned with NaN. The sm_90a runs check that the kernel they ran loads with
+3-D TMA boxes, so a silent fallback to cp.async does not pass for the Hopper path."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tilec.kernel import load_file
+from tilec.runtime.driver import current_device, gpu_unavailable_reason, has_gpu
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
+]
+torch = pytest.importorskip("torch")
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "bmm.py"
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-5}  # f32: exact FFMA
+# (Bt, M, N, K): one element; ragged M, N and K (no tile divides them) in every batch; a
+# larger batch of aligned matrices.
+SHAPES = [(1, 1, 1, 1), (3, 127, 129, 65), (4, 1000, 1003, 77), (8, 512, 512, 256)]
+# sm_90a: aligned rows (TMA needs 16-byte row strides), ragged M and N edges, and a K whose
+# last step runs past K (77: TMA's zero fill must stop at the batch's own K rows of B).
+HOPPER_SHAPES = [(3, 1000, 1024, 64), (4, 1000, 1016, 77 + 3), (2, 2048, 2048, 1024)]
+HOPPER_TILES = [dict(BM=128, BN=256, BK=64, stages=3), dict(BM=128, BN=128, BK=64, stages=4)]
+TMA_3D = "cp.async.bulk.tensor.3d"
+
+
+def bmm(dtype: str, out: str = "f32"):
+    """bmm.py with A and B read as ``dtype`` and C written as ``out``."""
+    text = SAMPLE.read_text().replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
+    if out != "f32":
+        text = text.replace("C: f32[", f"C: {out}[").replace("] = acc\n", f"] = acc.to({out})\n")
+    return load_file(SAMPLE, text=text)["bmm"]
+
+
+def randn(shape, dtype: str):
+    return torch.randn(*shape, device="cuda").to(TORCH[dtype])
+
+
+def operands(batches, m, n, k, dtype, shared="", out="f32"):
+    """A [Bt, M, K], B [Bt, K, N] and a NaN C; the operands named in ``shared`` are one
+    matrix expanded over the batch (stride 0)."""
+    def tensor(name, rows, cols):
+        if name in shared:
+            return randn((rows, cols), dtype).expand(batches, rows, cols)
+        return randn((batches, rows, cols), dtype)
+    a, b = tensor("A", m, k), tensor("B", k, n)
+    if batches > 1:
+        assert [x.stride(0) == 0 for x in (a, b)] == [name in shared for name in "AB"]
+    c = torch.full((batches, m, n), float("nan"), device="cuda", dtype=TORCH[out])
+    return a, b, c
+
+
+def rel_error(out, ref) -> float:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    return float(torch.linalg.norm(out.double() - ref) / max(float(torch.linalg.norm(ref)),
+                                                            1e-30))
+
+
+def check(function, a, b, c, tolerance, **options) -> None:
+    ref = torch.bmm(a.double(), b.double())
+    function(a, b, c, **options)
+    torch.cuda.synchronize()
+    assert rel_error(c, ref) < tolerance
+
+
+@pytest.fixture()
+def hopper():
+    capability = current_device().compute_capability
+    if capability != (9, 0):
+        pytest.skip(f"sm_90a needs compute capability 9.0, this GPU has "
+                    f"{capability[0]}.{capability[1]}")
+
+
+# -- mma.sync (sm_80 code) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_mma_sync(shape, stages, dtype):
+    a, b, c = operands(*shape, dtype)
+    check(bmm(dtype), a, b, c, TOLERANCE[dtype], arch="sm_80", stages=stages)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["A", "B"])
+@pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: "x".join(map(str, s)))
+def test_mma_sync_with_a_batch_stride_of_0(shape, shared, dtype):
+    a, b, c = operands(*shape, dtype, shared=shared)
+    check(bmm(dtype), a, b, c, TOLERANCE[dtype], arch="sm_80")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_mma_sync_16_bit_outputs(dtype):
+    a, b, c = operands(3, 1000, 1003, 77, dtype, out=dtype)
+    check(bmm(dtype, dtype), a, b, c, 2 * TOLERANCE[dtype], arch="sm_80",
+          BM=128, BN=256, BK=64, warps=(2, 4))
+
+
+def test_the_default_target_runs_it():
+    """The call's own target (the device's), 128x128x32 defaults."""
+    a, b, c = operands(4, 1000, 1003, 77, "f16")
+    check(bmm("f16"), a, b, c, TOLERANCE["f16"])
+
+
+# -- wgmma + TMA (sm_90a) -------------------------------------------------------------------
+
+def assert_loads_with_3d_tma(function, a, b, c, **options) -> None:
+    ptx = function.prepare(a, b, c, **options).compiled.ptx
+    assert TMA_3D in ptx and "wgmma.mma_async" in ptx, "the call did not take the TMA path"
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("tiles", HOPPER_TILES, ids=["128x256x64", "128x128x64"])
+@pytest.mark.parametrize("shape", HOPPER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_wgmma(hopper, shape, tiles, dtype):
+    function = bmm(dtype)
+    a, b, c = operands(*shape, dtype)
+    options = dict(arch="sm_90a", **tiles)
+    check(function, a, b, c, TOLERANCE[dtype], **options)
+    assert_loads_with_3d_tma(function, a, b, c, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["A", "B"])
+def test_wgmma_with_a_batch_stride_of_0(hopper, shared, dtype):
+    """The expanded operand's map holds one batch, which every program reads."""
+    function = bmm(dtype)
+    a, b, c = operands(4, 1000, 1024, 80, dtype, shared=shared)
+    options = dict(arch="sm_90a", **HOPPER_TILES[0])
+    check(function, a, b, c, TOLERANCE[dtype], **options)
+    assert_loads_with_3d_tma(function, a, b, c, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_wgmma_16_bit_outputs_stored_with_tma(hopper, dtype):
+    """C in 16 bits leaves through TMA stores of a 3-D map: the ragged last row tile of a
+    batch (M = 1000) must not write into the next batch's first rows."""
+    function = bmm(dtype, dtype)
+    a, b, c = operands(3, 1000, 1024, 128, dtype, out=dtype)
+    options = dict(arch="sm_90a", **HOPPER_TILES[0])
+    check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
+    ptx = function.prepare(a, b, c, **options).compiled.ptx
+    assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["", "B"])
+def test_wgmma_after_packing_misaligned_rows(hopper, shared, dtype):
+    """N = 1003: B's rows are 2-byte aligned, so the launch packs B (its batches as one 2-D
+    array, or its one shared matrix) into aligned scratch, which TMA then reads."""
+    function = bmm(dtype)
+    a, b, c = operands(3, 1000, 1003, 128, dtype, shared=shared)
+    options = dict(arch="sm_90a", **HOPPER_TILES[0])
+    check(function, a, b, c, TOLERANCE[dtype], **options)
+    launch = function.prepare(a, b, c, **options)
+    assert launch.packing.names == ("B",)
+    assert TMA_3D in launch.compiled.ptx and "wgmma.mma_async" in launch.compiled.ptx
+
+
+def test_the_ragged_bench_row_matches_float64():
+    """The bench's 8x4095x4097x128 f16 row in its tuned configuration (f16 C)."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import tuned_config
+    from tilec.options import target_arch
+    arch = target_arch(current_device().compute_capability)
+    case = Case(4095, 4097, 128, "f16", batch=8)
+    a, b, c = operands(8, 4095, 4097, 128, "f16", out="f16")
+    check(bmm("f16", "f16"), a, b, c, 2 * TOLERANCE["f16"], **tuned_config(case, arch))
+
+
+def padded(batches: int, rows: int, cols: int, dtype: str, pad_to: int = 16):
+    """A [Bt, rows, cols] view of [Bt, rows, cols rounded up to ``pad_to``]: 16-byte aligned
+    rows and batches whatever ``cols`` is, random values in the padding."""
+    storage = randn((batches, rows, -(-cols // pad_to) * pad_to), dtype)
+    return storage[:, :, :cols]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_wgmma_ragged_k_reads_zeros_not_the_next_batch(hopper, dtype):
+    """K = 77 in padded storage: the last K step's box of A runs into the padding and the one
+    of B into the next batch's rows; TMA's 3-D map must fill both with zeros."""
+    batches, m, n, k = 3, 1000, 1024, 77
+    function = bmm(dtype)
+    a, b = padded(batches, m, k, dtype), randn((batches, k, n), dtype)
+    c = torch.full((batches, m, n), float("nan"), device="cuda")
+    options = dict(arch="sm_90a", **HOPPER_TILES[0])
+    check(function, a, b, c, TOLERANCE[dtype], **options)
+    assert_loads_with_3d_tma(function, a, b, c, **options)
