@@ -13,7 +13,8 @@ from tilec.ir.types import BF16, F16, F32, I32, DType, ScalarType, TensorType, T
 
 # The predefined names: dtypes, built-in functions, and methods of tiles.
 DTYPES = {"f16": F16, "bf16": BF16, "f32": F32, "i32": I32}
-BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu", *MATH_FUNCTIONS)
+BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu", "where",
+            *MATH_FUNCTIONS)
 TILE_METHODS = ("to",)
 
 

@@ -194,6 +194,19 @@ def _elementwise(op: Op) -> None:
     require(rtype.dtype.is_float, f"{op.name} on {rtype.dtype} tiles")
 
 
+def _where(op: Op) -> None:
+    x, y, a, b = (v.type for v in op.operands)
+    rtype = _tile_result(op)
+    require(op.attrs["compare"] in WHERE_COMPARISONS.values(),
+            f"unknown comparison {op.attrs['compare']!r}")
+    for t in (x, y, a, b):
+        require(isinstance(t, TileType) and t.shape == rtype.shape,
+                f"tile.where takes tiles of the result's shape, got {t}")
+    require(x.dtype == y.dtype and x.dtype.is_float, f"compares {x.dtype} with {y.dtype}")
+    require(a.dtype == b.dtype == rtype.dtype, f"selects {a.dtype} / {b.dtype} as {rtype.dtype}")
+    require(rtype.dtype.is_float, f"tile.where on {rtype.dtype} tiles")
+
+
 def _cast(op: Op) -> None:
     src = op.operands[0].type
     rtype = _tile_result(op)
@@ -224,6 +237,11 @@ def _gelu_tanh(x: float) -> float:
     return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _gelu(x: float) -> float:
+    # 0.5 x (1 + erf(x / sqrt 2)) written with erfc: no cancellation where x << 0.
+    return 0.5 * x * math.erfc(-x / math.sqrt(2.0))
+
+
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
@@ -244,7 +262,14 @@ MATH_FUNCTIONS: dict[str, tuple[str, Callable[[float], float]]] = {
     "sigmoid": ("1 / (1 + e ** -a)", _sigmoid),
     "silu": ("a / (1 + e ** -a)", lambda x: x * _sigmoid(x)),
     "gelu_tanh": ("0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a ** 3)))", _gelu_tanh),
+    "gelu": ("0.5 a (1 + erf(a / sqrt(2)))", _gelu),
 }
+
+# The comparisons ``where(x OP y, a, b)`` selects with: the DSL's spelling -> the ``compare``
+# attribute of ``tile.where``. Each is IEEE's: false when x or y is NaN, except ``!=``
+# (true), as in Python and numpy.
+WHERE_COMPARISONS: dict[str, str] = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge",
+                                     "==": "eq", "!=": "ne"}
 
 _INTEGER_ARITH = ("add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max")
 
@@ -282,6 +307,8 @@ CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
     *[OpDef(f"tile.{name}", meaning, 1, 1, check=_elementwise, pure=True, elementwise=True)
       for name, meaning in [("neg", "-a"), ("relu", "max(a, 0)"),
                             *((name, meaning) for name, (meaning, _) in MATH_FUNCTIONS.items())]],
+    OpDef("tile.where", "operands x, y, a, b: a where `x compare y` holds, else b",
+          4, 1, attrs=("compare",), check=_where, pure=True, elementwise=True),
     OpDef("tile.cast", "convert elements to another dtype (round to nearest even)", 1, 1,
           attrs=("dtype",), check=_cast, pure=True, elementwise=True),
     OpDef("scf.for", "a counted loop with loop-carried values", None, None, regions=1,
