@@ -354,8 +354,9 @@ def _frag_load(op: Op) -> None:
     dims = op.attrs["dims"]
     rtype = op.result.type
     require(len(dims) == rtype.rank, "one entry of dims per tile dim")
-    require(sorted(d for d in dims if d >= 0) == list(range(tensor.type.rank)),
-             "dims names each tensor dim once (-1 broadcasts)")
+    named = [d for d in dims if d >= 0]
+    require(len(set(named)) == len(named) and all(d < tensor.type.rank for d in named),
+             "dims names each tensor dim at most once (-1 broadcasts)")
     require(rtype.dtype == tensor.type.dtype, "loads keep the element type")
     check_fragment_result(op)
 
@@ -386,7 +387,8 @@ GPU_OPS: dict[str, OpDef] = {d.name: d for d in [
     OpDef("arith.wrap_inc", "(a + 1) % modulus for 0 <= a < modulus: circular buffer indices",
           1, 1, attrs=("modulus",), check=_wrap_inc, pure=True, fold=arith.fold_wrap_inc),
     OpDef("frag.load", "each thread loads the elements it owns in the result layout; dims[i] "
-          "is the tensor dim tile dim i walks (-1: broadcast); out of bounds reads 0",
+          "is the tensor dim tile dim i walks (-1: broadcast); a tensor dim no tile dim walks "
+          "is read at its offset alone (a [1, N] or [M, 1] view); out of bounds reads 0",
           None, 1, attrs=("dims",), check=_frag_load, pure=True),
     # Not pure: its size is the tiling plan's shared-memory budget, read or not.
     OpDef("smem.alloc", "a shared-memory buffer of one or more stages", 0, 1,
