@@ -144,6 +144,15 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     loads = []
     for role, value in (("A", a_val), ("B", b_val)):
         load = defining_op(value)
+        source = defining_op(load.operands[0]) if load is not None and \
+            load.name == "tile.cast" else None
+        if source is not None and source.name == "tile.load":
+            raise located(TileConfigError, f"operand {role} of `@` is converted in the K loop "
+                          f"({source.result.type.dtype} to {load.result.type.dtype}): "
+                          "converting an operand in registers is not supported yet",
+                          load.loc, kernel.source_lines,
+                          f"pass {role} in {load.result.type.dtype} (convert the array "
+                          "before the launch), or compute in the operand's dtype")
         if load is None or load.name != "tile.load" or load not in body.ops:
             raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
                           "from a tensor inside the K loop", dot.loc, kernel.source_lines)
