@@ -166,6 +166,10 @@ OTHERS = [
     case("matmul_bt", "f32", "sm_86", RAGGED, stages=2, f32_math="tf32"),
     case("matmul", "f32", "sm_90", BM=128, BN=256, BK=32, warps=(2, 4), f32_math="tf32"),
     case("gemm_epilogue", "f32", "sm_80", f32_math="tf32"),
+    # Bias + GELU (erf form): the epilogue's longest per-element sequence.
+    case("gemm_gelu", "f16", "sm_80"),
+    case("gemm_gelu", "bf16", "sm_86", RAGGED),
+    case("gemm_gelu", "f32", "sm_90"),
 ]
 
 # sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
