@@ -63,15 +63,22 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
         dot.result.type = acc_type
         return [product]
     step_k = family.k_step
-    a_type = TileType(dtype, (bm, step_k), "reg", family.layout("A", plan.warps, plan.warp_tile))
-    b_type = TileType(dtype, (step_k, bn), "reg", family.layout("B", plan.warps, plan.warp_tile))
+    dtype = dot.attrs.get("product_dtype", dtype)
+    a_type = TileType(view_a.type.dtype, (bm, step_k), "reg",
+                      family.layout("A", plan.warps, plan.warp_tile))
+    b_type = TileType(view_b.type.dtype, (step_k, bn), "reg",
+                      family.layout("B", plan.warps, plan.warp_tile))
     b = Builder(Block(), dot.loc)
     steps = bk // step_k
 
     def load(step: int) -> tuple[Value, Value]:
         fa = b.value(family.load_op, [view_a], a_type, f"a{step}", operand="A", k0=step * step_k)
         fb = b.value(family.load_op, [view_b], b_type, f"b{step}", operand="B", k0=step * step_k)
-        return fa, fb
+        # An operand stored in another dtype (tiling's OperandPlan.source) is converted in
+        # its registers; the loads stay first, side by side, for the pipelining below.
+        converted = [b.value("frag.cvt", [f], f.type.with_(dtype=dtype), f"{f.hint}_cvt",
+                             dtype=dtype) if f.type.dtype != dtype else f for f in (fa, fb)]
+        return converted[0], converted[1]
 
     fragments = [load(0)]
     value = acc

@@ -1,9 +1,10 @@
-"""Issue 13's where, gelu (erf form) and [1, N] / [M, 1] views on the GPU, against float64 /
+"""Issue 13's where, gelu (erf form), [1, N] / [M, 1] views and operands converted in the
+K loop (``B[...].to(f16)`` of a bf16 B) on the GPU, against float64 /
 numpy, on the mma.sync path (sm_90 on a 9.0 GPU, else sm_80) and, on a compute capability
 9.0 GPU, the wgmma path (sm_90a), at ragged sizes with NaN-poisoned outputs; and the
 "f16 GEMM + bias + GELU" bench row's contenders on a small size. (Written without a GPU:
 these ran on the CPU executor and through ptxas only, tests/test_where.py,
-test_epilogue_math.py, test_unit_views.py, test_gemm_gelu_sample.py,
+test_epilogue_math.py, test_unit_views.py, test_operand_casts.py, test_gemm_gelu_sample.py,
 test_bench_epilogue.py.)
 
 Bounds: where selects, so it is exact (NaN, signed zeros and infinities included). gelu:
@@ -228,3 +229,39 @@ def test_the_bias_gelu_bench_row_checks_every_contender():
         print(f"{name}: {measured.status} {result.tflops(name)} TFLOP/s, error "
               f"{measured.error}, {measured.config} {measured.note}")
         assert measured.status == "ok", (name, measured)
+
+
+# ----------------------------------------------------------------- operands converted in K
+CASTS = '''from __future__ import annotations
+from tilec import bf16, f16, f32, tile
+
+@tile
+def gemm(A: {a}[M, K], B: {b}[K, N], C: f32[M, N], BM=128, BN=128, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK]{ca} @ B[k : +BK, n * BN : +BN]{cb}
+        C[m * BM : +BM, n * BN : +BN] = acc
+'''
+
+
+@pytest.mark.parametrize("arch", archs())
+@pytest.mark.parametrize("a, b, product", [("f16", "bf16", "f16"), ("bf16", "f16", "f16"),
+                                           ("f16", "bf16", "bf16")])
+def test_operands_converted_in_registers(arch, a, b, product):
+    """On sm_90a wgmma declines (it reads operands as stored) and mma.sync runs it."""
+    m, n, k = 300, 520, 200
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    a_t = torch.randn(m, k, device="cuda", generator=gen).to(TORCH[a])
+    b_t = torch.randn(k, n, device="cuda", generator=gen).to(TORCH[b])
+    text = CASTS.format(a=a, b=b, ca=f".to({product})" if a != product else "",
+                        cb=f".to({product})" if b != product else "")
+    function = load_file("casts.py", text=text)["gemm"]
+    c = torch.full((m, n), float("nan"), device="cuda")
+    function(a_t, b_t, c, arch=arch, **consts_for(arch))
+    torch.cuda.synchronize()
+    # The converted operand rounded once to the product's dtype, products exact in f64.
+    want = a_t.to(TORCH[product]).double() @ b_t.to(TORCH[product]).double()
+    assert not torch.isnan(c).any(), "some outputs were never written"
+    error = float(torch.linalg.norm(c.double() - want) / torch.linalg.norm(want))
+    assert error < 1e-5, error

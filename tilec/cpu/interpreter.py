@@ -448,6 +448,10 @@ def _store(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     a, b, acc = operands
+    product = op.attrs.get("product_dtype")
+    if product is not None:  # an operand stored in another dtype: converted as frag.cvt does
+        a, b = (round_to_dtype(product, t.astype(np.float32)) if v.type.dtype != product
+                else t for t, v in zip((a, b), op.operands))
     if op.operands[0].type.dtype == F32:
         if state.f32_math == "tf32":  # the products of tf32 inputs are exact in f32
             a, b = round_tf32(a), round_tf32(b)

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
-from tilec.ir.types import (F32, I32, MMA_INPUT_DTYPES, PRED, ScalarType, TensorType,
-                            TileType)
+from tilec.ir.types import (BF16, F16, F32, I32, MMA_INPUT_DTYPES, PRED, ScalarType,
+                            TensorType, TileType)
 
 
 class IRError(Exception):
@@ -173,14 +173,27 @@ def _dot(op: Op) -> None:
     rtype = _tile_result(op)
     for t in (a, b, acc):
         require(isinstance(t, TileType) and t.rank == 2, "dot takes 2-D tiles")
-    require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
-    require(a.dtype in MMA_INPUT_DTYPES + (F32,), f"dot of {a.dtype} is not supported")
+    product = op.attrs.get("product_dtype")
+    if product is None:
+        require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
+        product = a.dtype
+    else:  # an operand stored in another dtype, converted after its fragment load
+        for t in (a, b):
+            require(t.dtype == product or (t.dtype, product) in OPERAND_CONVERSIONS,
+                    f"dot of {product} cannot convert a {t.dtype} operand")
+    require(product in MMA_INPUT_DTYPES + (F32,), f"dot of {product} is not supported")
     require(a.shape[1] == b.shape[0],
              f"inner dimensions differ: [{a.shape[0]},{a.shape[1]}] @ [{b.shape[0]},{b.shape[1]}]")
     require(acc.dtype == F32, "dot accumulates in f32")
     require(tuple(acc.shape) == (a.shape[0], b.shape[1]),
              f"accumulator is {list(acc.shape)}, product is [{a.shape[0]},{b.shape[1]}]")
     require(rtype.shape == acc.shape and rtype.dtype == acc.dtype, "dot returns the acc type")
+
+
+# Conversions of an operand of `@` in registers after its fragment load, (stored dtype,
+# product dtype): both 16-bit, so the shared tile and its fragment loads are the product's
+# (backend: tilec/families/mma_sync.py's CONVERT_PTX).
+OPERAND_CONVERSIONS = frozenset({(BF16, F16), (F16, BF16)})
 
 
 def _elementwise(op: Op) -> None:
