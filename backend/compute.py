@@ -10,6 +10,7 @@ from __future__ import annotations
 from tilec.ir.core import Op
 from tilec.ir.arith import wrap
 from tilec.ir.types import BF16, F16, F32, I8, I32, DType
+from tilec.target.erfc import ERFC_P
 
 from .context import Context
 from .writer import f32_literal
@@ -50,7 +51,37 @@ F32_UNARY: dict[str, tuple[str, ...]] = {
                        "mul.f32 {t}, {t}, {a};",
                        "mul.f32 {t}, {t}, 0fC0135761;",  # -2 log2(e) sqrt(2 / pi)
                        *_SIGMOID_OF_T, "mul.f32 {d}, {a}, {t};"),
+    "tile.gelu": (),  # below: it needs the erfc polynomial's coefficients
 }
+# gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) = x g, with h = erfc(z) / 2 at z = |x| / sqrt 2
+# (tilec/target/erfc.py: t = 1 / (1 + z/2), erfc(z) = t exp(P(t) - z^2)) and g = h for
+# x <= 0, 1 - h for x > 0 (erf is odd): no cancellation on either side, and x g rather than
+# x - x h keeps gelu(inf) = inf. P by Horner's rule in fma; P - z^2 is one fma, so z^2 is not
+# rounded on its own. NaN fails the setp and comes out of x h as NaN.
+F32_UNARY["tile.gelu"] = (
+    "abs.f32 {u}, {a};",
+    "mul.f32 {u}, {u}, 0f3F3504F3;",  # z = |x| / sqrt(2)
+    f"fma.rn.f32 {{t}}, {{u}}, 0f3F000000, {_ONE};",
+    "rcp.approx.ftz.f32 {t}, {t};",  # t = 1 / (1 + z / 2)
+    f"fma.rn.f32 {{v}}, {{t}}, {f32_literal(ERFC_P[9])}, {f32_literal(ERFC_P[8])};",
+    *(f"fma.rn.f32 {{v}}, {{v}}, {{t}}, {f32_literal(c)};" for c in reversed(ERFC_P[:8])),
+    "neg.f32 {d}, {u};",
+    "fma.rn.f32 {v}, {d}, {u}, {v};",  # P(t) - z^2
+    f"mul.f32 {{v}}, {{v}}, {_LOG2E};",
+    "ex2.approx.ftz.f32 {v}, {v};",
+    "mul.f32 {t}, {t}, {v};",  # erfc(z)
+    "mul.f32 {t}, {t}, 0f3F000000;",  # h
+    f"sub.f32 {{u}}, {_ONE}, {{t}};",
+    "setp.gt.f32 {p}, {a}, 0f00000000;",
+    "selp.f32 {t}, {u}, {t}, {p};",
+    "mul.f32 {d}, {a}, {t};")
+# The scratch registers a sequence of F32_UNARY may name, by kind, allocated only when named.
+_SCRATCH = {"t": "f32", "u": "f32", "v": "f32", "p": "pred"}
+
+# where(x compare y, a, b): setp then selp (PTX ISA 9.7.3 setp, selp). The comparisons are
+# ordered (false when x or y is NaN) but for !=, which is the unordered neu (true with a
+# NaN), as in Python and numpy.
+SETP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "neu"}
 
 # 16-bit floats go through f32: exact widening, one rounding back (PTX ISA 9.7.9.21, cvt).
 # bf16 widens by placing its bits in the high half of an f32 (exact, any target).
@@ -141,9 +172,22 @@ def _unary(ctx: Context, op: Op) -> None:
     def combine(wide: list[str]) -> str:
         d = ctx.w.reg("f32")
         lines = F32_UNARY[op.name]
-        t = ctx.w.reg("f32") if any("{t}" in line for line in lines) else ""
+        scratch = {name: ctx.w.reg(kind) if any(f"{{{name}}}" in line for line in lines)
+                   else "" for name, kind in _SCRATCH.items()}
         for line in lines:
-            ctx.w.emit(line.format(d=d, a=wide[0], t=t))
+            ctx.w.emit(line.format(d=d, a=wide[0], **scratch))
+        return d
+    _map(ctx, op, combine)
+
+
+def _where(ctx: Context, op: Op) -> None:
+    compare = SETP[op.attrs["compare"]]
+
+    def combine(wide: list[str]) -> str:
+        x, y, a, b = wide
+        p, d = ctx.w.reg("pred"), ctx.w.reg("f32")
+        ctx.w.emit(f"setp.{compare}.f32 {p}, {x}, {y};")
+        ctx.w.emit(f"selp.f32 {d}, {a}, {b}, {p};")
         return d
     _map(ctx, op, combine)
 
@@ -200,6 +244,7 @@ def _elements_per_thread(rtype) -> int:
 EMITTERS = {
     **{name: _binary for name in F32_BINARY},
     **{name: _unary for name in F32_UNARY},
+    "tile.where": _where,
     "tile.cast": _cast,
     "tile.full": _full,
     "tile.splat": _splat,

@@ -51,6 +51,17 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
             if base_sum is not None:
                 w.emit(f"add.s64 {term}, {term}, {base_sum};")
             base_sum = term
+        for tensor_dim, offset in enumerate(offsets):
+            # A dim no tile dim walks ([1, N] / [M, 1] views) is read at its offset alone.
+            if tensor_dim in dims:
+                continue
+            coords[tensor_dim] = offset
+            if ctx.constants.get(op.operands[1 + tensor_dim]) == 0:
+                continue
+            term = ctx.wide(offset, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
+            if base_sum is not None:
+                w.emit(f"add.s64 {term}, {term}, {base_sum};")
+            base_sum = term
         base = w.reg("b64")
         if base_sum is None:
             w.emit(f"mov.b64 {base}, {tensor.ptr};")
@@ -83,6 +94,7 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
                 strided.append((tensor_dim, r))
             if masked[tensor_dim]:
                 checks.append((tensor_dim, r))
+        checks.extend((d, 0) for d in range(len(offsets)) if d not in dims and masked[d])
         key = tuple(strided)
         if key not in row_bases:
             address = base

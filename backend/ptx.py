@@ -308,7 +308,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
 
 # Ops the epilogue emits register chunk by register chunk; everything else in the epilogue
 # (index arithmetic, views, the final wait) is emitted once, in the first chunk.
-CHUNKED = {"frag.load", "tile.store", "tile.cast", "tile.full", "tile.splat",
+CHUNKED = {"frag.load", "tile.store", "tile.cast", "tile.full", "tile.splat", "tile.where",
            *compute.F32_BINARY, *compute.F32_UNARY}
 # Registers per chunk: two mma tiles. The epilogue then holds the accumulators plus a few
 # loaded values, instead of a second full tile of C, so fused epilogues do not spill.

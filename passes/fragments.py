@@ -14,7 +14,8 @@ Produces:
   s + 1 are issued before the mma of step s, so fragments are double-buffered in registers;
 - epilogue values of the block's shape in the accumulator layout, so every thread computes
   and stores exactly the elements it holds: 2-D loads and broadcast 1-D loads (bias rows or
-  columns) become ``frag.load`` with a ``dims`` map.
+  columns) and [1, N] / [M, 1] slices of 2-D tensors become ``frag.load`` with a ``dims``
+  map.
 
 Before::
 
@@ -35,7 +36,8 @@ from typing import Optional
 from tilec.errors import TileConfigError, located
 from tilec.families.catalogue import op_definitions
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_of
-from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
+from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_kernel, constant_value,
+                           defining_op)
 from tilec.ir.ops import OpDef
 from tilec.ir.schedule import TilingPlan
 from tilec.ir.types import TileType
@@ -61,15 +63,22 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
         dot.result.type = acc_type
         return [product]
     step_k = family.k_step
-    a_type = TileType(dtype, (bm, step_k), "reg", family.layout("A", plan.warps, plan.warp_tile))
-    b_type = TileType(dtype, (step_k, bn), "reg", family.layout("B", plan.warps, plan.warp_tile))
+    dtype = dot.attrs.get("product_dtype", dtype)
+    a_type = TileType(view_a.type.dtype, (bm, step_k), "reg",
+                      family.layout("A", plan.warps, plan.warp_tile))
+    b_type = TileType(view_b.type.dtype, (step_k, bn), "reg",
+                      family.layout("B", plan.warps, plan.warp_tile))
     b = Builder(Block(), dot.loc)
     steps = bk // step_k
 
     def load(step: int) -> tuple[Value, Value]:
         fa = b.value(family.load_op, [view_a], a_type, f"a{step}", operand="A", k0=step * step_k)
         fb = b.value(family.load_op, [view_b], b_type, f"b{step}", operand="B", k0=step * step_k)
-        return fa, fb
+        # An operand stored in another dtype (tiling's OperandPlan.source) is converted in
+        # its registers; the loads stay first, side by side, for the pipelining below.
+        converted = [b.value("frag.cvt", [f], f.type.with_(dtype=dtype), f"{f.hint}_cvt",
+                             dtype=dtype) if f.type.dtype != dtype else f for f in (fa, fb)]
+        return converted[0], converted[1]
 
     fragments = [load(0)]
     value = acc
@@ -159,12 +168,20 @@ def _broadcast_load(kernel: Kernel, op: Op, layout: DistributedLayout) -> list[O
                 break
             cast = source
         source = defining_op(source.operands[0])
-    if source is None or source.name != "tile.load" or source.result.type.rank != 1:
+    loaded = source.result.type.shape if source is not None else ()
+    if source is None or source.name != "tile.load" or not (
+            len(loaded) == 1 or (len(loaded) == 2 and 1 in loaded)):
         raise located(TileConfigError, "only tiles loaded from 1-D tensors (bias rows or "
-                      "columns), converted or not, can be broadcast in an epilogue", op.loc,
-                      kernel.source_lines)
-    # numpy aligns shapes at the right: [n] and [1, n] walk columns, [n, 1] walks rows.
-    dims = [-1, 0] if len(shape) == 1 or shape[0] == 1 else [0, -1]
+                      "columns) or [1, N] / [M, 1] slices of 2-D tensors, converted or not, "
+                      "can be broadcast in an epilogue", op.loc, kernel.source_lines)
+    if len(loaded) == 2:
+        # A [1, n] / [n, 1] slice: its extent-1 dim is read at its offset alone (no tile dim
+        # walks it, frag.load's rule), the other walks the block's columns / rows.
+        block = op.result.type.shape
+        dims = [d if loaded[d] == block[d] else -1 for d in range(2)]
+    else:
+        # numpy aligns shapes at the right: [n] and [1, n] walk columns, [n, 1] walks rows.
+        dims = [-1, 0] if len(shape) == 1 or shape[0] == 1 else [0, -1]
     rtype = op.result.type.with_(layout=layout)
     if cast is None:
         new = Op("frag.load", list(source.operands), [op.result], {"dims": dims}, [], op.loc)
@@ -313,5 +330,14 @@ def _edge_masks(kernel: Kernel, op: Op, options: Options) -> list[bool]:
     tile = op.result.type if op.results else op.operands[-1].type
     dims = op.attrs.get("dims", list(range(rank)))
     extents = {d: tile.shape[i] for i, d in enumerate(dims) if d >= 0}
-    return [not tile_in_bounds(kernel, offsets[d], extents[d], tensor.type.shape[d],
-                               options.spec) for d in range(rank)]
+    return [not (tile_in_bounds(kernel, offsets[d], extents[d], tensor.type.shape[d],
+                                options.spec) if d in extents
+                 else _element_in_bounds(offsets[d], tensor.type.shape[d]))
+            for d in range(rank)]
+
+
+def _element_in_bounds(offset: Value, dim) -> bool:
+    """A dim no tile dim walks is read at its offset alone: in bounds when both are known
+    (``bias[0:1, ...]`` of an ``f16[1, N]`` tensor)."""
+    value = constant_value(offset)
+    return isinstance(dim, int) and value is not None and 0 <= value < dim

@@ -135,7 +135,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         swizzle = layout.swizzle
         report.append(OperandConflicts(op_plan.role, str(swizzle), tuple(degrees.items()),
                                        tuple(linear.items())))
-        new_operands.append(OperandPlan(op_plan.role, op_plan.tensor, layout, op_plan.vec))
+        new_operands.append(dataclasses.replace(op_plan, layout=layout))
         for op in kernel.walk():
             if op.name == "smem.alloc" and op.attrs["role"] == op_plan.role:
                 op.result.type = op.result.type.with_(layout=layout)

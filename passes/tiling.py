@@ -1,7 +1,8 @@
 """Tiling: block tile -> warp tiles -> mma instruction tiles, and the copies that feed them.
 
 Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.load``s
-directly inside a top-level K loop.
+directly inside a top-level K loop; a load may be converted first (``tile.cast`` between f16
+and bf16, :data:`tilec.ir.ops.OPERAND_CONVERSIONS`), which is then done in registers.
 
 Produces:
 - ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and
@@ -12,6 +13,9 @@ Produces:
 - the grid's ``raster_group`` attribute (grouped block order, for L2 reuse); a batched
   program's 3-axis grid also gets ``batch_axis``, the axis of its batch index (the other
   two are folded and grouped, the batch launched on CUDA's y).
+- for a converted operand: its buffer in the stored dtype, the cast dropped, the dot's
+  ``product_dtype`` attribute and the operand plan's ``source`` (the fragments pass converts
+  each fragment with ``frag.cvt``; wgmma declines the block).
 
 Before::
 
@@ -32,6 +36,7 @@ from typing import Optional
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
+from tilec.ir.ops import OPERAND_CONVERSIONS
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, TileType
 from tilec.ir.views import matrix_dim, view_source
@@ -71,6 +76,12 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
                       threads=warps[0] * warps[1] * WARP_SIZE,
                       dtype=dtype, operands=operands, raster_group=options.raster_group,
                       kind=family.name)
+
+
+def _loaded(value: Value) -> Value:
+    """The loaded tile behind an operand of `@`: itself, or what its conversion converts."""
+    op = defining_op(value)
+    return op.operands[0] if op is not None and op.name == "tile.cast" else value
 
 
 def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
@@ -155,8 +166,29 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     body = loop.regions[0]
     a_val, b_val, acc = dot.operands
     loads = []
+    casts: dict[str, Op] = {}  # operands converted after their fragment load, by role
     for role, value in (("A", a_val), ("B", b_val)):
         load = defining_op(value)
+        cast = load if load is not None and load.name == "tile.cast" else None
+        source = defining_op(cast.operands[0]) if cast is not None else None
+        if cast is not None and source is not None and source.name == "tile.load" \
+                and source in body.ops:
+            stored, product = source.result.type.dtype, cast.result.type.dtype
+            if (stored, product) not in OPERAND_CONVERSIONS:
+                supported = ", ".join(f"{s} to {p}" for s, p in sorted(
+                    OPERAND_CONVERSIONS, key=str))
+                raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
+                              f"loop from {stored} to {product}, which is not supported "
+                              f"(converted operands: {supported})", cast.loc,
+                              kernel.source_lines, f"pass {role} in {product} (convert the "
+                              "array before the launch), or compute in the operand's dtype")
+            if any(cast.result in op.operands for op in body.ops if op is not dot):
+                raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
+                              "loop and used there again: the conversion happens in the "
+                              "product's registers", cast.loc, kernel.source_lines,
+                              "use the converted tile only in `@`")
+            casts[role] = cast
+            load = source
         if load is None or load.name != "tile.load" or load not in body.ops:
             raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
                           "from a tensor inside the K loop", dot.loc, kernel.source_lines)
@@ -181,7 +213,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         transposed = contiguous_tile_dim == 0
         layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
         vec = spec.vec_elems if contiguous_dim is not None else 1
-        operands.append(OperandPlan(role, name, layout, vec))
+        source = load.result.type.dtype.short if role in casts else ""
+        operands.append(OperandPlan(role, name, layout, vec, source))
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
     accumulator = ACCUMULATOR_DTYPES[a_type.dtype]
@@ -219,9 +252,13 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                      attrs={"shape": list(op.attrs["shape"]), "vec": operands[role_index].vec,
                             "mode": "sync", "threads": plan.threads, "masked": masked})
                 views[op.result] = view
+            elif op in casts.values():
+                continue  # done in registers after the fragment load (fragments pass)
             elif op is dot:
                 b.op("gpu.barrier")
-                op.operands = [views[a_val], views[b_val], acc]
+                if casts:
+                    op.attrs["product_dtype"] = a_val.type.dtype
+                op.operands = [views[_loaded(v)] for v in (a_val, b_val)] + [acc]
                 b.block.ops.append(op)
                 b.op("gpu.barrier")
             else:

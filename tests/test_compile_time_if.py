@@ -93,10 +93,10 @@ def test_ptxas_takes_each_variant(tmp_path):
 
 
 @pytest.mark.parametrize("condition, message, caret", [
-    ("s > 0", "`>` takes compile-time constants", "> 0"),
-    ("acc", "`if` takes a condition known when compiling", "acc"),
-    ("HAS_BIAS and s", "`and` takes compile-time constants", "and s"),
-    ("not acc", "`not` takes compile-time constants", "not acc"),
+    ("s > 0", "`if` cannot branch on an f32 scalar, known only when the kernel runs", "> 0"),
+    ("acc", "`if` cannot branch on an f32 tile", "acc"),
+    ("HAS_BIAS and s", "`if` cannot branch on an f32 scalar", "and s"),
+    ("not acc", "`if` cannot branch on an f32 tile", "not acc"),
 ])
 def test_a_run_time_condition_is_an_error_at_its_place(condition, message, caret):
     text = SOURCE.replace("if HAS_BIAS and not BM < 16:", f"if {condition}:")
@@ -105,13 +105,14 @@ def test_a_run_time_condition_is_an_error_at_its_place(condition, message, caret
     rendered = str(caught.value)
     source_line, marker = rendered.split("\n")[1:3]
     assert source_line[marker.index("^"):].startswith(caret), rendered
-    assert "branch only when compiling" in rendered
+    assert "select elementwise instead: y = where(x > 0, a, b)" in rendered
 
 
 def test_comparisons_of_tiles_are_refused_outside_conditions_too():
     text = SOURCE.replace("out = acc * s", "out = acc < s")
-    with pytest.raises(TileError, match="`<` takes compile-time constants"):
+    with pytest.raises(TileError, match="`<` takes compile-time constants") as caught:
         function(text).lower(ACT=2)
+    assert "on tiles select elementwise with where(x > 0, x, 0.01 * x)" in str(caught.value)
 
 
 def test_constant_comparisons_fold_like_python():

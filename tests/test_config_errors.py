@@ -235,13 +235,22 @@ def test_automatic_warps_choose_a_grid_that_fits(kwargs) -> None:
 @pytest.mark.parametrize("statement", [
     "        C[m * BM : +BM, n * BN : +BN] = acc + zeros([BN], f32)\n",
     "        C[m * BM : +BM, n * BN : +BN] = acc + zeros([BM], f32)[:, None]\n",
-    "        C[m * BM : +BM, n * BN : +BN] = acc + row[0 : +1, n * BN : +BN]\n",
-], ids=["made-row", "made-column", "2-D-row"])
+    "        C[m * BM : +BM, n * BN : +BN] = acc + 2.0 * row[0 : +1, n * BN : +BN]\n",
+], ids=["made-row", "made-column", "computed-2-D-row"])
 def test_epilogue_broadcasts_only_loaded_1d_tiles(statement: str) -> None:
     err = compile_error(TileConfigError, EPILOGUE_HEADER + statement)
-    assert "only tiles loaded from 1-D tensors (bias rows or columns), converted or not, can " \
-           "be broadcast in an epilogue" in err.message
+    assert "only tiles loaded from 1-D tensors (bias rows or columns) or [1, N] / [M, 1] " \
+           "slices of 2-D tensors, converted or not, can be broadcast in an epilogue" \
+           in err.message
     assert err.loc.line == 7
+
+
+def test_a_loaded_2_d_row_broadcasts() -> None:
+    """A [1, N] slice of a 2-D tensor is a bias row (tests/test_unit_views.py)."""
+    statement = "        C[m * BM : +BM, n * BN : +BN] = acc + row[0 : +1, n * BN : +BN]\n"
+    kernel = accepted(EPILOGUE_HEADER.replace("D: f32[M, N], ", "") + statement)
+    (load,) = [op for op in kernel.walk() if op.name == "frag.load"]
+    assert load.attrs["dims"] == [-1, 1]
 
 
 @pytest.mark.parametrize("statements", [
@@ -254,3 +263,15 @@ def test_epilogue_broadcasts_only_loaded_1d_tiles(statement: str) -> None:
 def test_epilogue_tiles_of_another_shape_are_refused(statements: str) -> None:
     err = compile_error(TileError, EPILOGUE_HEADER + statements)
     assert "32x64" in err.message or "[32, 64]" in err.message
+
+
+def test_an_operand_converted_in_the_k_loop_is_refused_at_the_conversion() -> None:
+    """f16 <-> bf16 conversions run (tests/test_operand_casts.py); f32 is refused."""
+    text = MATMUL.replace("B: f16[", "B: f32[").replace(
+        "B[k : +BK, n * BN : +BN]", "B[k : +BK, n * BN : +BN].to(f16)")
+    assert ".to(f16)" in text
+    err = compile_error(TileConfigError, text)
+    assert "operand B of `@` is converted in the K loop from f32 to f16, which is not " \
+           "supported" in err.message
+    line = text.splitlines()[err.loc.line - 1]
+    assert line[err.loc.col - 1:].startswith("to(f16)"), (line, err.loc)

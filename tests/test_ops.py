@@ -65,7 +65,7 @@ def test_the_elementwise_ops_are_those_that_follow_a_layout() -> None:
     elementwise = {name for name, opdef in OP_DEFS.items() if opdef.elementwise}
     assert elementwise == {"tile.full", "tile.splat", "tile.add", "tile.sub", "tile.mul",
                            "tile.div", "tile.max", "tile.min", "tile.neg", "tile.relu",
-                           "tile.cast", "split.reduce",
+                           "tile.cast", "tile.where", "split.reduce",
                            *(f"tile.{name}" for name in MATH_FUNCTIONS)}
 
 

@@ -200,6 +200,10 @@ OTHERS = [
     case("bmm", "f16", "sm_90", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
     case("bmm", "bf16", "sm_80", RAGGED, stages=2),
     case("bmm", "f32", "sm_86", RAGGED, f32_math="tf32"),
+    # Bias + GELU (erf form): the epilogue's longest per-element sequence.
+    case("gemm_gelu", "f16", "sm_80"),
+    case("gemm_gelu", "bf16", "sm_86", RAGGED),
+    case("gemm_gelu", "f32", "sm_90"),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
 SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}}

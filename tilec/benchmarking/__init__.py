@@ -8,6 +8,7 @@ ceilings         the copy bandwidth and the mma.sync loop (hand-written PTX)
 triton_kernel    the Triton matmul
 contenders       tilec, cuBLAS and Triton as contenders
 check_and_time   each contender checked, then timed; the sweep over the cases
+epilogue         the fused-epilogue rows (GEMM + bias + GELU): case, contenders, reference
 table            the reference lines, the table and the notes, as text
 json_report      the report as JSON
 plot             TFLOP/s against size as a PNG (matplotlib)

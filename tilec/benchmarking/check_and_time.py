@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 from tilec.benchmarking.array_libraries import Arrays
 from tilec.benchmarking.cases import BENCH_TOLERANCE, K_MAJOR_B, Case, rotation_sets
@@ -85,11 +85,14 @@ def progress_line(index: int, total: int, result: CaseResult) -> str:
 
 def run_sweep(cases: Sequence[Case], arrays: Arrays, contenders: Sequence[Contender],
               timer: Timer, references: Optional[References],
-              progress: Optional[TextIO] = None) -> list[CaseResult]:
+              progress: Optional[TextIO] = None,
+              run_one: Optional[Callable[..., CaseResult]] = None) -> list[CaseResult]:
+    """Each case in turn (``run_one``: how one row runs, :func:`run_case` unless told; the
+    fused-epilogue rows bring their own, tilec/benchmarking/epilogue.py)."""
     rows = []
     for index, case in enumerate(cases, 1):
         try:
-            rows.append(run_case(case, arrays, contenders, timer, references))
+            rows.append((run_one or run_case)(case, arrays, contenders, timer, references))
         except Exception as err:  # noqa: BLE001 - e.g. out of memory for the inputs: go on
             failed = Measurement("error", note=f"the case failed: {first_line(err)}")
             rows.append(CaseResult(case, 0, {c.name: failed for c in contenders}))

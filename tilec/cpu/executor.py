@@ -325,6 +325,9 @@ def _frag_load(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     for tile_dim, tensor_dim in enumerate(op.attrs["dims"]):
         if tensor_dim >= 0:
             indices[tensor_dim] = offsets[tensor_dim] + coords[tile_dim]
+    for tensor_dim, index in enumerate(indices):  # walked by no tile dim: its offset alone
+        if index is None:
+            indices[tensor_dim] = np.full_like(rows, offsets[tensor_dim])
     masked = op.attrs.get("masked", [True] * len(offsets))
     registers = read_global(state, op, tensor, indices, masked)
     tile = np.empty(rtype.shape, dtype=registers.dtype)

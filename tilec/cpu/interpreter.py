@@ -73,6 +73,7 @@ from tilec.ir.types import (BF16, F8E4M3, F8E5M2, F16, F32, I8, I32, I64, PRED, 
 from tilec.options import F32_MATH
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 from tilec.target import fp8
+from tilec.target.erfc import ERFC_P
 
 try:  # optional: bf16 arrays may also be given as ml_dtypes.bfloat16
     import ml_dtypes
@@ -473,6 +474,10 @@ def _dot(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
         # i8 @ i8 into i32: exact, wrapping as the integer mma does (no .satfinite).
         exact = acc.astype(np.int64) + np.matmul(a.astype(np.int64), b.astype(np.int64))
         return [((exact + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)]
+    product = op.attrs.get("product_dtype")
+    if product is not None:  # an operand stored in another dtype: converted as frag.cvt does
+        a, b = (round_to_dtype(product, t.astype(np.float32)) if v.type.dtype != product
+                else t for t, v in zip((a, b), op.operands))
     if op.operands[0].type.dtype == F32:
         if state.f32_math == "tf32":  # the products of tf32 inputs are exact in f32
             a, b = round_tf32(a), round_tf32(b)
@@ -498,6 +503,32 @@ def _gelu_tanh_f32(a: np.ndarray) -> np.ndarray:
     return a * _sigmoid_f32(two_u)
 
 
+def _fma_f32(a: np.ndarray, b: Any, c: Any) -> np.ndarray:
+    """fma.rn.f32: the f32 product is exact in f64, so one more rounding is within a
+    double rounding of the fused result."""
+    return (np.float64(a) * np.float64(b) + np.float64(c)).astype(np.float32)
+
+
+def _gelu_f32(a: np.ndarray) -> np.ndarray:
+    """gelu in the erf form, step by step as the GPU computes it (backend/compute.py,
+    tilec/target/erfc.py): h = erfc(|x| / sqrt 2) / 2 from Numerical Recipes' erfcc, then x h
+    for x <= 0 and x (1 - h) for x > 0. numpy's exp2 and 1 / t stand in for ex2.approx and
+    rcp.approx (each within about 2 ulp of them); results ex2 would flush are flushed."""
+    f = np.float32
+    x = a.astype(np.float32)
+    z = np.abs(x) * f(0.70710677)
+    t = f(1) / _fma_f32(z, f(0.5), f(1))
+    p = _fma_f32(t, f(ERFC_P[9]), f(ERFC_P[8]))
+    for c in reversed(ERFC_P[:8]):
+        p = _fma_f32(p, t, f(c))
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp2(_fma_f32(-z, z, p) * f(1.442695))
+    e = np.where(e < np.finfo(np.float32).tiny, f(0), e).astype(np.float32)
+    h = t * e * f(0.5)
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as on the GPU
+        return x * np.where(x > 0, f(1) - h, h)
+
+
 _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tile.neg": np.negative, "tile.relu": lambda a: np.maximum(a, a.dtype.type(0)),
     # The math functions in f32 (numpy's, within a few ulp); the GPU's are PTX's .approx forms,
@@ -506,6 +537,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tile.sqrt": np.sqrt, "tile.rsqrt": lambda a: a.dtype.type(1) / np.sqrt(a),
     "tile.abs": np.abs, "tile.tanh": np.tanh, "tile.sigmoid": _sigmoid_f32,
     "tile.silu": lambda a: a * _sigmoid_f32(a), "tile.gelu_tanh": _gelu_tanh_f32,
+    "tile.gelu": _gelu_f32,
 }
 
 
@@ -523,6 +555,19 @@ def _binary(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 
 def _unary(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
     return [_in_dtype(_result_type(op).dtype, _UNARY[op.name], operands)]
+
+
+# where's comparisons, by the ``compare`` attribute: IEEE's, as setp's (ne is unordered).
+WHERE_COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal}
+
+
+def _where(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    x, y, a, b = operands
+    # Comparing in f32 is exact for f16 and bf16 values; a and b are of the result's dtype.
+    holds = WHERE_COMPARE[op.attrs["compare"]](x.astype(np.float32), y.astype(np.float32))
+    return [np.where(holds, a, b)]
 
 
 def _cast(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
@@ -559,7 +604,7 @@ SEMANTICS: dict[str, SemanticsFn] = {
     "tile.reshape": _reshape, "tensor.transpose": _transpose, "tensor.batch": _batch,
     "tile.load": _load, "tile.store": _store,
     "tile.dot": _dot, **{name: _binary for name in _BINARY},
-    **{name: _unary for name in _UNARY}, "tile.cast": _cast,
+    **{name: _unary for name in _UNARY}, "tile.cast": _cast, "tile.where": _where,
     "scf.for": _for, "scf.yield": _yield,
 }
 

@@ -22,6 +22,7 @@ Casts do not round: the reference is the exact value, up to float64 rounding.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
@@ -77,6 +78,12 @@ class Accumulated:
 
 TileValue = Union[Whole, CarriedArg, Accumulated]
 
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+# where(x compare y, a, b), by the ``compare`` attribute, in float64.
+WHERE_COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal}
+
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,
     "tile.div": np.divide, "tile.max": np.maximum, "tile.min": np.minimum,
@@ -90,6 +97,8 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     # function, without the cancellation of 1 + tanh(u) where a << 0.
     "tile.gelu_tanh": lambda a: a / (1.0 + np.exp(-2.0 * np.sqrt(2.0 / np.pi)
                                                   * (a + 0.044715 * a ** 3))),
+    # 0.5 a (1 + erf(a / sqrt 2)) as 0.5 a erfc(-a / sqrt 2): no cancellation where a << 0.
+    "tile.gelu": lambda a: 0.5 * a * np.asarray(_ERFC(-a / np.sqrt(2.0)), dtype=np.float64),
 }
 SCALAR_OPS = frozenset(f"arith.{name}" for name in arith.EXACT)
 
@@ -203,6 +212,11 @@ class _Evaluator:
             self.for_loop(op, where)
         elif op.name in ELEMENTWISE:
             self.set(op, self.elementwise(op, where))
+        elif op.name == "tile.where":
+            compare = WHERE_COMPARE[op.attrs["compare"]]
+            operands = [self.whole(v, where) for v in op.operands]
+            self.set(op, self.combine(lambda x, y, a, b: np.where(compare(x, y), a, b),
+                                      operands, where))
         elif op.name == "tile.cast":
             if not op.attrs["dtype"].is_float:
                 raise Unsupported(f"{where}: casts to {op.attrs['dtype']} are not evaluated")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Optional, S
 
 from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
-from tilec.ir.ops import OpDef
+from tilec.ir.ops import OPERAND_CONVERSIONS, OpDef, check_fragment_result, require
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.ir.types import BF16, F16, DType, TileType
 from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, conflict_degree,
@@ -280,6 +280,35 @@ def _mma(ctx: Context, op: Op) -> None:
     mma_products(ctx, op, MMA_TYPES)
 
 
+# -- frag.cvt: an operand converted in its registers, (stored, product) -> the instructions
+# turning register {r} (two 16-bit elements) into {d}, {x} and {y} scratch (PTX ISA 9.7.9.21
+# cvt: cvt.rn.f16x2.f32 / .bf16x2.f32 d, a, b put a in the upper half, b in the lower; sm_80+).
+# Each element is widened exactly to f32, then rounded once to the product's dtype. A new
+# source (i8 or f8 weights) whose elements are 16 bits wide is one entry here and one in
+# tilec/ir/ops.py's OPERAND_CONVERSIONS; narrower ones also need their own shared tile and
+# fragment load (ldmatrix moves 16-bit elements).
+CONVERT_PTX: dict[tuple[DType, DType], tuple[str, ...]] = {
+    # bf16 -> f32 is the bf16 bits in the upper half of an f32.
+    (BF16, F16): ("shl.b32 {x}, {r}, 16;", "and.b32 {y}, {r}, 0xFFFF0000;",
+                  "cvt.rn.f16x2.f32 {d}, {y}, {x};"),
+    (F16, BF16): ("mov.b32 {{{lo}, {hi}}}, {r};", "cvt.f32.f16 {x}, {lo};",
+                  "cvt.f32.f16 {y}, {hi};", "cvt.rn.bf16x2.f32 {d}, {y}, {x};"),
+}
+
+
+def _cvt(ctx: Context, op: Op) -> None:
+    lines = CONVERT_PTX[op.operands[0].type.dtype, op.result.type.dtype]
+    out = []
+    for r in ctx.get(op.operands[0]):
+        d, x, y = ctx.w.reg("b32"), ctx.w.reg("f32"), ctx.w.reg("f32")
+        halves = {"lo": ctx.w.reg("b16"), "hi": ctx.w.reg("b16")} if any(
+            "{lo}" in line for line in lines) else {}
+        for line in lines:
+            ctx.w.emit(line.format(d=d, r=r, x=x, y=y, **halves))
+        out.append(d)
+    ctx.bind(op.result, out)
+
+
 # -- the family --------------------------------------------------------------------------------
 
 # -- IR ops and their CPU semantics ----------------------------------------------------------
@@ -487,6 +516,36 @@ def execute_mma(fragments: MmaFragments, state: InterpState, op: Op,
     return [result]
 
 
+def _execute_cvt(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    """frag.cvt: each element rounded once to the result's dtype (exactly what widening to
+    f32 and cvt.rn do), in the logical tile and in the lanes the product reads."""
+    import numpy as np
+
+    from tilec.cpu.executor import Fragment
+    from tilec.cpu.interpreter import round_to_dtype
+    dtype = op.result.type.dtype
+    source = operands[0]
+    if not isinstance(source, Fragment) or source.lanes is None:
+        raise state.error(op, "frag.cvt converts a fragment made by a fragment load")
+    tile = np.asarray(round_to_dtype(dtype, np.asarray(source, dtype=np.float32)))
+    fragment = tile.view(Fragment)
+    fragment.lanes = round_to_dtype(dtype, np.asarray(source.lanes, dtype=np.float32))
+    return [fragment]
+
+
+def _check_cvt(op: Op) -> None:
+    source, rtype = op.operands[0].type, op.result.type
+    require((source.dtype, rtype.dtype) in OPERAND_CONVERSIONS,
+            f"frag.cvt cannot convert {source.dtype} to {rtype.dtype}")
+    require(rtype.dtype == op.attrs["dtype"], "dtype attribute differs from type")
+    require(isinstance(source, TileType) and source.layout == rtype.layout
+            and source.shape == rtype.shape, "frag.cvt keeps the fragment's layout and shape")
+    check_fragment_result(op)
+
+
+FRAG_CVT = OpDef("frag.cvt", "a fragment's elements converted in registers to another "
+                 "16-bit dtype (an operand stored in another dtype than the product's)", 1, 1,
+                 attrs=("dtype",), check=_check_cvt, pure=True, evaluate=_execute_cvt)
 FRAG_LDMATRIX = OpDef("frag.ldmatrix", "a warp-tile slice of an mma operand from shared memory",
                       1, 1, attrs=("operand", "k0"), check=check_fragment_load, pure=True,
                       evaluate=_execute_ldmatrix)
@@ -510,11 +569,11 @@ class MmaSync(ProductFamily):
     read_name = "ldmatrix"
     explain_text = ExplainText("ldmatrix.x4", "mma.sync", "warp", "ldmatrix", "mma", "pieces",
                                ("mma_order",))
-    emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma}
+    emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.cvt": _cvt}
     fragments: ClassVar[MmaFragments] = MMA_FRAGMENTS  # how frag.mma unpacks them on the CPU
 
     def op_defs(self) -> tuple[OpDef, ...]:
-        return FRAG_LDMATRIX, replace(FRAG_MMA, evaluate=self.execute_product)
+        return FRAG_LDMATRIX, replace(FRAG_MMA, evaluate=self.execute_product), FRAG_CVT
 
     def execute_product(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
         """frag.mma's CPU semantics on this family's fragments."""

@@ -322,6 +322,10 @@ class Wgmma(ProductFamily):
             return "an explicit warp grid (wgmma's warpgroups own 64 rows each)"
         if options.swizzle != "auto":
             return "swizzle is fixed (TMA's 128-byte swizzle is wgmma's layout)"
+        converted = [op for op in operands if op.source]
+        if converted:
+            return (f"operand {converted[0].role} is converted from {converted[0].source} in "
+                    "registers (wgmma reads its operands from shared memory as stored)")
         unaligned = [op.role for op in operands
                      if op.vec * DType.parse(self.dtypes[0]).bytes != 16]
         if unaligned:

@@ -1,5 +1,5 @@
 """Calls: the built-in functions (cdiv, min, max, relu, the math functions of
-:data:`tilec.ir.ops.MATH_FUNCTIONS`, zeros, full), matched to their
+:data:`tilec.ir.ops.MATH_FUNCTIONS`, zeros, full, where (:mod:`.selects`)), matched to their
 parameters by position or keyword, and the tile method ``.to(dtype)``."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from tilec.frontend import ast
 from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
                                      describe, dtype_list, is_scalar, is_tile)
-from tilec.frontend.tiles import TileLowering
+from tilec.frontend.selects import SelectLowering
 from tilec.ir.ops import MATH_FUNCTIONS
 from tilec.ir.types import F32, FP8_DTYPES, TILE_DTYPES, DType, TileType
 
 
-class CallLowering(TileLowering):
+class CallLowering(SelectLowering):
     """Lowers calls of built-in functions and of tile methods."""
 
     def _expr_Call(self, node: ast.Call) -> Operand:

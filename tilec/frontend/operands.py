@@ -13,7 +13,8 @@ from tilec.ir.types import TENSOR_DTYPES, DType, ScalarType, TensorType, TileTyp
 
 # The predefined names: dtypes, built-in functions, and methods of tiles.
 DTYPES = {dtype.short: dtype for dtype in TENSOR_DTYPES}
-BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu", *MATH_FUNCTIONS)
+BUILTINS = ("grid", "range", "cdiv", "min", "max", "zeros", "full", "relu", "where",
+            *MATH_FUNCTIONS)
 TILE_METHODS = ("to",)
 
 

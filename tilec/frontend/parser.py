@@ -394,9 +394,11 @@ _UNSUPPORTED: dict[str, tuple[str, str]] = {
         "annotated assignments are not supported in tile programs", "write `x = value`"),
     "unsupported_if_expr": _unsupported(
         "conditional expressions (`a if c else b`) are not supported in tile programs",
-        "use max(a, b), min(a, b) or relu(x)"),
+        "select elementwise with where(c, a, b)"),
     "unsupported_lambda": _unsupported("lambdas are not supported in tile programs"),
-    "unsupported_bitwise": _unsupported("bitwise operators are not supported in tile programs"),
+    "unsupported_bitwise": _unsupported(
+        "bitwise operators are not supported in tile programs",
+        "combine the comparisons of where(...) with and / or / not"),
     "unsupported_string": _unsupported("strings are not supported in tile programs"),
     "unsupported_bool": _unsupported("`True` / `False` are not supported in tile programs"),
     "unsupported_ellipsis": _unsupported("`...` is not supported in tile programs"),

@@ -43,6 +43,8 @@ class ScalarLowering:
         self.grid_targets: Optional[set[str]] = None
         # Names in the sides of compile-time `if`s not taken (never lowered).
         self.untaken_names: set[str] = set()
+        # While lowering the condition of an `if` statement: that statement.
+        self.branch_test: Optional[ast.IfStmt] = None
 
     def error(self, cls: type[TileError], message: str, loc: Optional[Loc],
               hint: str = "") -> TileError:
@@ -112,6 +114,10 @@ class ScalarLowering:
     def _compile_time(self, node: ast.Node, *values: Operand) -> None:
         """Comparisons and and/or/not decide at compile time: their operands are constants."""
         for value in values:
+            if not isinstance(value, ConstValue) and self.branch_test is not None:
+                raise self.error(TileTypeError, f"`if` cannot branch on {describe(value)}, "
+                                 "known only when the kernel runs: `if` decides when "
+                                 "compiling", node.loc, RUNTIME_IF_HINT)
             if not isinstance(value, ConstValue):
                 raise self.error(TileTypeError, f"`{node.op}` takes compile-time constants "
                                  f"(constant parameters, numbers), not {describe(value)}",
@@ -213,6 +219,9 @@ class ScalarLowering:
 COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
            "==": operator.eq, "!=": operator.ne}
 # Said wherever a branch or a comparison meets a value known only when the kernel runs.
-BRANCH_HINT = ("tile programs branch only when compiling; on tiles use max(a, b), min(a, b) "
-               "or relu(x)")
+BRANCH_HINT = ("tile programs branch only when compiling; on tiles select elementwise with "
+               "where(x > 0, x, 0.01 * x) (or max, min, relu)")
+# Said where an `if` statement meets a value known only when the kernel runs.
+RUNTIME_IF_HINT = ("select elementwise instead: y = where(x > 0, a, b) takes a where the "
+                   "comparison holds and b elsewhere")
 

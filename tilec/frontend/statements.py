@@ -9,7 +9,7 @@ from tilec.errors import TileError, TileNameError, TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import start_loc
 from tilec.frontend.operands import Binding, ConstValue, describe, is_predefined
-from tilec.frontend.scalars import BRANCH_HINT
+from tilec.frontend.scalars import RUNTIME_IF_HINT
 from tilec.frontend.tensor_access import TensorAccessLowering
 from tilec.ir.core import Block, Loc, Op, Value
 from tilec.ir.types import F32, I32, ScalarType, TileType
@@ -43,11 +43,16 @@ class StatementLowering(TensorAccessLowering):
     def _taken_branch(self, stmt: ast.IfStmt) -> Sequence[ast.Stmt]:
         """The statements of the side the condition, a compile-time constant, takes; the
         other side is never lowered (its names need not exist, its code is not compiled)."""
-        test = self.expr(stmt.test)
+        self.branch_test = stmt
+        try:
+            test = self.expr(stmt.test)
+        finally:
+            self.branch_test = None
         if not isinstance(test, ConstValue):
-            raise self.error(TileTypeError, "`if` takes a condition known when compiling "
-                             f"(constants and constant expressions), not {describe(test)}",
-                             stmt.test.loc, BRANCH_HINT)
+            raise self.error(TileTypeError, f"`if` cannot branch on {describe(test)}, known "
+                             "only when the kernel runs: `if` takes a condition known when "
+                             "compiling (constants and constant expressions)",
+                             stmt.test.loc, RUNTIME_IF_HINT)
         taken, untaken = (stmt.body, stmt.orelse) if test.value else (stmt.orelse, stmt.body)
         self.untaken_names.update(node.id for side in untaken for node in ast.iter_nodes(side)
                                   if isinstance(node, ast.Name))

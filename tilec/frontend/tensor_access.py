@@ -12,7 +12,7 @@ from tilec.frontend.diagnostics import a_or_an, counted, shape_text, start_loc
 from tilec.frontend.operands import (TILE_METHODS, ConstValue, Operand, describe,
                                      is_predefined, is_scalar, is_tensor, is_tile)
 from tilec.frontend.tiles import TileLowering
-from tilec.ir.core import Block, Builder, Loc, Value
+from tilec.ir.core import Block, Builder, Loc, Value, constant_value
 from tilec.ir.types import FP8_DTYPES, I32, TensorType, TileType
 
 
@@ -149,9 +149,27 @@ class TensorAccessLowering(TileLowering):
                     offset = self._scalar_constant(ConstValue(0), I32)
             else:
                 offset = self._index(self.expr(index.start), index.start, "a tile offset")
+            if tensor.type.shape[len(sizes)] == 1:
+                self._check_unit_slice(tensor, len(sizes), index, size, offset, name)
             offsets.append(offset)
             sizes.append(size)
         return offsets, sizes
+
+    def _check_unit_slice(self, tensor: Value, dim: int, index: ast.Slice, size: int,
+                          offset: Value, name: str) -> None:
+        """A dim declared with one element (``bias: f16[1, N]``) is sliced ``0:1``: the
+        [1, N] / [M, 1] tile then broadcasts along it. A longer slice or a constant start
+        past 0 reads only zeros there, surely not what was meant."""
+        start = constant_value(offset)
+        wrong = ([f"takes {size} elements"] if size != 1 else []) + (
+            [f"starts at {start}"] if start not in (0, None) else [])
+        if wrong:
+            shape = ", ".join(str(d) for d in tensor.type.shape)
+            raise self.error(TileShapeError, f"dim {dim} of {describe(tensor)} "
+                             f"({tensor.type.dtype}[{shape}]) has one element; this slice "
+                             f"{' and '.join(wrong)}", index.loc,
+                             f"write {name}[{_unit_example(tensor.type.rank, dim)}]: a "
+                             "[1, N] or [M, 1] tile broadcasts along its extent-1 dim")
 
     def _size_from_stop(self, index: ast.Slice) -> int:
         """``start : stop`` is accepted when ``stop - start`` folds to a constant."""
@@ -228,6 +246,10 @@ class TensorAccessLowering(TileLowering):
                                  f"{shape_text(shape)} slice of '{name}'", target.loc,
                                  "the slice sizes must equal the tile's shape")
             self.builder.op("tile.store", [tensor, *offsets, value])
+
+
+def _unit_example(rank: int, dim: int) -> str:
+    return ", ".join("0:1" if d == dim else "off : +SIZE" for d in range(rank))
 
 
 def _index_kind(index: Union[ast.Expr, ast.Slice]) -> str:

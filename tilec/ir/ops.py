@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
-from tilec.ir.types import (ACCUMULATOR_DTYPES, I32, PRED, ScalarType, TensorType,
+from tilec.ir.types import (ACCUMULATOR_DTYPES, BF16, F16, I32, PRED, ScalarType, TensorType,
                             TileType)
 
 
@@ -182,15 +182,28 @@ def _dot(op: Op) -> None:
     rtype = _tile_result(op)
     for t in (a, b, acc):
         require(isinstance(t, TileType) and t.rank == 2, "dot takes 2-D tiles")
-    require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
-    require(a.dtype in ACCUMULATOR_DTYPES, f"dot of {a.dtype} is not supported")
+    product = op.attrs.get("product_dtype")
+    if product is None:
+        require(a.dtype == b.dtype, f"dot operands differ in dtype: {a.dtype} @ {b.dtype}")
+        product = a.dtype
+    else:  # an operand stored in another dtype, converted after its fragment load
+        for t in (a, b):
+            require(t.dtype == product or (t.dtype, product) in OPERAND_CONVERSIONS,
+                    f"dot of {product} cannot convert a {t.dtype} operand")
+    require(product in ACCUMULATOR_DTYPES, f"dot of {product} is not supported")
     require(a.shape[1] == b.shape[0],
              f"inner dimensions differ: [{a.shape[0]},{a.shape[1]}] @ [{b.shape[0]},{b.shape[1]}]")
-    require(acc.dtype == ACCUMULATOR_DTYPES[a.dtype],
-            f"dot of {a.dtype} accumulates in {ACCUMULATOR_DTYPES[a.dtype]}")
+    require(acc.dtype == ACCUMULATOR_DTYPES[product],
+            f"dot of {product} accumulates in {ACCUMULATOR_DTYPES[product]}")
     require(tuple(acc.shape) == (a.shape[0], b.shape[1]),
              f"accumulator is {list(acc.shape)}, product is [{a.shape[0]},{b.shape[1]}]")
     require(rtype.shape == acc.shape and rtype.dtype == acc.dtype, "dot returns the acc type")
+
+
+# Conversions of an operand of `@` in registers after its fragment load, (stored dtype,
+# product dtype): both 16-bit, so the shared tile and its fragment loads are the product's
+# (backend: tilec/families/mma_sync.py's CONVERT_PTX).
+OPERAND_CONVERSIONS = frozenset({(BF16, F16), (F16, BF16)})
 
 
 def _elementwise(op: Op) -> None:
@@ -202,6 +215,19 @@ def _elementwise(op: Op) -> None:
         require(v.type.dtype == rtype.dtype,
                  f"dtypes differ: {v.type.dtype} vs {rtype.dtype}")
     require(rtype.dtype.is_float, f"{op.name} on {rtype.dtype} tiles")
+
+
+def _where(op: Op) -> None:
+    x, y, a, b = (v.type for v in op.operands)
+    rtype = _tile_result(op)
+    require(op.attrs["compare"] in WHERE_COMPARISONS.values(),
+            f"unknown comparison {op.attrs['compare']!r}")
+    for t in (x, y, a, b):
+        require(isinstance(t, TileType) and t.shape == rtype.shape,
+                f"tile.where takes tiles of the result's shape, got {t}")
+    require(x.dtype == y.dtype and x.dtype.is_float, f"compares {x.dtype} with {y.dtype}")
+    require(a.dtype == b.dtype == rtype.dtype, f"selects {a.dtype} / {b.dtype} as {rtype.dtype}")
+    require(rtype.dtype.is_float, f"tile.where on {rtype.dtype} tiles")
 
 
 def _cast(op: Op) -> None:
@@ -234,6 +260,11 @@ def _gelu_tanh(x: float) -> float:
     return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _gelu(x: float) -> float:
+    # 0.5 x (1 + erf(x / sqrt 2)) written with erfc: no cancellation where x << 0.
+    return 0.5 * x * math.erfc(-x / math.sqrt(2.0))
+
+
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
@@ -254,7 +285,14 @@ MATH_FUNCTIONS: dict[str, tuple[str, Callable[[float], float]]] = {
     "sigmoid": ("1 / (1 + e ** -a)", _sigmoid),
     "silu": ("a / (1 + e ** -a)", lambda x: x * _sigmoid(x)),
     "gelu_tanh": ("0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a ** 3)))", _gelu_tanh),
+    "gelu": ("0.5 a (1 + erf(a / sqrt(2)))", _gelu),
 }
+
+# The comparisons ``where(x OP y, a, b)`` selects with: the DSL's spelling -> the ``compare``
+# attribute of ``tile.where``. Each is IEEE's: false when x or y is NaN, except ``!=``
+# (true), as in Python and numpy.
+WHERE_COMPARISONS: dict[str, str] = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge",
+                                     "==": "eq", "!=": "ne"}
 
 _INTEGER_ARITH = ("add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max")
 
@@ -294,6 +332,8 @@ CORE_OPS: dict[str, OpDef] = {d.name: d for d in [
     *[OpDef(f"tile.{name}", meaning, 1, 1, check=_elementwise, pure=True, elementwise=True)
       for name, meaning in [("neg", "-a"), ("relu", "max(a, 0)"),
                             *((name, meaning) for name, (meaning, _) in MATH_FUNCTIONS.items())]],
+    OpDef("tile.where", "operands x, y, a, b: a where `x compare y` holds, else b",
+          4, 1, attrs=("compare",), check=_where, pure=True, elementwise=True),
     OpDef("tile.cast", "convert elements to another dtype (round to nearest even)", 1, 1,
           attrs=("dtype",), check=_cast, pure=True, elementwise=True),
     OpDef("scf.for", "a counted loop with loop-carried values", None, None, regions=1,
@@ -339,8 +379,9 @@ def _frag_load(op: Op) -> None:
     dims = op.attrs["dims"]
     rtype = op.result.type
     require(len(dims) == rtype.rank, "one entry of dims per tile dim")
-    require(sorted(d for d in dims if d >= 0) == list(range(tensor.type.rank)),
-             "dims names each tensor dim once (-1 broadcasts)")
+    named = [d for d in dims if d >= 0]
+    require(len(set(named)) == len(named) and all(d < tensor.type.rank for d in named),
+             "dims names each tensor dim at most once (-1 broadcasts)")
     require(rtype.dtype == tensor.type.dtype, "loads keep the element type")
     check_fragment_result(op)
 
@@ -371,7 +412,8 @@ GPU_OPS: dict[str, OpDef] = {d.name: d for d in [
     OpDef("arith.wrap_inc", "(a + 1) % modulus for 0 <= a < modulus: circular buffer indices",
           1, 1, attrs=("modulus",), check=_wrap_inc, pure=True, fold=arith.fold_wrap_inc),
     OpDef("frag.load", "each thread loads the elements it owns in the result layout; dims[i] "
-          "is the tensor dim tile dim i walks (-1: broadcast); out of bounds reads 0",
+          "is the tensor dim tile dim i walks (-1: broadcast); a tensor dim no tile dim walks "
+          "is read at its offset alone (a [1, N] or [M, 1] view); out of bounds reads 0",
           None, 1, attrs=("dims",), check=_frag_load, pure=True),
     # Not pure: its size is the tiling plan's shared-memory budget, read or not.
     OpDef("smem.alloc", "a shared-memory buffer of one or more stages", 0, 1,

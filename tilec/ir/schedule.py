@@ -34,13 +34,18 @@ class OperandPlan:
     tensor: str  # the parameter it is read from
     layout: SmemLayout
     vec: int  # elements per global->shared access
+    # The dtype it is stored in (global and shared memory) when that is not the product's:
+    # converted in registers after the fragment load (``b.to(f16)`` in the K loop).
+    source: str = ""
 
     @property
     def k_major(self) -> bool:
         return self.layout.transposed == (self.role == "B")
 
     def __str__(self) -> str:
-        return f"{{tensor = {self.tensor}, layout = {self.layout}, vec = {self.vec}}}"
+        converted = f", converted from {self.source}" if self.source else ""
+        return (f"{{tensor = {self.tensor}, layout = {self.layout}, vec = {self.vec}"
+                f"{converted}}}")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ against its roofline bound (the larger of the mma time and the memory time of A,
     tilec bench                                  # the default sweep, f16 bf16 f32
     tilec bench --sizes 4096 16x8192x8192 --dtypes f16 --json out.json --plot out.png
     tilec bench --autotune --quick
+    tilec bench --epilogue bias_gelu             # f16 GEMM + bias + GELU, 4096^3
+
+With ``--epilogue bias_gelu`` the rows are C = gelu(A @ B + bias), f16
+(``samples/gemm_gelu.py``), against torch.matmul followed by torch's epilogue (the unfused
+pair) and Triton with the epilogue fused (``tilec/benchmarking/epilogue.py``).
 
 Exit status: 0 when every contender passed its check, 1 when one failed or raised, 2 for a
 bad command line or a machine that cannot run it (no GPU, neither torch nor cupy).
@@ -101,6 +106,14 @@ from tilec.benchmarking.contenders import (
     describe_compiled,
     sample_kernel,
 )
+from tilec.benchmarking.epilogue import (
+    EPILOGUE_DTYPES,
+    EPILOGUES,
+    EpilogueCase,
+    epilogue_cases,
+    epilogue_contenders,
+    run_epilogue_case,
+)
 from tilec.benchmarking.json_report import report_json
 from tilec.benchmarking.plot import (
     CONTENDER_COLORS,
@@ -143,6 +156,9 @@ __all__ = [
     # contenders
     "SAMPLE", "Contender", "CublasContender", "Run", "TilecContender", "TritonContender",
     "autotune_space", "describe_compiled", "sample_kernel",
+    # epilogue
+    "EPILOGUE_DTYPES", "EPILOGUES", "EpilogueCase", "epilogue_cases", "epilogue_contenders",
+    "run_epilogue_case",
     # json_report, plot, results, table
     "report_json", "CONTENDER_COLORS", "DTYPE_STYLES", "MATPLOTLIB_MISSING",
     "require_matplotlib", "write_plot", "CaseResult", "Measurement", "References", "Report",
@@ -191,6 +207,11 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         help="what tilec and Triton write C as for f16/bf16 products: "
                         "'inputs' (their dtype, as torch.matmul writes it; the default) or "
                         "'f32' (twice cuBLAS's bytes)")
+    parser.add_argument("--epilogue", choices=sorted(EPILOGUES),
+                        help="time a fused epilogue instead of the bare product: bias_gelu, "
+                        "C = gelu(A @ B + bias) in f16 (samples/gemm_gelu.py) against "
+                        "torch.matmul then torch's epilogue, and Triton with it fused "
+                        "(default size: 4096)")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -230,6 +251,16 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     return consts, arguments.compile_options(args)
 
 
+def _check_epilogue_args(args: argparse.Namespace) -> None:
+    """The epilogue rows are f16 and run the tuned configurations."""
+    if args.dtypes and list(args.dtypes) != list(EPILOGUE_DTYPES):
+        raise CommandError(f"--epilogue rows are {', '.join(EPILOGUE_DTYPES)} only, not "
+                           f"{', '.join(args.dtypes)}")
+    if args.autotune:
+        raise CommandError("--epilogue rows run the matmul rows' tuned configurations; "
+                           "--autotune is for the matmul rows")
+
+
 def _triton_version() -> Optional[str]:
     """Triton's version, or None when it is not installed (no Triton contender then)."""
     try:
@@ -251,7 +282,12 @@ def run(args: argparse.Namespace) -> int:
     if not has_gpu():
         print(f"tilec bench: no GPU ({gpu_unavailable_reason()})", file=sys.stderr)
         return 2
-    cases = sweep(args.sizes, args.dtypes)
+    epilogue = getattr(args, "epilogue", None)
+    if epilogue is not None:
+        _check_epilogue_args(args)
+        cases: list[Case] = list(epilogue_cases(args.sizes, epilogue))
+    else:
+        cases = sweep(args.sizes, args.dtypes)
     consts, options = _tilec_settings(args)
     plot = args.plot
     if plot is not None:
@@ -272,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
                                    CublasContender(arrays)]
     if _triton_version() is not None:
         contenders.append(TritonContender(arrays))
+    if epilogue is not None:
+        contenders = epilogue_contenders(arrays, consts, options, _triton_version() is not None)
     for contender in contenders:
         contender.c_dtype = args.c_dtype
     else:
@@ -285,13 +323,15 @@ def run(args: argparse.Namespace) -> int:
         settings={"dtypes": list(dict.fromkeys(c.dtype for c in cases)), "consts": consts,
                   "options": {k: str(v) for k, v in options.items()},
                   "autotune": args.autotune, "quick": args.quick, "c_dtype": args.c_dtype,
+                  "epilogue": epilogue,
                   "warmup_ms": WARMUP_MS[args.quick], "rep_ms": REP_MS[args.quick],
                   "tolerance": BENCH_TOLERANCE, "l2_factor": L2_FACTOR,
                   "cublas_f32_tf32": arrays.tf32})
     report.references = measure_references(arrays, timer, report.settings["dtypes"])
     print(format_references(report), flush=True)
     report.rows = run_sweep(cases, arrays, contenders, timer, report.references,
-                            progress=sys.stderr)
+                            progress=sys.stderr,
+                            run_one=run_epilogue_case if epilogue is not None else None)
     print()
     print(format_table(report))
     if args.json is not None:

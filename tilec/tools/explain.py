@@ -29,7 +29,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -94,6 +94,9 @@ class Hierarchy:
     lanes: Optional[LanePiece] = None  # simt: what one lane computes
     split_k: int = 1  # blocks per output tile along K
     producer_threads: int = 0  # warp specialization: the producer warpgroup beside the warps
+    # Operands stored in another dtype than the product's, converted in registers: role ->
+    # the stored dtype (tiling's OperandPlan.source).
+    converted: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -360,7 +363,8 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         loads_per_k_step=family.loads_per_k_step(plan), copies=tuple(mappings),
         lanes=family.lane_piece(accumulator), split_k=kernel.schedule.splits,
         producer_threads=(kernel.schedule.roles.producer_threads
-                          if kernel.schedule.roles is not None else 0))
+                          if kernel.schedule.roles is not None else 0),
+        converted={op.role: op.source for op in plan.operands if op.source})
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -816,8 +820,12 @@ def render_explanation(e: Explanation) -> str:
         ["operand", "tensor", "stored", "vector", "accesses/thread", "threads/row",
          "rows/pass", "instruction"],
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
-          _vector(c, h.dtype), c.per_thread, c.threads_per_row, c.rows_per_pass,
-          COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+          _vector(c, h.converted.get(c.role, h.dtype)), c.per_thread, c.threads_per_row,
+          c.rows_per_pass, COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+    for role, source in h.converted.items():
+        lines.append(f"  converted         operand {role}: stored {source}, each fragment "
+                     f"converted to {h.dtype} in registers after its {family.explain_text.load} "
+                     "(frag.cvt: cvt.rn per pair of elements)")
     if e.batch:
         lines.append(f"  batches           {e.batch}")
     if e.declined:
