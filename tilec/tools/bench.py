@@ -264,11 +264,11 @@ def run(args: argparse.Namespace) -> int:
                                    CublasContender(arrays)]
     if _triton_version() is not None:
         contenders.append(TritonContender(arrays))
-    for contender in contenders:
-        contender.c_dtype = args.c_dtype
     else:
         print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
               file=sys.stderr)
+    for contender in contenders:
+        contender.c_dtype = args.c_dtype
     report = Report(
         device={"name": device.name, "arch": device.arch, "sms": device.multiprocessor_count,
                 "l2_bytes": arrays.l2_bytes},
