@@ -85,6 +85,13 @@ def _wrap_inc(ctx: Context, op: Op) -> None:
     ctx.bind(op.result, reg)
 
 
+def _select(ctx: Context, op: Op) -> None:
+    flag, a, b = op.operands
+    reg = ctx.w.reg("b32")
+    ctx.w.emit(f"selp.b32 {reg}, {ctx.operand(a)}, {ctx.operand(b)}, {ctx.get(flag)};")
+    ctx.bind(op.result, reg)
+
+
 def _compare(ctx: Context, op: Op) -> None:
     reg = ctx.w.reg("pred")
     a, b = op.operands
@@ -294,6 +301,7 @@ EMITTERS: dict[str, Callable[[Context, Op], None]] = {
                                          "arith.min", "arith.max")},
     "arith.lt": _compare,
     "arith.wrap_inc": _wrap_inc,
+    "arith.select": _select,
     "tile.grid": _grid,
     "scf.for": _for,
     "tensor.transpose": _no_code,

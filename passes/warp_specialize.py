@@ -20,7 +20,10 @@ Produces, for ``stages = S``:
 - ``kernel.schedule.pipeline`` and ``kernel.schedule.roles``.
 
 Iteration i uses stage ``i % S`` with phase parity ``(i / S) % 2``: each ring slot completes
-one phase per trip round the ring. Before (tiling's loop body)::
+one phase per trip round the ring. Both loops carry the stage and the parity (and the
+consumers the stage before, which they hand back): the stage goes round with a wrapping
+increment and the parity flips as it wraps, so no division runs per K step; the first
+iteration's come from ``ws.ring_base`` once per tile. Before (tiling's loop body)::
 
     copy.global_to_shared %A, %i, %k, %vA {mode = sync}      (and B)
     gpu.barrier
@@ -32,20 +35,26 @@ After (S = 4)::
     %empty = mbar.alloc {count = 2, role = empty} : tile<i64,[4],smem>
     gpu.barrier
     ws.producer {
-      scf.for %k = ... {
+      %s0, %p0 = (ws.ring_base % 4, ws.ring_base / 4 % 2)
+      scf.for %k = ... iter_args(%s = %s0, %p = %p0) {
+        %p_free = arith.sub 1, %p
         mbar.wait %empty, %s, %p_free
         mbar.arrive_expect_tx %full, %s {bytes = 49152}
         tma.load %A, %i, %k, %vA, %full, %s {box = [64, 128], coords = [1, 0], slabs = 1}
         tma.load %B, %k, %j, %vB, %full, %s {box = [64, 64], coords = [1, 0], slabs = 4}
+        %s_next = arith.wrap_inc %s {modulus = 4}
+        %p_next = arith.select (%s_next < 1), %p_free, %p
       }
     }
-    scf.for %k = ... iter_args(%acc) {
+    %s0, %p0, %s_before0 = (the same, and (%s0 + 3) % 4)
+    scf.for %k = ... iter_args(%acc, %s = %s0, %p = %p0, %s_before = %s_before0) {
       mbar.wait %full, %s, %p
       %d = tile.dot %vA, %vB, %acc {in_flight = 1}
-      mbar.arrive %empty, %s_before, %not_first
+      mbar.arrive %empty, %s_before, (%lb < %k)
+      (%s_next, %p_next as the producer's; %s the next %s_before)
     }
     wgmma.wait {in_flight = 0}
-    mbar.arrive %empty, %s_last, %ran
+    mbar.arrive %empty, %s_last, %ran          (%s_last from ws.ring_base and the trip count)
 
 With ``cluster = 2`` (two blocks along M, launched as a thread-block cluster) the blocks
 share B: its ``tma.load`` is ``multicast`` (each block loads half of every box's rows into
@@ -76,25 +85,32 @@ from .common import clone_slice, constant
 COPY = "copy.global_to_shared"
 
 
-def _stage_and_parity(b: Builder, iv: Value, lb: Value, step: int, stages: int
-                      ) -> tuple[Value, Value, Value, Value]:
-    """Stage ``i % S`` and phase parity ``(i / S) % 2`` of the ring iteration ``i`` at
-    ``iv``: the iterations of the block's earlier tiles (``ws.ring_base``, 0 but in a
-    persistent kernel) plus this loop's."""
-    base = b.value(RING_BASE, [], i32, "ring_base")
-    within = b.value("arith.floordiv", [b.value("arith.sub", [iv, lb], i32, "k_from_start"),
-                                        constant(b, step)], i32, "k_step")
-    it = b.value("arith.add", [base, within], i32, "it")
-    stage, parity = _ring_slot(b, it, stages)
-    return stage, parity, it, within
-
-
 def _ring_slot(b: Builder, it: Value, stages: int) -> tuple[Value, Value]:
     """Stage ``it % S`` and phase parity ``(it / S) % 2`` of ring iteration ``it``."""
     stage = b.value("arith.mod", [it, constant(b, stages)], i32, "stage")
     rounds = b.value("arith.floordiv", [it, constant(b, stages)], i32, "round")
     parity = b.value("arith.mod", [rounds, constant(b, 2)], i32, "parity")
     return stage, parity
+
+
+def _ring_start(b: Builder, stages: int) -> tuple[Value, Value]:
+    """Stage and parity of the loop's first ring iteration, ``ws.ring_base`` (the block's
+    earlier tiles' iterations: 0 unless the kernel is persistent): the only division, once
+    per tile."""
+    stage, parity = _ring_slot(b, b.value(RING_BASE, [], i32, "ring_base"), stages)
+    stage.hint, parity.hint = "stage0", "parity0"
+    return stage, parity
+
+
+def _ring_step(b: Builder, stage: Value, parity: Value, flipped: Value, stages: int
+               ) -> tuple[Value, Value]:
+    """The next ring iteration's stage and parity from this one's: the stage goes round
+    (``stage + 1``, 0 at ``S``) and the parity flips (to ``flipped``, ``1 - parity``) as it
+    wraps. No division on the loop's path: ptxas kept ``it % S`` and ``(it / S) % 2`` of a
+    persistent kernel on vector registers between the HGMMAs of every stage."""
+    following = b.value("arith.wrap_inc", [stage], i32, "next_stage", modulus=stages)
+    wrapped = b.value("arith.lt", [following, constant(b, 1)], ScalarType(PRED), "wrapped")
+    return following, b.value("arith.select", [wrapped, flipped, parity], i32, "next_parity")
 
 
 def _k_steps(b: Builder, loop: Op, step: int) -> Value:
@@ -195,10 +211,13 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
 
     # The producer: its own loop over the same K range, copies only.
     region = Block()
+    start = Builder(region, loop.loc)
+    stage0, parity0 = _ring_start(start, stages)
     ploop_body = Block()
     k = ploop_body.add_arg(i32, "k")
+    stage = ploop_body.add_arg(i32, "stage")
+    parity = ploop_body.add_arg(i32, "parity")
     p = Builder(ploop_body, loop.loc)
-    stage, parity, _, _ = _stage_and_parity(p, k, lb, step, stages)
     free = p.value("arith.sub", [constant(p, 1), parity], i32, "parity_free")
     p.op(WAIT, [empty, stage, free])
     p.op(EXPECT, [full, stage], attrs={"bytes": stage_bytes})
@@ -209,42 +228,61 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
             p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
                  attrs=_box(plan, role, cluster))
-    p.op("scf.yield")
-    region.ops.append(Op("scf.for", list(loop.operands[:3]), [], dict(loop.attrs),
-                         [ploop_body], loop.loc))
+    p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
+    ploop = Op("scf.for", [*loop.operands[:3], stage0, parity0], [], dict(loop.attrs),
+               [ploop_body], loop.loc)
+    ploop.results = [Value(i32, "stage_end", ploop), Value(i32, "parity_end", ploop)]
+    region.ops.append(ploop)
     if cluster > 1:
         tail = Builder(Block(), loop.loc)
         _producer_tail(tail, empty, loop, step, stages)
         region.ops.extend(tail.block.ops)
     pre.block.ops.append(Op(PRODUCER, [], [], {}, [region], loop.loc))
 
-    # The consumers' loop: wait for the stage, compute on it, hand it back.
+    # The consumers' loop: wait for the stage, compute on it, hand it back. The stage, its
+    # phase parity and (with products left in flight) the stage before are carried by the
+    # loop, each tile's first from ws.ring_base.
+    in_flight = family.in_flight_wait is not None
+    start = Builder(pre.block, loop.loc)
+    stage0, parity0 = _ring_start(start, stages)
+    carried = [stage0, parity0]
+    stage = body.add_arg(i32, "stage")
+    parity = body.add_arg(i32, "parity")
+    if in_flight:
+        before = start.value("arith.add", [stage0, constant(start, stages - 1)], i32,
+                             "stage_before0")
+        carried.append(start.value("arith.mod", [before, constant(start, stages)], i32,
+                                   "previous_stage0"))
+        previous = body.add_arg(i32, "previous_stage")
+    loop.operands.extend(carried)
+    loop.results.extend(Value(i32, f"{arg.hint}_end", loop) for arg in body.args[-len(carried):])
     c = Builder(Block(), loop.loc)
     kept = [op for op in body.ops if op not in copies and op.name != "gpu.barrier"
             and not (op.name == "smem.stage" and op.results[0] in views)]
     at = kept.index(dot)
     c.block.ops.extend(kept[:at])
-    stage, parity, it, within = _stage_and_parity(c, iv, lb, step, stages)
     c.op(WAIT, [full, stage, parity])
     read_views = [c.value("smem.stage", [buffer, stage], view.type, view.hint)
                   for buffer, view in zip(buffers, views)]
     dot.operands = [*read_views, dot.operands[2]]
     c.block.ops.append(dot)
-    in_flight = family.in_flight_wait is not None
     arrive_attrs = {"cluster": cluster} if cluster > 1 else {}
     if in_flight:
         # This stage's products run on while the next stage's are issued; once they are
         # issued (the product waits for all groups but the newest), the previous stage is
         # read and goes back to the producer.
         dot.attrs["in_flight"] = 1
-        previous = c.value("arith.mod", [c.value("arith.add", [it, constant(c, stages - 1)],
-                                                 i32, "it_before"), constant(c, stages)],
-                           i32, "previous_stage")
-        not_first = c.value("arith.lt", [constant(c, 0), within], ScalarType(PRED), "not_first")
+        not_first = c.value("arith.lt", [lb, iv], ScalarType(PRED), "not_first")
         c.op(ARRIVE, [empty, previous, not_first], attrs=arrive_attrs)
     else:
         c.op(ARRIVE, [empty, stage], attrs=arrive_attrs)
-    c.block.ops.extend(kept[at + 1:])
+    yield_op = kept[-1]
+    c.block.ops.extend(kept[at + 1:-1])
+    flipped = c.value("arith.sub", [constant(c, 1), parity], i32, "flipped")
+    yield_op.operands.extend(_ring_step(c, stage, parity, flipped, stages))
+    if in_flight:
+        yield_op.operands.append(stage)
+    c.block.ops.append(yield_op)
     body.ops = c.block.ops
 
     top = kernel.body.ops
@@ -252,14 +290,17 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     after = Builder(Block(), loop.loc)
     if in_flight:
         # The last stage's products finish, and the stage goes back (a persistent kernel's
-        # producer fills it again for the next tile).
+        # producer fills it again for the next tile). Its index is worked out again from the
+        # ring count, once per tile, rather than read from the loop's carried stage: with
+        # that register live after the loop, ptxas serialized a persistent kernel's wgmmas
+        # (C7514, "non wgmma instructions reading accumulator registers").
         after.op(family.in_flight_wait, attrs={"in_flight": 0})
         trips = _k_steps(after, loop, step)
         base = after.value(RING_BASE, [], i32, "ring_base")
-        last = after.value("arith.mod", [after.value("arith.add", [base, after.value(
-            "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it"),
-            constant(after, stages)], i32, "last_stage")
-        ran = after.value("arith.lt", [constant(after, 0), trips], ScalarType(PRED), "ran")
+        last_it = after.value("arith.add", [base, after.value(
+            "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it")
+        last = after.value("arith.mod", [last_it, constant(after, stages)], i32, "last_stage")
+        ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
         after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
     kernel.body.ops = (top[:index] + pre.block.ops + top[index:index + 1] + after.block.ops
                        + top[index + 1:])

@@ -495,6 +495,11 @@ def test_the_sample_is_retyped_and_its_tiling_described():
     compiled = kernel.compile(arch="sm_80", BM=64, BN=128, BK=32, stages=4, warps=(2, 2),
                               swizzle="off")
     assert bench.describe_compiled(compiled) == "64x128x32 mma.sync warps 2x2 stages 4 swizzle off"
+    # The schedule of a warp-specialized kernel: persistent, clusters.
+    hopper = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", BM=128, BN=256, BK=64,
+                                                       stages=3, persistent=True, cluster=2)
+    assert bench.describe_compiled(hopper) == ("128x256x64 wgmma+TMA warps 8x1 stages 3 "
+                                               "persistent cluster 2 TMA-store epilogue")
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -654,6 +659,33 @@ def test_the_command_prints_references_then_the_table_and_writes_json(
         assert "python -m pip install matplotlib" in captured.err
 
 
+class NumpyTriton(bench.TritonContender):
+    def unsupported(self, case):
+        return None
+
+    def prepare(self, case, inputs, outputs):
+        def run(i: int) -> None:
+            a, b = inputs[i]
+            outputs[i][...] = a.astype(np.float32) @ b.astype(np.float32)
+        return run, "numpy stand-in"
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_the_missing_triton_notice_comes_only_without_triton(monkeypatch, capsys, installed):
+    """The notice that Triton is not installed is printed exactly when no Triton contender
+    runs (it once sat in a for loop's else and came with a filled Triton column too)."""
+    fake_gpu(monkeypatch, NumpyArrays())
+    monkeypatch.setattr(bench, "_triton_version", lambda: "3.6.0" if installed else None)
+    monkeypatch.setattr(bench, "TritonContender", NumpyTriton)
+    code = cli_main(["bench", "--sizes", "32x24x16", "--dtypes", "f16"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    notice = "Triton is not installed; timing tilec and cuBLAS only"
+    assert (notice in captured.err) is not installed
+    header = next(line for line in captured.out.splitlines() if line.startswith("shape"))
+    assert ("Triton" in header) is installed
+
+
 def test_a_failed_check_makes_the_command_exit_1(monkeypatch, tmp_path, capsys):
     class Wrong(NumpyTilec):
         def prepare(self, case, inputs, outputs):
@@ -796,11 +828,17 @@ def test_f32_rows_of_tilec_with_tf32_math_are_checked_with_the_tf32_tolerance():
 
 
 def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
-    """The tuned tiles on an H100: 128x256x64 in 3 stages for wgmma; short M keeps the mma
-    tile (its warp grid makes wgmma decline); f32 does not depend on the target."""
+    """The tuned tiles on an H100: 128x256x64 in 3 stages for wgmma, persistent; short M
+    keeps the mma tile (its warp grid makes wgmma decline); f32 does not depend on the
+    target."""
     square, short = Case(4096, 4096, 4096, "f16"), Case(16, 8192, 8192, "bf16")
     assert contenders.tuned_config(square, "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3,
-                                                             raster_group=16)
+                                                             raster_group=16, persistent=True)
+    # The same class, but one tile a block at most (64 tiles of 128x256): not persistent.
+    one_wave = Case(2048, 2048, 2048, "bf16")
+    assert contenders.problem_class(one_wave) == contenders.problem_class(square) == "tiled"
+    assert contenders.tuned_config(one_wave, "sm_90a") == dict(BM=128, BN=256, BK=64,
+                                                               stages=3, raster_group=16)
     assert contenders.tuned_config(square, "sm_90") == contenders.tuned_config(square)
     assert contenders.tuned_config(short, "sm_90a") == contenders.tuned_config(short, "sm_80")
     assert contenders.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \

@@ -68,4 +68,9 @@ def test_warp_specialized_loops_divide_without_div_or_rem():
     assert len(loops) == 2  # the producer's and the consumers' K loops
     for body in loops:
         assert not re.search(r"\b(div|rem)\.[su]32\b", body)
-        assert "mul.hi.u32" in body  # stage = i % 3 and its phase = (i / 3) % 2
+        # The ring's stage and phase are carried, a wrapping increment and a select: no
+        # multiply-high per K step either.
+        assert "mul.hi.u32" not in body and "selp.b32" in body
+    # Where the loops start (ws.ring_base % 3 and its phase (ring_base / 3) % 2, once per
+    # tile): a multiply-high.
+    assert "mul.hi.u32" in ptx.split("$L_loop")[0]

@@ -222,7 +222,7 @@ def test_a_wait_for_the_wrong_parity_passes_too_early() -> None:
 def test_a_producer_that_does_not_wait_for_empty_stages_is_caught() -> None:
     kernel = compiled(stages=2).kernel
     producer = next(op for op in kernel.body.ops if op.name == "ws.producer")
-    loop = producer.regions[0].ops[0]
+    loop = next(op for op in producer.regions[0].ops if op.name == "scf.for")
     _drop(loop.regions[0], lambda op: op.name == "mbar.wait")
     assert_caught(kernel, 5)
 

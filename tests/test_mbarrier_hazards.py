@@ -135,6 +135,41 @@ def test_the_programs_evaluate_stage_and_parity_per_iteration() -> None:
     assert reads[:2] == [("sA", 0, True), ("sB", 0, True)]
 
 
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("base", [0, 1, 5, 7, 12])
+def test_the_carried_ring_continues_from_any_ring_base(stages: int, base: int) -> None:
+    """The loops carry stage and parity (a wrapping increment, the parity flipping as the
+    stage wraps) from ws.ring_base, where a persistent block's earlier tiles left the ring:
+    iteration it = base + k waits on stage it % S for parity (it / S) % 2 (the producer for
+    the other parity), and the consumers hand back the stage of every iteration, the last
+    after the loop, as the division form said."""
+    kernel = hopper_kernel(stages=stages)
+    for op in kernel.walk():
+        if op.name == "ws.ring_base":
+            op.name, op.attrs = "arith.constant", {"value": base}
+    trips = 2 * stages + 1
+    _, producer, consumer = programs(kernel, trips)
+    ring = range(base, base + trips)
+    assert [(s.ring.hint, s.index, s.parity) for s in producer if s.kind == "wait"] == [
+        ("empty", it % stages, 1 - (it // stages) % 2) for it in ring]
+    assert [(s.index, s.stage) for s in producer if s.kind == "load"] == [
+        (it % stages, it % stages) for it in ring for _ in range(2)]
+    assert [(s.ring.hint, s.index, s.parity) for s in consumer if s.kind == "wait"] == [
+        ("full", it % stages, (it // stages) % 2) for it in ring]
+    assert [(s.ring.hint, s.index) for s in consumer if s.kind == "arrive"] == [
+        ("empty", it % stages) for it in ring]
+
+
+def test_the_k_loops_divide_nothing_per_step() -> None:
+    """No division or remainder inside either role's K loop: the ring's arithmetic there is
+    a wrapping increment and a select."""
+    kernel = hopper_kernel(stages=3)
+    for ops in (producer_ops(kernel), consumer_ops(kernel)):
+        names = {op.name for op in ops}
+        assert not names & {"arith.mod", "arith.floordiv", "arith.cdiv"}, names
+        assert {"arith.wrap_inc", "arith.select"} <= names
+
+
 def test_trip_counts_cover_two_rounds_and_every_short_loop() -> None:
     assert trip_counts(4) == [9, 1, 2, 3, 4, 5]
 
@@ -253,8 +288,9 @@ def test_a_wrong_empty_parity_hangs_at_once() -> None:
     kernel = hopper_kernel()
     ops = producer_ops(kernel)
     wait = first(ops, "mbar.wait")
-    wait.operands[2] = next(op.result for op in ops if op.results
-                            and op.results[0].hint == "parity")
+    loop = first(first(kernel.body.ops, "ws.producer").regions[0].ops, "scf.for")
+    # The phase parity the loop carries, the consumers' for full, not its complement.
+    wait.operands[2] = next(arg for arg in loop.regions[0].args if arg.hint == "parity")
     error = broken(kernel)
     assert error.rule == "d"
     assert "the producer waits for empty[0]'s phase 0 (parity 0)" in error.message

@@ -178,6 +178,10 @@ def test_the_other_scalar_folds_equal_the_interpreter() -> None:
             expected = (a + 1) % modulus
             assert OP_DEFS["arith.wrap_inc"].fold([a], attrs, I32) == expected
             assert _interpret("arith.wrap_inc", [a], attrs) == expected
+    for flag, a, b in itertools.product((True, False), SWEEP[:3], SWEEP[-3:]):
+        expected = a if flag else b
+        assert OP_DEFS["arith.select"].fold([flag, a, b], {}, I32) == expected
+        assert _interpret("arith.select", [flag, a, b]) == expected
     for value in (INT_MAX + 1, -5):
         assert OP_DEFS["arith.constant"].fold([], {"value": value}, I32) == _wrapped(value)
         assert _interpret("arith.constant", [], {"value": value}) == _wrapped(value)

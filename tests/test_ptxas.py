@@ -249,8 +249,11 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("bmm", dtype, "sm_90a", shapes, **tiles)
     for dtype in ("f16", "bf16") for tiles, shapes in zip(HOPPER_TILES[:2], (DIVISIBLE, RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
-# C7511, C7519), setmaxnreg ignored (C7508) or short of registers (C7602).
-HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|15|19)|C7602")
+# C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
+# stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers
+# (C7602).
+HOPPER_DIAGNOSTICS = re.compile(r"C75(08|11|14|15|19)|C7602|wgmma\.mma_async instructions "
+                                r"are serialized")
 
 # The fused epilogue sample in its default configuration: it spilled until the epilogue was
 # emitted a few registers at a time.

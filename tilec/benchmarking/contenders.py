@@ -146,7 +146,13 @@ TUNED = {
     # a block 0.66: all fill and epilogue); 4095x4097x4093 128x256 3 stages 2.83.
     # raster group 16: 4096^3 +0.6% (f16 749.9 / 743.8 against 745.2 / 739.3 in two rounds,
     # bf16 762.5 / 761.4 against 757.4 / 756.7), 8192^3 level (one run, H100).
-    ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16),
+    # Persistent where a block gets several tiles (tuned_config), once the ring's stage and
+    # phase were carried by the K loop instead of divided out of the iteration count every
+    # step (one run, round robin, f16 / bf16 against cuBLAS): 4096^3 0.987 / 0.987 against
+    # one tile a block 0.966 / 0.963, 8192^3 1.018 / 1.032 against 0.999 / 1.000; with
+    # cluster=2 0.973 / 0.970, 1.012 / 1.028; raster group 8 0.986 / 0.984, 1.024 / 1.013.
+    ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
+                             persistent=True),
     ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
     ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
     ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
@@ -181,6 +187,9 @@ SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
 # Fewer 128x256 output tiles than this (half an H100's SMs) and the large tiles leave most
 # of the GPU idle: "small" takes smaller ones.
 SMALL_TILES = 64
+# An H100's (and H200's) SMs: up to this many output tiles, a persistent grid gives each
+# block one tile.
+ONE_WAVE = 132
 # Fewer K steps of 128 than this and the large tiles' two-stage pipeline barely fills:
 # "shallow" takes a shorter BK and three stages.
 SHALLOW_STEPS = 4
@@ -227,7 +236,13 @@ def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[s
                 return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
                             pack="off")
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
-    return dict(TUNED[family, problem])
+    config = dict(TUNED[family, problem])
+    if config.get("persistent") and problem == "tiled" and _large_tiles(case) <= ONE_WAVE:
+        # A block gets one tile at most: nothing to run ahead into, only the tile loop's
+        # cost. 2048^3 (64 tiles), one run: 0.958 / 0.946 of cuBLAS persistent against
+        # 0.976 / 0.964 one tile a block (f16 / bf16).
+        del config["persistent"]
+    return config
 
 
 def _large_tiles(case: Case) -> int:
@@ -253,6 +268,11 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     if plan is not None:
         text = (f"{'x'.join(map(str, plan.block))} {PRODUCT_WORDS.get(plan.kind, plan.kind)} "
                 f"warps {plan.warps[0]}x{plan.warps[1]} " + text)
+    roles = schedule.roles
+    if roles is not None and roles.persistent:
+        text += " persistent"
+    if roles is not None and roles.cluster > 1:
+        text += f" cluster {roles.cluster}"
     epilogue = compiled.kernel.schedule.epilogue
     if epilogue is not None and epilogue.via == "tma":
         text += " TMA-store epilogue"

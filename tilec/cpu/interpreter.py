@@ -598,7 +598,7 @@ SEMANTICS: dict[str, SemanticsFn] = {
     **{name: _arith for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
                                  "arith.floordiv", "arith.cdiv", "arith.mod", "arith.min",
                                  "arith.max")},
-    "arith.lt": _fold, "arith.wrap_inc": _fold,
+    "arith.lt": _fold, "arith.wrap_inc": _fold, "arith.select": _fold,
     "tile.grid": _grid, "split.reduce": _split_reduce,
     "tile.full": _full, "tile.splat": _splat, "tile.broadcast": _broadcast,
     "tile.reshape": _reshape, "tensor.transpose": _transpose, "tensor.batch": _batch,

@@ -78,3 +78,10 @@ def fold_less(operands: Sequence[Any], attrs: Mapping[str, Any], dtype: DType) -
 def fold_wrap_inc(operands: Sequence[Any], attrs: Mapping[str, Any], dtype: DType) -> int:
     """``arith.wrap_inc``: the next index of a circular buffer of ``modulus`` entries."""
     return wrap(dtype, (operands[0] + 1) % attrs["modulus"])
+
+
+def fold_select(operands: Sequence[Any], attrs: Mapping[str, Any], dtype: DType) -> int:
+    """``arith.select``: the second operand where the predicate (the first) holds, else the
+    third."""
+    chosen = operands[1] if operands[0] else operands[2]
+    return wrap(dtype, chosen)

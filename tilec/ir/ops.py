@@ -402,6 +402,12 @@ def _wrap_inc(op: Op) -> None:
              "wrap_inc needs a positive modulus")
 
 
+def _select(op: Op) -> None:
+    flag, a, b = op.operands
+    require(flag.type == ScalarType(PRED), "select chooses by a pred")
+    require(a.type == b.type == op.result.type == ScalarType(I32), "select chooses between i32s")
+
+
 # The generic ops the passes introduce as they lower tile ops toward the GPU: shared buffers
 # and their stage views (tiling / double buffering), the CTA barrier, split-K's meeting,
 # fragment loads from global memory and the scalar ops of the K loop. The ops of one
@@ -411,6 +417,8 @@ GPU_OPS: dict[str, OpDef] = {d.name: d for d in [
     OpDef("arith.lt", "a < b", 2, 1, check=_compare, pure=True, fold=arith.fold_less),
     OpDef("arith.wrap_inc", "(a + 1) % modulus for 0 <= a < modulus: circular buffer indices",
           1, 1, attrs=("modulus",), check=_wrap_inc, pure=True, fold=arith.fold_wrap_inc),
+    OpDef("arith.select", "b where the predicate holds, else c: a ring's phase flipping as its "
+          "stage wraps", 3, 1, check=_select, pure=True, fold=arith.fold_select),
     OpDef("frag.load", "each thread loads the elements it owns in the result layout; dims[i] "
           "is the tensor dim tile dim i walks (-1: broadcast); a tensor dim no tile dim walks "
           "is read at its offset alone (a [1, N] or [M, 1] view); out of bounds reads 0",

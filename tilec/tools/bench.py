@@ -308,13 +308,13 @@ def run(args: argparse.Namespace) -> int:
                                    CublasContender(arrays)]
     if _triton_version() is not None:
         contenders.append(TritonContender(arrays))
+    else:
+        print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
+              file=sys.stderr)
     if epilogue is not None:
         contenders = epilogue_contenders(arrays, consts, options, _triton_version() is not None)
     for contender in contenders:
         contender.c_dtype = args.c_dtype
-    else:
-        print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
-              file=sys.stderr)
     report = Report(
         device={"name": device.name, "arch": device.arch, "sms": device.multiprocessor_count,
                 "l2_bytes": arrays.l2_bytes},
