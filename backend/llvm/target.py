@@ -12,6 +12,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from tilec.errors import TileConfigError
+
 TRIPLE = "nvptx64-nvidia-cuda"
 OPT_LEVELS = (0, 1, 2, 3)
 # tilec target -> LLVM cpu and features. PTX ISA 8.0 is what the PTX backend writes and what
@@ -26,8 +28,9 @@ INSTALL_HINT = ("install llvmlite from PyPI (pip install 'llvmlite>=0.44'), whos
                 "include LLVM's NVPTX target")
 
 
-class LlvmUnavailable(RuntimeError):
-    """llvmlite, or its NVPTX target, is missing: the message names the fix."""
+class LlvmUnavailable(TileConfigError):
+    """llvmlite, or its NVPTX target, is missing: the message names the fix (a config
+    error, so the CLI prints it without a traceback)."""
 
 
 @dataclass(frozen=True)

@@ -375,10 +375,6 @@ class CpAsyncFamily(MovementFamily):
     def emitters(self) -> Mapping[str, Emitter]:
         return {COPY: _copy, COMMIT: _commit, WAIT: _wait}
 
-    def llvm_emitters(self) -> Optional[Mapping[str, Any]]:
-        from . import cp_async_llvm
-        return cp_async_llvm.EMITTERS
-
     def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
         # Vectors of 4, 8 or 16 bytes go through cp.async; narrower ones stay loads and
         # stores through registers.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
@@ -353,10 +353,6 @@ class Ffma(ProductFamily):
     explain_text = ExplainText("ld.shared.v4", "fma.rn.f32", "thread", "lds", "fma", "loads",
                                ())
     emitters = {"frag.lds": _lds, "frag.fma": _fma}
-
-    def llvm_emitters(self) -> Optional[Mapping[str, Any]]:
-        from . import ffma_llvm
-        return ffma_llvm.EMITTERS
 
     def op_defs(self) -> tuple[OpDef, ...]:
         return FRAG_LDS, FRAG_FMA

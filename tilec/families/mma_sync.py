@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, Optional,
-                    Sequence)
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
@@ -501,10 +500,6 @@ class MmaSync(ProductFamily):
                                ("mma_order",))
     emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma}
     fragments: ClassVar[MmaFragments] = MMA_FRAGMENTS  # how frag.mma unpacks them on the CPU
-
-    def llvm_emitters(self) -> Optional[Mapping[str, Any]]:
-        from . import mma_sync_llvm
-        return mma_sync_llvm.EMITTERS
 
     def op_defs(self) -> tuple[OpDef, ...]:
         return FRAG_LDMATRIX, replace(FRAG_MMA, evaluate=self.execute_product)

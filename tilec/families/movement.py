@@ -138,12 +138,6 @@ class MovementFamily(ABC):
         block, taken out of the family's block ``state``: those complete for the threads
         that issued them (a synchronous copy; an async one its wait has completed)."""
 
-    def llvm_emitters(self) -> Optional[Mapping[str, Any]]:
-        """The llvm backend's emitter of each of :attr:`ops` (``tilec/backend/llvm``), or
-        None where that backend does not support the family (it then refuses the kernel
-        before LLVM is called)."""
-        return None
-
     def store_emitters(self) -> Mapping[str, Emitter]:
         """Emitters of ``tile.store`` ops a pass routed through this family, by their
         ``via`` attribute (the TMA store: ``{"tma": ...}``); none by default."""

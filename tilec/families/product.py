@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, Optional, Protocol,
-                    Sequence)
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional, Protocol, Sequence
 
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef, check_fragment_result, require
@@ -121,12 +120,6 @@ class ProductFamily(ABC):
     # The op that waits for products left in flight (wgmma's groups): with it, a pipeline
     # may let a stage's products run on while the next stage's are issued.
     in_flight_wait: ClassVar[Optional[str]] = None
-
-    def llvm_emitters(self) -> Optional[Mapping[str, Any]]:
-        """The llvm backend's emitters of its ops (``tilec/backend/llvm``), op name ->
-        emitter, or None where that backend does not support the family (it then refuses
-        the kernel, naming the family, before LLVM is called)."""
-        return None
 
     # -- where it applies ------------------------------------------------------------------
     def applies(self, block: tuple[int, int, int], options: "Options",

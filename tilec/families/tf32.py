@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
@@ -297,10 +297,6 @@ class Tf32(MmaSync):
                                ("f32_math", "mma_order"))
     emitters = {"frag.ldtf32": _ldtf32, "frag.mma": _mma}
     fragments = TF32_FRAGMENTS
-
-    def llvm_emitters(self) -> Optional[Mapping[str, Any]]:
-        from . import tf32_llvm
-        return tf32_llvm.EMITTERS
 
     def op_defs(self) -> tuple[OpDef, ...]:
         return FRAG_LDTF32, replace(FRAG_MMA, evaluate=self.execute_product)
