@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tilec.compiler import _CACHE, compile_kernel, disk_cache
+from tilec.compiler import _CACHE, disk_cache
 from tilec.errors import TileConfigError
 from tilec.kernel import load_file
-from tilec.options import Options, Spec
+from tilec.options import Options
 
-from tests.test_ptxas import DIVISIBLE, RAGGED, load_sample
+from tests.test_ptxas import DIVISIBLE, load_sample
 
 pytest.importorskip("llvmlite.binding")
 from tilec.backend import llvm as llvm_backend  # noqa: E402
@@ -57,8 +57,13 @@ CASES = [
 # loads and products, the copy pipeline, and split-K's meeting.
 MIX = {
     "mma.sync": r"\bmma\.sync\.aligned\.m16n8k\d+",
+    "mma.f16": r"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32",
+    "mma.bf16": r"\bmma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",
+    "mma.tf32": r"\bmma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32",
     "ldmatrix": r"\bldmatrix\.sync\.aligned",
+    "ldmatrix.trans": r"\bldmatrix\.sync\.aligned\.m8n8\.x4\.trans",
     "cp.async": r"\bcp\.async\.c[ag]\.",
+    "cp.async.cg": r"\bcp\.async\.cg\.shared\.global",
     "commit": r"\bcp\.async\.commit_group",
     "wait": r"\bcp\.async\.wait_group",
     "fma": r"\bfma\.rn\.f32\b",
@@ -123,6 +128,31 @@ def test_sm_90a_kernels_of_the_mma_family_assemble(sample, tmp_path):
     assert ".target sm_90a" in llvm and "wgmma" not in llvm
     assemble(llvm, "sm_90a", tmp_path, sample)
     assert mix(llvm) == mix(fn.compile(arch="sm_90a").ptx)
+
+
+# Every elementwise function of the epilogue, in place of gemm_epilogue's relu.
+UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "tanh", "sigmoid", "silu",
+         "gelu_tanh")
+APPROXIMATIONS = r"\b(?:ex2|lg2|rcp|rsqrt|sqrt|tanh|abs|max|min|div|neg|fma)\.[a-zA-Z0-9.]*"
+
+
+@needs_ptxas
+@pytest.mark.parametrize("function", UNARY)
+def test_epilogue_math_uses_the_ptx_backends_approximations(function, tmp_path):
+    path = SAMPLES / "gemm_epilogue.py"
+    text = path.read_text().replace("out = relu(alpha * acc + beta * c",
+                                    f"out = {function}(alpha * acc - c / beta")
+    assert f"out = {function}(" in text
+    (fn,) = load_file(path, text=text).values()
+    llvm, ptx = (fn.compile(arch="sm_90", backend=b).ptx for b in ("llvm", "ptx"))
+    assemble(llvm, "sm_90", tmp_path, function)
+    assert approximations(llvm) == approximations(ptx)
+
+
+def approximations(ptx: str) -> set[str]:
+    """The math instructions, without their type (LLVM may take |x| after narrowing to f16,
+    abs.f16, which gives the same bits as abs.f32 before it)."""
+    return {re.sub(r"\.(f16|bf16|f32|s32|u32)$", "", op) for op in re.findall(APPROXIMATIONS, ptx)}
 
 
 def test_every_sample_is_covered():
@@ -340,3 +370,10 @@ def test_the_llvm_contender_sits_out_the_wgmma_rows():
     assert contender.unsupported(Case(4096, 4096, 4096, "f32")) is None
     assert LlvmTilecContender({}, {"arch": "sm_90"}).unsupported(
         Case(4096, 4096, 4096, "f16")) is None
+
+
+def test_explain_says_the_ptx_is_llvms():
+    result = tilec("explain", "samples/matmul.py", "--backend", "llvm", "--llvm-opt", "1")
+    assert result.returncode == 0, result.stderr
+    assert "raster group 8, backend llvm (LLVM -O1)" in result.stdout.splitlines()[0]
+    assert "backend llvm" not in tilec("explain", "samples/matmul.py").stdout

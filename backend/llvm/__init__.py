@@ -155,7 +155,6 @@ def render_ir(kernel: Kernel, options: Options) -> tuple[str, LlvmContext, str, 
     ctx = LlvmContext(kernel, options)
     ctx.table = _op_table(kernel)
     ctx.emit_block = emit_block
-    ctx.locations = {}
 
     def debug_location(op: Op) -> str:
         if op.loc is None or not options.line_info:

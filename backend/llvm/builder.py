@@ -118,8 +118,10 @@ class Builder:
         return self.assign(ty, f"{opcode} {value} to {ty}")
 
     def gep(self, base: Val, offset: Val) -> Val:
-        """``base`` plus ``offset`` bytes."""
-        return self.assign(base.ty, f"getelementptr inbounds i8, {base}, {offset}")
+        """``base`` plus ``offset`` bytes. Not ``inbounds``: addresses are also formed for
+        elements a mask then skips (past a tensor's edge), and the shared memory is an
+        external ``[0 x i8]`` whose real size LLVM does not know."""
+        return self.assign(base.ty, f"getelementptr i8, {base}, {offset}")
 
     def load(self, ty: str, pointer: Val, align: int) -> Val:
         return self.assign(ty, f"load {ty}, {pointer}, align {align}")

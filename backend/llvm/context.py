@@ -100,7 +100,12 @@ class LlvmContext:
         # (tilec.backend.llvm.emit_body): the registers of distributed tiles emitted now.
         self.active: Optional[range] = None
         self.workspace: dict[str, Val] = {}
+        # Set by render_ir: the op table, how a region's ops are emitted, and the !dbg
+        # attachment of an op's DSL line (its DILocation's metadata number per line, col).
+        self.table: dict = {}
         self.emit_block = None
+        self.debug_location = lambda op: ""
+        self.locations: dict[tuple[int, int], int] = {}
         self._uses: dict[Value, int] = {}
         for op in kernel.walk():
             for v in op.operands:

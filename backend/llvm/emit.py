@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Callable
 
 from tilec.ir.core import Op
-from tilec.ir.types import BF16, F16, F32, I32, PRED, TensorType, TileType
+from tilec.ir.types import BF16, F16, F32, I32, PRED, TensorType
 from tilec.target.layout import DistributedLayout
 
-from ..abi import folds_tile_axes
+from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, folds_tile_axes
 from ..context import c_thread_coords
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
@@ -467,7 +467,6 @@ GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
 def bind_params(ctx: LlvmContext, abi) -> list[str]:
     """The function's parameter list (LLVM text), binding each program parameter's values
     (tensors as :class:`TensorVals`)."""
-    from ..abi import BlobParam, PointerParam, PROGRAM_ROLES
     by_source: dict[str, dict] = {}
     declared = []
     for index, p in enumerate(abi):
@@ -496,4 +495,4 @@ def bind_params(ctx: LlvmContext, abi) -> list[str]:
     return declared
 
 
-__all__ = ["GENERIC_EMITTERS", "bind_params", "widen", "narrow", "TileType", "float_binary"]
+__all__ = ["GENERIC_EMITTERS", "bind_params", "widen", "narrow", "float_binary"]

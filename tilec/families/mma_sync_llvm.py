@@ -10,12 +10,12 @@ how an instruction is spelled: ``llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4[.trans]
 from __future__ import annotations
 
 from tilec.backend.llvm.builder import Val
-from tilec.backend.llvm.context import SMEM_PTR, LlvmContext, SmemView
+from tilec.backend.llvm.context import LlvmContext, SmemView
 from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16
 from tilec.target.layout import offset_relation, operand_extent, operand_k_major
 
-from .mma_sync import (LDMATRIX_PIECE, MMA_M, MMA_N, _ldmatrix_lane_offsets, _piece_offsets)
+from .mma_sync import LDMATRIX_PIECE, _ldmatrix_lane_offsets, _piece_offsets
 
 QUAD = "{i32, i32, i32, i32}"
 F32X4 = "{float, float, float, float}"
