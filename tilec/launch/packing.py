@@ -390,8 +390,7 @@ def backend_pack_ptx(backend: str):
     return pack_ptx
 
 
-def pack_function(itemsize: int, arch: str, backend: str = "ptx") -> Any:
-    """The loaded pack kernel for elements of ``itemsize`` bytes, loaded once per process."""
+def _loaded(itemsize: int, arch: str, backend: str) -> Any:
     key = (itemsize, arch, backend)
     if key not in _FUNCTIONS:
         from tilec.runtime import load_module
@@ -399,6 +398,22 @@ def pack_function(itemsize: int, arch: str, backend: str = "ptx") -> Any:
                              name=pack_entry(itemsize))
         _FUNCTIONS[key] = module.function(pack_entry(itemsize))
     return _FUNCTIONS[key]
+
+
+def pack_function(itemsize: int, arch: str) -> Any:
+    """The loaded pack kernel for elements of ``itemsize`` bytes, loaded once per process."""
+    return _loaded(itemsize, arch, "ptx")
+
+
+def llvm_pack_function(itemsize: int, arch: str) -> Any:
+    """:func:`pack_function` for launches whose matmul the llvm backend compiled: the pack
+    kernel LLVM compiled (``backend/llvm/pack.py``)."""
+    return _loaded(itemsize, arch, "llvm")
+
+
+def _pack_function(backend: str):
+    # Looked up when called, by name: the PTX backend's, or the llvm backend's.
+    return llvm_pack_function if backend == "llvm" else pack_function
 
 
 def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str,
@@ -411,7 +426,7 @@ def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str,
             I32Arg(packed.source_rows), I32Arg(packed.cols),
             I32Arg(source.strides[packed.outer]), I32Arg(source.strides[packed.inner]),
             I32Arg(packed.row_stride))
-    return PackLaunch(pack_function(packed.itemsize, arch, backend), grid, block, args)
+    return PackLaunch(_pack_function(backend)(packed.itemsize, arch), grid, block, args)
 
 
 class Packer:
