@@ -57,6 +57,14 @@ def metadata_for(compiled: Compiled) -> dict[str, Any]:
 
 
 _CACHE: dict[tuple, Compiled] = {}
+# The stages a compile keeps without keep_ir: the backends' own texts.
+BACKEND_STAGES = ("llvm", "llvm-opt", "ptx")
+
+
+def _has_pass_stages(compiled: Compiled) -> bool:
+    """Whether a cached compile kept the IR of every stage (it was asked for with keep_ir),
+    not only the backend's texts."""
+    return any(stage not in BACKEND_STAGES for stage in compiled.asm)
 
 
 def _render_llvm(kernel: Kernel, options: Options):
@@ -164,7 +172,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     if identity is not None:
         key = cache_key(source_key, kernel.consts, options, identity)
         hit = _CACHE.get(key)
-        if hit is not None and (not keep_ir or len(hit.asm) > 1) and not dump_dir:
+        if hit is not None and (not keep_ir or _has_pass_stages(hit)) and not dump_dir:
             return hit
     keep_ir = keep_ir or bool(dump_dir)
     if options.verify:
