@@ -57,6 +57,33 @@ def metadata_for(compiled: Compiled) -> dict[str, Any]:
 
 
 _CACHE: dict[tuple, Compiled] = {}
+# The stages a compile keeps without keep_ir: the backends' own texts.
+BACKEND_STAGES = ("llvm", "llvm-opt", "ptx")
+
+
+def _has_pass_stages(compiled: Compiled) -> bool:
+    """Whether a cached compile kept the IR of every stage (it was asked for with keep_ir),
+    not only the backend's texts."""
+    return any(stage not in BACKEND_STAGES for stage in compiled.asm)
+
+
+def _render_llvm(kernel: Kernel, options: Options):
+    # Imported here: llvmlite loads only for a compile that asks for the llvm backend.
+    from tilec.backend import llvm
+    return llvm.render(kernel, options)
+
+
+# Options.backend -> its render(kernel, options).
+BACKENDS = {"ptx": render, "llvm": _render_llvm}
+
+
+def backend_identity(options: Options) -> str:
+    """What besides the options names a backend's output: LLVM's and llvmlite's versions
+    for the llvm backend; nothing for ours (the compiler fingerprint covers it)."""
+    if options.backend == "ptx":
+        return ""
+    from tilec.backend.llvm import target
+    return target.version()
 
 
 def cache_key(source_key: str, consts: dict[str, Any], options: Options,
@@ -145,7 +172,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     if identity is not None:
         key = cache_key(source_key, kernel.consts, options, identity)
         hit = _CACHE.get(key)
-        if hit is not None and (not keep_ir or len(hit.asm) > 1) and not dump_dir:
+        if hit is not None and (not keep_ir or _has_pass_stages(hit)) and not dump_dir:
             return hit
     keep_ir = keep_ir or bool(dump_dir)
     if options.verify:
@@ -153,12 +180,23 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)
     start = time.perf_counter()
     disk = disk_cache() if key is not None else None
-    disk_key = (disk.key_for(source_key, kernel.consts, options, identity)
+    # The llvm backend's PTX is keyed on LLVM's version too; a disk hit has no LLVM IR, so a
+    # compile asked for its stages (keep_ir) runs LLVM again.
+    disk_key = (disk.key_for(source_key, kernel.consts, options, identity,
+                             backend=backend_identity(options))
                 if disk is not None else None)
-    entry = disk.get(disk_key) if disk is not None else None
-    rendered = entry.rendered() if entry is not None else render(result.kernel, options)
+    entry = (disk.get(disk_key) if disk is not None
+             and not (keep_ir and options.backend != "ptx") else None)
+    rendered = entry.rendered() if entry is not None else BACKENDS[options.backend](
+        result.kernel, options)
     times = dict(result.times, backend=time.perf_counter() - start)
     asm = dict(result.stages)
+    if getattr(rendered, "llvm", None) is not None:
+        asm["llvm"] = rendered.llvm
+        asm["llvm-opt"] = rendered.llvm_opt
+        times["llvm"] = rendered.seconds
+        rendered = Rendered(rendered.ptx, rendered.entry, rendered.threads,
+                            rendered.smem_bytes, rendered.abi)
     asm["ptx"] = rendered.ptx
     compiled = Compiled(kernel.name, options, result.kernel, rendered, asm, times)
     if disk is not None and entry is None:
@@ -223,7 +261,7 @@ def dump_stages(compiled: Compiled, directory: str) -> Path:
     folder = Path(directory) / f"{compiled.name}-{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     for index, (stage, text) in enumerate(compiled.asm.items()):
-        suffix = "ptx" if stage == "ptx" else "ir"
+        suffix = {"ptx": "ptx", "llvm": "ll", "llvm-opt": "ll"}.get(stage, "ir")
         (folder / f"{index:02d}-{stage}.{suffix}").write_text(text)
     (folder / "options.txt").write_text(repr(compiled.options) + "\n")
     return folder

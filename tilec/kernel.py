@@ -204,7 +204,8 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
             compiled = compile_kernel(kernel, packing.options(options), source_key=source_key)
             # Pooled scratch may go back once the launches are queued: see ScratchPool.
             with pooled_scratch(packing) as scratch:
-                packer = Packer(packing, device_args, compiled.options.arch, scratch)
+                packer = Packer(packing, device_args, compiled.options.arch, scratch,
+                                compiled.options.backend)
                 packer.launch()
                 size = workspace_size(compiled.kernel, sizes)
                 hidden = shared_workspace(size).args if size else {}
@@ -278,7 +279,7 @@ class PreparedLaunch:
         self.block = (compiled.rendered.threads, 1, 1)
         self.packing = packing
         self.packer = Packer(packing, bound.tensors, compiled.options.arch,
-                             owned_scratch(packing))
+                             owned_scratch(packing), compiled.options.backend)
         size = None if self.empty else workspace_size(compiled.kernel, sizes)
         # Owned, not shared: this launch may run on its own stream beside others.
         self.workspace = Workspace(size) if size else None

@@ -29,6 +29,10 @@ SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 233472, 1024
 # How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
 # TF32 off), "tf32" tensor cores (mma.sync m16n8k8 .tf32, inputs rounded to 10 mantissa bits).
 F32_MATH = ("ffma", "tf32")
+# What turns the lowered IR into PTX: "ptx" (backend/ptx.py, the default) or "llvm" (LLVM IR
+# with NVVM intrinsics, compiled by LLVM's NVPTX target: backend/llvm/); LLVM's pipeline level.
+BACKENDS = ("ptx", "llvm")
+LLVM_OPT_LEVELS = (0, 1, 2, 3)
 
 
 def target_arch(compute_capability: tuple[int, int]) -> str:
@@ -116,6 +120,9 @@ class Options:
     # multicasts it to both, halving B's traffic from L2. With persistent=True the pair
     # walks the output tiles together, a pair of M tiles of one N column at a time.
     cluster: int = 1
+    # The backend writing the PTX, and for "llvm" the optimisation level of LLVM's pipeline.
+    backend: str = "ptx"
+    llvm_opt: int = 3
     spec: Spec = field(default_factory=Spec)
 
     def __post_init__(self) -> None:
@@ -152,6 +159,13 @@ class Options:
             # Not run on a GPU together: refused rather than risk a hang.
             raise ValueError("cluster=2 runs with one block per SM: it cannot be combined "
                              "with blocks_per_sm=2")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
+                             f"{self.backend!r}")
+        if (not isinstance(self.llvm_opt, int) or isinstance(self.llvm_opt, bool)
+                or self.llvm_opt not in LLVM_OPT_LEVELS):
+            raise ValueError(f"llvm_opt must be one of {LLVM_OPT_LEVELS}, got "
+                             f"{self.llvm_opt!r}")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):

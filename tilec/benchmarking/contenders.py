@@ -368,6 +368,20 @@ class TilecContender(Contender):
                                            + f", C {self.out_dtype(case)}")
 
 
+class LlvmTilecContender(TilecContender):
+    """The same kernels and configurations as the tilec contender, compiled by the llvm
+    backend (``tilec bench --backend llvm``), for a column of its own."""
+
+    name = "tilec-llvm"
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        reason = super().unsupported(case)
+        if reason is None and FAMILY[case.dtype] == "mma" and self.arch() == "sm_90a":
+            return ("the llvm backend has no wgmma+TMA path (sm_90a's f16/bf16 rows); "
+                    "--arch sm_90 compares the mma.sync path")
+        return reason
+
+
 class CublasContender(Contender):
     name = "cuBLAS"
 

@@ -17,7 +17,8 @@ def require_matplotlib() -> None:
         raise ImportError(MATPLOTLIB_MISSING) from err
 
 
-CONTENDER_COLORS = {"tilec": "tab:blue", "cuBLAS": "tab:green", "Triton": "tab:orange"}
+CONTENDER_COLORS = {"tilec": "tab:blue", "tilec-llvm": "tab:purple", "cuBLAS": "tab:green",
+                    "Triton": "tab:orange"}
 DTYPE_STYLES = {"f16": "-", "bf16": "--", "f32": ":", "tf32": "-."}
 
 

@@ -317,14 +317,18 @@ class DiskCache:
 
     # -- keys -----------------------------------------------------------------------------
     def key_for(self, source_key: str, consts: dict[str, Any], options: Options,
-                pipeline: str = "") -> str:
+                pipeline: str = "", backend: str = "") -> str:
         """The entry key of a program (``compiler.source_key``), its constants and options
         (the spec included) under this compiler version, compiled by the pass list
         ``pipeline`` identifies (``compiler.pipeline_identity``). Raises TypeError for a
-        constant JSON cannot hold (such a kernel is not disk-cacheable)."""
-        return stable_hash({"kind": "kernel", "compiler_version": self.version,
-                            "source": source_key, "consts": dict(consts),
-                            "options": options, "arch": options.arch, "pipeline": pipeline})
+        constant JSON cannot hold (such a kernel is not disk-cacheable). ``backend``: what
+        else names the backend's output (``compiler.backend_identity``: LLVM's version)."""
+        fields = {"kind": "kernel", "compiler_version": self.version,
+                  "source": source_key, "consts": dict(consts),
+                  "options": options, "arch": options.arch, "pipeline": pipeline}
+        if backend:
+            fields["backend"] = backend
+        return stable_hash(fields)
 
     @staticmethod
     def _check_key(key: str) -> str:

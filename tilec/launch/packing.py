@@ -12,7 +12,8 @@ Two parts:
 - the plan (:func:`plan_packing`), host logic only: which operand tensors to pack, the
   scratch layout of each, and the launch spec the kernel is then compiled for;
 - the run-time part (:class:`Packer`): scratch buffers and the pack kernel's launches
-  (``backend/pack.py``), queued on the matmul's stream, so the order is the stream's and no
+  (``backend/pack.py``; ``backend/llvm/pack.py`` when the llvm backend compiled the matmul),
+  queued on the matmul's stream, so the order is the stream's and no
   host sync is added.
 
 Only the tensors that the ``@`` of the main loop reads are packed, never one the kernel
@@ -424,20 +425,46 @@ def pack_geometry(packed: PackedTensor) -> tuple[tuple[int, int, int], tuple[int
     return grid, (block_x, block_y, 1)
 
 
-_FUNCTIONS: dict[tuple[int, str], Any] = {}
+_FUNCTIONS: dict[tuple[int, str, str], Any] = {}
 
 
-def pack_function(itemsize: int, arch: str) -> Any:
-    """The loaded pack kernel for elements of ``itemsize`` bytes, loaded once per process."""
-    key = (itemsize, arch)
+def backend_pack_ptx(backend: str):
+    """``pack_ptx(itemsize, arch)`` of a backend (Options.backend): a launch whose matmul
+    the llvm backend compiled packs with the pack kernel LLVM compiled too."""
+    if backend == "llvm":
+        from tilec.backend.llvm.pack import pack_ptx as llvm_pack_ptx
+        return llvm_pack_ptx
+    return pack_ptx
+
+
+def _loaded(itemsize: int, arch: str, backend: str) -> Any:
+    key = (itemsize, arch, backend)
     if key not in _FUNCTIONS:
         from tilec.runtime import load_module
-        module = load_module(pack_ptx(itemsize, arch), name=pack_entry(itemsize))
+        module = load_module(backend_pack_ptx(backend)(itemsize, arch),
+                             name=pack_entry(itemsize))
         _FUNCTIONS[key] = module.function(pack_entry(itemsize))
     return _FUNCTIONS[key]
 
 
-def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) -> PackLaunch:
+def pack_function(itemsize: int, arch: str) -> Any:
+    """The loaded pack kernel for elements of ``itemsize`` bytes, loaded once per process."""
+    return _loaded(itemsize, arch, "ptx")
+
+
+def llvm_pack_function(itemsize: int, arch: str) -> Any:
+    """:func:`pack_function` for launches whose matmul the llvm backend compiled: the pack
+    kernel LLVM compiled (``backend/llvm/pack.py``)."""
+    return _loaded(itemsize, arch, "llvm")
+
+
+def _pack_function(backend: str):
+    # Looked up when called, by name: the PTX backend's, or the llvm backend's.
+    return llvm_pack_function if backend == "llvm" else pack_function
+
+
+def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str,
+                backend: str = "ptx") -> PackLaunch:
     """The launch that copies ``source`` (an ArrayArg on the GPU) into the scratch at
     ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
     from tilec.runtime import I32Arg, PtrArg
@@ -448,7 +475,7 @@ def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str) 
             I32Arg(packed.source_rows), I32Arg(packed.cols),
             I32Arg(packed.strides[packed.outer]), I32Arg(packed.strides[packed.inner]),
             I32Arg(packed.row_stride))
-    return PackLaunch(pack_function(packed.itemsize, arch), grid, block, args)
+    return PackLaunch(_pack_function(backend)(packed.itemsize, arch), grid, block, args)
 
 
 class Packer:
@@ -459,7 +486,7 @@ class Packer:
     tensor replaced by its scratch (padded strides; the ArrayArg keeps the buffer alive)."""
 
     def __init__(self, plan: PackPlan, tensors: Mapping[str, Any], arch: str,
-                 scratch: Mapping[str, Any]):
+                 scratch: Mapping[str, Any], backend: str = "ptx"):
         from tilec.runtime import ArrayArg
         self.plan = plan
         self.args = dict(tensors)
@@ -472,7 +499,7 @@ class Packer:
             self.args[packed.name] = ArrayArg(
                 packed.name, buffer.ptr, packed.dtype, packed.argument_shape,
                 packed.argument_strides, source.device, readonly=True, keepalive=buffer)
-            self.launches.append(pack_launch(packed, source, buffer.ptr, arch))
+            self.launches.append(pack_launch(packed, source, buffer.ptr, arch, backend))
 
     def launch(self, stream=None) -> None:
         """Queue the pack kernels on ``stream``; a matmul queued after them reads the

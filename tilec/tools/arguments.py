@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from tilec.errors import TileError
 from tilec.ir.types import I32
-from tilec.options import (ARCHS, BLOCKS_PER_SM, CLUSTER_SIZES, F32_MATH, MAX_SPLIT_K,
-                           PACK_POLICIES)
+from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, F32_MATH,
+                           LLVM_OPT_LEVELS, MAX_SPLIT_K, PACK_POLICIES)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -41,7 +41,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "split_k", "blocks_per_sm", "persistent", "cluster")
+                "split_k", "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt")
 
 
 class CommandError(Exception):
@@ -166,6 +166,12 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
+    "backend": ("--backend", dict(
+        choices=BACKENDS, help="what writes the PTX: ptx (tilec's own emitter, the default) "
+        "or llvm (LLVM IR with NVVM intrinsics through LLVM's NVPTX target, via llvmlite)")),
+    "llvm_opt": ("--llvm-opt", dict(
+        type=int, choices=LLVM_OPT_LEVELS, metavar="N",
+        help="--backend llvm: the level of LLVM's optimisation pipeline, 0 to 3 (default 3)")),
     "disable": ("--disable", dict(
         metavar="PASS", action="append", default=[], choices=_pass_names,  # see add_flags
         help="skip a pass")),
@@ -185,7 +191,8 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "persistent", "cluster", "disable", "verify")
+                 "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt", "disable",
+                 "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")

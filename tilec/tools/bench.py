@@ -99,6 +99,7 @@ from tilec.benchmarking.contenders import (
     SAMPLE,
     Contender,
     CublasContender,
+    LlvmTilecContender,
     Run,
     TilecContender,
     TritonContender,
@@ -192,7 +193,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
         parser, "const", "arch", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
-        "blocks_per_sm", "persistent", "cluster",
+        "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt",
+        backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
+                 "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
         arch={"help": "tilec's target (default: the GPU's, sm_90a on an H100 or H200; "
               "sm_90 to compare with the mma.sync path)"},
@@ -304,8 +307,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     timer, timer_name = make_timer(arrays, args.quick)
     device = current_device()
+    # --backend llvm: the tilec column stays the PTX backend's; the llvm backend's kernels
+    # (the same configurations) get a column of their own.
+    llvm = {key: options.pop(key) for key in ("backend", "llvm_opt") if key in options}
     contenders: list[Contender] = [TilecContender(consts, options, args.autotune),
                                    CublasContender(arrays)]
+    if llvm.get("backend") == "llvm":
+        contenders.insert(1, LlvmTilecContender(consts, {**options, **llvm}, args.autotune))
     if _triton_version() is not None:
         contenders.append(TritonContender(arrays))
     else:

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec compile`` arguments, on ``parser``."""
     add_program_arguments(parser, "use")
     add_flags(parser, *COMPILE_FLAGS, "shape")
-    stages = ["all", "tile"] + [p.name for p in pipeline()] + ["sass"]
+    stages = ["all", "tile"] + [p.name for p in pipeline()] + [*LLVM_STAGES, "sass"]
     parser.add_argument("-o", "--output", metavar="OUT", type=Path,
                         help="write the PTX here instead of stdout")
     parser.add_argument("--annotate", action="store_true",
@@ -75,6 +75,12 @@ def run(args: argparse.Namespace) -> int:
                            "module: choose one with --kernel")
     stage_names = ["tile"] + [p.name for p in pipeline()]
     wanted = [s for s in stage_names if s in args.dump_ir or "all" in args.dump_ir]
+    llvm_stages = [s for s in LLVM_STAGES if s in args.dump_ir
+                   or "all" in args.dump_ir and getattr(args, "backend", None) == "llvm"]
+    if llvm_stages and getattr(args, "backend", None) != "llvm":
+        raise CommandError(f"--dump-ir {llvm_stages[0]}: the LLVM IR exists with --backend "
+                           "llvm only")
+    wanted += llvm_stages
     for fn in functions:
         consts = constants(fn, args)
         sizes = shapes(fn, args)
@@ -100,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# The llvm backend's stages: its LLVM IR as emitted, and after LLVM's pipeline (--llvm-opt).
+LLVM_STAGES = ("llvm", "llvm-opt")
+STAGE_TITLES = {"tile": "tile IR from the frontend", "llvm": "LLVM IR as emitted",
+                "llvm-opt": "LLVM IR after LLVM's pipeline"}
+
+
 def _dump(fn: TileFunction, stage: str, text: str, out: TextIO) -> None:
-    what = "tile IR from the frontend" if stage == "tile" else f"IR after pass '{stage}'"
+    what = STAGE_TITLES.get(stage, f"IR after pass '{stage}'")
     out.write(f"===== {fn.name}: {what} =====\n{text.rstrip()}\n\n")

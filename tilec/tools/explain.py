@@ -247,7 +247,10 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         arch=options.arch,
         options=(f"stages {stages}, swizzle {swizzle}, pipeline_fragments "
                  f"{'on' if options.pipeline_fragments else 'off'}{kind_options}, "
-                 f"raster group {options.raster_group}"),
+                 f"raster group {options.raster_group}"
+                 # The PTX is LLVM's: say so, and at which level of its pipeline.
+                 + (f", backend llvm (LLVM -O{options.llvm_opt})"
+                    if options.backend == "llvm" else "")),
         hierarchy=_hierarchy(kernel, plan),
         schedule=_schedule(kernel, stages, bool(options.pipeline_fragments)),
         shared=SharedMemory(tuple(buffers), _end_of(buffers), compiled.rendered.smem_bytes,

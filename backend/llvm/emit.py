@@ -1,0 +1,498 @@
+"""The LLVM backend's op table: lowered tile IR -> LLVM IR, one emitter per op name.
+
+This walks the same lowered IR as :mod:`tilec.backend.ptx`, with the same op table shape:
+the generic ops here (scalars, the grid, loops, shared buffers, the epilogue, elementwise
+math), each family's ops from its ``llvm_emitters`` (``tilec/families/*_llvm.py``). Plain
+LLVM IR for arithmetic, loops and predicates; NVVM intrinsics for thread ids, the barrier,
+cp.async, ldmatrix and mma; LLVM does register allocation and the address arithmetic's
+strength reduction, where the PTX backend does both by hand.
+
+An op missing from the table is reported by name, never skipped:
+:func:`tilec.backend.llvm.unsupported` checks a kernel before any IR is written.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from tilec.ir.core import Op
+from tilec.ir.types import BF16, F16, F32, I32, PRED, TensorType
+from tilec.target.layout import DistributedLayout
+
+from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, folds_tile_axes
+from ..context import c_thread_coords
+from .builder import Val, const
+from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
+
+SMEM_ALIGN = 128
+
+# -- scalars ----------------------------------------------------------------------------
+INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.lo.s32",
+              "arith.floordiv": "div.s32", "arith.mod": "rem.s32", "arith.min": "min.s32",
+              "arith.max": "max.s32"}
+CONSTANT_DIVISION = {"arith.floordiv": LlvmContext.div_const,
+                     "arith.mod": LlvmContext.mod_const}
+# f32 scalars: the instruction, or the intrinsic (min/max as PTX's min.f32/max.f32: NaN
+# ignored, LLVM's minnum/maxnum).
+FLOAT_BINARY = {"arith.add": "fadd", "arith.sub": "fsub", "arith.mul": "fmul",
+                "arith.div": "fdiv", "arith.min": "@llvm.minnum.f32",
+                "arith.max": "@llvm.maxnum.f32"}
+
+
+def float_binary(ctx: LlvmContext, how: str, a: Val, b: Val) -> Val:
+    if how.startswith("@"):
+        return ctx.b.call(how[1:], "float", [a, b])
+    return ctx.b.binop(how, a, b, "float")
+
+
+def _constant(ctx: LlvmContext, op: Op) -> None:
+    value = op.attrs["value"]
+    dtype = op.result.type.dtype
+    if dtype == I32:
+        ctx.constants[op.result] = int(value)
+        ctx.bind(op.result, const(int(value), "i32"))
+    elif dtype == PRED:
+        ctx.bind(op.result, const(bool(value), "i1"))
+    else:
+        ctx.bind(op.result, const(float(value), "float"))
+
+
+def _scalar_binary(ctx: LlvmContext, op: Op) -> None:
+    a, b = op.operands
+    is_int = op.result.type.dtype == I32
+    divisor = ctx.const(b) if is_int else None
+    if op.name == "arith.cdiv":
+        bias = ctx.int_op("sub.s32", ctx.int_op("add.s32", ctx.get(a), ctx.get(b)), 1)
+        ctx.bind(op.result, ctx.int_op("div.s32", bias, ctx.get(b)) if divisor is None
+                 else ctx.div_const(bias, divisor))
+        return
+    if op.name in CONSTANT_DIVISION and isinstance(divisor, int) and divisor > 0:
+        ctx.bind(op.result, CONSTANT_DIVISION[op.name](ctx, ctx.get(a), divisor))
+        return
+    if is_int:
+        ctx.bind(op.result, ctx.int_op(INT_BINARY[op.name], ctx.get(a), ctx.get(b)))
+    else:
+        ctx.bind(op.result, float_binary(ctx, FLOAT_BINARY[op.name], ctx.get(a), ctx.get(b)))
+
+
+def _wrap_inc(ctx: LlvmContext, op: Op) -> None:
+    value = ctx.int_op("add.s32", ctx.get(op.operands[0]), 1)
+    wrapped = ctx.b.icmp("eq", value, op.attrs["modulus"])
+    ctx.bind(op.result, ctx.b.select(wrapped, 0, value))
+
+
+def _compare(ctx: LlvmContext, op: Op) -> None:
+    a, b = op.operands
+    ctx.bind(op.result, ctx.b.icmp("slt", ctx.get(a), ctx.get(b)))
+
+
+# -- the grid ---------------------------------------------------------------------------
+def _grid(ctx: LlvmContext, op: Op) -> None:
+    """Program ids from %ctaid; grouped rasterization folds two tile axes into x (as
+    backend/ptx.py's _grid: the same launch grid)."""
+    if folds_tile_axes(op):
+        pid = ctx.sreg("ctaid.x")
+        gm, gn = (ctx.get(v) for v in op.operands[:2])
+        group = op.attrs["raster_group"]
+        per_group = ctx.int_op("mul.lo.s32", gn, group)
+        group_id = ctx.int_op("div.u32", pid, per_group)
+        first_m = ctx.int_op("mul.lo.s32", group_id, group)
+        group_rows = ctx.int_op("min.s32", ctx.int_op("sub.s32", gm, first_m), group)
+        in_group = ctx.int_op("rem.u32", pid, per_group)
+        ctx.bind(op.results[0],
+                 ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows)))
+        ctx.bind(op.results[1], ctx.int_op("div.u32", in_group, group_rows))
+        for axis, result in zip("yz", op.results[2:]):
+            ctx.bind(result, ctx.sreg(f"ctaid.{axis}"))
+        return
+    for axis, result in zip("xyz", op.results):
+        ctx.bind(result, ctx.sreg(f"ctaid.{axis}"))
+
+
+# -- structured control flow ------------------------------------------------------------
+def _flatten(items) -> list[Val]:
+    out: list[Val] = []
+    for item in items:
+        out.extend(_flatten(item) if isinstance(item, list) else [item])
+    return out
+
+
+def _shaped_like(template, flat: list[Val]):
+    """``flat`` regrouped as ``template`` (a value or nested lists of values) is."""
+    if isinstance(template, list):
+        out = []
+        for item in template:
+            out.append(_shaped_like(item, flat))
+        return out
+    return flat.pop(0)
+
+
+def _for(ctx: LlvmContext, op: Op) -> None:
+    """scf.for as header (phis, exit test), body, latch; carried tiles are one phi per
+    register."""
+    b = ctx.b
+    lb, ub, step, *inits = op.operands
+    body = op.regions[0]
+    before = b.block
+    head, loop, done = b.new_block("loop"), b.new_block("body"), b.new_block("done")
+    b.br(head)
+    b.position(head)
+    iv, iv_line = b.phi("i32")
+    init_vals = [ctx.get(v) for v in inits]
+    phis = [(b.phi(v.ty), v) for v in _flatten(init_vals)]
+    carried = _shaped_like(init_vals, [phi for (phi, _), _ in phis])
+    ctx.bind(body.args[0], iv)
+    for arg, regs in zip(body.args[1:], carried):
+        ctx.bind(arg, regs)
+    b.cbr(b.icmp("sge", iv, ctx.get(ub)), done, loop)
+    b.position(loop)
+    ctx.emit_block(ctx, body.ops[:-1])
+    yielded = _flatten([ctx.get(v) for v in body.ops[-1].operands])
+    iv_next = ctx.int_op("add.s32", iv, ctx.get(step))
+    latch = b.block
+    b.br(head)
+    b.close_phi(head, iv_line, iv, [(ctx.get(lb), before), (iv_next, latch)])
+    for ((phi, line), init), value in zip(phis, yielded):
+        b.close_phi(head, line, phi, [(init, before), (value, latch)])
+    b.position(done)
+    for result, regs in zip(op.results, carried):
+        ctx.bind(result, regs)
+
+
+def _no_code(ctx: LlvmContext, op: Op) -> None:
+    if op.name == "tensor.transpose":
+        ctx.bind(op.result, ctx.get(op.operands[0]).transposed())
+
+
+# -- shared buffers and the barrier -----------------------------------------------------
+def _smem_alloc(ctx: LlvmContext, op: Op) -> None:
+    rtype = op.result.type
+    elem_bytes = rtype.dtype.bytes
+    stage_bytes = rtype.shape[1] * rtype.shape[2] * elem_bytes
+    offset = -(-ctx.smem_bytes // SMEM_ALIGN) * SMEM_ALIGN
+    ctx.smem_bytes = offset + stage_bytes * rtype.shape[0]
+    ctx.bind(op.result, SmemBuffer(offset, stage_bytes, rtype.layout, elem_bytes))
+
+
+def _smem_stage(ctx: LlvmContext, op: Op) -> None:
+    buffer: SmemBuffer = ctx.get(op.operands[0])
+    stage = op.operands[1]
+    if ctx.const(stage) is not None:
+        address = const(buffer.offset + ctx.const(stage) * buffer.stage_bytes, "i32")
+    else:
+        address = ctx.mad(ctx.get(stage), buffer.stage_bytes, buffer.offset)
+    ctx.bind(op.result, SmemView(buffer, address))
+
+
+def _barrier(ctx: LlvmContext, op: Op) -> None:
+    ctx.b.call("llvm.nvvm.barrier.cta.sync.aligned.all", "void", [const(0, "i32")])
+
+
+# -- the epilogue: each thread loads / stores the accumulator elements it holds ---------
+# Element bytes -> the LLVM type of a 16-bit or 32-bit element in memory, and its zero.
+ELEMENT_TYPES = {F16: ("half", "0xH0000"), BF16: ("bfloat", "0xR0000"),
+                 F32: ("float", "0.0")}
+
+
+def _unit_stride_dim(ctx: LlvmContext, tensor_value) -> int | None:
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor_value:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return spec.contiguous_dim
+    return None
+
+
+def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
+                       layout: DistributedLayout, eb: int, masked: list[bool]):
+    """For the registers being emitted (:meth:`LlvmContext.indices`): (index, pointer,
+    in-bounds i1 or None, element key), as the PTX backend's epilogue addresses them (one
+    base per thread, a row step, a column immediate). State is kept per op so that later
+    epilogue chunks reuse what earlier ones computed."""
+    b = ctx.b
+    tensor_value = op.operands[0]
+    tensor: TensorVals = ctx.get(tensor_value)
+    unit = _unit_stride_dim(ctx, tensor_value)
+    state = ctx.op_state.setdefault(op, {})
+    if "base" not in state:
+        thread = c_thread_coords(ctx, layout)
+        coords = {}
+        offset = None
+        for tile_dim, tensor_dim in enumerate(dims):
+            if tensor_dim < 0:
+                continue
+            coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
+            coords[tensor_dim] = coord
+            term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
+            offset = term if offset is None else b.binop("add", offset, term, "i64")
+        base = (tensor.ptr if offset is None
+                else b.gep(tensor.ptr, b.binop("mul", offset, eb, "i64")))
+        state.update(base=base, coords=coords, row_bases={}, predicates={}, seen={})
+    base, coords = state["base"], state["coords"]
+    row_bases, predicates, seen = state["row_bases"], state["predicates"], state["seen"]
+    relative = layout.register_offsets()
+    result = []
+    for index in ctx.indices(len(relative)):
+        rel = relative[index]
+        # Registers that read the same tensor element (broadcast dims) share one access.
+        element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
+        if element in seen:
+            result.append((index, *seen[element], element))
+            continue
+        immediate, strided, checks = 0, [], []
+        for tile_dim, tensor_dim in enumerate(dims):
+            if tensor_dim < 0:
+                continue
+            r = rel[tile_dim]
+            if tensor_dim == unit:
+                immediate += r * eb
+            elif r:
+                strided.append((tensor_dim, r))
+            if masked[tensor_dim]:
+                checks.append((tensor_dim, r))
+        key = tuple(strided)
+        if key not in row_bases:
+            address = base
+            for tensor_dim, r in strided:
+                address = b.gep(address, ctx.wide(tensor.strides[tensor_dim], r * eb))
+            row_bases[key] = address
+        inside = None
+        for tensor_dim, r in checks:
+            if (tensor_dim, r) not in predicates:
+                coord = (ctx.int_op("add.s32", coords[tensor_dim], r) if r
+                         else coords[tensor_dim])
+                predicates[tensor_dim, r] = b.icmp("ult", coord, tensor.dims[tensor_dim])
+            inside = ctx.and_pred(inside, predicates[tensor_dim, r])
+        pointer = row_bases[key]
+        if immediate:
+            pointer = b.gep(pointer, const(immediate, "i64"))
+        seen[element] = (pointer, inside)
+        result.append((index, pointer, inside, element))
+    return result
+
+
+def _frag_load(ctx: LlvmContext, op: Op) -> None:
+    offsets = [ctx.get(v) for v in op.operands[1:]]
+    rtype = op.result.type
+    eb = rtype.dtype.bytes
+    ty, zero = ELEMENT_TYPES[rtype.dtype]
+    masked = op.attrs.get("masked", [True] * len(offsets))
+    loaded = ctx.op_state.setdefault(("loaded", op), {})
+    out = {}
+    for index, pointer, inside, element in _element_addresses(
+            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked):
+        if element not in loaded:
+            loaded[element] = ctx.guarded_load(ty, pointer, inside, eb, zero)
+        out[index] = loaded[element]
+    ctx.bind_elements(op.result, rtype.layout.regs_per_thread, out)
+
+
+def _pairs_contiguous(ctx: LlvmContext, tensor) -> bool:
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return param.type.rank == 2 and spec.contiguous_dim == 1 and spec.vec_elems >= 2
+    return False
+
+
+def _store(ctx: LlvmContext, op: Op) -> None:
+    if "via" in op.attrs:
+        raise NotImplementedError(f"the llvm backend does not store through '{op.attrs['via']}'")
+    b = ctx.b
+    offsets = [ctx.get(v) for v in op.operands[1:-1]]
+    value = op.operands[-1]
+    vtype = value.type
+    eb = vtype.dtype.bytes
+    vals = ctx.get(value)
+    masked = op.attrs.get("masked", [True] * len(offsets))
+    elements = _element_addresses(ctx, op, offsets, list(range(len(offsets))), vtype.layout,
+                                  eb, masked)
+    if not _pairs_contiguous(ctx, op.operands[0]):
+        for index, pointer, inside, _ in elements:
+            ctx.if_then(inside, lambda v=vals[index], p=pointer: b.store(v, p, eb), "store")
+        return
+    # Registers 2i and 2i+1 hold neighbouring columns: one 2-element store when both are
+    # inside, the first alone at a ragged right edge.
+    for position in range(0, len(elements), 2):
+        (i, pointer, inside, _), (_, _, inside_next, _) = elements[position:position + 2]
+        pair_ty = f"<2 x {vals[i].ty}>"
+        pair = b.assign(pair_ty, f"insertelement {pair_ty} poison, {vals[i]}, i32 0")
+        pair = b.assign(pair_ty, f"insertelement {pair}, {vals[i + 1]}, i32 1")
+        if inside_next is None:
+            b.store(pair, pointer, 2 * eb)
+            continue
+        both, other, join = b.new_block("pair"), b.new_block("edge"), b.new_block("stored")
+        b.cbr(inside_next, both, other)
+        b.position(both)
+        b.store(pair, pointer, 2 * eb)
+        b.br(join)
+        b.position(other)
+        ctx.if_then(inside, lambda p=pointer, v=vals[i]: b.store(v, p, eb), "alone")
+        b.br(join)
+        b.position(join)
+
+
+# -- elementwise math on distributed tiles ----------------------------------------------
+F32_BINARY = {"tile.add": "fadd", "tile.sub": "fsub", "tile.mul": "fmul", "tile.div": "fdiv",
+              "tile.max": "@llvm.maximum.f32", "tile.min": "@llvm.minimum.f32"}
+# The PTX backend's instruction sequences (backend/compute.py) in NVVM intrinsics, so both
+# backends compute the same approximations: step = (how, operand names) -> "t" or "d".
+_LOG2E, _MINUS_LOG2E, _LN2 = 1.4426950216293335, -1.4426950216293335, 0.6931471824645996
+
+
+def _ex2(ctx, x):
+    return ctx.b.call("llvm.nvvm.ex2.approx.ftz.f", "float", [x])
+
+
+def _rcp(ctx, x):
+    return ctx.b.call("llvm.nvvm.rcp.approx.ftz.f", "float", [x])
+
+
+def _lg2(ctx, x):
+    return ctx.b.call("llvm.nvvm.lg2.approx.ftz.f", "float", [x])
+
+
+def _mul(ctx, x, y):
+    return ctx.b.binop("fmul", x, y, "float")
+
+
+def _sigmoid_of(ctx, t):
+    """1 / (1 + 2^t)."""
+    return _rcp(ctx, ctx.b.binop("fadd", _ex2(ctx, t), 1.0, "float"))
+
+
+def _gelu_tanh(ctx, a):
+    t = ctx.b.call("llvm.fma.f32", "float",
+                   [_mul(ctx, a, a), const(0.044715, "float"), const(1.0, "float")])
+    t = _mul(ctx, _mul(ctx, t, a), -2.302208198144325)  # -2 log2(e) sqrt(2 / pi)
+    return _mul(ctx, a, _sigmoid_of(ctx, t))
+
+
+F32_UNARY: dict[str, Callable] = {
+    "tile.neg": lambda ctx, a: ctx.b.assign("float", f"fneg {a}"),
+    "tile.relu": lambda ctx, a: ctx.b.call("llvm.maximum.f32", "float",
+                                           [a, const(0.0, "float")]),
+    "tile.exp": lambda ctx, a: _ex2(ctx, _mul(ctx, a, _LOG2E)),
+    "tile.exp2": _ex2,
+    "tile.log": lambda ctx, a: _mul(ctx, _lg2(ctx, a), _LN2),
+    "tile.log2": _lg2,
+    "tile.sqrt": lambda ctx, a: ctx.b.call("llvm.nvvm.sqrt.rn.f", "float", [a]),
+    "tile.rsqrt": lambda ctx, a: ctx.b.call("llvm.nvvm.rsqrt.approx.ftz.f", "float", [a]),
+    "tile.abs": lambda ctx, a: ctx.b.call("llvm.fabs.f32", "float", [a]),
+    "tile.tanh": lambda ctx, a: ctx.b.call("llvm.nvvm.tanh.approx.f32", "float", [a]),
+    "tile.sigmoid": lambda ctx, a: _sigmoid_of(ctx, _mul(ctx, a, _MINUS_LOG2E)),
+    "tile.silu": lambda ctx, a: _mul(ctx, a, _sigmoid_of(ctx, _mul(ctx, a, _MINUS_LOG2E))),
+    "tile.gelu_tanh": _gelu_tanh,
+}
+
+
+def widen(ctx: LlvmContext, value: Val) -> Val:
+    return value if value.ty == "float" else ctx.b.cast("fpext", value, "float")
+
+
+def narrow(ctx: LlvmContext, value: Val, dtype) -> Val:
+    ty = ELEMENT_TYPES[dtype][0]
+    return value if ty == "float" else ctx.b.cast("fptrunc", value, ty)
+
+
+def _map(ctx: LlvmContext, op: Op, combine) -> None:
+    """``combine`` element by element, once per distinct tuple of operand values (a splat
+    repeats one value)."""
+    operand_vals = [ctx.get(v) for v in op.operands]
+    cache = ctx.op_state.setdefault(op, {})
+    n = len(operand_vals[0])
+    out = {}
+    for index in ctx.indices(n):
+        vals = tuple(v[index] for v in operand_vals)
+        if vals not in cache:
+            cache[vals] = narrow(ctx, combine([widen(ctx, v) for v in vals]),
+                                 op.result.type.dtype)
+        out[index] = cache[vals]
+    ctx.bind_elements(op.result, n, out)
+
+
+def _binary(ctx: LlvmContext, op: Op) -> None:
+    _map(ctx, op, lambda wide: float_binary(ctx, F32_BINARY[op.name], *wide))
+
+
+def _unary(ctx: LlvmContext, op: Op) -> None:
+    _map(ctx, op, lambda wide: F32_UNARY[op.name](ctx, wide[0]))
+
+
+def _cast(ctx: LlvmContext, op: Op) -> None:
+    _map(ctx, op, lambda wide: wide[0])
+
+
+def _elements(rtype) -> int:
+    if rtype.layout is None:
+        raise NotImplementedError(f"the llvm backend needs a layout for {rtype}")
+    return rtype.layout.regs_per_thread
+
+
+def _full(ctx: LlvmContext, op: Op) -> None:
+    if op.result in ctx.values:
+        return  # bound by an earlier chunk of the epilogue
+    value = narrow(ctx, const(float(op.attrs["value"]), "float"), op.result.type.dtype)
+    ctx.bind(op.result, [value] * _elements(op.result.type))
+
+
+def _splat(ctx: LlvmContext, op: Op) -> None:
+    if op.result in ctx.values:
+        return  # bound by an earlier chunk of the epilogue
+    value = narrow(ctx, ctx.get(op.operands[0]), op.result.type.dtype)
+    ctx.bind(op.result, [value] * _elements(op.result.type))
+
+
+GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
+    "arith.constant": _constant,
+    **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
+                                         "arith.floordiv", "arith.cdiv", "arith.mod",
+                                         "arith.min", "arith.max")},
+    "arith.lt": _compare,
+    "arith.wrap_inc": _wrap_inc,
+    "tile.grid": _grid,
+    "scf.for": _for,
+    "tensor.transpose": _no_code,
+    "smem.alloc": _smem_alloc,
+    "smem.stage": _smem_stage,
+    "gpu.barrier": _barrier,
+    "frag.load": _frag_load,
+    "tile.store": _store,
+    **{name: _binary for name in F32_BINARY},
+    **{name: _unary for name in F32_UNARY},
+    "tile.cast": _cast,
+    "tile.full": _full,
+    "tile.splat": _splat,
+}
+
+
+def bind_params(ctx: LlvmContext, abi) -> list[str]:
+    """The function's parameter list (LLVM text), binding each program parameter's values
+    (tensors as :class:`TensorVals`)."""
+    by_source: dict[str, dict] = {}
+    declared = []
+    for index, p in enumerate(abi):
+        if isinstance(p.type, BlobParam):
+            raise NotImplementedError("the llvm backend passes no blob parameters")
+        ty = "ptr addrspace(1)" if isinstance(p.type, PointerParam) else {
+            "i32": "i32", "i64": "i64", "f32": "float"}[p.type.dtype]
+        val = Val(f"%p{index}", ty)
+        declared.append(f"{ty} %p{index}")
+        if p.role not in PROGRAM_ROLES:
+            ctx.workspace[p.source] = val
+        by_source.setdefault(p.source, {})[(p.role, p.dim)] = val
+    kernel = ctx.kernel
+    symbols = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
+    for param, value in zip(kernel.params, kernel.body.args):
+        vals = by_source[param.name]
+        if isinstance(param.type, TensorType):
+            dims = [symbols[d] if isinstance(d, str) else d for d in param.type.shape]
+            strides = [vals[("stride", d)] for d in range(param.type.rank)]
+            ctx.bind(value, TensorVals(vals[("ptr", -1)], strides, dims,
+                                       param.type.dtype.bytes))
+        else:
+            ctx.bind(value, vals[("scalar", -1)])
+    for symbol in kernel.symbols:
+        ctx.bind(kernel.symbol_value(symbol), symbols[symbol])
+    return declared
+
+
+__all__ = ["GENERIC_EMITTERS", "bind_params", "widen", "narrow", "float_binary"]

@@ -1,0 +1,178 @@
+"""The cp.async family's LLVM emitters (``copy.global_to_shared``, ``copy.commit``,
+``copy.wait``): the per-thread copy plan of :mod:`tilec.families.cp_async` (the same copy
+map, swizzled shared offsets and edge masks), issued through
+``llvm.nvvm.cp.async.{ca,cg}.shared.global.N[.s]``, ``llvm.nvvm.cp.async.commit.group`` and
+``llvm.nvvm.cp.async.wait.group``. Per-thread parts go to the entry block once; LLVM hoists
+and strength-reduces the rest.
+"""
+from __future__ import annotations
+
+from tilec.backend.llvm.builder import Val, const
+from tilec.backend.llvm.context import LlvmContext, SmemView, TensorVals
+from tilec.ir.core import Op
+from tilec.target.layout import copy_map, offset_relation
+
+from .cp_async import _access_steps
+
+# Synchronous copies: element bytes -> the integer type moved through a register.
+SYNC_TYPES = {2: "i16", 4: "i32"}
+
+
+def _byte_step(ctx: LlvmContext, tensor: TensorVals, delta: tuple[int, int], eb: int) -> Val:
+    step = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[0], delta[0]), eb)
+    if delta[1]:
+        extra = ctx.wide(ctx.int_op("mul.lo.s32", tensor.strides[1], delta[1]), eb)
+        step = ctx.b.binop("add", step, extra, "i64")
+    return step
+
+
+def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
+                 threads: int, key: object) -> list[dict]:
+    """Per access of this thread, as cp_async._copy_thread_part: logical coordinates,
+    shared offset (bytes, i32), global offset (bytes, i64), and the uniform step that
+    chains an access to the previous one where the copy map allows."""
+    layout = view.buffer.layout
+    cmap = copy_map(layout.rows, layout.cols, vec, threads)
+    per_row = layout.cols // vec
+    eb = view.buffer.elem_bytes
+    steps = _access_steps(cmap, layout)
+
+    def logical(pair):
+        return (pair[1], pair[0]) if layout.transposed else pair
+
+    def own(i: int) -> dict:
+        v = ctx.int_op("add.s32", ctx.tid(), i * threads)
+        active = ctx.b.icmp("slt", v, cmap.vectors) if (i + 1) * threads > cmap.vectors else None
+        row = ctx.div_const(v, per_row, nonnegative=True)
+        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
+        linear = ctx.mad(row, layout.cols, col)
+        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
+        coords = logical((row, col))
+        offset = ctx.b.binop("add", ctx.wide(coords[0], tensor.strides[0]),
+                             ctx.wide(coords[1], tensor.strides[1]), "i64")
+        return {"smem": smem, "smem_imm": 0, "smem_xor": 0,
+                "global": ctx.b.binop("mul", offset, eb, "i64"), "logical": coords,
+                "logical_imm": (0, 0), "active": active}
+
+    def smem_offsets(i: int) -> list[int]:
+        return [offset * eb for offset in
+                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
+
+    def compute() -> list[dict]:
+        first = own(0)
+        accesses = [first]
+        reference = smem_offsets(0)
+        for i in range(1, cmap.per_thread):
+            step = steps[i] if steps is not None else None
+            relation = None
+            if step is not None and (i + 1) * threads <= cmap.vectors:
+                relation = offset_relation(reference, smem_offsets(i))
+            if relation is None:
+                accesses.append(own(i))
+                continue
+            flip, shift = relation
+            previous = steps[i - 1]
+            unit = logical((step[0] - previous[0], step[1] - previous[1]))
+            delta = ctx.w.once(("copy_step", key, unit),
+                               lambda: _byte_step(ctx, tensor, unit, eb))
+            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
+                             "global_step": delta, "chained": True,
+                             "logical_imm": logical(step)})
+        return accesses
+
+    return ctx.w.once(key, compute)
+
+
+def _copy(ctx: LlvmContext, op: Op) -> None:
+    b = ctx.b
+    tensor: TensorVals = ctx.get(op.operands[0])
+    rank = len(tensor.strides)
+    offsets = [ctx.get(v) for v in op.operands[1:1 + rank]]
+    view: SmemView = ctx.get(op.operands[1 + rank])
+    predicate = ctx.get(op.operands[2 + rank]) if len(op.operands) > 2 + rank else None
+    vec, threads, masked = op.attrs["vec"], op.attrs["threads"], op.attrs["masked"]
+    eb = view.buffer.elem_bytes
+    layout = view.buffer.layout
+    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), vec, threads)
+    accesses = _thread_part(ctx, view, tensor, vec, threads, key)
+    corner = b.binop("add", ctx.wide(offsets[0], tensor.strides[0]),
+                     ctx.wide(offsets[1], tensor.strides[1]), "i64")
+    tile = b.gep(tensor.ptr, b.binop("mul", corner, eb, "i64"))
+    contiguous = 0 if layout.transposed else 1
+    nbytes = vec * eb
+    previous_src = None
+    for access in accesses:
+        if access.get("chained") and previous_src is not None:
+            src = b.gep(previous_src, access["global_step"])
+        else:
+            src = b.gep(tile, access["global"])
+        previous_src = src
+        smem = access["smem"]
+        if access["smem_xor"]:
+            smem = ctx.int_op("xor.b32", smem, access["smem_xor"])
+        dst = ctx.int_op("add.s32", view.address, smem)
+        if access["smem_imm"]:
+            dst = ctx.int_op("add.s32", dst, access["smem_imm"])
+        # A thread without a vector in this access must not write at all (a cp.async of 0
+        # source bytes still writes zeros): the access is skipped, not zero-filled.
+        active = access["active"]
+        inside = ctx.and_pred(predicate, active)
+        partial_bytes = None
+        for dim in range(rank):
+            if not masked[dim]:
+                continue
+            coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
+            if access["logical_imm"][dim]:
+                coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
+            if dim == contiguous and vec > 1:
+                left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
+                left = ctx.int_op("min.s32", ctx.int_op("max.s32", left, 0), vec)
+                partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
+            else:
+                inside = ctx.and_pred(inside, b.icmp("ult", coord, tensor.dims[dim]))
+        if op.attrs["mode"] == "async":
+            _issue_async(ctx, dst, src, nbytes, active, inside, partial_bytes)
+        else:
+            ctx.if_then(active, lambda s=src, d=dst, i=inside, p=partial_bytes:
+                        _copy_sync(ctx, s, d, vec, eb, i, p), "sync")
+
+
+def _issue_async(ctx: LlvmContext, dst: Val, src: Val, nbytes: int, active, inside,
+                 partial_bytes) -> None:
+    cache = "cg" if nbytes == 16 else "ca"
+    name = f"llvm.nvvm.cp.async.{cache}.shared.global.{nbytes}"
+    pointers = [ctx.smem_pointer(dst), src]
+    if partial_bytes is None and inside is None:
+        call = lambda: ctx.b.call(name, "void", pointers)  # noqa: E731
+    else:
+        size = partial_bytes if partial_bytes is not None else const(nbytes, "i32")
+        if inside is not None:
+            size = ctx.b.select(inside, size, 0)
+        call = lambda: ctx.b.call(name + ".s", "void", [*pointers, size])  # noqa: E731
+    ctx.if_then(active, call, "copy")
+
+
+def _copy_sync(ctx: LlvmContext, src: Val, dst: Val, vec: int, eb: int, inside,
+               partial) -> None:
+    """Element by element through registers (vectors cp.async cannot move); elements
+    outside the tensor or past the predicate are stored as zeros."""
+    ty = SYNC_TYPES[eb]
+    values = []
+    for e in range(vec):
+        ok = inside
+        if partial is not None:
+            ok = ctx.and_pred(ok, ctx.b.icmp("sgt", partial, e * eb))
+        values.append(ctx.guarded_load(ty, ctx.b.gep(src, const(e * eb, "i64")), ok, eb, "0"))
+    for e, value in enumerate(values):
+        ctx.b.store(value, ctx.smem_pointer(ctx.int_op("add.s32", dst, e * eb)), eb)
+
+
+def _commit(ctx: LlvmContext, op: Op) -> None:
+    ctx.b.call("llvm.nvvm.cp.async.commit.group", "void", [])
+
+
+def _wait(ctx: LlvmContext, op: Op) -> None:
+    ctx.b.call("llvm.nvvm.cp.async.wait.group", "void", [const(op.attrs["pending"], "i32")])
+
+
+EMITTERS = {"copy.global_to_shared": _copy, "copy.commit": _commit, "copy.wait": _wait}
