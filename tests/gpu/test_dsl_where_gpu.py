@@ -166,8 +166,15 @@ def test_gemm_gelu_sample_at_a_ragged_size(arch):
     x = a.double() @ b.double() + bias.double()
     want = 0.5 * x * torch.special.erfc(-x / math.sqrt(2.0))
     assert not torch.isnan(c).any(), "some outputs were never written"
-    # f16 output: one f16 rounding (2^-11 relative) over the f32 result.
-    torch.testing.assert_close(c.double(), want, rtol=2 ** -10, atol=2 ** -24)
+    # f16 output: one f16 rounding (2^-11 relative) over the f32 result, plus the f32 sum's
+    # own error, which is absolute: where acc + bias nearly cancels, x (and gelu(x) ~ x / 2)
+    # keeps only its absolute accuracy. The tensor cores' f32 sum of K exact products errs by
+    # at most K 2^-23 of the sum of |products| (truncating adds: 2^-23, not 2^-24), and
+    # |gelu'| < 1.13.
+    magnitude = a.double().abs() @ b.double().abs() + bias.double().abs()
+    allowed = 2 ** -10 * want.abs() + 2 ** -24 + 1.13 * (k + 1) * 2 ** -23 * magnitude
+    excess = (c.double() - want).abs() - allowed
+    assert (excess <= 0).all(), f"{int((excess > 0).sum())} outputs beyond the bound"
 
 
 # ------------------------------------------------------------------------ [1, N] / [M, 1]
