@@ -256,6 +256,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     epilogue = compiled.kernel.schedule.epilogue
     if epilogue is not None and epilogue.via == "tma":
         text += " TMA-store epilogue"
+    elif epilogue is not None and epilogue.via == "rows":
+        text += " row-store epilogue"
     if compiled.options.swizzle == "off":
         text += " swizzle off"
     if compiled.options.split_k > 1:
