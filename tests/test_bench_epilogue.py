@@ -81,7 +81,8 @@ def test_tilec_runs_the_gelu_sample_in_the_products_tuned_configuration():
     assert contender.unsupported(epilogue.EpilogueCase(8, 8, 8, "bf16")) == \
         "no bf16 epilogue sample"
     assert contenders.tuned_config(epilogue.EpilogueCase(4096, 4096, 4096, "f16").product(),
-                              "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3)
+                              "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3,
+                                                raster_group=16)
 
 
 @pytest.mark.parametrize("argv, message", [
