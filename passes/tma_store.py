@@ -20,6 +20,13 @@ TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one sto
 in shared memory. The CPU semantics are the
 store's own: TMA skips out-of-bounds elements as the masked store does.
 
+Unit-stride rows that are not 16-byte aligned (C of 4095x4097: 2-byte aligned rows) are
+staged all the same, marked ``via = "rows"`` (no tensor map): after the staging writes the
+consumers copy the tile out a row at a time, each warp instruction 64 contiguous bytes of
+one row (:func:`tilec.families.tma._store_rows`), where direct stores from the accumulator
+layout scatter 2- or 4-byte pieces over 8 rows per instruction. On an H100 that scatter,
+not the products, set the time of 8x4095x4097x128 (benchmarks/NOTES.md, session 9).
+
 Before / after::
 
     tile.store %C, %5, %6, %c {masked = [true, true]}
@@ -62,7 +69,10 @@ def addressing_problem(layout: DistributedLayout) -> Optional[str]:
     return None
 
 
-def _store_problem(kernel: Kernel, store: Op, options: Options) -> Optional[str]:
+def _store_problem(kernel: Kernel, store: Op, options: Options,
+                   aligned: bool = True) -> Optional[str]:
+    """Why the store cannot go through the staging tile (None when it can); ``aligned``:
+    to TMA, which needs C's rows 16-byte aligned (else: to the consumers' row stores)."""
     value = store.operands[-1]
     vtype: TileType = value.type
     layout = vtype.layout
@@ -78,7 +88,8 @@ def _store_problem(kernel: Kernel, store: Op, options: Options) -> Optional[str]
                 "or a vector)")
     spec = options.spec.tensor(param.name, param.type.rank, elem_bytes)
     # The rows' unit-stride dim: the last, of a matrix or of a batch of them (3-D map).
-    if spec.contiguous_dim != param.type.rank - 1 or spec.vec_elems * elem_bytes < 16:
+    if (spec.contiguous_dim != param.type.rank - 1
+            or aligned and spec.vec_elems * elem_bytes < 16):
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
     problem = addressing_problem(layout)
@@ -120,6 +131,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         return kernel
     store = stores[0]
     problem = _store_problem(kernel, store, options)
+    # C's rows not 16-byte aligned: staged all the same, the consumers store the rows.
+    via = "tma" if problem is None else "rows"
+    if problem is not None and _store_problem(kernel, store, options, aligned=False) is None:
+        problem = None
     bm, bn, _ = kernel.schedule.tiling.block
     elem_bytes = store.operands[-1].type.dtype.bytes
     staging = bm * bn * elem_bytes
@@ -134,8 +149,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                                                                       reason=problem))
         return kernel
     inner = SLAB_BYTES // elem_bytes
-    store.attrs.update(via="tma", tensor=_stored_param(kernel, store).name, box=[inner, bm],
-                       slabs=bn // inner, coords=[1, 0])
+    # "rows" has no tensor map: the consumers address C themselves.
+    tensor = {"tensor": _stored_param(kernel, store).name} if via == "tma" else {}
+    store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0])
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
-        "tma", staging, (inner, bm), bn // inner))
+        via, staging, (inner, bm), bn // inner))
     return kernel

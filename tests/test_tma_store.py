@@ -19,7 +19,7 @@ from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import run_pipeline
 from tilec.passes.tma_store import addressing_problem
 
-from .test_ptxas import load_sample
+from .test_ptxas import HOPPER_DIAGNOSTICS, load_sample, run_ptxas
 
 ALIGNED = Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
                         ("C", TensorSpec(1, 8))))
@@ -60,7 +60,7 @@ def test_a_16_bit_output_goes_through_shared_memory_and_tma():
     (lambda: load_sample("matmul", "f16"), dict(BM=128, BN=256, BK=64), "C is f32"),
     (f16_out, dict(stages=4), "does not fit beside the ring"),
     (f16_out, dict(spec=Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
-                                      ("C", TensorSpec(1, 1))))), "16-byte aligned rows"),
+                                      ("C", TensorSpec(None, 1))))), "16-byte aligned rows"),
 ])
 def test_other_stores_stay_direct_and_say_why(function, options, reason):
     options = dict(options)
@@ -164,3 +164,100 @@ def test_the_pass_leaves_its_input_alone():
     assert print_kernel(kernel, locs=True) == before and kernel.schedule == schedule
     assert result is not kernel and is_tma_store(store_of(result))
 
+
+
+# -- C's rows not 16-byte aligned: staged, then stored a row at a time (via = rows) ---------
+
+MISALIGNED_C = Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
+                             ("C", TensorSpec(1, 1))))
+
+
+def test_misaligned_output_rows_are_staged_and_stored_by_rows():
+    kernel = lowered(f16_out(), spec=MISALIGNED_C)
+    store = store_of(kernel)
+    assert store.attrs["via"] == "rows" and not is_tma_store(store)
+    assert "tensor" not in store.attrs  # no tensor map: TMA cannot address C
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.staging_bytes) == ("rows", 65536)
+    assert "#epilogue = {via = rows, staging = 65536 bytes}" in print_kernel(kernel)
+
+
+def test_the_row_stores_write_64_contiguous_bytes_a_warp_instruction():
+    compiled = f16_out().compile(arch="sm_90a", stages=3, spec=MISALIGNED_C, **TILE)
+    text = compiled.ptx
+    assert "bulk_group" not in text and "C_tensor_map" not in text
+    tail = text[text.index("cvt.rn.f16.f32"):]
+    assert len(re.findall(r"st\.shared\.b32", tail)) == 64  # staged as for TMA
+    meet, loop = tail.index("bar.sync 1, 256;"), tail.index("$L_rows_")
+    assert tail.index("st.shared.b32") < meet < loop
+    body = tail[loop:tail.index("$L_rows_done", loop + 1)]
+    # Per row: 4 slabs of 64 columns, each two half slabs of 32 lanes; lane l's half-slab
+    # stores sit 32 elements apart (64 bytes), masked by column.
+    stores = re.findall(r"@%p\d+ st\.global\.b16 \[%rd\d+\+(\d+)\]", body)
+    assert [int(offset) for offset in stores] == [64 * part for part in range(8)]
+    assert len(re.findall(r"ld\.shared\.b16", body)) == 8
+    assert "add.s32 %r" in body and "bar.sync" not in body
+
+
+def test_the_row_store_addresses_follow_the_staging_swizzle():
+    """The loop's shared addresses (row r, lane l, half h of slab s): slab s, row r, chunk
+    (l / 8 + 4h) ^ (r % 8), element l % 8, as staging_layout places column 64s + 32h + l."""
+    rows = 128
+    layout = staging_layout(rows, 256, 2)
+    for r in range(16):
+        for lane in range(32):
+            within = (((lane >> 3) ^ (r & 7)) << 4) | ((lane & 7) << 1)
+            for part in range(8):
+                slab, half = divmod(part, 2)
+                offset = r * 128 + (within ^ 64 if half else within) + slab * rows * 128
+                assert offset == 2 * layout.offset(r, 64 * slab + 32 * half + lane)
+
+
+def test_a_persistent_kernel_meets_before_reusing_the_staging_tile_for_row_stores():
+    text = f16_out().compile(arch="sm_90a", stages=4, spec=MISALIGNED_C, persistent=True,
+                             BM=128, BN=128, BK=64).ptx
+    consumers = text[text.index("$L_consumers"):]
+    tile_loop = consumers[consumers.index("$L_tiles"):]
+    assert tile_loop.index("bar.sync 1, 256;") < tile_loop.index("st.shared.b32")
+    assert "cp.async.bulk.wait_group" not in text
+
+
+def test_the_row_store_kernel_computes_the_product_on_the_cpu():
+    kernel = lowered(f16_out(), spec=MISALIGNED_C)
+    rng = np.random.default_rng(5)
+    M, N, K = 130, 301, 150
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, dtype=np.float16)
+    run_kernel(kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.isnan(c).any()
+    assert float(np.linalg.norm(c - want) / np.linalg.norm(want)) < 1e-3
+
+
+ROW_STORE_KERNELS = [
+    # bmm.py with f16 C (the 8x4095x4097x128 bench row's kernel) and its 3-D C, one tile a
+    # block; samples/matmul.py's 2-D C in a persistent kernel.
+    (True, dict(BM=128, BN=256, BK=64, stages=3)),
+    (True, dict(BM=64, BN=128, BK=64, stages=6)),
+    (True, dict(BM=128, BN=128, BK=64, stages=4)),
+    (False, dict(BM=128, BN=128, BK=64, stages=4, persistent=True)),
+]
+
+
+@pytest.mark.parametrize("batched, tiles", ROW_STORE_KERNELS,
+                         ids=["bmm-128x256", "bmm-64x128", "bmm-128x128", "matmul-persistent"])
+def test_row_store_kernels_assemble_without_spills(tmp_path, batched, tiles):
+    rank = 3 if batched else 2
+    spec = Spec(tensors=tuple((name, TensorSpec(rank - 1, 8 if name != "C" else 1))
+                              for name in "ABC"))
+    compiled = sample_kernel("bf16", "bf16", batched=batched).compile(
+        arch="sm_90a", spec=spec, **tiles)
+    assert compiled.kernel.schedule.epilogue.via == "rows"
+    path = tmp_path / "rows.ptx"
+    path.write_text(compiled.ptx, encoding="utf-8")
+    result = run_ptxas(path, "sm_90a")
+    assert result.returncode == 0, result.log
+    assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
+    spills = re.findall(r"(\d+) bytes spill stores", result.log)
+    assert spills and set(spills) == {"0"}, result.log

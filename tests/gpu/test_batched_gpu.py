@@ -195,3 +195,62 @@ def test_wgmma_ragged_k_reads_zeros_not_the_next_batch(hopper, dtype):
     options = dict(arch="sm_90a", **HOPPER_TILES[0])
     check(function, a, b, c, TOLERANCE[dtype], **options)
     assert_loads_with_3d_tma(function, a, b, c, **options)
+
+
+# -- C's rows not 16-byte aligned: staged, then stored a row at a time (via = rows) -----------
+
+def assert_row_store_epilogue(function, a, b, c, **options) -> None:
+    launch = function.prepare(a, b, c, **options)
+    assert launch.compiled.kernel.schedule.epilogue.via == "rows"
+    assert "ld.shared.b16" in launch.compiled.ptx and "wgmma.mma_async" in launch.compiled.ptx
+
+
+ROW_STORE_TILES = [dict(BM=128, BN=256, BK=64, stages=3), dict(BM=64, BN=128, BK=64, stages=6),
+                   dict(BM=128, BN=128, BK=64, stages=4)]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("tiles", ROW_STORE_TILES, ids=["128x256x64", "64x128x64", "128x128x64"])
+@pytest.mark.parametrize("shape", [(3, 1000, 1003, 128), (2, 129, 4097, 64), (5, 64, 67, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_wgmma_16_bit_outputs_with_misaligned_rows(hopper, shape, tiles, dtype):
+    """N odd: C's rows are 2-byte aligned, so TMA cannot store them; the consumers copy the
+    staged tile out a row at a time, masking the last columns (N) and stopping at the last
+    row (M) of each batch, never writing into the next batch's rows."""
+    function = bmm(dtype, dtype)
+    a, b, c = operands(*shape, dtype, out=dtype)
+    options = dict(arch="sm_90a", **tiles)
+    check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
+    assert_row_store_epilogue(function, a, b, c, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_row_stores_into_an_odd_address_view_leave_its_neighbours_alone(hopper, dtype):
+    """C a view starting one element into its storage (a 2-byte aligned address) with rows of
+    N + 3 elements: the elements around each row must keep their sentinel."""
+    batches, m, n, k = 3, 1000, 1000, 64
+    function = bmm(dtype, dtype)
+    a, b, _ = operands(batches, m, n, k, dtype, out=dtype)
+    storage = torch.full((batches, m, n + 3), 7.0, device="cuda", dtype=TORCH[dtype])
+    c = storage[:, :, 1:n + 1]
+    c.fill_(float("nan"))
+    options = dict(arch="sm_90a", **ROW_STORE_TILES[0])
+    check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
+    assert_row_store_epilogue(function, a, b, c, **options)
+    assert bool((storage[:, :, 0] == 7).all()) and bool((storage[:, :, n + 1:] == 7).all())
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_2d_matmul_with_misaligned_output_rows(hopper, persistent):
+    """samples/matmul.py with f16 C of 4097 columns (the 4095x4097x4093 bench shape's C),
+    one tile a block and persistent blocks (the staging tile reused across tiles)."""
+    from tilec.benchmarking.contenders import sample_kernel
+    m, n, k = 1000, 4097, 200
+    a, b = randn((m, k), "f16"), randn((k, n), "f16")
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    function = sample_kernel("f16", "f16")
+    options = dict(arch="sm_90a", BM=128, BN=128, BK=64, stages=4, persistent=persistent)
+    function(a, b, c, **options)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < 2 * TOLERANCE["f16"]
+    assert_row_store_epilogue(function, a, b, c, **options)

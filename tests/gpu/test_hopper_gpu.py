@@ -279,18 +279,20 @@ def test_the_tma_store_epilogue_clips_at_the_edges(shape, tiles, persistent, dty
     assert TMA_STORE in compiled.ptx, compiled.kernel.schedule.epilogue
 
 
-def test_an_unaligned_c_is_stored_directly():
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_an_unaligned_c_is_staged_and_stored_by_rows(persistent):
     """N = 1003: C's rows are not 16-byte aligned, so TMA cannot address them; the kernel
-    stores from registers, and says why."""
+    stages the tile all the same and its consumers store it a row at a time, and says so."""
     function = matmul_with_c_as_inputs("f16")
     a, b = randn((200, 64), "f16"), randn((64, 1003), "f16")
     c = torch.full((200, 1003), float("nan"), device="cuda").to(torch.float16)
-    function(a, b, c, arch=ARCH, stages=3, **TILES[0])
+    options = dict(arch=ARCH, stages=3, persistent=persistent, **TILES[0])
+    function(a, b, c, **options)
     torch.cuda.synchronize()
     assert rel_error(c, a.double() @ b.double()) < 2 * TOLERANCE["f16"]
-    compiled = function.prepare(a, b, c, arch=ARCH, stages=3, **TILES[0]).compiled
+    compiled = function.prepare(a, b, c, **options).compiled
     assert TMA_STORE not in compiled.ptx
-    assert "16-byte aligned" in compiled.kernel.schedule.epilogue.reason
+    assert compiled.kernel.schedule.epilogue.via == "rows"
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -151,10 +151,21 @@ TUNED = {
     # step (one run, round robin, f16 / bf16 against cuBLAS): 4096^3 0.987 / 0.987 against
     # one tile a block 0.966 / 0.963, 8192^3 1.018 / 1.032 against 0.999 / 1.000; with
     # cluster=2 0.973 / 0.970, 1.012 / 1.028; raster group 8 0.986 / 0.984, 1.024 / 1.013.
+    # Batched 32x1024x1024x1024 f16 (H100, two rounds, us): 128x256x64 st3 119.5-121.3
+    # (raster 1, 8 or 16 alike), 256x128x64 st3 129, 128x128x64 st4/st5/st6 135-139,
+    # 64x128x64 st6 175, 128x256x64 st4 (direct stores: no room to stage) 210; cuBLAS
+    # 105-107: 0.88x, the per-tile fill and epilogue at 16 K steps a tile, which only a
+    # persistent kernel would hide (batched rows run one tile a block).
+    #
     ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                              persistent=True),
     ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
     ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
+    # Batched ragged rows take this too: 8x4095x4097x128 f16 (H100, two rounds, C's rows
+    # 2-byte aligned so staged and stored by rows, B packed): 128x256x64 st3 216-221 us
+    # (raster 16 the same), 128x128x64 st3/st4 and 128x128x128 st2 247-254, 64x256x64 st4
+    # 253, 64x128x64 st6 340-346; cuBLAS 401-407. Reading B in place instead of packing it
+    # (mma.sync, 2-byte copies) 690-874 us. benchmarks/NOTES.md, session 9.
     ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
     # The 8-bit families (int8 on every target, fp8 on sm_90/sm_90a; wgmma declines 8-bit
@@ -276,6 +287,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
     epilogue = compiled.kernel.schedule.epilogue
     if epilogue is not None and epilogue.via == "tma":
         text += " TMA-store epilogue"
+    elif epilogue is not None and epilogue.via == "rows":
+        text += " row-store epilogue"
     if compiled.options.swizzle == "off":
         text += " swizzle off"
     if compiled.options.split_k > 1:

@@ -295,12 +295,12 @@ def _cluster_sync(ctx: Context, op: Op) -> None:
     ctx.w.emit("barrier.cluster.wait.acquire.aligned;")
 
 
-def _store_tile(ctx: Context, op: Op) -> None:
-    """A ``tile.store {via = tma}``, emitted a chunk of registers at a time: each thread
-    writes its register pairs into the staging tile, in TMA's 128-byte swizzle; after the
-    last chunk the consumers fence their writes for the async proxy and meet, and thread 0
-    stores one box per slab, then waits for the stores to have read the staging tile (a
-    persistent kernel waits before the next tile's first write, and after its last)."""
+def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str]:
+    """The staging part of a store through shared memory, emitted a chunk of registers at a
+    time: each thread writes its register pairs into the staging tile, in TMA's 128-byte
+    swizzle. Returns the staging tile's address after the last chunk (None before it).
+    ``reuse_wait``: what a persistent kernel's leader waits for before the next tile's
+    first write overwrites the staging tile (then all consumers meet)."""
     w = ctx.w
     value = op.operands[-1]
     layout = value.type.layout
@@ -309,8 +309,8 @@ def _store_tile(ctx: Context, op: Op) -> None:
     roles = ctx.kernel.schedule.roles
     box = Box.of(op)
     state = ctx.op_state.setdefault(op, {})
-    leader = _thread_is(ctx, None, 0)
-    meet = f"bar.sync {CONSUMER_BARRIER}, {roles.consumer_threads};"
+    # The leader's predicate first (its registers' numbering is the golden PTX's).
+    leader = _thread_is(ctx, None, 0) if reuse_wait else None
     rows, cols = value.type.shape
     if "staging" not in state:
         offset = -(-ctx.smem_bytes // STAGING_ALIGN) * STAGING_ALIGN
@@ -318,11 +318,11 @@ def _store_tile(ctx: Context, op: Op) -> None:
         state["staging"] = offset
         if roles.persistent:
             # The previous tile's stores must have read the staging tile.
-            w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
-            w.emit(meet)
-            if not ctx.after_tiles:
-                ctx.after_tiles.append(
-                    lambda: w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;"))
+            if leader is not None:
+                w.emit(f"@{leader} {reuse_wait}")
+            w.emit(_consumers_meet(ctx))
+            if leader is not None and not ctx.after_tiles:
+                ctx.after_tiles.append(lambda: w.emit(f"@{leader} {reuse_wait}"))
     # Element (row, col) sits at slab col / S, row, chunk (col % S) / 8 ^ row % 8: the
     # thread's row modulo 8 is the same in all its registers (tma_store checked), so the
     # XOR is per thread and per chunk, and the rest of the offset an immediate. The
@@ -353,9 +353,31 @@ def _store_tile(ctx: Context, op: Op) -> None:
         w.emit(f"mov.b32 {packed}, {{{regs[index]}, {regs[index + 1]}}};")
         w.emit(f"st.shared.b32 [{chunks[chunk]}+{immediate}], {packed};")
     if ctx.active is not None and ctx.active.stop < len(offsets):
+        return None
+    return staging
+
+
+def _consumers_meet(ctx: Context) -> str:
+    return f"bar.sync {CONSUMER_BARRIER}, {ctx.kernel.schedule.roles.consumer_threads};"
+
+
+def _store_tile(ctx: Context, op: Op) -> None:
+    """A ``tile.store {via = tma}``: the registers into the staging tile
+    (:func:`_stage_registers`); after the last chunk the consumers fence their writes for
+    the async proxy and meet, and thread 0 stores one box per slab, then waits for the
+    stores to have read the staging tile (a persistent kernel waits before the next tile's
+    first write, and after its last)."""
+    w = ctx.w
+    roles = ctx.kernel.schedule.roles
+    staging = _stage_registers(ctx, op, reuse_wait="cp.async.bulk.wait_group.read 0;")
+    if staging is None:
         return
+    value = op.operands[-1]
+    eb = value.type.dtype.bytes
+    box = Box.of(op)
+    leader = _thread_is(ctx, None, 0)
     w.emit("fence.proxy.async.shared::cta;")
-    w.emit(meet)
+    w.emit(_consumers_meet(ctx))
     tensor_map = _tensor_map(ctx, op.attrs["tensor"])
     coords = [ctx.get(v) for v in op.operands[1:3]]
     inner, outer = coords[box.coords[0]], coords[box.coords[1]]
@@ -371,6 +393,94 @@ def _store_tile(ctx: Context, op: Op) -> None:
         # with it; their writes to global memory complete with the grid (CUTLASS's
         # tma_store_wait<0> is this .read form too).
         w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
+
+
+def _store_rows(ctx: Context, op: Op) -> None:
+    """A ``tile.store {via = rows}``: C's rows are not 16-byte aligned (TMA cannot address
+    them), so the consumers stage the tile as for TMA (:func:`_stage_registers`), meet, and
+    copy it out themselves a row at a time: warp w takes rows w, w + W, ... (W consumer
+    warps), lane l columns l and l + 32 of each 64-column slab, so each ``st.global.b16``
+    writes 64 contiguous bytes of one row. The accumulator layout's direct stores write 8
+    rows per instruction, 2 or 4 bytes each: at a shallow K (8x4095x4097x128) those partial
+    sectors, not the products, set the kernel's time. Rows past M end the warp's loop,
+    columns past N are masked."""
+    w = ctx.w
+    staging = _stage_registers(ctx, op)
+    if staging is None:
+        return
+    value = op.operands[-1]
+    eb = value.type.dtype.bytes
+    rows, _ = value.type.shape
+    box = Box.of(op)
+    roles = ctx.kernel.schedule.roles
+    warps = roles.consumer_threads // 32
+    tensor = ctx.get(op.operands[0])
+    row_off, col_off = (ctx.get(v) for v in op.operands[1:3])
+    masked = op.attrs.get("masked", [True, True])
+    w.emit(_consumers_meet(ctx))
+    lane, warp = ctx.lane_warp()
+    # Rows of this tile inside C: min(rows, M - row offset).
+    rows_left = str(rows)
+    if masked[0]:
+        m = _in_register(ctx, tensor.dims[0])
+        rows_left = ctx.int_op("min.s32", ctx.int_op("sub.s32", m, row_off), rows)
+    inside: dict[int, Optional[str]] = {}
+    col = ctx.int_op("add.s32", col_off, lane)
+    for part in range(box.slabs * 2):  # a half slab: 32 columns, one per lane
+        if not masked[1]:
+            inside[part] = None
+            continue
+        moved = ctx.int_op("add.s32", col, part * 32) if part else col
+        ok = w.reg("pred")
+        w.emit(f"setp.lt.s32 {ok}, {moved}, {_in_register(ctx, tensor.dims[1])};")
+        inside[part] = ok
+    # The thread's first element in global memory, and the step to its warp's next row.
+    row = ctx.int_op("add.s32", row_off, warp)
+    stride = tensor.strides[0]
+    row_term = ctx.wide(row, stride)
+    col_term = ctx.wide(col, 1)
+    address = w.reg("b64")
+    w.emit(f"add.s64 {address}, {row_term}, {col_term};")
+    w.emit(f"mad.lo.s64 {address}, {address}, {eb}, {tensor.ptr};")
+    step = ctx.wide(_in_register(ctx, stride), warps * eb)
+    # Shared: lane l's column in a half slab is chunk l / 8 (the second half's chunk + 4,
+    # i.e. XOR 4), element l % 8; the chunk XORs the row modulo 8 (TMA's swizzle).
+    lane_chunk = ctx.int_op("shl.b32", ctx.int_op("shr.u32", lane, 3), 4)
+    lane_low = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 7), eb.bit_length() - 1)
+    r = w.reg("b32")
+    w.emit(f"mov.u32 {r}, {warp};")
+    more = w.reg("pred")
+    loop, done = w.label("rows"), w.label("rows_done")
+    w.emit(f"setp.ge.s32 {more}, {r}, {rows_left};")
+    w.emit(f"@{more} bra {done};")
+    w.raw(f"{loop}:")
+    row_bits = ctx.int_op("shl.b32", ctx.int_op("and.b32", r, 7), 4)
+    swizzled = ctx.int_op("xor.b32", lane_chunk, row_bits)
+    within = ctx.int_op("or.b32", swizzled, lane_low)
+    row_start = ctx.mad(r, box.inner * eb, staging)
+    first = ctx.int_op("add.s32", row_start, within)
+    second = ctx.int_op("add.s32", row_start, ctx.int_op("xor.b32", within, 4 << 4))
+    slab_bytes = rows * box.inner * eb
+    for part in range(box.slabs * 2):
+        slab, half = divmod(part, 2)
+        element = w.reg("b16")
+        w.emit(f"ld.shared.b16 {element}, [{(second if half else first)}+{slab * slab_bytes}];")
+        guard = f"@{inside[part]} " if inside[part] else ""
+        w.emit(f"{guard}st.global.b16 [{address}+{part * 32 * eb}], {element};")
+    w.emit(f"add.s32 {r}, {r}, {warps};")
+    w.emit(f"add.s64 {address}, {address}, {step};")
+    w.emit(f"setp.lt.s32 {more}, {r}, {rows_left};")
+    w.emit(f"@{more} bra {loop};")
+    w.raw(f"{done}:")
+
+
+def _in_register(ctx: Context, value: Any) -> str:
+    """A size or stride as a register (an immediate one moved into one)."""
+    if not isinstance(value, int):
+        return value
+    reg = ctx.w.reg("b32")
+    ctx.w.emit(f"mov.u32 {reg}, {value};")
+    return reg
 
 
 def _ring_base(ctx: Context, op: Op) -> None:
@@ -773,7 +883,7 @@ class TmaFamily(MovementFamily):
         return []  # TMA writes become visible through their mbarrier, not bar.sync
 
     def store_emitters(self) -> Mapping[str, Emitter]:
-        return {"tma": _store_tile}
+        return {"tma": _store_tile, "rows": _store_rows}
 
     def kernel_params(self, kernel: Kernel) -> tuple[AbiParam, ...]:
         tensors = dict.fromkeys(op.attrs["tensor"] for op in kernel.walk()

@@ -145,7 +145,9 @@ class EpiloguePlan:
     """How the consumers write their output tile: ``via = "tma"``, into a ``staging_bytes``
     shared tile (TMA's 128-byte swizzled slabs) that one thread stores with TMA, a box of
     ``box`` (inner, outer elements) per slab; or ``via = "direct"``, each thread storing its
-    own registers to global memory, for the ``reason`` given."""
+    own registers to global memory, for the ``reason`` given; or ``via = "rows"``, staged
+    as for TMA, then stored a row at a time by the consumers (C's rows not 16-byte
+    aligned: TMA cannot address them)."""
 
     via: str
     staging_bytes: int = 0
@@ -157,6 +159,8 @@ class EpiloguePlan:
         if self.via == "tma":
             return (f"{{via = tma, staging = {self.staging_bytes} bytes, {self.slabs} boxes of "
                     f"{self.box[0]}x{self.box[1]}}}")
+        if self.via == "rows":
+            return f"{{via = rows, staging = {self.staging_bytes} bytes}}"
         return f"{{via = direct, reason = {self.reason!r}}}"
 
 

@@ -314,6 +314,10 @@ def _epilogue_text(plan) -> str:
         return (f"registers -> staging tile sC in shared memory (st.shared, TMA's 128-byte "
                 f"swizzle) -> {plan.slabs} TMA stores of {plan.box[0]}x{plan.box[1]} "
                 "(cp.async.bulk.tensor, one thread; TMA clips the tile at the edges)")
+    if plan.via == "rows":
+        return ("registers -> staging tile sC in shared memory (st.shared, 128-byte swizzle) "
+                "-> the consumers store it a row at a time (st.global.b16, 64 contiguous bytes "
+                "a warp instruction; C's rows are not 16-byte aligned, so not TMA)")
     return f"each thread stores its registers (st.global): not through TMA, as {plan.reason}"
 
 
