@@ -141,8 +141,10 @@ def test_the_conversion_ptx_is_exact_for_every_byte_pair(product) -> None:
     ("sm_86", dict(BM=32, BN=64, BK=64), dict(stages=2, warps=(1, 2))),
     ("sm_90a", {}, {}),
     ("sm_80", dict(BM=64, BN=32, BK=32), dict(swizzle="off", stages=1)),
+    ("sm_90", dict(BM=32, BN=64, BK=128), dict(stages=4, warps=(1, 2))),  # bench's skinny
 ])
-def test_the_lowered_kernel_matches_float64(activations, arch, consts, opts) -> None:
+@pytest.mark.parametrize("shape", [(70, 45, 100), (33, 50, 77)])  # odd K: a pair straddles it
+def test_the_lowered_kernel_matches_float64(activations, arch, consts, opts, shape) -> None:
     kernel = run_pipeline(sample(activations).lower(**consts),
                           Options(arch=arch, **opts)).kernel
     plan = kernel.schedule.tiling
@@ -153,7 +155,7 @@ def test_the_lowered_kernel_matches_float64(activations, arch, consts, opts) -> 
     buffers = [op.result.type.dtype for op in kernel.walk() if op.name == "smem.alloc"]
     assert buffers[1] == I8  # W's shared tile stays 8-bit
     rng = np.random.default_rng(5)
-    M, N, K = 70, 45, 100
+    M, N, K = shape
     a, a_exact, w, scale = operands(rng, M, N, K, activations)
     out_dtype = np.float16 if activations == "f16" else np.uint16
     c = np.zeros((M, N), dtype=out_dtype)
