@@ -248,3 +248,21 @@ def test_both_operands_converted_an_f16_a_and_i8_weights_into_bf16() -> None:
     want = a_used @ w.T.astype(np.float64)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)
     assert not np.allclose(c, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_the_race_checker_sees_the_byte_loads(stages) -> None:
+    """frag.ldbytes reads W's shared stages: the hazard checker traces each read (and the
+    compiler's schedule passes it); a refill with no barrier after them is a race."""
+    from tilec.analysis.hazards import HazardError, check_schedule, main_loop, simulate
+    from tilec.ir.core import clone_kernel
+    kernel = clone_kernel(sample().compile(stages=stages).kernel)
+    check_schedule(kernel)
+    reads = [e for e in simulate(kernel, 3).events if e.op.name == "frag.ldbytes"]
+    assert reads and all(e.buffer_name == "sB" for e in reads)
+    assert "frag.ldbytes of operand B (k0 = 0) reading sB stage 0" in reads[0].describe()
+    body = main_loop(kernel).regions[0].ops
+    for op in [op for op in body if op.name == "gpu.barrier"]:
+        body.remove(op)
+    with pytest.raises(HazardError):
+        check_schedule(kernel)
