@@ -266,3 +266,12 @@ def test_the_race_checker_sees_the_byte_loads(stages) -> None:
         body.remove(op)
     with pytest.raises(HazardError):
         check_schedule(kernel)
+
+
+def test_viz_refuses_the_byte_loaded_operand_naming_its_loads() -> None:
+    """viz's ldmatrix bank maps would misdraw W's u16 reads: the family says so instead."""
+    from tilec.tools import viz
+    plan = sample().compile(arch="sm_80").kernel.schedule.tiling
+    with pytest.raises(ValueError, match=r"kernel 'w8a16' uses int8 weights read two bytes a "
+                                         r"register \(f16 tiles: ldmatrix of A, ld\.shared\.u16"):
+        viz.require_mma(plan, "w8a16")

@@ -27,7 +27,7 @@ from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, confl
 from . import byte_operands
 from .fragments_common import operand_offset, relative_address
 from .product import (ExplainShape, ExplainText, ProductFamily, check_fragment_load,
-                      check_product, instruction_tile_text)
+                      check_product, instruction_tile_text, not_drawn)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -654,6 +654,11 @@ class MmaSync(ProductFamily):
         return instruction_tile_text(h)
 
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        if any(self.byte_loaded(op_plan) for op_plan in plan.operands):
+            # Its ldmatrix bank maps would misdraw the byte pairs frag.ldbytes reads.
+            return not_drawn(plan, kernel, "int8 weights read two bytes a register",
+                             "ldmatrix of A, ld.shared.u16 of B (frag.ldbytes), "
+                             "mma.sync m16n8k16")
         return None  # viz draws this family's ldmatrix bank maps and fragments
 
 
