@@ -142,6 +142,7 @@ def test_the_conversion_ptx_is_exact_for_every_byte_pair(product) -> None:
     ("sm_90a", {}, {}),
     ("sm_80", dict(BM=64, BN=32, BK=32), dict(swizzle="off", stages=1)),
     ("sm_90", dict(BM=32, BN=64, BK=128), dict(stages=4, warps=(1, 2))),  # bench's skinny
+    ("sm_90a", dict(BM=32, BN=64, BK=64), dict(stages=4, warps=(1, 2), split_k=2)),
 ])
 @pytest.mark.parametrize("shape", [(70, 45, 100), (33, 50, 77)])  # odd K: a pair straddles it
 def test_the_lowered_kernel_matches_float64(activations, arch, consts, opts, shape) -> None:

@@ -22,7 +22,10 @@ SHAPES = [(1, 1, 1), (16, 8192, 8192), (127, 129, 65), (1000, 1003, 77), (333, 5
           (4096, 4096, 4096)]
 CONFIGS = [dict(), dict(stages=1), dict(stages=4), dict(swizzle="off"),
            dict(BM=64, BN=64, BK=32), dict(BM=128, BN=256, BK=64, warps=(2, 4)),
-           dict(BM=32, BN=128, BK=128, warps=(1, 4))]
+           dict(BM=32, BN=128, BK=128, warps=(1, 4)),
+           # the bench's skinny tile (tilec/benchmarking/w8a16.py), and split in K
+           dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2)),
+           dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2), split_k=2)]
 TORCH = {"f16": "float16", "bf16": "bfloat16"}
 
 
