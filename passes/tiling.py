@@ -2,7 +2,8 @@
 
 Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.load``s
 directly inside a top-level K loop; a load may be converted first (``tile.cast`` between f16
-and bf16, :data:`tilec.ir.ops.OPERAND_CONVERSIONS`), which is then done in registers.
+and bf16, or of i8 weights, operand B stored k contiguous, to either:
+:data:`tilec.ir.ops.OPERAND_CONVERSIONS`), which is then done in registers.
 
 Produces:
 - ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and
@@ -15,7 +16,8 @@ Produces:
   two are folded and grouped, the batch launched on CUDA's y).
 - for a converted operand: its buffer in the stored dtype, the cast dropped, the dot's
   ``product_dtype`` attribute and the operand plan's ``source`` (the fragments pass converts
-  each fragment with ``frag.cvt``; wgmma declines the block).
+  each fragment with ``frag.cvt``, after ``frag.ldbytes`` for an i8 one; wgmma declines the
+  block).
 
 Before::
 
