@@ -71,9 +71,16 @@ def _expand_dot(dot: Op, plan: TilingPlan, acc_type: TileType) -> list[Op]:
     b = Builder(Block(), dot.loc)
     steps = bk // step_k
 
+    def load_op(view: Value) -> str:
+        # An 8-bit operand of a 16-bit product (w8a16) has its own fragment load.
+        converted = view.type.dtype != dtype and view.type.dtype.bytes == 1
+        return family.byte_load_op if converted else family.load_op
+
     def load(step: int) -> tuple[Value, Value]:
-        fa = b.value(family.load_op, [view_a], a_type, f"a{step}", operand="A", k0=step * step_k)
-        fb = b.value(family.load_op, [view_b], b_type, f"b{step}", operand="B", k0=step * step_k)
+        fa = b.value(load_op(view_a), [view_a], a_type, f"a{step}", operand="A",
+                     k0=step * step_k)
+        fb = b.value(load_op(view_b), [view_b], b_type, f"b{step}", operand="B",
+                     k0=step * step_k)
         # An operand stored in another dtype (tiling's OperandPlan.source) is converted in
         # its registers; the loads stay first, side by side, for the pipelining below.
         converted = [b.value("frag.cvt", [f], f.type.with_(dtype=dtype), f"{f.hint}_cvt",

@@ -2,7 +2,8 @@
 
 Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.load``s
 directly inside a top-level K loop; a load may be converted first (``tile.cast`` between f16
-and bf16, :data:`tilec.ir.ops.OPERAND_CONVERSIONS`), which is then done in registers.
+and bf16, or of i8 weights, operand B stored k contiguous, to either:
+:data:`tilec.ir.ops.OPERAND_CONVERSIONS`), which is then done in registers.
 
 Produces:
 - ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and
@@ -15,7 +16,8 @@ Produces:
   two are folded and grouped, the batch launched on CUDA's y).
 - for a converted operand: its buffer in the stored dtype, the cast dropped, the dot's
   ``product_dtype`` attribute and the operand plan's ``source`` (the fragments pass converts
-  each fragment with ``frag.cvt``; wgmma declines the block).
+  each fragment with ``frag.cvt``, after ``frag.ldbytes`` for an i8 one; wgmma declines the
+  block).
 
 Before::
 
@@ -38,7 +40,7 @@ from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.ops import OPERAND_CONVERSIONS
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import ACCUMULATOR_DTYPES, TileType
+from tilec.ir.types import ACCUMULATOR_DTYPES, DType, TileType
 from tilec.ir.views import matrix_dim, view_source
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
@@ -153,7 +155,10 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     if regs > MAX_REGISTERS_PER_THREAD:
         fail(f"a {tm}x{tn} warp tile needs about {regs} registers per thread, more than "
              f"{MAX_REGISTERS_PER_THREAD}", hint="use more warps or a smaller block tile")
-    stage_bytes = (bm * bk + bk * bn) * plan.elem_bytes
+    # An operand converted in registers is stored in its own dtype (w8a16: i8 weights).
+    a_bytes, b_bytes = (DType.parse(op.source).bytes if op.source else plan.elem_bytes
+                        for op in plan.operands)
+    stage_bytes = bm * bk * a_bytes + bk * bn * b_bytes
     if stage_bytes * options.stages > options.smem_limit:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
              f"{stage_bytes * options.stages} bytes of shared memory; {options.arch} allows "
@@ -182,6 +187,13 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                               f"(converted operands: {supported})", cast.loc,
                               kernel.source_lines, f"pass {role} in {product} (convert the "
                               "array before the launch), or compute in the operand's dtype")
+            if stored.bytes == 1 and role == "A":
+                raise located(TileConfigError, f"operand A of `@` is stored in {stored} and "
+                              f"converted to {product} in the K loop: only the weights, "
+                              "operand B, may be 8-bit in a 16-bit product (w8a16)",
+                              cast.loc, kernel.source_lines, "quantize the weights, B "
+                              "(stored [N, K], read as W.T[k : +BK, n : +BN].to(f16)), and "
+                              "pass the activations A in f16 or bf16 (samples/w8a16.py)")
             if any(cast.result in op.operands for op in body.ops if op is not dot):
                 raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
                               "loop and used there again: the conversion happens in the "
@@ -214,9 +226,25 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
         vec = spec.vec_elems if contiguous_dim is not None else 1
         source = load.result.type.dtype.short if role in casts else ""
+        if role in casts and load.result.type.dtype.bytes == 1 and transposed != (role == "B"):
+            raise located(TileConfigError, f"operand {role} of `@` is stored in "
+                          f"{load.result.type.dtype} with n contiguous ('{name}' [K, N]): an "
+                          "8-bit operand converted in registers is read two adjacent k "
+                          "elements a register, so k must be contiguous",
+                          casts[role].loc, kernel.source_lines,
+                          f"store '{name}' as [N, K] (an nn.Linear weight) and read "
+                          f"{name}.T[k : +BK, n : +BN] (samples/w8a16.py)")
         operands.append(OperandPlan(role, name, layout, vec, source))
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
+    family = family_of(plan)
+    for op_plan in plan.operands:
+        if op_plan.source and DType.parse(op_plan.source).bytes == 1 \
+                and family.byte_load_op is None:
+            raise located(TileConfigError, f"operand {op_plan.role} is stored in "
+                          f"{op_plan.source} and converted in registers, which the "
+                          f"{family.name} family does not do", casts[op_plan.role].loc,
+                          kernel.source_lines, "let mma.sync take the block (the default)")
     accumulator = ACCUMULATOR_DTYPES[a_type.dtype]
     if acc.type.dtype != accumulator:
         raise located(TileConfigError, f"the accumulator of {a_type.dtype} products must be "

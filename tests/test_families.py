@@ -47,15 +47,16 @@ def small_plan(family: ProductFamily, k_major: dict[str, bool]) -> TilingPlan:
 
 def fragment_ops(family: ProductFamily) -> set[str]:
     """The ops a family defines: its fragment load (none when the product reads shared
-    memory itself, wgmma) and its product."""
-    return {family.load_op, family.product_op} - {None}
+    memory itself, wgmma), that of 8-bit operands it converts (mma's frag.ldbytes) and its
+    product."""
+    return {family.load_op, family.byte_load_op, family.product_op} - {None}
 
 
 def test_the_registry_lists_each_family_once_under_its_own_name() -> None:
     names = [family.name for family in FAMILIES]
     assert names == ["wgmma", "mma", "simt", "tf32", "wgmma8", "int8", "fp8"]
     assert all(family_named(family.name) is family for family in FAMILIES)
-    assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32")
+    assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32", "frag.ldbytes")
     assert PRODUCT_OPS == ("wgmma.mma", "frag.mma", "frag.fma")
 
 

@@ -193,6 +193,14 @@ OTHERS = [
     case("fp8_gemm", "f8e5m2", "sm_90", DIVISIBLE, BM=128, BN=256, BK=128, warps=(2, 4)),
     case("fp8_gemm", "f8e4m3", "sm_90a", RAGGED),
     case("fp8_gemm", "f8e5m2", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    # w8a16 (i8 weights W[N, K] converted to f16 in registers after frag.ldbytes'
+    # ld.shared.u16): mma.sync on every target, sm_90a too (wgmma declines converted operands).
+    case("w8a16", "f16", "sm_80"),
+    case("w8a16", "f16", "sm_86", RAGGED, stages=2),
+    case("w8a16", "f16", "sm_90", BM=64, BN=64, BK=32, warps=(1, 1), stages=4),
+    case("w8a16", "f16", "sm_90a", RAGGED),
+    case("w8a16", "f16", "sm_90a", (("M", 16), ("N", 8192), ("K", 8192)), BM=32, BN=64,
+         BK=128, stages=4, warps=(1, 2)),  # the bench's skinny row
     # Batched (bmm.py, a grid axis of batches): each base address moved by its batch.
     case("bmm", "f16", "sm_80"),
     case("bmm", "bf16", "sm_86", RAGGED),
@@ -356,7 +364,8 @@ def test_every_sample_is_covered() -> None:
     for path in SAMPLES.glob("*.py"):
         mine = [c for c in cases if c.sample == path.stem]
         text = path.read_text()
-        dtypes = ({"f16", "bf16", "f32"} if "A: f16[" in text
+        dtypes = ({"f16"} if "W: i8[" in text  # w8a16: f16 activations, int8 weights
+                  else {"f16", "bf16", "f32"} if "A: f16[" in text
                   else {"i8"} if "A: i8[" in text
                   else {"f8e4m3", "f8e5m2"} if "A: f8e4m3[" in text else {"f32"})
         assert {c.dtype for c in mine} == dtypes, path.stem

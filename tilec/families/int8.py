@@ -164,6 +164,7 @@ class Int8(MmaSync):
                                ("mma_order",))
     emitters = {"frag.ldmatrix": MmaSync.emitters["frag.ldmatrix"], "frag.mma": _mma}
     fragments = INT8_FRAGMENTS
+    byte_load_op = None  # 8-bit products read 8-bit fragments as stored
 
     def op_defs(self) -> tuple[OpDef, ...]:
         return (replace(FRAG_LDMATRIX, evaluate=execute_8bit_ldmatrix),

@@ -19,14 +19,15 @@ from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
 from tilec.ir.ops import OPERAND_CONVERSIONS, OpDef, check_fragment_result, require
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import BF16, F16, DType, TileType
+from tilec.ir.types import BF16, F16, I8, DType, TileType
 from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, conflict_degree,
                                  offset_relation, operand_extent, operand_k_major,
                                  operand_storage_coord, warps_along)
 
+from . import byte_operands
 from .fragments_common import operand_offset, relative_address
 from .product import (ExplainShape, ExplainText, ProductFamily, check_fragment_load,
-                      check_product, instruction_tile_text)
+                      check_product, instruction_tile_text, not_drawn)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -284,15 +285,31 @@ def _mma(ctx: Context, op: Op) -> None:
 # turning register {r} (two 16-bit elements) into {d}, {x} and {y} scratch (PTX ISA 9.7.9.21
 # cvt: cvt.rn.f16x2.f32 / .bf16x2.f32 d, a, b put a in the upper half, b in the lower; sm_80+).
 # Each element is widened exactly to f32, then rounded once to the product's dtype. A new
-# source (i8 or f8 weights) whose elements are 16 bits wide is one entry here and one in
-# tilec/ir/ops.py's OPERAND_CONVERSIONS; narrower ones also need their own shared tile and
-# fragment load (ldmatrix moves 16-bit elements).
+# source whose elements are 16 bits wide is one entry here and one in tilec/ir/ops.py's
+# OPERAND_CONVERSIONS; 8-bit ones also need their own fragment load (ldmatrix moves 16-bit
+# elements): frag.ldbytes (byte_operands.py) puts a register's two bytes in its low half.
+# {p} and {q} are b32 scratch.
 CONVERT_PTX: dict[tuple[DType, DType], tuple[str, ...]] = {
     # bf16 -> f32 is the bf16 bits in the upper half of an f32.
     (BF16, F16): ("shl.b32 {x}, {r}, 16;", "and.b32 {y}, {r}, 0xFFFF0000;",
                   "cvt.rn.f16x2.f32 {d}, {y}, {x};"),
     (F16, BF16): ("mov.b32 {{{lo}, {hi}}}, {r};", "cvt.f32.f16 {x}, {lo};",
                   "cvt.f32.f16 {y}, {hi};", "cvt.rn.bf16x2.f32 {d}, {y}, {x};"),
+    # i8 -> f16, the magic-number trick, exact: flipping the sign bit makes byte b = s + 128
+    # (0..255); prmt puts 0x64 above each (selector 0x4140: bytes 0, 4, 1, 4 of {p}:0x64646464),
+    # the f16 0x6400 | b = 1024 + b exactly (10 mantissa bits); subtracting 1152 (0x6480)
+    # leaves s, exactly. 3 instructions a register (plus a constant), where cvt.rn.f16.s8
+    # would take two cvts, a mov and a pack.
+    (I8, F16): ("xor.b32 {p}, {r}, 0x8080;", "mov.b32 {q}, 0x64646464;",
+                "prmt.b32 {p}, {p}, {q}, 0x4140;", "mov.b32 {q}, 0x64806480;",
+                "sub.rn.f16x2 {d}, {p}, {q};"),
+    # i8 -> bf16: bf16 has 8 significant bits, so 1024 + b does not fit (b needs 8 of them
+    # above the implicit one). The same trick in f32: 0x4B000000 | b is 2**23 + b, minus
+    # 2**23 + 128 is s, exactly; then cvt.rn.bf16x2.f32, exact (|s| <= 128).
+    (I8, BF16): ("xor.b32 {p}, {r}, 0x8080;", "mov.b32 {q}, 0x4B000000;",
+                 "prmt.b32 {x}, {p}, {q}, 0x7540;", "prmt.b32 {y}, {p}, {q}, 0x7541;",
+                 "sub.rn.f32 {x}, {x}, 0f4B000080;", "sub.rn.f32 {y}, {y}, 0f4B000080;",
+                 "cvt.rn.bf16x2.f32 {d}, {y}, {x};"),
 }
 
 
@@ -303,6 +320,8 @@ def _cvt(ctx: Context, op: Op) -> None:
         d, x, y = ctx.w.reg("b32"), ctx.w.reg("f32"), ctx.w.reg("f32")
         halves = {"lo": ctx.w.reg("b16"), "hi": ctx.w.reg("b16")} if any(
             "{lo}" in line for line in lines) else {}
+        if any("{p}" in line for line in lines):
+            halves.update(p=ctx.w.reg("b32"), q=ctx.w.reg("b32"))
         for line in lines:
             ctx.w.emit(line.format(d=d, r=r, x=x, y=y, **halves))
         out.append(d)
@@ -569,11 +588,14 @@ class MmaSync(ProductFamily):
     read_name = "ldmatrix"
     explain_text = ExplainText("ldmatrix.x4", "mma.sync", "warp", "ldmatrix", "mma", "pieces",
                                ("mma_order",))
-    emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.cvt": _cvt}
+    emitters = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.cvt": _cvt,
+                **byte_operands.EMITTERS}
+    byte_load_op = byte_operands.LOAD_OP
     fragments: ClassVar[MmaFragments] = MMA_FRAGMENTS  # how frag.mma unpacks them on the CPU
 
     def op_defs(self) -> tuple[OpDef, ...]:
-        return FRAG_LDMATRIX, replace(FRAG_MMA, evaluate=self.execute_product), FRAG_CVT
+        return (FRAG_LDMATRIX, replace(FRAG_MMA, evaluate=self.execute_product), FRAG_CVT,
+                byte_operands.FRAG_LDBYTES)
 
     def execute_product(self, state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
         """frag.mma's CPU semantics on this family's fragments."""
@@ -585,7 +607,20 @@ class MmaSync(ProductFamily):
 
     def read_addresses(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
                        warp_index: int, k0: int, elem_bytes: int) -> Iterator[list[int]]:
+        if self.byte_loaded(op_plan):
+            return byte_operands.byte_reads(plan, op_plan, layout, warp_index, k0)
         return ldmatrix_reads(plan, op_plan.role, layout, warp_index, k0, elem_bytes)
+
+    def worst_read_degree(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                          elem_bytes: int) -> int:
+        if self.byte_loaded(op_plan):  # ld.shared.u16, two bytes a lane
+            return max(conflict_degree(addresses, byte_operands.PAIR_BYTES)
+                       for addresses in self.operand_reads(plan, op_plan, layout, elem_bytes))
+        return super().worst_read_degree(plan, op_plan, layout, elem_bytes)
+
+    def byte_loaded(self, op_plan: OperandPlan) -> bool:
+        """Whether the operand is stored in 8 bits and read by frag.ldbytes."""
+        return bool(op_plan.source) and DType.parse(op_plan.source).bytes == 1
 
     def read_access(self, role: str, layout: SmemLayout) -> str:
         return "ldmatrix.x4" + ("" if operand_k_major(role, layout) else ".trans")
@@ -607,13 +642,23 @@ class MmaSync(ProductFamily):
         (tm, tn), (im, in_, _) = h.warp_tile, h.instruction
         a, b = h.loads_per_k_step
         text = self.explain_text
+        loads = f"{a + b} {text.load} (A {a}, B {b})"
+        if "B" in h.converted and DType.parse(h.converted["B"]).bytes == 1:
+            # frag.ldbytes: one ld.shared.u16 per B register, two registers per n8 tile
+            loads = (f"{a} {text.load} (A) and {tn // in_ * byte_operands.REGISTERS_PER_N8} "
+                     "ld.shared.u16 (B)")
         return (f"{tm} x {tn}: {tm // im} x {tn // in_} mma tiles, {h.products_per_k_step} "
-                f"{text.product} and {a + b} {text.load} (A {a}, B {b}) per k-step")
+                f"{text.product} and {loads} per k-step")
 
     def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
         return instruction_tile_text(h)
 
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
+        if any(self.byte_loaded(op_plan) for op_plan in plan.operands):
+            # Its ldmatrix bank maps would misdraw the byte pairs frag.ldbytes reads.
+            return not_drawn(plan, kernel, "int8 weights read two bytes a register",
+                             "ldmatrix of A, ld.shared.u16 of B (frag.ldbytes), "
+                             "mma.sync m16n8k16")
         return None  # viz draws this family's ldmatrix bank maps and fragments
 
 

@@ -64,6 +64,7 @@ class ExplainShape(Protocol):
     loads_per_k_step: tuple[int, int]  # A and B
     copies: Sequence[CopyShape]
     lanes: Optional["LanePiece"]
+    converted: dict[str, str]  # role -> the dtype an operand converted in registers is stored in
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class ProductFamily(ABC):
     instruction: ClassVar[tuple[int, int, int]]  # m, n, k of one instruction
     layout: ClassVar[type[DistributedLayout]]  # fragments' and accumulator's layout
     load_op: ClassVar[Optional[str]]  # the IR op loading a fragment (None: none, wgmma)
+    # The IR op loading a fragment of an 8-bit operand that frag.cvt converts to the product's
+    # 16-bit dtype (w8a16); None: the family takes no such operand.
+    byte_load_op: ClassVar[Optional[str]] = None
     product_op: ClassVar[str]  # the IR op multiplying fragments into the accumulator
     read_name: ClassVar[str]  # the key of its fragment reads' figure in the conflict report
     # The byte units the candidate swizzles permute (tilec.target.layout.swizzle_candidates).

@@ -26,8 +26,10 @@ FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, mma_sync.FAMILY, ffma.FAMIL
 _BY_NAME = {family.name: family for family in FAMILIES}
 
 # Each op once (the mma and tf32 families share frag.mma).
-LOAD_OPS = tuple(dict.fromkeys(family.load_op for family in FAMILIES
-                               if family.load_op is not None))
+# Then the loads of 8-bit operands converted in registers (w8a16's frag.ldbytes).
+LOAD_OPS = tuple(op for op in dict.fromkeys([family.load_op for family in FAMILIES]
+                                            + [family.byte_load_op for family in FAMILIES])
+                 if op is not None)
 PRODUCT_OPS = tuple(dict.fromkeys(family.product_op for family in FAMILIES))
 
 

@@ -289,6 +289,7 @@ class Tf32(MmaSync):
     instruction = (MMA_M, MMA_N, TF32_K)
     layout = Tf32Layout
     load_op = "frag.ldtf32"
+    byte_load_op = None  # f32 operands: nothing 8-bit to convert
     read_name = "ldtf32"
     # 32-bit reads put 8 consecutive words of 4 rows in one wavefront; XOR-ing 32-byte units
     # by the row moves each row's 8 words to banks of their own.

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
-from tilec.ir.types import (ACCUMULATOR_DTYPES, BF16, F16, I32, PRED, ScalarType, TensorType,
-                            TileType)
+from tilec.ir.types import (ACCUMULATOR_DTYPES, BF16, F16, I8, I32, PRED, ScalarType,
+                            TensorType, TileType)
 
 
 class IRError(Exception):
@@ -201,9 +201,10 @@ def _dot(op: Op) -> None:
 
 
 # Conversions of an operand of `@` in registers after its fragment load, (stored dtype,
-# product dtype): both 16-bit, so the shared tile and its fragment loads are the product's
-# (backend: tilec/families/mma_sync.py's CONVERT_PTX).
-OPERAND_CONVERSIONS = frozenset({(BF16, F16), (F16, BF16)})
+# product dtype) (backend: tilec/families/mma_sync.py's CONVERT_PTX). 16-bit sources are
+# loaded like the product's; i8 ones (w8a16 weights, operand B only) by frag.ldbytes
+# (tilec/families/byte_operands.py).
+OPERAND_CONVERSIONS = frozenset({(BF16, F16), (F16, BF16), (I8, F16), (I8, BF16)})
 
 
 def _elementwise(op: Op) -> None:

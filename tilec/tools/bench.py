@@ -33,6 +33,11 @@ With ``--epilogue bias_gelu`` the rows are C = gelu(A @ B + bias), f16
 (``samples/gemm_gelu.py``), against torch.matmul followed by torch's epilogue (the unfused
 pair) and Triton with the epilogue fused (``tilec/benchmarking/epilogue.py``).
 
+With ``--w8a16`` the rows are weight-only quantization, C = (A @ W.T) * scale with f16 A, int8
+W [N, K] and per-channel f32 scales (``samples/w8a16.py``, default sizes 16x8192x8192 and
+4096), against torch dequantizing W to f16 then torch.matmul
+(``tilec/benchmarking/w8a16.py``).
+
 Exit status: 0 when every contender passed its check, 1 when one failed or raised, 2 for a
 bad command line or a machine that cannot run it (no GPU, neither torch nor cupy).
 """
@@ -116,6 +121,7 @@ from tilec.benchmarking.epilogue import (
     run_epilogue_case,
 )
 from tilec.benchmarking.json_report import report_json
+from tilec.benchmarking.w8a16 import W8A16Case, run_w8a16_case, w8a16_cases, w8a16_contenders
 from tilec.benchmarking.plot import (
     CONTENDER_COLORS,
     DTYPE_STYLES,
@@ -160,6 +166,8 @@ __all__ = [
     # epilogue
     "EPILOGUE_DTYPES", "EPILOGUES", "EpilogueCase", "epilogue_cases", "epilogue_contenders",
     "run_epilogue_case",
+    # w8a16
+    "W8A16Case", "run_w8a16_case", "w8a16_cases", "w8a16_contenders",
     # json_report, plot, results, table
     "report_json", "CONTENDER_COLORS", "DTYPE_STYLES", "MATPLOTLIB_MISSING",
     "require_matplotlib", "write_plot", "CaseResult", "Measurement", "References", "Report",
@@ -215,6 +223,11 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         "C = gelu(A @ B + bias) in f16 (samples/gemm_gelu.py) against "
                         "torch.matmul then torch's epilogue, and Triton with it fused "
                         "(default size: 4096)")
+    parser.add_argument("--w8a16", action="store_true",
+                        help="time weight-only quantization instead of the bare product: "
+                        "C = (A @ W.T) * scale, f16 A, int8 W [N, K], f32 per-channel scales "
+                        "(samples/w8a16.py) against torch dequantizing W then torch.matmul "
+                        "(default sizes: 16x8192x8192, 4096)")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -264,6 +277,18 @@ def _check_epilogue_args(args: argparse.Namespace) -> None:
                            "--autotune is for the matmul rows")
 
 
+def _check_w8a16_args(args: argparse.Namespace) -> None:
+    """The w8a16 rows are f16 activations, one kind of row at a time, no autotuning."""
+    if getattr(args, "epilogue", None) is not None:
+        raise CommandError("--w8a16 and --epilogue are different rows: give one")
+    if args.dtypes and list(args.dtypes) != ["f16"]:
+        raise CommandError(f"--w8a16 rows have f16 activations only, not "
+                           f"{', '.join(args.dtypes)}")
+    if args.autotune:
+        raise CommandError("--w8a16 rows run the sample's configurations (--const overrides); "
+                           "--autotune is for the matmul rows")
+
+
 def _triton_version() -> Optional[str]:
     """Triton's version, or None when it is not installed (no Triton contender then)."""
     try:
@@ -286,9 +311,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"tilec bench: no GPU ({gpu_unavailable_reason()})", file=sys.stderr)
         return 2
     epilogue = getattr(args, "epilogue", None)
-    if epilogue is not None:
+    w8a16 = getattr(args, "w8a16", False)
+    if w8a16:
+        _check_w8a16_args(args)
+        cases: list[Case] = list(w8a16_cases(args.sizes))
+    elif epilogue is not None:
         _check_epilogue_args(args)
-        cases: list[Case] = list(epilogue_cases(args.sizes, epilogue))
+        cases = list(epilogue_cases(args.sizes, epilogue))
     else:
         cases = sweep(args.sizes, args.dtypes)
     consts, options = _tilec_settings(args)
@@ -321,6 +350,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if epilogue is not None:
         contenders = epilogue_contenders(arrays, consts, options, _triton_version() is not None)
+    if w8a16:
+        contenders = w8a16_contenders(arrays, consts, options)
     for contender in contenders:
         contender.c_dtype = args.c_dtype
     report = Report(
@@ -331,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
         settings={"dtypes": list(dict.fromkeys(c.dtype for c in cases)), "consts": consts,
                   "options": {k: str(v) for k, v in options.items()},
                   "autotune": args.autotune, "quick": args.quick, "c_dtype": args.c_dtype,
-                  "epilogue": epilogue,
+                  "epilogue": epilogue, "w8a16": w8a16,
                   "warmup_ms": WARMUP_MS[args.quick], "rep_ms": REP_MS[args.quick],
                   "tolerance": BENCH_TOLERANCE, "l2_factor": L2_FACTOR,
                   "cublas_f32_tf32": arrays.tf32})
@@ -339,7 +370,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_references(report), flush=True)
     report.rows = run_sweep(cases, arrays, contenders, timer, report.references,
                             progress=sys.stderr,
-                            run_one=run_epilogue_case if epilogue is not None else None)
+                            run_one=(run_w8a16_case if w8a16 else
+                                     run_epilogue_case if epilogue is not None else None))
     print()
     print(format_table(report))
     if args.json is not None:

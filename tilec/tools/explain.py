@@ -591,13 +591,14 @@ def _row(phase: str, events: list[Event], trace: Trace, copy_k: dict[int, Option
     if name == "gpu.barrier":
         return ScheduleRow(phase, "barrier", "", "bar.sync 0: every thread of the block")
     if name in LOAD_OPS:
-        text = family_named(op.result.type.layout.kind).explain_text
+        family = family_named(op.result.type.layout.kind)
+        row = BYTE_PAIR_READ if name == family.byte_load_op else family.explain_text.load_row
         detail = f"{op.attrs['operand']} k0={op.attrs['k0']}"
         if loop is not None and phase == "loop" and op.result in loop.regions[0].ops[-1].operands:
             detail += ", carried into the next iteration"
         elif loop is not None and phase == "prologue" and op.result in loop.operands:
             detail += ", carried into iteration 0"
-        return ScheduleRow(phase, text.load_row, target, detail)
+        return ScheduleRow(phase, row, target, detail)
     if name in PRODUCT_OPS:
         layout = op.result.type.layout
         family = family_named(layout.kind)
@@ -613,6 +614,8 @@ def _fragment_source(value: Value, loop: Optional[Op]) -> str:
     """``A k0=16`` for a fragment a fragment load (ldmatrix, lds) loads; ``A k0=0 (carried)``
     for one the loop carries, named by the load that loads it in the previous iteration."""
     producer = defining_op(value)
+    if producer is not None and producer.name == "frag.cvt":  # converted after its load
+        return _fragment_source(producer.operands[0], loop) + " converted"
     if producer is not None and producer.name in LOAD_OPS:
         return f"{producer.attrs['operand']} k0={producer.attrs['k0']}"
     if loop is not None and value in loop.regions[0].args:
@@ -720,12 +723,16 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
                                       figure.get("copy")))
         family = family_of(plan)
         k_major = operand_k_major(op_plan.role, layout)
-        chosen = [family.read_degree(k_major, a)
-                  for a in read_instances(layout, op_plan, plan, buffer)]
-        plain = [family.read_degree(k_major, a)
-                 for a in read_instances(linear, op_plan, plan, buffer)]
-        rows.append(_conflict_row(op_plan.role, family.read_access(op_plan.role, layout),
-                                  layout, chosen, plain, figure.get(family.read_name)))
+        degree = family.read_degree
+        access = family.read_access(op_plan.role, layout)
+        if op_plan.source and DType.parse(op_plan.source).bytes == 1:
+            # w8a16: frag.ldbytes, one ld.shared.u16 per register (families/byte_operands.py)
+            access = BYTE_PAIR_READ
+            degree = lambda _, addresses: conflict_degree(addresses, 2)  # noqa: E731
+        chosen = [degree(k_major, a) for a in read_instances(layout, op_plan, plan, buffer)]
+        plain = [degree(k_major, a) for a in read_instances(linear, op_plan, plan, buffer)]
+        rows.append(_conflict_row(op_plan.role, access, layout, chosen, plain,
+                                  figure.get(family.read_name)))
     return rows
 
 
@@ -790,6 +797,9 @@ def _kib(nbytes: int) -> str:
     return f"{nbytes / 1024:g} KiB"
 
 
+# The fragment load of an 8-bit operand converted to a 16-bit product (frag.ldbytes).
+BYTE_PAIR_READ = "ld.shared.u16"
+
 COPY_INSTRUCTIONS = {"async": "cp.async", "sync": "ld.global + st.shared",
                      "tma": "TMA box (cp.async.bulk.tensor, 128B swizzle), one elected thread"}
 
@@ -830,9 +840,14 @@ def render_explanation(e: Explanation) -> str:
           _vector(c, h.converted.get(c.role, h.dtype)), c.per_thread, c.threads_per_row,
           c.rows_per_pass, COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
     for role, source in h.converted.items():
+        if DType.parse(source).bytes == 1:  # w8a16 (families/byte_operands.py)
+            how = (f"{BYTE_PAIR_READ} (frag.ldbytes: a register's two bytes; frag.cvt: prmt "
+                   "into 0x6400 | byte (f16) or 0x4B000000 | byte (f32, then bf16) and one "
+                   "subtraction, exact)")
+        else:
+            how = f"{family.explain_text.load} (frag.cvt: cvt.rn per pair of elements)"
         lines.append(f"  converted         operand {role}: stored {source}, each fragment "
-                     f"converted to {h.dtype} in registers after its {family.explain_text.load} "
-                     "(frag.cvt: cvt.rn per pair of elements)")
+                     f"converted to {h.dtype} in registers after its {how}")
     if e.batch:
         lines.append(f"  batches           {e.batch}")
     if e.declined:

@@ -1,0 +1,102 @@
+"""``tilec bench --w8a16`` on the CPU: the weight-only quantization rows' cases, their
+float64 reference, the check-then-time flow over the numpy stand-in (a contender that skips
+the scale fails its check and is not timed; torch's sits out without torch), the sample's
+configurations (each compiles, skinny rows in their own tile) and the command line."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from tilec.benchmarking import w8a16
+from tilec.tools import bench
+from tilec.tools.arguments import CommandError
+
+from .test_bench import NumpyArrays, counting_timer
+
+
+class Int8Arrays(NumpyArrays):
+    """The numpy stand-in with int8 weights (every value)."""
+
+    def random(self, shape, dtype):
+        if dtype == "i8":
+            return self.rng.integers(-128, 128, shape).astype(np.int8)
+        return super().random(shape, dtype)
+
+
+class Dequantized(bench.Contender):
+    """(A @ W.T) * scale in f32, written as f16; ``scaled=False`` forgets the scale."""
+
+    def __init__(self, name: str, scaled: bool = True) -> None:
+        self.name, self.scaled = name, scaled
+
+    def prepare(self, case, inputs, outputs):
+        def run(i: int) -> None:
+            a, w, scale = inputs[i]
+            c = a.astype(np.float32) @ w.T.astype(np.float32)
+            outputs[i][...] = c * scale if self.scaled else c
+        return run, f"{self.name} config"
+
+
+def test_the_default_rows_are_the_skinny_decode_step_and_4096():
+    cases = w8a16.w8a16_cases(None)
+    assert [(c.M, c.N, c.K, c.dtype) for c in cases] == [(16, 8192, 8192, "f16"),
+                                                           (4096, 4096, 4096, "f16")]
+    assert cases[0].shape == "16x8192x8192 w8a16"
+    # A f16, W int8 (half of f16's bytes), the scales f32, C f16.
+    assert cases[0].weight_bytes() == 2 * 16 * 8192 + 8192 * 8192 + 4 * 8192 + 2 * 16 * 8192
+    assert [c.shape for c in w8a16.w8a16_cases([[(100, 200, 300)]])] == ["100x200x300 w8a16"]
+
+
+def test_the_reference_is_the_scaled_product_in_float64():
+    arrays = Int8Arrays()
+    a, w, scale = arrays.random((8, 16), "f16"), arrays.random((4, 16), "i8"), \
+        arrays.random((4,), "f32")
+    got = w8a16.w8a16_reference(arrays, a, w, scale)
+    want = (a.astype(np.float64) @ w.astype(np.float64).T) * scale.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    assert got.dtype == np.float64
+
+
+def test_each_contender_is_checked_and_only_passing_ones_timed():
+    arrays = Int8Arrays()
+    case = w8a16.W8A16Case(48, 40, 32, "f16")
+    timed: list[int] = []
+    racers = [Dequantized("good"), Dequantized("unscaled", scaled=False),
+              w8a16.TorchDequantize(arrays)]
+    result = w8a16.run_w8a16_case(case, arrays, racers, counting_timer(timed), None)
+    m = result.measurements
+    assert [m[n].status for n in ("good", "unscaled", "torch")] == ["ok", "FAIL", "n/a"]
+    assert len(timed) == 1
+    assert m["good"].error < 2 ** -10 and m["unscaled"].error > 0.5
+    assert m["torch"].note == "the torch rows run on torch tensors"
+    assert result.bound_bytes == case.weight_bytes()
+
+
+@pytest.mark.parametrize("size", [(16, 8192, 8192), (4096, 4096, 4096), (1000, 1003, 77)])
+def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size):
+    contender = w8a16.TilecW8A16({}, {"arch": "sm_90a"})
+    case = w8a16.W8A16Case(*size, "f16")
+    config = w8a16.tilec_config(case)
+    assert config == (w8a16.SKINNY_CONFIG if size[0] <= w8a16.SKINNY_ROWS else {})
+    M, N, K = size
+    compiled = contender.w8a16_kernel().compile(arch="sm_90a", M=M, N=N, K=K, **config)
+    assert compiled.kernel.schedule.tiling.kind == "mma"
+    assert contender.unsupported(w8a16.W8A16Case(8, 8, 8, "bf16")) == "no bf16 w8a16 sample"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dtypes", "bf16"], "--w8a16 rows have f16 activations only, not bf16"),
+    (["--autotune"], "--autotune is for the matmul rows"),
+    (["--epilogue", "bias_gelu"], "--w8a16 and --epilogue are different rows"),
+])
+def test_the_command_line_refuses_what_the_w8a16_rows_do_not_run(argv, message):
+    parser = bench.add_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--w8a16", *argv])
+    with pytest.raises(CommandError, match=message):
+        bench._check_w8a16_args(args)
+    args = parser.parse_args(["--w8a16", "--sizes", "16x4096x4096"])
+    bench._check_w8a16_args(args)  # accepted
+    assert args.w8a16 and [c.shape for c in w8a16.w8a16_cases(args.sizes)] == \
+        ["16x4096x4096 w8a16"]

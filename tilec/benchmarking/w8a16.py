@@ -1,0 +1,149 @@
+"""The weight-only quantization rows of ``tilec bench --w8a16``: C = (A @ W.T) * scale with
+f16 activations A [M, K], int8 weights W [N, K] (an nn.Linear weight, k contiguous), one f32
+scale per output channel and f16 C. Each contender is checked against float64 (relative
+Frobenius error, f16's tolerance) and timed as the matmul rows are
+(:func:`tilec.benchmarking.check_and_time.measure`); the TFLOP/s count the product's flops.
+
+Contenders:
+
+- tilec: ``samples/w8a16.py``: W's tiles stay int8 in shared memory and are converted to
+  f16 in registers (half the bytes of W read), the scale applied in the epilogue;
+- torch: dequantize, then ``torch.matmul`` (cuBLAS): ``W.to(f16) * scale`` into an f16
+  weight (scale rounded to f16 once, at prepare), then ``A @ that.T`` into C: what an eager
+  model without a fused int8 kernel runs. The dequantized weight goes out and comes back.
+
+The skinny row (16 x 8192 x 8192, one decode step of an LLM layer) is where weight-only
+quantization pays: the time is reading W, and int8 halves it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from tilec.benchmarking.array_libraries import Arrays
+from tilec.benchmarking.cases import Case, rotation_sets, size_text
+from tilec.benchmarking.check_and_time import measure
+from tilec.benchmarking.contenders import Contender, Run, TilecContender, describe_compiled
+from tilec.benchmarking.results import CaseResult, Measurement, References
+from tilec.benchmarking.timing import Timer
+
+W8A16_SIZES = ((16, 8192, 8192), (4096, 4096, 4096))  # the default sweep of --w8a16
+W8A16_SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "w8a16.py"
+# Rows with few of them (decode steps): 32-row blocks (the m16 granule twice), 64 columns
+# a block so that 8192 columns make 128 blocks, about one per SM, and deep K steps in flight
+# (4 stages of 32x128 f16 + 64x128 i8: 48 KiB). Not tuned on a GPU yet (--const overrides).
+SKINNY_ROWS = 64
+SKINNY_CONFIG = dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2))
+
+
+@dataclass(frozen=True)
+class W8A16Case(Case):
+    """C = (A @ W.T) * scale for one size; ``dtype`` is the activations' (f16)."""
+
+    @property
+    def shape(self) -> str:
+        return size_text((self.M, self.N, self.K)) + " w8a16"
+
+    def weight_bytes(self) -> int:
+        """What the kernel must read and write at least: A (f16), W (i8), scale (f32), C."""
+        return 2 * self.M * self.K + self.N * self.K + 4 * self.N + 2 * self.M * self.N
+
+
+def w8a16_cases(sizes: Optional[Sequence[Sequence[tuple[int, int, int]]]]) -> list[W8A16Case]:
+    flat = [size for group in sizes for size in group] if sizes else list(W8A16_SIZES)
+    return [W8A16Case(*size[-3:], "f16") for size in flat]
+
+
+def _to_float64(array: Any) -> Any:
+    return array.double() if hasattr(array, "double") else array.astype("float64")
+
+
+def w8a16_reference(arrays: Arrays, a: Any, w: Any, scale: Any) -> Any:
+    """(A @ W.T) * scale in float64."""
+    return arrays.reference(a, w.T) * _to_float64(scale)
+
+
+def tilec_config(case: Case) -> dict[str, Any]:
+    """The sample's configuration for a case: its defaults (128x128x64, 3 stages), or the
+    skinny one for a few rows."""
+    return dict(SKINNY_CONFIG) if case.M <= SKINNY_ROWS else {}
+
+
+class TilecW8A16(TilecContender):
+    """tilec's samples/w8a16.py."""
+
+    def w8a16_kernel(self) -> Any:
+        key = ("w8a16", "f16", False)
+        if key not in self._kernels:
+            from tilec.kernel import load_file
+            self._kernels[key] = load_file(W8A16_SAMPLE)["w8a16"]
+        return self._kernels[key]
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        return None if case.dtype == "f16" else f"no {case.dtype} w8a16 sample"
+
+    def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
+                outputs: Sequence[Any]) -> tuple[Run, str]:
+        kernel = self.w8a16_kernel()
+        kwargs = {**(tilec_config(case) if not self.consts else {}), **self.consts,
+                  **self.options}
+        launches = [kernel.prepare(a, w, scale, c, **kwargs)
+                    for (a, w, scale), c in zip(inputs, outputs)]
+        return (lambda i: launches[i]()), (describe_compiled(launches[0].compiled,
+                                                             launches[0].packing)
+                                           + ", W int8 in shared memory, f16 in registers")
+
+
+class TorchDequantize(Contender):
+    name = "torch"
+
+    def __init__(self, arrays: Arrays) -> None:
+        self.arrays = arrays
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        return None if self.arrays.name == "torch" else "the torch rows run on torch tensors"
+
+    def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
+                outputs: Sequence[Any]) -> tuple[Run, str]:
+        torch = self.arrays.torch  # type: ignore[attr-defined]
+        scales = [scale.to(torch.float16)[:, None] for _, _, scale in inputs]
+
+        def run(i: int) -> None:
+            (a, w, _), c = inputs[i], outputs[i]
+            torch.matmul(a, (w.to(torch.float16) * scales[i]).t(), out=c)
+        return run, "W.to(f16) * scale (f16), then torch.matmul(A, that.T), C f16"
+
+
+def w8a16_contenders(arrays: Arrays, consts: dict[str, Any],
+                     options: dict[str, Any]) -> list[Contender]:
+    return [TilecW8A16(consts, options), TorchDequantize(arrays)]
+
+
+def run_w8a16_case(case: Case, arrays: Arrays, contenders: Sequence[Contender],
+                   timer: Timer, references: Optional[References]) -> CaseResult:
+    """One w8a16 row, as :func:`tilec.benchmarking.check_and_time.run_case` runs a matmul
+    row, with int8 weights and a scale vector among each input set's arrays."""
+    assert isinstance(case, W8A16Case)
+    start = time.perf_counter()
+    reason = arrays.unsupported("i8") or arrays.unsupported(case.dtype)
+    if reason is not None:
+        return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
+    sets = rotation_sets(case, arrays.l2_bytes)
+    inputs = [(arrays.random((case.M, case.K), case.dtype),
+               arrays.random((case.N, case.K), "i8"),
+               arrays.random((case.N,), "f32") * (1.0 / 64)) for _ in range(sets)]
+    checked = {i: w8a16_reference(arrays, *inputs[i]) for i in sorted({0, sets - 1})}
+    measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
+    result = CaseResult(case, sets, measured)
+    result.bound_bytes = case.weight_bytes()
+    if references is not None and references.copy_gbps:
+        result.memory_bound_ms = result.bound_bytes / (references.copy_gbps * 1e6)
+        ceiling = references.mma_tflops.get(case.dtype)
+        if ceiling:
+            result.compute_bound_ms = case.flops / (ceiling * 1e9)
+    del inputs, checked
+    arrays.release()
+    result.seconds = time.perf_counter() - start
+    return result
