@@ -162,6 +162,7 @@ REFUSED_SAMPLES = {
     "int8_gemm": "the int8 family (frag.mma) is not supported by the llvm backend",
     "fp8_gemm": "the fp8 family (frag.mma) is not supported by the llvm backend",
     "gemm_gelu": "the op 'tile.gelu' is not supported by the llvm backend",
+    "w8a16": "the mma family's op 'frag.ldbytes' is not supported by the llvm backend",
 }
 
 

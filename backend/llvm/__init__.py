@@ -63,6 +63,8 @@ def _refusal(kernel: Kernel, op: Op) -> str:
     plan = kernel.schedule.tiling
     family = family_of(plan) if plan is not None else None
     if family is not None and op.name in family.emitters:
+        if family.name in PRODUCT_EMITTERS:  # the family is emitted, but not this op of it
+            return f"the {family.name} family's op '{op.name}'"
         return f"the {family.name} family ({family.product_op})"
     for movement in MOVEMENT_FAMILIES.values():
         if op.name in movement.ops or op.name.startswith("ws."):
