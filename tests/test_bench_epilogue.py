@@ -41,6 +41,8 @@ def test_the_default_row_is_f16_gemm_bias_gelu_at_4096():
     assert (case.M, case.N, case.K, case.dtype) == (4096, 4096, 4096, "f16")
     assert case.shape == "4096+bias+gelu"
     assert case.product() == Case(4096, 4096, 4096, "f16")
+    # One 2-D product: the epilogue name must not land in Case's batch count.
+    assert (case.batch, case.epilogue, case.a_shape) == (1, "bias_gelu", (4096, 4096))
     cases = epilogue.epilogue_cases([[(100, 200, 300)]], "bias_gelu")
     assert [c.shape for c in cases] == ["100x200x300+bias+gelu"]
 
@@ -89,6 +91,7 @@ def test_tilec_runs_the_gelu_sample_in_the_products_tuned_configuration():
 @pytest.mark.parametrize("argv, message", [
     (["--dtypes", "bf16"], "--epilogue rows are f16 only, not bf16"),
     (["--autotune"], "--autotune is for the matmul rows"),
+    (["--sizes", "8x256x256x256"], "--epilogue rows are 2-D products MxNxK, not 8x256x256x256"),
 ])
 def test_the_command_line_refuses_what_the_epilogue_rows_do_not_run(argv, message):
     parser = bench.add_arguments(argparse.ArgumentParser())

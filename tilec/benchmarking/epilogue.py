@@ -56,7 +56,9 @@ class EpilogueCase(Case):
 def epilogue_cases(sizes: Optional[Sequence[Sequence[tuple[int, int, int]]]],
                    epilogue: str) -> list[EpilogueCase]:
     flat = [size for group in sizes for size in group] if sizes else list(EPILOGUE_SIZES)
-    return [EpilogueCase(*size, dtype, epilogue) for size in flat for dtype in EPILOGUE_DTYPES]
+    # epilogue by keyword: the field after dtype is Case's batch count.
+    return [EpilogueCase(*size, dtype, epilogue=epilogue) for size in flat
+            for dtype in EPILOGUE_DTYPES]
 
 
 def _to_float64(array: Any) -> Any:

@@ -275,6 +275,10 @@ def _check_epilogue_args(args: argparse.Namespace) -> None:
     if args.autotune:
         raise CommandError("--epilogue rows run the matmul rows' tuned configurations; "
                            "--autotune is for the matmul rows")
+    batched = [size for group in args.sizes or () for size in group if len(size) != 3]
+    if batched:
+        raise CommandError(f"--epilogue rows are 2-D products MxNxK, not "
+                           f"{'x'.join(map(str, batched[0]))}")
 
 
 def _check_w8a16_args(args: argparse.Namespace) -> None:
