@@ -71,8 +71,16 @@ def mma_values(ctx: LlvmContext, op: Op, intrinsic: str, operand_ty: str,
     if ctx.options.mma_order == "m":
         order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
 
+    # Each fragment register feeds several mmas: one bitcast of it, not one per use (a
+    # smaller module for LLVM to parse and simplify; the PTX is the same).
+    typed: dict[Val, Val] = {}
+
     def operand(v: Val) -> Val:
-        return v if operand_ty == "i32" else ctx.b.cast("bitcast", v, operand_ty)
+        if operand_ty == "i32":
+            return v
+        if v not in typed:
+            typed[v] = ctx.b.cast("bitcast", v, operand_ty)
+        return typed[v]
 
     for tn, tm in order:
         a = a_vals[tm * a_per_tile:(tm + 1) * a_per_tile]
