@@ -21,7 +21,7 @@ import pytest
 from tilec.compiler import _CACHE, disk_cache
 from tilec.errors import TileConfigError
 from tilec.kernel import load_file
-from tilec.options import Options
+from tilec.options import Options, Spec, TensorSpec
 
 from tests.test_ptxas import DIVISIBLE, load_sample
 
@@ -57,6 +57,9 @@ CASES = [
     ("gemm_gelu", "f16", {}),
     ("int8_gemm", "i8", {}),
     ("int8_gemm", "i8", dict(DIVISIBLE)),
+    # Rows 1-byte aligned (odd K at launch; 8-bit operands are not packed): byte copies.
+    ("int8_gemm", "i8", dict(spec=Spec(tensors=(("A", TensorSpec(1, 1)),
+                                                ("B", TensorSpec(1, 1)))))),
     ("fp8_gemm", "f8e4m3", {}),
     ("fp8_gemm", "f8e5m2", dict(stages=2)),
 ]
@@ -95,8 +98,9 @@ MIX = {
 
 def case_id(case) -> str:
     sample, dtype, options = case
-    return f"{sample}-{dtype}-" + (",".join(f"{k}={v}" for k, v in options.items()
-                                            if k not in "MNK") or "defaults") + (
+    return f"{sample}-{dtype}-" + (",".join(
+        "unaligned" if k == "spec" else f"{k}={v}" for k, v in options.items()
+        if k not in "MNK") or "defaults") + (
         "-divisible" if "M" in options else "")
 
 
