@@ -15,6 +15,7 @@ from typing import Callable
 
 from tilec.errors import TileConfigError
 from tilec.families.llvm_emitters import MOVEMENT_EMITTERS, PRODUCT_EMITTERS
+from tilec.families.mma_sync_llvm import convertible
 from tilec.families.movements import MOVEMENT_FAMILIES
 from tilec.families.products import FAMILIES, family_of
 from tilec.ir.core import Kernel, Op
@@ -75,11 +76,17 @@ def _refusal(kernel: Kernel, op: Op) -> str:
     return FEATURES.get(op.name, f"the op '{op.name}'")
 
 
+def _ptx_version(kernel: Kernel) -> str | None:
+    """The PTX ISA version the kernel's product family needs beyond the default (fp8: 8.4)."""
+    plan = kernel.schedule.tiling
+    return family_of(plan).ptx_version if plan is not None else None
+
+
 def check_supported(kernel: Kernel, options: Options) -> None:
     """TileConfigError naming what the llvm backend does not emit (a family, split-K, an
     option), or a target LLVM cannot select; nothing reaches LLVM before this passes."""
     try:
-        target.selection(options.arch)
+        target.selection(options.arch, ptx=_ptx_version(kernel))
     except ValueError as err:
         raise TileConfigError(str(err)) from None
     hint = "use backend='ptx' (--backend ptx)"
@@ -96,6 +103,11 @@ def check_supported(kernel: Kernel, options: Options) -> None:
         if op.name not in table and op.name != "scf.yield":
             what = _refusal(kernel, op)
             raise TileConfigError(f"{what} is not supported by the llvm backend; {hint}")
+        if op.name == "frag.cvt" and not convertible(op.operands[0].type.dtype,
+                                                     op.result.type.dtype):
+            raise TileConfigError(f"frag.cvt from {op.operands[0].type.dtype} to "
+                                  f"{op.result.type.dtype} is not supported by the llvm "
+                                  f"backend; {hint}")
         if op.name == "tile.store" and "via" in op.attrs:
             raise TileConfigError(f"stores through '{op.attrs['via']}' are not supported by "
                                   f"the llvm backend; {hint}")
@@ -201,7 +213,8 @@ def render(kernel: Kernel, options: Options) -> LlvmRendered:
     text, ctx, entry, abi = render_ir(kernel, options)
     start = time.perf_counter()
     try:
-        optimised, ptx = target.compile_ir(text, options.arch, options.llvm_opt)
+        optimised, ptx = target.compile_ir(text, options.arch, options.llvm_opt,
+                                           _ptx_version(kernel))
     except RuntimeError as err:
         raise RuntimeError(f"llvm backend: LLVM rejected the IR it was given for "
                            f"'{kernel.name}' (a tilec bug): {err}") from None

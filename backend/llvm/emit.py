@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tilec.ir.arith import wrap
 from tilec.ir.core import Op
-from tilec.ir.types import BF16, F16, F32, I32, PRED, TensorType
+from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType, TensorType
+from tilec.target.erfc import ERFC_P
 from tilec.target.layout import DistributedLayout
 
 from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, folds_tile_axes
@@ -78,6 +80,11 @@ def _wrap_inc(ctx: LlvmContext, op: Op) -> None:
     value = ctx.int_op("add.s32", ctx.get(op.operands[0]), 1)
     wrapped = ctx.b.icmp("eq", value, op.attrs["modulus"])
     ctx.bind(op.result, ctx.b.select(wrapped, 0, value))
+
+
+def _select(ctx: LlvmContext, op: Op) -> None:
+    flag, a, b = op.operands
+    ctx.bind(op.result, ctx.b.select(ctx.get(flag), ctx.get(a), ctx.get(b)))
 
 
 def _compare(ctx: LlvmContext, op: Op) -> None:
@@ -163,6 +170,17 @@ def _no_code(ctx: LlvmContext, op: Op) -> None:
         ctx.bind(op.result, ctx.get(op.operands[0]).transposed())
 
 
+def _batch_view(ctx: LlvmContext, op: Op) -> None:
+    """One matrix of a 3-D tensor: the base pointer moved by ``b * stride0`` elements, in
+    64 bits (backend/ptx.py's _batch_view: the batches of a large tensor span more than
+    2**31 bytes)."""
+    tensor: TensorVals = ctx.get(op.operands[0])
+    offset = ctx.wide(ctx.get(op.operands[1]), tensor.strides[0])
+    pointer = ctx.b.gep(tensor.ptr, ctx.b.binop("mul", offset, tensor.elem_bytes, "i64"))
+    ctx.bind(op.result, TensorVals(pointer, tensor.strides[1:], tensor.dims[1:],
+                                   tensor.elem_bytes))
+
+
 # -- shared buffers and the barrier -----------------------------------------------------
 def _smem_alloc(ctx: LlvmContext, op: Op) -> None:
     rtype = op.result.type
@@ -190,7 +208,7 @@ def _barrier(ctx: LlvmContext, op: Op) -> None:
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ---------
 # Element bytes -> the LLVM type of a 16-bit or 32-bit element in memory, and its zero.
 ELEMENT_TYPES = {F16: ("half", "0xH0000"), BF16: ("bfloat", "0xR0000"),
-                 F32: ("float", "0.0")}
+                 F32: ("float", "0.0"), I32: ("i32", "0"), I8: ("i8", "0")}
 
 
 def _unit_stride_dim(ctx: LlvmContext, tensor_value) -> int | None:
@@ -366,6 +384,27 @@ def _gelu_tanh(ctx, a):
     return _mul(ctx, a, _sigmoid_of(ctx, t))
 
 
+def _fma(ctx, a, b, c):
+    return ctx.b.call("llvm.fma.f32", "float", [ctx.b.value(v, "float") for v in (a, b, c)])
+
+
+def _gelu(ctx, a):
+    """gelu's erf form as backend/compute.py writes it (its comment says why): z = |x| /
+    sqrt 2, t = 1 / (1 + z/2), erfc(z) = t 2^((P(t) - z^2) log2 e) with P by Horner's rule
+    in fma (tilec/target/erfc.py), h = erfc(z) / 2, x (x > 0 ? 1 - h : h)."""
+    b = ctx.b
+    z = _mul(ctx, ctx.b.call("llvm.fabs.f32", "float", [a]), 0.7071067690849304)
+    t = _rcp(ctx, _fma(ctx, z, 0.5, 1.0))
+    v = _fma(ctx, t, ERFC_P[9], ERFC_P[8])
+    for c in reversed(ERFC_P[:8]):
+        v = _fma(ctx, v, t, c)
+    v = _fma(ctx, b.assign("float", f"fneg {z}"), z, v)  # P(t) - z^2
+    h = _mul(ctx, _mul(ctx, t, _ex2(ctx, _mul(ctx, v, _LOG2E))), 0.5)
+    positive = b.assign("i1", f"fcmp ogt {a}, {const(0.0, 'float').ref}")
+    g = b.select(positive, b.binop("fsub", 1.0, h, "float"), h)
+    return _mul(ctx, a, g)
+
+
 F32_UNARY: dict[str, Callable] = {
     "tile.neg": lambda ctx, a: ctx.b.assign("float", f"fneg {a}"),
     "tile.relu": lambda ctx, a: ctx.b.call("llvm.maximum.f32", "float",
@@ -381,7 +420,11 @@ F32_UNARY: dict[str, Callable] = {
     "tile.sigmoid": lambda ctx, a: _sigmoid_of(ctx, _mul(ctx, a, _MINUS_LOG2E)),
     "tile.silu": lambda ctx, a: _mul(ctx, a, _sigmoid_of(ctx, _mul(ctx, a, _MINUS_LOG2E))),
     "tile.gelu_tanh": _gelu_tanh,
+    "tile.gelu": _gelu,
 }
+# where(x compare y, a, b): the ordered comparisons but for !=, unordered (backend/compute.py
+# SETP: as Python and numpy, a NaN compares unequal).
+FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 
 
 def widen(ctx: LlvmContext, value: Val) -> Val:
@@ -417,8 +460,54 @@ def _unary(ctx: LlvmContext, op: Op) -> None:
     _map(ctx, op, lambda wide: F32_UNARY[op.name](ctx, wide[0]))
 
 
+def _where(ctx: LlvmContext, op: Op) -> None:
+    compare = FCMP[op.attrs["compare"]]
+
+    def combine(wide: list[Val]) -> Val:
+        x, y, a, b = wide
+        holds = ctx.b.assign("i1", f"fcmp {compare} {x}, {y.ref}")
+        return ctx.b.select(holds, a, b)
+    _map(ctx, op, combine)
+
+
+def _saturate_to_i8(ctx: LlvmContext, value: Val) -> Val:
+    """cvt.rni.s8.f32: round to nearest even and saturate (NaN to 0), as f2i.rn (which
+    does both for s32) clamped to the s8 range."""
+    wide = ctx.b.call("llvm.nvvm.f2i.rn", "i32", [value])
+    clamped = ctx.int_op("min.s32", ctx.int_op("max.s32", wide, -128), 127)
+    return ctx.b.cast("trunc", clamped, "i8")
+
+
+# Integer conversions (backend/compute.py convert, PTX ISA 9.7.9.21 cvt): int -> f32 by
+# cvt.rn.f32.s32 (sitofp), f32 -> int by cvt.rni with saturation, int -> int keeping the low
+# bits (trunc) or the sign (sext).
+FLOAT_TO_INT = {I32: lambda ctx, v: ctx.b.call("llvm.nvvm.f2i.rn", "i32", [v]),
+                I8: _saturate_to_i8}
+
+
+def convert(ctx: LlvmContext, value: Val, source: DType, target: DType) -> Val:
+    if source == target:
+        return value
+    if source.is_float and target.is_float:
+        return narrow(ctx, widen(ctx, value), target)
+    if not source.is_float and target.is_float:
+        return narrow(ctx, ctx.b.cast("sitofp", value, "float"), target)
+    if source.is_float:
+        return FLOAT_TO_INT[target](ctx, widen(ctx, value))
+    how = "trunc" if target.bytes < source.bytes else "sext"
+    return ctx.b.cast(how, value, ELEMENT_TYPES[target][0])
+
+
 def _cast(ctx: LlvmContext, op: Op) -> None:
-    _map(ctx, op, lambda wide: wide[0])
+    source, target = op.operands[0].type.dtype, op.result.type.dtype
+    vals = ctx.get(op.operands[0])
+    cache = ctx.op_state.setdefault(op, {})
+    out = {}
+    for index in ctx.indices(len(vals)):
+        if vals[index] not in cache:
+            cache[vals[index]] = convert(ctx, vals[index], source, target)
+        out[index] = cache[vals[index]]
+    ctx.bind_elements(op.result, len(vals), out)
 
 
 def _elements(rtype) -> int:
@@ -430,7 +519,11 @@ def _elements(rtype) -> int:
 def _full(ctx: LlvmContext, op: Op) -> None:
     if op.result in ctx.values:
         return  # bound by an earlier chunk of the epilogue
-    value = narrow(ctx, const(float(op.attrs["value"]), "float"), op.result.type.dtype)
+    dtype = op.result.type.dtype
+    if dtype.is_float:
+        value = narrow(ctx, const(float(op.attrs["value"]), "float"), dtype)
+    else:
+        value = const(wrap(dtype, int(op.attrs["value"])), ELEMENT_TYPES[dtype][0])
     ctx.bind(op.result, [value] * _elements(op.result.type))
 
 
@@ -448,9 +541,11 @@ GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
                                          "arith.min", "arith.max")},
     "arith.lt": _compare,
     "arith.wrap_inc": _wrap_inc,
+    "arith.select": _select,
     "tile.grid": _grid,
     "scf.for": _for,
     "tensor.transpose": _no_code,
+    "tensor.batch": _batch_view,
     "smem.alloc": _smem_alloc,
     "smem.stage": _smem_stage,
     "gpu.barrier": _barrier,
@@ -458,6 +553,7 @@ GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
     "tile.store": _store,
     **{name: _binary for name in F32_BINARY},
     **{name: _unary for name in F32_UNARY},
+    "tile.where": _where,
     "tile.cast": _cast,
     "tile.full": _full,
     "tile.splat": _splat,
@@ -495,4 +591,4 @@ def bind_params(ctx: LlvmContext, abi) -> list[str]:
     return declared
 
 
-__all__ = ["GENERIC_EMITTERS", "bind_params", "widen", "narrow", "float_binary"]
+__all__ = ["GENERIC_EMITTERS", "bind_params", "widen", "narrow", "float_binary", "convert"]

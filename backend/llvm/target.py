@@ -24,6 +24,10 @@ LLVM_TARGETS: dict[str, tuple[str, str]] = {
     "sm_90": ("sm_90", "+ptx80"),
     "sm_90a": ("sm_90a", "+ptx80"),
 }
+# PTX ISA versions a family may ask for (ProductFamily.ptx_version) -> the LLVM feature that
+# selects it: 8.4 for fp8's mma.sync m16n8k32 .e4m3/.e5m2 (LLVM selects those intrinsics
+# only with +ptx84 and sm_89+; the fp8 family itself refuses sm_80 and sm_86).
+PTX_FEATURES = {"8.4": "+ptx84"}
 INSTALL_HINT = ("install llvmlite from PyPI (pip install 'llvmlite>=0.44'), whose wheels "
                 "include LLVM's NVPTX target")
 
@@ -39,13 +43,19 @@ class Selection:
     features: str
 
 
-def selection(arch: str, features: str | None = None) -> Selection:
-    """The LLVM cpu and features for a tilec target; ValueError naming the combinations
-    LLVM is known to select for anything else (never handed to LLVM)."""
+def selection(arch: str, features: str | None = None, ptx: str | None = None) -> Selection:
+    """The LLVM cpu and features for a tilec target (and the PTX ISA version a family asks
+    for); ValueError naming the combinations LLVM is known to select for anything else
+    (never handed to LLVM)."""
     if arch not in LLVM_TARGETS:
         raise ValueError(f"the llvm backend has no LLVM target for '{arch}' (it selects "
                          f"{', '.join(LLVM_TARGETS)})")
     cpu, default = LLVM_TARGETS[arch]
+    if ptx is not None:
+        if ptx not in PTX_FEATURES:
+            raise ValueError(f"the llvm backend has no LLVM feature for PTX ISA {ptx} (it "
+                             f"selects {', '.join(PTX_FEATURES)} beside the default)")
+        default = PTX_FEATURES[ptx]
     if features is not None and features != default:
         raise ValueError(f"the llvm backend selects {cpu} with features '{default}' only; "
                          f"'{features}' could make LLVM abort the process on an instruction "
@@ -78,8 +88,8 @@ def _target() -> Any:
 
 
 @functools.cache
-def target_machine(arch: str, opt: int) -> Any:
-    chosen = selection(arch)
+def target_machine(arch: str, opt: int, ptx: str | None = None) -> Any:
+    chosen = selection(arch, ptx=ptx)
     return _target().create_target_machine(cpu=chosen.cpu, features=chosen.features, opt=opt,
                                            codemodel="default")
 
@@ -95,13 +105,14 @@ def data_layout(arch: str) -> str:
     return str(target_machine(arch, 3).target_data)
 
 
-def compile_ir(text: str, arch: str, opt: int) -> tuple[str, str]:
-    """(the IR after LLVM's pipeline at ``opt``, the PTX) of module ``text``; the parser's
-    verifier raises RuntimeError for IR it rejects (a backend bug, reported as such)."""
+def compile_ir(text: str, arch: str, opt: int, ptx: str | None = None) -> tuple[str, str]:
+    """(the IR after LLVM's pipeline at ``opt``, the PTX) of module ``text``, for PTX ISA
+    ``ptx`` where a family asks for one above the default; the parser's verifier raises
+    RuntimeError for IR it rejects (a backend bug, reported as such)."""
     if opt not in OPT_LEVELS:
         raise ValueError(f"llvm_opt must be one of {OPT_LEVELS}, got {opt!r}")
     llvm = binding()
-    tm = target_machine(arch, opt)
+    tm = target_machine(arch, opt, ptx)
     module = llvm.parse_assembly(text)
     module.verify()
     if opt:

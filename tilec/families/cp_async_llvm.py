@@ -15,7 +15,7 @@ from tilec.target.layout import copy_map, offset_relation
 from .cp_async import _access_steps
 
 # Synchronous copies: element bytes -> the integer type moved through a register.
-SYNC_TYPES = {2: "i16", 4: "i32"}
+SYNC_TYPES = {1: "i8", 2: "i16", 4: "i32"}
 
 
 def _byte_step(ctx: LlvmContext, tensor: TensorVals, delta: tuple[int, int], eb: int) -> Val:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from . import cp_async_llvm, ffma_llvm, mma_sync_llvm, tf32_llvm
+from . import cp_async_llvm, ffma_llvm, fp8_llvm, int8_llvm, mma_sync_llvm, tf32_llvm
 
 Emitter = Callable[[Any, Any], None]
 
@@ -19,6 +19,8 @@ PRODUCT_EMITTERS: Mapping[str, Mapping[str, Emitter]] = {
     "mma": mma_sync_llvm.EMITTERS,
     "simt": ffma_llvm.EMITTERS,
     "tf32": tf32_llvm.EMITTERS,
+    "int8": int8_llvm.EMITTERS,
+    "fp8": fp8_llvm.EMITTERS,
 }
 # Data-movement family name (MovementFamily.name) -> its ops' LLVM emitters.
 MOVEMENT_EMITTERS: Mapping[str, Mapping[str, Emitter]] = {

@@ -15,10 +15,14 @@ from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16
 from tilec.target.layout import offset_relation, operand_extent, operand_k_major
 
-from .mma_sync import LDMATRIX_PIECE, _ldmatrix_lane_offsets, _piece_offsets
+from tilec.backend.llvm.emit import ELEMENT_TYPES
+
+from .mma_sync import CONVERT_PTX, LDMATRIX_PIECE, _ldmatrix_lane_offsets, _piece_offsets
 
 QUAD = "{i32, i32, i32, i32}"
 F32X4 = "{float, float, float, float}"
+# Accumulator element type -> the intrinsic's result (four of them a tile).
+RESULTS = {"float": F32X4, "i32": QUAD}
 
 
 def ldmatrix_values(ctx: LlvmContext, view: SmemView, role: str, k0: int) -> list[Val]:
@@ -54,10 +58,10 @@ MMA_INTRINSICS = {F16: ("f32.f32", "<2 x half>"), BF16: ("bf16", "i32")}
 
 
 def mma_values(ctx: LlvmContext, op: Op, intrinsic: str, operand_ty: str,
-               a_per_tile: int, b_per_tile: int) -> None:
+               a_per_tile: int, b_per_tile: int, accumulator: str = "float") -> None:
     """``frag.mma``: one mma per m16 x n8 tile of the warp tile, in the order the PTX
     backend issues them (``mma_order``); ``a_per_tile``/``b_per_tile`` fragment registers
-    each."""
+    each, four ``accumulator`` elements (float or i32) a tile."""
     a_vals, b_vals, acc = (ctx.get(v) for v in op.operands)
     plan = ctx.plan
     tiles_m = plan.warp_tile[0] // plan.instruction[0]
@@ -67,8 +71,16 @@ def mma_values(ctx: LlvmContext, op: Op, intrinsic: str, operand_ty: str,
     if ctx.options.mma_order == "m":
         order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
 
+    # Each fragment register feeds several mmas: one bitcast of it, not one per use (a
+    # smaller module for LLVM to parse and simplify; the PTX is the same).
+    typed: dict[Val, Val] = {}
+
     def operand(v: Val) -> Val:
-        return v if operand_ty == "i32" else ctx.b.cast("bitcast", v, operand_ty)
+        if operand_ty == "i32":
+            return v
+        if v not in typed:
+            typed[v] = ctx.b.cast("bitcast", v, operand_ty)
+        return typed[v]
 
     for tn, tm in order:
         a = a_vals[tm * a_per_tile:(tm + 1) * a_per_tile]
@@ -76,9 +88,9 @@ def mma_values(ctx: LlvmContext, op: Op, intrinsic: str, operand_ty: str,
         start = (tn // 2) * 2 * b_per_tile + (tn % 2) * b_per_tile
         b = b_vals[start:start + b_per_tile]
         first = (tn * tiles_m + tm) * 4
-        d = ctx.b.call(intrinsic, F32X4, [*(operand(v) for v in (*a, *b)),
-                                          *acc[first:first + 4]])
-        out[first:first + 4] = [ctx.b.extract(d, j, "float") for j in range(4)]
+        d = ctx.b.call(intrinsic, RESULTS[accumulator], [*(operand(v) for v in (*a, *b)),
+                                                         *acc[first:first + 4]])
+        out[first:first + 4] = [ctx.b.extract(d, j, accumulator) for j in range(4)]
     ctx.bind(op.result, out)
 
 
@@ -88,4 +100,27 @@ def _mma(ctx: LlvmContext, op: Op) -> None:
     mma_values(ctx, op, f"llvm.nvvm.mma.{shape}.row.col.{suffix}", operand_ty, 4, 2)
 
 
-EMITTERS = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma}
+def _cvt(ctx: LlvmContext, op: Op) -> None:
+    """``frag.cvt``: each fragment register (two 16-bit elements, element 0 in the low half)
+    widened exactly to f32 and rounded once to the product's dtype, as the PTX emitter's
+    CONVERT_PTX sequences do (cvt.rn.f16x2.f32 / .bf16x2.f32), written once for every pair
+    of 16-bit float dtypes (:data:`CONVERTIBLE`)."""
+    source, target = (ELEMENT_TYPES[v.type.dtype][0] for v in (op.operands[0], op.result))
+    b = ctx.b
+    out = []
+    for register in ctx.get(op.operands[0]):
+        pair = b.cast("bitcast", register, f"<2 x {source}>")
+        wide = b.cast("fpext", pair, "<2 x float>")
+        out.append(b.cast("bitcast", b.cast("fptrunc", wide, f"<2 x {target}>"), "i32"))
+    ctx.bind(op.result, out)
+
+
+def convertible(source, target) -> bool:
+    """Whether :func:`_cvt` converts ``source`` fragments to ``target`` (the pairs of
+    CONVERT_PTX whose both dtypes are 16-bit floats; others are refused by name)."""
+    return ((source, target) in CONVERT_PTX and source in SIXTEEN_BIT_FLOATS
+            and target in SIXTEEN_BIT_FLOATS)
+
+
+SIXTEEN_BIT_FLOATS = (F16, BF16)
+EMITTERS = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.cvt": _cvt}
