@@ -59,16 +59,29 @@ def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer:
                arrays.random(case.b_shape, case.dtype, **b_layout)) for _ in range(sets)]
     # Checked in full against float64: the first and the last set (the others for NaN).
     checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
-    measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
-    result = CaseResult(case, sets, measured)
     tilec = next((c for c in contenders if c.name == "tilec"), None)
-    result.bound_bytes = case.nbytes(tilec.out_dtype(case) if tilec else "f32")
+    bound_bytes = case.nbytes(tilec.out_dtype(case) if tilec else "f32")
+    return time_case(case, arrays, contenders, timer, references, inputs, checked, bound_bytes,
+                     start)
+
+
+def time_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer: Timer,
+              references: Optional[References], inputs: list[tuple[Any, ...]],
+              checked: dict[int, Any], bound_bytes: int, start: float) -> CaseResult:
+    """Every contender checked and timed on the input sets, and the case's bounds (its
+    memory bound from ``bound_bytes``): the part each kind of row shares once its inputs
+    and their float64 references exist. Empties ``inputs`` and ``checked`` so the arrays can
+    go back to the pool before the next row."""
+    measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
+    result = CaseResult(case, len(inputs), measured)
+    result.bound_bytes = bound_bytes
     if references is not None and references.copy_gbps:
         result.memory_bound_ms = result.bound_bytes / (references.copy_gbps * 1e6)
         ceiling = references.mma_tflops.get(case.dtype)
         if ceiling:
             result.compute_bound_ms = case.flops / (ceiling * 1e9)
-    del inputs, checked
+    inputs.clear()
+    checked.clear()
     arrays.release()
     result.seconds = time.perf_counter() - start
     return result

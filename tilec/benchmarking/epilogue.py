@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tilec.benchmarking.array_libraries import Arrays
 from tilec.benchmarking.cases import ITEMSIZE, Case, rotation_sets, size_text
-from tilec.benchmarking.check_and_time import measure
+from tilec.benchmarking.check_and_time import time_case
 from tilec.benchmarking.contenders import (Contender, Run, TilecContender, describe_compiled,
                                            tuned_config)
 from tilec.benchmarking.results import CaseResult, Measurement, References
@@ -183,16 +183,7 @@ def run_epilogue_case(case: Case, arrays: Arrays, contenders: Sequence[Contender
                arrays.random((case.K, case.N), case.dtype),
                arrays.random((case.N,), case.dtype)) for _ in range(sets)]
     checked = {i: bias_gelu_reference(arrays, *inputs[i]) for i in sorted({0, sets - 1})}
-    measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
-    result = CaseResult(case, sets, measured)
-    result.bound_bytes = (case.nbytes(contenders[0].out_dtype(case))
-                          + case.N * ITEMSIZE[case.dtype])  # the bias
-    if references is not None and references.copy_gbps:
-        result.memory_bound_ms = result.bound_bytes / (references.copy_gbps * 1e6)
-        ceiling = references.mma_tflops.get(case.dtype)
-        if ceiling:
-            result.compute_bound_ms = case.flops / (ceiling * 1e9)
-    del inputs, checked
-    arrays.release()
-    result.seconds = time.perf_counter() - start
-    return result
+    bound_bytes = (case.nbytes(contenders[0].out_dtype(case))
+                   + case.N * ITEMSIZE[case.dtype])  # the bias
+    return time_case(case, arrays, contenders, timer, references, inputs, checked, bound_bytes,
+                     start)

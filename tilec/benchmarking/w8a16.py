@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 
 from tilec.benchmarking.array_libraries import Arrays
 from tilec.benchmarking.cases import Case, rotation_sets, size_text
-from tilec.benchmarking.check_and_time import measure
+from tilec.benchmarking.check_and_time import time_case
 from tilec.benchmarking.contenders import Contender, Run, TilecContender, describe_compiled
 from tilec.benchmarking.results import CaseResult, Measurement, References
 from tilec.benchmarking.timing import Timer
@@ -135,15 +135,6 @@ def run_w8a16_case(case: Case, arrays: Arrays, contenders: Sequence[Contender],
                arrays.random((case.N, case.K), "i8"),
                arrays.random((case.N,), "f32") * (1.0 / 64)) for _ in range(sets)]
     checked = {i: w8a16_reference(arrays, *inputs[i]) for i in sorted({0, sets - 1})}
-    measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
-    result = CaseResult(case, sets, measured)
-    result.bound_bytes = case.weight_bytes()
-    if references is not None and references.copy_gbps:
-        result.memory_bound_ms = result.bound_bytes / (references.copy_gbps * 1e6)
-        ceiling = references.mma_tflops.get(case.dtype)
-        if ceiling:
-            result.compute_bound_ms = case.flops / (ceiling * 1e9)
-    del inputs, checked
-    arrays.release()
-    result.seconds = time.perf_counter() - start
-    return result
+    bound_bytes = case.weight_bytes()
+    return time_case(case, arrays, contenders, timer, references, inputs, checked, bound_bytes,
+                     start)
