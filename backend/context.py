@@ -7,6 +7,7 @@ from typing import Optional, Union
 
 from tilec.ir.core import Kernel, Value
 from tilec.target.layout import DistributedLayout, SmemLayout, Swizzle
+from tilec.target.smem import place
 from tilec.options import Options
 
 from . import divide
@@ -48,7 +49,7 @@ class Context:
         self.w = PtxWriter()
         self.values: dict[Value, object] = {}
         self.constants: dict[Value, Union[int, float]] = {}
-        self.smem_bytes = 0
+        self.smem = place(kernel)  # every shared buffer's place, bound as emitted
         self.plan = kernel.schedule.tiling
         # The epilogue is emitted a few registers at a time (see ptx._emit_body): the
         # registers of distributed tiles being emitted now, and per-op state kept between

@@ -1,7 +1,8 @@
-"""Emitters for what every data-movement family shares: shared buffers (their place in the
-kernel's dynamic shared memory, and a stage's address) and the CTA barrier. The op table
-also takes in each registered movement family's emitters (``tilec/families/movements.py``);
-the cp.async copies, commits and waits live in ``tilec/families/cp_async.py``.
+"""Emitters for what every data-movement family shares: shared buffers (bound at their place
+in the kernel's dynamic shared memory, :func:`tilec.target.smem.place`, and a stage's
+address) and the CTA barrier. The op table also takes in each registered movement family's
+emitters (``tilec/families/movements.py``); the cp.async copies, commits and waits live in
+``tilec/families/cp_async.py``.
 """
 from __future__ import annotations
 
@@ -10,25 +11,12 @@ from tilec.ir.core import Op
 
 from .context import Context, SmemBuffer, SmemView
 
-SMEM_ALIGN = 128
-# Slabbed layouts are written by TMA in its 128-byte swizzle, which permutes by address bits
-# up to 1024: their stages start on 1024-byte boundaries (so does the dynamic shared memory
-# then, backend.ptx.render).
-SWIZZLE_ATOM_ALIGN = 1024
-
-
-def smem_align(layout) -> int:
-    return SWIZZLE_ATOM_ALIGN if getattr(layout, "slab", 0) else SMEM_ALIGN
-
 
 def _smem_alloc(ctx: Context, op: Op) -> None:
     rtype = op.result.type
-    elem_bytes = rtype.dtype.bytes
-    stage_bytes = rtype.shape[1] * rtype.shape[2] * elem_bytes
-    align = smem_align(rtype.layout)
-    offset = -(-ctx.smem_bytes // align) * align
-    ctx.smem_bytes = offset + stage_bytes * rtype.shape[0]
-    ctx.bind(op.result, SmemBuffer(offset, stage_bytes, rtype.layout, elem_bytes))
+    placed = ctx.smem.of(op)
+    ctx.bind(op.result, SmemBuffer(placed.offset, placed.stage_bytes, rtype.layout,
+                                   rtype.dtype.bytes))
 
 
 def _smem_stage(ctx: Context, op: Op) -> None:

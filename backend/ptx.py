@@ -479,10 +479,8 @@ def render(kernel: Kernel, options: Options) -> Rendered:
              *ptx_header(options, _family_ptx_version(kernel)), ""]
     if options.line_info:
         lines.append(f'.file 1 "{source}"')
-    if ctx.smem_bytes:
-        align = max([copies.SMEM_ALIGN] + [copies.smem_align(op.result.type.layout)
-                                           for op in kernel.walk() if op.name == "smem.alloc"])
-        lines.append(f".extern .shared .align {align} .b8 {SHARED_MEMORY}[];")
+    if ctx.smem.total:
+        lines.append(f".extern .shared .align {ctx.smem.ring_align} .b8 {SHARED_MEMORY}[];")
     lines.append("")
     decls = [f"\t{p.declaration()}" for p in abi]
     lines.append(f".visible .entry {entry}(")
@@ -499,7 +497,7 @@ def render(kernel: Kernel, options: Options) -> Rendered:
     lines.extend(ctx.w.body)
     lines.append("\tret;")
     lines.append("}")
-    return Rendered("\n".join(lines) + "\n", entry, threads, ctx.smem_bytes, tuple(abi))
+    return Rendered("\n".join(lines) + "\n", entry, threads, ctx.smem.total, tuple(abi))
 
 
 __all__ = ["render", "ptx_header", "Rendered", "EMITTERS", "emit_block", "f32_literal", "Block",

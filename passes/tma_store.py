@@ -37,13 +37,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.tma import BARRIER_BYTES, SLAB_BYTES, STAGING_ALIGN, SWIZZLE_128B
+from tilec.families.tma import SLAB_BYTES, SWIZZLE_128B
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
 from tilec.ir.types import TileType
 from tilec.ir.views import view_source
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.layout import DistributedLayout
+from tilec.target.smem import place, total_with_staging
 
 NAME = "tma_store"
 
@@ -108,18 +109,6 @@ def _stored_param(kernel: Kernel, store: Op) -> Optional[Param]:
     return param if param.type.rank == 2 + (source.batch is not None) else None
 
 
-def _smem_in_use(kernel: Kernel) -> int:
-    """Shared bytes the ring and its barriers take, at the backend's alignments."""
-    used = 0
-    for op in kernel.walk():
-        if op.name == "smem.alloc":
-            t = op.result.type
-            used = -(-used // STAGING_ALIGN) * STAGING_ALIGN + t.numel * t.dtype.bytes
-        elif op.name == "mbar.alloc":
-            used += op.result.type.shape[0] * BARRIER_BYTES
-    return used
-
-
 def run(kernel: Kernel, options: Options) -> Kernel:
     if kernel.schedule.roles is None:
         return kernel
@@ -139,9 +128,11 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     elem_bytes = store.operands[-1].type.dtype.bytes
     staging = bm * bn * elem_bytes
     if problem is None:
-        used = -(-_smem_in_use(kernel) // STAGING_ALIGN) * STAGING_ALIGN
+        # The ring and its barriers, and the staging tile after them as the backend places it.
+        needed = total_with_staging(place(kernel), staging)
+        used = needed - staging
         limit = SMEM_PER_SM // kernel.schedule.roles.blocks_per_sm - SMEM_RESERVED_PER_BLOCK
-        if used + staging > limit:
+        if needed > limit:
             problem = (f"its {staging}-byte staging tile does not fit beside the ring's "
                        f"{used} bytes (a block may have {limit})")
     if problem is not None:

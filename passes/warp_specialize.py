@@ -73,12 +73,13 @@ import dataclasses
 
 from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
-from tilec.families.tma import (ALLOC, ARRIVE, BARRIER_BYTES, CLUSTER_SYNC, EXPECT, LOAD,
-                                PRODUCER, RING_BASE, SLAB_BYTES, WAIT, barrier_type, tma_layout)
+from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
+                                SLAB_BYTES, WAIT, barrier_type, tma_layout)
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, defining_op
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
+from tilec.target.smem import BARRIER_BYTES
 
 from .common import clone_slice, constant
 

@@ -17,6 +17,7 @@ from typing import Callable, Optional, Union
 from tilec.ir.core import Kernel, Value
 from tilec.options import Options
 from tilec.target.layout import Swizzle
+from tilec.target.smem import place
 
 from .builder import Block, Builder, Operand, Val, const
 
@@ -93,7 +94,7 @@ class LlvmContext:
         self.w = _Once(self)
         self.values: dict[Value, object] = {}
         self.constants: dict[Value, Union[int, float]] = {}
-        self.smem_bytes = 0
+        self.smem = place(kernel)  # every shared buffer's place, bound as emitted
         self.plan = kernel.schedule.tiling
         self.op_state: dict[object, dict] = {}
         # The epilogue is emitted a few registers at a time, as the PTX backend does it

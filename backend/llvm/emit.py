@@ -25,8 +25,6 @@ from ..context import c_thread_coords
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
 
-SMEM_ALIGN = 128
-
 # -- scalars ----------------------------------------------------------------------------
 INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.lo.s32",
               "arith.floordiv": "div.s32", "arith.mod": "rem.s32", "arith.min": "min.s32",
@@ -184,11 +182,9 @@ def _batch_view(ctx: LlvmContext, op: Op) -> None:
 # -- shared buffers and the barrier -----------------------------------------------------
 def _smem_alloc(ctx: LlvmContext, op: Op) -> None:
     rtype = op.result.type
-    elem_bytes = rtype.dtype.bytes
-    stage_bytes = rtype.shape[1] * rtype.shape[2] * elem_bytes
-    offset = -(-ctx.smem_bytes // SMEM_ALIGN) * SMEM_ALIGN
-    ctx.smem_bytes = offset + stage_bytes * rtype.shape[0]
-    ctx.bind(op.result, SmemBuffer(offset, stage_bytes, rtype.layout, elem_bytes))
+    placed = ctx.smem.of(op)
+    ctx.bind(op.result, SmemBuffer(placed.offset, placed.stage_bytes, rtype.layout,
+                                   rtype.dtype.bytes))
 
 
 def _smem_stage(ctx: LlvmContext, op: Op) -> None:

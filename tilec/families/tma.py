@@ -36,6 +36,7 @@ from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I64, TileType
 from tilec.target.layout import SmemLayout, Swizzle
+from tilec.target.smem import BARRIER_BYTES
 
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
@@ -56,8 +57,6 @@ STORE = "tile.store"
 CLUSTER_SYNC = "cluster.sync"
 # The consumers' own barrier (bar.sync 0 is the whole block's, and the producer has left).
 CONSUMER_BARRIER = 1
-STAGING_ALIGN = 1024  # the TMA store's staging tile starts on a swizzle atom
-BARRIER_BYTES = 8  # one .b64 mbarrier
 SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
 
@@ -171,10 +170,9 @@ def _alloc(ctx: Context, op: Op) -> None:
     """Barriers sit in the dynamic shared memory like buffers; thread 0 initialises them
     (mbarrier.init, PTX ISA 9.7.13.15.9) and fences the init for the async proxy; a CTA
     barrier (the pass puts one after the allocations) publishes them."""
-    stages = op.result.type.shape[0]
-    offset = -(-ctx.smem_bytes // BARRIER_BYTES) * BARRIER_BYTES
-    ctx.smem_bytes = offset + stages * BARRIER_BYTES
-    address = ctx.int_op("add.s32", ctx.smem_base(), offset)
+    placed = ctx.smem.of(op)
+    stages = placed.stages
+    address = ctx.int_op("add.s32", ctx.smem_base(), placed.offset)
     first = _thread_is(ctx, None, 0)
     for stage in range(stages):
         ctx.w.emit(f"@{first} mbarrier.init.shared::cta.b64 [{address}+{stage * BARRIER_BYTES}], "
@@ -311,11 +309,9 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     state = ctx.op_state.setdefault(op, {})
     # The leader's predicate first (its registers' numbering is the golden PTX's).
     leader = _thread_is(ctx, None, 0) if reuse_wait else None
-    rows, cols = value.type.shape
+    rows = value.type.shape[0]
     if "staging" not in state:
-        offset = -(-ctx.smem_bytes // STAGING_ALIGN) * STAGING_ALIGN
-        ctx.smem_bytes = offset + rows * cols * eb
-        state["staging"] = offset
+        state["staging"] = ctx.smem.of(op).offset
         if roles.persistent:
             # The previous tile's stores must have read the staging tile.
             if leader is not None:

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from tilec.backend.copies import smem_align
 from tilec.compiler import Compiled
 from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, schedule_stages,
                            simulate, trip_counts)
@@ -42,12 +41,13 @@ from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
-from tilec.families.tma import BARRIER_BYTES, STAGING_ALIGN, Box, is_tma_store, staging_layout
+from tilec.families.tma import Box, staging_layout
 from tilec.families.wgmma import registers_at_entry
 from tilec.families.tma import LOAD as TMA_LOAD
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
                                  conflict_degree, copy_map, copy_store_addresses,
                                  operand_k_major)
+from tilec.target.smem import SharedLayout, place
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 from tilec.ir.views import view_source
@@ -228,7 +228,8 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     plan: TilingPlan = kernel.schedule.tiling
     options = compiled.options
     stages = schedule_stages(kernel)
-    buffers = _buffers(kernel)
+    layout = place(kernel)
+    buffers = _buffers(layout)
     hazard = ""
     try:
         check_schedule(kernel)
@@ -253,7 +254,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
                     if options.backend == "llvm" else "")),
         hierarchy=_hierarchy(kernel, plan),
         schedule=_schedule(kernel, stages, bool(options.pipeline_fragments)),
-        shared=SharedMemory(tuple(buffers), _end_of(buffers), compiled.rendered.smem_bytes,
+        shared=SharedMemory(tuple(buffers), layout.total, compiled.rendered.smem_bytes,
                             options.smem_limit, options.arch),
         conflicts=tuple(_conflicts(kernel, plan, buffers)),
         registers=_registers(plan, kernel.schedule.roles),
@@ -381,45 +382,30 @@ def _elem_bytes(kernel: Kernel) -> int:
     return 2
 
 
-def _buffers(kernel: Kernel) -> list[Buffer]:
+def _buffers(layout: SharedLayout) -> list[Buffer]:
     """The shared buffers in the order, offsets and alignment the backend gives them."""
     buffers = []
-    end = 0
-    for op in kernel.walk():
-        if op.name == "mbar.alloc":  # a ring of 8-byte mbarriers, after the buffers
-            stages = op.result.type.shape[0]
-            offset = -(-end // BARRIER_BYTES) * BARRIER_BYTES
-            end = offset + stages * BARRIER_BYTES
-            buffers.append(Buffer(op.result.hint or "mbar", "barriers", stages, 1, 1, "b64",
-                                  BARRIER_BYTES, BARRIER_BYTES, offset, BARRIER_BYTES,
+    for op, placed in layout.buffers.items():
+        if placed.kind == "barriers":  # a ring of 8-byte mbarriers, after the buffers
+            buffers.append(Buffer(op.result.hint or "mbar", "barriers", placed.stages, 1, 1,
+                                  "b64", placed.stage_bytes, placed.stage_bytes, placed.offset,
+                                  placed.align,
                                   f"mbarrier, {op.attrs['count']} arrival(s) a phase"))
-        if is_tma_store(op):  # the TMA store's staging tile, after everything else
+        elif placed.kind == "staging":  # the store's staging tile, after everything else
             value = op.operands[-1].type
             rows, cols = value.shape
-            offset = -(-end // STAGING_ALIGN) * STAGING_ALIGN
-            stage_bytes = rows * cols * value.dtype.bytes
-            end = offset + stage_bytes
-            layout = staging_layout(rows, cols, value.dtype.bytes)
+            layout_text = staging_layout(rows, cols, value.dtype.bytes)
+            store = "TMA store" if op.attrs["via"] == "tma" else "row stores"
             buffers.append(Buffer("sC", "staging", 1, rows, cols, value.dtype.short,
-                                  value.dtype.bytes, stage_bytes, offset, STAGING_ALIGN,
-                                  f"{layout} (TMA store staging)"))
-        if op.name != "smem.alloc":
-            continue
-        rtype = op.result.type
-        stage_bytes = rtype.shape[1] * rtype.shape[2] * rtype.dtype.bytes
-        align = smem_align(rtype.layout)
-        offset = -(-end // align) * align
-        end = offset + stage_bytes * rtype.shape[0]
-        alignment = align if offset == 0 else min(align, offset & -offset)
-        buffers.append(Buffer(op.result.hint or "smem", op.attrs["role"], rtype.shape[0],
-                              rtype.shape[1], rtype.shape[2], rtype.dtype.short,
-                              rtype.dtype.bytes, stage_bytes, offset, alignment,
-                              str(rtype.layout)))
+                                  value.dtype.bytes, placed.stage_bytes, placed.offset,
+                                  placed.align, f"{layout_text} ({store} staging)"))
+        else:
+            rtype = op.result.type
+            buffers.append(Buffer(op.result.hint or "smem", op.attrs["role"], placed.stages,
+                                  rtype.shape[1], rtype.shape[2], rtype.dtype.short,
+                                  rtype.dtype.bytes, placed.stage_bytes, placed.offset,
+                                  placed.align, str(rtype.layout)))
     return buffers
-
-
-def _end_of(buffers: Sequence[Buffer]) -> int:
-    return max((b.offset + b.total_bytes for b in buffers), default=0)
 
 
 def _registers(plan: TilingPlan, roles: Optional[RolesPlan] = None) -> Registers:
