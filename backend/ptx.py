@@ -356,26 +356,37 @@ def _emit_persistent(ctx: Context, ops: list[Op]) -> None:
     _tile_loop(ctx, tail, _emit_chunked)
 
 
-def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
+def epilogue_chunks(ops: list[Op], plan) -> tuple[list[Op], list[tuple[range, list[Op]]]]:
+    """How a region's ops are emitted, as (head, chunks): the head (everything up to the
+    last K loop, or split-K's meeting, which is one barrier for the whole tile) at once,
+    then each chunk's ops with the distributed-tile registers it covers. The epilogue is
+    chunked only when it is elementwise work on the accumulator layout; otherwise the
+    head is every op and there are no chunks. Both backends emit this plan (the llvm
+    backend's emit_body), so their epilogues issue loads of C next to their use."""
     loops = [i for i, op in enumerate(ops) if op.name == "scf.for"]
-    plan = ctx.plan
     if not loops or plan is None:
-        emit_block(ctx, ops)
-        return
-    # The split-K meeting (one barrier for the whole tile) goes before the chunks.
+        return ops, []
     reduces = [i for i, op in enumerate(ops) if op.name == "split.reduce"]
     end = max([loops[-1], *reduces]) + 1
     head, tail = ops[:end], ops[end:]
-    emit_block(ctx, head)
     chunkable = all(op.name in CHUNKED or not op.regions and not any(
         isinstance(r.type, TileType) for r in op.results) for op in tail)
     if not chunkable:
-        emit_block(ctx, tail)
-        return
+        return ops, []
     registers = plan.warp_tile[0] * plan.warp_tile[1] // 32
-    for start in range(0, registers, EPILOGUE_CHUNK):
-        ctx.active = range(start, start + EPILOGUE_CHUNK)
-        emit_block(ctx, [op for op in tail if start == 0 or op.name in CHUNKED])
+    return head, [(range(start, start + EPILOGUE_CHUNK),
+                   [op for op in tail if start == 0 or op.name in CHUNKED])
+                  for start in range(0, registers, EPILOGUE_CHUNK)]
+
+
+def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
+    head, chunks = epilogue_chunks(ops, ctx.plan)
+    emit_block(ctx, head)
+    if not chunks:
+        return
+    for active, chunk in chunks:
+        ctx.active = active
+        emit_block(ctx, chunk)
     ctx.active = None
 
 
