@@ -11,12 +11,12 @@ from typing import Callable, Optional, Sequence
 
 from tilec.families import products
 from tilec.ir.core import Block, Kernel, Op
-from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
+from tilec.ir.types import F32, I32, PRED, ScalarType, TileType
 from tilec.options import Options
 
 from . import compute, copies, epilogue, split
-from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folded_axes,
-                  folds_tile_axes, printable, ptx_identifier)
+from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
+                  folded_axes, folds_tile_axes, printable, ptx_identifier)
 from .signature import kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -430,19 +430,7 @@ def _load_params(ctx: Context, abi: list[AbiParam]) -> None:
         if p.role not in PROGRAM_ROLES:
             ctx.workspace[p.source] = reg
         by_source.setdefault(p.source, {})[(p.role, p.dim)] = reg
-    kernel = ctx.kernel
-    symbol_regs = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
-    for param, value in zip(kernel.params, kernel.body.args):
-        regs = by_source[param.name]
-        if isinstance(param.type, TensorType):
-            dims = [symbol_regs[d] if isinstance(d, str) else d for d in param.type.shape]
-            strides = [regs[("stride", d)] for d in range(param.type.rank)]
-            ctx.bind(value, TensorRegs(regs[("ptr", -1)], strides, dims,
-                                       param.type.dtype.bytes))
-        else:
-            ctx.bind(value, regs[("scalar", -1)])
-    for symbol in kernel.symbols:
-        ctx.bind(kernel.symbol_value(symbol), symbol_regs[symbol])
+    bind_program_params(ctx, by_source, TensorRegs)
 
 
 # The module-scope names beside the entry: a kernel called like one is renamed.

@@ -16,11 +16,12 @@ from typing import Callable
 
 from tilec.ir.arith import wrap
 from tilec.ir.core import Op
-from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType, TensorType
+from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType
 from tilec.target.erfc import ERFC_P
 from tilec.target.layout import DistributedLayout
 
-from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, folds_tile_axes
+from ..abi import (PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params,
+                   folds_tile_axes)
 from ..context import c_thread_coords
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
@@ -575,19 +576,7 @@ def bind_params(ctx: LlvmContext, abi) -> list[str]:
         if p.role not in PROGRAM_ROLES:
             ctx.workspace[p.source] = val
         by_source.setdefault(p.source, {})[(p.role, p.dim)] = val
-    kernel = ctx.kernel
-    symbols = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
-    for param, value in zip(kernel.params, kernel.body.args):
-        vals = by_source[param.name]
-        if isinstance(param.type, TensorType):
-            dims = [symbols[d] if isinstance(d, str) else d for d in param.type.shape]
-            strides = [vals[("stride", d)] for d in range(param.type.rank)]
-            ctx.bind(value, TensorVals(vals[("ptr", -1)], strides, dims,
-                                       param.type.dtype.bytes))
-        else:
-            ctx.bind(value, vals[("scalar", -1)])
-    for symbol in kernel.symbols:
-        ctx.bind(kernel.symbol_value(symbol), symbols[symbol])
+    bind_program_params(ctx, by_source, TensorVals)
     return declared
 
 
