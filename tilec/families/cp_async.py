@@ -57,6 +57,56 @@ def _access_steps(cmap, layout) -> list[tuple[int, int]] | None:
     return steps
 
 
+@dataclass(frozen=True)
+class CopyAccess:
+    """Access ``index`` of a thread in a global -> shared copy, as both backends issue it.
+    ``masked``: some threads have no vector at this access (a predicate against the count).
+    ``chain``: (xor, add) onto access 0's shared byte offset where this access sits a
+    uniform step from access 0, with ``unit`` the logical step from access index-1 (one
+    global byte step per unit, shared) and ``logical_imm`` the logical step from access 0;
+    None where the access computes its own offsets."""
+
+    index: int
+    masked: bool
+    chain: Optional[tuple[int, int]] = None
+    unit: tuple[int, int] = (0, 0)
+    logical_imm: tuple[int, int] = (0, 0)
+
+
+def copy_accesses(layout: SmemLayout, vec: int, threads: int, eb: int) -> list[CopyAccess]:
+    """The plan of one thread's accesses of a copy into ``layout`` (copy_map's threads and
+    vectors, eb bytes an element): which compute their own offsets and which chain."""
+    cmap = copy_map(layout.rows, layout.cols, vec, threads)
+    steps = _access_steps(cmap, layout)
+
+    def logical(pair):
+        return (pair[1], pair[0]) if layout.transposed else pair
+
+    def smem_offsets(i: int) -> list[int]:
+        return [offset * eb for offset in
+                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
+
+    reference = smem_offsets(0)
+    accesses = []
+    for i in range(cmap.per_thread):
+        masked = (i + 1) * threads > cmap.vectors
+        step = steps[i] if steps is not None and i > 0 else None
+        relation = None
+        if step is not None and not masked:
+            # Shared offsets follow access 0's by an XOR within a line and an add (the
+            # swizzle permutes chunks below its period); see offset_relation.
+            relation = offset_relation(reference, smem_offsets(i))
+        if relation is None:
+            accesses.append(CopyAccess(i, masked))
+            continue
+        # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
+        previous = steps[i - 1]
+        accesses.append(CopyAccess(i, masked, relation,
+                                   logical((step[0] - previous[0], step[1] - previous[1])),
+                                   logical(step)))
+    return accesses
+
+
 def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int,
                       threads: int, key: object) -> list[dict]:
     """Per access i of this thread: logical coordinates, shared offset (bytes) and global
@@ -67,15 +117,14 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
     cmap = copy_map(layout.rows, layout.cols, vec, threads)
     per_row = layout.cols // vec
     eb = view.buffer.elem_bytes
-    steps = _access_steps(cmap, layout)
 
     def logical(pair):
         return (pair[1], pair[0]) if layout.transposed else pair
 
-    def own(i: int) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), i * threads)
+    def own(access: CopyAccess) -> dict:
+        v = ctx.int_op("add.s32", ctx.tid(), access.index * threads)
         active = None
-        if (i + 1) * threads > cmap.vectors:
+        if access.masked:
             active = ctx.w.reg("pred")
             ctx.w.emit(f"setp.lt.s32 {active}, {v}, {cmap.vectors};")
         row = ctx.div_const(v, per_row, nonnegative=True)
@@ -91,33 +140,18 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
                 "global_step": None, "logical": coords, "logical_imm": (0, 0),
                 "active": active}
 
-    def smem_offsets(i: int) -> list[int]:
-        return [offset * eb for offset in
-                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
-
     def compute() -> list[dict]:
-        first = own(0)
-        accesses = [first]
-        reference = smem_offsets(0)
-        for i in range(1, cmap.per_thread):
-            step = steps[i] if steps is not None else None
-            relation = None
-            if step is not None and (i + 1) * threads <= cmap.vectors:
-                # Shared offsets follow access 0's by an XOR within a line and an add (the
-                # swizzle permutes chunks below its period); see offset_relation.
-                relation = offset_relation(reference, smem_offsets(i))
-            if relation is None:
-                accesses.append(own(i))
+        accesses: list[dict] = []
+        for access in copy_accesses(layout, vec, threads, eb):
+            if access.chain is None:
+                accesses.append(own(access))
                 continue
-            flip, shift = relation
-            d0, d1 = logical(step)
-            # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
-            previous = steps[i - 1]
-            unit = logical((step[0] - previous[0], step[1] - previous[1]))
-            delta = ctx.w.once(("copy_step", key, unit), lambda: _byte_step(ctx, tensor, unit,
-                                                                            eb))
-            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
-                             "global_step": delta, "chained": True, "logical_imm": (d0, d1)})
+            flip, shift = access.chain
+            delta = ctx.w.once(("copy_step", key, access.unit),
+                               lambda: _byte_step(ctx, tensor, access.unit, eb))
+            accesses.append({**accesses[0], "smem_imm": shift, "smem_xor": flip,
+                             "global_step": delta, "chained": True,
+                             "logical_imm": access.logical_imm})
         return accesses
 
     return ctx.w.once(key, compute)

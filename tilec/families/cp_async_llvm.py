@@ -10,9 +10,9 @@ from __future__ import annotations
 from tilec.backend.llvm.builder import Val, const
 from tilec.backend.llvm.context import LlvmContext, SmemView, TensorVals
 from tilec.ir.core import Op
-from tilec.target.layout import copy_map, offset_relation
+from tilec.target.layout import copy_map
 
-from .cp_async import _access_steps
+from .cp_async import CopyAccess, copy_accesses
 
 # Synchronous copies: element bytes -> the integer type moved through a register.
 SYNC_TYPES = {1: "i8", 2: "i16", 4: "i32"}
@@ -28,21 +28,20 @@ def _byte_step(ctx: LlvmContext, tensor: TensorVals, delta: tuple[int, int], eb:
 
 def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
                  threads: int, key: object) -> list[dict]:
-    """Per access of this thread, as cp_async._copy_thread_part: logical coordinates,
-    shared offset (bytes, i32), global offset (bytes, i64), and the uniform step that
-    chains an access to the previous one where the copy map allows."""
+    """Per access of this thread, as cp_async._copy_thread_part (the same plan,
+    cp_async.copy_accesses): logical coordinates, shared offset (bytes, i32), global offset
+    (bytes, i64), and the uniform step that chains an access to the previous one."""
     layout = view.buffer.layout
     cmap = copy_map(layout.rows, layout.cols, vec, threads)
     per_row = layout.cols // vec
     eb = view.buffer.elem_bytes
-    steps = _access_steps(cmap, layout)
 
     def logical(pair):
         return (pair[1], pair[0]) if layout.transposed else pair
 
-    def own(i: int) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), i * threads)
-        active = ctx.b.icmp("slt", v, cmap.vectors) if (i + 1) * threads > cmap.vectors else None
+    def own(access: CopyAccess) -> dict:
+        v = ctx.int_op("add.s32", ctx.tid(), access.index * threads)
+        active = ctx.b.icmp("slt", v, cmap.vectors) if access.masked else None
         row = ctx.div_const(v, per_row, nonnegative=True)
         col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
         linear = ctx.mad(row, layout.cols, col)
@@ -54,30 +53,18 @@ def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
                 "global": ctx.b.binop("mul", offset, eb, "i64"), "logical": coords,
                 "logical_imm": (0, 0), "active": active}
 
-    def smem_offsets(i: int) -> list[int]:
-        return [offset * eb for offset in
-                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
-
     def compute() -> list[dict]:
-        first = own(0)
-        accesses = [first]
-        reference = smem_offsets(0)
-        for i in range(1, cmap.per_thread):
-            step = steps[i] if steps is not None else None
-            relation = None
-            if step is not None and (i + 1) * threads <= cmap.vectors:
-                relation = offset_relation(reference, smem_offsets(i))
-            if relation is None:
-                accesses.append(own(i))
+        accesses: list[dict] = []
+        for access in copy_accesses(layout, vec, threads, eb):
+            if access.chain is None:
+                accesses.append(own(access))
                 continue
-            flip, shift = relation
-            previous = steps[i - 1]
-            unit = logical((step[0] - previous[0], step[1] - previous[1]))
-            delta = ctx.w.once(("copy_step", key, unit),
-                               lambda: _byte_step(ctx, tensor, unit, eb))
-            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
+            flip, shift = access.chain
+            delta = ctx.w.once(("copy_step", key, access.unit),
+                               lambda: _byte_step(ctx, tensor, access.unit, eb))
+            accesses.append({**accesses[0], "smem_imm": shift, "smem_xor": flip,
                              "global_step": delta, "chained": True,
-                             "logical_imm": logical(step)})
+                             "logical_imm": access.logical_imm})
         return accesses
 
     return ctx.w.once(key, compute)
