@@ -23,6 +23,7 @@ from tilec.target.layout import DistributedLayout
 from ..abi import (PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params,
                    folds_tile_axes)
 from ..context import c_thread_coords
+from ..epilogue import element_access, unit_stride_dim
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
 
@@ -212,14 +213,6 @@ ELEMENT_TYPES = {F16: ("half", "0xH0000"), BF16: ("bfloat", "0xR0000"),
                  F32: ("float", "0.0"), I32: ("i32", "0"), I8: ("i8", "0")}
 
 
-def _unit_stride_dim(ctx: LlvmContext, tensor_value) -> int | None:
-    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
-        if arg is tensor_value:
-            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
-            return spec.contiguous_dim
-    return None
-
-
 def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
                        layout: DistributedLayout, eb: int, masked: list[bool]):
     """For the registers being emitted (:meth:`LlvmContext.indices`): (index, pointer,
@@ -229,7 +222,7 @@ def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
     b = ctx.b
     tensor_value = op.operands[0]
     tensor: TensorVals = ctx.get(tensor_value)
-    unit = _unit_stride_dim(ctx, tensor_value)
+    unit = unit_stride_dim(ctx, tensor_value)
     state = ctx.op_state.setdefault(op, {})
     if "base" not in state:
         thread = c_thread_coords(ctx, layout)
@@ -250,27 +243,16 @@ def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
     relative = layout.register_offsets()
     result = []
     for index in ctx.indices(len(relative)):
-        rel = relative[index]
+        access = element_access(relative[index], dims, unit, eb, masked)
+        element, immediate, key, checks = (access.element, access.immediate,
+                                           access.strided, access.checks)
         # Registers that read the same tensor element (broadcast dims) share one access.
-        element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
         if element in seen:
             result.append((index, *seen[element], element))
             continue
-        immediate, strided, checks = 0, [], []
-        for tile_dim, tensor_dim in enumerate(dims):
-            if tensor_dim < 0:
-                continue
-            r = rel[tile_dim]
-            if tensor_dim == unit:
-                immediate += r * eb
-            elif r:
-                strided.append((tensor_dim, r))
-            if masked[tensor_dim]:
-                checks.append((tensor_dim, r))
-        key = tuple(strided)
         if key not in row_bases:
             address = base
-            for tensor_dim, r in strided:
+            for tensor_dim, r in key:
                 address = b.gep(address, ctx.wide(tensor.strides[tensor_dim], r * eb))
             row_bases[key] = address
         inside = None
