@@ -379,7 +379,9 @@ def epilogue_chunks(ops: list[Op], plan) -> tuple[list[Op], list[tuple[range, li
                   for start in range(0, registers, EPILOGUE_CHUNK)]
 
 
-def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
+def emit_chunked(ctx, ops: list[Op], emit_block: Callable) -> None:
+    """Emit ``ops`` by epilogue_chunks with ``emit_block`` (either backend's), setting
+    ``ctx.active`` to each chunk's registers."""
     head, chunks = epilogue_chunks(ops, ctx.plan)
     emit_block(ctx, head)
     if not chunks:
@@ -388,6 +390,10 @@ def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
         ctx.active = active
         emit_block(ctx, chunk)
     ctx.active = None
+
+
+def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
+    emit_chunked(ctx, ops, emit_block)
 
 
 def emit_block(ctx: Context, ops: list[Op]) -> None:

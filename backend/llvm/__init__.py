@@ -23,7 +23,7 @@ from tilec.options import Options
 
 from ..abi import printable, ptx_identifier
 # The PTX backend's epilogue chunking: which ops are emitted per chunk, and how many registers.
-from ..ptx import epilogue_chunks
+from ..ptx import emit_chunked
 from ..signature import kernel_abi
 from . import split, target
 from .builder import Builder
@@ -121,16 +121,10 @@ def emit_block(ctx: LlvmContext, ops: list[Op]) -> None:
 def emit_body(ctx: LlvmContext, ops: list[Op]) -> None:
     """Everything up to the last K loop (or split-K's meeting) as it is, then the epilogue
     in register chunks when it is elementwise work on the accumulator layout: the PTX
-    backend's plan (backend/ptx.py, epilogue_chunks), which keeps the epilogue's loads of C
-    next to their use; emitted at once, LLVM issues them all first and ptxas spills."""
-    head, chunks = epilogue_chunks(ops, ctx.plan)
-    emit_block(ctx, head)
-    if not chunks:
-        return
-    for active, chunk in chunks:
-        ctx.active = active
-        emit_block(ctx, chunk)
-    ctx.active = None
+    backend's plan and order (backend/ptx.py, emit_chunked), which keeps the epilogue's
+    loads of C next to their use; emitted at once, LLVM issues them all first and ptxas
+    spills."""
+    emit_chunked(ctx, ops, emit_block)
 
 
 def _debug_metadata(kernel: Kernel, entry: str, ctx: LlvmContext) -> list[str]:
