@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.context import Context, SmemView, TensorRegs
@@ -107,6 +107,29 @@ def copy_accesses(layout: SmemLayout, vec: int, threads: int, eb: int) -> list[C
     return accesses
 
 
+def thread_accesses(ctx, layout: SmemLayout, vec: int, threads: int, eb: int, key: object,
+                    own: Callable[[CopyAccess], dict],
+                    byte_step: Callable[[tuple[int, int]], Any]) -> list[dict]:
+    """copy_accesses as the access dicts both backends' _copy read, computed once per copy
+    ``key`` (either backend's context): ``own(access)`` emits an access's own offsets,
+    ``byte_step(unit)`` the global byte step of a logical unit, once per copy and unit."""
+    def compute() -> list[dict]:
+        accesses: list[dict] = []
+        for access in copy_accesses(layout, vec, threads, eb):
+            if access.chain is None:
+                accesses.append(own(access))
+                continue
+            flip, shift = access.chain
+            delta = ctx.w.once(("copy_step", key, access.unit),
+                               lambda: byte_step(access.unit))
+            accesses.append({**accesses[0], "smem_imm": shift, "smem_xor": flip,
+                             "global_step": delta, "chained": True,
+                             "logical_imm": access.logical_imm})
+        return accesses
+
+    return ctx.w.once(key, compute)
+
+
 def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int,
                       threads: int, key: object) -> list[dict]:
     """Per access i of this thread: logical coordinates, shared offset (bytes) and global
@@ -140,21 +163,8 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
                 "global_step": None, "logical": coords, "logical_imm": (0, 0),
                 "active": active}
 
-    def compute() -> list[dict]:
-        accesses: list[dict] = []
-        for access in copy_accesses(layout, vec, threads, eb):
-            if access.chain is None:
-                accesses.append(own(access))
-                continue
-            flip, shift = access.chain
-            delta = ctx.w.once(("copy_step", key, access.unit),
-                               lambda: _byte_step(ctx, tensor, access.unit, eb))
-            accesses.append({**accesses[0], "smem_imm": shift, "smem_xor": flip,
-                             "global_step": delta, "chained": True,
-                             "logical_imm": access.logical_imm})
-        return accesses
-
-    return ctx.w.once(key, compute)
+    return thread_accesses(ctx, layout, vec, threads, eb, key, own,
+                           lambda unit: _byte_step(ctx, tensor, unit, eb))
 
 
 def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int) -> str:

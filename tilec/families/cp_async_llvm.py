@@ -12,7 +12,7 @@ from tilec.backend.llvm.context import LlvmContext, SmemView, TensorVals
 from tilec.ir.core import Op
 from tilec.target.layout import copy_map
 
-from .cp_async import CopyAccess, copy_accesses
+from .cp_async import CopyAccess, thread_accesses
 
 # Synchronous copies: element bytes -> the integer type moved through a register.
 SYNC_TYPES = {1: "i8", 2: "i16", 4: "i32"}
@@ -53,21 +53,8 @@ def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
                 "global": ctx.b.binop("mul", offset, eb, "i64"), "logical": coords,
                 "logical_imm": (0, 0), "active": active}
 
-    def compute() -> list[dict]:
-        accesses: list[dict] = []
-        for access in copy_accesses(layout, vec, threads, eb):
-            if access.chain is None:
-                accesses.append(own(access))
-                continue
-            flip, shift = access.chain
-            delta = ctx.w.once(("copy_step", key, access.unit),
-                               lambda: _byte_step(ctx, tensor, access.unit, eb))
-            accesses.append({**accesses[0], "smem_imm": shift, "smem_xor": flip,
-                             "global_step": delta, "chained": True,
-                             "logical_imm": access.logical_imm})
-        return accesses
-
-    return ctx.w.once(key, compute)
+    return thread_accesses(ctx, layout, vec, threads, eb, key, own,
+                           lambda unit: _byte_step(ctx, tensor, unit, eb))
 
 
 def _copy(ctx: LlvmContext, op: Op) -> None:
