@@ -37,6 +37,10 @@ INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.
               "arith.max": "max.s32"}
 # By a positive constant: a shift or a multiply-high (backend/divide.py), never div/rem.
 CONSTANT_DIVISION = {"arith.floordiv": Context.div_const, "arith.mod": Context.mod_const}
+# The scalar binary ops (both backends' tables): integer by INT_BINARY (cdiv and floor
+# division by a constant in their own way), f32 by FLOAT_BINARY.
+SCALAR_BINARY = ("arith.add", "arith.sub", "arith.mul", "arith.div", "arith.floordiv",
+                 "arith.cdiv", "arith.mod", "arith.min", "arith.max")
 FLOAT_BINARY = {"arith.add": "add.f32", "arith.sub": "sub.f32", "arith.mul": "mul.f32",
                 "arith.div": "div.rn.f32", "arith.min": "min.f32", "arith.max": "max.f32"}
 
@@ -296,9 +300,7 @@ def _batch_view(ctx: Context, op: Op) -> None:
 
 EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "arith.constant": _constant,
-    **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
-                                         "arith.floordiv", "arith.cdiv", "arith.mod",
-                                         "arith.min", "arith.max")},
+    **{name: _scalar_binary for name in SCALAR_BINARY},
     "arith.lt": _compare,
     "arith.wrap_inc": _wrap_inc,
     "arith.select": _select,

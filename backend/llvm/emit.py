@@ -24,15 +24,13 @@ from ..abi import (PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params,
                    folds_tile_axes)
 from ..context import c_thread_coords
 from ..epilogue import element_access, unit_stride_dim
+from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
 
 SMEM_ALIGN = 128
 
 # -- scalars ----------------------------------------------------------------------------
-INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.lo.s32",
-              "arith.floordiv": "div.s32", "arith.mod": "rem.s32", "arith.min": "min.s32",
-              "arith.max": "max.s32"}
 CONSTANT_DIVISION = {"arith.floordiv": LlvmContext.div_const,
                      "arith.mod": LlvmContext.mod_const}
 # f32 scalars: the instruction, or the intrinsic (min/max as PTX's min.f32/max.f32: NaN
@@ -519,9 +517,7 @@ def _splat(ctx: LlvmContext, op: Op) -> None:
 
 GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
     "arith.constant": _constant,
-    **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
-                                         "arith.floordiv", "arith.cdiv", "arith.mod",
-                                         "arith.min", "arith.max")},
+    **{name: _scalar_binary for name in SCALAR_BINARY},
     "arith.lt": _compare,
     "arith.wrap_inc": _wrap_inc,
     "arith.select": _select,
