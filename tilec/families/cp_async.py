@@ -176,17 +176,56 @@ def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int
     return step
 
 
-def _copy(ctx: Context, op: Op) -> None:
-    w = ctx.w
-    tensor: TensorRegs = ctx.get(op.operands[0])
+def copy_operands(ctx, op: Op) -> tuple[Any, list, SmemView, Any, tuple]:
+    """``copy.global_to_shared``'s operands through either backend's context: the tensor,
+    its offsets, the shared view, the predicate (None without one), and the key of the
+    copy's per-thread part (one per buffer, tensor and copy shape)."""
+    tensor = ctx.get(op.operands[0])
     rank = len(tensor.strides)
     offsets = [ctx.get(v) for v in op.operands[1:1 + rank]]
-    view: SmemView = ctx.get(op.operands[1 + rank])
+    view = ctx.get(op.operands[1 + rank])
     predicate = ctx.get(op.operands[2 + rank]) if len(op.operands) > 2 + rank else None
+    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), op.attrs["vec"],
+           op.attrs["threads"])
+    return tensor, offsets, view, predicate, key
+
+
+def copy_edge_mask(ctx, access: dict, offsets: list, tensor, masked: list[bool],
+                   contiguous: int, vec: int, eb: int, inside, less_than: Callable):
+    """One access's edge mask, emitted through either backend's context: per masked dim the
+    access's coordinate; along the contiguous dim of a vector, the bytes in bounds (a
+    vector that straddles the edge copies its in-bounds part; cp.async fills the rest of
+    the 16 bytes with zeros); along another dim ``less_than(coord, size)`` (the backend's
+    unsigned compare) and-ed into ``inside``. Returns (inside, partial bytes or None)."""
+    partial_bytes = None
+    for dim in range(len(offsets)):
+        if not masked[dim]:
+            continue
+        coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
+        if access["logical_imm"][dim]:
+            coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
+        if dim == contiguous and vec > 1:
+            left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
+            left = ctx.int_op("max.s32", left, 0)
+            left = ctx.int_op("min.s32", left, vec)
+            partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
+        else:
+            inside = ctx.and_pred(inside, less_than(coord, tensor.dims[dim]))
+    return inside, partial_bytes
+
+
+def _less(w, coord: str, size) -> str:
+    ok = w.reg("pred")
+    w.emit(f"setp.lt.u32 {ok}, {coord}, {size};")
+    return ok
+
+
+def _copy(ctx: Context, op: Op) -> None:
+    w = ctx.w
+    tensor, offsets, view, predicate, key = copy_operands(ctx, op)
     vec, threads, masked = op.attrs["vec"], op.attrs["threads"], op.attrs["masked"]
     eb = view.buffer.elem_bytes
     layout = view.buffer.layout
-    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), vec, threads)
     accesses = _copy_thread_part(ctx, view, tensor, vec, threads, key)
 
     tile = ctx.wide(offsets[0], tensor.strides[0])
@@ -214,25 +253,9 @@ def _copy(ctx: Context, op: Op) -> None:
         # write at all: its shared address lies past the tile, and a cp.async of 0 source
         # bytes still writes 16 bytes of zeros there.
         guard = f"@{access['active']} " if access["active"] else ""
-        inside = ctx.and_pred(predicate, access["active"])
-        partial_bytes = None
-        for dim in range(rank):
-            if not masked[dim]:
-                continue
-            coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
-            if access["logical_imm"][dim]:
-                coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
-            if dim == contiguous and vec > 1:
-                # A vector that straddles the edge copies its in-bounds part; cp.async fills
-                # the rest of the 16 bytes with zeros.
-                left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
-                left = ctx.int_op("max.s32", left, 0)
-                left = ctx.int_op("min.s32", left, vec)
-                partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
-            else:
-                ok = w.reg("pred")
-                w.emit(f"setp.lt.u32 {ok}, {coord}, {tensor.dims[dim]};")
-                inside = ctx.and_pred(inside, ok)
+        inside, partial_bytes = copy_edge_mask(
+            ctx, access, offsets, tensor, masked, contiguous, vec, eb,
+            ctx.and_pred(predicate, access["active"]), lambda coord, size: _less(w, coord, size))
         if op.attrs["mode"] == "async":
             cache = "cg" if nbytes == 16 else "ca"
             if ctx.options.l2_prefetch:

@@ -12,7 +12,7 @@ from tilec.backend.llvm.context import LlvmContext, SmemView, TensorVals
 from tilec.ir.core import Op
 from tilec.target.layout import copy_map
 
-from .cp_async import CopyAccess, thread_accesses
+from .cp_async import CopyAccess, copy_edge_mask, copy_operands, thread_accesses
 
 # Synchronous copies: element bytes -> the integer type moved through a register.
 SYNC_TYPES = {1: "i8", 2: "i16", 4: "i32"}
@@ -59,15 +59,10 @@ def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
 
 def _copy(ctx: LlvmContext, op: Op) -> None:
     b = ctx.b
-    tensor: TensorVals = ctx.get(op.operands[0])
-    rank = len(tensor.strides)
-    offsets = [ctx.get(v) for v in op.operands[1:1 + rank]]
-    view: SmemView = ctx.get(op.operands[1 + rank])
-    predicate = ctx.get(op.operands[2 + rank]) if len(op.operands) > 2 + rank else None
+    tensor, offsets, view, predicate, key = copy_operands(ctx, op)
     vec, threads, masked = op.attrs["vec"], op.attrs["threads"], op.attrs["masked"]
     eb = view.buffer.elem_bytes
     layout = view.buffer.layout
-    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), vec, threads)
     accesses = _thread_part(ctx, view, tensor, vec, threads, key)
     corner = b.binop("add", ctx.wide(offsets[0], tensor.strides[0]),
                      ctx.wide(offsets[1], tensor.strides[1]), "i64")
@@ -90,20 +85,9 @@ def _copy(ctx: LlvmContext, op: Op) -> None:
         # A thread without a vector in this access must not write at all (a cp.async of 0
         # source bytes still writes zeros): the access is skipped, not zero-filled.
         active = access["active"]
-        inside = ctx.and_pred(predicate, active)
-        partial_bytes = None
-        for dim in range(rank):
-            if not masked[dim]:
-                continue
-            coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
-            if access["logical_imm"][dim]:
-                coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
-            if dim == contiguous and vec > 1:
-                left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
-                left = ctx.int_op("min.s32", ctx.int_op("max.s32", left, 0), vec)
-                partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
-            else:
-                inside = ctx.and_pred(inside, b.icmp("ult", coord, tensor.dims[dim]))
+        inside, partial_bytes = copy_edge_mask(
+            ctx, access, offsets, tensor, masked, contiguous, vec, eb,
+            ctx.and_pred(predicate, active), lambda coord, size: b.icmp("ult", coord, size))
         if op.attrs["mode"] == "async":
             _issue_async(ctx, dst, src, nbytes, active, inside, partial_bytes)
         else:
