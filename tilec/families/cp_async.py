@@ -108,11 +108,33 @@ def copy_accesses(layout: SmemLayout, vec: int, threads: int, eb: int) -> list[C
 
 
 def thread_accesses(ctx, layout: SmemLayout, vec: int, threads: int, eb: int, key: object,
-                    own: Callable[[CopyAccess], dict],
+                    signed_less: Callable, global_offset: Callable[[tuple], Any],
                     byte_step: Callable[[tuple[int, int]], Any]) -> list[dict]:
-    """copy_accesses as the access dicts both backends' _copy read, computed once per copy
-    ``key`` (either backend's context): ``own(access)`` emits an access's own offsets,
-    ``byte_step(unit)`` the global byte step of a logical unit, once per copy and unit."""
+    """Per access of this thread (copy_accesses), computed once per copy ``key`` through
+    either backend's context: logical coordinates, shared offset (bytes), global offset
+    (bytes, 64-bit), edge predicate of a masked access, and for a chained access the
+    uniform step from the previous one. An access of its own derives its vector, row and
+    column from the thread index and swizzles its shared offset; the backend gives its
+    signed compare ``signed_less(v, count)``, the global byte offset of logical
+    coordinates, and the byte step of a logical unit (made once per copy and unit)."""
+    cmap = copy_map(layout.rows, layout.cols, vec, threads)
+    per_row = layout.cols // vec
+
+    def logical(pair):
+        return (pair[1], pair[0]) if layout.transposed else pair
+
+    def own(access: CopyAccess) -> dict:
+        v = ctx.int_op("add.s32", ctx.tid(), access.index * threads)
+        active = signed_less(v, cmap.vectors) if access.masked else None
+        row = ctx.div_const(v, per_row, nonnegative=True)
+        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
+        linear = ctx.mad(row, layout.cols, col)
+        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
+        coords = logical((row, col))
+        return {"smem": smem, "smem_imm": 0, "smem_xor": 0, "global": global_offset(coords),
+                "global_step": None, "logical": coords, "logical_imm": (0, 0),
+                "active": active}
+
     def compute() -> list[dict]:
         accesses: list[dict] = []
         for access in copy_accesses(layout, vec, threads, eb):
@@ -136,35 +158,22 @@ def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int
     offset (bytes, 64-bit). Accesses that sit a uniform step from access 0 reuse its
     registers plus an immediate (shared, when the step spans whole swizzle periods) and a
     per-iteration add (global), which keeps the K loop's live registers few."""
-    layout = view.buffer.layout
-    cmap = copy_map(layout.rows, layout.cols, vec, threads)
-    per_row = layout.cols // vec
     eb = view.buffer.elem_bytes
 
-    def logical(pair):
-        return (pair[1], pair[0]) if layout.transposed else pair
+    def signed_less(v: str, count: int) -> str:
+        active = ctx.w.reg("pred")
+        ctx.w.emit(f"setp.lt.s32 {active}, {v}, {count};")
+        return active
 
-    def own(access: CopyAccess) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), access.index * threads)
-        active = None
-        if access.masked:
-            active = ctx.w.reg("pred")
-            ctx.w.emit(f"setp.lt.s32 {active}, {v}, {cmap.vectors};")
-        row = ctx.div_const(v, per_row, nonnegative=True)
-        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
-        linear = ctx.mad(row, layout.cols, col)
-        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
-        coords = logical((row, col))
+    def global_offset(coords: tuple[str, str]) -> str:
         offset = ctx.wide(coords[0], tensor.strides[0])
         second = ctx.wide(coords[1], tensor.strides[1])
         ctx.w.emit(f"add.s64 {offset}, {offset}, {second};")
         ctx.w.emit(f"mul.lo.s64 {offset}, {offset}, {eb};")
-        return {"smem": smem, "smem_imm": 0, "smem_xor": 0, "global": offset,
-                "global_step": None, "logical": coords, "logical_imm": (0, 0),
-                "active": active}
+        return offset
 
-    return thread_accesses(ctx, layout, vec, threads, eb, key, own,
-                           lambda unit: _byte_step(ctx, tensor, unit, eb))
+    return thread_accesses(ctx, view.buffer.layout, vec, threads, eb, key, signed_less,
+                           global_offset, lambda unit: _byte_step(ctx, tensor, unit, eb))
 
 
 def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int) -> str:

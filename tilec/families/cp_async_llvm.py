@@ -10,9 +10,8 @@ from __future__ import annotations
 from tilec.backend.llvm.builder import Val, const
 from tilec.backend.llvm.context import LlvmContext, SmemView, TensorVals
 from tilec.ir.core import Op
-from tilec.target.layout import copy_map
 
-from .cp_async import CopyAccess, copy_edge_mask, copy_operands, thread_accesses
+from .cp_async import copy_edge_mask, copy_operands, thread_accesses
 
 # Synchronous copies: element bytes -> the integer type moved through a register.
 SYNC_TYPES = {1: "i8", 2: "i16", 4: "i32"}
@@ -31,29 +30,15 @@ def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
     """Per access of this thread, as cp_async._copy_thread_part (the same plan,
     cp_async.copy_accesses): logical coordinates, shared offset (bytes, i32), global offset
     (bytes, i64), and the uniform step that chains an access to the previous one."""
-    layout = view.buffer.layout
-    cmap = copy_map(layout.rows, layout.cols, vec, threads)
-    per_row = layout.cols // vec
     eb = view.buffer.elem_bytes
 
-    def logical(pair):
-        return (pair[1], pair[0]) if layout.transposed else pair
-
-    def own(access: CopyAccess) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), access.index * threads)
-        active = ctx.b.icmp("slt", v, cmap.vectors) if access.masked else None
-        row = ctx.div_const(v, per_row, nonnegative=True)
-        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
-        linear = ctx.mad(row, layout.cols, col)
-        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
-        coords = logical((row, col))
+    def global_offset(coords: tuple[Val, Val]) -> Val:
         offset = ctx.b.binop("add", ctx.wide(coords[0], tensor.strides[0]),
                              ctx.wide(coords[1], tensor.strides[1]), "i64")
-        return {"smem": smem, "smem_imm": 0, "smem_xor": 0,
-                "global": ctx.b.binop("mul", offset, eb, "i64"), "logical": coords,
-                "logical_imm": (0, 0), "active": active}
+        return ctx.b.binop("mul", offset, eb, "i64")
 
-    return thread_accesses(ctx, layout, vec, threads, eb, key, own,
+    return thread_accesses(ctx, view.buffer.layout, vec, threads, eb, key,
+                           lambda v, count: ctx.b.icmp("slt", v, count), global_offset,
                            lambda unit: _byte_step(ctx, tensor, unit, eb))
 
 
