@@ -275,6 +275,25 @@ def program_params(kernel: Kernel) -> list[AbiParam]:
     return params
 
 
+def bind_program_params(ctx, by_source: dict[str, dict], tensor) -> None:
+    """Bind the kernel's arguments and shape symbols to what a backend loaded per
+    parameter: ``by_source`` maps a source name to {(role, dim): value}, ``tensor`` builds
+    a tensor's value (pointer, strides, dims, element bytes). Both backends read the same
+    ABI this way; only how a parameter's value is loaded differs."""
+    kernel = ctx.kernel
+    symbols = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
+    for param, value in zip(kernel.params, kernel.body.args):
+        values = by_source[param.name]
+        if isinstance(param.type, TensorType):
+            dims = [symbols[d] if isinstance(d, str) else d for d in param.type.shape]
+            strides = [values[("stride", d)] for d in range(param.type.rank)]
+            ctx.bind(value, tensor(values[("ptr", -1)], strides, dims, param.type.dtype.bytes))
+        else:
+            ctx.bind(value, values[("scalar", -1)])
+    for symbol in kernel.symbols:
+        ctx.bind(kernel.symbol_value(symbol), symbols[symbol])
+
+
 # -- the grid: which CUDA axes number what ---------------------------------------------
 def tile_axes(grid_op: Op) -> int:
     """The grid's output-tile axes: all but a split-K slice axis (always the last)."""

@@ -42,7 +42,57 @@ class SmemView:
     address: str  # u32 shared-window address of the stage
 
 
-class Context:
+class ValueTable:
+    """What both backends' contexts keep per IR value: what was emitted for it (a register
+    or an SSA value, a list of them for a distributed tile), its constant, how many ops
+    read it, and which registers of distributed tiles are emitted now (``active``: the
+    epilogue's chunk, ptx.epilogue_chunks). A subclass sets ``values``, ``constants`` and
+    ``active``, and counts the uses with ``_count_uses``."""
+
+    # The error for a value nothing was emitted for (a subclass names its backend).
+    MISSING = "backend: {!r} has no register (op not lowered?)"
+    values: dict
+    constants: dict
+    active: Optional[range]
+
+    def _count_uses(self, kernel: Kernel) -> None:
+        self._uses: dict[Value, int] = {}
+        for op in kernel.walk():
+            for v in op.operands:
+                self._uses[v] = self._uses.get(v, 0) + 1
+
+    def uses(self, value: Value) -> int:
+        return self._uses.get(value, 0)
+
+    def bind(self, value: Value, emitted: object) -> None:
+        self.values[value] = emitted
+
+    def get(self, value: Value):
+        try:
+            return self.values[value]
+        except KeyError:
+            raise ValueError(self.MISSING.format(value)) from None
+
+    def indices(self, n: int) -> range:
+        """The registers of an n-register distributed tile to emit now."""
+        if self.active is None:
+            return range(n)
+        return range(self.active.start, min(self.active.stop, n))
+
+    def bind_elements(self, value: Value, n: int, items: dict[int, object]) -> None:
+        """Fill some registers of a distributed tile (the rest come in later chunks)."""
+        emitted = self.values.get(value)
+        if emitted is None:
+            emitted = [None] * n
+            self.values[value] = emitted
+        for index, item in items.items():
+            emitted[index] = item
+
+    def const(self, value: Value) -> Optional[int]:
+        return self.constants.get(value)
+
+
+class Context(ValueTable):
     def __init__(self, kernel: Kernel, options: Options):
         self.kernel = kernel
         self.options = options
@@ -70,47 +120,14 @@ class Context:
         # What a role emits once after a persistent kernel's tile loop (the TMA stores'
         # last wait): _tile_loop collects them per loop.
         self.after_tiles: list = []
-        self._uses: dict[Value, int] = {}
-        for op in kernel.walk():
-            for v in op.operands:
-                self._uses[v] = self._uses.get(v, 0) + 1
+        self._count_uses(kernel)
 
-    def uses(self, value: Value) -> int:
-        return self._uses.get(value, 0)
-
-    # -- values -------------------------------------------------------------------------
-    def bind(self, value: Value, regs: object) -> None:
-        self.values[value] = regs
-
-    def get(self, value: Value):
-        try:
-            return self.values[value]
-        except KeyError:
-            raise ValueError(f"backend: {value!r} has no register (op not lowered?)") from None
-
-    def indices(self, n: int) -> range:
-        """The registers of an n-register distributed tile to emit now."""
-        if self.active is None:
-            return range(n)
-        return range(self.active.start, min(self.active.stop, n))
-
-    def bind_elements(self, value: Value, n: int, items: dict[int, str]) -> None:
-        """Fill some registers of a distributed tile (the rest come in later chunks)."""
-        regs = self.values.get(value)
-        if regs is None:
-            regs = [None] * n
-            self.values[value] = regs
-        for index, reg in items.items():
-            regs[index] = reg
-
+    # -- values (the rest: ValueTable) ----------------------------------------------------
     def operand(self, value: Value) -> str:
         """A scalar operand: its register, or the literal of a constant."""
         if value in self.constants:
             return str(self.constants[value])
         return self.get(value)
-
-    def const(self, value: Value) -> Optional[int]:
-        return self.constants.get(value)
 
     # -- per-thread indices, computed once at entry -------------------------------------
     def tid(self) -> str:

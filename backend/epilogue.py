@@ -4,6 +4,9 @@ columns as one 2-element access).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 from tilec.ir.core import Op
 from tilec.ir.types import DType
 from tilec.target.layout import DistributedLayout
@@ -27,6 +30,39 @@ def _memory_type(dtype: DType) -> tuple[str, str]:
 
 
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ----------
+@dataclass(frozen=True)
+class ElementAccess:
+    """How one register of a distributed tile addresses its tensor element (both backends'
+    epilogues): ``element``, its coordinates in the tile dims the tensor walks (registers
+    with the same element share one access); ``immediate``, bytes along the unit-stride
+    dim; ``strided``, (tensor dim, offset) pairs a row base adds; ``checks``, (tensor dim,
+    offset) pairs whose coordinate is compared with the dim's size."""
+
+    element: tuple[int, ...]
+    immediate: int
+    strided: tuple[tuple[int, int], ...]
+    checks: tuple[tuple[int, int], ...]
+
+
+def element_access(rel: Sequence[int], dims: list[int], unit: int | None, eb: int,
+                   masked: list[bool]) -> ElementAccess:
+    """The access of a register at ``rel`` (its offset from the thread's first element per
+    tile dim) into a tensor walked by ``dims`` (tile dim -> tensor dim, -1 broadcast)."""
+    element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
+    immediate, strided, checks = 0, [], []
+    for tile_dim, tensor_dim in enumerate(dims):
+        if tensor_dim < 0:
+            continue
+        r = rel[tile_dim]
+        if tensor_dim == unit:
+            immediate += r * eb
+        elif r:
+            strided.append((tensor_dim, r))
+        if masked[tensor_dim]:
+            checks.append((tensor_dim, r))
+    return ElementAccess(element, immediate, tuple(strided), tuple(checks))
+
+
 def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: DistributedLayout,
                        eb: int, masked: list[bool]):
     """For the registers being emitted: (index, address operand, in-bounds predicate or None,
@@ -36,7 +72,7 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
     w = ctx.w
     tensor_value = op.operands[0]
     tensor: TensorRegs = ctx.get(tensor_value)
-    unit = _unit_stride_dim(ctx, tensor_value)
+    unit = unit_stride_dim(ctx, tensor_value)
     state = ctx.op_state.setdefault(op, {})
     if "base" not in state:
         thread = c_thread_coords(ctx, layout)
@@ -75,30 +111,17 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
     relative = layout.register_offsets()
     result = []
     for index in ctx.indices(len(relative)):
-        rel = relative[index]
+        access = element_access(relative[index], dims, unit, eb, masked)
+        element, immediate, key, checks = (access.element, access.immediate,
+                                           access.strided, access.checks)
         # Registers that read the same tensor element (broadcast dims) share one access.
-        element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
         if element in seen:
             result.append((index, *seen[element], element))
             continue
-        immediate = 0
-        strided = []
-        checks = []
-        for tile_dim, tensor_dim in enumerate(dims):
-            if tensor_dim < 0:
-                continue
-            r = rel[tile_dim]
-            if tensor_dim == unit:
-                immediate += r * eb
-            elif r:
-                strided.append((tensor_dim, r))
-            if masked[tensor_dim]:
-                checks.append((tensor_dim, r))
-        checks.extend((d, 0) for d in range(len(offsets)) if d not in dims and masked[d])
-        key = tuple(strided)
+        checks += tuple((d, 0) for d in range(len(offsets)) if d not in dims and masked[d])
         if key not in row_bases:
             address = base
-            for tensor_dim, r in strided:
+            for tensor_dim, r in key:
                 step = ctx.wide(tensor.strides[tensor_dim], r * eb)
                 moved = w.reg("b64")
                 w.emit(f"add.s64 {moved}, {address}, {step};")
@@ -123,8 +146,9 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
     return result
 
 
-def _unit_stride_dim(ctx: Context, tensor_value) -> int | None:
-    """The dim of a tensor parameter the launch spec says has stride 1 (None for views)."""
+def unit_stride_dim(ctx, tensor_value) -> int | None:
+    """The dim of a tensor parameter the launch spec says has stride 1 (None for views);
+    ``ctx`` is either backend's context (its kernel and options)."""
     for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
         if arg is tensor_value:
             spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)

@@ -11,12 +11,12 @@ from typing import Callable, Optional, Sequence
 
 from tilec.families import products
 from tilec.ir.core import Block, Kernel, Op
-from tilec.ir.types import F32, I32, PRED, ScalarType, TensorType, TileType
+from tilec.ir.types import F32, I32, PRED, ScalarType, TileType
 from tilec.options import Options
 
 from . import compute, copies, epilogue, split
-from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, folded_axes,
-                  folds_tile_axes, printable, ptx_identifier)
+from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
+                  folded_axes, folds_tile_axes, printable, ptx_identifier)
 from .signature import kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -37,6 +37,10 @@ INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.
               "arith.max": "max.s32"}
 # By a positive constant: a shift or a multiply-high (backend/divide.py), never div/rem.
 CONSTANT_DIVISION = {"arith.floordiv": Context.div_const, "arith.mod": Context.mod_const}
+# The scalar binary ops (both backends' tables): integer by INT_BINARY (cdiv and floor
+# division by a constant in their own way), f32 by FLOAT_BINARY.
+SCALAR_BINARY = ("arith.add", "arith.sub", "arith.mul", "arith.div", "arith.floordiv",
+                 "arith.cdiv", "arith.mod", "arith.min", "arith.max")
 FLOAT_BINARY = {"arith.add": "add.f32", "arith.sub": "sub.f32", "arith.mul": "mul.f32",
                 "arith.div": "div.rn.f32", "arith.min": "min.f32", "arith.max": "max.f32"}
 
@@ -296,9 +300,7 @@ def _batch_view(ctx: Context, op: Op) -> None:
 
 EMITTERS: dict[str, Callable[[Context, Op], None]] = {
     "arith.constant": _constant,
-    **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
-                                         "arith.floordiv", "arith.cdiv", "arith.mod",
-                                         "arith.min", "arith.max")},
+    **{name: _scalar_binary for name in SCALAR_BINARY},
     "arith.lt": _compare,
     "arith.wrap_inc": _wrap_inc,
     "arith.select": _select,
@@ -356,27 +358,44 @@ def _emit_persistent(ctx: Context, ops: list[Op]) -> None:
     _tile_loop(ctx, tail, _emit_chunked)
 
 
-def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
+def epilogue_chunks(ops: list[Op], plan) -> tuple[list[Op], list[tuple[range, list[Op]]]]:
+    """How a region's ops are emitted, as (head, chunks): the head (everything up to the
+    last K loop, or split-K's meeting, which is one barrier for the whole tile) at once,
+    then each chunk's ops with the distributed-tile registers it covers. The epilogue is
+    chunked only when it is elementwise work on the accumulator layout; otherwise the
+    head is every op and there are no chunks. Both backends emit this plan (the llvm
+    backend's emit_body), so their epilogues issue loads of C next to their use."""
     loops = [i for i, op in enumerate(ops) if op.name == "scf.for"]
-    plan = ctx.plan
     if not loops or plan is None:
-        emit_block(ctx, ops)
-        return
-    # The split-K meeting (one barrier for the whole tile) goes before the chunks.
+        return ops, []
     reduces = [i for i, op in enumerate(ops) if op.name == "split.reduce"]
     end = max([loops[-1], *reduces]) + 1
     head, tail = ops[:end], ops[end:]
-    emit_block(ctx, head)
     chunkable = all(op.name in CHUNKED or not op.regions and not any(
         isinstance(r.type, TileType) for r in op.results) for op in tail)
     if not chunkable:
-        emit_block(ctx, tail)
-        return
+        return ops, []
     registers = plan.warp_tile[0] * plan.warp_tile[1] // 32
-    for start in range(0, registers, EPILOGUE_CHUNK):
-        ctx.active = range(start, start + EPILOGUE_CHUNK)
-        emit_block(ctx, [op for op in tail if start == 0 or op.name in CHUNKED])
+    return head, [(range(start, start + EPILOGUE_CHUNK),
+                   [op for op in tail if start == 0 or op.name in CHUNKED])
+                  for start in range(0, registers, EPILOGUE_CHUNK)]
+
+
+def emit_chunked(ctx, ops: list[Op], emit_block: Callable) -> None:
+    """Emit ``ops`` by epilogue_chunks with ``emit_block`` (either backend's), setting
+    ``ctx.active`` to each chunk's registers."""
+    head, chunks = epilogue_chunks(ops, ctx.plan)
+    emit_block(ctx, head)
+    if not chunks:
+        return
+    for active, chunk in chunks:
+        ctx.active = active
+        emit_block(ctx, chunk)
     ctx.active = None
+
+
+def _emit_chunked(ctx: Context, ops: list[Op]) -> None:
+    emit_chunked(ctx, ops, emit_block)
 
 
 def emit_block(ctx: Context, ops: list[Op]) -> None:
@@ -419,19 +438,7 @@ def _load_params(ctx: Context, abi: list[AbiParam]) -> None:
         if p.role not in PROGRAM_ROLES:
             ctx.workspace[p.source] = reg
         by_source.setdefault(p.source, {})[(p.role, p.dim)] = reg
-    kernel = ctx.kernel
-    symbol_regs = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
-    for param, value in zip(kernel.params, kernel.body.args):
-        regs = by_source[param.name]
-        if isinstance(param.type, TensorType):
-            dims = [symbol_regs[d] if isinstance(d, str) else d for d in param.type.shape]
-            strides = [regs[("stride", d)] for d in range(param.type.rank)]
-            ctx.bind(value, TensorRegs(regs[("ptr", -1)], strides, dims,
-                                       param.type.dtype.bytes))
-        else:
-            ctx.bind(value, regs[("scalar", -1)])
-    for symbol in kernel.symbols:
-        ctx.bind(kernel.symbol_value(symbol), symbol_regs[symbol])
+    bind_program_params(ctx, by_source, TensorRegs)
 
 
 # The module-scope names beside the entry: a kernel called like one is renamed.

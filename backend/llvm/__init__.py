@@ -19,12 +19,11 @@ from tilec.families.mma_sync_llvm import convertible
 from tilec.families.movements import MOVEMENT_FAMILIES
 from tilec.families.products import FAMILIES, family_of
 from tilec.ir.core import Kernel, Op
-from tilec.ir.types import TileType
 from tilec.options import Options
 
 from ..abi import printable, ptx_identifier
 # The PTX backend's epilogue chunking: which ops are emitted per chunk, and how many registers.
-from ..ptx import CHUNKED, EPILOGUE_CHUNK
+from ..ptx import emit_chunked
 from ..signature import kernel_abi
 from . import split, target
 from .builder import Builder
@@ -122,26 +121,10 @@ def emit_block(ctx: LlvmContext, ops: list[Op]) -> None:
 def emit_body(ctx: LlvmContext, ops: list[Op]) -> None:
     """Everything up to the last K loop (or split-K's meeting) as it is, then the epilogue
     in register chunks when it is elementwise work on the accumulator layout: the PTX
-    backend's order (backend/ptx.py, _emit_chunked), which keeps the epilogue's loads of C
-    next to their use; emitted at once, LLVM issues them all first and ptxas spills."""
-    loops = [i for i, op in enumerate(ops) if op.name == "scf.for"]
-    if not loops or ctx.plan is None:
-        emit_block(ctx, ops)
-        return
-    reduces = [i for i, op in enumerate(ops) if op.name == "split.reduce"]
-    end = max([loops[-1], *reduces]) + 1
-    head, tail = ops[:end], ops[end:]
-    emit_block(ctx, head)
-    chunkable = all(op.name in CHUNKED or not op.regions and not any(
-        isinstance(r.type, TileType) for r in op.results) for op in tail)
-    if not chunkable:
-        emit_block(ctx, tail)
-        return
-    registers = ctx.plan.warp_tile[0] * ctx.plan.warp_tile[1] // 32
-    for start in range(0, registers, EPILOGUE_CHUNK):
-        ctx.active = range(start, start + EPILOGUE_CHUNK)
-        emit_block(ctx, [op for op in tail if start == 0 or op.name in CHUNKED])
-    ctx.active = None
+    backend's plan and order (backend/ptx.py, emit_chunked), which keeps the epilogue's
+    loads of C next to their use; emitted at once, LLVM issues them all first and ptxas
+    spills."""
+    emit_chunked(ctx, ops, emit_block)
 
 
 def _debug_metadata(kernel: Kernel, entry: str, ctx: LlvmContext) -> list[str]:

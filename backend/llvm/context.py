@@ -19,6 +19,7 @@ from tilec.options import Options
 from tilec.target.layout import Swizzle
 from tilec.target.smem import place
 
+from ..context import ValueTable
 from .builder import Block, Builder, Operand, Val, const
 
 SHARED_MEMORY = "tilec_smem"
@@ -85,7 +86,9 @@ class _Once:
         return self._cache[key]
 
 
-class LlvmContext:
+class LlvmContext(ValueTable):
+    MISSING = "llvm backend: {!r} has no value (op not lowered?)"
+
     def __init__(self, kernel: Kernel, options: Options):
         self.kernel = kernel
         self.options = options
@@ -107,44 +110,11 @@ class LlvmContext:
         self.emit_block = None
         self.debug_location = lambda op: ""
         self.locations: dict[tuple[int, int], int] = {}
-        self._uses: dict[Value, int] = {}
-        for op in kernel.walk():
-            for v in op.operands:
-                self._uses[v] = self._uses.get(v, 0) + 1
+        self._count_uses(kernel)
 
-    def uses(self, value: Value) -> int:
-        return self._uses.get(value, 0)
-
-    # -- values -------------------------------------------------------------------------
-    def bind(self, value: Value, vals: object) -> None:
-        self.values[value] = vals
-
-    def get(self, value: Value):
-        try:
-            return self.values[value]
-        except KeyError:
-            raise ValueError(f"llvm backend: {value!r} has no value (op not lowered?)") from None
-
-    def indices(self, n: int) -> range:
-        """The registers of an n-register distributed tile to emit now."""
-        if self.active is None:
-            return range(n)
-        return range(self.active.start, min(self.active.stop, n))
-
-    def bind_elements(self, value: Value, n: int, items: dict[int, Val]) -> None:
-        """Fill some registers of a distributed tile (the rest come in later chunks)."""
-        vals = self.values.get(value)
-        if vals is None:
-            vals = [None] * n
-            self.values[value] = vals
-        for index, val in items.items():
-            vals[index] = val
-
+    # -- values (the rest: ValueTable) ----------------------------------------------------
     def operand(self, value: Value) -> Val:
         return self.get(value)
-
-    def const(self, value: Value) -> Optional[int]:
-        return self.constants.get(value)
 
     # -- special registers --------------------------------------------------------------
     def sreg(self, name: str) -> Val:

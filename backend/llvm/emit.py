@@ -16,19 +16,19 @@ from typing import Callable
 
 from tilec.ir.arith import wrap
 from tilec.ir.core import Op
-from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType, TensorType
+from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType
 from tilec.target.erfc import ERFC_P
 from tilec.target.layout import DistributedLayout
 
-from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, folds_tile_axes
+from ..abi import (PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params,
+                   folds_tile_axes)
 from ..context import c_thread_coords
+from ..epilogue import element_access, unit_stride_dim
+from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
 
 # -- scalars ----------------------------------------------------------------------------
-INT_BINARY = {"arith.add": "add.s32", "arith.sub": "sub.s32", "arith.mul": "mul.lo.s32",
-              "arith.floordiv": "div.s32", "arith.mod": "rem.s32", "arith.min": "min.s32",
-              "arith.max": "max.s32"}
 CONSTANT_DIVISION = {"arith.floordiv": LlvmContext.div_const,
                      "arith.mod": LlvmContext.mod_const}
 # f32 scalars: the instruction, or the intrinsic (min/max as PTX's min.f32/max.f32: NaN
@@ -207,14 +207,6 @@ ELEMENT_TYPES = {F16: ("half", "0xH0000"), BF16: ("bfloat", "0xR0000"),
                  F32: ("float", "0.0"), I32: ("i32", "0"), I8: ("i8", "0")}
 
 
-def _unit_stride_dim(ctx: LlvmContext, tensor_value) -> int | None:
-    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
-        if arg is tensor_value:
-            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
-            return spec.contiguous_dim
-    return None
-
-
 def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
                        layout: DistributedLayout, eb: int, masked: list[bool]):
     """For the registers being emitted (:meth:`LlvmContext.indices`): (index, pointer,
@@ -224,7 +216,7 @@ def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
     b = ctx.b
     tensor_value = op.operands[0]
     tensor: TensorVals = ctx.get(tensor_value)
-    unit = _unit_stride_dim(ctx, tensor_value)
+    unit = unit_stride_dim(ctx, tensor_value)
     state = ctx.op_state.setdefault(op, {})
     if "base" not in state:
         thread = c_thread_coords(ctx, layout)
@@ -245,27 +237,16 @@ def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
     relative = layout.register_offsets()
     result = []
     for index in ctx.indices(len(relative)):
-        rel = relative[index]
+        access = element_access(relative[index], dims, unit, eb, masked)
+        element, immediate, key, checks = (access.element, access.immediate,
+                                           access.strided, access.checks)
         # Registers that read the same tensor element (broadcast dims) share one access.
-        element = tuple(rel[i] for i, d in enumerate(dims) if d >= 0)
         if element in seen:
             result.append((index, *seen[element], element))
             continue
-        immediate, strided, checks = 0, [], []
-        for tile_dim, tensor_dim in enumerate(dims):
-            if tensor_dim < 0:
-                continue
-            r = rel[tile_dim]
-            if tensor_dim == unit:
-                immediate += r * eb
-            elif r:
-                strided.append((tensor_dim, r))
-            if masked[tensor_dim]:
-                checks.append((tensor_dim, r))
-        key = tuple(strided)
         if key not in row_bases:
             address = base
-            for tensor_dim, r in strided:
+            for tensor_dim, r in key:
                 address = b.gep(address, ctx.wide(tensor.strides[tensor_dim], r * eb))
             row_bases[key] = address
         inside = None
@@ -532,9 +513,7 @@ def _splat(ctx: LlvmContext, op: Op) -> None:
 
 GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
     "arith.constant": _constant,
-    **{name: _scalar_binary for name in ("arith.add", "arith.sub", "arith.mul", "arith.div",
-                                         "arith.floordiv", "arith.cdiv", "arith.mod",
-                                         "arith.min", "arith.max")},
+    **{name: _scalar_binary for name in SCALAR_BINARY},
     "arith.lt": _compare,
     "arith.wrap_inc": _wrap_inc,
     "arith.select": _select,
@@ -571,19 +550,7 @@ def bind_params(ctx: LlvmContext, abi) -> list[str]:
         if p.role not in PROGRAM_ROLES:
             ctx.workspace[p.source] = val
         by_source.setdefault(p.source, {})[(p.role, p.dim)] = val
-    kernel = ctx.kernel
-    symbols = {s: by_source[s][("symbol", -1)] for s in kernel.symbols}
-    for param, value in zip(kernel.params, kernel.body.args):
-        vals = by_source[param.name]
-        if isinstance(param.type, TensorType):
-            dims = [symbols[d] if isinstance(d, str) else d for d in param.type.shape]
-            strides = [vals[("stride", d)] for d in range(param.type.rank)]
-            ctx.bind(value, TensorVals(vals[("ptr", -1)], strides, dims,
-                                       param.type.dtype.bytes))
-        else:
-            ctx.bind(value, vals[("scalar", -1)])
-    for symbol in kernel.symbols:
-        ctx.bind(kernel.symbol_value(symbol), symbols[symbol])
+    bind_program_params(ctx, by_source, TensorVals)
     return declared
 
 

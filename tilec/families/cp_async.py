@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from tilec.backend.abi import AbiParam
 from tilec.backend.context import Context, SmemView, TensorRegs
@@ -57,70 +57,123 @@ def _access_steps(cmap, layout) -> list[tuple[int, int]] | None:
     return steps
 
 
+@dataclass(frozen=True)
+class CopyAccess:
+    """Access ``index`` of a thread in a global -> shared copy, as both backends issue it.
+    ``masked``: some threads have no vector at this access (a predicate against the count).
+    ``chain``: (xor, add) onto access 0's shared byte offset where this access sits a
+    uniform step from access 0, with ``unit`` the logical step from access index-1 (one
+    global byte step per unit, shared) and ``logical_imm`` the logical step from access 0;
+    None where the access computes its own offsets."""
+
+    index: int
+    masked: bool
+    chain: Optional[tuple[int, int]] = None
+    unit: tuple[int, int] = (0, 0)
+    logical_imm: tuple[int, int] = (0, 0)
+
+
+def copy_accesses(layout: SmemLayout, vec: int, threads: int, eb: int) -> list[CopyAccess]:
+    """The plan of one thread's accesses of a copy into ``layout`` (copy_map's threads and
+    vectors, eb bytes an element): which compute their own offsets and which chain."""
+    cmap = copy_map(layout.rows, layout.cols, vec, threads)
+    steps = _access_steps(cmap, layout)
+
+    def logical(pair):
+        return (pair[1], pair[0]) if layout.transposed else pair
+
+    def smem_offsets(i: int) -> list[int]:
+        return [offset * eb for offset in
+                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
+
+    reference = smem_offsets(0)
+    accesses = []
+    for i in range(cmap.per_thread):
+        masked = (i + 1) * threads > cmap.vectors
+        step = steps[i] if steps is not None and i > 0 else None
+        relation = None
+        if step is not None and not masked:
+            # Shared offsets follow access 0's by an XOR within a line and an add (the
+            # swizzle permutes chunks below its period); see offset_relation.
+            relation = offset_relation(reference, smem_offsets(i))
+        if relation is None:
+            accesses.append(CopyAccess(i, masked))
+            continue
+        # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
+        previous = steps[i - 1]
+        accesses.append(CopyAccess(i, masked, relation,
+                                   logical((step[0] - previous[0], step[1] - previous[1])),
+                                   logical(step)))
+    return accesses
+
+
+def thread_accesses(ctx, layout: SmemLayout, vec: int, threads: int, eb: int, key: object,
+                    signed_less: Callable, global_offset: Callable[[tuple], Any],
+                    byte_step: Callable[[tuple[int, int]], Any]) -> list[dict]:
+    """Per access of this thread (copy_accesses), computed once per copy ``key`` through
+    either backend's context: logical coordinates, shared offset (bytes), global offset
+    (bytes, 64-bit), edge predicate of a masked access, and for a chained access the
+    uniform step from the previous one. An access of its own derives its vector, row and
+    column from the thread index and swizzles its shared offset; the backend gives its
+    signed compare ``signed_less(v, count)``, the global byte offset of logical
+    coordinates, and the byte step of a logical unit (made once per copy and unit)."""
+    cmap = copy_map(layout.rows, layout.cols, vec, threads)
+    per_row = layout.cols // vec
+
+    def logical(pair):
+        return (pair[1], pair[0]) if layout.transposed else pair
+
+    def own(access: CopyAccess) -> dict:
+        v = ctx.int_op("add.s32", ctx.tid(), access.index * threads)
+        active = signed_less(v, cmap.vectors) if access.masked else None
+        row = ctx.div_const(v, per_row, nonnegative=True)
+        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
+        linear = ctx.mad(row, layout.cols, col)
+        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
+        coords = logical((row, col))
+        return {"smem": smem, "smem_imm": 0, "smem_xor": 0, "global": global_offset(coords),
+                "global_step": None, "logical": coords, "logical_imm": (0, 0),
+                "active": active}
+
+    def compute() -> list[dict]:
+        accesses: list[dict] = []
+        for access in copy_accesses(layout, vec, threads, eb):
+            if access.chain is None:
+                accesses.append(own(access))
+                continue
+            flip, shift = access.chain
+            delta = ctx.w.once(("copy_step", key, access.unit),
+                               lambda: byte_step(access.unit))
+            accesses.append({**accesses[0], "smem_imm": shift, "smem_xor": flip,
+                             "global_step": delta, "chained": True,
+                             "logical_imm": access.logical_imm})
+        return accesses
+
+    return ctx.w.once(key, compute)
+
+
 def _copy_thread_part(ctx: Context, view: SmemView, tensor: TensorRegs, vec: int,
                       threads: int, key: object) -> list[dict]:
     """Per access i of this thread: logical coordinates, shared offset (bytes) and global
     offset (bytes, 64-bit). Accesses that sit a uniform step from access 0 reuse its
     registers plus an immediate (shared, when the step spans whole swizzle periods) and a
     per-iteration add (global), which keeps the K loop's live registers few."""
-    layout = view.buffer.layout
-    cmap = copy_map(layout.rows, layout.cols, vec, threads)
-    per_row = layout.cols // vec
     eb = view.buffer.elem_bytes
-    steps = _access_steps(cmap, layout)
 
-    def logical(pair):
-        return (pair[1], pair[0]) if layout.transposed else pair
+    def signed_less(v: str, count: int) -> str:
+        active = ctx.w.reg("pred")
+        ctx.w.emit(f"setp.lt.s32 {active}, {v}, {count};")
+        return active
 
-    def own(i: int) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), i * threads)
-        active = None
-        if (i + 1) * threads > cmap.vectors:
-            active = ctx.w.reg("pred")
-            ctx.w.emit(f"setp.lt.s32 {active}, {v}, {cmap.vectors};")
-        row = ctx.div_const(v, per_row, nonnegative=True)
-        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
-        linear = ctx.mad(row, layout.cols, col)
-        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
-        coords = logical((row, col))
+    def global_offset(coords: tuple[str, str]) -> str:
         offset = ctx.wide(coords[0], tensor.strides[0])
         second = ctx.wide(coords[1], tensor.strides[1])
         ctx.w.emit(f"add.s64 {offset}, {offset}, {second};")
         ctx.w.emit(f"mul.lo.s64 {offset}, {offset}, {eb};")
-        return {"smem": smem, "smem_imm": 0, "smem_xor": 0, "global": offset,
-                "global_step": None, "logical": coords, "logical_imm": (0, 0),
-                "active": active}
+        return offset
 
-    def smem_offsets(i: int) -> list[int]:
-        return [offset * eb for offset in
-                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
-
-    def compute() -> list[dict]:
-        first = own(0)
-        accesses = [first]
-        reference = smem_offsets(0)
-        for i in range(1, cmap.per_thread):
-            step = steps[i] if steps is not None else None
-            relation = None
-            if step is not None and (i + 1) * threads <= cmap.vectors:
-                # Shared offsets follow access 0's by an XOR within a line and an add (the
-                # swizzle permutes chunks below its period); see offset_relation.
-                relation = offset_relation(reference, smem_offsets(i))
-            if relation is None:
-                accesses.append(own(i))
-                continue
-            flip, shift = relation
-            d0, d1 = logical(step)
-            # Accesses i and i-1 are one uniform step apart: one 64-bit register, shared.
-            previous = steps[i - 1]
-            unit = logical((step[0] - previous[0], step[1] - previous[1]))
-            delta = ctx.w.once(("copy_step", key, unit), lambda: _byte_step(ctx, tensor, unit,
-                                                                            eb))
-            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
-                             "global_step": delta, "chained": True, "logical_imm": (d0, d1)})
-        return accesses
-
-    return ctx.w.once(key, compute)
+    return thread_accesses(ctx, view.buffer.layout, vec, threads, eb, key, signed_less,
+                           global_offset, lambda unit: _byte_step(ctx, tensor, unit, eb))
 
 
 def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int) -> str:
@@ -132,17 +185,56 @@ def _byte_step(ctx: Context, tensor: TensorRegs, delta: tuple[int, int], eb: int
     return step
 
 
-def _copy(ctx: Context, op: Op) -> None:
-    w = ctx.w
-    tensor: TensorRegs = ctx.get(op.operands[0])
+def copy_operands(ctx, op: Op) -> tuple[Any, list, SmemView, Any, tuple]:
+    """``copy.global_to_shared``'s operands through either backend's context: the tensor,
+    its offsets, the shared view, the predicate (None without one), and the key of the
+    copy's per-thread part (one per buffer, tensor and copy shape)."""
+    tensor = ctx.get(op.operands[0])
     rank = len(tensor.strides)
     offsets = [ctx.get(v) for v in op.operands[1:1 + rank]]
-    view: SmemView = ctx.get(op.operands[1 + rank])
+    view = ctx.get(op.operands[1 + rank])
     predicate = ctx.get(op.operands[2 + rank]) if len(op.operands) > 2 + rank else None
+    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), op.attrs["vec"],
+           op.attrs["threads"])
+    return tensor, offsets, view, predicate, key
+
+
+def copy_edge_mask(ctx, access: dict, offsets: list, tensor, masked: list[bool],
+                   contiguous: int, vec: int, eb: int, inside, less_than: Callable):
+    """One access's edge mask, emitted through either backend's context: per masked dim the
+    access's coordinate; along the contiguous dim of a vector, the bytes in bounds (a
+    vector that straddles the edge copies its in-bounds part; cp.async fills the rest of
+    the 16 bytes with zeros); along another dim ``less_than(coord, size)`` (the backend's
+    unsigned compare) and-ed into ``inside``. Returns (inside, partial bytes or None)."""
+    partial_bytes = None
+    for dim in range(len(offsets)):
+        if not masked[dim]:
+            continue
+        coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
+        if access["logical_imm"][dim]:
+            coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
+        if dim == contiguous and vec > 1:
+            left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
+            left = ctx.int_op("max.s32", left, 0)
+            left = ctx.int_op("min.s32", left, vec)
+            partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
+        else:
+            inside = ctx.and_pred(inside, less_than(coord, tensor.dims[dim]))
+    return inside, partial_bytes
+
+
+def _less(w, coord: str, size) -> str:
+    ok = w.reg("pred")
+    w.emit(f"setp.lt.u32 {ok}, {coord}, {size};")
+    return ok
+
+
+def _copy(ctx: Context, op: Op) -> None:
+    w = ctx.w
+    tensor, offsets, view, predicate, key = copy_operands(ctx, op)
     vec, threads, masked = op.attrs["vec"], op.attrs["threads"], op.attrs["masked"]
     eb = view.buffer.elem_bytes
     layout = view.buffer.layout
-    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), vec, threads)
     accesses = _copy_thread_part(ctx, view, tensor, vec, threads, key)
 
     tile = ctx.wide(offsets[0], tensor.strides[0])
@@ -170,25 +262,9 @@ def _copy(ctx: Context, op: Op) -> None:
         # write at all: its shared address lies past the tile, and a cp.async of 0 source
         # bytes still writes 16 bytes of zeros there.
         guard = f"@{access['active']} " if access["active"] else ""
-        inside = ctx.and_pred(predicate, access["active"])
-        partial_bytes = None
-        for dim in range(rank):
-            if not masked[dim]:
-                continue
-            coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
-            if access["logical_imm"][dim]:
-                coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
-            if dim == contiguous and vec > 1:
-                # A vector that straddles the edge copies its in-bounds part; cp.async fills
-                # the rest of the 16 bytes with zeros.
-                left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
-                left = ctx.int_op("max.s32", left, 0)
-                left = ctx.int_op("min.s32", left, vec)
-                partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
-            else:
-                ok = w.reg("pred")
-                w.emit(f"setp.lt.u32 {ok}, {coord}, {tensor.dims[dim]};")
-                inside = ctx.and_pred(inside, ok)
+        inside, partial_bytes = copy_edge_mask(
+            ctx, access, offsets, tensor, masked, contiguous, vec, eb,
+            ctx.and_pred(predicate, access["active"]), lambda coord, size: _less(w, coord, size))
         if op.attrs["mode"] == "async":
             cache = "cg" if nbytes == 16 else "ca"
             if ctx.options.l2_prefetch:

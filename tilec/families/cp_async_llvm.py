@@ -10,9 +10,8 @@ from __future__ import annotations
 from tilec.backend.llvm.builder import Val, const
 from tilec.backend.llvm.context import LlvmContext, SmemView, TensorVals
 from tilec.ir.core import Op
-from tilec.target.layout import copy_map, offset_relation
 
-from .cp_async import _access_steps
+from .cp_async import copy_edge_mask, copy_operands, thread_accesses
 
 # Synchronous copies: element bytes -> the integer type moved through a register.
 SYNC_TYPES = {1: "i8", 2: "i16", 4: "i32"}
@@ -28,72 +27,27 @@ def _byte_step(ctx: LlvmContext, tensor: TensorVals, delta: tuple[int, int], eb:
 
 def _thread_part(ctx: LlvmContext, view: SmemView, tensor: TensorVals, vec: int,
                  threads: int, key: object) -> list[dict]:
-    """Per access of this thread, as cp_async._copy_thread_part: logical coordinates,
-    shared offset (bytes, i32), global offset (bytes, i64), and the uniform step that
-    chains an access to the previous one where the copy map allows."""
-    layout = view.buffer.layout
-    cmap = copy_map(layout.rows, layout.cols, vec, threads)
-    per_row = layout.cols // vec
+    """Per access of this thread, as cp_async._copy_thread_part (the same plan,
+    cp_async.copy_accesses): logical coordinates, shared offset (bytes, i32), global offset
+    (bytes, i64), and the uniform step that chains an access to the previous one."""
     eb = view.buffer.elem_bytes
-    steps = _access_steps(cmap, layout)
 
-    def logical(pair):
-        return (pair[1], pair[0]) if layout.transposed else pair
-
-    def own(i: int) -> dict:
-        v = ctx.int_op("add.s32", ctx.tid(), i * threads)
-        active = ctx.b.icmp("slt", v, cmap.vectors) if (i + 1) * threads > cmap.vectors else None
-        row = ctx.div_const(v, per_row, nonnegative=True)
-        col = ctx.int_op("mul.lo.s32", ctx.mod_const(v, per_row, nonnegative=True), vec)
-        linear = ctx.mad(row, layout.cols, col)
-        smem = ctx.int_op("mul.lo.s32", ctx.swizzle(linear, layout.swizzle), eb)
-        coords = logical((row, col))
+    def global_offset(coords: tuple[Val, Val]) -> Val:
         offset = ctx.b.binop("add", ctx.wide(coords[0], tensor.strides[0]),
                              ctx.wide(coords[1], tensor.strides[1]), "i64")
-        return {"smem": smem, "smem_imm": 0, "smem_xor": 0,
-                "global": ctx.b.binop("mul", offset, eb, "i64"), "logical": coords,
-                "logical_imm": (0, 0), "active": active}
+        return ctx.b.binop("mul", offset, eb, "i64")
 
-    def smem_offsets(i: int) -> list[int]:
-        return [offset * eb for offset in
-                layout.offsets([coord for coord in cmap.coords(i) if coord is not None])]
-
-    def compute() -> list[dict]:
-        first = own(0)
-        accesses = [first]
-        reference = smem_offsets(0)
-        for i in range(1, cmap.per_thread):
-            step = steps[i] if steps is not None else None
-            relation = None
-            if step is not None and (i + 1) * threads <= cmap.vectors:
-                relation = offset_relation(reference, smem_offsets(i))
-            if relation is None:
-                accesses.append(own(i))
-                continue
-            flip, shift = relation
-            previous = steps[i - 1]
-            unit = logical((step[0] - previous[0], step[1] - previous[1]))
-            delta = ctx.w.once(("copy_step", key, unit),
-                               lambda: _byte_step(ctx, tensor, unit, eb))
-            accesses.append({**first, "smem_imm": shift, "smem_xor": flip,
-                             "global_step": delta, "chained": True,
-                             "logical_imm": logical(step)})
-        return accesses
-
-    return ctx.w.once(key, compute)
+    return thread_accesses(ctx, view.buffer.layout, vec, threads, eb, key,
+                           lambda v, count: ctx.b.icmp("slt", v, count), global_offset,
+                           lambda unit: _byte_step(ctx, tensor, unit, eb))
 
 
 def _copy(ctx: LlvmContext, op: Op) -> None:
     b = ctx.b
-    tensor: TensorVals = ctx.get(op.operands[0])
-    rank = len(tensor.strides)
-    offsets = [ctx.get(v) for v in op.operands[1:1 + rank]]
-    view: SmemView = ctx.get(op.operands[1 + rank])
-    predicate = ctx.get(op.operands[2 + rank]) if len(op.operands) > 2 + rank else None
+    tensor, offsets, view, predicate, key = copy_operands(ctx, op)
     vec, threads, masked = op.attrs["vec"], op.attrs["threads"], op.attrs["masked"]
     eb = view.buffer.elem_bytes
     layout = view.buffer.layout
-    key = ("copy", id(view.buffer), tensor.ptr, tuple(tensor.strides), vec, threads)
     accesses = _thread_part(ctx, view, tensor, vec, threads, key)
     corner = b.binop("add", ctx.wide(offsets[0], tensor.strides[0]),
                      ctx.wide(offsets[1], tensor.strides[1]), "i64")
@@ -116,20 +70,9 @@ def _copy(ctx: LlvmContext, op: Op) -> None:
         # A thread without a vector in this access must not write at all (a cp.async of 0
         # source bytes still writes zeros): the access is skipped, not zero-filled.
         active = access["active"]
-        inside = ctx.and_pred(predicate, active)
-        partial_bytes = None
-        for dim in range(rank):
-            if not masked[dim]:
-                continue
-            coord = ctx.int_op("add.s32", offsets[dim], access["logical"][dim])
-            if access["logical_imm"][dim]:
-                coord = ctx.int_op("add.s32", coord, access["logical_imm"][dim])
-            if dim == contiguous and vec > 1:
-                left = ctx.int_op("sub.s32", tensor.dims[dim], coord)
-                left = ctx.int_op("min.s32", ctx.int_op("max.s32", left, 0), vec)
-                partial_bytes = ctx.int_op("mul.lo.s32", left, eb)
-            else:
-                inside = ctx.and_pred(inside, b.icmp("ult", coord, tensor.dims[dim]))
+        inside, partial_bytes = copy_edge_mask(
+            ctx, access, offsets, tensor, masked, contiguous, vec, eb,
+            ctx.and_pred(predicate, active), lambda coord, size: b.icmp("ult", coord, size))
         if op.attrs["mode"] == "async":
             _issue_async(ctx, dst, src, nbytes, active, inside, partial_bytes)
         else:

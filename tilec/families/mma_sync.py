@@ -209,6 +209,16 @@ def _piece_offsets(plan: TilingPlan, role: str, layout: SmemLayout, mn0: int, k0
                                         elem_bytes)]
 
 
+def ldmatrix_pieces(plan: TilingPlan, role: str, layout: SmemLayout, k0: int,
+                    eb: int) -> list[tuple[int, Optional[tuple[int, int]]]]:
+    """The ldmatrix.x4 pieces of this warp's slice of operand ``role`` at ``k0``, as both
+    backends issue them: (mn0, relation), where relation is (xor, add) onto the lane offset
+    of piece (0, 0) when the layout allows (offset_relation), else None (its own offset)."""
+    reference = _piece_offsets(plan, role, layout, 0, 0, eb)
+    return [(mn0, offset_relation(reference, _piece_offsets(plan, role, layout, mn0, k0, eb)))
+            for mn0 in range(0, operand_extent(role, plan.warp_tile), LDMATRIX_PIECE)]
+
+
 def ldmatrix_registers(ctx: Context, view: SmemView, role: str, k0: int) -> list[str]:
     """ldmatrix.x4 of every piece of this warp's slice of operand ``role`` at ``k0``: the
     fragment registers, 4 a piece, in the mma's order (LDMATRIX_ORDER). A piece is 16 mn x
@@ -218,11 +228,9 @@ def ldmatrix_registers(ctx: Context, view: SmemView, role: str, k0: int) -> list
     layout = view.buffer.layout
     eb = view.buffer.elem_bytes
     trans = "" if operand_k_major(role, layout) else ".trans"
-    reference = _piece_offsets(ctx.plan, role, layout, 0, 0, eb)
     state: dict = {}
     regs: list[str] = []
-    for mn0 in range(0, operand_extent(role, ctx.plan.warp_tile), LDMATRIX_PIECE):
-        relation = offset_relation(reference, _piece_offsets(ctx.plan, role, layout, mn0, k0, eb))
+    for mn0, relation in ldmatrix_pieces(ctx.plan, role, layout, k0, eb):
         address = relative_address(
             ctx, view, relation, state,
             lambda: _ldmatrix_lane_offsets(ctx, view, role, 0, 0),
@@ -244,6 +252,24 @@ def _ldmatrix(ctx: Context, op: Op) -> None:
 MMA_TYPES = {F16: "f32.f16.f16.f32", BF16: "f32.bf16.bf16.f32"}
 
 
+def mma_issue_order(tiles_m: int, tiles_n: int, mma_order: str, a_per_tile: int = 4,
+                    b_per_tile: int = 2) -> list[tuple[slice, slice, int]]:
+    """The warp's mma instructions in issue order, as both backends issue them: per m16 x n8
+    tile, the slices of A's and B's fragment registers it reads and its first accumulator
+    element (four a tile). "n" walks m fastest (consecutive mmas share B fragments), "m"
+    walks n fastest (they share A); registers are the same either way."""
+    order = [(tn, tm) for tn in range(tiles_n) for tm in range(tiles_m)]
+    if mma_order == "m":
+        order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
+    issued = []
+    for tn, tm in order:
+        # B was loaded two n8 tiles per ldmatrix.x4: registers of tile 2p, then of 2p+1.
+        b_start = (tn // 2) * 2 * b_per_tile + (tn % 2) * b_per_tile
+        issued.append((slice(tm * a_per_tile, (tm + 1) * a_per_tile),
+                       slice(b_start, b_start + b_per_tile), (tn * tiles_m + tm) * 4))
+    return issued
+
+
 def mma_products(ctx: Context, op: Op, types: dict[DType, str],
                  accumulator_class: str = "f32") -> None:
     """``frag.mma``: one mma.sync per m16 x n8 tile of the warp tile, ``types`` giving the
@@ -259,16 +285,8 @@ def mma_products(ctx: Context, op: Op, types: dict[DType, str],
     # the same registers from iteration to iteration, with no copies for ptxas to remove.
     in_place = ctx.uses(op.operands[2]) == 1 and len(set(acc)) == len(acc)
     out = list(acc)
-    # The order of the warp's mma instructions: "n" walks m fastest (consecutive mmas share B
-    # fragments), "m" walks n fastest (they share A); registers are the same either way.
-    order = [(tn, tm) for tn in range(tiles_n) for tm in range(tiles_m)]
-    if ctx.options.mma_order == "m":
-        order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
-    for tn, tm in order:
-        a = a_regs[tm * 4:tm * 4 + 4]
-        # B was loaded two n8 tiles per ldmatrix.x4: registers (b0, b1) of tile 2p then 2p+1.
-        b = b_regs[(tn // 2) * 4 + (tn % 2) * 2:(tn // 2) * 4 + (tn % 2) * 2 + 2]
-        first = (tn * tiles_m + tm) * 4
+    for a_slice, b_slice, first in mma_issue_order(tiles_m, tiles_n, ctx.options.mma_order):
+        a, b = a_regs[a_slice], b_regs[b_slice]
         c = acc[first:first + 4]
         d = c if in_place else ctx.w.regs(accumulator_class, 4)
         ctx.w.emit(f"mma.sync.aligned.{shape}.row.col.{suffix} {{{', '.join(d)}}}, "

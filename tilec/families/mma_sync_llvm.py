@@ -13,11 +13,12 @@ from tilec.backend.llvm.builder import Val
 from tilec.backend.llvm.context import LlvmContext, SmemView
 from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16
-from tilec.target.layout import offset_relation, operand_extent, operand_k_major
+from tilec.target.layout import operand_k_major
 
 from tilec.backend.llvm.emit import ELEMENT_TYPES
 
-from .mma_sync import CONVERT_PTX, LDMATRIX_PIECE, _ldmatrix_lane_offsets, _piece_offsets
+from .mma_sync import (CONVERT_PTX, _ldmatrix_lane_offsets, ldmatrix_pieces,
+                       mma_issue_order)
 
 QUAD = "{i32, i32, i32, i32}"
 F32X4 = "{float, float, float, float}"
@@ -32,12 +33,9 @@ def ldmatrix_values(ctx: LlvmContext, view: SmemView, role: str, k0: int) -> lis
     layout = view.buffer.layout
     eb = view.buffer.elem_bytes
     trans = "" if operand_k_major(role, layout) else ".trans"
-    reference = _piece_offsets(ctx.plan, role, layout, 0, 0, eb)
     state: dict = {}
     out: list[Val] = []
-    for mn0 in range(0, operand_extent(role, ctx.plan.warp_tile), LDMATRIX_PIECE):
-        relation = offset_relation(reference, _piece_offsets(ctx.plan, role, layout, mn0, k0,
-                                                             eb))
+    for mn0, relation in ldmatrix_pieces(ctx.plan, role, layout, k0, eb):
         address = ctx.relative_address(
             view, relation, state,
             lambda: _ldmatrix_lane_offsets(ctx, view, role, 0, 0),
@@ -67,9 +65,6 @@ def mma_values(ctx: LlvmContext, op: Op, intrinsic: str, operand_ty: str,
     tiles_m = plan.warp_tile[0] // plan.instruction[0]
     tiles_n = plan.warp_tile[1] // plan.instruction[1]
     out = list(acc)
-    order = [(tn, tm) for tn in range(tiles_n) for tm in range(tiles_m)]
-    if ctx.options.mma_order == "m":
-        order = [(tn, tm) for tm in range(tiles_m) for tn in range(tiles_n)]
 
     # Each fragment register feeds several mmas: one bitcast of it, not one per use (a
     # smaller module for LLVM to parse and simplify; the PTX is the same).
@@ -82,12 +77,9 @@ def mma_values(ctx: LlvmContext, op: Op, intrinsic: str, operand_ty: str,
             typed[v] = ctx.b.cast("bitcast", v, operand_ty)
         return typed[v]
 
-    for tn, tm in order:
-        a = a_vals[tm * a_per_tile:(tm + 1) * a_per_tile]
-        # B was loaded two n8 tiles per ldmatrix.x4: (b0, b1) of tile 2p, then of 2p+1.
-        start = (tn // 2) * 2 * b_per_tile + (tn % 2) * b_per_tile
-        b = b_vals[start:start + b_per_tile]
-        first = (tn * tiles_m + tm) * 4
+    for a_slice, b_slice, first in mma_issue_order(tiles_m, tiles_n, ctx.options.mma_order,
+                                                   a_per_tile, b_per_tile):
+        a, b = a_vals[a_slice], b_vals[b_slice]
         d = ctx.b.call(intrinsic, RESULTS[accumulator], [*(operand(v) for v in (*a, *b)),
                                                          *acc[first:first + 4]])
         out[first:first + 4] = [ctx.b.extract(d, j, accumulator) for j in range(4)]
