@@ -60,6 +60,9 @@ def element_access(rel: Sequence[int], dims: list[int], unit: int | None, eb: in
             strided.append((tensor_dim, r))
         if masked[tensor_dim]:
             checks.append((tensor_dim, r))
+    # A dim no tile dim walks ([1, N] / [M, 1] views) is read at its offset alone, which a
+    # run-time row must still keep inside the tensor.
+    checks += [(d, 0) for d in range(len(masked)) if d not in dims and masked[d]]
     return ElementAccess(element, immediate, tuple(strided), tuple(checks))
 
 
@@ -118,7 +121,6 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
         if element in seen:
             result.append((index, *seen[element], element))
             continue
-        checks += tuple((d, 0) for d in range(len(offsets)) if d not in dims and masked[d])
         if key not in row_bases:
             address = base
             for tensor_dim, r in key:

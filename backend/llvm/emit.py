@@ -229,6 +229,15 @@ def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
             coords[tensor_dim] = coord
             term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
             offset = term if offset is None else b.binop("add", offset, term, "i64")
+        for tensor_dim, at in enumerate(offsets):
+            # A dim no tile dim walks ([1, N] / [M, 1] views) is read at its offset alone.
+            if tensor_dim in dims:
+                continue
+            coords[tensor_dim] = at
+            if ctx.const(op.operands[1 + tensor_dim]) == 0:
+                continue
+            term = ctx.wide(at, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
+            offset = term if offset is None else b.binop("add", offset, term, "i64")
         base = (tensor.ptr if offset is None
                 else b.gep(tensor.ptr, b.binop("mul", offset, eb, "i64")))
         state.update(base=base, coords=coords, row_bases={}, predicates={}, seen={})
