@@ -66,6 +66,29 @@ def element_access(rel: Sequence[int], dims: list[int], unit: int | None, eb: in
     return ElementAccess(element, immediate, tuple(strided), tuple(checks))
 
 
+def thread_element_coords(ctx, op: Op, offsets, dims: list[int], layout: DistributedLayout,
+                          unit: int | None, strides, add_term) -> dict:
+    """The coordinate of a thread's first element in each tensor dim (both backends'
+    epilogues), calling ``add_term(coordinate, stride)`` in order for each term of its
+    element offset (each backend sums them its own way). A dim no tile dim walks ([1, N] /
+    [M, 1] views) is read at its offset alone, and adds no term at a constant 0."""
+    thread = c_thread_coords(ctx, layout)
+    coords = {}
+    for tile_dim, tensor_dim in enumerate(dims):
+        if tensor_dim < 0:
+            continue
+        coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
+        coords[tensor_dim] = coord
+        add_term(coord, 1 if tensor_dim == unit else strides[tensor_dim])
+    for tensor_dim, offset in enumerate(offsets):
+        if tensor_dim in dims:
+            continue
+        coords[tensor_dim] = offset
+        if ctx.const(op.operands[1 + tensor_dim]) != 0:
+            add_term(offset, 1 if tensor_dim == unit else strides[tensor_dim])
+    return coords
+
+
 def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: DistributedLayout,
                        eb: int, masked: list[bool]):
     """For the registers being emitted: (index, address operand, in-bounds predicate or None,
@@ -78,29 +101,17 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
     unit = unit_stride_dim(ctx, tensor_value)
     state = ctx.op_state.setdefault(op, {})
     if "base" not in state:
-        thread = c_thread_coords(ctx, layout)
-        coords = {}
-        base_sum = None
-        for tile_dim, tensor_dim in enumerate(dims):
-            if tensor_dim < 0:
-                continue
-            coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
-            coords[tensor_dim] = coord
-            term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
-            if base_sum is not None:
-                w.emit(f"add.s64 {term}, {term}, {base_sum};")
-            base_sum = term
-        for tensor_dim, offset in enumerate(offsets):
-            # A dim no tile dim walks ([1, N] / [M, 1] views) is read at its offset alone.
-            if tensor_dim in dims:
-                continue
-            coords[tensor_dim] = offset
-            if ctx.constants.get(op.operands[1 + tensor_dim]) == 0:
-                continue
-            term = ctx.wide(offset, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
-            if base_sum is not None:
-                w.emit(f"add.s64 {term}, {term}, {base_sum};")
-            base_sum = term
+        terms: list = []
+
+        def add_term(coord, stride) -> None:
+            term = ctx.wide(coord, stride)
+            if terms:
+                w.emit(f"add.s64 {term}, {term}, {terms[-1]};")
+            terms.append(term)
+
+        coords = thread_element_coords(ctx, op, offsets, dims, layout, unit, tensor.strides,
+                                       add_term)
+        base_sum = terms[-1] if terms else None
         base = w.reg("b64")
         if base_sum is None:
             w.emit(f"mov.b64 {base}, {tensor.ptr};")

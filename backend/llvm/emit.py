@@ -22,8 +22,7 @@ from tilec.target.layout import DistributedLayout
 
 from ..abi import (PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params,
                    folds_tile_axes)
-from ..context import c_thread_coords
-from ..epilogue import element_access, unit_stride_dim
+from ..epilogue import element_access, thread_element_coords, unit_stride_dim
 from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
@@ -219,25 +218,15 @@ def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
     unit = unit_stride_dim(ctx, tensor_value)
     state = ctx.op_state.setdefault(op, {})
     if "base" not in state:
-        thread = c_thread_coords(ctx, layout)
-        coords = {}
-        offset = None
-        for tile_dim, tensor_dim in enumerate(dims):
-            if tensor_dim < 0:
-                continue
-            coord = ctx.int_op("add.s32", offsets[tensor_dim], thread[tile_dim])
-            coords[tensor_dim] = coord
-            term = ctx.wide(coord, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
-            offset = term if offset is None else b.binop("add", offset, term, "i64")
-        for tensor_dim, at in enumerate(offsets):
-            # A dim no tile dim walks ([1, N] / [M, 1] views) is read at its offset alone.
-            if tensor_dim in dims:
-                continue
-            coords[tensor_dim] = at
-            if ctx.const(op.operands[1 + tensor_dim]) == 0:
-                continue
-            term = ctx.wide(at, 1 if tensor_dim == unit else tensor.strides[tensor_dim])
-            offset = term if offset is None else b.binop("add", offset, term, "i64")
+        terms: list = []
+
+        def add_term(coord, stride) -> None:
+            term = ctx.wide(coord, stride)
+            terms.append(term if not terms else b.binop("add", terms[-1], term, "i64"))
+
+        coords = thread_element_coords(ctx, op, offsets, dims, layout, unit, tensor.strides,
+                                       add_term)
+        offset = terms[-1] if terms else None
         base = (tensor.ptr if offset is None
                 else b.gep(tensor.ptr, b.binop("mul", offset, eb, "i64")))
         state.update(base=base, coords=coords, row_bases={}, predicates={}, seen={})
