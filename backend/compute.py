@@ -51,30 +51,29 @@ F32_UNARY: dict[str, tuple[str, ...]] = {
                        "mul.f32 {t}, {t}, {a};",
                        "mul.f32 {t}, {t}, 0fC0135761;",  # -2 log2(e) sqrt(2 / pi)
                        *_SIGMOID_OF_T, "mul.f32 {d}, {a}, {t};"),
-    "tile.gelu": (),  # below: it needs the erfc polynomial's coefficients
+    # gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) = x g, with h = erfc(z) / 2 at z = |x| / sqrt 2
+    # (tilec/target/erfc.py: t = 1 / (1 + z/2), erfc(z) = t exp(P(t) - z^2)) and g = h for
+    # x <= 0, 1 - h for x > 0 (erf is odd): no cancellation on either side, and x g rather
+    # than x - x h keeps gelu(inf) = inf. P by Horner's rule in fma; P - z^2 is one fma, so
+    # z^2 is not rounded on its own. NaN fails the setp and comes out of x h as NaN.
+    "tile.gelu": ("abs.f32 {u}, {a};",
+                  "mul.f32 {u}, {u}, 0f3F3504F3;",  # z = |x| / sqrt(2)
+                  f"fma.rn.f32 {{t}}, {{u}}, 0f3F000000, {_ONE};",
+                  "rcp.approx.ftz.f32 {t}, {t};",  # t = 1 / (1 + z / 2)
+                  f"fma.rn.f32 {{v}}, {{t}}, {f32_literal(ERFC_P[9])}, {f32_literal(ERFC_P[8])};",
+                  *(f"fma.rn.f32 {{v}}, {{v}}, {{t}}, {f32_literal(c)};"
+                    for c in reversed(ERFC_P[:8])),
+                  "neg.f32 {d}, {u};",
+                  "fma.rn.f32 {v}, {d}, {u}, {v};",  # P(t) - z^2
+                  f"mul.f32 {{v}}, {{v}}, {_LOG2E};",
+                  "ex2.approx.ftz.f32 {v}, {v};",
+                  "mul.f32 {t}, {t}, {v};",  # erfc(z)
+                  "mul.f32 {t}, {t}, 0f3F000000;",  # h
+                  f"sub.f32 {{u}}, {_ONE}, {{t}};",
+                  "setp.gt.f32 {p}, {a}, 0f00000000;",
+                  "selp.f32 {t}, {u}, {t}, {p};",
+                  "mul.f32 {d}, {a}, {t};"),
 }
-# gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) = x g, with h = erfc(z) / 2 at z = |x| / sqrt 2
-# (tilec/target/erfc.py: t = 1 / (1 + z/2), erfc(z) = t exp(P(t) - z^2)) and g = h for
-# x <= 0, 1 - h for x > 0 (erf is odd): no cancellation on either side, and x g rather than
-# x - x h keeps gelu(inf) = inf. P by Horner's rule in fma; P - z^2 is one fma, so z^2 is not
-# rounded on its own. NaN fails the setp and comes out of x h as NaN.
-F32_UNARY["tile.gelu"] = (
-    "abs.f32 {u}, {a};",
-    "mul.f32 {u}, {u}, 0f3F3504F3;",  # z = |x| / sqrt(2)
-    f"fma.rn.f32 {{t}}, {{u}}, 0f3F000000, {_ONE};",
-    "rcp.approx.ftz.f32 {t}, {t};",  # t = 1 / (1 + z / 2)
-    f"fma.rn.f32 {{v}}, {{t}}, {f32_literal(ERFC_P[9])}, {f32_literal(ERFC_P[8])};",
-    *(f"fma.rn.f32 {{v}}, {{v}}, {{t}}, {f32_literal(c)};" for c in reversed(ERFC_P[:8])),
-    "neg.f32 {d}, {u};",
-    "fma.rn.f32 {v}, {d}, {u}, {v};",  # P(t) - z^2
-    f"mul.f32 {{v}}, {{v}}, {_LOG2E};",
-    "ex2.approx.ftz.f32 {v}, {v};",
-    "mul.f32 {t}, {t}, {v};",  # erfc(z)
-    "mul.f32 {t}, {t}, 0f3F000000;",  # h
-    f"sub.f32 {{u}}, {_ONE}, {{t}};",
-    "setp.gt.f32 {p}, {a}, 0f00000000;",
-    "selp.f32 {t}, {u}, {t}, {p};",
-    "mul.f32 {d}, {a}, {t};")
 # The scratch registers a sequence of F32_UNARY may name, by kind, allocated only when named.
 _SCRATCH = {"t": "f32", "u": "f32", "v": "f32", "p": "pred"}
 
