@@ -235,3 +235,29 @@ def test_where_verifies_its_operands() -> None:
     op.attrs["compare"] = "lgt"
     with pytest.raises(Exception, match="unknown comparison"):
         verify(kernel)
+
+
+INTEGER_WHERE = '''from __future__ import annotations
+from tilec import f32, i8, i32, tile
+
+@tile
+def gemm(A: i8[M, K], B: i8[N, K], C: f32[M, N], BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], i32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = where({cond}, {a}, 0.0).to(f32)
+'''
+
+
+@pytest.mark.parametrize("cond, a, fragment", [("acc > 0", "acc.to(f32)", "acc > 0"),
+                                               ("acc.to(f32) > 0", "acc", "acc, 0.0")])
+def test_an_integer_tile_in_where_asks_for_a_conversion(cond, a, fragment) -> None:
+    """where() takes float tiles, as every tile operation does: an i32 accumulator is an
+    error at the operand (it once reached the IR check as an internal compiler error)."""
+    function = load_file("w.py", text=INTEGER_WHERE.format(cond=cond, a=a))["gemm"]
+    with pytest.raises(TileTypeError) as info:
+        function.lower()
+    text = str(info.value)
+    assert "arithmetic on tiles is float arithmetic" in text, text
+    assert "x.to(f32)" in text and fragment in text, text

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
+from tilec.cpu.interpreter import WHERE_COMPARE  # the same comparisons, in float64
 from tilec.ir import arith
 from tilec.ir.core import Kernel, Op, Value
 from tilec.ir.ops import CORE_OPS
@@ -79,10 +80,6 @@ class Accumulated:
 TileValue = Union[Whole, CarriedArg, Accumulated]
 
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
-# where(x compare y, a, b), by the ``compare`` attribute, in float64.
-WHERE_COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-    "eq": np.equal, "ne": np.not_equal}
 
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,

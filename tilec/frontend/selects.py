@@ -79,6 +79,8 @@ class SelectLowering(TileLowering):
                     else "tiles, numbers and f32 scalars")
             raise self.error(TileTypeError, f"where() {verb} tiles, numbers or f32 scalars, "
                              f"not {describe(value)}", start_loc(node), hint)
+        if is_tile(value):  # and of a float dtype, as every tile operation takes them
+            self._require_float_tile(value, f"where() {verb}", node)
 
     def _condition(self, node: ast.Expr) -> _Condition:
         if isinstance(node, ast.Compare):
