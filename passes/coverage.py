@@ -55,12 +55,6 @@ def _scaled_index(value: Value, indices: list[Value]) -> Optional[tuple[int, int
     return None
 
 
-def _stored_tensor(kernel: Kernel, value: Value) -> Optional[tuple[str, bool]]:
-    """The parameter a store writes and whether through a transposed view."""
-    source = view_source(kernel, value)
-    return None if source is None else (source.name, source.transposed)
-
-
 @functools.lru_cache(maxsize=256)  # per kernel: every launch checks it
 def coverage(kernel: Kernel) -> tuple[Coverage, ...]:
     """Every (store, dim) whose offset steps a grid axis."""
@@ -71,14 +65,13 @@ def coverage(kernel: Kernel) -> tuple[Coverage, ...]:
     for op in kernel.walk():
         if op.name != "tile.store":
             continue
-        stored = _stored_tensor(kernel, op.operands[0])
-        if stored is None:
+        source = view_source(kernel, op.operands[0])  # the parameter stored, and the view
+        if source is None:
             continue
-        name, transposed = stored
+        name, transposed = source.name, source.transposed
         ttype = next(p.type for p in kernel.params if p.name == name)
         assert isinstance(ttype, TensorType)
-        source = view_source(kernel, op.operands[0])
-        batched = source is not None and source.batch is not None
+        batched = source.batch is not None
         if batched and source.batch in grid.results:  # a batch view: one batch per index
             found.append(Coverage(name, 0, ttype.shape[0], grid.results.index(source.batch),
                                   1, 1, op))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tilec.ir.arith import cdiv
 from tilec.ir.core import Kernel, Op
 
 SMEM_ALIGN = 128
@@ -91,7 +92,7 @@ def _placement(op: Op) -> Optional[tuple[str, int, int, int]]:
 
 
 def _align_up(offset: int, align: int) -> int:
-    return -(-offset // align) * align
+    return cdiv(offset, align) * align
 
 
 def place(kernel: Kernel) -> SharedLayout:
