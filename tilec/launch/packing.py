@@ -39,6 +39,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from tilec.backend.pack import ELEMENT_CLASS, VECTOR_BYTES, pack_entry, pack_ptx, vector_elems
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
+from tilec.ir.views import view_source
 from tilec.launch.binding import INT32_MAX, Bound, divisibility, tensor_spec
 from tilec.options import Options, Spec, TensorSpec
 
@@ -195,21 +196,10 @@ def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
             load = defining_op(value)
             if load is None or load.name != "tile.load":
                 continue
-            name = _parameter(kernel, load.operands[0])
-            if name is not None and name not in names:
-                names.append(name)
+            source = view_source(kernel, load.operands[0])
+            if source is not None and source.name not in names:
+                names.append(source.name)
     return tuple(names)
-
-
-def _parameter(kernel: Kernel, value: Value) -> Optional[str]:
-    """The parameter a tensor value is, or views through transposes and batch views."""
-    op = defining_op(value)
-    if op is not None and op.name in ("tensor.transpose", "tensor.batch"):
-        return _parameter(kernel, op.operands[0])
-    for param, arg in zip(kernel.params, kernel.body.args):
-        if arg is value:
-            return param.name
-    return None
 
 
 def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
