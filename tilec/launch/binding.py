@@ -234,15 +234,15 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
     cluster = launch_cluster(compiled_kernel)
-    if folds_tile_axes(grid_op):
-        first, second = folded_axes(grid_op)
-        if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
-            axes[first] = -(-axes[first] // cluster[0]) * cluster[0]
+    folded = folded_axes(grid_op) if folds_tile_axes(grid_op) else None
+    if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
+        m_axis = folded[0] if folded else 0
+        axes[m_axis] = -(-axes[m_axis] // cluster[0]) * cluster[0]
+    if folded:
+        first, second = folded
         # The folded pair on x; a batched grid's batch axis then takes y.
         axes = [axes[first] * axes[second]] + [size for axis, size in enumerate(axes)
                                                if axis not in (first, second)]
-    elif cluster is not None:
-        axes[0] = -(-axes[0] // cluster[0]) * cluster[0]
     axes += [split] if split else []
     padded = axes + [1] * (3 - len(axes))
     return (padded[0], padded[1], padded[2])
