@@ -57,8 +57,10 @@ def metadata_for(compiled: Compiled) -> dict[str, Any]:
 
 
 _CACHE: dict[tuple, Compiled] = {}
-# The stages a compile keeps without keep_ir: the backends' own texts.
-BACKEND_STAGES = ("llvm", "llvm-opt", "ptx")
+# The stages a compile keeps without keep_ir: the backends' own texts (LLVM IR as emitted
+# and after LLVM's pipeline, then PTX).
+LLVM_STAGES = ("llvm", "llvm-opt")
+BACKEND_STAGES = (*LLVM_STAGES, "ptx")
 
 
 def _has_pass_stages(compiled: Compiled) -> bool:
@@ -261,7 +263,7 @@ def dump_stages(compiled: Compiled, directory: str) -> Path:
     folder = Path(directory) / f"{compiled.name}-{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     for index, (stage, text) in enumerate(compiled.asm.items()):
-        suffix = {"ptx": "ptx", "llvm": "ll", "llvm-opt": "ll"}.get(stage, "ir")
+        suffix = "ptx" if stage == "ptx" else "ll" if stage in LLVM_STAGES else "ir"
         (folder / f"{index:02d}-{stage}.{suffix}").write_text(text)
     (folder / "options.txt").write_text(repr(compiled.options) + "\n")
     return folder

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from tilec.compiler import Compiled
+from tilec.compiler import LLVM_STAGES, Compiled
 from tilec.kernel import TileFunction
 from tilec.families.products import family_of
 from tilec.pipeline import pipeline
@@ -106,8 +106,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# The llvm backend's stages: its LLVM IR as emitted, and after LLVM's pipeline (--llvm-opt).
-LLVM_STAGES = ("llvm", "llvm-opt")
 STAGE_TITLES = {"tile": "tile IR from the frontend", "llvm": "LLVM IR as emitted",
                 "llvm-opt": "LLVM IR after LLVM's pipeline"}
 
