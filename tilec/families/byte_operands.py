@@ -146,19 +146,30 @@ def _execute(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
         state, op, operands[0], type(rtype.layout),
         lambda layout, fragment, k0: _index(layout, fragment.warps, fragment.warp_tile, k0),
         "a frag.ldbytes pair is not 2-byte aligned")
-    fragment = rtype.layout
+    warp, lane, reg, half, row, col = _tile_map(rtype.layout)
     tile = np.zeros(rtype.shape, dtype=lanes.dtype)
+    tile[row, col] = lanes[warp, lane, reg, half]
+    result = tile.view(Fragment)
+    result.lanes = lanes
+    return [result]
+
+
+@lru_cache(maxsize=None)
+def _tile_map(fragment) -> tuple:
+    """(warp column, lane, register, byte of the pair) and the (k, n) each holds in the B
+    fragment tile: computed once per layout, as the int8 family's _tile_map is, since the
+    executor runs frag.ldbytes at every k-step of every block."""
+    import numpy as np
+    entries = []
     for wn in range(fragment.warps[1]):
         for tn in range(fragment.warp_tile[1] // N8):
             for lane in range(WARP_SIZE):
                 for reg in range(REGISTERS_PER_N8):
                     k, n = pair_coord(lane, reg)
                     for half in range(PAIR_BYTES):
-                        tile[k + half, wn * fragment.warp_tile[1] + tn * N8 + n] = \
-                            lanes[wn, lane, REGISTERS_PER_N8 * tn + reg, half]
-    result = tile.view(Fragment)
-    result.lanes = lanes
-    return [result]
+                        entries.append((wn, lane, REGISTERS_PER_N8 * tn + reg, half, k + half,
+                                        wn * fragment.warp_tile[1] + tn * N8 + n))
+    return tuple(np.array(column, dtype=np.int64) for column in zip(*entries))
 
 
 def _check(op: Op) -> None:
