@@ -23,7 +23,6 @@ from tilec.errors import TileConfigError, located
 from tilec.families.products import family_of
 from tilec.ir.core import Kernel, clone_kernel
 from tilec.ir.schedule import OperandConflicts, OperandPlan, TilingPlan
-from tilec.ir.types import DType
 from tilec.options import Options
 from tilec.target.layout import (WARP_SIZE, SmemLayout, Swizzle, conflict_degree, copy_map,
                                  copy_store_addresses, swizzle_candidates)
@@ -118,7 +117,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     family = family_of(plan)
     for op_plan in plan.operands:
         # An operand converted in registers is stored in its own dtype (w8a16: i8).
-        elem_bytes = DType.parse(op_plan.source).bytes if op_plan.source else plan.elem_bytes
+        elem_bytes = op_plan.stored_bytes(plan.elem_bytes)
         fixed = family.layout_candidates(op_plan, elem_bytes)
         if fixed is not None:
             try:

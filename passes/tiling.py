@@ -40,7 +40,7 @@ from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.ops import OPERAND_CONVERSIONS
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import ACCUMULATOR_DTYPES, DType, TileType
+from tilec.ir.types import ACCUMULATOR_DTYPES, TileType
 from tilec.ir.views import matrix_dim, view_source
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
@@ -156,8 +156,7 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
         fail(f"a {tm}x{tn} warp tile needs about {regs} registers per thread, more than "
              f"{MAX_REGISTERS_PER_THREAD}", hint="use more warps or a smaller block tile")
     # An operand converted in registers is stored in its own dtype (w8a16: i8 weights).
-    a_bytes, b_bytes = (DType.parse(op.source).bytes if op.source else plan.elem_bytes
-                        for op in plan.operands)
+    a_bytes, b_bytes = (op.stored_bytes(plan.elem_bytes) for op in plan.operands)
     stage_bytes = bm * bk * a_bytes + bk * bn * b_bytes
     if stage_bytes * options.stages > options.smem_limit:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
@@ -239,8 +238,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     _check(kernel, dot, plan, options)
     family = family_of(plan)
     for op_plan in plan.operands:
-        if op_plan.source and DType.parse(op_plan.source).bytes == 1 \
-                and family.byte_load_op is None:
+        if op_plan.byte_loaded and family.byte_load_op is None:
             raise located(TileConfigError, f"operand {op_plan.role} is stored in "
                           f"{op_plan.source} and converted in registers, which the "
                           f"{family.name} family does not do", casts[op_plan.role].loc,

@@ -8,6 +8,11 @@ from typing import Any, Callable, Optional, Protocol
 FALLBACK_L2_BYTES = 64 * 2**20  # when the array library cannot say
 
 
+
+def to_float64(array: Any) -> Any:
+    """A torch tensor or numpy array in float64, for a reference computed beside it."""
+    return array.double() if hasattr(array, "double") else array.astype("float64")
+
 class Arrays(Protocol):
     """What the benchmark needs from torch or cupy (tests give it a numpy fake)."""
 

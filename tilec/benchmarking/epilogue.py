@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tilec.benchmarking.array_libraries import Arrays
+from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import ITEMSIZE, Case, rotation_sets, size_text
 from tilec.benchmarking.check_and_time import time_case
 from tilec.benchmarking.contenders import (Contender, Run, TilecContender, describe_compiled,
@@ -61,10 +61,6 @@ def epilogue_cases(sizes: Optional[Sequence[Sequence[tuple[int, int, int]]]],
             for dtype in EPILOGUE_DTYPES]
 
 
-def _to_float64(array: Any) -> Any:
-    return array.double() if hasattr(array, "double") else array.astype("float64")
-
-
 def _erfc(x: Any) -> Any:
     """erfc in the array library of ``x`` (torch, cupy, or numpy for the CPU tests)."""
     library = type(x).__module__.partition(".")[0]
@@ -80,7 +76,7 @@ def _erfc(x: Any) -> Any:
 
 def bias_gelu_reference(arrays: Arrays, a: Any, b: Any, bias: Any) -> Any:
     """gelu(A @ B + bias) in float64, as 0.5 x erfc(-x / sqrt 2) (no cancellation)."""
-    x = arrays.reference(a, b) + _to_float64(bias)
+    x = arrays.reference(a, b) + to_float64(bias)
     return 0.5 * x * _erfc(x * (-1.0 / math.sqrt(2.0)))
 
 

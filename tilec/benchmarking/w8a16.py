@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tilec.benchmarking.array_libraries import Arrays
+from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import Case, rotation_sets, size_text
 from tilec.benchmarking.check_and_time import time_case
 from tilec.benchmarking.contenders import Contender, Run, TilecContender, describe_compiled
@@ -56,13 +56,9 @@ def w8a16_cases(sizes: Optional[Sequence[Sequence[tuple[int, int, int]]]]) -> li
     return [W8A16Case(*size[-3:], "f16") for size in flat]
 
 
-def _to_float64(array: Any) -> Any:
-    return array.double() if hasattr(array, "double") else array.astype("float64")
-
-
 def w8a16_reference(arrays: Arrays, a: Any, w: Any, scale: Any) -> Any:
     """(A @ W.T) * scale in float64."""
-    return arrays.reference(a, w.T) * _to_float64(scale)
+    return arrays.reference(a, w.T) * to_float64(scale)
 
 
 def tilec_config(case: Case) -> dict[str, Any]:

@@ -638,7 +638,7 @@ class MmaSync(ProductFamily):
 
     def byte_loaded(self, op_plan: OperandPlan) -> bool:
         """Whether the operand is stored in 8 bits and read by frag.ldbytes."""
-        return bool(op_plan.source) and DType.parse(op_plan.source).bytes == 1
+        return op_plan.byte_loaded
 
     def read_access(self, role: str, layout: SmemLayout) -> str:
         return "ldmatrix.x4" + ("" if operand_k_major(role, layout) else ".trans")

@@ -42,6 +42,15 @@ class OperandPlan:
     def k_major(self) -> bool:
         return self.layout.transposed == (self.role == "B")
 
+    def stored_bytes(self, product_bytes: int) -> int:
+        """Bytes of one element as stored: the source dtype's, else the product's."""
+        return DType.parse(self.source).bytes if self.source else product_bytes
+
+    @property
+    def byte_loaded(self) -> bool:
+        """Stored in 8 bits and converted in registers (w8a16: frag.ldbytes reads it)."""
+        return bool(self.source) and DType.parse(self.source).bytes == 1
+
     def __str__(self) -> str:
         converted = f", converted from {self.source}" if self.source else ""
         return (f"{{tensor = {self.tensor}, layout = {self.layout}, vec = {self.vec}"

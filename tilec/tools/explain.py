@@ -711,7 +711,7 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
         k_major = operand_k_major(op_plan.role, layout)
         degree = family.read_degree
         access = family.read_access(op_plan.role, layout)
-        if op_plan.source and DType.parse(op_plan.source).bytes == 1:
+        if op_plan.byte_loaded:
             # w8a16: frag.ldbytes, one ld.shared.u16 per register (families/byte_operands.py)
             access = BYTE_PAIR_READ
             degree = lambda _, addresses: conflict_degree(addresses, 2)  # noqa: E731
