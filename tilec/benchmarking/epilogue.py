@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional, Sequence
 from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import ITEMSIZE, Case, size_text
 from tilec.benchmarking.check_and_time import run_row
-from tilec.benchmarking.contenders import (Contender, Run, TilecContender, describe_compiled,
-                                           tuned_config)
+from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
+                                           describe_compiled, tuned_config)
 from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul_bias_gelu
@@ -115,14 +115,9 @@ def _gelu_in_place(torch: Any) -> tuple[Callable[[Any], Any], str]:
     return gelu_, "gelu_ in place"
 
 
-class TorchUnfused(Contender):
+class TorchUnfused(TorchOnlyContender):
     name = "torch"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        return None if self.arrays.name == "torch" else "the torch epilogue runs on torch tensors"
+    needs_torch = "the torch epilogue runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
@@ -137,14 +132,9 @@ class TorchUnfused(Contender):
         return run, f"torch.matmul, then C += bias and {how}, C {self.out_dtype(case)}"
 
 
-class TritonFused(Contender):
+class TritonFused(TorchOnlyContender):
     name = "Triton"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
+    needs_torch = "the Triton kernel runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:

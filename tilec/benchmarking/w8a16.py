@@ -25,7 +25,8 @@ from typing import Any, Optional, Sequence
 from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import Case, size_text
 from tilec.benchmarking.check_and_time import run_row
-from tilec.benchmarking.contenders import Contender, Run, TilecContender, describe_compiled
+from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
+                                           describe_compiled)
 from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 
@@ -92,14 +93,9 @@ class TilecW8A16(TilecContender):
                                            + ", W int8 in shared memory, f16 in registers")
 
 
-class TorchDequantize(Contender):
+class TorchDequantize(TorchOnlyContender):
     name = "torch"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        return None if self.arrays.name == "torch" else "the torch rows run on torch tensors"
+    needs_torch = "the torch rows run on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
