@@ -74,6 +74,25 @@ def test_each_contender_is_checked_and_only_passing_ones_timed():
     assert result.bound_bytes == case.weight_bytes()
 
 
+class NoInt8Arrays(Int8Arrays):
+    """An array library without int8 arrays (cupy's answer for i8)."""
+
+    def unsupported(self, dtype):
+        return "no int8 here" if dtype == "i8" else super().unsupported(dtype)
+
+    def random(self, shape, dtype):
+        raise AssertionError("a row its library cannot hold draws no inputs")
+
+
+def test_a_library_without_int8_arrays_makes_the_row_n_a_for_every_contender():
+    racers = [Dequantized("good"), w8a16.TorchDequantize(NoInt8Arrays())]
+    result = w8a16.run_w8a16_case(w8a16.W8A16Case(48, 40, 32, "f16"), NoInt8Arrays(), racers,
+                                  counting_timer([]), None)
+    assert {name: (m.status, m.note) for name, m in result.measurements.items()} == {
+        "good": ("n/a", "no int8 here"), "torch": ("n/a", "no int8 here")}
+    assert result.sets == 0
+
+
 @pytest.mark.parametrize("size", [(16, 8192, 8192), (4096, 4096, 4096), (1000, 1003, 77)])
 def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size):
     contender = w8a16.TilecW8A16({}, {"arch": "sm_90a"})

@@ -564,6 +564,23 @@ def test_bf16_argument_errors_name_the_accepted_dtypes() -> None:
         run_kernel(kernel, args)
 
 
+@pytest.mark.parametrize("dtype, raw, large", [("bf16", np.uint16, 2.0 ** 100),
+                                               ("f8e4m3", np.uint8, 448.0),
+                                               ("f8e5m2", np.uint8, 57344.0)])
+def test_a_tensor_of_raw_bits_reads_and_writes_values(dtype: str, raw: type,
+                                                      large: float) -> None:
+    """bf16 and fp8 tensors hold bits; tiles their values in float32: a write encodes, a
+    read decodes, and both land in the caller's array through strided views."""
+    from tilec.cpu.interpreter import TensorRef
+    values = np.array([1.0, -0.5, 0.0, 3.5, -2.0 ** -6, large, -large], np.float32)
+    caller = np.zeros(2 * len(values), raw)
+    tensor = TensorRef(caller[::2], DType.parse(dtype), "T")
+    tensor.write((slice(None),), values)
+    assert caller[1::2].tolist() == [0] * len(values)  # the gaps untouched
+    assert caller[::2].tolist() != [0] * len(values)
+    np.testing.assert_array_equal(tensor.read((slice(None),)), values)
+
+
 def test_symbols_argument() -> None:
     kernel = build_matmul(F16, F32, 16, 16, 16)
     run_kernel(kernel, matmul_args(), symbols={"M": 4, "N": 7})

@@ -48,30 +48,33 @@ def measure(contender: Contender, case: Case, arrays: Arrays,
 
 def run_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer: Timer,
              references: Optional[References]) -> CaseResult:
+    # 8-bit B k contiguous: a column-major [K, N] (the transpose of a row-major [N, K]).
+    b_layout = {"k_major": True} if case.dtype in K_MAJOR_B else {}
+    tilec = next((c for c in contenders if c.name == "tilec"), None)
+    return run_row(case, arrays, contenders, timer, references, dtypes=(case.dtype,),
+                   draw=lambda: (arrays.random(case.a_shape, case.dtype),
+                                 arrays.random(case.b_shape, case.dtype, **b_layout)),
+                   reference=arrays.reference,
+                   bound_bytes=case.nbytes(tilec.out_dtype(case) if tilec else "f32"))
+
+
+def run_row(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer: Timer,
+            references: Optional[References], dtypes: Sequence[str],
+            draw: Callable[[], tuple[Any, ...]], reference: Callable[..., Any],
+            bound_bytes: int) -> CaseResult:
+    """One row of any kind (matmul, fused epilogue, w8a16): n/a for every contender where
+    the array library has no arrays of one of ``dtypes``; else as many input sets as
+    :func:`rotation_sets` asks for, each drawn by ``draw``; the first and the last checked in
+    full against ``reference`` (float64, called with a set's arrays), the others for NaN;
+    every contender checked and timed on them; and the case's bounds (its memory bound from
+    ``bound_bytes``). The arrays go back to the pool before the next row."""
     start = time.perf_counter()
-    reason = arrays.unsupported(case.dtype)
+    reason = next((r for r in map(arrays.unsupported, dtypes) if r is not None), None)
     if reason is not None:
         return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
     sets = rotation_sets(case, arrays.l2_bytes)
-    # 8-bit B k contiguous: a column-major [K, N] (the transpose of a row-major [N, K]).
-    b_layout = {"k_major": True} if case.dtype in K_MAJOR_B else {}
-    inputs = [(arrays.random(case.a_shape, case.dtype),
-               arrays.random(case.b_shape, case.dtype, **b_layout)) for _ in range(sets)]
-    # Checked in full against float64: the first and the last set (the others for NaN).
-    checked = {i: arrays.reference(*inputs[i]) for i in sorted({0, sets - 1})}
-    tilec = next((c for c in contenders if c.name == "tilec"), None)
-    bound_bytes = case.nbytes(tilec.out_dtype(case) if tilec else "f32")
-    return time_case(case, arrays, contenders, timer, references, inputs, checked, bound_bytes,
-                     start)
-
-
-def time_case(case: Case, arrays: Arrays, contenders: Sequence[Contender], timer: Timer,
-              references: Optional[References], inputs: list[tuple[Any, ...]],
-              checked: dict[int, Any], bound_bytes: int, start: float) -> CaseResult:
-    """Every contender checked and timed on the input sets, and the case's bounds (its
-    memory bound from ``bound_bytes``): the part each kind of row shares once its inputs
-    and their float64 references exist. Empties ``inputs`` and ``checked`` so the arrays can
-    go back to the pool before the next row."""
+    inputs = [draw() for _ in range(sets)]
+    checked = {i: reference(*inputs[i]) for i in sorted({0, sets - 1})}
     measured = {c.name: measure(c, case, arrays, inputs, checked, timer) for c in contenders}
     result = CaseResult(case, len(inputs), measured)
     result.bound_bytes = bound_bytes

@@ -46,6 +46,19 @@ class Contender:
         raise NotImplementedError
 
 
+class TorchOnlyContender(Contender):
+    """A contender that calls torch (or Triton) on the bench's arrays: n/a, saying
+    ``needs_torch``, unless they are torch tensors."""
+
+    needs_torch = "it runs on torch tensors"
+
+    def __init__(self, arrays: Arrays) -> None:
+        self.arrays = arrays
+
+    def unsupported(self, case: Case) -> Optional[str]:
+        return None if self.arrays.name == "torch" else self.needs_torch
+
+
 def autotune_space(case: Case, fixed: dict[str, Any],
                    arch: Optional[str] = None) -> list[dict[str, Any]]:
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
@@ -421,18 +434,16 @@ class CublasContender(Contender):
         return run, f"{function}, C {self.out_dtype(case)}{note}"
 
 
-class TritonContender(Contender):
+class TritonContender(TorchOnlyContender):
     name = "Triton"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
+    needs_torch = "the Triton kernel runs on torch tensors"
 
     def unsupported(self, case: Case) -> Optional[str]:
         if case.batched:
             return "the Triton kernel is a 2-D matmul (no batched rows)"
         if case.dtype not in TRITON_CONFIG:
             return f"the Triton kernel has no {case.dtype} configuration"
-        return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
+        return super().unsupported(case)
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, Any]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:

@@ -17,17 +17,17 @@ Contenders:
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tilec.benchmarking.array_libraries import Arrays, to_float64
-from tilec.benchmarking.cases import ITEMSIZE, Case, rotation_sets, size_text
-from tilec.benchmarking.check_and_time import time_case
-from tilec.benchmarking.contenders import (Contender, Run, TilecContender, describe_compiled,
-                                           tuned_config)
-from tilec.benchmarking.results import CaseResult, Measurement, References
+from tilec.benchmarking.cases import ITEMSIZE, Case, size_text
+from tilec.benchmarking.check_and_time import run_row
+from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
+                                           describe_compiled, tuned_config)
+from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul_bias_gelu
 
@@ -115,14 +115,9 @@ def _gelu_in_place(torch: Any) -> tuple[Callable[[Any], Any], str]:
     return gelu_, "gelu_ in place"
 
 
-class TorchUnfused(Contender):
+class TorchUnfused(TorchOnlyContender):
     name = "torch"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        return None if self.arrays.name == "torch" else "the torch epilogue runs on torch tensors"
+    needs_torch = "the torch epilogue runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
@@ -137,14 +132,9 @@ class TorchUnfused(Contender):
         return run, f"torch.matmul, then C += bias and {how}, C {self.out_dtype(case)}"
 
 
-class TritonFused(Contender):
+class TritonFused(TorchOnlyContender):
     name = "Triton"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        return None if self.arrays.name == "torch" else "the Triton kernel runs on torch tensors"
+    needs_torch = "the Triton kernel runs on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
@@ -170,16 +160,10 @@ def run_epilogue_case(case: Case, arrays: Arrays, contenders: Sequence[Contender
     row, with a bias vector among each input set's arrays and the epilogue's float64
     reference."""
     assert isinstance(case, EpilogueCase)
-    start = time.perf_counter()
-    reason = arrays.unsupported(case.dtype)
-    if reason is not None:
-        return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
-    sets = rotation_sets(case, arrays.l2_bytes)
-    inputs = [(arrays.random((case.M, case.K), case.dtype),
-               arrays.random((case.K, case.N), case.dtype),
-               arrays.random((case.N,), case.dtype)) for _ in range(sets)]
-    checked = {i: bias_gelu_reference(arrays, *inputs[i]) for i in sorted({0, sets - 1})}
-    bound_bytes = (case.nbytes(contenders[0].out_dtype(case))
-                   + case.N * ITEMSIZE[case.dtype])  # the bias
-    return time_case(case, arrays, contenders, timer, references, inputs, checked, bound_bytes,
-                     start)
+    return run_row(case, arrays, contenders, timer, references, dtypes=(case.dtype,),
+                   draw=lambda: (arrays.random((case.M, case.K), case.dtype),
+                                 arrays.random((case.K, case.N), case.dtype),
+                                 arrays.random((case.N,), case.dtype)),
+                   reference=partial(bias_gelu_reference, arrays),
+                   bound_bytes=(case.nbytes(contenders[0].out_dtype(case))
+                                + case.N * ITEMSIZE[case.dtype]))  # the bias

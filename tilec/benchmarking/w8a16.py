@@ -17,16 +17,17 @@ quantization pays: the time is reading W, and int8 halves it.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from tilec.benchmarking.array_libraries import Arrays, to_float64
-from tilec.benchmarking.cases import Case, rotation_sets, size_text
-from tilec.benchmarking.check_and_time import time_case
-from tilec.benchmarking.contenders import Contender, Run, TilecContender, describe_compiled
-from tilec.benchmarking.results import CaseResult, Measurement, References
+from tilec.benchmarking.cases import Case, size_text
+from tilec.benchmarking.check_and_time import run_row
+from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
+                                           describe_compiled)
+from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 
 W8A16_SIZES = ((16, 8192, 8192), (4096, 4096, 4096))  # the default sweep of --w8a16
@@ -92,14 +93,9 @@ class TilecW8A16(TilecContender):
                                            + ", W int8 in shared memory, f16 in registers")
 
 
-class TorchDequantize(Contender):
+class TorchDequantize(TorchOnlyContender):
     name = "torch"
-
-    def __init__(self, arrays: Arrays) -> None:
-        self.arrays = arrays
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        return None if self.arrays.name == "torch" else "the torch rows run on torch tensors"
+    needs_torch = "the torch rows run on torch tensors"
 
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
@@ -122,15 +118,9 @@ def run_w8a16_case(case: Case, arrays: Arrays, contenders: Sequence[Contender],
     """One w8a16 row, as :func:`tilec.benchmarking.check_and_time.run_case` runs a matmul
     row, with int8 weights and a scale vector among each input set's arrays."""
     assert isinstance(case, W8A16Case)
-    start = time.perf_counter()
-    reason = arrays.unsupported("i8") or arrays.unsupported(case.dtype)
-    if reason is not None:
-        return CaseResult(case, 0, {c.name: Measurement("n/a", note=reason) for c in contenders})
-    sets = rotation_sets(case, arrays.l2_bytes)
-    inputs = [(arrays.random((case.M, case.K), case.dtype),
-               arrays.random((case.N, case.K), "i8"),
-               arrays.random((case.N,), "f32") * (1.0 / 64)) for _ in range(sets)]
-    checked = {i: w8a16_reference(arrays, *inputs[i]) for i in sorted({0, sets - 1})}
-    bound_bytes = case.weight_bytes()
-    return time_case(case, arrays, contenders, timer, references, inputs, checked, bound_bytes,
-                     start)
+    return run_row(case, arrays, contenders, timer, references, dtypes=("i8", case.dtype),
+                   draw=lambda: (arrays.random((case.M, case.K), case.dtype),
+                                 arrays.random((case.N, case.K), "i8"),
+                                 arrays.random((case.N,), "f32") * (1.0 / 64)),
+                   reference=partial(w8a16_reference, arrays),
+                   bound_bytes=case.weight_bytes())

@@ -37,7 +37,7 @@ f16, f32      ``numpy.float16`` / ``numpy.float32`` scalar
 bf16          ``numpy.float32`` scalar holding a bf16-representable value
 tile          ``numpy.ndarray`` of :func:`storage_dtype` (bf16 tiles: float32 holding
               bf16-rounded values, so numpy can compute on them)
-tensor        :class:`TensorRef`: a view of the caller's array (bf16: its uint16 bits)
+tensor        :class:`TensorRef`: a view of the caller's array (bf16, fp8: their raw bits)
 ============  ===========================================================================
 
 Each op's meaning is one entry of :data:`SEMANTICS` (op name -> function), a plain table
@@ -59,6 +59,7 @@ import copy
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Callable, Optional
 
@@ -118,9 +119,27 @@ def _f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 _STORAGE = {F16: np.dtype(np.float16), BF16: np.dtype(np.float32), F32: np.dtype(np.float32),
             I32: np.dtype(np.int32), I64: np.dtype(np.int64), PRED: np.dtype(np.bool_),
             I8: np.dtype(np.int8), F8E4M3: np.dtype(np.float32), F8E5M2: np.dtype(np.float32)}
-# 8-bit floats: tiles hold their exact values in float32 (tilec.target.fp8); tensors their
-# uint8 bits (or ml_dtypes float8 arrays, viewed as bits).
 _FP8_NAMES = {F8E4M3: "f8e4m3", F8E5M2: "f8e5m2"}
+
+
+@dataclass(frozen=True)
+class _BitFormat:
+    """A float dtype numpy has no type of its own for (bf16, the 8-bit floats): tensors hold
+    its bits as ``raw`` (an ml_dtypes array of type ``ml_name`` is viewed as them), tiles its
+    values in float32, each exact there."""
+
+    raw: np.dtype
+    ml_name: str
+    decode: Callable[[np.ndarray], np.ndarray]  # bits -> float32 values
+    encode: Callable[[np.ndarray], np.ndarray]  # values of the dtype -> bits
+
+
+_BIT_FORMATS: Mapping[DType, _BitFormat] = {
+    BF16: _BitFormat(np.dtype(np.uint16), "bfloat16", from_bf16_bits, to_bf16_bits),
+    **{dtype: _BitFormat(np.dtype(np.uint8), fp8.ML_DTYPES_NAMES[name],
+                         partial(fp8.decode, name=name), partial(fp8.encode, name=name))
+       for dtype, name in _FP8_NAMES.items()},
+}
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -193,7 +212,7 @@ def _convert(values: np.ndarray, src: DType, dst: DType) -> np.ndarray:
 class TensorRef:
     """A global tensor at run time: a numpy view of the caller's memory.
 
-    ``array`` holds the elements in their memory format (bf16 as uint16 bits), so writes
+    ``array`` holds the elements in their memory format (bf16 and fp8 as raw bits), so writes
     through it land in the caller's array, strided views included. ``name`` says where it
     came from, for messages (``"B"``, ``"B.T"``).
     """
@@ -205,16 +224,14 @@ class TensorRef:
     def read(self, index: tuple[slice, ...]) -> np.ndarray:
         """Elements at ``index`` as tile values (storage dtype)."""
         part = self.array[index]
-        if self.dtype == BF16:
-            return from_bf16_bits(part)
-        if self.dtype in _FP8_NAMES:
-            return fp8.decode(part, _FP8_NAMES[self.dtype])
+        if self.dtype in _BIT_FORMATS:
+            return _BIT_FORMATS[self.dtype].decode(part)
         return part.astype(_STORAGE[self.dtype])
 
     def write(self, index: tuple[slice, ...], values: np.ndarray) -> None:
         """Store tile values (already of this tensor's dtype) at ``index``."""
-        if self.dtype == BF16:
-            values = to_bf16_bits(values)
+        if self.dtype in _BIT_FORMATS:
+            values = _BIT_FORMATS[self.dtype].encode(values)
         self.array[index] = values
 
 
@@ -618,20 +635,13 @@ OWN_OPS: Mapping[str, OpDef] = MappingProxyType(
 
 def _accepted_dtypes(dtype: DType) -> tuple[tuple[np.dtype, ...], str]:
     """The numpy dtypes a tensor argument of ``dtype`` may have, and how to say so."""
-    if dtype == BF16:
-        accepted = (np.dtype(np.uint16),)
-        words = "numpy uint16 holding bf16 bits"
-        if ml_dtypes is not None:
-            accepted += (np.dtype(ml_dtypes.bfloat16),)
-            words += " or ml_dtypes.bfloat16"
-        return accepted, words
-    if dtype in _FP8_NAMES:
-        accepted = (np.dtype(np.uint8),)
-        words = f"numpy uint8 holding {dtype} bits"
-        ml_name = fp8.ML_DTYPES_NAMES[_FP8_NAMES[dtype]]
-        if ml_dtypes is not None and hasattr(ml_dtypes, ml_name):
-            accepted += (np.dtype(getattr(ml_dtypes, ml_name)),)
-            words += f" or ml_dtypes.{ml_name}"
+    if dtype in _BIT_FORMATS:
+        bits = _BIT_FORMATS[dtype]
+        accepted = (bits.raw,)
+        words = f"numpy {bits.raw} holding {dtype} bits"
+        if ml_dtypes is not None and hasattr(ml_dtypes, bits.ml_name):
+            accepted += (np.dtype(getattr(ml_dtypes, bits.ml_name)),)
+            words += f" or ml_dtypes.{bits.ml_name}"
         return accepted, words
     numpy_dtype = _STORAGE[dtype]
     return (numpy_dtype,), f"numpy {numpy_dtype}"
@@ -722,11 +732,10 @@ def _bind_tensor(param: Param, value: Any, symbols: _SymbolTable, stored: bool) 
     if stored and not value.flags.writeable:
         raise ValueError(f"argument '{param.name}': the kernel stores into it but the array "
                          f"is read-only")
-    # bf16 is handled as its bits so that uint16 and ml_dtypes arrays share one code path;
-    # a same-itemsize view keeps the strides, so stores still reach the caller's memory.
-    array = value.view(np.uint16) if ttype.dtype == BF16 else value
-    if ttype.dtype in _FP8_NAMES:
-        array = value.view(np.uint8)
+    # bf16 and fp8 are handled as their bits so that raw and ml_dtypes arrays share one code
+    # path; a same-itemsize view keeps the strides, so stores still reach the caller's memory.
+    bits = _BIT_FORMATS.get(ttype.dtype)
+    array = value.view(bits.raw) if bits is not None else value
     return TensorRef(array, ttype.dtype, param.name)
 
 

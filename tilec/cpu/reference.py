@@ -22,7 +22,6 @@ Casts do not round: the reference is the exact value, up to float64 rounding.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
@@ -31,7 +30,7 @@ import numpy as np
 from tilec.cpu.interpreter import WHERE_COMPARE  # the same comparisons, in float64
 from tilec.ir import arith
 from tilec.ir.core import Kernel, Op, Value
-from tilec.ir.ops import CORE_OPS
+from tilec.ir.ops import CORE_OPS, MATH_FUNCTIONS
 from tilec.ir.types import TensorType
 
 
@@ -79,7 +78,7 @@ class Accumulated:
 
 TileValue = Union[Whole, CarriedArg, Accumulated]
 
-_ERFC = np.frompyfunc(math.erfc, 1, 1)
+_GELU = np.frompyfunc(MATH_FUNCTIONS["gelu"][1], 1, 1)  # float64 -> float64, one number
 
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,
@@ -94,8 +93,8 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     # function, without the cancellation of 1 + tanh(u) where a << 0.
     "tile.gelu_tanh": lambda a: a / (1.0 + np.exp(-2.0 * np.sqrt(2.0 / np.pi)
                                                   * (a + 0.044715 * a ** 3))),
-    # 0.5 a (1 + erf(a / sqrt 2)) as 0.5 a erfc(-a / sqrt 2): no cancellation where a << 0.
-    "tile.gelu": lambda a: 0.5 * a * np.asarray(_ERFC(-a / np.sqrt(2.0)), dtype=np.float64),
+    # gelu as the frontend folds a constant (through erfc: no cancellation where a << 0).
+    "tile.gelu": lambda a: np.asarray(_GELU(a), dtype=np.float64),
 }
 SCALAR_OPS = frozenset(f"arith.{name}" for name in arith.EXACT)
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from tilec.errors import TileShapeError, TileTypeError
+from tilec.errors import TileTypeError
 from tilec.frontend import ast
 from tilec.frontend.diagnostics import shape_text, start_loc
 from tilec.frontend.operands import (ConstValue, DTypeValue, Operand, describe, is_scalar,
                                      is_tensor, is_tile)
 from tilec.frontend.scalars import COMPARE
-from tilec.frontend.tiles import TileLowering, _broadcast_shapes
+from tilec.frontend.tiles import TileLowering
 from tilec.ir.core import Value
 from tilec.ir.ops import WHERE_COMPARISONS
 from tilec.ir.types import F32, DType, TileType
@@ -125,23 +125,16 @@ class SelectLowering(TileLowering):
 
     def _where(self, cond: _Comparison, a: Operand, b: Operand, node: ast.Call) -> Value:
         sides = (cond.x, cond.y, a, b)
-        shapes = [side.type.shape for side in sides if is_tile(side)]
-        if not shapes:
+        if not any(is_tile(side) for side in sides):
             raise self.error(TileTypeError, "where() selects between tiles: here the "
                              "condition and both values are scalars", node.loc,
                              "`if` decides constants when compiling; where() needs a tile "
                              "among its arguments")
-        shape = shapes[0]
-        for other in shapes[1:]:
-            broadcast = _broadcast_shapes(shape, other)
-            if broadcast is None:
-                texts = ", ".join(shape_text(side.type.shape) if is_tile(side) else "scalar"
-                                  for side in sides)
-                raise self.error(TileShapeError, f"where()'s tiles do not broadcast to one "
-                                 f"shape: x, y, a, b are {texts}", node.loc,
-                                 "make a 1-D tile a column with t[:, None] or a row with "
-                                 "t[None, :]")
-            shape = broadcast
+        texts = ", ".join(shape_text(side.type.shape) if is_tile(side) else "scalar"
+                          for side in sides)
+        shape = self._broadcast_shape(sides, lambda *_: (
+            f"where()'s tiles do not broadcast to one shape: x, y, a, b are {texts}",
+            "make a 1-D tile a column with t[:, None] or a row with t[None, :]"), node)
         compared = self._where_dtype((cond.x, cond.y), None, cond.node)
         selected = self._where_dtype((a, b), compared, node)
         operands = [self._tile_operand(side, dtype, shape)
@@ -152,14 +145,9 @@ class SelectLowering(TileLowering):
     def _where_dtype(self, pair: Sequence[Operand], fallback: Optional[DType],
                      node: ast.Node) -> DType:
         """The dtype two sides take, as arithmetic promotes them."""
-        dtypes = [side.type.dtype for side in pair if isinstance(side, Value)]
-        if not dtypes:
+        dtypes = [str(side.type.dtype) for side in pair if isinstance(side, Value)]
+        dtype = self._promoted_dtype(pair, " and ".join(dtypes), node)
+        if dtype is None:  # two numbers: the values adopt the comparison's dtype
             assert fallback is not None, "a comparison of two numbers folds"
             return fallback
-        if len(set(dtypes)) == 1:
-            return dtypes[0]
-        if F32 in dtypes:
-            return F32
-        raise self.error(TileTypeError, f"dtypes differ: {dtypes[0]} and {dtypes[1]}",
-                         node.loc, f"convert one side first, e.g. x.to({dtypes[0]}) or "
-                         "x.to(f32)")
+        return dtype

@@ -3,7 +3,7 @@ numpy-style broadcasting and f32 promotion, casts, and matrix products (``acc + 
 becomes one ``tile.dot``)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from tilec.errors import TileError, TileShapeError, TileTypeError
 from tilec.frontend import ast
@@ -19,6 +19,7 @@ from tilec.ir.types import (ACCUMULATOR_DTYPES, ARITHMETIC_DTYPES, F32, FP8_DTYP
 # The hint where a tensor is used as if it were a tile.
 _LOAD_A_TILE_HINT = "load a tile first: A[off : +SIZE, ...]"
 MAX_POWER = 64  # |n| in x ** n: repeated squaring keeps it to 12 multiplies
+Shape = tuple[int, ...]
 
 
 class TileLowering(ScalarLowering):
@@ -109,32 +110,49 @@ class TileLowering(ScalarLowering):
                 raise self.error(TileTypeError, f"{describe(side)} cannot be combined with a "
                                  "tile", node.loc, "only numbers and f32 scalars mix with "
                                  "tiles")
+        names = [str(side.type.dtype) if isinstance(side, Value) else "number"
+                 for side in sides]
+        dtype = self._promoted_dtype(sides, spelled(op, *names), node)
+        assert dtype is not None, "a tile is among the sides"
+
+        def mismatch(shape: Shape, other: Shape) -> tuple[str, str]:
+            hint = ("make a 1-D tile a column with t[:, None] or a row with t[None, :]"
+                    if 1 in (len(shape), len(other)) else "")
+            return (f"shapes do not broadcast: "
+                    f"{spelled(op, shape_text(shape), shape_text(other))}", hint)
+        shape = self._broadcast_shape(sides, mismatch, node)
+        operands = [self._tile_operand(side, dtype, shape) for side in sides]
+        return self.builder.value(f"tile.{TILE_OPS[op]}", operands, TileType(dtype, shape))
+
+    def _promoted_dtype(self, sides: Sequence[Operand], spelled_as: str,
+                        node: ast.Node) -> Optional[DType]:
+        """The one dtype ``sides`` take, as arithmetic promotes them: theirs where they agree,
+        f32 where one is f32 (the 16-bit side widened, as numpy would); None where all are
+        numbers (which adopt their partner's dtype). ``spelled_as``: the sides as the error
+        names them where they cannot agree."""
         dtypes = [side.type.dtype for side in sides if isinstance(side, Value)]
-        if len(set(dtypes)) == 1:
-            dtype = dtypes[0]
-        elif F32 in dtypes:
-            dtype = F32  # the 16-bit side is widened, as numpy would
-        else:
-            names = [str(side.type.dtype) if isinstance(side, Value) else "number"
-                     for side in sides]
-            raise self.error(TileTypeError, f"dtypes differ: {spelled(op, *names)}",
-                             node.loc, f"convert one side first, e.g. x.to({dtypes[0]}) or "
-                             "x.to(f32)")
+        if len(set(dtypes)) <= 1:
+            return dtypes[0] if dtypes else None
+        if F32 in dtypes:
+            return F32
+        raise self.error(TileTypeError, f"dtypes differ: {spelled_as}", node.loc,
+                         f"convert one side first, e.g. x.to({dtypes[0]}) or x.to(f32)")
+
+    def _broadcast_shape(self, sides: Sequence[Operand],
+                         mismatch: Callable[[Shape, Shape], tuple[str, str]],
+                         node: ast.Node) -> Shape:
+        """The shape the tiles among ``sides`` (one at least) broadcast to, numpy's rule
+        folded left to right; where the shape so far and the next do not broadcast,
+        ``mismatch(shape, other)`` gives the error's message and hint."""
         shapes = [side.type.shape for side in sides if is_tile(side)]
         shape = shapes[0]
         for other in shapes[1:]:
             broadcast = _broadcast_shapes(shape, other)
             if broadcast is None:
-                hint = ""
-                if 1 in (len(shape), len(other)):
-                    hint = ("make a 1-D tile a column with t[:, None] or a row with "
-                            "t[None, :]")
-                raise self.error(TileShapeError, f"shapes do not broadcast: "
-                                 f"{spelled(op, shape_text(shape), shape_text(other))}",
-                                 node.loc, hint)
+                message, hint = mismatch(shape, other)
+                raise self.error(TileShapeError, message, node.loc, hint)
             shape = broadcast
-        operands = [self._tile_operand(side, dtype, shape) for side in sides]
-        return self.builder.value(f"tile.{TILE_OPS[op]}", operands, TileType(dtype, shape))
+        return shape
 
     def _require_float_tile(self, value: Value, what: str, node: ast.Node) -> None:
         """Tile arithmetic is float arithmetic: an integer tile (an i32 accumulator, i8

@@ -20,8 +20,9 @@ from typing import Any, Optional
 
 from tilec.backend.abi import TENSOR_MAP
 from tilec.families.tma import LOAD, is_tma_store, tensor_map_box
-from tilec.ir.core import Kernel, Value, defining_op
+from tilec.ir.core import Kernel
 from tilec.ir.types import DType
+from tilec.ir.views import view_source
 
 # cuTensorMapEncodeTiled's limits (cuda.bindings' docstring; research/hopper.md 1.5).
 ADDRESS_ALIGN = 16  # bytes, without interleave
@@ -180,18 +181,16 @@ def compiled_map(kernel: Kernel, tensor: str) -> tuple[tuple[int, int], int, Opt
 def _compiled_inner(kernel: Kernel, tensor: str) -> Optional[int]:
     """Which dim of the parameter ``tensor`` the kernel's TMA loads take as contiguous: a
     load's ``coords[0]`` numbers the inner coordinate among the dims of the value it reads,
-    a view of the parameter through transposes (each swaps the two dims). None when the IR
-    does not say (then the argument's own layout decides)."""
+    a view of the parameter (a transpose swaps the two dims; a batch view keeps the matrix's,
+    among which the map's inner dim is). None when the IR does not say (then the argument's
+    own layout decides)."""
     for op in kernel.walk():
         if (op.name == LOAD or is_tma_store(op)) and op.attrs["tensor"] == tensor:
             dim = op.attrs["coords"][0]
-            value: Value = op.operands[0]
-            view = defining_op(value)
-            while view is not None and view.name in ("tensor.transpose", "tensor.batch"):
-                # A batch view keeps the matrix's dims (the map's inner dim is among them).
-                dim = 1 - dim if view.name == "tensor.transpose" else dim
-                view = defining_op(view.operands[0])
-            return dim if view is None else None
+            source = view_source(kernel, op.operands[0])
+            if source is None:
+                return None
+            return 1 - dim if source.transposed else dim
     return None
 
 
