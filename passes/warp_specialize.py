@@ -75,7 +75,8 @@ from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, WAIT, barrier_type, tma_layout)
-from tilec.ir.core import Block, Builder, Kernel, Op, Value, defining_op
+from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, defining_op,
+                            replace_uses)
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -154,6 +155,23 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
+def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
+    """A persistent kernel's batch ``views`` (``tensor.batch``, right after the grid among
+    the kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and
+    what lies between the grid and the producer runs once, before either loop. The
+    producer gets its own copies of the views its loads read, first in its region (its
+    per-tile ops); the views the consumers read (the epilogue's C) are returned, for the
+    caller to place after the producer with the consumers' per-tile ops."""
+    read = {v for op in producer.ops for inner in op.walk() for v in inner.operands}
+    copies: dict[Value, Value] = {}
+    clones = [clone_op(view, copies) for view in views if view.result in read]
+    for old, new in copies.items():
+        replace_uses(producer, old, new)
+    producer.ops[:0] = clones
+    used = {v for op in top for inner in op.walk() for v in inner.operands}
+    return [view for view in views if view.result in used]
+
+
 def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
     """The warp-specialized ring for ``kernel`` (a clone the caller owns)."""
     plan: TilingPlan = kernel.schedule.tiling
@@ -188,13 +206,12 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
 
     batched = [c for c in copies if defining_op(c.operands[0]) is not None
                and defining_op(c.operands[0]).name == "tensor.batch"]
-    if batched and (options.persistent or options.cluster > 1):
-        # A persistent block numbers its tiles (m, n) and a cluster pairs M tiles; neither
-        # walks a batch axis yet, so each batched program is one ordinary block.
-        what = "persistent=True" if options.persistent else f"cluster={options.cluster}"
-        raise located(TileConfigError, f"{what} does not take batched programs (3-D tensors "
-                      "indexed by a batch's program id)", batched[0].loc,
-                      kernel.source_lines, "compile without persistent / cluster")
+    if batched and options.cluster > 1:
+        # A cluster pairs M tiles of one 2-D grid; the pair would also have to agree on the
+        # batch of the B tile it multicasts.
+        raise located(TileConfigError, f"cluster={options.cluster} does not take batched "
+                      "programs (3-D tensors indexed by a batch's program id)", batched[0].loc,
+                      kernel.source_lines, "compile without cluster (persistent=True takes them)")
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.
@@ -287,6 +304,11 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     body.ops = c.block.ops
 
     top = kernel.body.ops
+    views: list[Op] = []
+    if batched and options.persistent:
+        moved = [op for op in top[:top.index(loop)] if op.name == "tensor.batch"]
+        top = [op for op in top if op not in moved]
+        views = _views_per_tile(moved, top, region)
     index = top.index(loop)
     after = Builder(Block(), loop.loc)
     if in_flight:
@@ -303,12 +325,13 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         last = after.value("arith.mod", [last_it, constant(after, stages)], i32, "last_stage")
         ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
         after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
-    kernel.body.ops = (top[:index] + pre.block.ops + top[index:index + 1] + after.block.ops
-                       + top[index + 1:])
+    kernel.body.ops = (top[:index] + pre.block.ops + views + top[index:index + 1]
+                       + after.block.ops + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
         tiling=dataclasses.replace(plan, operands=operands),
         pipeline=PipelinePlan(stages),
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
-                        stages, options.blocks_per_sm, options.persistent, cluster))
+                        stages, options.blocks_per_sm, options.persistent, cluster,
+                        batches=bool(batched) and options.persistent))
     return kernel
