@@ -66,6 +66,12 @@ barriers, which must outlive those arrivals).
 
 Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
 the kernel is persistent), so stages and phases go on across a persistent block's tiles.
+
+A persistent batched program (``tensor.batch`` views of 3-D tensors) loops over batches x
+tiles (``roles.batches``; the backend's tile loop binds the grid's batch id per tile): the
+producer's region starts with its own copies of the views its loads read, and the views the
+consumers read (C's) follow the producer, so both run per tile rather than once between the
+grid and the producer. A cluster still refuses batched programs.
 """
 from __future__ import annotations
 
@@ -206,12 +212,17 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
 
     batched = [c for c in copies if defining_op(c.operands[0]) is not None
                and defining_op(c.operands[0]).name == "tensor.batch"]
-    if batched and options.cluster > 1:
+    # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
+    # made per tile (_views_per_tile).
+    batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
+                   if op.name == "tensor.batch"]
+    if options.cluster > 1 and (batched or batch_views and options.persistent):
         # A cluster pairs M tiles of one 2-D grid; the pair would also have to agree on the
         # batch of the B tile it multicasts.
         raise located(TileConfigError, f"cluster={options.cluster} does not take batched "
-                      "programs (3-D tensors indexed by a batch's program id)", batched[0].loc,
-                      kernel.source_lines, "compile without cluster (persistent=True takes them)")
+                      "programs (3-D tensors indexed by a batch's program id)",
+                      (batched or batch_views)[0].loc, kernel.source_lines,
+                      "compile without cluster (persistent=True takes them)")
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.
@@ -304,11 +315,10 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     body.ops = c.block.ops
 
     top = kernel.body.ops
-    views: list[Op] = []
-    if batched and options.persistent:
-        moved = [op for op in top[:top.index(loop)] if op.name == "tensor.batch"]
-        top = [op for op in top if op not in moved]
-        views = _views_per_tile(moved, top, region)
+    per_tile: list[Op] = []
+    if batch_views and options.persistent:
+        top = [op for op in top if op not in batch_views]
+        per_tile = _views_per_tile(batch_views, top, region)
     index = top.index(loop)
     after = Builder(Block(), loop.loc)
     if in_flight:
@@ -325,7 +335,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         last = after.value("arith.mod", [last_it, constant(after, stages)], i32, "last_stage")
         ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
         after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
-    kernel.body.ops = (top[:index] + pre.block.ops + views + top[index:index + 1]
+    kernel.body.ops = (top[:index] + pre.block.ops + per_tile + top[index:index + 1]
                        + after.block.ops + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
         tiling=dataclasses.replace(plan, operands=operands),
@@ -333,5 +343,5 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
                         stages, options.blocks_per_sm, options.persistent, cluster,
-                        batches=bool(batched) and options.persistent))
+                        batches=options.persistent and bool(batch_views)))
     return kernel

@@ -372,6 +372,27 @@ def test_the_persistent_batched_kernel_matches_float64(out, shared):
     assert rel_error(c, float64_bmm(a, b)) < (2e-3 if out == "f16" else 1e-6)
 
 
+def test_a_persistent_kernel_storing_a_batch_of_one_product():
+    """Only C is batched (every batch stores A @ B): the producer reads 2-D maps and needs
+    no view; C's view still goes per tile. A cluster refuses it when persistent (its pairs
+    of M tiles do not walk batches)."""
+    text = (TEXT.replace("A: f16[Bt, M, K]", "A: f16[M, K]")
+            .replace("B: f16[Bt, K, N]", "B: f16[K, N]")
+            .replace("A[b, m * BM", "A[m * BM").replace("B[b, k", "B[k"))
+    compiled = bmm(text).compile(**PERSISTENT)
+    assert compiled.kernel.schedule.roles.batches
+    producer = next(op for op in compiled.kernel.body.ops if op.name == "ws.producer")
+    assert not any(op.name == "tensor.batch" for op in producer.walk())
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((130, 80)).astype(np.float16)
+    b = rng.standard_normal((80, 72)).astype(np.float16)
+    c = np.full((3, 130, 72), np.nan, dtype=np.float32)
+    run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, np.broadcast_to(float64_bmm(a, b), c.shape)) < 1e-6
+    with pytest.raises(TileError, match="cluster=2 does not take batched programs"):
+        bmm(text).compile(**dict(PERSISTENT, cluster=2))
+
+
 def test_misaligned_c_rows_of_a_persistent_batched_kernel():
     """C's rows 2-byte aligned: the row-store epilogue, in the executor, into each batch."""
     from tilec.options import Spec, TensorSpec
