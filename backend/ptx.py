@@ -16,7 +16,7 @@ from tilec.options import Options
 
 from . import compute, copies, epilogue, split
 from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
-                  folded_axes, folds_tile_axes, printable, ptx_identifier)
+                  folded_axes, folds_tile_axes, printable, ptx_identifier, tile_axes)
 from .signature import kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -161,7 +161,8 @@ def _grouped_coords(ctx: Context, gm: str, gn: str, pid: str, group: int) -> tup
 def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -> None:
     """A persistent kernel's loop over the output tiles for one role: ``emit_ops(ctx, ops)``
     for each tile (``ops``: what it runs per tile, holding its K loop): tiles ``%ctaid.x``,
-    then every ``%nctaid.x``-th, each bound to the grid's (m, n) in grouped order, and the
+    then every ``%nctaid.x``-th, each bound to the grid's (m, n) in grouped order (a
+    batched grid's tile t to batch t / (tiles a batch), then that batch's tiles), and the
     ring iterations of the earlier tiles carried as ``ws.ring_base`` (so stages and phases go
     on round the ring). In a cluster the loop numbers pairs of M tiles instead (cluster
     ``%ctaid.x / cluster``, then every ``%nctaid.x / cluster``-th), and each block takes the
@@ -170,12 +171,20 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -
     ``ws.ring_base`` the last tile's (so ``ring_base + K steps`` is where the ring ended)."""
     w = ctx.w
     grid = ctx.grid_op
-    gm, gn = (ctx.get(v) for v in grid.operands[:2])
+    first, second = folded_axes(grid)
+    gm, gn = ctx.get(grid.operands[first]), ctx.get(grid.operands[second])
+    # A batched grid's batch axis: the outermost part of the tile index (each batch's
+    # tiles in grouped order, so consecutive tiles share the batch's matrices in L2).
+    batch = next((axis for axis in range(tile_axes(grid)) if axis not in (first, second)),
+                 None)
     cluster = ctx.kernel.schedule.roles.cluster
     rank = None
     if cluster > 1:
         gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
     tiles = ctx.int_op("mul.lo.s32", gm, gn)
+    per_batch = tiles
+    if batch is not None:
+        tiles = ctx.int_op("mul.lo.s32", per_batch, ctx.get(grid.operands[batch]))
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     lb, ub, step = (ctx.operand(v) for v in k_loop.operands[:3])
     span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
@@ -199,11 +208,15 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -
     w.raw(f"{head}:")
     w.emit(f"setp.ge.s32 {finished}, {tile}, {tiles};")
     w.emit(f"@{finished} bra.uni {done};")
-    pid_m, pid_n = _grouped_coords(ctx, gm, gn, tile, grid.attrs.get("raster_group") or 1)
+    within = tile
+    if batch is not None:
+        ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
+        within = ctx.int_op("rem.u32", tile, per_batch)
+    pid_m, pid_n = _grouped_coords(ctx, gm, gn, within, grid.attrs.get("raster_group") or 1)
     if rank is not None:
         pid_m = ctx.mad(pid_m, cluster, rank)
-    ctx.bind(grid.results[0], pid_m)
-    ctx.bind(grid.results[1], pid_n)
+    ctx.bind(grid.results[first], pid_m)
+    ctx.bind(grid.results[second], pid_n)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     emit_ops(ctx, ops)

@@ -66,6 +66,12 @@ barriers, which must outlive those arrivals).
 
 Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
 the kernel is persistent), so stages and phases go on across a persistent block's tiles.
+
+A persistent batched program (``tensor.batch`` views of 3-D tensors) loops over batches x
+tiles (``roles.batches``; the backend's tile loop binds the grid's batch id per tile): the
+producer's region starts with its own copies of the views its loads read, and the views the
+consumers read (C's) follow the producer, so both run per tile rather than once between the
+grid and the producer. A cluster still refuses batched programs.
 """
 from __future__ import annotations
 
@@ -75,7 +81,8 @@ from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, WAIT, barrier_type, tma_layout)
-from tilec.ir.core import Block, Builder, Kernel, Op, Value, defining_op
+from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, defining_op,
+                            replace_uses)
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -154,6 +161,23 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
+def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
+    """A persistent kernel's batch ``views`` (``tensor.batch``, right after the grid among
+    the kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and
+    what lies between the grid and the producer runs once, before either loop. The
+    producer gets its own copies of the views its loads read, first in its region (its
+    per-tile ops); the views the consumers read (the epilogue's C) are returned, for the
+    caller to place after the producer with the consumers' per-tile ops."""
+    read = {v for op in producer.ops for inner in op.walk() for v in inner.operands}
+    copies: dict[Value, Value] = {}
+    clones = [clone_op(view, copies) for view in views if view.result in read]
+    for old, new in copies.items():
+        replace_uses(producer, old, new)
+    producer.ops[:0] = clones
+    used = {v for op in top for inner in op.walk() for v in inner.operands}
+    return [view for view in views if view.result in used]
+
+
 def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
     """The warp-specialized ring for ``kernel`` (a clone the caller owns)."""
     plan: TilingPlan = kernel.schedule.tiling
@@ -188,13 +212,17 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
 
     batched = [c for c in copies if defining_op(c.operands[0]) is not None
                and defining_op(c.operands[0]).name == "tensor.batch"]
-    if batched and (options.persistent or options.cluster > 1):
-        # A persistent block numbers its tiles (m, n) and a cluster pairs M tiles; neither
-        # walks a batch axis yet, so each batched program is one ordinary block.
-        what = "persistent=True" if options.persistent else f"cluster={options.cluster}"
-        raise located(TileConfigError, f"{what} does not take batched programs (3-D tensors "
-                      "indexed by a batch's program id)", batched[0].loc,
-                      kernel.source_lines, "compile without persistent / cluster")
+    # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
+    # made per tile (_views_per_tile).
+    batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
+                   if op.name == "tensor.batch"]
+    if options.cluster > 1 and (batched or batch_views and options.persistent):
+        # A cluster pairs M tiles of one 2-D grid; the pair would also have to agree on the
+        # batch of the B tile it multicasts.
+        raise located(TileConfigError, f"cluster={options.cluster} does not take batched "
+                      "programs (3-D tensors indexed by a batch's program id)",
+                      (batched or batch_views)[0].loc, kernel.source_lines,
+                      "compile without cluster (persistent=True takes them)")
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.
@@ -287,6 +315,10 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     body.ops = c.block.ops
 
     top = kernel.body.ops
+    per_tile: list[Op] = []
+    if batch_views and options.persistent:
+        top = [op for op in top if op not in batch_views]
+        per_tile = _views_per_tile(batch_views, top, region)
     index = top.index(loop)
     after = Builder(Block(), loop.loc)
     if in_flight:
@@ -303,12 +335,13 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         last = after.value("arith.mod", [last_it, constant(after, stages)], i32, "last_stage")
         ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
         after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
-    kernel.body.ops = (top[:index] + pre.block.ops + top[index:index + 1] + after.block.ops
-                       + top[index + 1:])
+    kernel.body.ops = (top[:index] + pre.block.ops + per_tile + top[index:index + 1]
+                       + after.block.ops + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
         tiling=dataclasses.replace(plan, operands=operands),
         pipeline=PipelinePlan(stages),
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
-                        stages, options.blocks_per_sm, options.persistent, cluster))
+                        stages, options.blocks_per_sm, options.persistent, cluster,
+                        batches=options.persistent and bool(batch_views)))
     return kernel

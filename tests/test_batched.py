@@ -2,10 +2,11 @@
 (samples/bmm.py). The frontend (the tensor.batch view, its errors with a caret), the tile IR
 in the interpreter and the lowered IR of the sm_80 and sm_90a paths in the executor against a
 float64 numpy reference at ragged per-batch sizes and with a batch stride of 0, the whole-
-tensor reference, launch binding, the grid, 3-D TMA tensor maps, explain, the refusals
-(persistent, cluster, split-K) and ptxas on every target."""
+tensor reference, launch binding, the grid, 3-D TMA tensor maps, persistent blocks over
+batches x tiles, explain, the refusals (cluster, split-K) and ptxas on every target."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -312,7 +313,6 @@ def test_a_2d_program_keeps_2d_maps():
 # -- what batched programs refuse ---------------------------------------------------------------
 
 @pytest.mark.parametrize("options, message", [
-    (dict(HOPPER, BN=256, persistent=True), "persistent=True does not take batched programs"),
     (dict(HOPPER, BN=256, cluster=2), "cluster=2 does not take batched programs"),
     (dict(arch="sm_80", split_k=2), "split_k adds a grid axis; a 3-D grid has none left"),
 ])
@@ -322,6 +322,115 @@ def test_schedules_that_do_not_walk_batches_are_refused_with_a_caret(options, me
     assert message in info.value.message, str(info.value)
     assert info.value.loc is not None and info.value.loc.line in (9, 12), str(info.value)
     assert "^" in str(info.value)
+
+
+# -- persistent blocks over batches x tiles ------------------------------------------------------
+
+PERSISTENT = dict(HOPPER, persistent=True)
+
+
+def test_cluster_refusal_points_at_persistent_blocks():
+    with pytest.raises(TileError) as info:
+        bmm().compile(**dict(PERSISTENT, BN=256, cluster=2))
+    assert "cluster=2 does not take batched programs" in info.value.message
+    assert "persistent=True takes them" in str(info.value)
+
+
+def test_a_persistent_batched_kernel_takes_its_views_per_tile():
+    """The schedule says the tile loop runs over batches; the producer reads its own views
+    of A and B (first in its region: per tile), and C's view follows the producer, with the
+    consumers' per-tile ops, not between the grid and the producer (run once)."""
+    kernel = bmm().compile(**PERSISTENT).kernel
+    roles = kernel.schedule.roles
+    assert roles.persistent and roles.batches
+    assert ", persistent over batches x tiles}" in print_kernel(kernel)
+    top = [op.name for op in kernel.body.ops]
+    producer = next(op for op in kernel.body.ops if op.name == "ws.producer")
+    region = [op.name for op in producer.regions[0].ops]
+    assert region[:2] == ["tensor.batch"] * 2
+    assert top.count("tensor.batch") == 1
+    assert top.index("ws.producer") < top.index("tensor.batch") < top.index("scf.for")
+    # One tile a block is unchanged: the views right after the grid.
+    one = bmm().compile(**HOPPER).kernel
+    assert [op.name for op in one.body.ops].count("tensor.batch") == 3
+    assert not one.schedule.roles.batches
+
+
+@pytest.mark.parametrize("out", ["f32", "f16"])
+@pytest.mark.parametrize("shared", ["", "A", "B"])
+def test_the_persistent_batched_kernel_matches_float64(out, shared):
+    """The executor runs a tile a program (ring base 0), f32 C (direct stores) and f16 C
+    (TMA stores), ragged M, N and K in every batch, one operand with a batch stride of 0;
+    the mbarrier checker accepts the ring over the tile loop's iterations."""
+    from tilec.analysis.hazards import check_schedule
+    a, b, c = operands(3, 130, 72, 80, shared=shared)
+    c = c.astype(np.float16) if out == "f16" else c
+    compiled = bmm(retyped("f16", out)).compile(**PERSISTENT)
+    assert compiled.kernel.schedule.epilogue.via == ("tma" if out == "f16" else "direct")
+    check_schedule(compiled.kernel)
+    run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, b)) < (2e-3 if out == "f16" else 1e-6)
+
+
+def test_a_persistent_kernel_storing_a_batch_of_one_product():
+    """Only C is batched (every batch stores A @ B): the producer reads 2-D maps and needs
+    no view; C's view still goes per tile. A cluster refuses it when persistent (its pairs
+    of M tiles do not walk batches)."""
+    text = (TEXT.replace("A: f16[Bt, M, K]", "A: f16[M, K]")
+            .replace("B: f16[Bt, K, N]", "B: f16[K, N]")
+            .replace("A[b, m * BM", "A[m * BM").replace("B[b, k", "B[k"))
+    compiled = bmm(text).compile(**PERSISTENT)
+    assert compiled.kernel.schedule.roles.batches
+    producer = next(op for op in compiled.kernel.body.ops if op.name == "ws.producer")
+    assert not any(op.name == "tensor.batch" for op in producer.walk())
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((130, 80)).astype(np.float16)
+    b = rng.standard_normal((80, 72)).astype(np.float16)
+    c = np.full((3, 130, 72), np.nan, dtype=np.float32)
+    run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, np.broadcast_to(float64_bmm(a, b), c.shape)) < 1e-6
+    with pytest.raises(TileError, match="cluster=2 does not take batched programs"):
+        bmm(text).compile(**dict(PERSISTENT, cluster=2))
+
+
+def test_misaligned_c_rows_of_a_persistent_batched_kernel():
+    """C's rows 2-byte aligned: the row-store epilogue, in the executor, into each batch."""
+    from tilec.options import Spec, TensorSpec
+    spec = Spec(tensors=(("A", TensorSpec(2, 8)), ("B", TensorSpec(2, 8)),
+                         ("C", TensorSpec(2, 1))))
+    compiled = bmm(retyped("f16", "f16")).compile(**PERSISTENT, spec=spec)
+    assert compiled.kernel.schedule.epilogue.via == "rows"
+    a, b, c = operands(2, 130, 67, 64)
+    c = np.full(c.shape, 7.0, np.float16)
+    run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, b)) < 2e-3
+
+
+def test_the_persistent_tile_loop_numbers_batches_x_tiles():
+    """Both roles' tile loops: the batch is the tile index over the tiles a batch, the
+    (m, n) tile the remainder's in grouped order; the grid is a block per SM, at most one a
+    tile of all batches."""
+    compiled = bmm().compile(**PERSISTENT)
+    ptx = compiled.ptx
+    assert ptx.count("%nctaid.x;") == 2 and "%ctaid.y" not in ptx
+    for role in ptx.split("setmaxnreg.inc")[0].split("setmaxnreg.dec")[1], \
+            ptx.split("setmaxnreg.inc")[1]:
+        loop = role[role.index("$L_tile_"):]
+        assert "div.u32" in loop and "rem.u32" in loop
+        # The batch's base address moves per tile, inside the loop.
+        assert "mad.lo.s64" in re.split(r"\$L_tiles_done_\d+:", loop)[0]
+    loads = [line for line in ptx.splitlines() if "cp.async.bulk.tensor" in line]
+    assert loads and all(".3d." in line for line in loads)
+    kernel = compiled.kernel
+    assert launch_grid([32, 8, 8], kernel, 132) == (132, 1, 1)
+    assert launch_grid([2, 3, 5], kernel, 132) == (30, 1, 1)
+
+
+def test_explain_says_the_persistent_blocks_walk_the_batches():
+    from tilec.tools.explain import explain, render_explanation
+    text = render_explanation(explain(bmm().compile(**PERSISTENT), ptxas=False))
+    line = next(line for line in text.splitlines() if line.strip().startswith("batches"))
+    assert "persistent: a block per SM walks the tile index t over batches x tiles" in line
 
 
 # -- explain and PTX provenance -----------------------------------------------------------------

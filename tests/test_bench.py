@@ -906,21 +906,34 @@ def test_the_f16_output_sample_converts_the_accumulator():
 
 # -- batched rows (Bt x M x N x K against torch.bmm) -------------------------------------------
 
-def test_batched_rows_take_one_tile_a_block_and_compile_for_sm_90a():
-    """The batched rows' tuned tiles: never persistent or clustered (both refuse batched
-    programs), and the sm_90a ones compile to wgmma with TMA for bmm.py."""
+def test_batched_rows_run_persistent_blocks_and_compile_for_sm_90a():
+    """The batched rows' tuned tiles on sm_90a: persistent blocks over batches x tiles where
+    there are more tiles than a wave (both default rows), never clusters (they refuse
+    batched programs); they compile to wgmma with TMA for bmm.py, the autotuner trying one
+    tile a block and persistent blocks."""
     from tilec.benchmarking.contenders import sample_kernel
     for size in bench.DEFAULT_BATCHED_SIZES:
         case = Case(*size[1:], "f16", batch=size[0])
         config = contenders.tuned_config(case, "sm_90a")
-        assert "persistent" not in config and "cluster" not in config, config
+        assert config.get("persistent") is True and "cluster" not in config, config
         space = bench.autotune_space(case, {}, "sm_90a")
-        assert space and not any(c.get("persistent") or c.get("cluster", 1) > 1 for c in space)
+        schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space}
+        assert schedules == {(False, 1), (True, 1)}
         kernel = sample_kernel("f16", "f16", batched=True)
         compiled = kernel.compile(arch="sm_90a", Bt=size[0], M=size[1], N=size[2], K=size[3],
                                   **config)
         assert compiled.kernel.schedule.tiling.kind == "wgmma", (size, config)
+        assert compiled.kernel.schedule.roles.batches
         assert "cp.async.bulk.tensor.3d" in compiled.ptx
+
+
+def test_batched_rows_of_a_wave_or_less_take_one_tile_a_block():
+    """Up to one tile a block anyway: nothing to run ahead into."""
+    for case in (Case(1000, 1003, 77, "f16", batch=2), Case(1024, 1024, 1024, "f16", batch=4)):
+        assert "persistent" not in contenders.tuned_config(case, "sm_90a"), case
+    # Other targets have no persistent blocks.
+    assert "persistent" not in contenders.tuned_config(Case(4095, 4097, 128, "f16", batch=8),
+                                                       "sm_80")
 
 
 def test_the_batched_sample_kernel_matches_float64_on_the_cpu():

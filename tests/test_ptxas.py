@@ -255,7 +255,12 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("fp8_gemm", "f8e5m2", "sm_90a", RAGGED, BM=256, BN=128, BK=128, stages=3)] + [
     # Batched: 3-D tensor maps, the batch coordinate from the program id.
     case("bmm", dtype, "sm_90a", shapes, **tiles)
-    for dtype in ("f16", "bf16") for tiles, shapes in zip(HOPPER_TILES[:2], (DIVISIBLE, RAGGED))]
+    for dtype in ("f16", "bf16") for tiles, shapes in zip(HOPPER_TILES[:2], (DIVISIBLE, RAGGED))
+] + [
+    # Batched persistent blocks: the tile loop over batches x tiles, each tile's batch views.
+    case("bmm", dtype, "sm_90a", shapes, persistent=True, **tiles)
+    for dtype in ("f16", "bf16") for tiles, shapes in zip(
+        (dict(BM=128, BN=256, BK=64, stages=3), HOPPER_TILES[1]), (DIVISIBLE, RAGGED))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers
@@ -426,3 +431,31 @@ def test_the_one_step_kernel_for_small_ragged_problems_assembles(assembler: Asse
     log = assembled(assembler, case).log
     spills = re.findall(r"(\d+) bytes spill stores", log)
     assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
+
+
+# Batched persistent blocks with a 16-bit C, as the bench runs them: TMA stores (C's rows
+# 16-byte aligned) or row stores (2-byte aligned), at the two tiles it is tuned over.
+ALIGNED_C = Spec(tensors=(("A", TensorSpec(2, 8)), ("B", TensorSpec(2, 8)),
+                          ("C", TensorSpec(2, 8))))
+ROWS_C = Spec(tensors=(("A", TensorSpec(2, 8)), ("B", TensorSpec(2, 8)), ("C", TensorSpec(2, 1))))
+
+
+@pytest.mark.parametrize("spec, via", [(ALIGNED_C, "tma"), (ROWS_C, "rows")], ids=["tma", "rows"])
+@pytest.mark.parametrize("tiles", [dict(BM=128, BN=256, BK=64, stages=3), HOPPER_TILES[1]],
+                         ids=["128x256x64", "128x128x64"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_persistent_batched_kernels_with_16_bit_c_assemble(tmp_path, dtype, tiles, spec, via):
+    text = (SAMPLES / "bmm.py").read_text(encoding="utf-8")
+    text = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[").replace(
+        "C: f32[", f"C: {dtype}[").replace("] = acc\n", f"] = acc.to({dtype})\n")
+    function = load_file(SAMPLES / "bmm.py", text=text)["bmm"]
+    compiled = function.compile(arch="sm_90a", persistent=True, spec=spec, **tiles)
+    assert compiled.kernel.schedule.epilogue.via == via
+    assert compiled.kernel.schedule.roles.batches
+    path = tmp_path / "bmm.ptx"
+    path.write_text(compiled.ptx, encoding="utf-8")
+    result = run_ptxas(path, "sm_90a")
+    assert result.returncode == 0, f"{result.command}\n{result.log}"
+    assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
+    spills = re.findall(r"(\d+) bytes spill stores", result.log)
+    assert spills and set(spills) == {"0"}, result.log

@@ -254,3 +254,64 @@ def test_2d_matmul_with_misaligned_output_rows(hopper, persistent):
     torch.cuda.synchronize()
     assert rel_error(c, a.double() @ b.double()) < 2 * TOLERANCE["f16"]
     assert_row_store_epilogue(function, a, b, c, **options)
+
+
+# -- persistent blocks over batches x tiles -----------------------------------------------------
+
+def assert_persistent_over_batches(function, a, b, c, **options) -> None:
+    compiled = function.prepare(a, b, c, **options).compiled
+    roles = compiled.kernel.schedule.roles
+    assert roles.persistent and roles.batches, roles
+    assert TMA_3D in compiled.ptx and "%nctaid.x" in compiled.ptx
+
+
+# More tiles than an H100 has SMs (each block takes several, across batches: 8 x 8 x 4 =
+# 256 tiles of 128x256), fewer (a block a tile), ragged M / N / K edges in every batch.
+PERSISTENT_SHAPES = [(8, 1000, 1024, 80), (3, 129, 255, 64), (5, 1024, 1000, 1024)]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("tiles", HOPPER_TILES, ids=["128x256x64", "128x128x64"])
+@pytest.mark.parametrize("shape", PERSISTENT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("out", ["f32", "c16"])
+def test_persistent_wgmma_walks_every_batch(hopper, out, shape, tiles, dtype):
+    """persistent=True on a batched program: a block per SM loops over batches x tiles; each
+    tile's loads and stores (f32: direct; 16-bit C: TMA stores) take the tile's batch."""
+    out = dtype if out == "c16" else out
+    function = bmm(dtype, out)
+    a, b, c = operands(*shape, dtype, out=out)
+    options = dict(arch="sm_90a", persistent=True, **tiles)
+    check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
+    assert_persistent_over_batches(function, a, b, c, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["A", "B"])
+def test_persistent_wgmma_with_a_batch_stride_of_0(hopper, shared, dtype):
+    function = bmm(dtype, dtype)
+    a, b, c = operands(6, 1000, 1024, 80, dtype, shared=shared, out=dtype)
+    options = dict(arch="sm_90a", persistent=True, **HOPPER_TILES[0])
+    check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
+    assert_persistent_over_batches(function, a, b, c, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_persistent_wgmma_16_bit_outputs_with_misaligned_rows(hopper, dtype):
+    """N odd: the row-store epilogue of each tile into its own batch, the staging tile
+    reused across tiles (and batches)."""
+    function = bmm(dtype, dtype)
+    a, b, c = operands(8, 1000, 1003, 128, dtype, out=dtype)
+    options = dict(arch="sm_90a", persistent=True, **HOPPER_TILES[1])
+    check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
+    assert_row_store_epilogue(function, a, b, c, **options)
+    assert_persistent_over_batches(function, a, b, c, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_tuned_batched_bench_row_matches_float64(hopper, dtype):
+    """The bench's 32x1024x1024x1024 row in its tuned configuration (16-bit C)."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import tuned_config
+    case = Case(1024, 1024, 1024, dtype, batch=32)
+    a, b, c = operands(32, 1024, 1024, 1024, dtype, out=dtype)
+    check(bmm(dtype, dtype), a, b, c, 2 * TOLERANCE[dtype], **tuned_config(case, "sm_90a"))

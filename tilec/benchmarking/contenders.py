@@ -66,10 +66,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, a cluster of two sharing B, or persistent clusters (the autotuner
-    prunes what does not fit; batched rows take one tile a block: persistent blocks and
+    prunes what does not fit; batched rows try one tile a block and persistent blocks:
     clusters refuse them)."""
     from tilec.tools.autotune import search_space
-    schedules = SM90A_SCHEDULES[:1] if case.batched else SM90A_SCHEDULES
+    schedules = SM90A_SCHEDULES[:2] if case.batched else SM90A_SCHEDULES
     if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
         # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
         from tilec.families.wgmma8 import FAMILY as WGMMA8
@@ -168,7 +168,15 @@ TUNED = {
     # (raster 1, 8 or 16 alike), 256x128x64 st3 129, 128x128x64 st4/st5/st6 135-139,
     # 64x128x64 st6 175, 128x256x64 st4 (direct stores: no room to stage) 210; cuBLAS
     # 105-107: 0.88x, the per-tile fill and epilogue at 16 K steps a tile, which only a
-    # persistent kernel would hide (batched rows run one tile a block).
+    # persistent kernel would hide.
+    # Persistent blocks over batches x tiles (tuned_config keeps persistent for batched
+    # rows), H100, one run per config (raster group 8), TFLOP/s f16 / bf16 against
+    # torch.bmm in that run:
+    # 32x1024x1024x1024 128x256x64 st3 persistent 625.4 / 634.6 (0.97 / 0.97), 128x128x64
+    # st4 persistent 591.3 / 596.7 (0.92 / 0.91), 128x256x64 st3 one tile a block 569.8 /
+    # 576.8 (0.89 / 0.88); torch.bmm 641.5-643.0 / 656.1-657.5. What is left: the two
+    # consumer warpgroups share each tile, so its epilogue still stalls the products (the
+    # producer only runs ahead into the next tile's loads).
     #
     ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                              persistent=True),
@@ -178,7 +186,10 @@ TUNED = {
     # 2-byte aligned so staged and stored by rows, B packed): 128x256x64 st3 216-221 us
     # (raster 16 the same), 128x128x64 st3/st4 and 128x128x128 st2 247-254, 64x256x64 st4
     # 253, 64x128x64 st6 340-346; cuBLAS 401-407. Reading B in place instead of packing it
-    # (mma.sync, 2-byte copies) 690-874 us. benchmarks/NOTES.md, session 9.
+    # (mma.sync, 2-byte copies) 690-874 us. benchmarks/NOTES.md, session 9. Persistent
+    # over batches x tiles (BATCHED_PERSISTENT; one run per config, TFLOP/s f16 / bf16):
+    # 128x256x64 st3 176.6 / 175.6 (2.04 / 2.11x torch.bmm), 128x128x64 st4 179.9 / 174.1
+    # (2.08 / 2.10), against one tile a block 156.3 / 159.2 (1.81 / 1.91).
     ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
     ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
     # The 8-bit families (int8 on every target, fp8 on sm_90/sm_90a; wgmma declines 8-bit
@@ -192,6 +203,10 @@ TUNED = {
     ("wgmma8", "shallow"): dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
     ("wgmma8", "ragged"): dict(BM=128, BN=256, BK=128, stages=3),
 }
+# Where batched rows (which may be ragged) run persistent blocks over batches x tiles beside
+# TUNED's own persistent entries, when they have more tiles than a wave: measured in the
+# comments above ("wgmma", "ragged").
+BATCHED_PERSISTENT = {("wgmma", "ragged")}
 # The product families whose rows run on wgmma8 on sm_90a (but short M: mma.sync's tiles).
 EIGHT_BIT_WGMMA = ("int8", "fp8")
 SIXTEEN_BIT = ("f16", "bf16")
@@ -236,9 +251,9 @@ def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
     if case.batched:
-        # One tile a block: persistent blocks and clusters do not walk a batch axis.
+        # Persistent blocks walk batches x tiles; clusters do not walk a batch axis.
         return {knob: value for knob, value in _tuned(case, arch, family, problem).items()
-                if knob not in ("persistent", "cluster")}
+                if knob != "cluster"}
     return _tuned(case, arch, family, problem)
 
 
@@ -261,6 +276,9 @@ def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[s
                             pack="off")
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
+    if case.batched and (family, problem) in BATCHED_PERSISTENT and \
+            _large_tiles(case) > ONE_WAVE:
+        config["persistent"] = True
     if config.get("persistent") and problem == "tiled" and _large_tiles(case) <= ONE_WAVE:
         # A block gets one tile at most: nothing to run ahead into, only the tile loop's
         # cost. 2048^3 (64 tiles), one run: 0.958 / 0.946 of cuBLAS persistent against

@@ -128,6 +128,10 @@ class RolesPlan:
     # half of every B stage and multicasts it; each consumer warpgroup hands a stage back
     # to both blocks' empty barriers).
     cluster: int = 1
+    # A persistent kernel's tile index also runs over the batch axis of a batched grid (the
+    # batch outermost, each batch's tiles in grouped order): each tile's producer and
+    # consumers take their batch's matrices (tensor.batch views) from the tile's batch.
+    batches: bool = False
 
     producer_threads: ClassVar[int] = WARPGROUP
 
@@ -145,6 +149,7 @@ class RolesPlan:
                 f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}"
                 + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else "")
                 + (", persistent" if self.persistent else "")
+                + (" over batches x tiles" if self.persistent and self.batches else "")
                 + (f", cluster = {self.cluster} blocks along M sharing B" if self.cluster > 1
                    else "") + "}")
 

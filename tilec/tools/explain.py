@@ -285,6 +285,12 @@ def _batch_text(kernel: Kernel) -> str:
     tma = any(op.name == "tma.load" or op.attrs.get("via") == "tma" for op in kernel.walk())
     launched = (" (launched on CUDA's y; each batch's tiles folded on x in grouped order)"
                 if grid.attrs.get("batch_axis") == axis else "")
+    roles = kernel.schedule.roles
+    if roles is not None and roles.persistent and roles.batches:
+        # The persistent tile loop (backend.ptx._tile_loop) numbers batches x tiles.
+        launched = (" (persistent: a block per SM walks the tile index t over batches x "
+                    "tiles, batch t / (tiles a batch), then that batch's tiles in grouped "
+                    "order)")
     return (f"grid axis {axis} ({index.hint or 'b'}) picks matrix b of "
             f"{', '.join(dict.fromkeys(names))}{launched}: each base address moves by b x its "
             "batch stride (a batch stride of 0 shares one matrix among all batches)"
