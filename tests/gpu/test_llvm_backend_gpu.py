@@ -234,15 +234,20 @@ def same_bits(ptx, llvm) -> None:
     assert differ == 0, f"{differ} of {ptx.numel()} elements differ between the backends"
 
 
-BATCHED = [(3, 1000, 1003, 77), (2, 257, 263, 135), (4, 512, 512, 512)]
+# The batch count differs from both tile counts but in square-512, which once hid a grid that
+# folded the batch and M axes (tests/test_llvm_grid.py); "wide": one M tile, eight N tiles.
+BATCHED = [(3, 1000, 1003, 77), (2, 257, 263, 135), (4, 512, 512, 512), (5, 100, 1000, 64)]
 
 
-@pytest.mark.parametrize("shape", BATCHED, ids=["ragged", "ragged-odd", "square-512"])
+@pytest.mark.parametrize("shape", BATCHED, ids=["ragged", "ragged-odd", "square-512", "wide"])
 @pytest.mark.parametrize("stages", [1, 3])
-def test_bmm_sample(shape, stages):
+@pytest.mark.parametrize("shared_b", [False, True], ids=["own-b", "expanded-b"])
+def test_bmm_sample(shape, stages, shared_b):
+    """Expanded B: one matrix for every batch, a batch stride of 0."""
     bt, m, n, k = shape
     a = torch.randn(bt, m, k, device="cuda").half()
-    b = torch.randn(bt, k, n, device="cuda").half()
+    b = (torch.randn(k, n, device="cuda").half().expand(bt, k, n) if shared_b
+         else torch.randn(bt, k, n, device="cuda").half())
 
     def args():
         return a, b, torch.full((bt, m, n), float("nan"), device="cuda")
