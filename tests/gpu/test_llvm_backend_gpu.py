@@ -417,3 +417,22 @@ def test_unit_views_in_the_epilogue():
     # LLVM may contract acc * scale + bias into one fma.
     assert rel_error(llvm, ptx.double()) < TOLERANCE["f32"]
     assert rel_error(llvm, ref) < TOLERANCE["f16"]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_tuned_ragged_4k_with_packed_operands(dtype):
+    """tilec bench's ragged 4K row (4095 x 4097 x 4093, the tuned 128x128x64 tiles, 3 stages,
+    A and B packed with K padded, C in the input dtype): the K loop's copies masked at M's
+    and N's edges (the predicate folded into the row bound through LLVM) give the PTX
+    backend's bits."""
+    from tilec.benchmarking.contenders import sample_kernel
+    m, n, k = 4095, 4097, 4093
+    a, b = operands(m, n, k, dtype)
+    fn = sample_kernel(dtype, dtype)
+
+    def args():
+        return a, b, torch.full((m, n), float("nan"), device="cuda").to(TORCH[dtype])
+    ((ptx, llvm),) = outputs_of_both(fn, args, [2], BM=128, BN=128, BK=64, stages=3,
+                                     warps=(2, 2))
+    same_bits(ptx, llvm)
+    assert rel_error(llvm, a.double() @ b.double()) < TOLERANCE[dtype]
