@@ -16,7 +16,8 @@ from tilec.options import Options
 
 from . import compute, copies, epilogue, split
 from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
-                  folded_axes, folds_tile_axes, printable, ptx_identifier, tile_axes)
+                  folded_axes, printable, ptx_identifier, tile_axes)
+from .grid import grouped_coords, program_ids
 from .signature import kernel_abi
 from .context import Context, TensorRegs
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -105,57 +106,16 @@ def _compare(ctx: Context, op: Op) -> None:
 
 # -- the grid: PTX ISA 10 (special registers %ctaid) ------------------------------------
 def _grid(ctx: Context, op: Op) -> None:
-    """Program ids from %ctaid. Grouped rasterization folds two tile axes into x; a split-K
-    slice axis (always the grid's last), or a batched grid's batch axis, takes the next CUDA
-    axis after the tile axes."""
-    w = ctx.w
-    group = op.attrs.get("raster_group")
-    if folds_tile_axes(op):
-        pid = w.reg("b32")
-        w.emit(f"mov.u32 {pid}, %ctaid.x;")
-        roles = ctx.kernel.schedule.roles
-        cluster = roles.cluster if roles is not None else 1
-        folded = folded_axes(op)
-        gm, gn = (ctx.get(op.operands[axis]) for axis in folded)
-        if cluster > 1:
-            # The blocks of a cluster are consecutive ids; they take consecutive M tiles of
-            # one N column (they share B), so the raster walks clusters (launch_grid rounds
-            # the M tiles up to whole clusters; a block past M computes nothing it stores).
-            clusters_m = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
-            rank = ctx.mod_const(pid, cluster, nonnegative=True)
-            pair_m, pid_n = _grouped_coords(ctx, clusters_m, gn,
-                                            ctx.div_const(pid, cluster, nonnegative=True), group)
-            pid_m = ctx.mad(pair_m, cluster, rank)
-        else:
-            pid_m, pid_n = _grouped_coords(ctx, gm, gn, pid, group)
-        ctx.bind(op.results[folded[0]], pid_m)
-        ctx.bind(op.results[folded[1]], pid_n)
-        # The others (a batch, a split-K slice) in order on CUDA's y and z.
-        others = [result for axis, result in enumerate(op.results) if axis not in folded]
-        for axis, result in zip("yz", others):
-            reg = w.reg("b32")
-            w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
-            ctx.bind(result, reg)
-        return
-    for axis, result in zip("xyz", op.results):
-        reg = w.reg("b32")
-        w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
+    """Program ids from %ctaid (backend/grid.py: the axes both backends read)."""
+    def ctaid(axis: str) -> str:
+        reg = ctx.w.reg("b32")
+        ctx.w.emit(f"mov.u32 {reg}, %ctaid.{axis};")
+        return reg
+
+    roles = ctx.kernel.schedule.roles
+    cluster = roles.cluster if roles is not None else 1
+    for result, reg in zip(op.results, program_ids(ctx, op, ctaid, cluster)):
         ctx.bind(result, reg)
-
-
-def _grouped_coords(ctx: Context, gm: str, gn: str, pid: str, group: int) -> tuple[str, str]:
-    """The (m, n) tile of linear tile index ``pid`` of a ``gm`` x ``gn`` grid in grouped
-    order: ``group`` block rows walk the N blocks together so that the A and B tiles they
-    share stay in L2."""
-    per_group = ctx.int_op("mul.lo.s32", gn, group)
-    group_id = ctx.int_op("div.u32", pid, per_group)
-    first_m = ctx.int_op("mul.lo.s32", group_id, group)
-    rows_left = ctx.int_op("sub.s32", gm, first_m)
-    group_rows = ctx.int_op("min.s32", rows_left, group)
-    in_group = ctx.int_op("rem.u32", pid, per_group)
-    pid_m = ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows))
-    pid_n = ctx.int_op("div.u32", in_group, group_rows)
-    return pid_m, pid_n
 
 
 def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -> None:
@@ -212,7 +172,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -
     if batch is not None:
         ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
         within = ctx.int_op("rem.u32", tile, per_batch)
-    pid_m, pid_n = _grouped_coords(ctx, gm, gn, within, grid.attrs.get("raster_group") or 1)
+    pid_m, pid_n = grouped_coords(ctx, gm, gn, within, grid.attrs.get("raster_group") or 1)
     if rank is not None:
         pid_m = ctx.mad(pid_m, cluster, rank)
     ctx.bind(grid.results[first], pid_m)

@@ -20,9 +20,9 @@ from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType
 from tilec.target.erfc import ERFC_P
 from tilec.target.layout import DistributedLayout
 
-from ..abi import (PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params,
-                   folds_tile_axes)
+from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params
 from ..epilogue import element_access, thread_element_coords, unit_stride_dim
+from ..grid import program_ids
 from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
@@ -91,25 +91,11 @@ def _compare(ctx: LlvmContext, op: Op) -> None:
 
 # -- the grid ---------------------------------------------------------------------------
 def _grid(ctx: LlvmContext, op: Op) -> None:
-    """Program ids from %ctaid; grouped rasterization folds two tile axes into x (as
-    backend/ptx.py's _grid: the same launch grid)."""
-    if folds_tile_axes(op):
-        pid = ctx.sreg("ctaid.x")
-        gm, gn = (ctx.get(v) for v in op.operands[:2])
-        group = op.attrs["raster_group"]
-        per_group = ctx.int_op("mul.lo.s32", gn, group)
-        group_id = ctx.int_op("div.u32", pid, per_group)
-        first_m = ctx.int_op("mul.lo.s32", group_id, group)
-        group_rows = ctx.int_op("min.s32", ctx.int_op("sub.s32", gm, first_m), group)
-        in_group = ctx.int_op("rem.u32", pid, per_group)
-        ctx.bind(op.results[0],
-                 ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows)))
-        ctx.bind(op.results[1], ctx.int_op("div.u32", in_group, group_rows))
-        for axis, result in zip("yz", op.results[2:]):
-            ctx.bind(result, ctx.sreg(f"ctaid.{axis}"))
-        return
-    for axis, result in zip("xyz", op.results):
-        ctx.bind(result, ctx.sreg(f"ctaid.{axis}"))
+    """Program ids from %ctaid (backend/grid.py: the axes both backends read, so the launch
+    grid is the same)."""
+    for result, value in zip(op.results, program_ids(ctx, op, lambda axis: ctx.sreg(
+            f"ctaid.{axis}"))):
+        ctx.bind(result, value)
 
 
 # -- structured control flow ------------------------------------------------------------

@@ -54,6 +54,7 @@ def _copy(ctx: LlvmContext, op: Op) -> None:
     tile = b.gep(tensor.ptr, b.binop("mul", corner, eb, "i64"))
     contiguous = 0 if layout.transposed else 1
     nbytes = vec * eb
+    less_than, predicate = _edge_compare(ctx, predicate, masked, contiguous, vec)
     previous_src = None
     for access in accesses:
         if access.get("chained") and previous_src is not None:
@@ -72,12 +73,44 @@ def _copy(ctx: LlvmContext, op: Op) -> None:
         active = access["active"]
         inside, partial_bytes = copy_edge_mask(
             ctx, access, offsets, tensor, masked, contiguous, vec, eb,
-            ctx.and_pred(predicate, active), lambda coord, size: b.icmp("ult", coord, size))
+            ctx.and_pred(predicate, active), less_than)
         if op.attrs["mode"] == "async":
             _issue_async(ctx, dst, src, nbytes, active, inside, partial_bytes)
         else:
             ctx.if_then(active, lambda s=src, d=dst, i=inside, p=partial_bytes:
                         _copy_sync(ctx, s, d, vec, eb, i, p), "sync")
+
+
+def _edge_compare(ctx: LlvmContext, predicate, masked: list[bool], contiguous: int,
+                  vec: int) -> tuple:
+    """The copy's ``less_than(coord, size)`` for copy_edge_mask (unsigned), and the
+    predicate left to and into each access's mask. Where some dim is checked that way, a
+    pipelined copy's predicate (this K step is inside the loop) goes into the bound
+    instead, ``coord < (predicate ? size : 0)`` (unsigned: nothing is below 0).
+
+    Why: written as ``select(predicate and coord < size, 16, 0)``, LLVM hoists the
+    loop-invariant row checks out of the K loop and its instruction selection nests two
+    selp (``select(q, select(p, 16, 0), 0)``), which ptxas cannot fold into the predicate
+    of the zero-filling LDGSTS: on sm_90, SEL + two ISETP per access where the PTX
+    backend's and.pred + selp give one ISETP (tilec bench's ragged 4K matmul, 128x128x64
+    tiles: a K loop of 305 SASS instructions against the PTX backend's 292; 284 with the
+    bound; tests/test_llvm_backend.py)."""
+    b = ctx.b
+
+    def less_than(coord: Val, size) -> Val:
+        return b.icmp("ult", coord, size)
+    checked = any(masked[dim] and not (dim == contiguous and vec > 1)
+                  for dim in range(len(masked)))
+    if predicate is None or not checked:
+        return less_than, predicate
+    bounds: dict = {}
+
+    def less_than_bound(coord: Val, size) -> Val:
+        key = size.ref if isinstance(size, Val) else size
+        if key not in bounds:
+            bounds[key] = b.select(predicate, b.value(size, "i32"), 0)
+        return less_than(coord, bounds[key])
+    return less_than_bound, None
 
 
 def _issue_async(ctx: LlvmContext, dst: Val, src: Val, nbytes: int, active, inside,

@@ -1,0 +1,63 @@
+"""The program ids of ``tile.grid`` from CUDA's block ids, written once for both backends.
+
+Each backend hands its context (``int_op``, ``div_const``, ``mod_const``, ``mad`` in the
+PTX mnemonics both contexts take) and how it reads a ``%ctaid`` axis; this module decides
+which CUDA axis numbers which grid axis (:func:`tilec.backend.abi.folded_axes`, the layout
+the launch grid of :mod:`tilec.launch.binding` is built from). The llvm backend once kept a
+copy of it that folded a batched grid's first two axes (the batch and M) instead of M and N,
+which computed the wrong tiles wherever the batch count differed from the tile counts.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from tilec.ir.core import Op
+
+from .abi import folded_axes, folds_tile_axes
+
+
+def grouped_coords(ctx, gm, gn, pid, group: int):
+    """The (m, n) tile of linear tile index ``pid`` of a ``gm`` x ``gn`` grid in grouped
+    order: ``group`` block rows walk the N blocks together so that the A and B tiles they
+    share stay in L2."""
+    per_group = ctx.int_op("mul.lo.s32", gn, group)
+    group_id = ctx.int_op("div.u32", pid, per_group)
+    first_m = ctx.int_op("mul.lo.s32", group_id, group)
+    rows_left = ctx.int_op("sub.s32", gm, first_m)
+    group_rows = ctx.int_op("min.s32", rows_left, group)
+    in_group = ctx.int_op("rem.u32", pid, per_group)
+    pid_m = ctx.int_op("add.s32", first_m, ctx.int_op("rem.u32", in_group, group_rows))
+    pid_n = ctx.int_op("div.u32", in_group, group_rows)
+    return pid_m, pid_n
+
+
+def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1) -> list:
+    """The value of each of ``op``'s results (the grid's program ids), in order. Grouped
+    rasterization folds two tile axes into CUDA's x (a batched grid's two besides the batch);
+    the other axes (a batch, a split-K slice) take CUDA's y and z in order. ``ctaid("x")``
+    reads the block id of an axis. In a thread-block ``cluster`` (> 1) the blocks of a
+    cluster are consecutive ids taking consecutive M tiles of one N column (they share B), so
+    the raster walks clusters (the launch grid rounds the M tiles up to whole clusters; a
+    block past M computes nothing it stores)."""
+    ids: list = [None] * len(op.results)
+    if not folds_tile_axes(op):
+        for axis, index in zip("xyz", range(len(op.results))):
+            ids[index] = ctaid(axis)
+        return ids
+    pid = ctaid("x")
+    group = op.attrs.get("raster_group")
+    folded = folded_axes(op)
+    gm, gn = (ctx.get(op.operands[axis]) for axis in folded)
+    if cluster > 1:
+        clusters_m = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
+        rank = ctx.mod_const(pid, cluster, nonnegative=True)
+        pair_m, pid_n = grouped_coords(ctx, clusters_m, gn,
+                                       ctx.div_const(pid, cluster, nonnegative=True), group)
+        pid_m = ctx.mad(pair_m, cluster, rank)
+    else:
+        pid_m, pid_n = grouped_coords(ctx, gm, gn, pid, group)
+    ids[folded[0]], ids[folded[1]] = pid_m, pid_n
+    others = [axis for axis in range(len(op.results)) if axis not in folded]
+    for cuda_axis, index in zip("yz", others):
+        ids[index] = ctaid(cuda_axis)
+    return ids
