@@ -120,6 +120,8 @@ def _choose_warps(bm: int, bn: int, family: ProductFamily,
             tm, tn = bm // wm if bm % wm == 0 else 0, bn // wn if bn % wn == 0 else 0
             if not tm or not tn or tm % gm or tn % gn or wm * wn > 16:
                 continue
+            if family.auto_warp_tile_limit is not None and tm * tn > family.auto_warp_tile_limit:
+                continue
             if family.registers((tm, tn), REGISTER_OVERHEAD) <= MAX_REGISTERS_PER_THREAD:
                 fitting.append((wm * wn > 8, wm * wn, abs(tm - tn), (wm, wn)))
     if not fitting:  # nothing fits: let _check report the natural choice
