@@ -190,6 +190,15 @@ def test_explain_says_how_the_weights_are_converted() -> None:
     assert re.search(r"B\s+ld\.shared\.u16\s+T,swizzle", text), text
 
 
+def test_viz_refuses_the_byte_loaded_operand_naming_its_loads() -> None:
+    from tilec.tools import viz
+    plan = sample("f8e5m2").compile(arch="sm_90").kernel.schedule.tiling
+    with pytest.raises(ValueError, match=r"kernel 'wfp8a16' uses f8e5m2 weights read two bytes "
+                                         r"a register \(f16 tiles: ldmatrix of A, "
+                                         r"ld\.shared\.u16"):
+        viz.require_mma(plan, "wfp8a16")
+
+
 # ------------------------------------------------------------------------------ errors
 
 PROGRAM = '''from __future__ import annotations

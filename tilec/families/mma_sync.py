@@ -685,9 +685,11 @@ class MmaSync(ProductFamily):
         return instruction_tile_text(h)
 
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
-        if any(self.byte_loaded(op_plan) for op_plan in plan.operands):
+        byte_loaded = [op_plan.source for op_plan in plan.operands if self.byte_loaded(op_plan)]
+        if byte_loaded:
             # Its ldmatrix bank maps would misdraw the byte pairs frag.ldbytes reads.
-            return not_drawn(plan, kernel, "int8 weights read two bytes a register",
+            weights = "int8" if byte_loaded[0] == "i8" else byte_loaded[0]
+            return not_drawn(plan, kernel, f"{weights} weights read two bytes a register",
                              "ldmatrix of A, ld.shared.u16 of B (frag.ldbytes), "
                              "mma.sync m16n8k16")
         return None  # viz draws this family's ldmatrix bank maps and fragments
