@@ -2,7 +2,8 @@
 
 Requires: tile form (the frontend's output) with one ``tile.dot`` of two ``tile.load``s
 directly inside a top-level K loop; a load may be converted first (``tile.cast`` between f16
-and bf16, or of i8 weights, operand B stored k contiguous, to either:
+and bf16, or of i8 weights, operand B stored k contiguous, to either; of f8e4m3 / f8e5m2
+weights likewise, on sm_89 and later:
 :data:`tilec.ir.ops.OPERAND_CONVERSIONS`), which is then done in registers.
 
 Produces:
@@ -40,8 +41,9 @@ from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
 from tilec.ir.ops import OPERAND_CONVERSIONS
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import ACCUMULATOR_DTYPES, TileType
+from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, TileType
 from tilec.ir.views import matrix_dim, view_source
+from tilec.families.fp8 import FP8_ARCHS
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
 from tilec.target.layout import WARP_SIZE, SmemLayout
@@ -118,6 +120,8 @@ def _choose_warps(bm: int, bn: int, family: ProductFamily,
             tm, tn = bm // wm if bm % wm == 0 else 0, bn // wn if bn % wn == 0 else 0
             if not tm or not tn or tm % gm or tn % gn or wm * wn > 16:
                 continue
+            if family.auto_warp_tile_limit is not None and tm * tn > family.auto_warp_tile_limit:
+                continue
             if family.registers((tm, tn), REGISTER_OVERHEAD) <= MAX_REGISTERS_PER_THREAD:
                 fitting.append((wm * wn > 8, wm * wn, abs(tm - tn), (wm, wn)))
     if not fitting:  # nothing fits: let _check report the natural choice
@@ -164,6 +168,20 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
 
 
+def _check_fp8_casts(kernel: Kernel, operand_casts) -> None:
+    """8-bit float tiles are converted only as weights, in the product's registers after
+    their fragment load: a ``.to()`` of one anywhere else (an epilogue read of an fp8
+    tensor) has no load to convert after, and is refused at the ``.to``."""
+    for op in kernel.walk():
+        if op.name == "tile.cast" and op.operands[0].type.dtype in FP8_DTYPES \
+                and op not in operand_casts:
+            raise located(TileConfigError, f"an {op.operands[0].type.dtype} tile is converted "
+                          f"to {op.result.type.dtype} outside the K loop's `@`: 8-bit float "
+                          "tiles are converted only as operand B of `@`, in registers",
+                          op.loc, kernel.source_lines, "read it as the weights of `@` "
+                          "(W.T[k : +BK, n : +BN].to(f16)), or pass it in f16 or f32")
+
+
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
     loop, dot = find_main_loop(kernel)
@@ -186,6 +204,13 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                               f"(converted operands: {supported})", cast.loc,
                               kernel.source_lines, f"pass {role} in {product} (convert the "
                               "array before the launch), or compute in the operand's dtype")
+            if stored in FP8_DTYPES and options.arch not in FP8_ARCHS:
+                raise located(TileConfigError, f"operand {role} of `@` is stored in {stored} "
+                              f"and converted to {product} in registers (cvt.rn.f16x2."
+                              f"{stored.short[2:]}x2), which needs sm_89 or later; the "
+                              f"target is {options.arch}", cast.loc, kernel.source_lines,
+                              f"compile for {' or '.join(FP8_ARCHS)}, or quantize the "
+                              "weights to i8 (samples/w8a16.py)")
             if stored.bytes == 1 and role == "A":
                 raise located(TileConfigError, f"operand A of `@` is stored in {stored} and "
                               f"converted to {product} in the K loop: only the weights, "
@@ -204,6 +229,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
             raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
                           "from a tensor inside the K loop", dot.loc, kernel.source_lines)
         loads.append(load)
+    _check_fp8_casts(kernel, casts.values())
     coverage.check_k_loop(kernel, loop, loads)
 
     a_type, b_type = a_val.type, b_val.type

@@ -62,9 +62,16 @@ CASES = [
                                                 ("B", TensorSpec(1, 1)))))),
     ("fp8_gemm", "f8e4m3", {}),
     ("fp8_gemm", "f8e5m2", dict(stages=2)),
+    # 8-bit weights converted in registers after frag.ldbytes' 16-bit shared loads: i8
+    # (xor, prmt, sub.f16x2), f8e4m3 and f8e5m2 (cvt.rn.f16x2.e4m3x2 / .e5m2x2).
+    ("w8a16", "f16", {}),
+    ("w8a16", "f16", dict(stages=2, BM=64, BN=64, warps=(2, 2))),
+    ("wfp8a16", "f16", {}),
+    ("wfp8a16", "f8e5m2", dict(stages=4, BM=32, BN=64, BK=128, warps=(1, 2))),
 ]
-# fp8 products exist on sm_89 and later only (both backends refuse sm_80 and sm_86).
-CASE_ARCHS = {"fp8_gemm": ("sm_90",)}
+# fp8 products and fp8 conversions exist on sm_89 and later only (both backends refuse sm_80
+# and sm_86).
+CASE_ARCHS = {"fp8_gemm": ("sm_90",), "wfp8a16": ("sm_90",)}
 # The instructions whose counts both backends' PTX must share, per kernel: each family's
 # loads and products, the copy pipeline, and split-K's meeting.
 MIX = {
@@ -88,6 +95,12 @@ MIX = {
     "selp.f32": r"\bselp\.f32",
     "cvt.f32.s32": r"\bcvt\.rn\.f32\.s32",  # the int8 epilogue's dequantization
     "cvt.x2": r"\bcvt\.rn\.b?f16x2\.f32",  # frag.cvt's operand conversion
+    "cvt.f32.f16": r"\bcvt\.f32\.f16",  # ... of fp8 (through f16) and f16 to bf16
+    "cvt.f8": r"\bcvt\.rn\.f16x2\.e(?:4m3|5m2)x2",  # ... of fp8 weights
+    "prmt": r"\bprmt\.b32",  # ... of i8 weights (the magic-number trick)
+    # ... its subtraction (LLVM adds the negated constant: the same bits)
+    "f16x2.sub": r"\b(?:sub|add)\.rn\.f16x2",
+    "ld.shared.16": r"\bld\.shared\.[ub]16",  # frag.ldbytes (LLVM spells it .b16)
     "cvt.rni": r"\bcvt\.rni\.s(?:8|32)\.f32",  # f32 -> i8, rounded and saturated
     "cvt.rna": r"\bcvt\.rna\.tf32\.f32",
     "bar.red": r"\bbar\.red\.or\.pred",
@@ -141,16 +154,24 @@ def compare_backends(ptx: str, llvm: str, arch: str, tmp_path: Path,
     return ptx_report, llvm_report
 
 
+def merged_loads(name: str) -> frozenset:
+    """frag.ldbytes' loads are plain LLVM loads (ldmatrix is an intrinsic): LLVM may fold
+    the pair loaded before the loop and the one carried into the next iteration into one
+    load of the phi of their addresses (InstCombine), so it issues fewer, but some."""
+    return frozenset({"ld.shared.16"} if name.startswith(("w8a16", "wfp8a16")) else ())
+
+
 @needs_ptxas
 @pytest.mark.parametrize("case, arch", [(case, arch) for case in CASES
                                         for arch in CASE_ARCHS.get(case[0], ARCHS)],
                          ids=lambda v: v if isinstance(v, str) else case_id(v))
 def test_both_backends_assemble_with_the_same_instruction_mix(case, arch, tmp_path):
     ptx_report, report = compare_backends(compiled(case, arch, "ptx").ptx,
-                                          compiled(case, arch, "llvm").ptx, arch, tmp_path)
+                                          compiled(case, arch, "llvm").ptx, arch, tmp_path,
+                                          merged_loads(case[0]))
     # The configurations the samples are tuned for do not spill through LLVM either, where
-    # the PTX backend's kernel does not (fp8_gemm's default 64x64 warp tiles spill through
-    # both: test_fp8_tuned_tiles_do_not_spill_through_llvm checks the tiles fp8 runs with).
+    # the PTX backend's kernel does not (fp8_gemm's default included: 64x32 warp tiles, the
+    # fp8 family's auto_warp_tile_limit).
     if (not case[2] or set(case[2]) <= {"M", "N", "K"}) and " 0 bytes spill stores" in ptx_report:
         assert " 0 bytes spill stores" in report, report
 
@@ -158,9 +179,8 @@ def test_both_backends_assemble_with_the_same_instruction_mix(case, arch, tmp_pa
 @needs_ptxas
 @pytest.mark.parametrize("problem", ["tiled", "small", "shallow", "short"])
 def test_fp8_tuned_tiles_do_not_spill_through_llvm(problem, tmp_path):
-    """fp8_gemm's own default (64x64 warp tiles) spills through both backends (FP8_TUNED in
-    tilec/benchmarking/contenders.py says why); the tiles tilec runs fp8 with do not, through
-    LLVM either."""
+    """The tiles tilec runs fp8 with (FP8_TUNED in tilec/benchmarking/contenders.py: 64x32
+    warp tiles, where 64x64 ones spill) do not spill through LLVM either."""
     from tilec.benchmarking.contenders import FP8_TUNED
     fn = load_sample("fp8_gemm", "f8e4m3")
     compiled_llvm = fn.compile(arch="sm_90", backend="llvm", **FP8_TUNED[problem])
@@ -201,21 +221,30 @@ FEATURE_CASES = {
         "        Cw[m * BM : +BM, n * BN : +BN] = W[m * BM : +BM, n * BN : +BN].to(f32)\n",
         "A: i8[M, K], B: i8[N, K], W: i8[M, N], C8: i8[M, N], Ch: f16[M, N], "
         "Cs: i8[M, N], Cw: f32[M, N]"))),
+    # 8-bit weights converted to bf16 after frag.ldbytes: i8 (prmt into 0x4B000000, sub.f32,
+    # cvt.rn.bf16x2.f32) and fp8 (cvt.rn.f16x2.e4m3x2 / .e5m2x2, then through f32).
+    "w8a16-bf16": _dsl("test_w8a16", lambda m: m.sample("bf16")),
+    "wfp8a16-e4m3-bf16": _dsl("test_wfp8a16", lambda m: m.sample("f8e4m3", "bf16")),
+    "wfp8a16-e5m2-bf16": _dsl("test_wfp8a16", lambda m: m.sample("f8e5m2", "bf16")),
 }
+# The targets a feature compiles for, where not every one (fp8 conversions: sm_89 and later).
+FEATURE_ARCHS = {"wfp8a16-e4m3-bf16": ("sm_90",), "wfp8a16-e5m2-bf16": ("sm_90",)}
 
 
 @needs_ptxas
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("feature", sorted(FEATURE_CASES))
+@pytest.mark.parametrize("feature, arch", [(feature, arch) for feature in sorted(FEATURE_CASES)
+                                           for arch in FEATURE_ARCHS.get(feature, ARCHS)])
 def test_dsl_features_through_both_backends(feature, arch, tmp_path):
     fn = FEATURE_CASES[feature]()
     ptx, llvm = (fn.compile(arch=arch, backend=b).ptx for b in ("ptx", "llvm"))
     # int8-conversions converts acc.to(f32) in two stores: LLVM converts it once.
     merged = frozenset({"cvt.f32.s32"} if feature == "int8-conversions" else ())
+    merged |= merged_loads(feature)
     _, report = compare_backends(ptx, llvm, arch, tmp_path, merged)
     assert " 0 bytes spill stores" in report, report
     counts = mix(llvm)
-    expected = {"where": "setp.f32", "cvt": "cvt.x2", "int8": "cvt.rni"}
+    expected = {"where": "setp.f32", "cvt": "cvt.x2", "int8": "cvt.rni", "w8a16": "prmt",
+                "wfp8a16": "cvt.f8"}
     for prefix, name in expected.items():
         if feature.startswith(prefix):
             assert counts[name] > 0, (name, counts)
@@ -281,10 +310,8 @@ def approximations(ptx: str) -> set[str]:
 
 
 # Samples whose ops have no LLVM emitters yet, and the refusal each gets (a sample moves to
-# CASES when its emitters land).
-REFUSED_SAMPLES = {
-    "w8a16": "the mma family's op 'frag.ldbytes' is not supported by the llvm backend",
-}
+# CASES when its emitters land): none now.
+REFUSED_SAMPLES: dict[str, str] = {}
 
 
 def _params_read_by_llvm(ir: str) -> set[int]:
@@ -488,6 +515,21 @@ def test_unsupported_features_are_refused_before_llvm_is_called(options, words, 
     assert words in str(err.value)
     assert "not supported by the llvm backend" in str(err.value)
     assert "backend='ptx'" in str(err.value)
+
+
+def test_an_op_without_an_llvm_emitter_is_named(monkeypatch):
+    """A family the llvm backend emits, missing one op's emitter (as the mma family's
+    frag.ldbytes was): the op is named before LLVM is called."""
+    from tilec.families import llvm_emitters
+    monkeypatch.setattr(target, "compile_ir", never_called)
+    emitters = {**llvm_emitters.PRODUCT_EMITTERS}
+    emitters["mma"] = {k: v for k, v in emitters["mma"].items() if k != "frag.ldbytes"}
+    monkeypatch.setattr(llvm_backend, "PRODUCT_EMITTERS", emitters)
+    _CACHE.clear()
+    with pytest.raises(TileConfigError, match=r"the mma family's op 'frag\.ldbytes' is not "
+                                              r"supported by the llvm backend; use "
+                                              r"backend='ptx'"):
+        load_sample("w8a16", "f16").compile(backend="llvm", arch="sm_90", keep_ir=True)
 
 
 def test_a_family_without_llvm_emitters_is_named(monkeypatch):

@@ -100,7 +100,8 @@ def test_explain_says_where_the_conversion_happens_and_why_not_wgmma():
 
 @pytest.mark.parametrize("b, rhs, message, caret", [
     ("f32", RHS + ".to(f16)", "converted in the K loop from f32 to f16, which is not "
-     "supported (converted operands: bf16 to f16, f16 to bf16, i8 to bf16, i8 to f16)",
+     "supported (converted operands: bf16 to f16, f16 to bf16, f8e4m3 to bf16, f8e4m3 to f16, "
+     "f8e5m2 to bf16, f8e5m2 to f16, i8 to bf16, i8 to f16)",
      "to(f16)"),
 ])
 def test_other_conversions_are_refused_at_the_conversion(b, rhs, message, caret):

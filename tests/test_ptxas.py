@@ -35,9 +35,9 @@ def load_sample(name: str, dtype: str) -> TileFunction:
     """A sample's tile function; ``bf16`` or ``f32`` reads f16 inputs A and B as that."""
     path = SAMPLES / f"{name}.py"
     text = path.read_text(encoding="utf-8")
-    if dtype == "f8e5m2":  # the fp8 sample in its other format
+    if dtype == "f8e5m2":  # the fp8 samples in their other format (wfp8a16: the weights)
         text = text.replace("f8e4m3", "f8e5m2")
-    if dtype != "f16" and f"A: {dtype}[" not in text:
+    if dtype != "f16" and f"A: {dtype}[" not in text and f"W: {dtype}[" not in text:
         text = text.replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
         assert f"A: {dtype}[" in text and f"B: {dtype}[" in text, f"{path}: no f16 A, B"
     functions = load_file(path, text=text)
@@ -110,8 +110,23 @@ def main_int8_cases() -> Iterator[Case]:
                    stages=2 if arch == "sm_86" else 3)
 
 
+def main_fp8_cases() -> Iterator[Case]:
+    """fp8 products (mma.sync m16n8k32 .e4m3 / .e5m2): the sample's default tile, whose auto
+    warp grid stops at 64x32 warp tiles (64x64 ones spilled 80 bytes); no spills."""
+    for arch in ("sm_90", "sm_90a"):
+        yield case("fp8_gemm", "f8e4m3", arch)  # 128x128x64, 3 stages, 2x4 warps
+
+
+def main_wfp8a16_cases() -> Iterator[Case]:
+    """fp8 weights converted to f16 in registers (ld.shared.u16 + cvt.rn.f16x2.e4m3x2, then
+    mma.sync m16n8k16): the sample's default tile, where its conversion runs (sm_89+); no
+    spills."""
+    for arch in ("sm_90", "sm_90a"):
+        yield case("wfp8a16", "f16", arch)  # 128x128x64, 3 stages, 2x2 warps
+
+
 MAIN = (list(main_matmul_cases()) + list(main_sgemm_cases()) + list(main_tf32_cases())
-        + list(main_int8_cases()))
+        + list(main_int8_cases()) + list(main_fp8_cases()) + list(main_wfp8a16_cases()))
 
 OTHERS = [
     case("matmul", "f16", "sm_80", stages=1),
@@ -187,8 +202,8 @@ OTHERS = [
                                                         ("B", TensorSpec(1, 2))))),
     case("int8_gemm", "i8", "sm_90a", RAGGED),
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
-    # fp8 (mma.sync m16n8k32 .e4m3 / .e5m2, PTX ISA 8.4): sm_90 and sm_90a only.
-    case("fp8_gemm", "f8e4m3", "sm_90"),
+    # fp8 (mma.sync m16n8k32 .e4m3 / .e5m2, PTX ISA 8.4): sm_90 and sm_90a only (the
+    # default tile: main_fp8_cases).
     case("fp8_gemm", "f8e4m3", "sm_90", RAGGED, stages=2),
     case("fp8_gemm", "f8e5m2", "sm_90", DIVISIBLE, BM=128, BN=256, BK=128, warps=(2, 4)),
     case("fp8_gemm", "f8e4m3", "sm_90a", RAGGED),
@@ -201,6 +216,14 @@ OTHERS = [
     case("w8a16", "f16", "sm_90a", RAGGED),
     case("w8a16", "f16", "sm_90a", (("M", 16), ("N", 8192), ("K", 8192)), BM=32, BN=64,
          BK=128, stages=4, warps=(1, 2)),  # the bench's skinny row
+    # wfp8a16 (f8e4m3 / f8e5m2 weights converted to f16 in registers after frag.ldbytes,
+    # cvt.rn.f16x2.e4m3x2 / .e5m2x2): sm_89 and later, so sm_90 and sm_90a (mma.sync there
+    # too: wgmma declines converted operands). "f8e5m2" is the sample with e5m2 weights.
+    case("wfp8a16", "f8e5m2", "sm_90", RAGGED, stages=2),
+    case("wfp8a16", "f16", "sm_90", BM=64, BN=64, BK=32, warps=(1, 1), stages=4),
+    case("wfp8a16", "f16", "sm_90a", RAGGED),
+    case("wfp8a16", "f8e5m2", "sm_90a", (("M", 16), ("N", 8192), ("K", 8192)), BM=32, BN=64,
+         BK=128, stages=4, warps=(1, 2)),  # a skinny decode-like row
     # Batched (bmm.py, a grid axis of batches): each base address moved by its batch.
     case("bmm", "f16", "sm_80"),
     case("bmm", "bf16", "sm_86", RAGGED),
@@ -214,7 +237,7 @@ OTHERS = [
     case("gemm_gelu", "f32", "sm_90"),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
-SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}}
+SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}, "wfp8a16": {"sm_90", "sm_90a"}}
 
 # sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
 # and ring depths it is tuned over, ragged sizes (TMA zero-fills) and both B orientations.
@@ -370,6 +393,8 @@ def test_every_sample_is_covered() -> None:
         mine = [c for c in cases if c.sample == path.stem]
         text = path.read_text()
         dtypes = ({"f16"} if "W: i8[" in text  # w8a16: f16 activations, int8 weights
+                  # wfp8a16: f16 activations, e4m3 weights ("f16") or e5m2 ("f8e5m2")
+                  else {"f16", "f8e5m2"} if "W: f8e4m3[" in text
                   else {"f16", "bf16", "f32"} if "A: f16[" in text
                   else {"i8"} if "A: i8[" in text
                   else {"f8e4m3", "f8e5m2"} if "A: f8e4m3[" in text else {"f32"})

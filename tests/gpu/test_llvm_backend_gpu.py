@@ -436,3 +436,46 @@ def test_tuned_ragged_4k_with_packed_operands(dtype):
                                      warps=(2, 2))
     same_bits(ptx, llvm)
     assert rel_error(llvm, a.double() @ b.double()) < TOLERANCE[dtype]
+
+
+# -- 8-bit weights converted in registers (frag.ldbytes + frag.cvt): w8a16 and wfp8a16 ----
+# Bitwise equal: the conversions are exact in both backends (i8: the same xor/prmt/sub
+# sequence; fp8: the same cvt.rn.f16x2.e4m3x2 / .e5m2x2, through f32 for bf16), then the same
+# mma chain and one multiply by the channel's scale.
+
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("shape", [(127, 129, 65), (1000, 1003, 77), (16, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("weights, dtype", [("i8", "f16"), ("i8", "bf16"),
+                                            ("f8e4m3", "f16"), ("f8e4m3", "bf16"),
+                                            ("f8e5m2", "f16")])
+def test_weights_converted_in_registers(weights, dtype, shape, stages):
+    from tilec.target import fp8
+    m, n, k = shape
+    if weights != "i8":
+        if torch.cuda.get_device_capability() < (8, 9) or not hasattr(torch, "float8_e5m2"):
+            pytest.skip("fp8 conversions need sm_89 or later and a torch with float8 dtypes")
+    rng = np.random.default_rng(3)
+    a = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).cuda().to(
+        TORCH[dtype])
+    if weights == "i8":
+        bits = rng.integers(-128, 128, (n, k), dtype=np.int8)
+        w, w_exact = torch.from_numpy(bits).cuda(), bits.astype(np.float64)
+        fn = sample("w8a16", dtype)
+    else:
+        bits = fp8.encode(rng.standard_normal((n, k)) * 8, weights)
+        torch_dtype = {"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[weights]
+        w = torch.from_numpy(bits).cuda().view(torch_dtype)
+        w_exact = fp8.decode(bits, weights).astype(np.float64)
+        text = (SAMPLES / "wfp8a16.py").read_text().replace("f8e4m3", weights)
+        text = re.sub(r"\bf16\b", dtype, text)
+        (fn,) = load_file(SAMPLES / "wfp8a16.py", text=text).values()
+    rms = np.sqrt(np.mean(w_exact ** 2, axis=1)) + 2.0 ** -20
+    scale = torch.from_numpy((1.0 / (np.sqrt(k) * rms)).astype(np.float32)).cuda()
+
+    def args():
+        return a, w, scale, torch.full((m, n), float("nan"), device="cuda").to(TORCH[dtype])
+    ((ptx, llvm),) = outputs_of_both(fn, args, [3], stages=stages)
+    same_bits(ptx, llvm)
+    ref = (a.double() @ torch.from_numpy(w_exact).cuda().T) * scale.double()
+    assert rel_error(llvm, ref) < TOLERANCE[dtype]

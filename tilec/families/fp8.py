@@ -68,6 +68,11 @@ class Fp8(Int8):
     emitters = {"frag.ldmatrix": MmaSync.emitters["frag.ldmatrix"], "frag.mma": _mma}
     fragments = FP8_FRAGMENTS
     ptx_version = "8.4"
+    # mma.sync .e4m3 on sm_90 takes more registers than .s8: ptxas spills 64x64 warp tiles
+    # (80 bytes at 128x128x64 with 2x2 warps, 120 at BK=128, 255 registers) where int8's
+    # fit; 64x32 ones take 184 (BK=64) to 202 (BK=128) registers and do not spill. So the
+    # tiling pass's warp choice stops at 64x32 (2x4 warps for samples/fp8_gemm.py's 128x128).
+    auto_warp_tile_limit = 64 * 32
 
     def operand_refusal(self, operands: Sequence[OperandPlan], options: "Options"
                         ) -> Optional[tuple[str, str]]:

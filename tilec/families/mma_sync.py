@@ -19,7 +19,7 @@ from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
 from tilec.ir.ops import OPERAND_CONVERSIONS, OpDef, check_fragment_result, require
 from tilec.ir.schedule import OperandPlan, TilingPlan
-from tilec.ir.types import BF16, F16, I8, DType, TileType
+from tilec.ir.types import BF16, F16, F8E4M3, F8E5M2, I8, DType, TileType
 from tilec.target.layout import (WARP_SIZE, DistributedLayout, SmemLayout, conflict_degree,
                                  offset_relation, operand_extent, operand_k_major,
                                  operand_storage_coord, warps_along)
@@ -329,6 +329,19 @@ CONVERT_PTX: dict[tuple[DType, DType], tuple[str, ...]] = {
                  "sub.rn.f32 {x}, {x}, 0f4B000080;", "sub.rn.f32 {y}, {y}, 0f4B000080;",
                  "cvt.rn.bf16x2.f32 {d}, {y}, {x};"),
 }
+# fp8 -> f16: cvt.rn.f16x2.e4m3x2 / .e5m2x2 d, a (PTX ISA 9.7.9.21, PTX 7.8, sm_89+; a is a
+# .b16 pair, its upper byte to d's upper half), exact: every e4m3 and e5m2 value (NaN and,
+# for e5m2, infinities included) is an f16. The tiling pass refuses fp8 weights before
+# sm_89 (tilec.families.fp8.FP8_ARCHS), so this is what every fp8 target uses.
+# fp8 -> bf16: that f16 pair widened to f32 and rounded once to bf16 (the (F16, BF16) route
+# above), exact: e4m3's 3 and e5m2's 2 mantissa bits fit bf16's 7, and their exponents
+# (2**-9 .. 448, 2**-16 .. 57344) bf16's range.
+for _fp8, _name in ((F8E4M3, "e4m3x2"), (F8E5M2, "e5m2x2")):
+    CONVERT_PTX[_fp8, F16] = ("mov.b32 {{{lo}, {hi}}}, {r};", f"cvt.rn.f16x2.{_name} {{d}}, {{lo}};")
+    CONVERT_PTX[_fp8, BF16] = ("mov.b32 {{{lo}, {hi}}}, {r};",
+                               f"cvt.rn.f16x2.{_name} {{p}}, {{lo}};",
+                               "mov.b32 {{{lo}, {hi}}}, {p};", "cvt.f32.f16 {x}, {lo};",
+                               "cvt.f32.f16 {y}, {hi};", "cvt.rn.bf16x2.f32 {d}, {y}, {x};")
 
 
 def _cvt(ctx: Context, op: Op) -> None:
@@ -672,9 +685,11 @@ class MmaSync(ProductFamily):
         return instruction_tile_text(h)
 
     def viz_refusal(self, plan: TilingPlan, kernel: str) -> Optional[str]:
-        if any(self.byte_loaded(op_plan) for op_plan in plan.operands):
+        byte_loaded = [op_plan.source for op_plan in plan.operands if self.byte_loaded(op_plan)]
+        if byte_loaded:
             # Its ldmatrix bank maps would misdraw the byte pairs frag.ldbytes reads.
-            return not_drawn(plan, kernel, "int8 weights read two bytes a register",
+            weights = "int8" if byte_loaded[0] == "i8" else byte_loaded[0]
+            return not_drawn(plan, kernel, f"{weights} weights read two bytes a register",
                              "ldmatrix of A, ld.shared.u16 of B (frag.ldbytes), "
                              "mma.sync m16n8k16")
         return None  # viz draws this family's ldmatrix bank maps and fragments

@@ -17,6 +17,7 @@ from tilec.target.layout import operand_k_major
 
 from tilec.backend.llvm.emit import ELEMENT_TYPES
 
+from . import byte_operands_llvm
 from .mma_sync import (CONVERT_PTX, _ldmatrix_lane_offsets, ldmatrix_pieces,
                        mma_issue_order)
 
@@ -96,7 +97,12 @@ def _cvt(ctx: LlvmContext, op: Op) -> None:
     """``frag.cvt``: each fragment register (two 16-bit elements, element 0 in the low half)
     widened exactly to f32 and rounded once to the product's dtype, as the PTX emitter's
     CONVERT_PTX sequences do (cvt.rn.f16x2.f32 / .bf16x2.f32), written once for every pair
-    of 16-bit float dtypes (:data:`CONVERTIBLE`)."""
+    of 16-bit float dtypes; the byte pairs of frag.ldbytes by :mod:`.byte_operands_llvm`."""
+    stored, product = op.operands[0].type.dtype, op.result.type.dtype
+    if (stored, product) in byte_operands_llvm.CONVERSIONS:
+        ctx.bind(op.result, [byte_operands_llvm.convert_pair(ctx, pair, stored, product)
+                             for pair in ctx.get(op.operands[0])])
+        return
     source, target = (ELEMENT_TYPES[v.type.dtype][0] for v in (op.operands[0], op.result))
     b = ctx.b
     out = []
@@ -109,10 +115,13 @@ def _cvt(ctx: LlvmContext, op: Op) -> None:
 
 def convertible(source, target) -> bool:
     """Whether :func:`_cvt` converts ``source`` fragments to ``target`` (the pairs of
-    CONVERT_PTX whose both dtypes are 16-bit floats; others are refused by name)."""
-    return ((source, target) in CONVERT_PTX and source in SIXTEEN_BIT_FLOATS
-            and target in SIXTEEN_BIT_FLOATS)
+    CONVERT_PTX whose both dtypes are 16-bit floats, and the 8-bit sources of frag.ldbytes;
+    others are refused by name)."""
+    return (source, target) in CONVERT_PTX and (
+        (source, target) in byte_operands_llvm.CONVERSIONS
+        or (source in SIXTEEN_BIT_FLOATS and target in SIXTEEN_BIT_FLOATS))
 
 
 SIXTEEN_BIT_FLOATS = (F16, BF16)
-EMITTERS = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.cvt": _cvt}
+EMITTERS = {"frag.ldmatrix": _ldmatrix, "frag.mma": _mma, "frag.cvt": _cvt,
+            **byte_operands_llvm.EMITTERS}

@@ -127,6 +127,10 @@ class ProductFamily(ABC):
     # The PTX ISA version its instructions need beyond the target's (fp8 mma.sync: 8.4);
     # the kernel's header names the higher of the two.
     ptx_version: ClassVar[Optional[str]] = None
+    # The largest warp tile (elements) the tiling pass's own warp choice gives the family,
+    # where ptxas spills above it though the register estimate fits (fp8 on sm_90: 64x64
+    # tiles spill, 64x32 do not); None: the estimate decides. Explicit warps are kept.
+    auto_warp_tile_limit: ClassVar[Optional[int]] = None
 
     # -- where it applies ------------------------------------------------------------------
     def applies(self, block: tuple[int, int, int], options: "Options",

@@ -11,7 +11,7 @@ from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
                                      describe, dtype_list, is_scalar, is_tile)
 from tilec.frontend.selects import SelectLowering
-from tilec.ir.ops import MATH_FUNCTIONS
+from tilec.ir.ops import MATH_FUNCTIONS, OPERAND_CONVERSIONS
 from tilec.ir.types import F32, FP8_DTYPES, TILE_DTYPES, DType, TileType
 
 
@@ -167,9 +167,13 @@ class CallLowering(SelectLowering):
         if not is_tile(value):
             raise self.error(TileTypeError, f".to() converts tiles, not {describe(value)}",
                              method.loc)
-        if value.type.dtype in FP8_DTYPES:
+        if value.type.dtype in FP8_DTYPES and (value.type.dtype, dtype) not in OPERAND_CONVERSIONS:
+            # .to(f16) / .to(bf16) of 8-bit float weights is converted in registers after
+            # the fragment load; the tiling pass checks that it is operand B of `@`.
             raise self.error(TileTypeError, f".to() of {describe(value)}: 8-bit float tiles "
                              "are only multiplied", method.loc,
-                             "multiply it with '@' (f32 accumulation), then scale the result")
+                             "multiply it with '@' (f32 accumulation), then scale the result; "
+                             "or convert fp8 weights, operand B of '@', with .to(f16) or "
+                             ".to(bf16)")
         with self.builder.located(method.loc):
             return self._cast(value, dtype)

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
 from tilec.ir.core import Op
-from tilec.ir.types import (ACCUMULATOR_DTYPES, BF16, F16, I8, I32, PRED, ScalarType,
-                            TensorType, TileType)
+from tilec.ir.types import (ACCUMULATOR_DTYPES, BF16, F16, F8E4M3, F8E5M2, I8, I32, PRED,
+                            ScalarType, TensorType, TileType)
 
 
 class IRError(Exception):
@@ -202,9 +202,11 @@ def _dot(op: Op) -> None:
 
 # Conversions of an operand of `@` in registers after its fragment load, (stored dtype,
 # product dtype) (backend: tilec/families/mma_sync.py's CONVERT_PTX). 16-bit sources are
-# loaded like the product's; i8 ones (w8a16 weights, operand B only) by frag.ldbytes
-# (tilec/families/byte_operands.py).
-OPERAND_CONVERSIONS = frozenset({(BF16, F16), (F16, BF16), (I8, F16), (I8, BF16)})
+# loaded like the product's; 8-bit ones (w8a16 weights: i8, or f8e4m3 / f8e5m2 on sm_89+;
+# operand B only) by frag.ldbytes (tilec/families/byte_operands.py).
+OPERAND_CONVERSIONS = frozenset({(BF16, F16), (F16, BF16), (I8, F16), (I8, BF16),
+                                 (F8E4M3, F16), (F8E4M3, BF16), (F8E5M2, F16),
+                                 (F8E5M2, BF16)})
 
 
 def _elementwise(op: Op) -> None:

@@ -791,6 +791,14 @@ def _kib(nbytes: int) -> str:
 
 # The fragment load of an 8-bit operand converted to a 16-bit product (frag.ldbytes).
 BYTE_PAIR_READ = "ld.shared.u16"
+# How frag.cvt turns such a byte pair into a 16-bit pair, by stored dtype
+# (tilec/families/mma_sync.py's CONVERT_PTX).
+BYTE_CONVERSIONS = {
+    "i8": ("prmt into 0x6400 | byte (f16) or 0x4B000000 | byte (f32, then bf16) and one "
+           "subtraction"),
+    **{fp8: (f"cvt.rn.f16x2.{fp8[2:]}x2 (sm_89+; for bf16 then cvt.f32.f16 and "
+             "cvt.rn.bf16x2.f32)") for fp8 in ("f8e4m3", "f8e5m2")},
+}
 
 COPY_INSTRUCTIONS = {"async": "cp.async", "sync": "ld.global + st.shared",
                      "tma": "TMA box (cp.async.bulk.tensor, 128B swizzle), one elected thread"}
@@ -833,9 +841,8 @@ def render_explanation(e: Explanation) -> str:
           c.rows_per_pass, COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
     for role, source in h.converted.items():
         if DType.parse(source).bytes == 1:  # w8a16 (families/byte_operands.py)
-            how = (f"{BYTE_PAIR_READ} (frag.ldbytes: a register's two bytes; frag.cvt: prmt "
-                   "into 0x6400 | byte (f16) or 0x4B000000 | byte (f32, then bf16) and one "
-                   "subtraction, exact)")
+            how = (f"{BYTE_PAIR_READ} (frag.ldbytes: a register's two bytes; frag.cvt: "
+                   f"{BYTE_CONVERSIONS[source]}, exact)")
         else:
             how = f"{family.explain_text.load} (frag.cvt: cvt.rn per pair of elements)"
         lines.append(f"  converted         operand {role}: stored {source}, each fragment "
