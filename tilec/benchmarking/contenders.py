@@ -245,7 +245,7 @@ def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[s
                 # 11.4 us, BK 96 11.6, BK 128 12.2, 64x64x64 in 2 stages 12.5, the 64x64x32
                 # 3-stage kernel 13.5 (cuBLAS 9.6).
                 return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
-                            pack="off")
+                            pack="off", misaligned_copy="words")
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
     if config.get("persistent") and problem == "tiled" and _large_tiles(case) <= ONE_WAVE:
