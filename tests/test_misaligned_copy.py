@@ -1,8 +1,9 @@
-"""Widened copies of misaligned operands (``Options.misaligned_copy``): 16-bit rows that allow
-no cp.async (odd strides, 2-byte aligned) copied as 16-byte shared vectors loaded through
-registers, element by element ("vectors") or as the aligned 4-byte words covering each
-vector ("words"). The tiling plan and copy attributes, the executor's results at ragged
-shapes through every stage, the race checker, the PTX each way emits, and the errors."""
+"""Misaligned 16-bit rows (odd strides, 2-byte aligned) left unpacked. Copies
+(``Options.misaligned_copy``): 16-byte shared vectors loaded through registers, element by
+element ("vectors") or as the aligned 4-byte words covering each vector ("words"): the
+tiling plan and copy attributes, the executor's results at ragged shapes through every
+stage, the race checker, the PTX each way emits, and the errors. C's stores
+(``Options.misaligned_store = "pairs"``): the PTX of a 4-byte store where a row is aligned."""
 from __future__ import annotations
 
 import re
@@ -128,3 +129,30 @@ def test_bad_values_and_the_llvm_backend_say_what_they_take() -> None:
         Options(misaligned_copy="bytes")
     with pytest.raises(TileConfigError, match="misaligned_copy='words'.*llvm backend"):
         sample().ptx(backend="llvm", spec=MISALIGNED, misaligned_copy="words")
+
+
+def c_ptx(**options) -> str:
+    from tilec.benchmarking.contenders import sample_kernel
+    spec = Spec(tensors=(*MISALIGNED.tensors, ("C", options.pop("c_spec", TensorSpec(1, 1)))))
+    return sample_kernel("f16", "f16").ptx(arch="sm_90", BM=64, BN=128, BK=80, warps=(2, 4),
+                                          stages=1, spec=spec, M=1000, N=1003, K=77, **options)
+
+
+def test_pair_stores_where_a_row_is_aligned_and_elements_where_not() -> None:
+    text = c_ptx(misaligned_store="pairs")
+    # 64x128 over 256 threads: 16 register pairs a thread, each a guarded 4-byte store and
+    # two guarded 2-byte ones; the alignment is found once per row (4 rows a thread).
+    assert len(re.findall(r"@%p\d+ st\.global\.b32 \[%rd\d+(\+\d+)?\], %r\d+;", text)) == 16
+    assert len(re.findall(r"@%p\d+ st\.global\.b16", text)) == 32
+    assert len(re.findall(r"setp\.eq\.u32 %p\d+, %r\d+, 0;", text)) == 4
+    assert "st.global.b32" not in c_ptx()  # the default stores elements
+    # Rows known 4-byte aligned keep their plain pair stores.
+    assert c_ptx(misaligned_store="pairs", c_spec=TensorSpec(1, 8)) == c_ptx(
+        c_spec=TensorSpec(1, 8))
+
+
+def test_bad_store_values_and_the_llvm_backend_say_what_they_take() -> None:
+    with pytest.raises(ValueError, match="misaligned_store must be one of elements, pairs"):
+        Options(misaligned_store="words")
+    with pytest.raises(TileConfigError, match="misaligned_store='pairs'.*llvm backend"):
+        sample().ptx(backend="llvm", misaligned_store="pairs")

@@ -225,6 +225,14 @@ OTHERS = [
     case("matmul", "bf16", "sm_90a", RAGGED, spec=MISALIGNED, misaligned_copy="vectors",
          BM=64, BN=128, BK=80, warps=(2, 4), stages=1),
     case("matmul_bt", "f16", "sm_80", RAGGED, spec=MISALIGNED, misaligned_copy="words"),
+    # f16 C's 2-byte aligned rows: a 4-byte store of a pair where a row is 4-byte aligned.
+    case("gemm_epilogue", "f16", "sm_80", RAGGED, misaligned_store="pairs",
+         spec=Spec(tensors=(("C", TensorSpec(1, 1)),))),
+    case("gemm_epilogue", "bf16", "sm_86", misaligned_store="pairs",
+         spec=Spec(tensors=(("C", TensorSpec(1, 1)),))),
+    case("gemm_epilogue", "f16", "sm_90a", RAGGED, misaligned_store="pairs",
+         misaligned_copy="words", BM=64, BN=128, BK=80, warps=(2, 4), stages=1,
+         spec=Spec(tensors=(*MISALIGNED.tensors, ("C", TensorSpec(1, 1))))),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
 SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}}

@@ -60,3 +60,27 @@ def test_arrays_starting_mid_word_and_neighbours_that_must_not_leak(how):
         == [(8, 1), (8, 1)]
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+
+
+@pytest.mark.parametrize("m,n,k,config", CASES[::2], ids=lambda c: "x".join(map(str, c))
+                         if isinstance(c, tuple) else None)
+def test_pair_stores_of_misaligned_c_rows_write_c_and_nothing_else(m, n, k, config):
+    from tilec.benchmarking.contenders import sample_kernel
+    rng = np.random.default_rng(9)
+    a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
+    b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
+    # C f16 starting one element into its buffer, rows of an odd stride (alternately 4-byte
+    # aligned); the element before C and the columns past N hold a sentinel that must
+    # survive.
+    stride = n + 2 if n % 2 else n + 1
+    sentinel = np.float16(-7.0)
+    store = np.full(m * stride + 1, sentinel, np.float16)
+    c = DeviceArray(store, shape=(m, n), strides=(stride, 1), offset=1)
+    launch = sample_kernel("f16", "f16").prepare(
+        a, b, c, pack="off", misaligned_copy="words", misaligned_store="pairs", **config)
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+    written = c.storage.copy()
+    c.buffer.copy_to_host(written)
+    assert written[0] == sentinel
+    assert (written[1:].reshape(m, stride)[:, n:] == sentinel).all()
