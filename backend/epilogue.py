@@ -206,6 +206,10 @@ def _store(ctx: Context, op: Op) -> None:
     masked = op.attrs.get("masked", [True] * len(offsets))
     elements = _element_addresses(ctx, op, offsets, dims, vtype.layout, eb, masked)
     w = ctx.w
+    if (eb == 2 and ctx.options.misaligned_store == "pairs"
+            and _rows_contiguous(ctx, op.operands[0]) and not _pairs_contiguous(ctx, op.operands[0])):
+        _store_pairs_where_aligned(ctx, op, regs, elements)
+        return
     # 1-byte elements (i8) are stored one by one: a pair is a 16-bit store of two b16
     # registers' low bytes, not worth the packing here.
     if eb == 1 or not _pairs_contiguous(ctx, op.operands[0]):
@@ -231,6 +235,53 @@ def _store(ctx: Context, op: Op) -> None:
             if inside:
                 w.emit(f"and.pred {alone}, {alone}, {inside};")
             w.emit(f"@{alone} st.global.{suffix} [{address}], {regs[i]};")
+
+
+def _store_pairs_where_aligned(ctx: Context, op: Op, regs, elements) -> None:
+    """misaligned_store = pairs: 16-bit rows known only 2-byte aligned. A register pair
+    (neighbouring columns, an even column apart from the row's first) goes as one 4-byte
+    store where its row's address is 4-byte aligned at run time, else as two 2-byte stores;
+    at a ragged right edge the first alone. The alignment is checked once per row base."""
+    w = ctx.w
+    aligned_rows = ctx.op_state.setdefault(("aligned rows", op), {})
+    for position in range(0, len(elements), 2):
+        (i, address, inside, _), (_, _, inside_next, _) = elements[position:position + 2]
+        base, _, immediate = address.partition("+")
+        offset = int(immediate or 0)
+        key = (base, offset % 4)
+        if key not in aligned_rows:
+            low = w.reg("b32")
+            w.emit(f"cvt.u32.u64 {low}, {base};")
+            if offset % 4:
+                low = ctx.int_op("add.s32", low, offset % 4)
+            aligned = w.reg("pred")
+            w.emit(f"and.b32 {low}, {low}, 3;")
+            w.emit(f"setp.eq.u32 {aligned}, {low}, 0;")
+            aligned_rows[key] = aligned
+        aligned = aligned_rows[key]
+        packed = w.reg("b32")
+        w.emit(f"mov.b32 {packed}, {{{regs[i]}, {regs[i + 1]}}};")
+        whole = ctx.and_pred(aligned, inside_next)
+        w.emit(f"@{whole} st.global.b32 [{address}], {packed};")
+        # The first element alone: inside, and not in a 4-byte store.
+        first = w.reg("pred")
+        w.emit(f"not.pred {first}, {whole};")
+        first = ctx.and_pred(first, inside)
+        w.emit(f"@{first} st.global.b16 [{address}], {regs[i]};")
+        # The second alone: inside, on a row the 4-byte store does not take.
+        second = w.reg("pred")
+        w.emit(f"not.pred {second}, {aligned};")
+        second = ctx.and_pred(second, inside_next)
+        w.emit(f"@{second} st.global.b16 [{base}+{offset + 2}], {regs[i + 1]};")
+
+
+def _rows_contiguous(ctx: Context, tensor) -> bool:
+    """Whether the tensor is 2-D with unit-stride rows (whatever their alignment)."""
+    for param, arg in zip(ctx.kernel.params, ctx.kernel.body.args):
+        if arg is tensor:
+            spec = ctx.options.spec.tensor(param.name, param.type.rank, param.type.dtype.bytes)
+            return param.type.rank == 2 and spec.contiguous_dim == 1
+    return False
 
 
 def _pairs_contiguous(ctx: Context, tensor) -> bool:

@@ -9,6 +9,9 @@ weights likewise, on sm_89 and later:
 Produces:
 - ``kernel.schedule.tiling``: a :class:`~tilec.ir.schedule.TilingPlan` (block, warp and
   instruction tiles, threads, each operand's shared layout and copy vector width);
+  under ``Options.misaligned_copy`` "vectors" or "words", 16-bit operands whose rows allow
+  no cp.async copy 16-byte vectors (``vec``) read through registers (``global_vec``, the
+  copy's ``misaligned`` attribute: how the loads are issued);
 - a one-stage shared buffer per operand (``smem.alloc`` before the loop) filled in the loop
   by a synchronous ``copy.global_to_shared``, with ``gpu.barrier`` on both sides of the dot,
   which now reads the shared views;
@@ -35,7 +38,8 @@ After::
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import replace
+from typing import Any, Optional
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
@@ -43,6 +47,7 @@ from tilec.ir.ops import OPERAND_CONVERSIONS
 from tilec.ir.schedule import OperandPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, TileType
 from tilec.ir.views import matrix_dim, view_source
+from tilec.families.cp_async import ASYNC_COPY_BYTES
 from tilec.families.fp8 import FP8_ARCHS
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
@@ -80,6 +85,31 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
                       threads=warps[0] * warps[1] * WARP_SIZE,
                       dtype=dtype, operands=operands, raster_group=options.raster_group,
                       kind=family.name)
+
+
+# Bytes of the shared vector a thread stores per access of a widened misaligned copy (one
+# st.shared.v4; the swizzle pass then picks the swizzle of 16-byte vectors).
+WIDENED_BYTES = 16
+
+
+def _widened(op_plan: OperandPlan, options: Options, product_bytes: int) -> OperandPlan:
+    """``op_plan`` with 16-byte copy vectors loaded through registers, for 16-bit rows too
+    misaligned for cp.async (Options.misaligned_copy other than "elements"); unchanged where
+    the rows allow cp.async, the operand is converted, or the tile's contiguous extent is
+    not a whole number of vectors."""
+    eb = op_plan.stored_bytes(product_bytes)
+    wide = WIDENED_BYTES // eb
+    if (options.misaligned_copy == "elements" or op_plan.source or eb != 2
+            or op_plan.vec * eb >= ASYNC_COPY_BYTES[0] or op_plan.layout.cols % wide):
+        return op_plan
+    return replace(op_plan, vec=wide, global_vec=op_plan.vec)
+
+
+def _misaligned_attrs(op_plan: OperandPlan, options: Options) -> dict[str, Any]:
+    """The copy's ``global_vec`` and ``misaligned`` (how it loads) when widened."""
+    if not op_plan.global_vec:
+        return {}
+    return {"global_vec": op_plan.global_vec, "misaligned": options.misaligned_copy}
 
 
 def _loaded(value: Value) -> Value:
@@ -236,6 +266,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     bm, bk = a_type.shape
     bn = b_type.shape[1]
     operands = []
+    unit_stride = []  # per operand: a dim of unit stride (elements of a row adjacent)
     for role, load in zip("AB", loads):
         name, transposed_view = _source_tensor(kernel, load.operands[0])
         param = next(p for p in kernel.params if p.name == name)
@@ -260,9 +291,14 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           f"store '{name}' as [N, K] (an nn.Linear weight) and read "
                           f"{name}.T[k : +BK, n : +BN] (samples/w8a16.py)")
         operands.append(OperandPlan(role, name, layout, vec, source))
+        unit_stride.append(contiguous_dim is not None)
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
     family = family_of(plan)
+    if family.movement == "cp.async":  # TMA boxes have no per-thread vectors to widen
+        operands = [_widened(op_plan, options, a_type.dtype.bytes) if adjacent else op_plan
+                    for op_plan, adjacent in zip(operands, unit_stride)]
+        plan = replace(plan, operands=tuple(operands))
     for op_plan in plan.operands:
         if op_plan.byte_loaded and family.byte_load_op is None:
             raise located(TileConfigError, f"operand {op_plan.role} is stored in "
@@ -302,7 +338,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                                                          op.operands[0].type.shape)]
                 b.op("copy.global_to_shared", [*op.operands, view],
                      attrs={"shape": list(op.attrs["shape"]), "vec": operands[role_index].vec,
-                            "mode": "sync", "threads": plan.threads, "masked": masked})
+                            "mode": "sync", "threads": plan.threads, "masked": masked,
+                            **_misaligned_attrs(operands[role_index], options)})
                 views[op.result] = view
             elif op in casts.values():
                 continue  # done in registers after the fragment load (fragments pass)

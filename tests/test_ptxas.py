@@ -28,6 +28,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ARCHS = ("sm_80", "sm_86", "sm_90")
 DIVISIBLE = (("M", 4096), ("N", 4096), ("K", 4096))
 RAGGED = (("M", 1000), ("N", 1003), ("K", 77))
+MISALIGNED = Spec(tensors=(("A", TensorSpec(1, 1)), ("B", TensorSpec(1, 1))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -235,6 +236,26 @@ OTHERS = [
     case("gemm_gelu", "f16", "sm_80"),
     case("gemm_gelu", "bf16", "sm_86", RAGGED),
     case("gemm_gelu", "f32", "sm_90"),
+    # Misaligned rows (2-byte aligned, odd strides) left unpacked, copied as 16-byte shared
+    # vectors: loaded element by element ("vectors") or as aligned words + prmt ("words").
+    case("matmul", "f16", "sm_80", RAGGED, spec=MISALIGNED, misaligned_copy="vectors"),
+    case("matmul", "bf16", "sm_86", RAGGED, spec=MISALIGNED, misaligned_copy="words",
+         stages=3),
+    case("matmul", "f16", "sm_90", spec=MISALIGNED, misaligned_copy="words", BM=64, BN=64,
+         BK=32, warps=(2, 2)),
+    case("matmul", "f16", "sm_90a", RAGGED, spec=MISALIGNED, misaligned_copy="words", BM=64,
+         BN=128, BK=80, warps=(2, 4), stages=1),  # the tuned 1000x1003x77 kernel
+    case("matmul", "bf16", "sm_90a", RAGGED, spec=MISALIGNED, misaligned_copy="vectors",
+         BM=64, BN=128, BK=80, warps=(2, 4), stages=1),
+    case("matmul_bt", "f16", "sm_80", RAGGED, spec=MISALIGNED, misaligned_copy="words"),
+    # f16 C's 2-byte aligned rows: a 4-byte store of a pair where a row is 4-byte aligned.
+    case("gemm_epilogue", "f16", "sm_80", RAGGED, misaligned_store="pairs",
+         spec=Spec(tensors=(("C", TensorSpec(1, 1)),))),
+    case("gemm_epilogue", "bf16", "sm_86", misaligned_store="pairs",
+         spec=Spec(tensors=(("C", TensorSpec(1, 1)),))),
+    case("gemm_epilogue", "f16", "sm_90a", RAGGED, misaligned_store="pairs",
+         misaligned_copy="words", BM=64, BN=128, BK=80, warps=(2, 4), stages=1,
+         spec=Spec(tensors=(*MISALIGNED.tensors, ("C", TensorSpec(1, 1))))),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
 SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}, "wfp8a16": {"sm_90", "sm_90a"}}

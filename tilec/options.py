@@ -21,6 +21,11 @@ ARCHS: dict[str, dict[str, int | str]] = {
 MAX_REGISTERS_PER_THREAD = 255
 L2_PREFETCH_BYTES = (0, 64, 128, 256)
 PACK_POLICIES = ("auto", "always", "off")
+# How a copy reads operand rows too misaligned for any cp.async (odd f16 strides: 2-byte
+# rows): see Options.misaligned_copy.
+MISALIGNED_COPIES = ("elements", "vectors", "words")
+# How the epilogue stores 16-bit C rows too misaligned for 4-byte stores: Options.misaligned_store.
+MISALIGNED_STORES = ("elements", "pairs")
 MAX_SPLIT_K = 64
 BLOCKS_PER_SM = (1, 2)
 CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
@@ -101,6 +106,20 @@ class Options:
     # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.launch.packing):
     # "auto" when large enough to pay, "always", or "off".
     pack: str = "auto"
+    # Operand copies of 16-bit rows too misaligned for cp.async (2-byte aligned: odd strides)
+    # load through registers. "elements": one element a thread and access; "vectors": each
+    # thread moves a 16-byte shared vector per access, loaded element by element (an eighth
+    # of the addressing and masking), stored with one st.shared.v4; "words": the same
+    # vectors read as the aligned 4-byte words that cover them (5 loads for 8 elements) and
+    # shifted into place with prmt. For small latency-bound products (1000x1003x77) where
+    # the instructions before the loads are the cost, not the bytes.
+    misaligned_copy: str = "elements"
+    # The epilogue's stores of 16-bit C rows that are only 2-byte aligned (odd strides):
+    # "elements" stores each element alone; "pairs" checks each row's address at run time
+    # and stores a register pair (neighbouring columns) with one 4-byte store where it is
+    # 4-byte aligned: every other row of an odd stride. On an H100 the 2-byte stores of
+    # 1000x1003x77's C cost 3.4 us of its 11.3 (7.9 with C's rows aligned).
+    misaligned_store: str = "elements"
     # Blocks per output tile along K (passes/split_k.py): each sums a slice of the K loop and
     # the last to finish adds the slices up before the epilogue. For shapes with too few
     # output tiles to fill the GPU (skinny M, small M x N with long K).
@@ -138,6 +157,12 @@ class Options:
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
         if self.pack not in PACK_POLICIES:
             raise ValueError(f"pack must be one of {', '.join(PACK_POLICIES)}, got {self.pack!r}")
+        if self.misaligned_copy not in MISALIGNED_COPIES:
+            raise ValueError(f"misaligned_copy must be one of {', '.join(MISALIGNED_COPIES)}, "
+                             f"got {self.misaligned_copy!r}")
+        if self.misaligned_store not in MISALIGNED_STORES:
+            raise ValueError(f"misaligned_store must be one of {', '.join(MISALIGNED_STORES)}, "
+                             f"got {self.misaligned_store!r}")
         if (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)
                 or not 1 <= self.split_k <= MAX_SPLIT_K):
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got "

@@ -93,6 +93,15 @@ def check_supported(kernel: Kernel, options: Options) -> None:
         raise TileConfigError("the cp.async L2 prefetch hint (l2_prefetch) is not supported "
                               "by the llvm backend (LLVM's cp.async intrinsics have no "
                               "L2::NB form); " + hint)
+    if any(op.attrs.get("misaligned") == "words" for op in kernel.walk()
+           if op.name == "copy.global_to_shared"):
+        raise TileConfigError("misaligned_copy='words' (aligned 4-byte loads shifted into "
+                              "place with prmt) is not emitted by the llvm backend; "
+                              "misaligned_copy='vectors' is, or " + hint)
+    if options.misaligned_store != "elements":
+        raise TileConfigError(f"misaligned_store={options.misaligned_store!r} (4-byte stores "
+                              "of C's pairs on the rows that allow them) is not emitted by the "
+                              "llvm backend; " + hint)
     roles = kernel.schedule.roles
     if roles is not None:
         raise TileConfigError("warp specialization (the tma and wgmma families) is not "

@@ -272,8 +272,14 @@ def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[s
                 # 1000x1003x77 (152 configurations swept, one run): 64x128x80 with 2x4 warps
                 # 11.4 us, BK 96 11.6, BK 128 12.2, 64x64x64 in 2 stages 12.5, the 64x64x32
                 # 3-stage kernel 13.5 (cuBLAS 9.6).
+                # The misaligned rows read as words (aligned 4-byte loads + prmt, 16-byte
+                # shared vectors): 1064 -> 728 SASS instructions, 238 -> 127 registers; H100,
+                # one run: 11.3 us against 11.8 element by element and 12.5 as vectors
+                # (element loads into 16-byte vectors), cuBLAS 9.95; bench 0.88x cuBLAS
+                # (0.84x by elements). What is left is C's 2-byte stores: with them off the
+                # kernel takes 7.5 us, with C's rows 16-byte aligned 7.9.
                 return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
-                            pack="off")
+                            pack="off", misaligned_copy="words")
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
     if case.batched and (family, problem) in BATCHED_PERSISTENT and \

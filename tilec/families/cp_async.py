@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 COPY, COMMIT, WAIT = "copy.global_to_shared", "copy.commit", "copy.wait"
 ASYNC_COPY_BYTES = (4, 8, 16)  # cp.async sizes, PTX ISA 9.7.9.25.3.1
+# How a widened misaligned copy (attribute ``misaligned``, with ``global_vec`` narrower than
+# ``vec``: Options.misaligned_copy) loads its vectors: element by element, or as the aligned
+# 4-byte words covering each vector, shifted into place with prmt.
+MISALIGNED_LOADS = ("vectors", "words")
 
 
 # -- global -> shared: PTX ISA 9.7.9.25.3 (cp.async) --------------------------------------
@@ -281,7 +285,8 @@ def _copy(ctx: Context, op: Op) -> None:
                 size = guarded
             w.emit(f"{guard}cp.async.{cache} [{dst}], [{src}], {nbytes}, {size};")
         else:
-            stores = _copy_sync_loads(ctx, src, dst, vec, eb, inside, partial_bytes)
+            loads = SYNC_LOADS[op.attrs.get("misaligned", "elements")]
+            stores = loads(ctx, src, dst, vec, eb, inside, partial_bytes)
             pending_stores.extend(guard + store for store in stores)
             if len(pending_stores) >= SYNC_BATCH:
                 _flush_stores(ctx, pending_stores)
@@ -300,9 +305,17 @@ def _copy_sync_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
                      partial) -> list[str]:
     """Load element by element into registers (for vectors cp.async cannot move) and return
     the shared stores that complete the copy."""
+    suffix, _ = SYNC_ELEMENT[eb]
+    values = _element_loads(ctx, src, vec, eb, inside, partial)
+    return [f"st.shared.{suffix} [{dst}+{e * eb}], {value};" for e, value in enumerate(values)]
+
+
+def _element_loads(ctx: Context, src: str, vec: int, eb: int, inside, partial) -> list[str]:
+    """The registers of ``vec`` elements loaded one by one from ``src``; those outside the
+    tensor (``inside`` false, or past ``partial`` bytes) stay zero."""
     w = ctx.w
     suffix, cls = SYNC_ELEMENT[eb]
-    stores = []
+    values = []
     for e in range(vec):
         ok = inside
         if partial is not None:
@@ -313,8 +326,88 @@ def _copy_sync_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
         w.emit(f"mov.{cls} {value}, 0;")
         guard = f"@{ok} " if ok else ""
         w.emit(f"{guard}ld.global.nc.{suffix} {value}, [{src}+{e * eb}];")
-        stores.append(f"st.shared.{suffix} [{dst}+{e * eb}], {value};")
-    return stores
+        values.append(value)
+    return values
+
+
+def _copy_vector_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside,
+                       partial) -> list[str]:
+    """misaligned = vectors: load element by element as :func:`_copy_sync_loads`, and store
+    the vector to shared at once (16-bit elements, two to a 32-bit register)."""
+    w = ctx.w
+    values = _element_loads(ctx, src, vec, eb, inside, partial)
+    words = []
+    for low, high in zip(values[0::2], values[1::2]):
+        word = w.reg("b32")
+        w.emit(f"mov.b32 {word}, {{{low}, {high}}};")
+        words.append(word)
+    return [_shared_vector_store(dst, words)]
+
+
+def _copy_word_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside,
+                     partial) -> list[str]:
+    """misaligned = words: the vector's ``vec * eb`` bytes start ``shift`` (its address mod
+    4) bytes into an aligned 4-byte word; load the words that cover them (one more than the
+    vector has, needed when shift > 0), each only where it holds a byte of the vector
+    inside the tensor, and take each 4-byte piece of the vector out of two neighbouring
+    words with prmt.f4e (PTX ISA 9.7.8.7: bytes shift..shift+3 of the pair). Bytes of a
+    loaded word past the vector's in-bounds part (``partial``) are cleared: they belong to
+    the next row or lie past the tensor."""
+    w = ctx.w
+    nbytes = vec * eb
+    low = w.reg("b32")
+    w.emit(f"cvt.u32.u64 {low}, {src};")
+    shift = ctx.int_op("and.b32", low, 3)
+    base = w.reg("b64")
+    w.emit(f"and.b64 {base}, {src}, -4;")
+    # Word i holds the vector's bytes 4i - shift .. 4i - shift + 3: load it where one of
+    # them is in bounds, 4i - shift < partial (or nbytes), i.e. partial + shift > 4i.
+    reach = ctx.int_op("add.s32", partial, shift) if partial is not None else None
+    words = []
+    for i in range(nbytes // 4 + 1):
+        ok = inside
+        if reach is not None or 4 * i >= nbytes:
+            needed = w.reg("pred")
+            if reach is None:
+                w.emit(f"setp.gt.s32 {needed}, {shift}, {4 * i - nbytes};")
+            else:
+                w.emit(f"setp.gt.s32 {needed}, {reach}, {4 * i};")
+            ok = ctx.and_pred(ok, needed)
+        word = w.reg("b32")
+        w.emit(f"mov.b32 {word}, 0;")
+        guard = f"@{ok} " if ok else ""
+        w.emit(f"{guard}ld.global.nc.b32 {word}, [{base}+{4 * i}];")
+        words.append(word)
+    # The bits of the vector in bounds; piece j keeps clamp(bits - 32j, 0, 32) of its own.
+    bits_in = ctx.int_op("shl.b32", partial, 3) if partial is not None else None
+    pieces = []
+    for j in range(nbytes // 4):
+        piece = w.reg("b32")
+        w.emit(f"prmt.b32.f4e {piece}, {words[j]}, {words[j + 1]}, {shift};")
+        if bits_in is not None:
+            # A mask of that many low bits: ~(-1 << bits), where a shift of 32 or more
+            # leaves no bits (PTX ISA 9.7.8.8) and a negative count is clamped to 0 first.
+            bits = ctx.int_op("sub.s32", bits_in, 32 * j) if j else bits_in
+            bits = ctx.int_op("max.s32", bits, 0)
+            cleared = ctx.int_op("shl.b32", -1, bits)
+            mask = w.reg("b32")
+            w.emit(f"not.b32 {mask}, {cleared};")
+            piece = ctx.int_op("and.b32", piece, mask)
+        pieces.append(piece)
+    return [_shared_vector_store(dst, pieces)]
+
+
+def _shared_vector_store(dst: str, words: list[str]) -> str:
+    """One st.shared of 1, 2 or 4 32-bit registers (a 4-, 8- or 16-byte vector)."""
+    if len(words) == 1:
+        return f"st.shared.b32 [{dst}], {words[0]};"
+    return f"st.shared.v{len(words)}.b32 [{dst}], {{{', '.join(words)}}};"
+
+
+# How a synchronous copy loads its vectors (the copy's ``misaligned`` attribute; a copy
+# without one moves element by element).
+SYNC_LOADS = {"elements": _copy_sync_loads, "vectors": _copy_vector_loads,
+              "words": _copy_word_loads}
 
 
 def _flush_stores(ctx: Context, stores: list[str]) -> None:
@@ -358,6 +451,12 @@ def _check_copy(op: Op) -> None:
     require(dst.type.dtype == tensor.type.dtype, "copies keep the element type")
     require(list(op.attrs["shape"]) == list(dst.type.shape), "copy shape differs from dst")
     require(op.attrs["mode"] in ("sync", "async"), "mode is sync or async")
+    if "global_vec" in op.attrs:
+        require(op.attrs["mode"] == "sync" and op.attrs["vec"] % op.attrs["global_vec"] == 0,
+                "a copy whose global rows allow narrower vectors than its own (global_vec) "
+                "loads through registers (mode sync), in whole global vectors")
+        require(op.attrs.get("misaligned") in MISALIGNED_LOADS,
+                f"misaligned is one of {', '.join(MISALIGNED_LOADS)}")
 
 
 @dataclass
@@ -459,7 +558,9 @@ class CpAsyncFamily(MovementFamily):
         # Vectors of 4, 8 or 16 bytes go through cp.async; narrower ones stay loads and
         # stores through registers.
         nbytes = copy.attrs["vec"] * copy.operands[0].type.dtype.bytes
-        return dict(copy.attrs, mode="async" if nbytes in ASYNC_COPY_BYTES else "sync")
+        aligned = "global_vec" not in copy.attrs  # a widened misaligned copy stays loads
+        return dict(copy.attrs,
+                    mode="async" if nbytes in ASYNC_COPY_BYTES and aligned else "sync")
 
     def trace_op(self, op: Op, tracer: Tracer) -> None:
         # Events carry "commits_before" (groups closed before them); a copy's group is the

@@ -37,6 +37,10 @@ class OperandPlan:
     # The dtype it is stored in (global and shared memory) when that is not the product's:
     # converted in registers after the fragment load (``b.to(f16)`` in the K loop).
     source: str = ""
+    # Elements the global side can move at once, where narrower than ``vec``: the copy
+    # loads through registers (Options.misaligned_copy) and stores ``vec`` to shared at once.
+    # 0: the global side moves ``vec``.
+    global_vec: int = 0
 
     @property
     def k_major(self) -> bool:
@@ -53,8 +57,9 @@ class OperandPlan:
 
     def __str__(self) -> str:
         converted = f", converted from {self.source}" if self.source else ""
+        narrow = f", global vec = {self.global_vec}" if self.global_vec else ""
         return (f"{{tensor = {self.tensor}, layout = {self.layout}, vec = {self.vec}"
-                f"{converted}}}")
+                f"{narrow}{converted}}}")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 Every verb (compile, run, explain, bisect, viz, bench) takes some of the same flags: the
 program (FILE, ``--kernel``, ``--const``), the compile options (``--arch``, ``--stages``,
 ``--warps``, ``--swizzle``, ``--f32-math``, ``--raster-group``, ``--split-k``, ``--pack``,
+``--misaligned-copy``, ``--misaligned-store``,
 ``--disable``, ``--verify``), the sizes (``--shape``) and the inputs (``--scalar``,
 ``--seed``). Each is written once in :data:`FLAGS`; a verb adds the ones it takes with
 :func:`add_flags`, changing a help text or two where its meaning narrows.
@@ -30,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 from tilec.errors import TileError
 from tilec.ir.types import I32
 from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, F32_MATH,
-                           LLVM_OPT_LEVELS, MAX_SPLIT_K, PACK_POLICIES)
+                           LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
+                           MISALIGNED_STORES, PACK_POLICIES)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -41,7 +43,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "split_k", "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt")
+                "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt")
 
 
 class CommandError(Exception):
@@ -166,6 +168,15 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
+    "misaligned_copy": ("--misaligned-copy", dict(
+        choices=MISALIGNED_COPIES, help="how copies read 16-bit operand rows too misaligned "
+        "for cp.async (odd strides, left unpacked): elements (one a thread and access, the "
+        "default), vectors (16-byte shared vectors loaded element by element) or words "
+        "(the aligned 4-byte words covering each vector, shifted into place)")),
+    "misaligned_store": ("--misaligned-store", dict(
+        choices=MISALIGNED_STORES, help="how the epilogue stores 16-bit C rows that are only "
+        "2-byte aligned: elements (each alone, the default) or pairs (a 4-byte store of two "
+        "neighbours where the row's address is 4-byte aligned at run time)")),
     "backend": ("--backend", dict(
         choices=BACKENDS, help="what writes the PTX: ptx (tilec's own emitter, the default) "
         "or llvm (LLVM IR with NVVM intrinsics through LLVM's NVPTX target, via llvmlite)")),

@@ -201,7 +201,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
         parser, "const", "arch", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
-        "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt",
+        "misaligned_copy", "misaligned_store", "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt",
         backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
                  "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
@@ -213,7 +213,13 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
         split_k={"help": "tilec's blocks per output tile along K (split-K)"},
         f32_math={"help": "tilec's math for the f32 rows (default ffma; checked with the tf32 "
                   "tolerance when tf32); the tf32 rows always use tf32"},
-        pack={"help": "tilec's packing of misaligned operands at launch (default auto)"})
+        pack={"help": "tilec's packing of misaligned operands at launch (default auto)"},
+        misaligned_copy={"help": "how tilec's copies read operand rows too misaligned for "
+                         "cp.async, left unpacked: elements, vectors or words (default: the "
+                         "tuned config's, else elements)"},
+        misaligned_store={"help": "how tilec's epilogue stores 16-bit C rows that are only "
+                          "2-byte aligned: elements or pairs (default: the tuned config's, "
+                          "else elements)"})
     parser.add_argument("--c-dtype", choices=C_DTYPES, default="inputs",
                         help="what tilec and Triton write C as for f16/bf16 products: "
                         "'inputs' (their dtype, as torch.matmul writes it; the default) or "

@@ -637,7 +637,8 @@ def copy_store_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingP
                          buffer: Buffer, mode: str) -> Iterator[tuple[list[int | None], int]]:
     """(lane byte addresses, bytes per lane) of every warp store a copy of this operand makes:
     per stage, warp and access; a synchronous copy stores each element on its own
-    (``st.shared.b16``), as ``tilec/families/cp_async.py`` does."""
+    (``st.shared.b16``), as ``tilec/families/cp_async.py`` does, except a widened misaligned
+    one (``global_vec``), which stores its vector at once."""
     elem_bytes = buffer.elem_bytes
     cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
     for stage in range(buffer.stages):
@@ -645,7 +646,7 @@ def copy_store_instances(layout: SmemLayout, op_plan: OperandPlan, plan: TilingP
         for warp in range(plan.threads // WARP_SIZE):
             for i in range(cmap.per_thread):
                 lanes = copy_store_addresses(layout, cmap, warp, i, elem_bytes)
-                if mode == "async":
+                if mode == "async" or op_plan.global_vec:
                     yield [None if a is None else base + a for a in lanes], \
                         op_plan.vec * elem_bytes
                     continue
@@ -706,6 +707,7 @@ def _conflicts(kernel: Kernel, plan: TilingPlan, buffers: list[Buffer]) -> list[
             mode = copy.attrs["mode"] if copy is not None else "sync"
             elem_bytes = buffer.elem_bytes
             store = (f"cp.async {op_plan.vec * elem_bytes} B" if mode == "async"
+                     else f"st.shared {op_plan.vec * elem_bytes} B" if op_plan.global_vec
                      else f"st.shared.b{8 * elem_bytes}")
             chosen = [_degree(a, w)
                       for a, w in copy_store_instances(layout, op_plan, plan, buffer, mode)]

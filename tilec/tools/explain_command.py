@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
               shape={"help": "sizes the kernel will see (as for compile)"})
     parser.add_argument("--no-ptxas", action="store_true",
                         help="skip ptxas's register and spill report")
-    add_flags(parser, "pack")
+    add_flags(parser, "pack", "misaligned_copy", "misaligned_store")
     parser.set_defaults(handler=run)
     return parser
 
