@@ -284,6 +284,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " persistent"
     if roles is not None and roles.cluster > 1:
         text += f" cluster {roles.cluster}"
+    if roles is not None and roles.pingpong:
+        text += " pingpong"
     epilogue = compiled.kernel.schedule.epilogue
     if epilogue is not None and epilogue.via == "tma":
         text += " TMA-store epilogue"

@@ -128,8 +128,28 @@ class RolesPlan:
     # half of every B stage and multicasts it; each consumer warpgroup hands a stage back
     # to both blocks' empty barriers).
     cluster: int = 1
+    # "cooperative": the consumer warpgroups share each tile. "pingpong": each owns a whole
+    # tile and they take the block's tiles in turn (warpgroup w its tiles w, w + 2, ...), the
+    # mainloops handed over in order (ws.turn_wait / ws.turn_pass), so one warpgroup's
+    # epilogue runs under the other's products; the ring's stages go to the warpgroup whose
+    # tile they hold.
+    consumers: str = "cooperative"
 
     producer_threads: ClassVar[int] = WARPGROUP
+
+    @property
+    def pingpong(self) -> bool:
+        return self.consumers == "pingpong"
+
+    @property
+    def tile_warpgroups(self) -> int:
+        """The consumer warpgroups that compute one tile (and hand each stage back)."""
+        return 1 if self.pingpong else self.consumer_warpgroups
+
+    @property
+    def tile_threads(self) -> int:
+        """The threads that compute one tile: its epilogue's barriers count these."""
+        return self.tile_warpgroups * WARPGROUP
 
     @property
     def consumer_threads(self) -> int:
@@ -146,7 +166,8 @@ class RolesPlan:
                 + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else "")
                 + (", persistent" if self.persistent else "")
                 + (f", cluster = {self.cluster} blocks along M sharing B" if self.cluster > 1
-                   else "") + "}")
+                   else "")
+                + (", pingpong: a tile a warpgroup, in turn" if self.pingpong else "") + "}")
 
 
 @dataclass(frozen=True)
