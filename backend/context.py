@@ -230,7 +230,7 @@ def c_thread_coords(ctx: "Context", layout: DistributedLayout,
         else:
             tid = ctx.w.reg("b32")
             ctx.w.emit(f"mov.u32 {tid}, %tid.x;")
-            if ctx.local_tid:
+            if local:
                 tid = ctx.int_op("and.b32", tid, 127)
             lane, warp = ctx.int_op("and.b32", tid, 31), ctx.int_op("shr.u32", tid, 5)
         lane_cols = layout.lane_grid[1]
@@ -241,7 +241,11 @@ def c_thread_coords(ctx: "Context", layout: DistributedLayout,
         row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
         col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
         return row, col
-    return ctx.w.once(ctx.thread_key(("c_coords", layout)), compute) if keep else compute()
+    # Thread ids within the warpgroup: the PTX backend's pingpong consumers (Context.local_tid;
+    # the llvm backend has none).
+    local = getattr(ctx, "local_tid", False)
+    key = ("local", ("c_coords", layout)) if local else ("c_coords", layout)
+    return ctx.w.once(key, compute) if keep else compute()
 
 
 def _scaled(ctx: "Context", reg: str, power_of_two: int) -> str:
