@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,3 +206,14 @@ def test_the_turns_keep_every_wait_on_its_own_phase(stages, trips) -> None:
 def test_without_the_turns_a_warpgroup_reads_a_stage_a_round_early() -> None:
     outcomes = {_ring_run(7, 3, 2, turns=False, seed=seed) for seed in range(40)}
     assert any("read stage" in outcome for outcome in outcomes), outcomes
+
+
+def test_the_cli_refuses_pingpong_without_a_persistent_block(capsys) -> None:
+    from tilec.cli import main
+    sample = str(Path(__file__).resolve().parent.parent / "samples" / "gemm_epilogue.py")
+    code = main(["compile", sample, "--arch", "sm_90a", "--consumers", "pingpong",
+                 "--const", "BM=64", "-o", "/dev/null"])
+    err = capsys.readouterr().err
+    assert code == 1 and "tilec: error: consumers='pingpong'" in err and "Traceback" not in err
+    assert main(["compile", sample, "--arch", "sm_90a", "--consumers", "pingpong",
+                 "--persistent", "--const", "BM=64", "-o", "/dev/null"]) == 0

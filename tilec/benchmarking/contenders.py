@@ -52,7 +52,8 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
-    persistent block, a cluster of two sharing B, or persistent clusters (the autotuner
+    persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
+    pingpong consumers (the autotuner
     prunes what does not fit; batched rows take one tile a block: persistent blocks and
     clusters refuse them)."""
     from tilec.tools.autotune import search_space
@@ -76,6 +77,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
+        if not case.batched:
+            # Pingpong consumers take a warpgroup's tile each: the 64-row ones.
+            space += [{**config, **PINGPONG} for config in tiles if config["BM"] == 64]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -185,6 +189,8 @@ SIXTEEN_BIT = ("f16", "bf16")
 # The block schedules sm_90a's autotuning tries for each tile: one tile a block, persistent
 # blocks, a cluster of two sharing B, and persistent clusters walking pairs of tiles.
 SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2}, {"persistent": True, "cluster": 2})
+# And for 64-row tiles, pingpong consumers: two warpgroups a block, each on tiles of its own.
+PINGPONG = {"persistent": True, "consumers": "pingpong"}
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8",

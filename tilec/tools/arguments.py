@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 from tilec.errors import TileError
 from tilec.ir.types import I32
 from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, CONSUMER_MODES,
-                           F32_MATH,
-                           LLVM_OPT_LEVELS, MAX_SPLIT_K, PACK_POLICIES)
+                           F32_MATH, LLVM_OPT_LEVELS, MAX_SPLIT_K, PACK_POLICIES, Options)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -325,9 +324,12 @@ def scalars(fn: TileFunction, args: argparse.Namespace) -> dict[str, Union[int, 
     return values
 
 
-def compile_options(args: argparse.Namespace) -> dict[str, Any]:
+def compile_options(args: argparse.Namespace, complete: bool = True) -> dict[str, Any]:
     """The compile options given on the command line, whichever of them the verb takes; the
-    others keep Options' defaults."""
+    others keep Options' defaults. ``complete``: they are all the options the verb compiles
+    with, so flags that cannot go together (``--consumers pingpong`` without
+    ``--persistent``) are a usage error here, not a traceback later; the bench completes
+    them with tuned configurations first."""
     options = {name: getattr(args, name, None) for name in OPTION_FLAGS}
     options = {name: value for name, value in options.items() if value is not None}
     if getattr(args, "disable", None):
@@ -336,6 +338,11 @@ def compile_options(args: argparse.Namespace) -> dict[str, Any]:
         options["verify"] = True
     if getattr(args, "annotate", False):
         options["annotate"] = True
+    if complete:
+        try:
+            Options(**options)
+        except ValueError as err:
+            raise CommandError(str(err)) from None
     return options
 
 

@@ -265,7 +265,7 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     if unknown:
         raise CommandError(f"the matmul sample has no constant {', '.join(unknown)} "
                            f"(its constants: {', '.join(known)})")
-    return consts, arguments.compile_options(args)
+    return consts, arguments.compile_options(args, complete=False)
 
 
 def _check_epilogue_args(args: argparse.Namespace) -> None:
