@@ -161,6 +161,10 @@ TUNED = {
     # 105-107: 0.88x, the per-tile fill and epilogue at 16 K steps a tile, which only a
     # persistent kernel would hide (batched rows run one tile a block).
     #
+    # Pingpong consumers (two warpgroups a block, a 64x256 tile each, mainloops in turn),
+    # 64x256x64 st4 raster 16, one run: 4096^3 0.68 / 0.67, 8192^3 0.76 / 0.69 of cuBLAS
+    # (f16 / bf16; cluster 2 alike) against 0.99 / 0.99, 1.05 / 0.98 for this config in the
+    # next run; ptxas had serialized its wgmmas (C7514), since fixed, not yet re-measured.
     ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                              persistent=True),
     ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
