@@ -327,7 +327,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     if pingpong:
         # The warpgroups' mainloops in turn (their tiles' order in the ring): a warpgroup
         # waits for the ring's stages of its tile only once the other has waited for all of
-        # its own, so the phase parity it waits on is never a whole round ahead.
+        # its own, so the barrier is never a whole round behind the phase it waits for.
         # The turn passes once the products are complete: a bar.arrive between the last
         # wgmma and its wait made ptxas serialize the wgmmas of the bench's 64x256 f16 C
         # kernel (C7514), which ran at 0.68 of cuBLAS (H100, 4096^3).

@@ -217,3 +217,13 @@ def test_the_cli_refuses_pingpong_without_a_persistent_block(capsys) -> None:
     assert code == 1 and "tilec: error: consumers='pingpong'" in err and "Traceback" not in err
     assert main(["compile", sample, "--arch", "sm_90a", "--consumers", "pingpong",
                  "--persistent", "--const", "BM=64", "-o", "/dev/null"]) == 0
+
+
+def test_the_verifier_and_bisect_accept_it(capsys) -> None:
+    from tilec.cli import main
+    kernel = load_sample("matmul", "f16").lower(BM=64, BN=128, BK=64)
+    run_pipeline(kernel, Options(stages=3, verify=True, **PINGPONG))
+    sample = str(Path(__file__).resolve().parent.parent / "samples" / "matmul.py")
+    assert main(["bisect", sample, "--arch", "sm_90a", "--persistent", "--consumers",
+                 "pingpong", "--const", "BM=64", "BN=128", "BK=64", "--stages", "3"]) == 0
+    assert "all stages agree" in capsys.readouterr().out

@@ -61,7 +61,7 @@ CLUSTER_SYNC = "cluster.sync"
 CONSUMER_BARRIER = 1
 # Pingpong: warpgroup w's epilogue meets on barrier CONSUMER_BARRIER + w (its 128 threads),
 # and waits for its mainloop's turn on TURN_BARRIER + w, which the other warpgroup arrives
-# on after issuing its own mainloop (both warpgroups count: 256 threads).
+# on once its own mainloop's products are complete (both warpgroups count: 256 threads).
 TURN_BARRIER = 3
 SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
@@ -544,7 +544,7 @@ def _producer(ctx: Context, op: Op) -> None:
 
 
 def _turn_wait(ctx: Context, op: Op) -> None:
-    """Pingpong: wait until the other warpgroup has issued its mainloop (bar.sync on this
+    """Pingpong: wait until the other warpgroup's mainloop is done (bar.sync on this
     warpgroup's turn barrier, which the other arrives on; PTX ISA 9.7.13.1); the block's
     first tile has no mainloop before it. The registers come from the tile loop
     (backend.ptx._tile_loop: ctx.turn)."""
@@ -556,8 +556,10 @@ def _turn_wait(ctx: Context, op: Op) -> None:
 
 
 def _turn_pass(ctx: Context, op: Op) -> None:
-    """Pingpong: the mainloop is issued; the other warpgroup's turn (bar.arrive on its turn
-    barrier), where the block has a next tile for it."""
+    """Pingpong: the mainloop's products are complete; the other warpgroup's turn
+    (bar.arrive on its turn barrier), where the block has a next tile for it. After the
+    products' final wait: a bar.arrive between the last wgmma and its wait made ptxas
+    serialize the wgmmas (C7514)."""
     turn = _turn(ctx, op)
     skip = ctx.w.label("turn_kept")
     ctx.w.emit(f"@!{turn['passes']} bra.uni {skip};")
@@ -930,11 +932,12 @@ class TmaFamily(MovementFamily):
                   "meets (the CPU runs one block: nothing to wait for)", 0, 0,
                   evaluate=_execute_cluster_sync),
             OpDef(TURN_WAIT, "pingpong consumers: wait for this warpgroup's turn on the tensor "
-                  "cores, until the other warpgroup has issued its mainloop (its previous "
-                  "tile's); the CPU runs a block's one tile, whose turn it is", 0, 0,
+                  "cores, until the other warpgroup's mainloop (its previous tile's) is done; "
+                  "the CPU runs a block's one tile, whose turn it is", 0, 0,
                   evaluate=_execute_turn),
-            OpDef(TURN_PASS, "pingpong consumers: this warpgroup's mainloop is issued; the "
-                  "other warpgroup's turn (for the block's next tile)", 0, 0,
+            OpDef(TURN_PASS, "pingpong consumers: this warpgroup's mainloop is done (its "
+                  "products complete); the other warpgroup's turn (for the block's next tile)",
+                  0, 0,
                   evaluate=_execute_turn),
             OpDef(PRODUCER, "a region the producer warpgroup runs (its elected thread), beside "
                   "the consumers; the producer warpgroup exits at its end", 0, 0, regions=1,

@@ -287,9 +287,16 @@ def check_schedule(kernel: Any) -> list[str]:
         if [op.role for op in tiling.operands] != ["A", "B"]:
             problems.append("the tiling plans operands A and B, in that order")
     roles = schedule.roles
-    if roles is not None and tiling is not None and roles.consumer_threads != tiling.threads:
-        problems.append(f"{roles.consumer_warpgroups} consumer warpgroups for the tiling's "
+    if roles is not None and tiling is not None and roles.tile_threads != tiling.threads:
+        problems.append(f"{roles.tile_warpgroups} consumer warpgroups a tile for the tiling's "
                         f"{tiling.threads} threads")
+    if roles is not None and roles.consumers not in ("cooperative", "pingpong"):
+        problems.append(f"consumers {roles.consumers!r} (cooperative or pingpong)")
+    if roles is not None and roles.pingpong and (roles.consumer_warpgroups != 2
+                                                 or not roles.persistent):
+        problems.append(f"pingpong consumers are two warpgroups of a persistent block, not "
+                        f"{roles.consumer_warpgroups}" + ("" if roles.persistent
+                                                         else " of a block a tile"))
     if roles is not None and roles.ring != schedule.stages:
         problems.append(f"a ring of {roles.ring} stages, the pipeline {schedule.stages}")
     for op in kernel.walk():

@@ -389,8 +389,8 @@ def _consumers_text(kernel: Kernel) -> str:
     bm, bn, _ = kernel.schedule.tiling.block
     return (f"pingpong: {roles.consumer_warpgroups} warpgroups each compute whole {bm}x{bn} "
             "tiles, taking the block's tiles in turn (warpgroup w: its tiles w, w + 2, ...); "
-            "each waits for its turn before its mainloop and passes it on once the mainloop "
-            "is issued (ws.turn_wait / ws.turn_pass: bar.sync / bar.arrive on named barriers "
+            "each waits for its turn before its mainloop and passes it on once the mainloop's "
+            "products are complete (ws.turn_wait / ws.turn_pass: bar.sync / bar.arrive on named barriers "
             f"{TURN_BARRIER} + w, both warpgroups counted), so one's epilogue runs under the "
             "other's products; a stage goes back from the one warpgroup whose tile it holds"
             ", and each stages its own tile for the store")
