@@ -120,6 +120,12 @@ class Context(ValueTable):
         # What a role emits once after a persistent kernel's tile loop (the TMA stores'
         # last wait): _tile_loop collects them per loop.
         self.after_tiles: list = []
+        # A pingpong kernel's consumers (backend.ptx, after the producer's split): each
+        # warpgroup computes a whole tile, so thread ids are its own (tid % 128); and the
+        # registers of its tile loop that its mainloop's hand-over reads (ws.turn_wait /
+        # ws.turn_pass), set per tile by _tile_loop.
+        self.local_tid = False
+        self.turn: Optional[dict] = None
         self._count_uses(kernel)
 
     # -- values (the rest: ValueTable) ----------------------------------------------------
@@ -131,11 +137,28 @@ class Context(ValueTable):
 
     # -- per-thread indices, computed once at entry -------------------------------------
     def tid(self) -> str:
+        """The thread's id: in the block, or within its warpgroup where ``local_tid``."""
         def compute() -> str:
             r = self.w.reg("b32")
             self.w.emit(f"mov.u32 {r}, %tid.x;")
             return r
-        return self.w.once("tid", compute)
+        block_tid = self.w.once("tid", compute)
+        if not self.local_tid:
+            return block_tid
+        return self.w.once("local_tid", lambda: self.int_op("and.b32", block_tid, 127))
+
+    def block_tid(self) -> str:
+        """The thread's id in the block, whatever ``local_tid`` says."""
+        saved, self.local_tid = self.local_tid, False
+        try:
+            return self.tid()
+        finally:
+            self.local_tid = saved
+
+    def thread_key(self, key: object) -> object:
+        """A ``once`` key for a value computed from the thread id: its own where the ids are
+        the warpgroup's."""
+        return ("local", key) if self.local_tid else key
 
     def lane_warp(self) -> tuple[str, str]:
         def compute() -> tuple[str, str]:
@@ -143,7 +166,7 @@ class Context(ValueTable):
             self.w.emit(f"and.b32 {lane}, {self.tid()}, 31;")
             self.w.emit(f"shr.u32 {warp}, {self.tid()}, 5;")
             return lane, warp
-        return self.w.once("lane_warp", compute)
+        return self.w.once(self.thread_key("lane_warp"), compute)
 
     def smem_base(self) -> str:
         def compute() -> str:
@@ -207,6 +230,8 @@ def c_thread_coords(ctx: "Context", layout: DistributedLayout,
         else:
             tid = ctx.w.reg("b32")
             ctx.w.emit(f"mov.u32 {tid}, %tid.x;")
+            if local:
+                tid = ctx.int_op("and.b32", tid, 127)
             lane, warp = ctx.int_op("and.b32", tid, 31), ctx.int_op("shr.u32", tid, 5)
         lane_cols = layout.lane_grid[1]
         wm = ctx.div_const(warp, layout.warps[1], nonnegative=True)
@@ -216,7 +241,11 @@ def c_thread_coords(ctx: "Context", layout: DistributedLayout,
         row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
         col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
         return row, col
-    return ctx.w.once(("c_coords", layout), compute) if keep else compute()
+    # Thread ids within the warpgroup: the PTX backend's pingpong consumers (Context.local_tid;
+    # the llvm backend has none).
+    local = getattr(ctx, "local_tid", False)
+    key = ("local", ("c_coords", layout)) if local else ("c_coords", layout)
+    return ctx.w.once(key, compute) if keep else compute()
 
 
 def _scaled(ctx: "Context", reg: str, power_of_two: int) -> str:

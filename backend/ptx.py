@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from tilec.families import products
+from tilec.families.tma import TURN_BARRIER, block_warpgroup
 from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TileType
 from tilec.options import Options
@@ -118,7 +119,8 @@ def _grid(ctx: Context, op: Op) -> None:
         ctx.bind(result, reg)
 
 
-def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -> None:
+def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
+               pingpong: bool = False) -> None:
     """A persistent kernel's loop over the output tiles for one role: ``emit_ops(ctx, ops)``
     for each tile (``ops``: what it runs per tile, holding its K loop): tiles ``%ctaid.x``,
     then every ``%nctaid.x``-th, each bound to the grid's (m, n) in grouped order (a
@@ -128,7 +130,14 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -
     ``%ctaid.x / cluster``, then every ``%nctaid.x / cluster``-th), and each block takes the
     pair's M tile of its rank: the pair walks the same tiles and ring iterations, which the
     B tiles it multicasts to both need. ``tail`` runs once after the last tile, with
-    ``ws.ring_base`` the last tile's (so ``ring_base + K steps`` is where the ring ended)."""
+    ``ws.ring_base`` the last tile's (so ``ring_base + K steps`` is where the ring ended).
+
+    ``pingpong`` (the consumers of a pingpong kernel): warpgroup w takes the block's tiles
+    w, w + 2, ... of the sequence the producer loads, so its first tile is one block stride
+    further for w = 1, its stride and ring step twice the block's, its first ring iteration
+    w tiles' K steps in; ``ctx.turn`` holds the hand-over's registers for the tile
+    (ws.turn_wait / ws.turn_pass): it waits for its turn but on the block's first tile, and
+    passes it on where the block has a next tile."""
     w = ctx.w
     grid = ctx.grid_op
     first, second = folded_axes(grid)
@@ -163,11 +172,25 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -
         w.emit(f"mov.u32 {tile}, %ctaid.x;")
         w.emit(f"mov.u32 {stride}, %nctaid.x;")
     w.emit(f"mov.u32 {ring}, 0;")
+    if pingpong:
+        block_stride, stride = stride, ctx.int_op("shl.b32", stride, 1)
+        warpgroup = block_warpgroup(ctx)
+        w.emit(f"mad.lo.s32 {tile}, {warpgroup}, {block_stride}, {tile};")
+        w.emit(f"mul.lo.s32 {ring}, {warpgroup}, {trips};")
     head, done = w.label("tile"), w.label("tiles_done")
     finished = w.reg("pred")
     w.raw(f"{head}:")
     w.emit(f"setp.ge.s32 {finished}, {tile}, {tiles};")
     w.emit(f"@{finished} bra.uni {done};")
+    saved_turn = ctx.turn
+    if pingpong:
+        waits, passes = w.reg("pred"), w.reg("pred")
+        w.emit(f"setp.ge.s32 {waits}, {tile}, {block_stride};")
+        following = ctx.int_op("add.s32", tile, block_stride)
+        w.emit(f"setp.lt.s32 {passes}, {following}, {tiles};")
+        ctx.turn = dict(waits=waits, passes=passes,
+                        wait_id=ctx.int_op("add.s32", warpgroup, TURN_BARRIER),
+                        pass_id=ctx.int_op("sub.s32", TURN_BARRIER + 1, warpgroup))
     within = tile
     if batch is not None:
         ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
@@ -180,8 +203,11 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = ()) -
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     emit_ops(ctx, ops)
-    ctx.ring_base = saved
-    w.emit(f"add.s32 {ring}, {ring}, {trips};")
+    ctx.ring_base, ctx.turn = saved, saved_turn
+    if pingpong:
+        w.emit(f"mad.lo.s32 {ring}, {trips}, 2, {ring};")
+    else:
+        w.emit(f"add.s32 {ring}, {ring}, {trips};")
     w.emit(f"add.s32 {tile}, {tile}, {stride};")
     w.emit(f"bra.uni {head};")
     w.raw(f"{done}:")
@@ -328,7 +354,7 @@ def _emit_persistent(ctx: Context, ops: list[Op]) -> None:
     emit_block(ctx, once)
     emit_block(ctx, [ops[producer_at]])
     tail = per_tile + ops[producer_at + 1:]
-    _tile_loop(ctx, tail, _emit_chunked)
+    _tile_loop(ctx, tail, _emit_chunked, pingpong=ctx.kernel.schedule.roles.pingpong)
 
 
 def epilogue_chunks(ops: list[Op], plan) -> tuple[list[Op], list[tuple[range, list[Op]]]]:

@@ -126,7 +126,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         problem = None
     bm, bn, _ = kernel.schedule.tiling.block
     elem_bytes = store.operands[-1].type.dtype.bytes
-    staging = bm * bn * elem_bytes
+    # A pingpong kernel's warpgroups each stage a tile of their own.
+    copies = 2 if kernel.schedule.roles.pingpong else 1
+    staging = bm * bn * elem_bytes * copies
     if problem is None:
         # The ring and its barriers, and the staging tile after them as the backend places it.
         needed = total_with_staging(place(kernel), staging)
@@ -142,7 +144,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     inner = SLAB_BYTES // elem_bytes
     # "rows" has no tensor map: the consumers address C themselves.
     tensor = {"tensor": _stored_param(kernel, store).name} if via == "tma" else {}
-    store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0])
+    copies_attr = {"staging_copies": copies} if copies > 1 else {}
+    store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0],
+                       **copies_attr)
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
         via, staging, (inner, bm), bn // inner))
     return kernel

@@ -64,6 +64,14 @@ a ``cluster.sync`` follows the barriers' initialisation, and the producer ends w
 per stage for both blocks' consumers to hand it back (the peer arrives on this block's
 barriers, which must outlive those arrivals).
 
+With ``consumers = "pingpong"`` (persistent only) the tile is one warpgroup's, and the
+block has two consumer warpgroups taking its tiles in turn (backend.ptx._tile_loop): each
+stage is handed back by the one warpgroup whose tile it holds (``empty`` counts one arrival,
+times the cluster), and ``ws.turn_wait`` before the K loop and ``ws.turn_pass`` after it
+(after the products' final wait) order the warpgroups' mainloops as the producer fills the ring: a warpgroup skips the other's
+tiles' ring iterations, and waits on a stage's parity only once every earlier iteration's
+load has been issued (so it is never a whole round ahead of the barrier).
+
 Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
 the kernel is persistent), so stages and phases go on across a persistent block's tiles.
 
@@ -80,7 +88,8 @@ import dataclasses
 from tilec.families.products import family_of
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
-                                SLAB_BYTES, WAIT, barrier_type, tma_layout)
+                                SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
+                                tma_layout)
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, defining_op,
                             replace_uses)
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
@@ -201,6 +210,18 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         buffer.owner.attrs["stages"] = stages
         view.type = view.type.with_(layout=layout)
     consumer_warpgroups = plan.threads // WARPGROUP
+    pingpong = options.consumers == "pingpong"
+    if pingpong and consumer_warpgroups != 1:
+        raise located(TileConfigError, "consumers='pingpong' gives each consumer warpgroup a "
+                      f"whole tile, but this {plan.block[0]}-row tile takes "
+                      f"{consumer_warpgroups} warpgroups", dot.loc, kernel.source_lines,
+                      "use a tile of one warpgroup's rows (BM=64 on wgmma), or "
+                      "consumers='cooperative'")
+    # The warpgroups that compute one tile hand its stages back; pingpong's block has two,
+    # each on tiles of its own.
+    tile_warpgroups = consumer_warpgroups
+    if pingpong:
+        consumer_warpgroups = 2
     stage_bytes = sum(v.type.numel for v in views) * plan.elem_bytes
     blocks = options.blocks_per_sm
     share = SMEM_PER_SM // blocks - SMEM_RESERVED_PER_BLOCK - 2 * stages * BARRIER_BYTES
@@ -231,7 +252,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
     # Every consumer warpgroup of the cluster hands each stage back to every block.
     empty = pre.value(ALLOC, [], barrier_type(stages), "empty",
-                      count=consumer_warpgroups * cluster, role="empty")
+                      count=tile_warpgroups * cluster, role="empty")
     pre.op("gpu.barrier")
     if cluster > 1:
         # The peer's multicasts and arrivals land in this block's barriers: both blocks'
@@ -335,6 +356,15 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         last = after.value("arith.mod", [last_it, constant(after, stages)], i32, "last_stage")
         ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
         after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
+    if pingpong:
+        # The warpgroups' mainloops in turn (their tiles' order in the ring): a warpgroup
+        # waits for the ring's stages of its tile only once the other has waited for all of
+        # its own, so the barrier is never a whole round behind the phase it waits for.
+        # The turn passes once the products are complete: a bar.arrive between the last
+        # wgmma and its wait made ptxas serialize the wgmmas of the bench's 64x256 f16 C
+        # kernel (C7514), which ran at 0.68 of cuBLAS (H100, 4096^3).
+        pre.op(TURN_WAIT)
+        after.block.ops.insert(1 if in_flight else 0, Op(TURN_PASS, [], [], {}, [], loop.loc))
     kernel.body.ops = (top[:index] + pre.block.ops + per_tile + top[index:index + 1]
                        + after.block.ops + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
@@ -343,5 +373,6 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
                         stages, options.blocks_per_sm, options.persistent, cluster,
+                        consumers=options.consumers,
                         batches=options.persistent and bool(batch_views)))
     return kernel

@@ -855,11 +855,17 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     assert {c["stages"] for c in space} == {3, 4, 6}
     assert {c["raster_group"] for c in space} == {8, 16}
     # Each tile under the four schedules: one tile a block or persistent, alone or in pairs.
-    schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space}
+    schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space
+                 if "consumers" not in c}
     assert schedules == {(False, 1), (True, 1), (False, 2), (True, 2)}
+    # And pingpong consumers on the 64-row tiles (a warpgroup's tile each).
+    pingpong = [c for c in space if c.get("consumers") == "pingpong"]
+    assert pingpong and {c["BM"] for c in pingpong} == {64}
+    assert all(c["persistent"] for c in pingpong)
     for config in space:
         Options(arch="sm_90a", **{k: v for k, v in config.items()
-                                  if k in ("stages", "raster_group", "persistent", "cluster")})
+                                  if k in ("stages", "raster_group", "persistent", "cluster",
+                                           "consumers")})
     # Short M and f32 keep their spaces; so does every dtype on other targets.
     assert bench.autotune_space(Case(16, 8192, 8192, "f16"), {}, "sm_90a") == \
         bench.autotune_space(Case(16, 8192, 8192, "f16"), {})

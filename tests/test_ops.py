@@ -31,7 +31,7 @@ INTEGER_OPS = ["add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max"]
 IMPURE = {"tile.grid", "tile.store", "scf.for", "scf.yield", "smem.alloc",
           "copy.global_to_shared", "copy.commit", "copy.wait", "gpu.barrier", "split.reduce",
           "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive",
-          "cluster.sync",
+          "cluster.sync", "ws.turn_wait", "ws.turn_pass",
           "ws.producer", "wgmma.wait"}
 
 

@@ -289,6 +289,15 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          persistent=True)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
                                   ("gemm_epilogue", "bf16", RAGGED))] + [
+    # Pingpong consumers: a 64-row tile a warpgroup, the two taking the tiles in turn
+    # (named-barrier hand-over, a staging tile each), alone and in clusters of two.
+    case(sample, dtype, "sm_90a", shapes, BM=64, BN=bn, BK=64, stages=stages,
+         persistent=True, consumers="pingpong", **extra)
+    for sample, dtype, shapes, bn, stages, extra in (
+        ("matmul", "f16", DIVISIBLE, 256, 4, {}), ("gemm_epilogue", "bf16", RAGGED, 256, 4, {}),
+        ("gemm_epilogue", "f16", DIVISIBLE, 256, 4, {}), ("matmul_bt", "f16", RAGGED, 128, 3, {}),
+        ("gemm_epilogue", "f16", DIVISIBLE, 256, 4, {"cluster": 2}),
+        ("matmul", "bf16", RAGGED, 256, 3, {"cluster": 2}))] + [
     # 8-bit operands on wgmma m64nNk32 (the wgmma8 family): BK 128, both operands K-major.
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
     case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4),

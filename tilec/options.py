@@ -29,6 +29,8 @@ MISALIGNED_STORES = ("elements", "pairs")
 MAX_SPLIT_K = 64
 BLOCKS_PER_SM = (1, 2)
 CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
+# How a persistent warp-specialized kernel's consumer warpgroups share the tiles (RolesPlan).
+CONSUMER_MODES = ("cooperative", "pingpong")
 # Shared memory per SM on sm_90 (228 KiB), of which the driver reserves 1 KiB per block.
 SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 233472, 1024
 # How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
@@ -139,6 +141,11 @@ class Options:
     # multicasts it to both, halving B's traffic from L2. With persistent=True the pair
     # walks the output tiles together, a pair of M tiles of one N column at a time.
     cluster: int = 1
+    # Persistent warp-specialized (sm_90a) kernels: "cooperative", the tile's consumer
+    # warpgroups share each tile (64 rows each); "pingpong", two consumer warpgroups each own
+    # a whole tile (BM = 64, one warpgroup's rows) and take the block's tiles in turn, their
+    # mainloops handed over in order, so one's epilogue overlaps the other's products.
+    consumers: str = "cooperative"
     # The backend writing the PTX, and for "llvm" the optimisation level of LLVM's pipeline.
     backend: str = "ptx"
     llvm_opt: int = 3
@@ -184,6 +191,14 @@ class Options:
             # Not run on a GPU together: refused rather than risk a hang.
             raise ValueError("cluster=2 runs with one block per SM: it cannot be combined "
                              "with blocks_per_sm=2")
+        if self.consumers not in CONSUMER_MODES:
+            raise ValueError(f"consumers must be one of {', '.join(CONSUMER_MODES)}, got "
+                             f"{self.consumers!r}")
+        if self.consumers == "pingpong" and (not self.persistent or self.blocks_per_sm > 1):
+            # The warpgroups alternate over a persistent block's tiles: one tile a block
+            # leaves nothing to alternate over, and two blocks an SM already overlap.
+            raise ValueError("consumers='pingpong' alternates two warpgroups over a persistent "
+                             "block's tiles: it needs persistent=True and blocks_per_sm=1")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
                              f"{self.backend!r}")

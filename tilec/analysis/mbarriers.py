@@ -349,7 +349,7 @@ class _Run:
         self.block = _Proc("every thread", prologue, ("block",))
         self.producer = _Proc("the producer", producer, ("producer",))
         self.consumers = [_Proc(f"consumer warpgroup {w}", consumer, ("consumer", w), True)
-                          for w in range(kernel.schedule.roles.consumer_warpgroups)]
+                          for w in range(kernel.schedule.roles.tile_warpgroups)]
         self.bars: dict[tuple, _Barrier] = {}
         self.fills: dict[tuple, list[Access]] = {}
         self.reads: dict[tuple, list[Access]] = {}

@@ -65,8 +65,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
-    persistent block, a cluster of two sharing B, or persistent clusters (the autotuner
-    prunes what does not fit; batched rows try one tile a block and persistent blocks:
+    persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
+    pingpong consumers (the autotuner prunes what does not fit; batched rows try one tile a
+    block and persistent blocks:
     clusters refuse them)."""
     from tilec.tools.autotune import search_space
     schedules = SM90A_SCHEDULES[:2] if case.batched else SM90A_SCHEDULES
@@ -89,6 +90,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
+        if not case.batched:
+            # Pingpong consumers take a warpgroup's tile each: the 64-row ones.
+            space += [{**config, **PINGPONG} for config in tiles if config["BM"] == 64]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -178,6 +182,10 @@ TUNED = {
     # consumer warpgroups share each tile, so its epilogue still stalls the products (the
     # producer only runs ahead into the next tile's loads).
     #
+    # Pingpong consumers (two warpgroups a block, a 64x256 tile each, mainloops in turn),
+    # 64x256x64 st4 raster 16, one run: 4096^3 0.68 / 0.67, 8192^3 0.76 / 0.69 of cuBLAS
+    # (f16 / bf16; cluster 2 alike) against 0.99 / 0.99, 1.05 / 0.98 for this config in the
+    # next run; ptxas had serialized its wgmmas (C7514), since fixed, not yet re-measured.
     ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                              persistent=True),
     ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
@@ -213,6 +221,8 @@ SIXTEEN_BIT = ("f16", "bf16")
 # The block schedules sm_90a's autotuning tries for each tile: one tile a block, persistent
 # blocks, a cluster of two sharing B, and persistent clusters walking pairs of tiles.
 SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2}, {"persistent": True, "cluster": 2})
+# And for 64-row tiles, pingpong consumers: two warpgroups a block, each on tiles of its own.
+PINGPONG = {"persistent": True, "consumers": "pingpong"}
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8",
@@ -321,6 +331,8 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " persistent"
     if roles is not None and roles.cluster > 1:
         text += f" cluster {roles.cluster}"
+    if roles is not None and roles.pingpong:
+        text += " pingpong"
     epilogue = compiled.kernel.schedule.epilogue
     if epilogue is not None and epilogue.via == "tma":
         text += " TMA-store epilogue"

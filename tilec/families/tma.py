@@ -53,10 +53,16 @@ if TYPE_CHECKING:
 ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
     "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer",
     "ws.ring_base")
+# A pingpong kernel's hand-over of the tensor cores between its two consumer warpgroups.
+TURN_WAIT, TURN_PASS = "ws.turn_wait", "ws.turn_pass"
 STORE = "tile.store"
 CLUSTER_SYNC = "cluster.sync"
 # The consumers' own barrier (bar.sync 0 is the whole block's, and the producer has left).
 CONSUMER_BARRIER = 1
+# Pingpong: warpgroup w's epilogue meets on barrier CONSUMER_BARRIER + w (its 128 threads),
+# and waits for its mainloop's turn on TURN_BARRIER + w, which the other warpgroup arrives
+# on once its own mainloop's products are complete (both warpgroups count: 256 threads).
+TURN_BARRIER = 3
 SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
 
@@ -163,7 +169,12 @@ def _thread_is(ctx: Context, tid_mask: Optional[int], value: int) -> str:
         reg = ctx.w.reg("pred")
         ctx.w.emit(f"setp.eq.u32 {reg}, {tid}, {value};")
         return reg
-    return ctx.w.once(("thread_is", tid_mask, value), compute)
+    return ctx.w.once(ctx.thread_key(("thread_is", tid_mask, value)), compute)
+
+
+def block_warpgroup(ctx: Context) -> str:
+    """The thread's warpgroup in the block (its %tid.x / 128), computed once at entry."""
+    return ctx.w.once("block_warpgroup", lambda: ctx.int_op("shr.u32", ctx.block_tid(), 7))
 
 
 def _alloc(ctx: Context, op: Op) -> None:
@@ -324,6 +335,9 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     # XOR is per thread and per chunk, and the rest of the offset an immediate. The
     # addresses are remade per chunk of registers: kept across the epilogue, they spill.
     staging = ctx.int_op("add.s32", ctx.smem_base(), state["staging"])
+    if roles.pingpong:
+        # Each warpgroup stages its own tile (tma_store placed one copy a warpgroup).
+        staging = ctx.mad(block_warpgroup(ctx), ctx.smem.of(op).stage_bytes, staging)
     # Where the thread's coordinates live is a matter of ptxas's 168-register budget with
     # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
     # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
@@ -354,7 +368,14 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
 
 
 def _consumers_meet(ctx: Context) -> str:
-    return f"bar.sync {CONSUMER_BARRIER}, {ctx.kernel.schedule.roles.consumer_threads};"
+    """The barrier of the threads that compute one tile: all the consumers, or (pingpong)
+    the warpgroup's own."""
+    roles = ctx.kernel.schedule.roles
+    if not roles.pingpong:
+        return f"bar.sync {CONSUMER_BARRIER}, {roles.consumer_threads};"
+    barrier = ctx.w.once("tile_barrier", lambda: ctx.int_op(
+        "add.s32", block_warpgroup(ctx), CONSUMER_BARRIER))
+    return f"bar.sync {barrier}, {roles.tile_threads};"
 
 
 def _store_tile(ctx: Context, op: Op) -> None:
@@ -409,7 +430,7 @@ def _store_rows(ctx: Context, op: Op) -> None:
     rows, _ = value.type.shape
     box = Box.of(op)
     roles = ctx.kernel.schedule.roles
-    warps = roles.consumer_threads // 32
+    warps = roles.tile_threads // 32
     tensor = ctx.get(op.operands[0])
     row_off, col_off = (ctx.get(v) for v in op.operands[1:3])
     masked = op.attrs.get("masked", [True, True])
@@ -517,6 +538,40 @@ def _producer(ctx: Context, op: Op) -> None:
     w.emit("exit;")
     w.raw(f"{consumers}:")
     w.emit(f"setmaxnreg.inc.sync.aligned.u32 {roles.consumer_registers};")
+    if roles.pingpong:
+        # From here on each warpgroup computes tiles of its own: thread ids are its own.
+        ctx.local_tid = True
+
+
+def _turn_wait(ctx: Context, op: Op) -> None:
+    """Pingpong: wait until the other warpgroup's mainloop is done (bar.sync on this
+    warpgroup's turn barrier, which the other arrives on; PTX ISA 9.7.13.1); the block's
+    first tile has no mainloop before it. The registers come from the tile loop
+    (backend.ptx._tile_loop: ctx.turn)."""
+    turn = _turn(ctx, op)
+    skip = ctx.w.label("turn_held")
+    ctx.w.emit(f"@!{turn['waits']} bra.uni {skip};")
+    ctx.w.emit(f"bar.sync {turn['wait_id']}, {ctx.kernel.schedule.roles.consumer_threads};")
+    ctx.w.raw(f"{skip}:")
+
+
+def _turn_pass(ctx: Context, op: Op) -> None:
+    """Pingpong: the mainloop's products are complete; the other warpgroup's turn
+    (bar.arrive on its turn barrier), where the block has a next tile for it. After the
+    products' final wait: a bar.arrive between the last wgmma and its wait made ptxas
+    serialize the wgmmas (C7514)."""
+    turn = _turn(ctx, op)
+    skip = ctx.w.label("turn_kept")
+    ctx.w.emit(f"@!{turn['passes']} bra.uni {skip};")
+    ctx.w.emit(f"bar.arrive {turn['pass_id']}, {ctx.kernel.schedule.roles.consumer_threads};")
+    ctx.w.raw(f"{skip}:")
+
+
+def _turn(ctx: Context, op: Op) -> dict:
+    if ctx.turn is None:
+        raise NotImplementedError(f"{op.name} (at {op.loc}) outside a pingpong kernel's tile "
+                                  "loop")
+    return ctx.turn
 
 
 # -- type rules ------------------------------------------------------------------------------
@@ -769,8 +824,12 @@ def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any
     # cluster, the other blocks' warpgroups too (the CPU runs one block, whose peers run
     # the same program on the same B tile).
     _barrier(state, op, operands[0], operands[1]).arrive(
-        state, op, state.kernel.schedule.roles.consumer_warpgroups * op.attrs.get("cluster", 1))
+        state, op, state.kernel.schedule.roles.tile_warpgroups * op.attrs.get("cluster", 1))
     return []
+
+
+def _execute_turn(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
+    return []  # the CPU runs a block's one tile: its warpgroup holds the turn throughout
 
 
 def _execute_cluster_sync(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
@@ -814,7 +873,8 @@ def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[A
 
 class TmaFamily(MovementFamily):
     name = "tma"
-    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE, CLUSTER_SYNC})
+    ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE, CLUSTER_SYNC,
+                     TURN_WAIT, TURN_PASS})
     pipeline = PipelineOps(LOAD, EXPECT, WAIT)
     stage_writers = frozenset({LOAD})
     words = CompletionWords(
@@ -826,7 +886,8 @@ class TmaFamily(MovementFamily):
 
     def emitters(self) -> Mapping[str, Emitter]:
         return {ALLOC: _alloc, EXPECT: _expect, LOAD: _load, WAIT: _wait, ARRIVE: _arrive,
-                PRODUCER: _producer, RING_BASE: _ring_base, CLUSTER_SYNC: _cluster_sync}
+                PRODUCER: _producer, RING_BASE: _ring_base, CLUSTER_SYNC: _cluster_sync,
+                TURN_WAIT: _turn_wait, TURN_PASS: _turn_pass}
 
     def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
         return dict(copy.attrs)
@@ -870,6 +931,14 @@ class TmaFamily(MovementFamily):
             OpDef(CLUSTER_SYNC, "every thread of every block of the thread-block cluster "
                   "meets (the CPU runs one block: nothing to wait for)", 0, 0,
                   evaluate=_execute_cluster_sync),
+            OpDef(TURN_WAIT, "pingpong consumers: wait for this warpgroup's turn on the tensor "
+                  "cores, until the other warpgroup's mainloop (its previous tile's) is done; "
+                  "the CPU runs a block's one tile, whose turn it is", 0, 0,
+                  evaluate=_execute_turn),
+            OpDef(TURN_PASS, "pingpong consumers: this warpgroup's mainloop is done (its "
+                  "products complete); the other warpgroup's turn (for the block's next tile)",
+                  0, 0,
+                  evaluate=_execute_turn),
             OpDef(PRODUCER, "a region the producer warpgroup runs (its elected thread), beside "
                   "the consumers; the producer warpgroup exits at its end", 0, 0, regions=1,
                   check=_check_producer, evaluate=_execute_producer),

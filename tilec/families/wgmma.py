@@ -149,7 +149,7 @@ WGMMA_TYPES = {F16: "f16", BF16: "bf16"}
 
 def _warpgroup(ctx: Context) -> str:
     """This consumer thread's warpgroup index (tid / 128), computed once."""
-    return ctx.w.once("warpgroup", lambda: ctx.int_op("shr.u32", ctx.tid(), 7))
+    return ctx.w.once(ctx.thread_key("warpgroup"), lambda: ctx.int_op("shr.u32", ctx.tid(), 7))
 
 
 def _descriptor(ctx: Context, view: SmemView, role: str, k0: int) -> str:

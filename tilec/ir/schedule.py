@@ -133,12 +133,32 @@ class RolesPlan:
     # half of every B stage and multicasts it; each consumer warpgroup hands a stage back
     # to both blocks' empty barriers).
     cluster: int = 1
+    # "cooperative": the consumer warpgroups share each tile. "pingpong": each owns a whole
+    # tile and they take the block's tiles in turn (warpgroup w its tiles w, w + 2, ...), the
+    # mainloops handed over in order (ws.turn_wait / ws.turn_pass), so one warpgroup's
+    # epilogue runs under the other's products; the ring's stages go to the warpgroup whose
+    # tile they hold.
+    consumers: str = "cooperative"
     # A persistent kernel's tile index also runs over the batch axis of a batched grid (the
     # batch outermost, each batch's tiles in grouped order): each tile's producer and
     # consumers take their batch's matrices (tensor.batch views) from the tile's batch.
     batches: bool = False
 
     producer_threads: ClassVar[int] = WARPGROUP
+
+    @property
+    def pingpong(self) -> bool:
+        return self.consumers == "pingpong"
+
+    @property
+    def tile_warpgroups(self) -> int:
+        """The consumer warpgroups that compute one tile (and hand each stage back)."""
+        return 1 if self.pingpong else self.consumer_warpgroups
+
+    @property
+    def tile_threads(self) -> int:
+        """The threads that compute one tile: its epilogue's barriers count these."""
+        return self.tile_warpgroups * WARPGROUP
 
     @property
     def consumer_threads(self) -> int:
@@ -156,7 +176,8 @@ class RolesPlan:
                 + (", persistent" if self.persistent else "")
                 + (" over batches x tiles" if self.persistent and self.batches else "")
                 + (f", cluster = {self.cluster} blocks along M sharing B" if self.cluster > 1
-                   else "") + "}")
+                   else "")
+                + (", pingpong: a tile a warpgroup, in turn" if self.pingpong else "") + "}")
 
 
 @dataclass(frozen=True)
@@ -276,9 +297,16 @@ def check_schedule(kernel: Any) -> list[str]:
         if [op.role for op in tiling.operands] != ["A", "B"]:
             problems.append("the tiling plans operands A and B, in that order")
     roles = schedule.roles
-    if roles is not None and tiling is not None and roles.consumer_threads != tiling.threads:
-        problems.append(f"{roles.consumer_warpgroups} consumer warpgroups for the tiling's "
+    if roles is not None and tiling is not None and roles.tile_threads != tiling.threads:
+        problems.append(f"{roles.tile_warpgroups} consumer warpgroups a tile for the tiling's "
                         f"{tiling.threads} threads")
+    if roles is not None and roles.consumers not in ("cooperative", "pingpong"):
+        problems.append(f"consumers {roles.consumers!r} (cooperative or pingpong)")
+    if roles is not None and roles.pingpong and (roles.consumer_warpgroups != 2
+                                                 or not roles.persistent):
+        problems.append(f"pingpong consumers are two warpgroups of a persistent block, not "
+                        f"{roles.consumer_warpgroups}" + ("" if roles.persistent
+                                                         else " of a block a tile"))
     if roles is not None and roles.ring != schedule.stages:
         problems.append(f"a ring of {roles.ring} stages, the pipeline {schedule.stages}")
     for op in kernel.walk():

@@ -7,7 +7,7 @@ Three kinds of op allocate, each at its own alignment, in the order the kernel w
 - ``smem.alloc``: an operand ring, ``stages`` stages of ``rows x cols`` elements;
 - ``mbar.alloc``: a ring of 8-byte mbarriers (tilec.families.tma);
 - a ``tile.store`` routed ``via`` tma or rows (passes/tma_store.py): the staging tile its
-  registers are written into before they go to global memory.
+  registers are written into before they go to global memory (``staging_copies`` of it).
 """
 from __future__ import annotations
 
@@ -87,7 +87,9 @@ def _placement(op: Op) -> Optional[tuple[str, int, int, int]]:
     if is_staged_store(op):
         value = op.operands[-1].type
         rows, cols = value.shape
-        return "staging", rows * cols * value.dtype.bytes, 1, STAGING_ALIGN
+        # A pingpong kernel's warpgroups stage their tiles apart (staging_copies = 2).
+        return ("staging", rows * cols * value.dtype.bytes, op.attrs.get("staging_copies", 1),
+                STAGING_ALIGN)
     return None
 
 

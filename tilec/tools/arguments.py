@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from tilec.errors import TileError
 from tilec.ir.types import I32
-from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, F32_MATH,
-                           LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
-                           MISALIGNED_STORES, PACK_POLICIES)
+from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, CONSUMER_MODES,
+                           F32_MATH, LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
+                           MISALIGNED_STORES, PACK_POLICIES, Options)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -43,7 +43,8 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt")
+                "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent",
+                "cluster", "consumers", "backend", "llvm_opt")
 
 
 class CommandError(Exception):
@@ -165,6 +166,11 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         type=int, choices=CLUSTER_SIZES, metavar="N",
         help="sm_90a warp-specialized kernels: blocks per thread-block cluster along M (2: "
         "the pair loads B once, multicasting each half to both)")),
+    "consumers": ("--consumers", dict(
+        choices=CONSUMER_MODES, help="sm_90a persistent kernels: cooperative (the consumer "
+        "warpgroups share each tile, the default) or pingpong (two warpgroups each own a "
+        "64-row tile and take turns on the tensor cores, one's epilogue under the other's "
+        "products)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
@@ -202,8 +208,8 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt", "disable",
-                 "verify")
+                 "blocks_per_sm", "persistent", "cluster", "consumers", "backend", "llvm_opt",
+                 "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")
@@ -330,9 +336,12 @@ def scalars(fn: TileFunction, args: argparse.Namespace) -> dict[str, Union[int, 
     return values
 
 
-def compile_options(args: argparse.Namespace) -> dict[str, Any]:
+def compile_options(args: argparse.Namespace, complete: bool = True) -> dict[str, Any]:
     """The compile options given on the command line, whichever of them the verb takes; the
-    others keep Options' defaults."""
+    others keep Options' defaults. ``complete``: they are all the options the verb compiles
+    with, so flags that cannot go together (``--consumers pingpong`` without
+    ``--persistent``) are a usage error here, not a traceback later; the bench completes
+    them with tuned configurations first."""
     options = {name: getattr(args, name, None) for name in OPTION_FLAGS}
     options = {name: value for name, value in options.items() if value is not None}
     if getattr(args, "disable", None):
@@ -341,6 +350,11 @@ def compile_options(args: argparse.Namespace) -> dict[str, Any]:
         options["verify"] = True
     if getattr(args, "annotate", False):
         options["annotate"] = True
+    if complete:
+        try:
+            Options(**options)
+        except ValueError as err:
+            raise CommandError(str(err)) from None
     return options
 
 

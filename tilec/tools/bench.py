@@ -200,8 +200,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         f"{', '.join(default_dtypes or DEFAULT_DTYPES)})")
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
-        parser, "const", "arch", "stages", "warps", "swizzle", "split_k", "f32_math", "pack",
-        "misaligned_copy", "misaligned_store", "blocks_per_sm", "persistent", "cluster", "backend", "llvm_opt",
+        parser, "const", "arch", "stages", "warps", "swizzle", "raster_group", "split_k",
+        "f32_math", "pack", "misaligned_copy", "misaligned_store", "blocks_per_sm",
+        "persistent", "cluster", "consumers", "backend", "llvm_opt",
         backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
                  "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
@@ -270,7 +271,7 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     if unknown:
         raise CommandError(f"the matmul sample has no constant {', '.join(unknown)} "
                            f"(its constants: {', '.join(known)})")
-    return consts, arguments.compile_options(args)
+    return consts, arguments.compile_options(args, complete=False)
 
 
 def _check_epilogue_args(args: argparse.Namespace) -> None:

@@ -53,7 +53,9 @@ def summary(compiled: Compiled) -> str:
     if schedule.roles is not None:
         roles = schedule.roles
         parts.append(f"{family_of(plan).name} fed by TMA, {roles.consumer_warpgroups} consumer "
-                     f"warpgroup{'s' if roles.consumer_warpgroups > 1 else ''} + a producer"
+                     f"warpgroup{'s' if roles.consumer_warpgroups > 1 else ''}"
+                     + (" (pingpong: a tile each, in turn)" if roles.pingpong else "")
+                     + " + a producer"
                      + (f", {roles.blocks_per_sm} blocks per SM" if roles.blocks_per_sm > 1
                         else ""))
     parts.append(f"{rendered.threads} threads")

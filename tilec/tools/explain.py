@@ -41,7 +41,7 @@ from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
-from tilec.families.tma import Box, staging_layout
+from tilec.families.tma import TURN_BARRIER, Box, staging_layout
 from tilec.families.wgmma import registers_at_entry
 from tilec.families.tma import LOAD as TMA_LOAD
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
@@ -94,6 +94,8 @@ class Hierarchy:
     lanes: Optional[LanePiece] = None  # simt: what one lane computes
     split_k: int = 1  # blocks per output tile along K
     producer_threads: int = 0  # warp specialization: the producer warpgroup beside the warps
+    # Copies of the warp grid, each computing tiles of its own (pingpong consumers: 2).
+    tile_groups: int = 1
     # Operands stored in another dtype than the product's, converted in registers: role ->
     # the stored dtype (tiling's OperandPlan.source).
     converted: dict[str, str] = field(default_factory=dict)
@@ -213,6 +215,7 @@ class Explanation:
     # How the consumers write C (schedule.epilogue, warp-specialized kernels), in words.
     epilogue: str = ""
     cluster: int = 1  # blocks per thread-block cluster
+    consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
 
@@ -266,6 +269,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         packing=None if packing is None else tuple(packing),
         epilogue=_epilogue_text(kernel.schedule.epilogue),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
+        consumers=_consumers_text(kernel),
         declined=_wgmma_declined(plan, options),
         batch=_batch_text(kernel),
     )
@@ -378,7 +382,24 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         lanes=family.lane_piece(accumulator), split_k=kernel.schedule.splits,
         producer_threads=(kernel.schedule.roles.producer_threads
                           if kernel.schedule.roles is not None else 0),
+        tile_groups=(2 if kernel.schedule.roles is not None and kernel.schedule.roles.pingpong
+                     else 1),
         converted={op.role: op.source for op in plan.operands if op.source})
+
+
+def _consumers_text(kernel: Kernel) -> str:
+    """Pingpong consumers in words ("" for cooperative ones)."""
+    roles = kernel.schedule.roles
+    if roles is None or not roles.pingpong:
+        return ""
+    bm, bn, _ = kernel.schedule.tiling.block
+    return (f"pingpong: {roles.consumer_warpgroups} warpgroups each compute whole {bm}x{bn} "
+            "tiles, taking the block's tiles in turn (warpgroup w: its tiles w, w + 2, ...); "
+            "each waits for its turn before its mainloop and passes it on once the mainloop's "
+            "products are complete (ws.turn_wait / ws.turn_pass: bar.sync / bar.arrive on named barriers "
+            f"{TURN_BARRIER} + w, both warpgroups counted), so one's epilogue runs under the "
+            "other's products; a stage goes back from the one warpgroup whose tile it holds"
+            ", and each stages its own tile for the store")
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -402,7 +423,7 @@ def _buffers(layout: SharedLayout) -> list[Buffer]:
             rows, cols = value.shape
             layout_text = staging_layout(rows, cols, value.dtype.bytes)
             store = "TMA store" if op.attrs["via"] == "tma" else "row stores"
-            buffers.append(Buffer("sC", "staging", 1, rows, cols, value.dtype.short,
+            buffers.append(Buffer("sC", "staging", placed.stages, rows, cols, value.dtype.short,
                                   value.dtype.bytes, placed.stage_bytes, placed.offset,
                                   placed.align, f"{layout_text} ({store} staging)"))
         else:
@@ -819,12 +840,15 @@ def render_explanation(e: Explanation) -> str:
     wm, wn = h.warps
     label, instruction = family.instruction_text(h)
     lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
+    groups = (f", {h.tile_groups} warpgroups of them, each on tiles of its own"
+              if h.tile_groups > 1 else "")
     lines += [
         f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, "
         f"{ACCUMULATOR_DTYPES[DType.parse(h.dtype)]} accumulator",
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads"
-        + (f" (consumers), + a producer warpgroup of {h.producer_threads} threads (one elected "
-           f"thread issues the TMA loads): {h.threads + h.producer_threads} threads"
+        + (f" (consumers{groups}), + a producer warpgroup of {h.producer_threads} threads "
+           "(one elected thread issues the TMA loads): "
+           f"{h.threads * h.tile_groups + h.producer_threads} threads"
            if h.producer_threads else ""),
         f"  warp tile         {family.warp_tile_text(h)}",
         f"  {label:<16}  {instruction}",
@@ -856,6 +880,8 @@ def render_explanation(e: Explanation) -> str:
     if e.cluster > 1:
         lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
                      "cuLaunchKernelEx): they share each B stage, which TMA multicasts")
+    if e.consumers:
+        lines.append(f"  consumers         {e.consumers}")
     if e.epilogue:
         lines.append(f"  epilogue          {e.epilogue}")
     if e.packing is not None:
