@@ -57,6 +57,7 @@ CASES = [
     ("gemm_gelu", "f16", {}),
     ("int8_gemm", "i8", {}),
     ("int8_gemm", "i8", dict(DIVISIBLE)),
+    ("int8_gemm", "i8", dict(split_k=3)),  # i32 partials meet as integers
     # Rows 1-byte aligned (odd K at launch; 8-bit operands are not packed): byte copies.
     ("int8_gemm", "i8", dict(spec=Spec(tensors=(("A", TensorSpec(1, 1)),
                                                 ("B", TensorSpec(1, 1)))))),
@@ -229,6 +230,21 @@ def test_fp8_asks_llvm_for_ptx_isa_8_4():
     assert target.selection("sm_90", ptx="8.4") == target.Selection("sm_90", "+ptx84")
     with pytest.raises(ValueError, match="no LLVM feature for PTX ISA 9.9"):
         target.selection("sm_90", ptx="9.9")
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+def test_int8_split_k_sums_its_partials_as_integers(backend):
+    """The i32 partials are loaded and added as integers in both backends (no float add of
+    the partials, which would round sums above 2**24): every register of every slice loaded
+    once, and only the epilogue's dequantization is float arithmetic."""
+    compiled = load_sample("int8_gemm", "i8").compile(arch="sm_80", backend=backend,
+                                                      split_k=3, keep_ir=True)
+    code = "\n".join(line.split("//")[0] for line in compiled.ptx.splitlines())
+    registers = 128 * 128 // compiled.rendered.threads
+    assert len(re.findall(r"\bld\.relaxed\.gpu\.global\.[bs]32\b", code)) == 3 * registers
+    assert not re.findall(r"\badd(?:\.rn)?\.f32\b", code)
+    if backend == "llvm":
+        assert "load atomic i32" in compiled.asm["llvm"] and "fadd" not in compiled.asm["llvm"]
 
 
 def test_gelu_is_the_ptx_backends_erfc_sequence():

@@ -136,6 +136,70 @@ def test_conversions_of_the_i32_accumulator():
     assert np.array_equal(cs.cpu().numpy(), np.clip(scaled, -128, 127).astype(np.int8))
 
 
+# Split-K with i32 partials: the slices meet as integers (backend/split.py), so the result is
+# exact and the same bits as split_k=1 whichever block is last; the non-linear epilogues
+# (saturating cvt.rni.s8.f32, wrapping cvt.s8.s32) run once, after the meeting.
+SPLIT_SHAPES = [((16, 1024, 4096), dict(BM=16, BN=64, BK=128, warps=(1, 4), stages=4)),
+                ((127, 129, 1000), {}),  # ragged, K not 16-byte aligned (byte copies)
+                ((200, 300, 70), dict(BK=32))]  # 3 K steps: with 7 slices, 4 are empty
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("shape, config", SPLIT_SHAPES, ids=["skinny", "ragged", "short-k"])
+def test_int8_split_k_is_exact_and_bitwise_the_one_slice_result(shape, config, splits,
+                                                                backend):
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=splits)
+    results = []
+    for split_k in (splits, 1):
+        cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+        c = torch.full((m, n), float("nan"), device="cuda")
+        int8_gemm()(a, b, cq, c, 0.5, split_k=split_k, backend=backend, **config)
+        torch.cuda.synchronize()
+        results.append((cq.cpu().numpy(), c.cpu().numpy()))
+    expected = exact(a, b)
+    assert np.array_equal(results[0][0].astype(np.int64), expected)
+    assert np.array_equal(results[0][1], expected.astype(np.float32) * np.float32(0.5))
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(*results))
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+def test_int8_split_k_runs_non_linear_epilogues_after_the_meeting(backend):
+    kernel = load_file(Path("conversions.tile"), text=CONVERSIONS)["f"]
+    m, n, k = 200, 136, 3000
+    a, b = operands(m, n, k, seed=13)
+    c8 = torch.zeros((m, n), dtype=torch.int8, device="cuda")
+    ch = torch.zeros((m, n), dtype=torch.float16, device="cuda")
+    cs = torch.zeros((m, n), dtype=torch.int8, device="cuda")
+    kernel(a, b, c8, ch, cs, split_k=5, backend=backend)
+    torch.cuda.synchronize()
+    expected = exact(a, b)
+    assert np.array_equal(c8.cpu().numpy(), expected.astype(np.int8))
+    assert np.array_equal(ch.cpu().numpy(), (expected.astype(np.float32) * 0.25)
+                          .astype(np.float16))
+    scaled = np.rint((expected.astype(np.float32) * np.float32(0.001)).astype(np.float64))
+    assert np.abs(scaled).max() > 127  # saturated somewhere: the sum of clipped slices differs
+    assert np.array_equal(cs.cpu().numpy(), np.clip(scaled, -128, 127).astype(np.int8))
+
+
+def test_an_int8_split_k_launch_runs_again_and_again():
+    """The counters are back at zero after each launch: a prepared launch on fresh inputs."""
+    m, n, k = 16, 2048, 4096
+    a, b = operands(m, n, k, seed=17)
+    cq = torch.empty((m, n), dtype=torch.int32, device="cuda")
+    c = torch.empty((m, n), device="cuda")
+    launch = int8_gemm().prepare(a, b, cq, c, 1.0, split_k=4, BM=16, BN=64, BK=128,
+                                 warps=(1, 4), stages=4)
+    for seed in range(3):
+        fresh, _ = operands(m, n, k, seed=100 + seed)
+        a.copy_(fresh)
+        cq.fill_(-1)
+        launch()
+        torch.cuda.synchronize()
+        assert np.array_equal(cq.cpu().numpy().astype(np.int64), exact(a, b))
+
+
 def test_the_bench_kernel_matches_torch_int_mm():
     """`tilec bench --dtypes i8`'s kernel (samples/matmul.py in i8 into i32) on torch's
     column-major B, exactly torch._int_mm's result."""
