@@ -385,6 +385,43 @@ def test_int8_ragged_k_on_sm_90a(shape):
     assert np.array_equal(cq.cpu().numpy().astype(np.int64), exact(a, b))
 
 
+I32_OUT = """
+from tilec import i8, i32, tile
+
+
+@tile
+def f(A: i8[M, K], B: i8[N, K], C: i32[M, N], BM=128, BN=128, BK=128):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], i32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+"""
+
+
+@pytest.mark.parametrize("options", [dict(stages=3), dict(stages=2, persistent=True),
+                                     dict(BN=256, stages=2)],
+                         ids=["one-tile", "persistent", "128x256"])
+# N a multiple of 4 (C's rows 16-byte aligned): TMA-stored; N = 1003: stored directly.
+@pytest.mark.parametrize("shape, via", [((127, 132, 64), "tma"), ((1000, 1004, 4112), "tma"),
+                                        ((4096, 4096, 4096), "tma"), ((333, 1003, 160), "direct")],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_an_i32_output_is_tma_stored_exactly(shape, via, options):
+    """wgmma8's i32 sums staged with st.shared.v2.b32 in TMA's swizzle and TMA-stored
+    (passes/tma_store.py), exact against the float64 product; the epilogue the launch took
+    is asserted from its prepared launch."""
+    needs_hopper()
+    kernel = load_file(Path("i32_out.tile"), text=I32_OUT)["f"]
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=21)
+    c = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+    launch = kernel.prepare(a, b, c, arch="sm_90a", **options)
+    assert launch.compiled.kernel.schedule.epilogue.via == via
+    launch()
+    torch.cuda.synchronize()
+    assert np.array_equal(c.cpu().numpy().astype(np.int64), exact(a, b))
+
+
 @pytest.mark.parametrize("config", WGMMA8_CONFIGS, ids=config_id)
 @pytest.mark.parametrize("name", ["f8e4m3", "f8e5m2"])
 @pytest.mark.parametrize("shape", [(127, 129, 64), (1000, 1008, 4096), (4096, 4096, 4096)],
