@@ -58,7 +58,7 @@ CASES = [
     ("int8_gemm", "i8", {}),
     ("int8_gemm", "i8", dict(DIVISIBLE)),
     ("int8_gemm", "i8", dict(split_k=3)),  # i32 partials meet as integers
-    # Rows 1-byte aligned (odd K at launch; 8-bit operands are not packed): byte copies.
+    # Rows 1-byte aligned (odd K launched with pack="off"): byte copies.
     ("int8_gemm", "i8", dict(spec=Spec(tensors=(("A", TensorSpec(1, 1)),
                                                 ("B", TensorSpec(1, 1)))))),
     ("fp8_gemm", "f8e4m3", {}),
@@ -584,7 +584,7 @@ def test_explain_says_the_ptx_is_llvms():
 
 @needs_ptxas
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("itemsize", [1, 2, 4])
 def test_the_pack_kernel_through_llvm_assembles(itemsize, arch, tmp_path):
     from tilec.backend.llvm.pack import pack_ptx
     from tilec.backend.pack import PACK_PARAMS, pack_entry

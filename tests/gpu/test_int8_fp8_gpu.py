@@ -136,11 +136,39 @@ def test_conversions_of_the_i32_accumulator():
     assert np.array_equal(cs.cpu().numpy(), np.clip(scaled, -128, 127).astype(np.int8))
 
 
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (333, 517, 4099), (256, 256, 1001)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_odd_k_int8_operands_are_packed_and_exact(shape, arch, backend):
+    """Odd K: 1-byte aligned rows, packed at launch by the byte pack kernel (its llvm twin
+    for the llvm backend) to 128-byte rows, K padded to whole BK steps; exact. pack="off"
+    (byte copies) gives the same bits."""
+    if arch == "sm_90a":
+        needs_hopper()
+        if backend == "llvm":
+            pytest.skip("the llvm backend does not emit the wgmma families")
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=23)
+    outputs = []
+    for pack in ("auto", "off"):
+        cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+        c = torch.full((m, n), float("nan"), device="cuda")
+        launch = int8_gemm().prepare(a, b, cq, c, 0.5, arch=arch, backend=backend, pack=pack)
+        assert launch.packing.names == (("A", "B") if pack == "auto" else ())
+        launch()
+        torch.cuda.synchronize()
+        outputs.append(cq.cpu().numpy())
+    expected = exact(a, b)
+    assert np.array_equal(outputs[0].astype(np.int64), expected)
+    assert np.array_equal(outputs[0], outputs[1])
+
+
 # Split-K with i32 partials: the slices meet as integers (backend/split.py), so the result is
 # exact and the same bits as split_k=1 whichever block is last; the non-linear epilogues
 # (saturating cvt.rni.s8.f32, wrapping cvt.s8.s32) run once, after the meeting.
 SPLIT_SHAPES = [((16, 1024, 4096), dict(BM=16, BN=64, BK=128, warps=(1, 4), stages=4)),
-                ((127, 129, 1000), {}),  # ragged, K not 16-byte aligned (byte copies)
+                ((127, 129, 1000), {}),  # ragged, K not 16-byte aligned (packed)
                 ((200, 300, 70), dict(BK=32))]  # 3 K steps: with 7 slices, 4 are empty
 
 
@@ -373,8 +401,8 @@ def test_int8_on_wgmma_is_exact(shape, config):
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (4096, 4096, 4096)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_int8_ragged_k_on_sm_90a(shape):
-    """A K whose rows are not 16-byte aligned: TMA cannot read them, so mma.sync's int8
-    family takes the block (the pack kernel has no 1-byte form); exact."""
+    """A K whose rows are not 16-byte aligned: packed at launch (the byte pack kernel), so
+    the packed operands are TMA-readable and wgmma8 takes the block; exact."""
     needs_hopper()
     m, n, k = shape
     a, b = operands(m, n, k, seed=9)
