@@ -1,5 +1,5 @@
-"""A small model of the PTX the pack kernel (backend/pack.py) is made of, to run its emitted
-text on the CPU, thread by thread: the pack kernel has no shared memory and no barrier, so
+"""A small model of the PTX the pack kernel is made of (backend/pack.py's, and what LLVM
+makes of backend/llvm/pack.py's IR), to run its emitted text on the CPU, thread by thread: the pack kernel has no shared memory and no barrier, so
 its threads are independent and each can run alone to its ``ret``.
 
 Only the instructions the pack kernel uses are modelled (an unknown one is an error, so the
@@ -71,7 +71,7 @@ def parse(ptx: str) -> tuple[list[Instruction], dict[str, int]]:
             guard = (found.group(2), found.group(1) == "!")
             line = line[found.end():]
         line = line.rstrip(";")
-        opcode, _, rest = line.partition(" ")
+        opcode, _, rest = line.replace("\t", " ").partition(" ")
         operands = tuple(part.strip() for part in _split_operands(rest))
         program.append(Instruction(guard, opcode, operands))
     return program, labels
@@ -135,8 +135,20 @@ class Thread:
     def execute(self, ins: Instruction) -> None:
         op, ops = ins.opcode, ins.operands
         regs, v = self.regs, self.value
-        if op in ("ld.param.u64", "ld.param.u32"):
+        if op in ("ld.param.u64", "ld.param.u32", "ld.param.b64", "ld.param.b32"):
             regs[ops[0]] = self.params[ops[1].strip("[]")]
+        elif op == "cvt.u64.u32":
+            regs[ops[0]] = v(ops[1]) & M32
+        elif op == "mad.lo.s64":
+            regs[ops[0]] = (v(ops[1]) * v(ops[2]) + v(ops[3])) & M64
+        elif op == "mul.wide.u16":
+            regs[ops[0]] = (v(ops[1]) & 0xFFFF) * (v(ops[2]) & 0xFFFF)
+        elif op == "prmt.b32.f4e":  # bytes c % 4 .. c % 4 + 3 of {b, a} (PTX ISA 9.7.8.8)
+            regs[ops[0]] = ((v(ops[2]) << 32 | v(ops[1])) >> 8 * (v(ops[3]) & 3)) & M32
+        elif op == "and.pred":
+            regs[ops[0]] = bool(v(ops[1])) and bool(v(ops[2]))
+        elif op == "not.pred":
+            regs[ops[0]] = not v(ops[1])
         elif op == "cvta.to.global.u64":
             regs[ops[0]] = v(ops[1])
         elif op in ("mov.u32", "mov.b32", "mov.b16"):
@@ -163,7 +175,7 @@ class Thread:
             start, length = v(ops[3]), v(ops[4])
             field_mask = ((1 << length) - 1) << start
             regs[ops[0]] = (v(ops[2]) & ~field_mask | (v(ops[1]) << start) & field_mask) & M32
-        elif op == "ld.global.nc.v4.b32":
+        elif op in ("ld.global.nc.v4.b32", "ld.global.v4.b32"):
             base = self.address(ops[1])
             for index, reg in enumerate(ops[0].strip("{}").split(",")):
                 regs[reg.strip()] = self.memory.load(base + 4 * index, 4)
@@ -187,7 +199,8 @@ class Thread:
         a, b = self.value(ops[1]), self.value(ops[2])
         if kind == "s32":
             a, b = _signed32(a), _signed32(b)
-        result = {"eq": a == b, "ge": a >= b, "gt": a > b, "lt": a < b}[cmp]
+        result = {"eq": a == b, "ne": a != b, "ge": a >= b, "gt": a > b, "lt": a < b,
+                  "le": a <= b}[cmp]
         if parts[2] == "and":
             result = result and bool(self.regs[ops[3]])
         return result
@@ -199,15 +212,22 @@ _BINARY = {
     "shr.u32": (M32, lambda a, b: (a & M32) >> b), "and.b32": (M32, lambda a, b: a & b),
     "or.b32": (M32, lambda a, b: a | b), "add.s64": (M64, lambda a, b: a + b),
     "shl.b64": (M64, lambda a, b: a << b), "and.b64": (M64, lambda a, b: a & b),
+    "mul.lo.s64": (M64, lambda a, b: a * b),
     "mul.wide.u32": (M64, lambda a, b: (a & M32) * (b & M32)),
 }
-_LOADS = {"ld.global.nc.u8": 1, "ld.global.nc.b16": 2, "ld.global.nc.b32": 4}
+# Sized loads zero-extend into the register (.u8 and .b8 alike).
+_LOADS = {"ld.global.nc.u8": 1, "ld.global.nc.b16": 2, "ld.global.nc.b32": 4,
+          "ld.global.b8": 1, "ld.global.b16": 2, "ld.global.b32": 4}
 
 
 def launch(ptx: str, grid: tuple[int, int, int], block: tuple[int, int, int],
            params: dict[str, int], memory: Memory) -> None:
-    """Every thread of the launch, one after another."""
+    """Every thread of the launch, one after another. ``params`` by name, in the entry's
+    order (LLVM names them ``<entry>_param_<i>``)."""
     program, labels = parse(ptx)
+    entry = re.search(r"\.entry (\w+)\(", ptx).group(1)
+    params = {**params, **{f"{entry}_param_{i}": value
+                           for i, value in enumerate(params.values())}}
     for by in range(grid[1]):
         for bx in range(grid[0]):
             for ty in range(block[1]):
