@@ -4,9 +4,10 @@ cp.async. ``tilec/packing.py`` decides when to pack and launches it.
 
 One thread writes one 16-byte vector of a destination row with one ``st.global.v4.b32``,
 zeros past the row's end. Source rows with unit element stride are read as aligned 16-byte
-chunks and shifted into place (any 2-byte alignment); strided ones one element at a time. The grid is 2-D: x over the vectors of a row,
-y over rows; each thread steps down the rows by the grid's height, since gridDim.y is at most
-65535. Addresses are 64-bit throughout.
+chunks and shifted into place (any alignment: the shift is in bytes); strided ones one
+element at a time. Elements are 1 (i8, fp8), 2 or 4 bytes. The grid is 2-D: x over the
+vectors of a row, y over rows; each thread steps down the rows by the grid's height, since
+gridDim.y is at most 65535. Addresses are 64-bit throughout.
 
 Parameters, in :data:`PACK_PARAMS` order: the source and destination addresses, then the
 destination's rows, the rows to copy (``src_rows``; the rows after them are written as
@@ -25,8 +26,12 @@ from .ptx import ptx_header
 from .writer import PtxWriter
 
 VECTOR_BYTES = 16
-# Per element size: the register class one element is loaded into (PTX ISA 5.2).
-ELEMENT_CLASS = {2: "b16", 4: "b32"}
+# Per element size: the register class one element is loaded into (PTX ISA 5.2); a byte is
+# loaded zero-extended into a 32-bit register (ld.u8: PTX ISA 9.7.9.8, a sized load may
+# fill a wider register).
+ELEMENT_CLASS = {1: "b32", 2: "b16", 4: "b32"}
+# Per element size: the type of the strided loader's ld.global.nc of one element.
+LOAD_TYPE = {1: "u8", 2: "b16", 4: "b32"}
 # (name, PTX type), in the order the launcher passes them.
 PACK_PARAMS = (("src", "u64"), ("dst", "u64"), ("rows", "u32"), ("src_rows", "u32"),
                ("cols", "u32"),
@@ -46,10 +51,11 @@ def pack_entry(elem_bytes: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def pack_ptx(elem_bytes: int, arch: str) -> str:
-    """The PTX module of the pack kernel for ``elem_bytes``-byte elements (2 or 4) on
+    """The PTX module of the pack kernel for ``elem_bytes``-byte elements (1, 2 or 4) on
     ``arch`` (sm_80, sm_86 or sm_90); one entry, :func:`pack_entry`."""
     if elem_bytes not in ELEMENT_CLASS:
-        raise ValueError(f"the pack kernel moves 2- or 4-byte elements, not {elem_bytes}-byte")
+        raise ValueError(f"the pack kernel moves 1-, 2- or 4-byte elements, not "
+                         f"{elem_bytes}-byte")
     options = Options(arch=arch)  # checks the target
     w = PtxWriter()
     _emit_pack(w, elem_bytes)
@@ -232,7 +238,7 @@ def _strided_loader(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
                     elem_bytes: int):
     """Rows whose elements are apart in memory: one scalar load per element inside the row
     (consecutive threads read consecutive elements), zeros past its end."""
-    p, cls = rows.p, ELEMENT_CLASS[elem_bytes]
+    p, cls, load_type = rows.p, ELEMENT_CLASS[elem_bytes], LOAD_TYPE[elem_bytes]
     per_vector = vector_elems(elem_bytes)
     inside = []
     for e in range(per_vector):
@@ -253,10 +259,12 @@ def _strided_loader(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
                 w.emit(f"add.s64 {src}, {src}, {src_step};")
             value = w.reg(cls)
             w.emit(f"mov.{cls} {value}, 0;")
-            w.emit(f"@{ok} ld.global.nc.{cls} {value}, [{src}];")
+            w.emit(f"@{ok} ld.global.nc.{load_type} {value}, [{src}];")
             values.append(value)
         if elem_bytes == 4:
             return values
+        if elem_bytes == 1:
+            return _bytes_into_words(w, values)
         words = []  # two elements per 32-bit word, the first in the low half
         for low, high in zip(values[::2], values[1::2]):
             word = w.reg("b32")
@@ -265,6 +273,21 @@ def _strided_loader(w: PtxWriter, rows: RowLoop, left: str, first_col: str,
         return words
 
     return load_words
+
+
+def _bytes_into_words(w: PtxWriter, values: list[str]) -> list[str]:
+    """Sixteen zero-extended bytes as four 32-bit words, byte 4j + i of the vector in bits
+    8i of word j (little-endian, as the contiguous loader's words hold them): bfi inserts
+    each byte above the ones before it (PTX ISA 9.7.1.18)."""
+    words = []
+    for j in range(4):
+        word = values[4 * j]
+        for i in range(1, 4):
+            merged = w.reg("b32")
+            w.emit(f"bfi.b32 {merged}, {values[4 * j + i]}, {word}, {8 * i}, 8;")
+            word = merged
+        words.append(word)
+    return words
 
 
 def _load_params(w: PtxWriter) -> dict[str, str]:

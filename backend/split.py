@@ -2,7 +2,8 @@
 
 The workspace, two hidden kernel parameters (``backend/abi.py``):
 
-- ``split_partials``: f32, ``tiles x splits x registers x threads``; a block writes its
+- ``split_partials``: 4-byte words (f32 or i32, the accumulator's type),
+  ``tiles x splits x registers x threads``; a block writes its
   partial at ``[tile][slice]``, each register of all threads contiguous (coalesced stores
   and loads, and every thread reads back exactly the elements it holds);
 - ``split_counters``: one u32 per output tile, zero before a launch; the last block of a
@@ -13,16 +14,23 @@ thread's stores, then a gpu-scope fence and a block barrier, then one acq_rel at
 block; the block that sees ``splits - 1`` is last, learns it in every thread through
 ``bar.red.or.pred``, fences, and sums the partials with gpu-scope loads (L2, never a stale
 L1 line). The others exit. The sum goes in slice order whichever block is last, so the
-result is the same from run to run.
+result is the same from run to run. An i32 accumulator (int8 products) meets the same way:
+its sum wraps as the products' does, and integer addition being associative, it is the
+exact (mod 2**32) sum of all K, bit for bit the one-slice kernel's.
 """
 from __future__ import annotations
 
 from tilec.ir.core import Kernel, Op
+from tilec.ir.types import F32, I32
 
 from .abi import POINTER, WORKSPACE_PARAMS, WORKSPACE_SOURCES, AbiParam, cuda_tile_axes
 from .context import Context
 
-F32_BYTES = 4
+PARTIAL_BYTES = 4  # every accumulator split-K sums (SPLIT_SUM_DTYPES) is a 4-byte word
+
+# Accumulator dtype -> the PTX type of its partials' stores and loads, the register class of
+# the sum (the accumulator's: mma's .s32 accumulators are b32) and the add.
+SUMS = {F32: ("f32", "f32", "add.f32"), I32: ("s32", "b32", "add.s32")}
 
 
 def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
@@ -52,8 +60,9 @@ def _split_reduce(ctx: Context, op: Op) -> None:
     partial_value, slice_value = op.operands
     splits = op.attrs["splits"]
     partial = ctx.get(partial_value)
+    ptx_type, register_class, add = SUMS[partial_value.type.dtype]
     threads = ctx.plan.threads
-    register_stride = threads * F32_BYTES
+    register_stride = threads * PARTIAL_BYTES
     slice_bytes = len(partial) * register_stride
     partials, counters = (ctx.workspace[source] for source in WORKSPACE_SOURCES)
     tid = ctx.tid()
@@ -64,11 +73,11 @@ def _split_reduce(ctx: Context, op: Op) -> None:
     tile_base = w.reg("b64")
     w.emit(f"mul.wide.u32 {tile_base}, {tile_slot}, {slice_bytes};")
     w.emit(f"add.s64 {tile_base}, {tile_base}, {partials};")
-    w.emit(f"mad.wide.u32 {tile_base}, {tid}, {F32_BYTES}, {tile_base};")
+    w.emit(f"mad.wide.u32 {tile_base}, {tid}, {PARTIAL_BYTES}, {tile_base};")
     own = w.reg("b64")
     w.emit(f"mad.wide.u32 {own}, {ctx.get(slice_value)}, {slice_bytes}, {tile_base};")
     for index, reg in enumerate(partial):
-        w.emit(f"st.global.f32 [{own}+{index * register_stride}], {reg};")
+        w.emit(f"st.global.{ptx_type} [{own}+{index * register_stride}], {reg};")
 
     w.emit("fence.acq_rel.gpu;")
     w.emit("bar.sync 0;")
@@ -85,15 +94,15 @@ def _split_reduce(ctx: Context, op: Op) -> None:
     w.emit(f"@!{last} exit;")
     w.emit("fence.acq_rel.gpu;")
 
-    total = w.regs("f32", len(partial))
-    loaded = w.reg("f32")
+    total = w.regs(register_class, len(partial))
+    loaded = w.reg(register_class)
     for index, reg in enumerate(total):
         for slice_index in range(splits):
             offset = slice_index * slice_bytes + index * register_stride
             target = reg if slice_index == 0 else loaded
-            w.emit(f"ld.relaxed.gpu.global.f32 {target}, [{tile_base}+{offset}];")
+            w.emit(f"ld.relaxed.gpu.global.{ptx_type} {target}, [{tile_base}+{offset}];")
             if slice_index:
-                w.emit(f"add.f32 {reg}, {reg}, {loaded};")
+                w.emit(f"{add} {reg}, {reg}, {loaded};")
     ctx.bind(op.result, total)
 
 

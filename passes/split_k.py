@@ -16,9 +16,10 @@ Produces, for ``options.split_k = S > 1``:
   so slices start on multiples of the step and the edge masks tiling chose stay valid; the
   last slices may be empty (their sum is zero);
 - ``split.reduce %acc, %slice {splits = S}`` right after the loop: each block stores its
-  partial sum; the last block of the tile to finish adds all S partials in slice order (the
-  result does not depend on which block finished last) and goes on to the epilogue; the
-  others end there;
+  partial sum (f32, or i32 for int8 products: ``SPLIT_SUM_DTYPES``); the last block of the
+  tile to finish adds all S partials in slice order (the result does not depend on which
+  block finished last; i32 sums are exact in any order) and goes on to the epilogue, so a
+  non-linear epilogue sees the whole sum; the others end there;
 - ``kernel.schedule.split``: ``SplitPlan(S)``; the launcher allocates the workspace for it.
 
 With S = 1 the kernel is returned as it is.
@@ -42,7 +43,8 @@ from __future__ import annotations
 from tilec.errors import TileConfigError, located
 from tilec.ir.schedule import SplitPlan
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, replace_uses
-from tilec.ir.types import F32, i32
+from tilec.ir.ops import SPLIT_SUM_DTYPES
+from tilec.ir.types import i32
 from tilec.options import Options
 
 from .common import constant, find_main_loop
@@ -66,10 +68,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         raise located(TileConfigError, f"split_k adds a grid axis; a {len(grid.operands)}-D "
                       "grid has none left", grid.loc, kernel.source_lines)
     acc_index = _accumulator_index(kernel, loop, dot)
-    if dot.operands[2].type.dtype != F32:
-        # The slices meet in an f32 workspace (backend/split.py); integer sums would need
-        # their own meeting, which tilec does not build.
-        raise located(TileConfigError, f"split_k sums f32 partial tiles; this product "
+    if dot.operands[2].type.dtype.short not in SPLIT_SUM_DTYPES:
+        # The slices meet in a workspace of 4-byte words (backend/split.py).
+        raise located(TileConfigError, f"split_k sums f32 or i32 partial tiles; this product "
                       f"accumulates in {dot.operands[2].type.dtype}", dot.loc,
                       kernel.source_lines, "use split_k=1 (the default)")
 

@@ -14,8 +14,9 @@ Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with 
 inner coordinate); the backend (:mod:`tilec.families.tma`) lays the staging tile out in
 TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
 a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
-not TMA when it does not: only 16-bit outputs (an f32 tile of 128x256 would need 128 KiB
-beside the ring), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
+not TMA when it does not: only 16-bit outputs and i32 ones (an f32 tile of 128x256 would
+need 128 KiB beside the ring; an i32 one is staged when it fits, in 8-byte writes of a
+register pair), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
 TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one store, and room
 in shared memory. The CPU semantics are the
 store's own: TMA skips out-of-bounds elements as the masked store does.
@@ -37,10 +38,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.tma import SLAB_BYTES, SWIZZLE_128B
+from tilec.families.tma import SLAB_BYTES, SWIZZLE_128B, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
-from tilec.ir.types import TileType
+from tilec.ir.types import I32, TileType
 from tilec.ir.views import view_source
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.layout import DistributedLayout
@@ -48,16 +49,25 @@ from tilec.target.smem import place, total_with_staging
 
 NAME = "tma_store"
 
+# 32-bit outputs staged and TMA-stored: i32 (int8 products' exact sums, whose tile is
+# written as i32 or not at all). f32 outputs of 16-bit products stay direct (their staging
+# would crowd out the ring of the tiles they run with).
+STAGED_32_BIT = (I32,)
 
-def addressing_problem(layout: DistributedLayout) -> Optional[str]:
+
+def addressing_problem(layout: DistributedLayout, elem_bytes: int = 2) -> Optional[str]:
     """Why the backend's staging writes cannot use their cheap form for this accumulator
     layout (None when they can): every register of a thread must stay in the thread's rows
     modulo 8 (so the swizzle's XOR is the thread's), and a register pair's columns inside
-    one 16-byte chunk from the thread's first column."""
-    chunk = 1 << SWIZZLE_128B.base  # elements per 16-byte chunk
+    one 16-byte chunk from the thread's first column. With 4-byte elements (a chunk of 4)
+    the thread's first column may reach into the next chunk when the registers' chunks
+    leave that bit clear: the thread's chunk then adds to the register's without a carry
+    and XORs into the swizzle per thread (tilec.families.tma._stage_registers)."""
+    chunk = 1 << swizzle_128b(elem_bytes).base  # elements per 16-byte chunk
     if layout.warps[1] != 1:
         return "the warps split the tile's columns"
     first_cols = (layout.lane_grid[1] - 1) * layout.lane_step[1]
+    thread_chunks = first_cols // chunk  # the chunk bits the thread's first column sets
     offsets = layout.register_offsets()
     if len(offsets) % 2:
         return "the registers do not come in column pairs"
@@ -65,9 +75,14 @@ def addressing_problem(layout: DistributedLayout) -> Optional[str]:
         (r, c), (r2, c2) = offsets[index], offsets[index + 1]
         if (r2, c2) != (r, c + 1) or r % (1 << SWIZZLE_128B.bits):
             return "a register pair is not two neighbours on the thread's rows modulo 8"
-        if c % chunk + 1 + first_cols >= chunk:
+        if c % chunk + 1 + first_cols % chunk >= chunk or (c // chunk) & _bits(thread_chunks):
             return "a register pair crosses a 16-byte chunk"
     return None
+
+
+def _bits(n: int) -> int:
+    """n and every bit below its highest."""
+    return (1 << n.bit_length()) - 1
 
 
 def _store_problem(kernel: Kernel, store: Op, options: Options,
@@ -80,9 +95,12 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if not isinstance(layout, DistributedLayout) or layout.operand != "C":
         return "the stored tile is not in the accumulator layout"
     elem_bytes = vtype.dtype.bytes
-    if elem_bytes != 2:
+    if elem_bytes != 2 and vtype.dtype not in STAGED_32_BIT:
         return (f"C is {vtype.dtype}: TMA stores here take 16-bit tiles (an f32 tile's "
                 "staging would crowd out the ring)")
+    if elem_bytes != 2 and not aligned:
+        return (f"C is {vtype.dtype} and its rows are not 16-byte aligned: TMA cannot store "
+                "them, and the row stores take 16-bit tiles")
     param = _stored_param(kernel, store)
     if param is None:
         return ("C is not a 2-D tensor parameter or one batch of a 3-D one (a transposed view "
@@ -93,7 +111,7 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
             or aligned and spec.vec_elems * elem_bytes < 16):
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
-    problem = addressing_problem(layout)
+    problem = addressing_problem(layout, elem_bytes)
     if problem is not None:
         return problem
     return None

@@ -63,7 +63,7 @@ def cases() -> dict[str, Case]:
 
 def pack_kernels() -> dict[str, str]:
     from tilec.backend.pack import pack_ptx
-    return {f"pack-{size}-{arch}": pack_ptx(size, arch) for size in (2, 4) for arch in ARCHS}
+    return {f"pack-{size}-{arch}": pack_ptx(size, arch) for size in (1, 2, 4) for arch in ARCHS}
 
 
 SAMPLES = str(Path(__file__).resolve().parent.parent / "samples")

@@ -154,6 +154,100 @@ def test_conversions_of_the_i32_accumulator() -> None:
     np.testing.assert_array_equal(values["Cw"], w.astype(np.float32))
 
 
+# ---------------------------------------------------------------------------- split-K
+# The slices' i32 partials meet in the split-K workspace as integers (backend/split.py):
+# integer addition is associative, so the sum is exact and the same bits as one slice's,
+# whatever the order; the epilogue (non-linear ones too) runs after the meeting.
+
+SPLIT_EPILOGUE = program(
+    "        Cq[m * BM : +BM, n * BN : +BN] = acc\n"
+    "        C8[m * BM : +BM, n * BN : +BN] = acc.to(i8)\n"
+    "        Cs[m * BM : +BM, n * BN : +BN] = (acc.to(f32) * scale).to(i8)\n"
+    "        C[m * BM : +BM, n * BN : +BN] = relu(acc.to(f32) * scale)\n",
+    "A: i8[M, K], B: i8[N, K], Cq: i32[M, N], C8: i8[M, N], Cs: i8[M, N], C: f32[M, N], "
+    "scale: f32").replace("BK=64", "BK=32")
+
+
+def run_split(splits: int, shapes: dict[str, int], seed: int,
+              **options: Any) -> tuple[dict[str, Any], np.ndarray]:
+    kernel = run_pipeline(lowered(SPLIT_EPILOGUE).lower(), Options(split_k=splits, **options)
+                          ).kernel
+    assert kernel.schedule.splits == splits and kernel.schedule.tiling.kind == "int8"
+    rng = np.random.default_rng(seed)
+    m, n, k = shapes["M"], shapes["N"], shapes["K"]
+    a = rng.integers(-128, 128, size=(m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+    a[0], b[0] = -128, -128  # the largest sum, 2**14 K
+    values = {"A": a, "B": b, "Cq": np.full((m, n), -1, np.int32),
+              "C8": np.zeros((m, n), np.int8), "Cs": np.zeros((m, n), np.int8),
+              "C": np.full((m, n), np.nan, np.float32), "scale": np.float32(0.002)}
+    run_kernel(kernel, values, ops=op_catalogue())
+    return values, a.astype(np.int64) @ b.astype(np.int64).T
+
+
+@pytest.mark.parametrize("splits, K, arch", [
+    (2, 300, "sm_80"),
+    (3, 100, "sm_86"),  # 4 K steps of 32: slices of 2, 2, 0 steps (the last one empty)
+    (8, 77, "sm_90a"),  # 3 K steps (the last masked), 5 empty slices; mma.sync on sm_90a
+])
+def test_split_k_of_i32_sums_is_exact_and_the_epilogue_runs_after_the_meeting(
+        splits: int, K: int, arch: str) -> None:
+    shapes = dict(M=70, N=45, K=K)
+    values, exact = run_split(splits, shapes, seed=K, arch=arch)
+    np.testing.assert_array_equal(values["Cq"], exact.astype(np.int32))
+    assert values["Cq"][0, 0] == 2**14 * K
+    np.testing.assert_array_equal(values["C8"], exact.astype(np.int8))  # wraps
+    scaled = exact.astype(np.float32) * np.float32(0.002)
+    np.testing.assert_array_equal(values["Cs"], np.clip(np.rint(scaled), -128, 127)
+                                  .astype(np.int8))
+    assert np.abs(scaled).max() > 127  # saturation, which a per-slice epilogue would break
+    np.testing.assert_array_equal(values["C"], np.maximum(scaled, 0))
+    one_slice, _ = run_split(1, shapes, seed=K, arch=arch)
+    for name in ("Cq", "C8", "Cs", "C"):  # bit for bit the one-slice kernel's
+        assert values[name].tobytes() == one_slice[name].tobytes(), name
+
+
+def test_the_meeting_of_i32_partials_wraps_as_the_products_do() -> None:
+    """Partials whose sum leaves i32 wrap (add.s32), as mma.sync's accumulation does; the
+    sum is the exact one mod 2**32, in any slice order."""
+    from tilec.cpu.interpreter import InterpState, ProgramEnd
+    kernel = run_pipeline(sample().lower(BM=64, BN=64, BK=32), Options(split_k=3)).kernel
+    meeting = next(op for op in kernel.body.ops if op.name == "split.reduce")
+    assert meeting.result.type.dtype.short == "i32"
+    shape = meeting.result.type.shape
+    partials = [np.full(shape, 2**31 - 1, np.int32), np.full(shape, 2, np.int32),
+                np.full(shape, 5, np.int32)]  # 2**31 + 6 in all: wraps to -2**31 + 6
+    for order in ((0, 1, 2), (2, 0, 1)):
+        state = InterpState(kernel, op_catalogue())
+        evaluate = state.ops["split.reduce"].evaluate
+        for position, slice_id in enumerate(order):
+            state.program_id = (0, 0, slice_id)
+            if position < 2:
+                with pytest.raises(ProgramEnd):
+                    evaluate(state, meeting, [partials[slice_id], slice_id])
+            else:
+                (total,) = evaluate(state, meeting, [partials[slice_id], slice_id])
+        assert total.dtype == np.int32
+        assert (total == np.int32(-2**31 + 6)).all()
+
+
+def test_split_k_ptx_meets_with_integer_loads_and_adds() -> None:
+    compiled = sample().compile(arch="sm_80", split_k=3)
+    ptx = compiled.ptx
+    registers = 128 * 128 // compiled.rendered.threads
+    assert ptx.count("ld.relaxed.gpu.global.s32") == 3 * registers
+    assert ptx.count("st.global.s32 ") >= registers  # the partials (stores of C are v2)
+    assert "ld.relaxed.gpu.global.f32" not in ptx and "add.f32" not in ptx
+    assert ptx.index("bar.red.or.pred") < ptx.index("cvt.rn.f32.s32")  # epilogue after
+
+
+def test_explain_says_the_i32_split_is_exact() -> None:
+    from tilec.tools.explain import explain, render_explanation
+    text = render_explanation(explain(sample().compile(split_k=4), ptxas=False))
+    assert "the last to finish adds the 4 i32 partials (256 KiB of workspace per tile)" in text
+    assert "integer sums are exact, the same in any order" in text
+
+
 # ------------------------------------------------------------------------------ errors
 
 def error_of(text: str, **options: Any) -> TileError:
@@ -207,12 +301,6 @@ def test_a_row_major_b_is_refused_with_the_layout_to_use() -> None:
     err = error_of(text)
     assert_at(err, 6, "@ B", "i8 operand B ('B') is stored [K, N]")
     assert "cannot transpose bytes" in err.message and "B.T" in str(err)
-
-
-def test_split_k_of_an_integer_accumulator_is_refused() -> None:
-    text = program("        C[m * BM : +BM, n * BN : +BN] = acc\n")
-    assert_at(error_of(text, split_k=2), 6, "@ B",
-              "split_k sums f32 partial tiles; this product accumulates in i32")
 
 
 def test_an_unknown_8_bit_dtype_names_the_dtypes() -> None:

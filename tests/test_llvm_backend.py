@@ -57,7 +57,8 @@ CASES = [
     ("gemm_gelu", "f16", {}),
     ("int8_gemm", "i8", {}),
     ("int8_gemm", "i8", dict(DIVISIBLE)),
-    # Rows 1-byte aligned (odd K at launch; 8-bit operands are not packed): byte copies.
+    ("int8_gemm", "i8", dict(split_k=3)),  # i32 partials meet as integers
+    # Rows 1-byte aligned (odd K launched with pack="off"): byte copies.
     ("int8_gemm", "i8", dict(spec=Spec(tensors=(("A", TensorSpec(1, 1)),
                                                 ("B", TensorSpec(1, 1)))))),
     ("fp8_gemm", "f8e4m3", {}),
@@ -258,6 +259,21 @@ def test_fp8_asks_llvm_for_ptx_isa_8_4():
     assert target.selection("sm_90", ptx="8.4") == target.Selection("sm_90", "+ptx84")
     with pytest.raises(ValueError, match="no LLVM feature for PTX ISA 9.9"):
         target.selection("sm_90", ptx="9.9")
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+def test_int8_split_k_sums_its_partials_as_integers(backend):
+    """The i32 partials are loaded and added as integers in both backends (no float add of
+    the partials, which would round sums above 2**24): every register of every slice loaded
+    once, and only the epilogue's dequantization is float arithmetic."""
+    compiled = load_sample("int8_gemm", "i8").compile(arch="sm_80", backend=backend,
+                                                      split_k=3, keep_ir=True)
+    code = "\n".join(line.split("//")[0] for line in compiled.ptx.splitlines())
+    registers = 128 * 128 // compiled.rendered.threads
+    assert len(re.findall(r"\bld\.relaxed\.gpu\.global\.[bs]32\b", code)) == 3 * registers
+    assert not re.findall(r"\badd(?:\.rn)?\.f32\b", code)
+    if backend == "llvm":
+        assert "load atomic i32" in compiled.asm["llvm"] and "fadd" not in compiled.asm["llvm"]
 
 
 def test_gelu_is_the_ptx_backends_erfc_sequence():
@@ -664,7 +680,7 @@ def test_explain_says_the_ptx_is_llvms():
 
 @needs_ptxas
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("itemsize", [1, 2, 4])
 def test_the_pack_kernel_through_llvm_assembles(itemsize, arch, tmp_path):
     from tilec.backend.llvm.pack import pack_ptx
     from tilec.backend.pack import PACK_PARAMS, pack_entry

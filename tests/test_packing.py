@@ -261,6 +261,47 @@ def test_compiled_for_the_packed_spec_the_copies_are_16_byte_cp_async():
     assert "cp.async.cg" not in unpacked.ptx and "ld.global.nc.b16" in unpacked.ptx
 
 
+def int8_args(m: int, n: int, k: int, dtype="i8") -> dict[str, ArrayArg]:
+    """samples/int8_gemm.py's arguments (B stored [N, K]), row-major."""
+    return {"A": arg("A", (m, k), dtype=dtype), "B": arg("B", (n, k), dtype=dtype),
+            "Cq": arg("Cq", (m, n), dtype="i32"), "C": arg("C", (m, n), dtype="f32")}
+
+
+def test_odd_k_8_bit_operands_are_packed_with_the_byte_pack_kernel():
+    """K = 77 i8: 77-byte rows, 1-byte aligned; packed to whole 128-byte lines and K padded
+    to whole BK steps, as f16 operands are (the pack kernel moves 1-byte elements)."""
+    kernel = load_file(SAMPLES / "int8_gemm.py")["int8_gemm"].lower()
+    packing = plan_packing(kernel, int8_args(1000, 1003, 77), "auto", ("Cq", "C"))
+    assert packing.names == ("A", "B")
+    a, b = packing.tensors
+    assert (a.itemsize, a.source_shape, a.shape, a.row_stride) == (1, (1000, 77), (1000, 128),
+                                                                    128)
+    assert (b.source_shape, b.shape, b.row_stride) == ((1003, 77), (1003, 128), 128)
+    assert packing.describe() == ["A packed to stride 128 (rows were 1-byte aligned)",
+                                  "B packed to stride 128 (rows were 1-byte aligned)",
+                                  "K padded to 128 with zeros"]
+    assert a.spec == TensorSpec(1, 16)  # 16 one-byte elements a vector
+    # fp8 bits alike; aligned rows (K = 4096) are not packed.
+    fp8 = plan_packing(kernel, int8_args(1000, 1003, 77, "f8e4m3"), "auto", ("Cq", "C"))
+    assert fp8.names == ("A", "B") and fp8.tensors[0].itemsize == 1
+    assert not plan_packing(kernel, int8_args(1000, 1003, 4096), "auto", ("Cq", "C"))
+
+
+def test_compiled_for_the_packed_spec_8_bit_copies_are_16_byte_cp_async():
+    function = load_file(SAMPLES / "int8_gemm.py")["int8_gemm"]
+    sizes = {"M": 1000, "N": 1003, "K": 77}
+    tensors = int8_args(1000, 1003, 77)
+    spec = spec_for_tensors(tensors, sizes)
+    packed = plan_packing(function.lower(), tensors, "auto", ("Cq", "C")).spec(spec)
+    assert [o.vec for o in function.compile(spec=packed).kernel.schedule.tiling.operands] == [
+        16, 16]
+    assert [o.vec for o in function.compile(spec=spec).kernel.schedule.tiling.operands] == [
+        1, 1]
+    # On sm_90a the packed operands are TMA-readable: wgmma8 takes the block.
+    hopper = function.compile(spec=packed, arch="sm_90a", BK=128)
+    assert hopper.kernel.schedule.tiling.kind == "wgmma8"
+
+
 def test_row_major_launch_is_what_a_staged_host_launch_gets():
     kernel = sample("matmul").lower()
     sizes = {"M": 4095, "N": 4097, "K": 4093}
@@ -388,14 +429,14 @@ def test_pool_lends_each_buffer_once_and_keeps_a_few():
 
 # ------------------------------------------------------------------------ the pack PTX
 
-@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("itemsize", [1, 2, 4])
 def test_pack_ptx_shape(itemsize):
     ptx = pack_ptx(itemsize, "sm_90")
     assert pack_ptx(itemsize, "sm_90") is ptx  # memoised
     header = "\n".join(ptx_header(Options(arch="sm_90")))
     assert header in ptx and f".entry {pack_entry(itemsize)}(" in ptx
     per_vector = vector_elems(itemsize)
-    kind = f"b{8 * itemsize}"
+    kind = {1: "u8", 2: "b16", 4: "b32"}[itemsize]  # a byte zero-extended into a b32
     # Strided rows, and the last row of contiguous ones (its aligned chunks could reach past
     # the tensor's last byte): every element of the vector under its own in-row predicate.
     assert len(re.findall(rf"@%p\d+ ld\.global\.nc\.{kind} ", ptx)) == 2 * per_vector
@@ -415,15 +456,15 @@ def test_pack_ptx_shape(itemsize):
 
 
 def test_pack_ptx_refuses_other_sizes_and_targets():
-    with pytest.raises(ValueError, match="2- or 4-byte"):
-        pack_ptx(1, "sm_80")
+    with pytest.raises(ValueError, match="1-, 2- or 4-byte"):
+        pack_ptx(8, "sm_80")
     with pytest.raises(ValueError, match="unknown arch"):
         pack_ptx(2, "sm_70")
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
 @pytest.mark.parametrize("arch", list(ARCHS))
-@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("itemsize", [1, 2, 4])
 def test_pack_ptx_assembles(tmp_path, arch, itemsize):
     path = tmp_path / "pack.ptx"
     path.write_text(pack_ptx(itemsize, arch))
@@ -462,6 +503,21 @@ def test_cli_explain_shows_the_packing_and_pack_off(capsys):
     assert "1 x f16 = 2 B" in out and "8 x f16" not in out
     assert main(["explain", str(SAMPLES / "matmul.py"), "--no-ptxas"]) == 0
     assert "packed at launch" not in capsys.readouterr().out  # sizes unknown: not said
+
+
+def test_cli_explain_says_odd_k_int8_operands_are_packed(capsys):
+    from tilec.cli import main
+    ragged = ["explain", str(SAMPLES / "int8_gemm.py"), "--shape", "M=1000,N=1003,K=77",
+              "--no-ptxas"]
+    assert main(ragged) == 0
+    out = capsys.readouterr().out
+    assert ("packed at launch, for row-major arrays of these sizes: A packed to stride 128 "
+            "(rows were 1-byte aligned); B packed to stride 128 (rows were 1-byte aligned); "
+            "K padded to 128 with zeros") in out
+    assert "16 x i8 = 16 B" in out
+    assert main(ragged + ["--pack", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "1 x i8 = 1 B" in out and "16 x i8" not in out
 
 
 def test_cli_and_bench_take_pack():

@@ -203,6 +203,12 @@ OTHERS = [
                                                         ("B", TensorSpec(1, 2))))),
     case("int8_gemm", "i8", "sm_90a", RAGGED),
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=64, warps=(2, 4)),
+    # int8 split-K (i32 partials meet as integers): the skinny tile, ragged with empty
+    # slices, and on each target.
+    case("int8_gemm", "i8", "sm_80", DIVISIBLE, BM=16, BN=64, BK=128, warps=(1, 4), stages=4,
+         split_k=4),
+    case("int8_gemm", "i8", "sm_86", RAGGED, split_k=3),
+    case("int8_gemm", "i8", "sm_90", RAGGED, BM=64, BN=64, BK=64, split_k=7),
     # fp8 (mma.sync m16n8k32 .e4m3 / .e5m2, PTX ISA 8.4): sm_90 and sm_90a only (the
     # default tile: main_fp8_cases).
     case("fp8_gemm", "f8e4m3", "sm_90", RAGGED, stages=2),

@@ -51,6 +51,17 @@ def test_an_8_bit_operand_maps_128_elements_a_swizzle_row(dtype):
         tensor_map_layout("A", array("A", (1000, 96), dtype=dtype), (256, 128), 128)
 
 
+def test_an_i32_output_maps_32_elements_a_swizzle_row():
+    """A TMA-stored i32 C (int8 sums, passes/tma_store.py): a 32-element box is the span;
+    rows of N = 1003 (4012 bytes) are not 16-byte aligned, which the pass stores directly."""
+    layout = tensor_map_layout("C", array("C", (1000, 1004), dtype="i32"), (32, 128), 128)
+    assert layout == TensorMapLayout("C", "i32", BASE, (1004, 1000), 4016, (32, 128), 128)
+    with pytest.raises(ValueError, match="must fit the 128-byte swizzle span"):
+        tensor_map_layout("C", array("C", (1000, 1004), dtype="i32"), (64, 128), 128)
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        tensor_map_layout("C", array("C", (1000, 1003), dtype="i32"), (32, 128), 128)
+
+
 def test_a_column_major_operand_maps_with_its_columns_inner():
     # B [K=80, N=1000] stored as the transpose of a row-major [N, K]: dim 0 is contiguous.
     layout = tensor_map_layout("B", array("B", (80, 1000), (1, 96)), (64, 64), 128)
@@ -82,7 +93,8 @@ ARGUMENT_ERRORS = [
     (dict(shape=(16, 0)), "each dim must hold from 1 to 2**32 - 1 elements, got dim 1 of 0"),
     (dict(shape=(2, 2, 4, 8)), "a tensor map here is 2-D (3-D for a batch of matrices), got "
                                "a 4-D array of shape (2, 2, 4, 8)"),
-    (dict(dtype="i32"), "the dtype must be one of f16, bf16, f32, i8, f8e4m3, f8e5m2, got i32"),
+    (dict(dtype="f64"), "the dtype must be one of f16, bf16, f32, i8, f8e4m3, f8e5m2, i32, got "
+                        "f64"),
 ]
 
 
@@ -197,7 +209,8 @@ def test_a_driver_refusal_is_a_cuda_error_with_the_drivers_name(fake):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(dtype="i32"), "dtype must be one of f16, bf16, f32, i8, f8e4m3, f8e5m2, got 'i32'"),
+    (dict(dtype="f64"), "dtype must be one of f16, bf16, f32, i32, i8, f8e4m3, f8e5m2, got "
+                        "'f64'"),
     (dict(swizzle_bytes=16), "swizzle must be one of 0, 32, 64, 128, got 16"),
     (dict(l2_promotion_bytes=64), "L2 promotion must be one of 128, 256, got 64"),
     (dict(byte_strides=()), "2 dims need 1 byte strides and 2 box dims, got 0 and 2"),

@@ -255,3 +255,139 @@ def test_row_store_kernels_assemble_without_spills(tmp_path, batched, tiles):
     assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
     spills = re.findall(r"(\d+) bytes spill stores", result.log)
     assert spills and set(spills) == {"0"}, result.log
+
+
+# -- i32 outputs (int8 products' exact sums) --------------------------------------------------
+# A 32-bit C is staged with st.shared.v2.b32 (stmatrix moves 16-bit elements only), a register
+# pair an 8-byte write, in TMA's 128-byte swizzle of 4-byte elements (a chunk of 4 columns:
+# the thread's first column reaches into the second chunk), and TMA-stored a 32-column slab a
+# box; rows that are not 16-byte aligned stay direct (the row stores take 16-bit tiles).
+
+I32_ALIGNED = Spec(tensors=(("A", TensorSpec(1, 16)), ("B", TensorSpec(1, 16)),
+                            ("C", TensorSpec(1, 4))))
+I32_TILE = dict(BM=128, BN=128, BK=128)  # wgmma8's: BK a multiple of 128
+
+
+def i32_out():
+    """i8 A[M, K] @ B[N, K].T into an i32 C, stored as it is (tests/test_int8.py's program)."""
+    from tests import test_int8
+    return test_int8.lowered(test_int8.program("        C[m * BM : +BM, n * BN : +BN] = acc\n"))
+
+
+def i32_lowered(spec=I32_ALIGNED, stages=3, **options):
+    return run_pipeline(i32_out().lower(**I32_TILE),
+                        Options(arch="sm_90a", stages=stages, spec=spec, **options),
+                        keep_ir=True).kernel
+
+
+def test_an_i32_output_goes_through_shared_memory_and_tma():
+    kernel = i32_lowered()
+    assert kernel.schedule.tiling.kind == "wgmma8"
+    store = store_of(kernel)
+    assert is_tma_store(store)
+    assert (store.attrs["box"], store.attrs["slabs"]) == ([32, 128], 4)  # 128-byte slabs
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.staging_bytes, plan.box, plan.slabs) == ("tma", 65536, (32, 128), 4)
+
+
+def test_the_i32_staging_writes_register_pairs_with_st_shared_v2():
+    text = i32_out().compile(arch="sm_90a", stages=3, spec=I32_ALIGNED, **I32_TILE).ptx
+    consumers = text[text.index("$L_consumers"):]
+    # 128x128 i32 over two consumer warpgroups: 64 registers a thread, 32 pairs.
+    assert len(re.findall(r"st\.shared\.v2\.b32 \[%r\d+\+\d+\], \{%r\d+, %r\d+\};",
+                          consumers)) == 32
+    assert "stmatrix" not in text and "st.global" not in consumers
+    assert not re.findall(r"mov\.b32 %r\d+, \{", consumers)  # no 16-bit packing
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group", text)
+    assert len(stores) == 4
+    assert consumers.index("fence.proxy.async.shared::cta;") < consumers.index(
+        "cp.async.bulk.tensor.2d.global")
+
+
+def test_the_i32_staging_addresses_are_tmas_swizzle_for_every_thread():
+    """The staging writes' arithmetic (tilec.families.tma._stage_registers) for 4-byte
+    elements, for every thread and register pair: base (row0 * 32 + col0 % 4) * 4, the
+    thread's XOR ((row0 % 8) ^ col0 / 4) << 4, the register's chunk XORed in, its slab, row
+    and low column as the immediate; each pair lands where TMA's swizzle puts its element,
+    and the pair's two elements are the 8 contiguous bytes v2.b32 writes."""
+    kernel = i32_lowered()
+    layout = store_of(kernel).operands[-1].type.layout
+    assert addressing_problem(layout, 4) is None
+    rows, cols = 128, 128
+    staging = staging_layout(rows, cols, 4)
+    inner = 32
+    written = set()
+    for warp in range(layout.warps[0] * layout.warps[1]):
+        for lane in range(32):
+            row0, col0 = layout.c_coord(warp, lane, 0)
+            base = (row0 * inner + (col0 & 3)) * 4
+            xor = ((row0 & 7) ^ (col0 >> 2)) << 4
+            for index, (r, c) in enumerate(layout.register_offsets()):
+                if index % 2:
+                    continue
+                slab, within = divmod(c, inner)
+                address = base + (xor ^ ((within >> 2) << 4)) + (
+                    (slab * rows + r) * inner + (within & 3)) * 4
+                row, col = layout.c_coord(warp, lane, index)
+                assert address == 4 * staging.offset(row, col)
+                assert address + 4 == 4 * staging.offset(row, col + 1)
+                assert address % 8 == 0
+                written.add(address)
+    assert len(written) == rows * cols // 2  # every pair of the tile, once
+
+
+def test_a_layout_whose_pairs_would_carry_into_the_threads_chunk_is_refused():
+    """With 4-byte elements a thread's first column (0, 2, 4 or 6) may set chunk bit 0 only
+    where no register pair's chunk does: a pair at columns 4-5 (chunk 1) of a thread at
+    column 4 lands in chunk 2, not 1 ^ 1; at columns 2-3 of a thread at column 2 it crosses
+    a chunk. 16-bit elements (chunks of 8) take both."""
+    from types import SimpleNamespace
+
+    def layout(*pairs):
+        offsets = [(0, c + half) for c in pairs for half in (0, 1)]
+        return SimpleNamespace(warps=(1, 1), lane_grid=(8, 4), lane_step=(1, 2),
+                               register_offsets=lambda: offsets)
+    assert addressing_problem(layout(0, 8, 16), 4) is None
+    assert addressing_problem(layout(0, 4), 4) == "a register pair crosses a 16-byte chunk"
+    assert addressing_problem(layout(2), 4) == "a register pair crosses a 16-byte chunk"
+    assert addressing_problem(layout(0, 8, 16), 2) is None
+    assert addressing_problem(layout(8, 16), 2) is None
+
+
+@pytest.mark.parametrize("spec, reason", [
+    (Spec(tensors=(("A", TensorSpec(1, 16)), ("B", TensorSpec(1, 16)), ("C", TensorSpec(1, 1)))),
+     "16-byte aligned rows"),  # N not a multiple of 4: the row stores are 16-bit only
+])
+def test_misaligned_i32_rows_stay_direct(spec, reason):
+    kernel = i32_lowered(spec=spec)
+    assert kernel.schedule.epilogue.via == "direct"
+    assert reason in kernel.schedule.epilogue.reason
+    assert "st.shared.v2.b32" not in i32_out().compile(arch="sm_90a", stages=3, spec=spec,
+                                                       **I32_TILE).ptx
+
+
+@pytest.mark.parametrize("shape", [(130, 300, 256), (64, 36, 128)])
+def test_the_i32_tma_store_kernel_computes_the_product_exactly_on_the_cpu(shape):
+    M, N, K = shape
+    rng = np.random.default_rng(M)
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    c = np.full((M, N), -1, np.int32)
+    run_kernel(i32_lowered(), {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64).T)
+
+
+@pytest.mark.parametrize("options", [dict(stages=3), dict(stages=2, persistent=True),
+                                     dict(BN=256, stages=2)],
+                         ids=["one-tile", "persistent", "128x256"])
+def test_i32_tma_store_kernels_assemble_without_spills(tmp_path, options):
+    options = dict(options)
+    compiled = i32_out().compile(arch="sm_90a", spec=I32_ALIGNED, **{**I32_TILE, **options})
+    assert compiled.kernel.schedule.epilogue.via == "tma"
+    path = tmp_path / "i32.ptx"
+    path.write_text(compiled.ptx, encoding="utf-8")
+    result = run_ptxas(path, "sm_90a")
+    assert result.returncode == 0, result.log
+    assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
+    spills = re.findall(r"(\d+) bytes spill stores", result.log)
+    assert spills and set(spills) == {"0"}, result.log

@@ -18,7 +18,7 @@ from .builder import Builder, Val, const
 
 I64, V4 = "i64", "<4 x i32>"
 # Element bytes -> the integer type one element is loaded as.
-ELEMENT_TYPES = {2: "i16", 4: "i32"}
+ELEMENT_TYPES = {1: "i8", 2: "i16", 4: "i32"}
 
 
 class _Kernel:
@@ -168,10 +168,18 @@ def _strided_loader(k: _Kernel, left: Val, first_col: Val, elem_bytes: int, elem
             values.append(k.guarded(ty, src, ok, elem_bytes))
         if elem_bytes == 4:
             return values
-        # Two elements per 32-bit word, the first in the low half.
-        return [b.binop("or", b.cast("zext", low, "i32"),
-                        b.binop("shl", b.cast("zext", high, "i32"), 16))
-                for low, high in zip(values[::2], values[1::2])]
+        # 4 // elem_bytes elements per 32-bit word, the first in the low bits (the
+        # contiguous loader's little-endian words).
+        per_word = 4 // elem_bytes
+        words = []
+        for j in range(4):
+            word = b.cast("zext", values[per_word * j], "i32")
+            for i in range(1, per_word):
+                shifted = b.binop("shl", b.cast("zext", values[per_word * j + i], "i32"),
+                                  8 * elem_bytes * i)
+                word = b.binop("or", word, shifted)
+            words.append(word)
+        return words
 
     return load_words
 
@@ -209,7 +217,8 @@ def _body(k: _Kernel, elem_bytes: int) -> None:
 def pack_ir(elem_bytes: int, arch: str) -> str:
     """The LLVM IR module of the pack kernel (one entry, :func:`pack_entry`)."""
     if elem_bytes not in ELEMENT_TYPES:
-        raise ValueError(f"the pack kernel moves 2- or 4-byte elements, not {elem_bytes}-byte")
+        raise ValueError(f"the pack kernel moves 1-, 2- or 4-byte elements, not "
+                         f"{elem_bytes}-byte")
     k = _Kernel()
     _body(k, elem_bytes)
     params = ", ".join(f"{v.ty} {v.ref}" for v in k.p.values())

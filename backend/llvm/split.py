@@ -6,17 +6,22 @@ Every thread stores its partial; ``fence syncscope("device") acq_rel`` (fence.ac
 and the block barrier; thread 0's ``atomicrmw add ... syncscope("device") acq_rel``
 (atom.acq_rel.gpu) on the tile's counter; the last block learns it in every thread through
 ``llvm.nvvm.barrier.cta.red.or.aligned.all`` (bar.red.or.pred), the others return; then a
-fence and the partials read back with device-scope monotonic loads (ld.relaxed.gpu).
+fence and the partials read back with device-scope monotonic loads (ld.relaxed.gpu). An
+i32 accumulator's partials are stored, loaded and added as i32 (``add``, wrapping as the PTX
+emitter's add.s32 does).
 """
 from __future__ import annotations
 
 from tilec.ir.core import Op
+from tilec.ir.types import F32, I32
 
 from ..abi import WORKSPACE_SOURCES, cuda_tile_axes
+from ..split import PARTIAL_BYTES
 from .builder import Val, const
 from .context import LlvmContext
 
-F32_BYTES = 4
+# Accumulator dtype -> the LLVM type of its partials and the instruction adding two.
+SUMS = {F32: ("float", "fadd"), I32: ("i32", "add")}
 
 
 def _tile_index(ctx: LlvmContext) -> Val:
@@ -36,14 +41,15 @@ def _split_reduce(ctx: LlvmContext, op: Op) -> None:
     partial_value, slice_value = op.operands
     splits = op.attrs["splits"]
     partial = ctx.get(partial_value)
-    register_stride = ctx.plan.threads * F32_BYTES
+    llvm_type, add_instruction = SUMS[partial_value.type.dtype]
+    register_stride = ctx.plan.threads * PARTIAL_BYTES
     slice_bytes = len(partial) * register_stride
     partials, counters = (ctx.workspace[source] for source in WORKSPACE_SOURCES)
     tid = ctx.tid()
     tile = _tile_index(ctx)
     tile_offset = b.binop("add", _wide_unsigned(ctx, ctx.int_op("mul.lo.s32", tile, splits),
                                                 slice_bytes),
-                          _wide_unsigned(ctx, tid, F32_BYTES), "i64")
+                          _wide_unsigned(ctx, tid, PARTIAL_BYTES), "i64")
     tile_base = b.gep(partials, tile_offset)
     own = b.gep(tile_base, _wide_unsigned(ctx, ctx.get(slice_value), slice_bytes))
     for index, value in enumerate(partial):
@@ -83,9 +89,10 @@ def _split_reduce(ctx: LlvmContext, op: Op) -> None:
         acc = None
         for slice_index in range(splits):
             offset = const(slice_index * slice_bytes + index * register_stride, "i64")
-            loaded = b.assign("float", f"load atomic float, {b.gep(tile_base, offset)} "
-                                       'syncscope("device") monotonic, align 4')
-            acc = loaded if acc is None else b.binop("fadd", acc, loaded, "float")
+            loaded = b.assign(llvm_type, f"load atomic {llvm_type}, "
+                                         f"{b.gep(tile_base, offset)} "
+                                         'syncscope("device") monotonic, align 4')
+            acc = loaded if acc is None else b.binop(add_instruction, acc, loaded, llvm_type)
         return acc
     ctx.bind(op.result, OnDemand(len(partial), total))
 

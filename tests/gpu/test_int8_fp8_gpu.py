@@ -136,6 +136,98 @@ def test_conversions_of_the_i32_accumulator():
     assert np.array_equal(cs.cpu().numpy(), np.clip(scaled, -128, 127).astype(np.int8))
 
 
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (333, 517, 4099), (256, 256, 1001)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_odd_k_int8_operands_are_packed_and_exact(shape, arch, backend):
+    """Odd K: 1-byte aligned rows, packed at launch by the byte pack kernel (its llvm twin
+    for the llvm backend) to 128-byte rows, K padded to whole BK steps; exact. pack="off"
+    (byte copies) gives the same bits."""
+    if arch == "sm_90a":
+        needs_hopper()
+        if backend == "llvm":
+            pytest.skip("the llvm backend does not emit the wgmma families")
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=23)
+    outputs = []
+    for pack in ("auto", "off"):
+        cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+        c = torch.full((m, n), float("nan"), device="cuda")
+        launch = int8_gemm().prepare(a, b, cq, c, 0.5, arch=arch, backend=backend, pack=pack)
+        assert launch.packing.names == (("A", "B") if pack == "auto" else ())
+        launch()
+        torch.cuda.synchronize()
+        outputs.append(cq.cpu().numpy())
+    expected = exact(a, b)
+    assert np.array_equal(outputs[0].astype(np.int64), expected)
+    assert np.array_equal(outputs[0], outputs[1])
+
+
+# Split-K with i32 partials: the slices meet as integers (backend/split.py), so the result is
+# exact and the same bits as split_k=1 whichever block is last; the non-linear epilogues
+# (saturating cvt.rni.s8.f32, wrapping cvt.s8.s32) run once, after the meeting.
+SPLIT_SHAPES = [((16, 1024, 4096), dict(BM=16, BN=64, BK=128, warps=(1, 4), stages=4)),
+                ((127, 129, 1000), {}),  # ragged, K not 16-byte aligned (packed)
+                ((200, 300, 70), dict(BK=32))]  # 3 K steps: with 7 slices, 4 are empty
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("shape, config", SPLIT_SHAPES, ids=["skinny", "ragged", "short-k"])
+def test_int8_split_k_is_exact_and_bitwise_the_one_slice_result(shape, config, splits,
+                                                                backend):
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=splits)
+    results = []
+    for split_k in (splits, 1):
+        cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+        c = torch.full((m, n), float("nan"), device="cuda")
+        int8_gemm()(a, b, cq, c, 0.5, split_k=split_k, backend=backend, **config)
+        torch.cuda.synchronize()
+        results.append((cq.cpu().numpy(), c.cpu().numpy()))
+    expected = exact(a, b)
+    assert np.array_equal(results[0][0].astype(np.int64), expected)
+    assert np.array_equal(results[0][1], expected.astype(np.float32) * np.float32(0.5))
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(*results))
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+def test_int8_split_k_runs_non_linear_epilogues_after_the_meeting(backend):
+    kernel = load_file(Path("conversions.tile"), text=CONVERSIONS)["f"]
+    m, n, k = 200, 136, 3000
+    a, b = operands(m, n, k, seed=13)
+    c8 = torch.zeros((m, n), dtype=torch.int8, device="cuda")
+    ch = torch.zeros((m, n), dtype=torch.float16, device="cuda")
+    cs = torch.zeros((m, n), dtype=torch.int8, device="cuda")
+    kernel(a, b, c8, ch, cs, split_k=5, backend=backend)
+    torch.cuda.synchronize()
+    expected = exact(a, b)
+    assert np.array_equal(c8.cpu().numpy(), expected.astype(np.int8))
+    assert np.array_equal(ch.cpu().numpy(), (expected.astype(np.float32) * 0.25)
+                          .astype(np.float16))
+    scaled = np.rint((expected.astype(np.float32) * np.float32(0.001)).astype(np.float64))
+    assert np.abs(scaled).max() > 127  # saturated somewhere: the sum of clipped slices differs
+    assert np.array_equal(cs.cpu().numpy(), np.clip(scaled, -128, 127).astype(np.int8))
+
+
+def test_an_int8_split_k_launch_runs_again_and_again():
+    """The counters are back at zero after each launch: a prepared launch on fresh inputs."""
+    m, n, k = 16, 2048, 4096
+    a, b = operands(m, n, k, seed=17)
+    cq = torch.empty((m, n), dtype=torch.int32, device="cuda")
+    c = torch.empty((m, n), device="cuda")
+    launch = int8_gemm().prepare(a, b, cq, c, 1.0, split_k=4, BM=16, BN=64, BK=128,
+                                 warps=(1, 4), stages=4)
+    for seed in range(3):
+        fresh, _ = operands(m, n, k, seed=100 + seed)
+        a.copy_(fresh)
+        cq.fill_(-1)
+        launch()
+        torch.cuda.synchronize()
+        assert np.array_equal(cq.cpu().numpy().astype(np.int64), exact(a, b))
+
+
 def test_the_bench_kernel_matches_torch_int_mm():
     """`tilec bench --dtypes i8`'s kernel (samples/matmul.py in i8 into i32) on torch's
     column-major B, exactly torch._int_mm's result."""
@@ -309,8 +401,8 @@ def test_int8_on_wgmma_is_exact(shape, config):
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (4096, 4096, 4096)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_int8_ragged_k_on_sm_90a(shape):
-    """A K whose rows are not 16-byte aligned: TMA cannot read them, so mma.sync's int8
-    family takes the block (the pack kernel has no 1-byte form); exact."""
+    """A K whose rows are not 16-byte aligned: packed at launch (the byte pack kernel), so
+    the packed operands are TMA-readable and wgmma8 takes the block; exact."""
     needs_hopper()
     m, n, k = shape
     a, b = operands(m, n, k, seed=9)
@@ -319,6 +411,43 @@ def test_int8_ragged_k_on_sm_90a(shape):
     int8_gemm()(a, b, cq, c, 1.0, arch="sm_90a", BM=128, BN=256, BK=128, stages=3)
     torch.cuda.synchronize()
     assert np.array_equal(cq.cpu().numpy().astype(np.int64), exact(a, b))
+
+
+I32_OUT = """
+from tilec import i8, i32, tile
+
+
+@tile
+def f(A: i8[M, K], B: i8[N, K], C: i32[M, N], BM=128, BN=128, BK=128):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], i32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+"""
+
+
+@pytest.mark.parametrize("options", [dict(stages=3), dict(stages=2, persistent=True),
+                                     dict(BN=256, stages=2)],
+                         ids=["one-tile", "persistent", "128x256"])
+# N a multiple of 4 (C's rows 16-byte aligned): TMA-stored; N = 1003: stored directly.
+@pytest.mark.parametrize("shape, via", [((127, 132, 64), "tma"), ((1000, 1004, 4112), "tma"),
+                                        ((4096, 4096, 4096), "tma"), ((333, 1003, 160), "direct")],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_an_i32_output_is_tma_stored_exactly(shape, via, options):
+    """wgmma8's i32 sums staged with st.shared.v2.b32 in TMA's swizzle and TMA-stored
+    (passes/tma_store.py), exact against the float64 product; the epilogue the launch took
+    is asserted from its prepared launch."""
+    needs_hopper()
+    kernel = load_file(Path("i32_out.tile"), text=I32_OUT)["f"]
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=21)
+    c = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+    launch = kernel.prepare(a, b, c, arch="sm_90a", **options)
+    assert launch.compiled.kernel.schedule.epilogue.via == via
+    launch()
+    torch.cuda.synchronize()
+    assert np.array_equal(c.cpu().numpy().astype(np.int64), exact(a, b))
 
 
 @pytest.mark.parametrize("config", WGMMA8_CONFIGS, ids=config_id)

@@ -1,8 +1,8 @@
 """Operand packing on the GPU: ragged matmuls whose operand rows are not 16-byte aligned are
 packed at launch and checked against a float64 reference (f16 and bf16, B plain and
 transposed); the launch says what it packed and reads fresh operand data on every call;
-``pack="off"`` is still right; and the pack kernel itself, its scratch compared element by
-element, zero padding included."""
+``pack="off"`` is still right; and the pack kernel itself (1-, 2- and 4-byte elements, both
+backends' kernels), its scratch compared element by element, zero padding included."""
 from __future__ import annotations
 
 import dataclasses
@@ -211,16 +211,29 @@ def test_an_empty_grid_packs_and_launches_nothing():
     (np.float16, 1, None, 0, 251, 27),
     (np.float32, 3, None, 0, 251, 27),
     (np.float16, 1, 1, 3, 251, 27),
+    # 1-byte elements (int8, fp8 bits): every byte skew of a row's start, the first row
+    # misaligned, the storage's last byte, strided, looping rows, padded rows.
+    (np.int8, 1, None, 0, 251, 0),
+    (np.int8, 1, None, 5, 251, 0),
+    (np.int8, 1, None, 1, 77, 0),
+    (np.int8, 3, None, 0, 251, 0),
+    (np.int8, 1, 1, 7, 251, 27),
+    (np.int8, 3, None, 0, 251, 27),
 ])
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
 def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, grid_y, offset,
-                                                            src_row_stride, zero_rows):
+                                                            src_row_stride, zero_rows, backend):
     rows, cols = 37, 77
     rng = np.random.default_rng(5)
     # The view starts `offset` elements in and its last row ends where its storage does.
-    storage = rng.standard_normal(offset + rows * src_row_stride).astype(dtype)
+    if dtype == np.int8:  # never 0 or -1: neither a missed copy nor the 0xFF fill passes
+        storage = rng.integers(1, 127, offset + rows * src_row_stride).astype(dtype)
+    else:
+        storage = rng.standard_normal(offset + rows * src_row_stride).astype(dtype)
     source = DeviceArray(storage, shape=(rows, cols), strides=(src_row_stride, col_stride),
                          offset=offset)
-    tensor = as_array_arg(source, "A", "f16" if dtype == np.float16 else "f32", 2)
+    name = {np.float16: "f16", np.float32: "f32", np.int8: "i8"}[dtype]
+    tensor = as_array_arg(source, "A", name, 2)
     packing = plan_packing(sample("matmul").lower(), {"A": tensor}, "always")
     (packed,) = packing.tensors
     if zero_rows:
@@ -231,7 +244,7 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     scratch = owned_scratch(packing)
     scratch["A"].memset_d8(0xFF)  # anything the kernel leaves unwritten shows up
     packer = Packer(packing, {"A": tensor}, target_arch(current_device().compute_capability),
-                    scratch)
+                    scratch, backend)
     if grid_y is not None:
         grid = packer.launches[0].grid
         packer.launches[0] = dataclasses.replace(packer.launches[0],
@@ -240,7 +253,7 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     synchronize()
     out = np.empty((rows + zero_rows, packed.row_stride), dtype)
     scratch["A"].copy_to_host(out)
-    bits = {2: np.uint16, 4: np.uint32}[storage.itemsize]
+    bits = {1: np.uint8, 2: np.uint16, 4: np.uint32}[storage.itemsize]
     expected = np.lib.stride_tricks.as_strided(
         storage[offset:], (rows, cols), (src_row_stride * storage.itemsize,
                                  col_stride * storage.itemsize))

@@ -342,10 +342,20 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
     # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
     row0, col0 = c_thread_coords(ctx, layout, keep=roles.persistent)
-    shift = SWIZZLE_128B.base + (eb.bit_length() - 1)
-    base = ctx.mad(ctx.mad(row0, box.inner, col0), eb, staging)
+    swizzle = swizzle_128b(eb)  # a chunk is 16 bytes: 8 16-bit elements, 4 32-bit ones
+    shift = swizzle.base + (eb.bit_length() - 1)
     row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
-    xor = ctx.int_op("shl.b32", row_bits, shift)
+    if (layout.lane_grid[1] - 1) * layout.lane_step[1] < 1 << swizzle.base:
+        base = ctx.mad(ctx.mad(row0, box.inner, col0), eb, staging)
+        xor = ctx.int_op("shl.b32", row_bits, shift)
+    else:
+        # The thread's first column reaches past its first chunk (32-bit elements): its
+        # chunk XORs with the row's, carry-free beside the registers' (the tma_store pass's
+        # addressing_problem checked), and only the rest goes into the base.
+        low_col = ctx.int_op("and.b32", col0, (1 << swizzle.base) - 1)
+        base = ctx.mad(ctx.mad(row0, box.inner, low_col), eb, staging)
+        thread_chunk = ctx.int_op("shr.u32", col0, swizzle.base)
+        xor = ctx.int_op("shl.b32", ctx.int_op("xor.b32", row_bits, thread_chunk), shift)
     chunks: dict[int, str] = {}
     offsets = layout.register_offsets()
     for index in ctx.indices(len(offsets)):
@@ -353,18 +363,39 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
             continue
         r, c = offsets[index]
         slab, within = divmod(c, box.inner)
-        chunk = within >> SWIZZLE_128B.base
+        chunk = within >> swizzle.base
         if chunk not in chunks:
             moved = ctx.int_op("xor.b32", xor, chunk << shift)
             chunks[chunk] = ctx.int_op("add.s32", base, moved)
-        low = within & ((1 << SWIZZLE_128B.base) - 1)
+        low = within & ((1 << swizzle.base) - 1)
         immediate = ((slab * rows + r) * box.inner + low) * eb
-        packed = w.reg("b32")  # 16-bit tiles only (the tma_store pass)
-        w.emit(f"mov.b32 {packed}, {{{regs[index]}, {regs[index + 1]}}};")
-        w.emit(f"st.shared.b32 [{chunks[chunk]}+{immediate}], {packed};")
+        packed = w.reg("b32") if eb == 2 else None
+        for line in STAGING_WRITES[eb](chunks[chunk], immediate, regs[index], regs[index + 1],
+                                       packed):
+            w.emit(line)
     if ctx.active is not None and ctx.active.stop < len(offsets):
         return None
     return staging
+
+
+def _write_16_bit_pair(address: str, immediate: int, first: str, second: str,
+                       packed: Optional[str]) -> tuple[str, ...]:
+    """Two 16-bit registers packed into one 32-bit word and written."""
+    return (f"mov.b32 {packed}, {{{first}, {second}}};",
+            f"st.shared.b32 [{address}+{immediate}], {packed};")
+
+
+def _write_32_bit_pair(address: str, immediate: int, first: str, second: str,
+                       packed: Optional[str]) -> tuple[str, ...]:
+    """Two 32-bit registers in one 8-byte write (stmatrix moves 16-bit elements only, so
+    32-bit staging is st.shared; the pair's columns are even: the address is 8-byte
+    aligned)."""
+    return (f"st.shared.v2.b32 [{address}+{immediate}], {{{first}, {second}}};",)
+
+
+# Element bytes -> the staging writes of one register pair (the tma_store pass stages 16-bit
+# tiles and i32 ones); the 16-bit pair needs a scratch b32 register.
+STAGING_WRITES = {2: _write_16_bit_pair, 4: _write_32_bit_pair}
 
 
 def _consumers_meet(ctx: Context) -> str:

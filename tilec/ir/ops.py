@@ -389,10 +389,17 @@ def _frag_load(op: Op) -> None:
     check_fragment_result(op)
 
 
+# The accumulators split-K's slices can meet in (backend/split.py keeps one 4-byte word per
+# element in the workspace): f32 sums, and i32 ones, which wrap as the products do and,
+# integer addition being associative, are exact whatever the order.
+SPLIT_SUM_DTYPES = ("f32", "i32")
+
+
 def _split_reduce(op: Op) -> None:
     partial, slice_id = op.operands
     require(isinstance(partial.type, TileType) and partial.type.space == "reg"
-             and partial.type.dtype.short == "f32", "split.reduce sums an f32 register tile")
+             and partial.type.dtype.short in SPLIT_SUM_DTYPES,
+             "split.reduce sums an f32 or i32 register tile")
     require(slice_id.type == ScalarType(I32), "the slice index is i32")
     require(op.result.type == partial.type, "the sum has the partial's type")
     require(isinstance(op.attrs["splits"], int) and op.attrs["splits"] >= 2,

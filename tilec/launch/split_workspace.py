@@ -1,9 +1,9 @@
 """The global memory a split-K kernel's blocks meet in (``backend/split.py``).
 
-A workspace is two device buffers: the partial sums (f32, one block tile per output tile and
-slice) and one u32 counter per output tile. The counters are zeroed when the buffer is made,
-and every launch leaves them zero again (the last block of a tile resets its counter), so a
-workspace is reused without a memset per launch. Two launches must not share one at the same
+A workspace is two device buffers: the partial sums (4-byte f32 or i32 words, one block tile
+per output tile and slice) and one u32 counter per output tile. The counters are zeroed when
+the buffer is made, and every launch leaves them zero again (the last block of a tile resets
+its counter), so a workspace is reused without a memset per launch. Two launches must not share one at the same
 time: a prepared launch owns its workspace; plain calls, which run on the legacy default
 stream one after another, share one per size (:func:`shared_workspace`).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from tilec.backend.abi import WORKSPACE_SOURCES
-from tilec.backend.split import F32_BYTES
+from tilec.backend.split import PARTIAL_BYTES
 from tilec.ir.core import Kernel
 
 COUNTER_BYTES = 4
@@ -37,7 +37,7 @@ def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int]) -> Optional[Wo
     plan = compiled_kernel.schedule.tiling
     tiles = math.prod(sizes)
     block_elements = plan.block[0] * plan.block[1]
-    return WorkspaceSize(tiles * splits * block_elements * F32_BYTES, tiles * COUNTER_BYTES)
+    return WorkspaceSize(tiles * splits * block_elements * PARTIAL_BYTES, tiles * COUNTER_BYTES)
 
 
 class Workspace:

@@ -31,7 +31,7 @@ MAX_STRIDE = 2**40  # bytes, exclusive
 MAX_DIM = 2**32  # elements, exclusive
 MAX_BOX = 256  # elements per box dim
 BOX_INNER_ALIGN = 16  # bytes: the box's inner extent is a whole number of 16-byte units
-TMA_DTYPES = ("f16", "bf16", "f32", "i8", "f8e4m3", "f8e5m2")  # the types the encoder maps
+TMA_DTYPES = ("f16", "bf16", "f32", "i8", "f8e4m3", "f8e5m2", "i32")  # the types the encoder maps
 
 # What a user can do about an argument TMA refuses.
 ARGUMENT_REMEDY = (

@@ -535,10 +535,11 @@ def signature(args: Sequence[KernelArg]) -> tuple[ParamType, ...]:
 # encodes once per tensor; the kernel takes it by value (abi.TENSOR_MAP).
 
 TENSOR_MAP_BYTES = 128
-# The CUtensorMapDataType of each tilec dtype a TMA load may move.
+# The CUtensorMapDataType of each tilec dtype a TMA load or store may move.
 _TENSOR_MAP_DTYPES = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
                       "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
                       "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+                      "i32": "CU_TENSOR_MAP_DATA_TYPE_INT32",  # TMA-stored int8 sums
                       # 8-bit operands move as bytes: TMA only copies them.
                       "i8": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
                       "f8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8",

@@ -93,6 +93,7 @@ class Hierarchy:
     copies: tuple[CopyMapping, ...]
     lanes: Optional[LanePiece] = None  # simt: what one lane computes
     split_k: int = 1  # blocks per output tile along K
+    split_sum: str = "f32"  # the dtype of the partials the slices meet with (f32 or i32)
     producer_threads: int = 0  # warp specialization: the producer warpgroup beside the warps
     # Copies of the warp grid, each computing tiles of its own (pingpong consumers: 2).
     tile_groups: int = 1
@@ -380,6 +381,7 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         products_per_k_step=family.products_per_k_step(accumulator),
         loads_per_k_step=family.loads_per_k_step(plan), copies=tuple(mappings),
         lanes=family.lane_piece(accumulator), split_k=kernel.schedule.splits,
+        split_sum=_split_sum(kernel),
         producer_threads=(kernel.schedule.roles.producer_threads
                           if kernel.schedule.roles is not None else 0),
         tile_groups=(2 if kernel.schedule.roles is not None and kernel.schedule.roles.pingpong
@@ -400,6 +402,12 @@ def _consumers_text(kernel: Kernel) -> str:
             f"{TURN_BARRIER} + w, both warpgroups counted), so one's epilogue runs under the "
             "other's products; a stage goes back from the one warpgroup whose tile it holds"
             ", and each stages its own tile for the store")
+
+
+def _split_sum(kernel: Kernel) -> str:
+    """The dtype split-K's slices meet with (the accumulator's); f32 without split-K."""
+    meeting = next((op for op in kernel.walk() if op.name == "split.reduce"), None)
+    return meeting.result.type.dtype.short if meeting is not None else "f32"
 
 
 def _elem_bytes(kernel: Kernel) -> int:
@@ -856,8 +864,10 @@ def render_explanation(e: Explanation) -> str:
     if h.split_k > 1:
         lines.append(f"  split-K           {h.split_k} blocks per output tile, each over "
                      f"ceil(K steps / {h.split_k}) steps of K; the last to finish adds the "
-                     f"{h.split_k} f32 partials ({_kib(h.split_k * bm * bn * 4)} of workspace "
-                     "per tile) and runs the epilogue")
+                     f"{h.split_k} {h.split_sum} partials ({_kib(h.split_k * bm * bn * 4)} of "
+                     "workspace per tile) and runs the epilogue"
+                     + ("; integer sums are exact, the same in any order" if
+                        h.split_sum == "i32" else ""))
     lines.append("  copies, global -> shared, each BK step:")
     lines += _table(
         ["operand", "tensor", "stored", "vector", "accesses/thread", "threads/row",
