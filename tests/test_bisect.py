@@ -26,7 +26,8 @@ MATMUL = str(ROOT / "samples" / "matmul.py")
 GEMM = str(ROOT / "samples" / "gemm_epilogue.py")
 SHAPES = {"M": 40, "N": 48, "K": 40}
 CONSTS = {"BM": 32, "BN": 32, "BK": 32}
-STAGE_NAMES = ["tile", "tiling", "split_k", "double_buffer", "swizzle", "fragments", "tma_store"]
+STAGE_NAMES = ["tile", "tiling", "split_k", "double_buffer", "swizzle", "fragments", "tma_store",
+               "row_store"]
 
 
 def gemm() -> TileFunction:

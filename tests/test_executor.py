@@ -84,8 +84,10 @@ def test_every_stage_reproduces_the_interpreter(name: str, warps, stages: int, s
     expected = results.pop("tile")
     assert not np.isnan(expected).any()
     fragments = results.pop("fragments")
-    # After fragments only the store's route changes (tma_store): fragments' numbers.
+    # After fragments only the store's route changes (tma_store, row_store): fragments'
+    # numbers.
     np.testing.assert_array_equal(results.pop("tma_store"), fragments, err_msg="after tma_store")
+    np.testing.assert_array_equal(results.pop("row_store"), fragments, err_msg="after row_store")
     # Before fragments the frontend's tile.dot reads shared memory: the same numbers exactly.
     for stage, got in results.items():
         np.testing.assert_array_equal(got, expected, err_msg=f"after {stage}")

@@ -21,7 +21,8 @@ def matmul():
 
 def test_the_pipeline_is_an_ordered_list_of_named_passes():
     names = [p.name for p in pipeline()]
-    assert names == ["tiling", "split_k", "double_buffer", "swizzle", "fragments", "tma_store"]
+    assert names == ["tiling", "split_k", "double_buffer", "swizzle", "fragments", "tma_store",
+                     "row_store"]
     assert all(p.doc for p in pipeline())
     assert tilec.pipeline() is not tilec.pipeline()  # a fresh list each time: safe to edit
 
@@ -29,11 +30,11 @@ def test_the_pipeline_is_an_ordered_list_of_named_passes():
 def test_every_stage_has_text_and_a_time(matmul):
     compiled = matmul.compile(keep_ir=True, verify=True)
     assert list(compiled.asm) == ["tile", "tiling", "split_k", "double_buffer", "swizzle", "fragments",
-                                  "tma_store", "ptx"]
+                                  "tma_store", "row_store", "ptx"]
     assert "copy.global_to_shared" in compiled.asm["tiling"]
     assert "frag.mma" in compiled.asm["fragments"]
     assert set(compiled.times) == {"tiling", "split_k", "double_buffer", "swizzle", "fragments",
-                                   "tma_store", "hazards", "backend"}
+                                   "tma_store", "row_store", "hazards", "backend"}
     assert all(t >= 0 for t in compiled.times.values())
 
 
@@ -112,9 +113,9 @@ def test_dump_dir_writes_every_stage(matmul, tmp_path, monkeypatch):
     (folder,) = list(tmp_path.iterdir())
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["00-tile.ir", "01-tiling.ir", "02-split_k.ir", "03-double_buffer.ir",
-                     "04-swizzle.ir", "05-fragments.ir", "06-tma_store.ir", "07-ptx.ptx",
-                     "options.txt"]
-    assert ".entry matmul" in (folder / "07-ptx.ptx").read_text()
+                     "04-swizzle.ir", "05-fragments.ir", "06-tma_store.ir", "07-row_store.ir",
+                     "08-ptx.ptx", "options.txt"]
+    assert ".entry matmul" in (folder / "08-ptx.ptx").read_text()
 
 
 def test_same_input_gives_byte_identical_ptx(matmul):

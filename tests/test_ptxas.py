@@ -262,6 +262,17 @@ OTHERS = [
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, misaligned_store="pairs",
          misaligned_copy="words", BM=64, BN=128, BK=80, warps=(2, 4), stages=1,
          spec=Spec(tensors=(*MISALIGNED.tensors, ("C", TensorSpec(1, 1))))),
+    # ... or staged in shared memory and stored a row at a time (passes/row_store.py).
+    case("gemm_epilogue", "f16", "sm_80", RAGGED, misaligned_store="rows",
+         spec=Spec(tensors=(("C", TensorSpec(1, 1)),))),
+    case("gemm_epilogue", "bf16", "sm_86", RAGGED, misaligned_store="rows", BM=64, BN=64,
+         BK=32, warps=(2, 2), stages=3, spec=Spec(tensors=(("C", TensorSpec(1, 1)),))),
+    case("matmul", "bf16", "sm_90", RAGGED, misaligned_store="rows", misaligned_copy="words",
+         BM=64, BN=128, BK=80, warps=(2, 4), stages=1,
+         spec=Spec(tensors=(*MISALIGNED.tensors, ("C", TensorSpec(1, 1))))),
+    case("gemm_epilogue", "f16", "sm_90a", RAGGED, misaligned_store="rows",
+         misaligned_copy="words", BM=64, BN=128, BK=80, warps=(2, 4), stages=1,
+         spec=Spec(tensors=(*MISALIGNED.tensors, ("C", TensorSpec(1, 1))))),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
 SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}, "wfp8a16": {"sm_90", "sm_90a"}}

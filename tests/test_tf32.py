@@ -294,6 +294,7 @@ def test_every_stage_computes_the_tf32_product(b_transposed, swizzle, stages, wa
     fragments = results.pop("fragments")
     # After fragments only the store's route changes (tma_store): fragments' numbers.
     np.testing.assert_array_equal(results.pop("tma_store"), fragments, err_msg="after tma_store")
+    np.testing.assert_array_equal(results.pop("row_store"), fragments, err_msg="after row_store")
     # Until fragments the tile.dot reads shared memory in exact f32: the same numbers.
     for stage, got in results.items():
         np.testing.assert_array_equal(got, expected, err_msg=f"after {stage}")

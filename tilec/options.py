@@ -25,7 +25,7 @@ PACK_POLICIES = ("auto", "always", "off")
 # rows): see Options.misaligned_copy.
 MISALIGNED_COPIES = ("elements", "vectors", "words")
 # How the epilogue stores 16-bit C rows too misaligned for 4-byte stores: Options.misaligned_store.
-MISALIGNED_STORES = ("elements", "pairs")
+MISALIGNED_STORES = ("elements", "pairs", "rows")
 MAX_SPLIT_K = 64
 BLOCKS_PER_SM = (1, 2)
 CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
@@ -121,6 +121,8 @@ class Options:
     # and stores a register pair (neighbouring columns) with one 4-byte store where it is
     # 4-byte aligned: every other row of an odd stride. On an H100 the 2-byte stores of
     # 1000x1003x77's C cost 3.4 us of its 11.3 (7.9 with C's rows aligned).
+    # "rows" (mma.sync kernels, passes/row_store.py): where C's 16-bit rows are not 16-byte
+    # aligned, the tile is staged in shared memory and each warp stores whole rows.
     misaligned_store: str = "elements"
     # Blocks per output tile along K (passes/split_k.py): each sums a slice of the K loop and
     # the last to finish adds the slices up before the epilogue. For shapes with too few

@@ -18,7 +18,8 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from tilec.passes import double_buffer, fragments, split_k, swizzle, tiling, tma_store
+from tilec.passes import (double_buffer, fragments, row_store, split_k, swizzle, tiling,
+                          tma_store)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ def _builtin_pipeline() -> tuple[Pass, ...]:
         # The store's value must be in its final (accumulator) layout; without warp
         # specialization (double_buffer's, on sm_90a) it changes nothing.
         _pass(tma_store, ("tiling",)),
+        # The mma.sync kernels' row store (misaligned_store = rows), beside tma_store's.
+        _pass(row_store, ("tiling",)),
     )
 
 

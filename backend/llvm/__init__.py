@@ -34,6 +34,12 @@ MODULE_NAMES = frozenset({SHARED_MEMORY})
 # Ops no family owns, by what the user asked for.
 FEATURES: dict[str, str] = {}
 
+# The PTX backend's misaligned_store forms, in words (the llvm backend emits neither).
+MISALIGNED_STORE_WORDS = {
+    "pairs": "4-byte stores of C's pairs on the rows that allow them",
+    "rows": "C's tile staged in shared memory and stored a row at a time",
+}
+
 
 @dataclass(frozen=True)
 class LlvmRendered:
@@ -99,9 +105,9 @@ def check_supported(kernel: Kernel, options: Options) -> None:
                               "place with prmt) is not emitted by the llvm backend; "
                               "misaligned_copy='vectors' is, or " + hint)
     if options.misaligned_store != "elements":
-        raise TileConfigError(f"misaligned_store={options.misaligned_store!r} (4-byte stores "
-                              "of C's pairs on the rows that allow them) is not emitted by the "
-                              "llvm backend; " + hint)
+        raise TileConfigError(f"misaligned_store={options.misaligned_store!r} "
+                              f"({MISALIGNED_STORE_WORDS[options.misaligned_store]}) is not "
+                              "emitted by the llvm backend; " + hint)
     roles = kernel.schedule.roles
     if roles is not None:
         raise TileConfigError("warp specialization (the tma and wgmma families) is not "

@@ -24,6 +24,7 @@ from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I32, ScalarType, TensorType, TileType
 from tilec.target.layout import SmemLayout, copy_map, offset_relation
 
+from .row_store import VIA as ROW_STORE_VIA, store_block_rows
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
 
@@ -553,6 +554,10 @@ class CpAsyncFamily(MovementFamily):
 
     def emitters(self) -> Mapping[str, Emitter]:
         return {COPY: _copy, COMMIT: _commit, WAIT: _wait}
+
+    def store_emitters(self) -> Mapping[str, Emitter]:
+        # The mma.sync kernels' row-store epilogue (passes/row_store.py).
+        return {ROW_STORE_VIA: store_block_rows}
 
     def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
         # Vectors of 4, 8 or 16 bytes go through cp.async; narrower ones stay loads and

@@ -187,7 +187,9 @@ class EpiloguePlan:
     ``box`` (inner, outer elements) per slab; or ``via = "direct"``, each thread storing its
     own registers to global memory, for the ``reason`` given; or ``via = "rows"``, staged
     as for TMA, then stored a row at a time by the consumers (C's rows not 16-byte
-    aligned: TMA cannot address them)."""
+    aligned: TMA cannot address them); or ``via = "block_rows"``, an mma.sync kernel's
+    tile staged in padded rows and stored a row at a time by the whole block
+    (passes/row_store.py)."""
 
     via: str
     staging_bytes: int = 0
@@ -199,8 +201,8 @@ class EpiloguePlan:
         if self.via == "tma":
             return (f"{{via = tma, staging = {self.staging_bytes} bytes, {self.slabs} boxes of "
                     f"{self.box[0]}x{self.box[1]}}}")
-        if self.via == "rows":
-            return f"{{via = rows, staging = {self.staging_bytes} bytes}}"
+        if self.via in ("rows", "block_rows"):
+            return f"{{via = {self.via}, staging = {self.staging_bytes} bytes}}"
         return f"{{via = direct, reason = {self.reason!r}}}"
 
 

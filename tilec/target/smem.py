@@ -6,8 +6,10 @@ Three kinds of op allocate, each at its own alignment, in the order the kernel w
 
 - ``smem.alloc``: an operand ring, ``stages`` stages of ``rows x cols`` elements;
 - ``mbar.alloc``: a ring of 8-byte mbarriers (tilec.families.tma);
-- a ``tile.store`` routed ``via`` tma or rows (passes/tma_store.py): the staging tile its
-  registers are written into before they go to global memory (``staging_copies`` of it).
+- a ``tile.store`` routed ``via`` tma or rows (passes/tma_store.py), or block_rows
+  (passes/row_store.py): the staging tile its registers are written into before they go to
+  global memory (``pitch`` bytes a row where the store says, else unpadded rows;
+  ``staging_copies`` of it).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ STAGING_ALIGN = SWIZZLE_ATOM_ALIGN  # the staging tile is written in the same sw
 BARRIER_BYTES = 8  # one .b64 mbarrier
 
 # tile.store routes that go through a staging tile (tilec.families.tma's store emitters).
-STAGED_VIAS = ("tma", "rows")
+STAGED_VIAS = ("tma", "rows", "block_rows")
 
 
 def smem_align(layout) -> int:
@@ -88,8 +90,8 @@ def _placement(op: Op) -> Optional[tuple[str, int, int, int]]:
         value = op.operands[-1].type
         rows, cols = value.shape
         # A pingpong kernel's warpgroups stage their tiles apart (staging_copies = 2).
-        return ("staging", rows * cols * value.dtype.bytes, op.attrs.get("staging_copies", 1),
-                STAGING_ALIGN)
+        pitch = op.attrs.get("pitch", cols * value.dtype.bytes)
+        return ("staging", rows * pitch, op.attrs.get("staging_copies", 1), STAGING_ALIGN)
     return None
 
 

@@ -181,8 +181,9 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "(the aligned 4-byte words covering each vector, shifted into place)")),
     "misaligned_store": ("--misaligned-store", dict(
         choices=MISALIGNED_STORES, help="how the epilogue stores 16-bit C rows that are only "
-        "2-byte aligned: elements (each alone, the default) or pairs (a 4-byte store of two "
-        "neighbours where the row's address is 4-byte aligned at run time)")),
+        "2-byte aligned: elements (each alone, the default), pairs (a 4-byte store of two "
+        "neighbours where the row's address is 4-byte aligned at run time) or rows (mma.sync "
+        "kernels: C's tile staged in shared memory, each warp storing whole rows)")),
     "backend": ("--backend", dict(
         choices=BACKENDS, help="what writes the PTX: ptx (tilec's own emitter, the default) "
         "or llvm (LLVM IR with NVVM intrinsics through LLVM's NVPTX target, via llvmlite)")),

@@ -219,7 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                          "cp.async, left unpacked: elements, vectors or words (default: the "
                          "tuned config's, else elements)"},
         misaligned_store={"help": "how tilec's epilogue stores 16-bit C rows that are only "
-                          "2-byte aligned: elements or pairs (default: the tuned config's, "
+                          "2-byte aligned: elements, pairs or rows (default: the tuned config's, "
                           "else elements)"})
     parser.add_argument("--c-dtype", choices=C_DTYPES, default="inputs",
                         help="what tilec and Triton write C as for f16/bf16 products: "

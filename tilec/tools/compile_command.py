@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``tilec compile`` arguments, on ``parser``."""
     add_program_arguments(parser, "use")
     add_flags(parser, *COMPILE_FLAGS, "shape")
+    add_flags(parser, "misaligned_copy", "misaligned_store")
     stages = ["all", "tile"] + [p.name for p in pipeline()] + [*LLVM_STAGES, "sass"]
     parser.add_argument("-o", "--output", metavar="OUT", type=Path,
                         help="write the PTX here instead of stdout")

@@ -51,6 +51,7 @@ from tilec.target.smem import SharedLayout, place
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 from tilec.ir.views import view_source
+from tilec.passes.row_store import REASON_PREFIX as ROW_STORE_PREFIX
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -213,7 +214,8 @@ class Explanation:
     # What a launch on row-major arrays of the given sizes packs (PackPlan.describe());
     # None when the sizes are not known.
     packing: Optional[tuple[str, ...]] = None
-    # How the consumers write C (schedule.epilogue, warp-specialized kernels), in words.
+    # How the consumers write C (schedule.epilogue: warp-specialized kernels, and mma.sync
+    # ones asked for misaligned_store = rows), in words.
     epilogue: str = ""
     cluster: int = 1  # blocks per thread-block cluster
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
@@ -330,6 +332,12 @@ def _epilogue_text(plan) -> str:
         return ("registers -> staging tile sC in shared memory (st.shared, 128-byte swizzle) "
                 "-> the consumers store it a row at a time (st.global.b16, 64 contiguous bytes "
                 "a warp instruction; C's rows are not 16-byte aligned, so not TMA)")
+    if plan.via == "block_rows":
+        return ("registers -> staging tile sC in shared memory (st.shared, padded rows) -> "
+                "the block stores it a row at a time (st.global.b16, 64 contiguous bytes a "
+                "warp instruction; C's rows are not 16-byte aligned)")
+    if plan.via == "direct" and plan.reason.startswith(ROW_STORE_PREFIX):
+        return f"each thread stores its registers (st.global): not by rows, as {plan.reason[len(ROW_STORE_PREFIX):]}"
     return f"each thread stores its registers (st.global): not through TMA, as {plan.reason}"
 
 
@@ -431,6 +439,9 @@ def _buffers(layout: SharedLayout) -> list[Buffer]:
             rows, cols = value.shape
             layout_text = staging_layout(rows, cols, value.dtype.bytes)
             store = "TMA store" if op.attrs["via"] == "tma" else "row stores"
+            if op.attrs["via"] == "block_rows":  # passes/row_store.py: padded rows
+                layout_text = f"rows of {op.attrs['pitch']} B"
+                store = "the block's row stores"
             buffers.append(Buffer("sC", "staging", placed.stages, rows, cols, value.dtype.short,
                                   value.dtype.bytes, placed.stage_bytes, placed.offset,
                                   placed.align, f"{layout_text} ({store} staging)"))
