@@ -47,6 +47,15 @@ check memcheck gemm_epilogue --split-k 2 --pack always
 check memcheck matmul --pack always
 check memcheck sgemm --f32-math tf32
 check memcheck matmul_bt --f32-math tf32 --stages 2
+# Operand rows read in place as aligned words, C staged and stored by rows (the small ragged
+# problems' tuned kernel), int8 split-K's integer meeting, fp8 weights converted in registers.
+for tool in memcheck racecheck synccheck; do
+    sanitize "$tool" samples/gemm_epilogue.py "M=1000,N=1003,K=77" --pack off \
+        --misaligned-copy words --misaligned-store rows --stages 1 --warps 2x4 \
+        --const BM=64 BN=128 BK=80
+done
+check memcheck int8_gemm --split-k 3
+check memcheck wfp8a16 --arch sm_90
 for tool in racecheck synccheck; do
     check "$tool" matmul --stages 3
     check "$tool" matmul_bt --stages 1
@@ -89,6 +98,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
             --stages) options+=("$1" "$2"); shift 2 ;;
             --persistent) options+=("$1"); shift ;;
             --cluster) options+=("$1" "$2"); shift 2 ;;
+            --consumers) options+=("$1" "$2"); shift 2 ;;
             *) consts+=("$1"); shift ;;
         esac
     done
@@ -139,6 +149,16 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" $HOPPER_MID
         hopper "$tool" matmul_bt bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG
         hopper "$tool" gemm_epilogue f16 "$RAGGED_PACKED" $HOPPER_MID
+    done
+    # Pingpong consumers (each warpgroup its own 64-row tiles, turns on named barriers),
+    # persistent blocks over batches x tiles, and wgmma8 on int8 operands (K = 200: A and B
+    # packed as bytes at launch).
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=64 BN=256 BK=64 --stages 4 \
+            --persistent --consumers pingpong
+        hopper "$tool" bmm f16 "Bt=3,$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
+            --persistent
+        hopper "$tool" int8_gemm f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=128 --stages 3
     done
 else
     echo "sanitize: compute capability '${cc:-unknown}' is not 9.0; the sm_90a runs are skipped"
