@@ -5,7 +5,7 @@
 #   bash scripts/gpu_check.sh [benchmark arguments...]
 #
 # GPU_TESTS=0 skips the tests, BENCH=0 skips the benchmark, SANITIZE=0 the compute-sanitizer
-# runs (scripts/sanitize.sh). Logs go to $OUT (default ./out),
+# runs (scripts/sanitize.sh), SHARDS=N and SANITIZE_BESIDE=1 as said below. Logs go to $OUT (default ./out),
 # which the device tool brings back. The exit status is the tests' if they failed, else the
 # benchmark's: a failing test must not hide the benchmark numbers, so both always run.
 set -o pipefail
@@ -29,11 +29,37 @@ python3 -c 'import cuda.bindings, numpy, sys; print("python", sys.version.split(
     "| cuda-bindings", cuda.bindings.__version__, "| numpy", numpy.__version__)' \
     || echo "gpu_check: cuda-python is not importable"
 
+# The GPU tests run as SHARDS pytest processes side by side (default 2: the tier does not fit
+# one device call run one file after another), each file in one shard, logs
+# gpu_tests.<shard>.log; SANITIZE_BESIDE=1 runs the compute-sanitizer script beside them.
+sanitize_status=0
+sanitize_pid=""
+if [ "${SANITIZE:-1}" != 0 ] && [ "${SANITIZE_BESIDE:-0}" = 1 ]; then
+    bash scripts/sanitize.sh > "$OUT/sanitize_summary.log" 2>&1 &
+    sanitize_pid=$!
+fi
 tests_status=0
 if [ "${GPU_TESTS:-1}" != 0 ]; then
-    python3 -m pytest -m gpu --maxfail=25 -q tests 2>&1 | tee "$OUT/gpu_tests.log"
-    tests_status=$?
+    shards=${SHARDS:-2}
+    mapfile -t files < <(ls tests/gpu/test_*.py)
+    pids=()
+    for ((s = 0; s < shards; s++)); do
+        mine=()
+        for ((i = s; i < ${#files[@]}; i += shards)); do mine+=("${files[i]}"); done
+        python3 -m pytest -m gpu --maxfail=25 -q -rf -p no:cacheprovider "${mine[@]}" \
+            > "$OUT/gpu_tests.$s.log" 2>&1 &
+        pids+=($!)
+    done
+    for ((s = 0; s < shards; s++)); do
+        wait "${pids[s]}" || tests_status=1
+        tail -5 "$OUT/gpu_tests.$s.log"
+    done
     echo "gpu_check: GPU tests exited with $tests_status"
+fi
+if [ -n "$sanitize_pid" ]; then
+    wait "$sanitize_pid"
+    sanitize_status=$?
+    tail -3 "$OUT/sanitize_summary.log"
 fi
 
 bench_status=0
@@ -52,8 +78,7 @@ if [ "${BENCH:-1}" != 0 ] && [ -f benchmarks/bench_launch.py ]; then
         || echo "gpu_check: launch benchmark failed"
 fi
 
-sanitize_status=0
-if [ "${SANITIZE:-1}" != 0 ]; then
+if [ "${SANITIZE:-1}" != 0 ] && [ "${SANITIZE_BESIDE:-0}" != 1 ]; then
     bash scripts/sanitize.sh 2>&1 | tee "$OUT/sanitize_summary.log"
     sanitize_status=$?
 fi
