@@ -51,7 +51,10 @@ if [ "${GPU_TESTS:-1}" != 0 ]; then
         pids+=($!)
     done
     for ((s = 0; s < shards; s++)); do
-        wait "${pids[s]}" || tests_status=1
+        # 5: pytest collected nothing to run (every file skipped at import, e.g. no torch).
+        wait "${pids[s]}"
+        rc=$?
+        if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then tests_status=$rc; fi
         tail -5 "$OUT/gpu_tests.$s.log"
     done
     echo "gpu_check: GPU tests exited with $tests_status"
