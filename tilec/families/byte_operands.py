@@ -72,6 +72,17 @@ def byte_reads(plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout, warp_
                 for k, n in (pair_coord(lane, reg) for lane in range(WARP_SIZE))]
 
 
+def pair_relations(plan: TilingPlan, layout: SmemLayout, k0: int):
+    """(tn, reg, how the lanes' pair offsets relate to those of (0, 0) at k 0) for each B
+    register in the mma family's order (2 tn + reg): what both backends' emitters address
+    their loads by (a reference offset, an XOR and an immediate where they can)."""
+    reference = _pair_offsets(layout, plan.warps, plan.warp_tile, 0, 0, 0)
+    for tn in range(operand_extent("B", plan.warp_tile) // N8):
+        for reg in range(REGISTERS_PER_N8):
+            yield tn, reg, offset_relation(reference, _pair_offsets(
+                layout, plan.warps, plan.warp_tile, tn, reg, k0))
+
+
 # -- PTX ------------------------------------------------------------------------------------
 
 def _lane_offset(ctx: Context, view: SmemView, tn: int, reg: int, k0: int) -> str:
@@ -89,22 +100,16 @@ def _ldbytes(ctx: Context, op: Op) -> None:
     """One ld.shared.u16 per B register, in the mma family's register order (2 tn + reg);
     addresses follow one reference offset by an XOR and an immediate where they can."""
     view: SmemView = ctx.get(op.operands[0])
-    layout = view.buffer.layout
-    plan = ctx.plan
     k0 = op.attrs["k0"]
-    reference = _pair_offsets(layout, plan.warps, plan.warp_tile, 0, 0, 0)
     state: dict = {}
     regs = []
-    for tn in range(operand_extent("B", plan.warp_tile) // N8):
-        for reg in range(REGISTERS_PER_N8):
-            relation = offset_relation(reference, _pair_offsets(layout, plan.warps,
-                                                                plan.warp_tile, tn, reg, k0))
-            address = relative_address(
-                ctx, view, relation, state, lambda: _lane_offset(ctx, view, 0, 0, 0),
-                lambda tn=tn, reg=reg: _lane_offset(ctx, view, tn, reg, k0))
-            out = ctx.w.reg("b32")
-            ctx.w.emit(f"ld.shared.u16 {out}, [{address}];")
-            regs.append(out)
+    for tn, reg, relation in pair_relations(ctx.plan, view.buffer.layout, k0):
+        address = relative_address(
+            ctx, view, relation, state, lambda: _lane_offset(ctx, view, 0, 0, 0),
+            lambda tn=tn, reg=reg: _lane_offset(ctx, view, tn, reg, k0))
+        out = ctx.w.reg("b32")
+        ctx.w.emit(f"ld.shared.u16 {out}, [{address}];")
+        regs.append(out)
     ctx.bind(op.result, regs)
 
 

@@ -22,29 +22,22 @@ from tilec.backend.llvm.builder import Val
 from tilec.backend.llvm.context import LlvmContext, SmemView
 from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16, F8E4M3, F8E5M2, I8
-from tilec.target.layout import offset_relation, operand_extent
 
-from .byte_operands import LOAD_OP, N8, PAIR_BYTES, REGISTERS_PER_N8, _lane_offset, _pair_offsets
+from .byte_operands import LOAD_OP, PAIR_BYTES, _lane_offset, pair_relations
 
 
 def _ldbytes(ctx: LlvmContext, op: Op) -> None:
     """One i16 shared load per B register, in the mma family's register order (2 tn + reg),
     addressed as the PTX emitter addresses them (a reference offset, XOR and immediate)."""
     view: SmemView = ctx.get(op.operands[0])
-    layout = view.buffer.layout
-    plan = ctx.plan
     k0 = op.attrs["k0"]
-    reference = _pair_offsets(layout, plan.warps, plan.warp_tile, 0, 0, 0)
     state: dict = {}
     pairs = []
-    for tn in range(operand_extent("B", plan.warp_tile) // N8):
-        for reg in range(REGISTERS_PER_N8):
-            relation = offset_relation(reference, _pair_offsets(layout, plan.warps,
-                                                                plan.warp_tile, tn, reg, k0))
-            address = ctx.relative_address(
-                view, relation, state, lambda: _lane_offset(ctx, view, 0, 0, 0),
-                lambda tn=tn, reg=reg: _lane_offset(ctx, view, tn, reg, k0))
-            pairs.append(ctx.b.load("i16", ctx.smem_pointer(address), PAIR_BYTES))
+    for tn, reg, relation in pair_relations(ctx.plan, view.buffer.layout, k0):
+        address = ctx.relative_address(
+            view, relation, state, lambda: _lane_offset(ctx, view, 0, 0, 0),
+            lambda tn=tn, reg=reg: _lane_offset(ctx, view, tn, reg, k0))
+        pairs.append(ctx.b.load("i16", ctx.smem_pointer(address), PAIR_BYTES))
     ctx.bind(op.result, pairs)
 
 
