@@ -40,6 +40,7 @@ from tilec.target.smem import BARRIER_BYTES
 
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
+from .row_store import StagedRows, copy_rows_out
 
 if TYPE_CHECKING:
     import numpy as np
@@ -256,7 +257,7 @@ def _load(ctx: Context, op: Op) -> None:
         destination = ctx.mad(first, box.inner * eb, view.address)
         mask = ctx.w.reg("b16")
         ctx.w.emit(f"mov.b16 {mask}, {(1 << blocks) - 1};")
-        multicast = f".multicast::cluster"
+        multicast = ".multicast::cluster"
     for slab in range(box.slabs):
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
         dims, coordinates = _coordinates(ctx, op.operands[0], x, outer)
@@ -452,7 +453,6 @@ def _store_rows(ctx: Context, op: Op) -> None:
     rows per instruction, 2 or 4 bytes each: at a shallow K (8x4095x4097x128) those partial
     sectors, not the products, set the kernel's time. Rows past M end the warp's loop,
     columns past N are masked."""
-    w = ctx.w
     staging = _stage_registers(ctx, op)
     if staging is None:
         return
@@ -460,75 +460,30 @@ def _store_rows(ctx: Context, op: Op) -> None:
     eb = value.type.dtype.bytes
     rows, _ = value.type.shape
     box = Box.of(op)
-    roles = ctx.kernel.schedule.roles
-    warps = roles.tile_threads // 32
-    tensor = ctx.get(op.operands[0])
-    row_off, col_off = (ctx.get(v) for v in op.operands[1:3])
-    masked = op.attrs.get("masked", [True, True])
-    w.emit(_consumers_meet(ctx))
-    lane, warp = ctx.lane_warp()
-    # Rows of this tile inside C: min(rows, M - row offset).
-    rows_left = str(rows)
-    if masked[0]:
-        m = _in_register(ctx, tensor.dims[0])
-        rows_left = ctx.int_op("min.s32", ctx.int_op("sub.s32", m, row_off), rows)
-    inside: dict[int, Optional[str]] = {}
-    col = ctx.int_op("add.s32", col_off, lane)
-    for part in range(box.slabs * 2):  # a half slab: 32 columns, one per lane
-        if not masked[1]:
-            inside[part] = None
-            continue
-        moved = ctx.int_op("add.s32", col, part * 32) if part else col
-        ok = w.reg("pred")
-        w.emit(f"setp.lt.s32 {ok}, {moved}, {_in_register(ctx, tensor.dims[1])};")
-        inside[part] = ok
-    # The thread's first element in global memory, and the step to its warp's next row.
-    row = ctx.int_op("add.s32", row_off, warp)
-    stride = tensor.strides[0]
-    row_term = ctx.wide(row, stride)
-    col_term = ctx.wide(col, 1)
-    address = w.reg("b64")
-    w.emit(f"add.s64 {address}, {row_term}, {col_term};")
-    w.emit(f"mad.lo.s64 {address}, {address}, {eb}, {tensor.ptr};")
-    step = ctx.wide(_in_register(ctx, stride), warps * eb)
-    # Shared: lane l's column in a half slab is chunk l / 8 (the second half's chunk + 4,
-    # i.e. XOR 4), element l % 8; the chunk XORs the row modulo 8 (TMA's swizzle).
-    lane_chunk = ctx.int_op("shl.b32", ctx.int_op("shr.u32", lane, 3), 4)
-    lane_low = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 7), eb.bit_length() - 1)
-    r = w.reg("b32")
-    w.emit(f"mov.u32 {r}, {warp};")
-    more = w.reg("pred")
-    loop, done = w.label("rows"), w.label("rows_done")
-    w.emit(f"setp.ge.s32 {more}, {r}, {rows_left};")
-    w.emit(f"@{more} bra {done};")
-    w.raw(f"{loop}:")
-    row_bits = ctx.int_op("shl.b32", ctx.int_op("and.b32", r, 7), 4)
-    swizzled = ctx.int_op("xor.b32", lane_chunk, row_bits)
-    within = ctx.int_op("or.b32", swizzled, lane_low)
-    row_start = ctx.mad(r, box.inner * eb, staging)
-    first = ctx.int_op("add.s32", row_start, within)
-    second = ctx.int_op("add.s32", row_start, ctx.int_op("xor.b32", within, 4 << 4))
-    slab_bytes = rows * box.inner * eb
-    for part in range(box.slabs * 2):
-        slab, half = divmod(part, 2)
-        element = w.reg("b16")
-        w.emit(f"ld.shared.b16 {element}, [{(second if half else first)}+{slab * slab_bytes}];")
-        guard = f"@{inside[part]} " if inside[part] else ""
-        w.emit(f"{guard}st.global.b16 [{address}+{part * 32 * eb}], {element};")
-    w.emit(f"add.s32 {r}, {r}, {warps};")
-    w.emit(f"add.s64 {address}, {address}, {step};")
-    w.emit(f"setp.lt.s32 {more}, {r}, {rows_left};")
-    w.emit(f"@{more} bra {loop};")
-    w.raw(f"{done}:")
+    lanes: dict[str, str] = {}
 
+    def setup(lane: str, warp: str) -> None:
+        # Lane l's column in a half slab is chunk l / 8 (the second half's chunk + 4, i.e.
+        # XOR 4), element l % 8; the chunk XORs the row modulo 8 (TMA's swizzle).
+        lanes["chunk"] = ctx.int_op("shl.b32", ctx.int_op("shr.u32", lane, 3), 4)
+        lanes["low"] = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 7),
+                                  eb.bit_length() - 1)
 
-def _in_register(ctx: Context, value: Any) -> str:
-    """A size or stride as a register (an immediate one moved into one)."""
-    if not isinstance(value, int):
-        return value
-    reg = ctx.w.reg("b32")
-    ctx.w.emit(f"mov.u32 {reg}, {value};")
-    return reg
+    def row(r: str) -> list[str]:
+        row_bits = ctx.int_op("shl.b32", ctx.int_op("and.b32", r, 7), 4)
+        swizzled = ctx.int_op("xor.b32", lanes["chunk"], row_bits)
+        within = ctx.int_op("or.b32", swizzled, lanes["low"])
+        row_start = ctx.mad(r, box.inner * eb, staging)
+        first = ctx.int_op("add.s32", row_start, within)
+        second = ctx.int_op("add.s32", row_start, ctx.int_op("xor.b32", within, 4 << 4))
+        slab_bytes = rows * box.inner * eb
+        return [f"{second if half else first}+{slab * slab_bytes}"
+                for slab, half in (divmod(part, 2) for part in range(box.slabs * 2))]
+
+    copy_rows_out(ctx, op, ctx.kernel.schedule.roles.tile_threads // 32,
+                  _consumers_meet(ctx), StagedRows(
+                      parts=box.slabs * 2, setup=setup, row=row, advance=lambda: None,
+                      label="rows"))
 
 
 def _ring_base(ctx: Context, op: Op) -> None:
