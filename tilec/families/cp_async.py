@@ -363,6 +363,12 @@ def _copy_word_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
     w.emit(f"and.b64 {base}, {src}, -4;")
     # Word i holds the vector's bytes 4i - shift .. 4i - shift + 3: load it where one of
     # them is in bounds, 4i - shift < partial (or nbytes), i.e. partial + shift > 4i.
+    # A word whose upper half lies past the vector's in-bounds bytes (the extra word, or
+    # the word where `partial` ends, 4i + 2 = partial + shift) loads only its lower half:
+    # at the tensor's last element the upper half would lie past the allocation
+    # (compute-sanitizer memcheck), and it is cleared below in any case. Elements are 16-bit,
+    # so shift and partial are even and no other word reaches past them.
+    assert eb == 2, "word copies move 16-bit elements"
     reach = ctx.int_op("add.s32", partial, shift) if partial is not None else None
     words = []
     for i in range(nbytes // 4 + 1):
@@ -376,8 +382,17 @@ def _copy_word_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
             ok = ctx.and_pred(ok, needed)
         word = w.reg("b32")
         w.emit(f"mov.b32 {word}, 0;")
-        guard = f"@{ok} " if ok else ""
-        w.emit(f"{guard}ld.global.nc.b32 {word}, [{base}+{4 * i}];")
+        address = f"[{base}+{4 * i}]"
+        if 4 * i >= nbytes:
+            w.emit(f"@{ok} ld.global.nc.u16 {word}, {address};")
+        elif reach is not None:
+            half, full = w.reg("pred"), w.reg("pred")
+            w.emit(f"setp.eq.and.s32 {half}|{full}, {reach}, {4 * i + 2}, {ok};")
+            w.emit(f"@{full} ld.global.nc.b32 {word}, {address};")
+            w.emit(f"@{half} ld.global.nc.u16 {word}, {address};")
+        else:
+            guard = f"@{ok} " if ok else ""
+            w.emit(f"{guard}ld.global.nc.b32 {word}, {address};")
         words.append(word)
     # The bits of the vector in bounds; piece j keeps clamp(bits - 32j, 0, 32) of its own.
     bits_in = ctx.int_op("shl.b32", partial, 3) if partial is not None else None
