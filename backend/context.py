@@ -126,6 +126,9 @@ class Context(ValueTable):
         # ws.turn_pass), set per tile by _tile_loop.
         self.local_tid = False
         self.turn: Optional[dict] = None
+        # A stream-K kernel's unit (tilec/families/stream_k.py), set per unit by
+        # backend.ptx._stream_k_loop: the registers ws.k_begin / ws.k_end / ws.sk_fixup read.
+        self.stream_k: Optional[dict] = None
         self._count_uses(kernel)
 
     # -- values (the rest: ValueTable) ----------------------------------------------------

@@ -154,6 +154,9 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
     per_batch = tiles
     if batch is not None:
         tiles = ctx.int_op("mul.lo.s32", per_batch, ctx.get(grid.operands[batch]))
+    if ctx.kernel.schedule.roles.stream_k:
+        _stream_k_loop(ctx, ops, emit_ops, tail, tiles, (gm, gn, per_batch, batch))
+        return
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     lb, ub, step = (ctx.operand(v) for v in k_loop.operands[:3])
     span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
@@ -191,15 +194,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.turn = dict(waits=waits, passes=passes,
                         wait_id=ctx.int_op("add.s32", warpgroup, TURN_BARRIER),
                         pass_id=ctx.int_op("sub.s32", TURN_BARRIER + 1, warpgroup))
-    within = tile
-    if batch is not None:
-        ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
-        within = ctx.int_op("rem.u32", tile, per_batch)
-    pid_m, pid_n = grouped_coords(ctx, gm, gn, within, grid.attrs.get("raster_group") or 1)
-    if rank is not None:
-        pid_m = ctx.mad(pid_m, cluster, rank)
-    ctx.bind(grid.results[first], pid_m)
-    ctx.bind(grid.results[second], pid_n)
+    _bind_tile(ctx, tile, gm, gn, per_batch, batch, rank)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     emit_ops(ctx, ops)
@@ -220,6 +215,111 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.ring_base = ctx.int_op("sub.s32", ring, trips)
         emit_ops(ctx, list(tail))
         ctx.ring_base = saved
+
+
+def _bind_tile(ctx: Context, tile: str, gm: str, gn: str, per_batch: str,
+               batch: Optional[int], rank: Optional[str] = None) -> None:
+    """Bind the grid's ids to linear tile ``tile``: its batch (a batched grid's tile t is
+    batch t / (tiles a batch)), then (m, n) in grouped order; in a cluster, the block's M
+    tile of the pair (``rank``)."""
+    grid = ctx.grid_op
+    first, second = folded_axes(grid)
+    within = tile
+    if batch is not None:
+        ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
+        within = ctx.int_op("rem.u32", tile, per_batch)
+    pid_m, pid_n = grouped_coords(ctx, gm, gn, within, grid.attrs.get("raster_group") or 1)
+    if rank is not None:
+        pid_m = ctx.mad(pid_m, ctx.kernel.schedule.roles.cluster, rank)
+    ctx.bind(grid.results[first], pid_m)
+    ctx.bind(grid.results[second], pid_n)
+
+
+def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], tiles: str,
+                   shape: tuple) -> None:
+    """A stream-K kernel's loop over this block's units (tilec/families/stream_k.py, whose
+    :func:`~tilec.families.stream_k.units` is this schedule in Python): whole tiles
+    ``%ctaid.x + u * %nctaid.x`` for the first ``dp_units``, then the block's even share of
+    the last waves' (tile, K step) iterations, one unit a tile it touches. Both roles walk
+    the same units; the ring goes on by each unit's K steps (``ws.ring_base``), and
+    ``ctx.stream_k`` holds the unit's registers for ws.k_begin / ws.k_end / ws.sk_fixup
+    (``next``: the label after the unit, where a later part, stored, goes)."""
+    from tilec.families.stream_k import K_END, SHARED_WAVES
+    if tail:
+        raise NotImplementedError("a stream-K tile loop has no ops after its last unit "
+                                  "(cluster kernels' waits)")
+    w = ctx.w
+    gm, gn, per_batch, batch = shape
+    bounds = next(op for block_op in ops for op in block_op.walk() if op.name == K_END)
+    lb, ub, step = (ctx.operand(v) for v in bounds.operands)
+    span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
+    steps = (ctx.int_op("div.s32", span, step) if ctx.const(bounds.operands[2]) is None
+             else ctx.div_const(span, ctx.const(bounds.operands[2])))
+    steps = ctx.int_op("max.s32", steps, 0)
+    block, blocks = w.reg("b32"), w.reg("b32")
+    w.emit(f"mov.u32 {block}, %ctaid.x;")
+    w.emit(f"mov.u32 {blocks}, %nctaid.x;")
+    # Data-parallel units: every tile where the blocks divide them (or there are no K
+    # steps), else the whole waves but the last SHARED_WAVES - 1.
+    waves = ctx.int_op("div.u32", tiles, blocks)
+    partial = ctx.int_op("rem.u32", tiles, blocks)
+    even, no_steps = w.reg("pred"), w.reg("pred")
+    w.emit(f"setp.eq.u32 {even}, {partial}, 0;")
+    w.emit(f"setp.eq.or.s32 {even}, {steps}, 0, {even};")
+    whole_waves = ctx.int_op("add.s32", waves, 1)
+    w.emit(f"selp.b32 {whole_waves}, {waves}, {whole_waves}, {even};")
+    kept = waves
+    if SHARED_WAVES > 1:
+        kept = ctx.int_op("max.s32", ctx.int_op("sub.s32", waves, SHARED_WAVES - 1), 0)
+    dp_units = w.reg("b32")
+    w.emit(f"selp.b32 {dp_units}, {whole_waves}, {kept}, {even};")
+    dp_tiles = ctx.int_op("min.s32", ctx.int_op("mul.lo.s32", dp_units, blocks), tiles)
+    work = ctx.int_op("mul.lo.s32", ctx.int_op("sub.s32", tiles, dp_tiles), steps)
+    q = ctx.int_op("div.u32", work, blocks)
+    r = ctx.int_op("rem.u32", work, blocks)
+    it, unit, ring = w.reg("b32"), w.reg("b32"), w.reg("b32")
+    w.emit(f"mad.lo.s32 {it}, {block}, {q}, {ctx.int_op('min.s32', block, r)};")
+    end = ctx.int_op("add.s32", it, q)
+    extra = w.reg("pred")
+    w.emit(f"setp.lt.s32 {extra}, {block}, {r};")
+    w.emit(f"@{extra} add.s32 {end}, {end}, 1;")
+    divisor = ctx.int_op("max.s32", steps, 1)
+    w.emit(f"mov.u32 {unit}, 0;")
+    w.emit(f"mov.u32 {ring}, 0;")
+    head, done, after = w.label("unit"), w.label("units_done"), w.label("unit_next")
+    w.raw(f"{head}:")
+    data_parallel, finished = w.reg("pred"), w.reg("pred")
+    w.emit(f"setp.lt.s32 {data_parallel}, {unit}, {dp_units};")
+    dp_tile = ctx.mad(unit, blocks, block)
+    tile_rel = ctx.int_op("div.u32", it, divisor)
+    k0_shared = ctx.int_op("sub.s32", it, ctx.int_op("mul.lo.s32", tile_rel, steps))
+    k1_shared = ctx.int_op("min.s32", ctx.int_op("add.s32", k0_shared,
+                                                 ctx.int_op("sub.s32", end, it)), steps)
+    tile, k0, k1 = w.reg("b32"), w.reg("b32"), w.reg("b32")
+    w.emit(f"selp.b32 {tile}, {dp_tile}, {ctx.int_op('add.s32', dp_tiles, tile_rel)}, "
+           f"{data_parallel};")
+    w.emit(f"selp.b32 {k0}, 0, {k0_shared}, {data_parallel};")
+    w.emit(f"selp.b32 {k1}, {steps}, {k1_shared}, {data_parallel};")
+    w.emit(f"setp.ge.s32 {finished}, {it}, {end};")
+    w.emit(f"@{data_parallel} setp.ge.s32 {finished}, {dp_tile}, {tiles};")
+    w.emit(f"@{finished} bra.uni {done};")
+    _bind_tile(ctx, tile, gm, gn, per_batch, batch)
+    saved, ctx.ring_base = ctx.ring_base, ring
+    saved_hooks, ctx.after_tiles = ctx.after_tiles, []
+    ctx.stream_k = dict(k0=k0, k1=k1, steps=steps, block=block, q=q, r=r,
+                        tile_rel=tile_rel, next=after)
+    emit_ops(ctx, ops)
+    ctx.stream_k, ctx.ring_base = None, saved
+    w.raw(f"{after}:")
+    trips = ctx.int_op("sub.s32", k1, k0)
+    w.emit(f"add.s32 {ring}, {ring}, {trips};")
+    w.emit(f"@!{data_parallel} add.s32 {it}, {it}, {trips};")
+    w.emit(f"add.s32 {unit}, {unit}, 1;")
+    w.emit(f"bra.uni {head};")
+    w.raw(f"{done}:")
+    for hook in ctx.after_tiles:
+        hook()
+    ctx.after_tiles = saved_hooks
 
 
 # -- structured control flow: PTX ISA 9.7.12 (bra) --------------------------------------
@@ -367,7 +467,7 @@ def epilogue_chunks(ops: list[Op], plan) -> tuple[list[Op], list[tuple[range, li
     loops = [i for i, op in enumerate(ops) if op.name == "scf.for"]
     if not loops or plan is None:
         return ops, []
-    reduces = [i for i, op in enumerate(ops) if op.name == "split.reduce"]
+    reduces = [i for i, op in enumerate(ops) if op.name in ("split.reduce", "ws.sk_fixup")]
     end = max([loops[-1], *reduces]) + 1
     head, tail = ops[:end], ops[end:]
     chunkable = all(op.name in CHUNKED or not op.regions and not any(

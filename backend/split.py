@@ -34,8 +34,11 @@ SUMS = {F32: ("f32", "f32", "add.f32"), I32: ("s32", "b32", "add.s32")}
 
 
 def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
-    """The workspace pointers a split-K kernel takes after the shape symbols; none else."""
-    if kernel.schedule.splits <= 1:
+    """The workspace pointers a split-K (or stream-K) kernel takes after the shape symbols;
+    none else."""
+    roles = kernel.schedule.roles
+    stream_k = roles is not None and roles.stream_k  # its parts meet the same way
+    if kernel.schedule.splits <= 1 and not stream_k:
         return ()
     return tuple(AbiParam(name, POINTER, source, "workspace")
                  for name, source in zip(WORKSPACE_PARAMS, WORKSPACE_SOURCES))

@@ -75,6 +75,11 @@ load has been issued (so it is never a whole round ahead of the barrier).
 Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
 the kernel is persistent), so stages and phases go on across a persistent block's tiles.
 
+With ``stream_k`` (persistent, cooperative, no cluster; tilec/families/stream_k.py) both K
+loops run from ``ws.k_begin`` to ``ws.k_end`` (each role its own copies, which the tile loop
+binds per unit of (tile, K steps)), and ``ws.sk_fixup`` after the products' final wait and
+the last hand-back gives the epilogue the tile's whole sum.
+
 A persistent batched program (``tensor.batch`` views of 3-D tensors) loops over batches x
 tiles (``roles.batches``; the backend's tile loop binds the grid's batch id per tile): the
 producer's region starts with its own copies of the views its loads read, and the views the
@@ -86,6 +91,7 @@ from __future__ import annotations
 import dataclasses
 
 from tilec.families.products import family_of
+from tilec.families.stream_k import FIXUP, K_BEGIN, K_END
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
@@ -259,8 +265,27 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         # initialisations first.
         pre.op(CLUSTER_SYNC)
 
+    # Stream-K: both roles' K loops run over the unit's steps (ws.k_begin / ws.k_end, bound
+    # per unit by the tile loop), each role with its own copies of the bounds.
+    unit_bounds: list[Op] = []
+    consumer_bounds: list[Op] = []
+    producer_bounds = list(loop.operands[:3])
+    if options.stream_k:
+        full_range = list(loop.operands[:3])
+        bounds = Builder(Block(), loop.loc)
+        producer_bounds[:2] = [bounds.value(K_BEGIN, full_range[::2], i32, "k_begin"),
+                               bounds.value(K_END, full_range, i32, "k_end")]
+        unit_bounds = bounds.block.ops
+        consumer = Builder(Block(), loop.loc)
+        loop.operands[:2] = [consumer.value(K_BEGIN, full_range[::2], i32, "k_begin"),
+                             consumer.value(K_END, full_range, i32, "k_end")]
+        lb = loop.operands[0]
+        consumer_bounds = consumer.block.ops
+    acc_index = body.args.index(dot.operands[2]) - 1
+
     # The producer: its own loop over the same K range, copies only.
     region = Block()
+    region.ops.extend(unit_bounds)
     start = Builder(region, loop.loc)
     stage0, parity0 = _ring_start(start, stages)
     ploop_body = Block()
@@ -279,7 +304,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
                  attrs=_box(plan, role, cluster))
     p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
-    ploop = Op("scf.for", [*loop.operands[:3], stage0, parity0], [], dict(loop.attrs),
+    ploop = Op("scf.for", [*producer_bounds, stage0, parity0], [], dict(loop.attrs),
                [ploop_body], loop.loc)
     ploop.results = [Value(i32, "stage_end", ploop), Value(i32, "parity_end", ploop)]
     region.ops.append(ploop)
@@ -288,6 +313,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         _producer_tail(tail, empty, loop, step, stages)
         region.ops.extend(tail.block.ops)
     pre.block.ops.append(Op(PRODUCER, [], [], {}, [region], loop.loc))
+    pre.block.ops.extend(consumer_bounds)  # per unit, as what follows the producer
 
     # The consumers' loop: wait for the stage, compute on it, hand it back. The stage, its
     # phase parity and (with products left in flight) the stage before are carried by the
@@ -365,6 +391,14 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         # kernel (C7514), which ran at 0.68 of cuBLAS (H100, 4096^3).
         pre.op(TURN_WAIT)
         after.block.ops.insert(1 if in_flight else 0, Op(TURN_PASS, [], [], {}, [], loop.loc))
+    if options.stream_k:
+        # A tile's parts meet after the products' final wait (a store of the accumulators
+        # before it would have ptxas serialize the wgmmas, C7514); the epilogue reads the sum.
+        partial = loop.results[acc_index]
+        total = after.value(FIXUP, [partial], partial.type, "acc_total")
+        epilogue = Block()
+        epilogue.ops = top[index + 1:]
+        replace_uses(epilogue, partial, total)
     kernel.body.ops = (top[:index] + pre.block.ops + per_tile + top[index:index + 1]
                        + after.block.ops + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
@@ -374,5 +408,6 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
                         stages, options.blocks_per_sm, options.persistent, cluster,
                         consumers=options.consumers,
-                        batches=options.persistent and bool(batch_views)))
+                        batches=options.persistent and bool(batch_views),
+                        stream_k=options.stream_k))
     return kernel

@@ -27,12 +27,12 @@ INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
 SWEEP = [INT_MIN, INT_MIN + 1, -46341, -7, -3, -1, 0, 1, 2, 3, 7, 46341, INT_MAX - 1, INT_MAX]
 INTEGER_OPS = ["add", "sub", "mul", "floordiv", "cdiv", "mod", "min", "max"]
 # Ops with effects beyond their results: the launch, stores, control flow, shared memory
-# reservations, copies, synchronisation and the split-K meeting.
+# reservations, copies, synchronisation and the split-K and stream-K meetings.
 IMPURE = {"tile.grid", "tile.store", "scf.for", "scf.yield", "smem.alloc",
           "copy.global_to_shared", "copy.commit", "copy.wait", "gpu.barrier", "split.reduce",
           "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive",
           "cluster.sync", "ws.turn_wait", "ws.turn_pass",
-          "ws.producer", "wgmma.wait"}
+          "ws.producer", "wgmma.wait", "ws.sk_fixup"}
 
 
 # ----------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def test_the_elementwise_ops_are_those_that_follow_a_layout() -> None:
     elementwise = {name for name, opdef in OP_DEFS.items() if opdef.elementwise}
     assert elementwise == {"tile.full", "tile.splat", "tile.add", "tile.sub", "tile.mul",
                            "tile.div", "tile.max", "tile.min", "tile.neg", "tile.relu",
-                           "tile.cast", "tile.where", "split.reduce",
+                           "tile.cast", "tile.where", "split.reduce", "ws.sk_fixup",
                            *(f"tile.{name}" for name in MATH_FUNCTIONS)}
 
 

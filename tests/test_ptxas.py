@@ -330,7 +330,15 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     # Batched persistent blocks: the tile loop over batches x tiles, each tile's batch views.
     case("bmm", dtype, "sm_90a", shapes, persistent=True, **tiles)
     for dtype in ("f16", "bf16") for tiles, shapes in zip(
-        (dict(BM=128, BN=256, BK=64, stages=3), HOPPER_TILES[1]), (DIVISIBLE, RAGGED))]
+        (dict(BM=128, BN=256, BK=64, stages=3), HOPPER_TILES[1]), (DIVISIBLE, RAGGED))] + [
+    # Stream-K: the units' loop, the parts' stores and the owner's loads after the products'
+    # final wait (before it, ptxas would serialize the wgmmas), batched too, and i32 parts.
+    case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, persistent=True,
+         stream_k=True)
+    for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("gemm_epilogue", "bf16", RAGGED),
+                                  ("matmul_bt", "bf16", RAGGED), ("bmm", "f16", DIVISIBLE))] + [
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=256, BK=128, stages=3,
+         persistent=True, stream_k=True)]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

@@ -148,6 +148,11 @@ class Options:
     # a whole tile (BM = 64, one warpgroup's rows) and take the block's tiles in turn, their
     # mainloops handed over in order, so one's epilogue overlaps the other's products.
     consumers: str = "cooperative"
+    # Persistent cooperative warp-specialized (sm_90a) kernels: stream-K (CUTLASS's "DP +
+    # SK" hybrid, tilec/families/stream_k.py): whole tiles for all waves but the last one or
+    # two, whose (tile, K step) work is divided evenly among the blocks; a tile split across
+    # blocks meets in a workspace before its epilogue. Evens out a partial last wave.
+    stream_k: bool = False
     # The backend writing the PTX, and for "llvm" the optimisation level of LLVM's pipeline.
     backend: str = "ptx"
     llvm_opt: int = 3
@@ -201,6 +206,12 @@ class Options:
             # leaves nothing to alternate over, and two blocks an SM already overlap.
             raise ValueError("consumers='pingpong' alternates two warpgroups over a persistent "
                              "block's tiles: it needs persistent=True and blocks_per_sm=1")
+        if self.stream_k and (not self.persistent or self.consumers != "cooperative"
+                              or self.cluster > 1):
+            # The units are walked by one block's producer and its cooperative consumers;
+            # a cluster pair and pingpong's alternating warpgroups walk tiles of their own.
+            raise ValueError("stream_k divides a persistent block's work in K steps: it needs "
+                             "persistent=True, consumers='cooperative' and cluster=1")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
                              f"{self.backend!r}")

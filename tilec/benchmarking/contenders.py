@@ -187,6 +187,13 @@ TUNED = {
     # 64x256x64 st4 raster 16, one run: 4096^3 0.68 / 0.67, 8192^3 0.76 / 0.69 of cuBLAS
     # (f16 / bf16; cluster 2 alike) against 0.99 / 0.99, 1.05 / 0.98 for this config in the
     # next run; ptxas had serialized its wgmmas (C7514), since fixed, not yet re-measured.
+    #
+    # Stream-K (stream_k=True: whole tiles, then the partial wave's K steps shared evenly,
+    # split tiles meeting in a workspace), this config, one call each against the same
+    # config without it (benchmarks/NOTES.md), tilec / without, f16 / bf16: sharing the
+    # partial wave 4096^3 0.93 / 0.93, 8192^3 1.00 / 0.99, 32x1024^3 0.93 / 0.93; sharing
+    # the last two waves (CUTLASS's DP + SK) 0.69 / 0.68, 0.98 / 0.94, 0.89 / 0.89. Not
+    # chosen.
     ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                              persistent=True),
     ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),

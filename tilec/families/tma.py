@@ -38,6 +38,7 @@ from tilec.ir.types import I64, TileType
 from tilec.target.layout import SmemLayout, Swizzle
 from tilec.target.smem import BARRIER_BYTES
 
+from . import stream_k
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
 from .row_store import StagedRows, copy_rows_out
@@ -860,7 +861,7 @@ def _execute_producer(state: InterpState, op: Op, operands: list[Any]) -> list[A
 class TmaFamily(MovementFamily):
     name = "tma"
     ops = frozenset({ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE, CLUSTER_SYNC,
-                     TURN_WAIT, TURN_PASS})
+                     TURN_WAIT, TURN_PASS, *stream_k.EMITTERS})
     pipeline = PipelineOps(LOAD, EXPECT, WAIT)
     stage_writers = frozenset({LOAD})
     words = CompletionWords(
@@ -873,7 +874,7 @@ class TmaFamily(MovementFamily):
     def emitters(self) -> Mapping[str, Emitter]:
         return {ALLOC: _alloc, EXPECT: _expect, LOAD: _load, WAIT: _wait, ARRIVE: _arrive,
                 PRODUCER: _producer, RING_BASE: _ring_base, CLUSTER_SYNC: _cluster_sync,
-                TURN_WAIT: _turn_wait, TURN_PASS: _turn_pass}
+                TURN_WAIT: _turn_wait, TURN_PASS: _turn_pass, **stream_k.EMITTERS}
 
     def pipelined_copy_attrs(self, copy: Op) -> dict[str, Any]:
         return dict(copy.attrs)
@@ -928,6 +929,7 @@ class TmaFamily(MovementFamily):
             OpDef(PRODUCER, "a region the producer warpgroup runs (its elected thread), beside "
                   "the consumers; the producer warpgroup exits at its end", 0, 0, regions=1,
                   check=_check_producer, evaluate=_execute_producer),
+            *stream_k.OP_DEFS,  # the units a stream-K kernel's persistent blocks walk
         )
 
     def visible_at_barrier(self, state: Any) -> list[SharedWrite]:

@@ -143,6 +143,11 @@ class RolesPlan:
     # batch outermost, each batch's tiles in grouped order): each tile's producer and
     # consumers take their batch's matrices (tensor.batch views) from the tile's batch.
     batches: bool = False
+    # Stream-K (tilec/families/stream_k.py): the block's work is units of (tile, K steps),
+    # whole tiles for the first waves and an even share of the last waves' K steps; the K
+    # loops run over a unit's steps (ws.k_begin / ws.k_end) and split tiles meet in a
+    # workspace (ws.sk_fixup) before the epilogue.
+    stream_k: bool = False
 
     producer_threads: ClassVar[int] = WARPGROUP
 
@@ -177,7 +182,9 @@ class RolesPlan:
                 + (" over batches x tiles" if self.persistent and self.batches else "")
                 + (f", cluster = {self.cluster} blocks along M sharing B" if self.cluster > 1
                    else "")
-                + (", pingpong: a tile a warpgroup, in turn" if self.pingpong else "") + "}")
+                + (", pingpong: a tile a warpgroup, in turn" if self.pingpong else "")
+                + (", stream-K: whole tiles, then the last wave's K steps shared evenly"
+                   if self.stream_k else "") + "}")
 
 
 @dataclass(frozen=True)
@@ -309,6 +316,10 @@ def check_schedule(kernel: Any) -> list[str]:
         problems.append(f"pingpong consumers are two warpgroups of a persistent block, not "
                         f"{roles.consumer_warpgroups}" + ("" if roles.persistent
                                                          else " of a block a tile"))
+    if roles is not None and roles.stream_k and (not roles.persistent or roles.pingpong
+                                                 or roles.cluster > 1):
+        problems.append("stream-K units are walked by a persistent block of cooperative "
+                        "consumers, without a cluster")
     if roles is not None and roles.ring != schedule.stages:
         problems.append(f"a ring of {roles.ring} stages, the pipeline {schedule.stages}")
     for op in kernel.walk():

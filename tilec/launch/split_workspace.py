@@ -1,4 +1,6 @@
-"""The global memory a split-K kernel's blocks meet in (``backend/split.py``).
+"""The global memory a split-K kernel's blocks meet in (``backend/split.py``), and a
+stream-K kernel's (``tilec/families/stream_k.py``: a part slot and a flag per block, flags
+set back to zero by the block that reads the part).
 
 A workspace is two device buffers: the partial sums (4-byte f32 or i32 words, one block tile
 per output tile and slice) and one u32 counter per output tile. The counters are zeroed when
@@ -28,15 +30,27 @@ class WorkspaceSize:
     counter_bytes: int
 
 
-def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int]) -> Optional[WorkspaceSize]:
+def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int],
+                   multiprocessors: Optional[int] = None) -> Optional[WorkspaceSize]:
     """What a launch of the compiled kernel over ``sizes`` (its tile axes) needs; None for a
-    kernel without split-K."""
+    kernel without split-K or stream-K. A stream-K kernel's depends on its grid, one block
+    per SM (``multiprocessors``: the current device's where not given)."""
     splits = compiled_kernel.schedule.splits
-    if splits == 1:
-        return None
     plan = compiled_kernel.schedule.tiling
     tiles = math.prod(sizes)
     block_elements = plan.block[0] * plan.block[1]
+    roles = compiled_kernel.schedule.roles
+    if roles is not None and roles.stream_k:
+        # One part slot and one flag per block of the persistent grid (launch_grid's
+        # count: one a tile at most): a block stores at most one part
+        # (tilec/families/stream_k.py).
+        if multiprocessors is None:
+            from tilec.runtime import current_device
+            multiprocessors = current_device().multiprocessor_count
+        blocks = min(tiles, multiprocessors * roles.blocks_per_sm)
+        return WorkspaceSize(blocks * block_elements * PARTIAL_BYTES, blocks * COUNTER_BYTES)
+    if splits == 1:
+        return None
     return WorkspaceSize(tiles * splits * block_elements * PARTIAL_BYTES, tiles * COUNTER_BYTES)
 
 

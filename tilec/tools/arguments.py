@@ -44,7 +44,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
                 "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent",
-                "cluster", "consumers", "backend", "llvm_opt")
+                "cluster", "consumers", "stream_k", "backend", "llvm_opt")
 
 
 class CommandError(Exception):
@@ -171,6 +171,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "warpgroups share each tile, the default) or pingpong (two warpgroups each own a "
         "64-row tile and take turns on the tensor cores, one's epilogue under the other's "
         "products)")),
+    "stream_k": ("--stream-k", dict(
+        action="store_true", default=None,
+        help="sm_90a persistent cooperative kernels: stream-K (whole tiles, then the last "
+        "waves' K steps shared evenly among the blocks; split tiles meet in a workspace)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch (default auto: when large enough to pay)")),
@@ -209,8 +213,8 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "persistent", "cluster", "consumers", "backend", "llvm_opt",
-                 "disable", "verify")
+                 "blocks_per_sm", "persistent", "cluster", "consumers", "stream_k", "backend",
+                 "llvm_opt", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")

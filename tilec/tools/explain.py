@@ -398,8 +398,20 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
 
 
 def _consumers_text(kernel: Kernel) -> str:
-    """Pingpong consumers in words ("" for cooperative ones)."""
+    """Pingpong consumers, or a stream-K schedule, in words ("" for plain cooperative
+    ones)."""
     roles = kernel.schedule.roles
+    if roles is not None and roles.stream_k:
+        from tilec.families.stream_k import SHARED_WAVES
+        shared = ("the partial last wave" if SHARED_WAVES == 1
+                  else f"the last {SHARED_WAVES} waves (the partial one and whole ones)")
+        return ("cooperative, stream-K: the persistent blocks take whole tiles round the grid, "
+                f"then share {shared}'s (tile, K step) iterations evenly, a contiguous range a "
+                "block (ws.k_begin / ws.k_end bound the K loops per unit); a tile split over "
+                "blocks meets in a workspace after the products' final wait (ws.sk_fixup): "
+                "a later part is stored (st.global.v4, fence, red.release.gpu on the block's "
+                "flag) and skips the epilogue, the owner of step 0 adds the parts in block "
+                "order (ld.acquire.gpu on each flag, set back to 0) before the epilogue")
     if roles is None or not roles.pingpong:
         return ""
     bm, bn, _ = kernel.schedule.tiling.block
