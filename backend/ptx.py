@@ -263,7 +263,7 @@ def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], ti
     # steps), else the whole waves but the last SHARED_WAVES - 1.
     waves = ctx.int_op("div.u32", tiles, blocks)
     partial = ctx.int_op("rem.u32", tiles, blocks)
-    even, no_steps = w.reg("pred"), w.reg("pred")
+    even = w.reg("pred")
     w.emit(f"setp.eq.u32 {even}, {partial}, 0;")
     w.emit(f"setp.eq.or.s32 {even}, {steps}, 0, {even};")
     whole_waves = ctx.int_op("add.s32", waves, 1)
