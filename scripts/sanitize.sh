@@ -54,6 +54,13 @@ for tool in memcheck racecheck synccheck; do
         --misaligned-copy words --misaligned-store rows --stages 1 --warps 2x4 \
         --const BM=64 BN=128 BK=80
 done
+# Word copies in a pipelined K loop: vectors wholly past K (word 0 would begin before them)
+# and the vector holding each operand's last element.
+for shape in "M=1000,N=1003,K=77" "M=45,N=51,K=37"; do
+    sanitize memcheck samples/matmul.py "$shape" --pack off --misaligned-copy words --stages 2
+    sanitize memcheck samples/matmul_bt.py "$shape" --pack off --misaligned-copy words \
+        --stages 3
+done
 check memcheck int8_gemm --split-k 3
 check memcheck wfp8a16 --arch sm_90
 for tool in racecheck synccheck; do

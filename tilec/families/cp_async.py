@@ -362,7 +362,8 @@ def _copy_word_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
     base = w.reg("b64")
     w.emit(f"and.b64 {base}, {src}, -4;")
     # Word i holds the vector's bytes 4i - shift .. 4i - shift + 3: load it where one of
-    # them is in bounds, 4i - shift < partial (or nbytes), i.e. partial + shift > 4i.
+    # them is in bounds, 0 <= 4i - shift + j < partial (or nbytes) for some j < 4: for
+    # i >= 1, partial + shift > 4i; for word 0, partial > 0.
     # A word whose upper half lies past the vector's in-bounds bytes (the extra word, or
     # the word where `partial` ends, 4i + 2 = partial + shift) loads only its lower half:
     # at the tensor's last element the upper half would lie past the allocation
@@ -377,6 +378,10 @@ def _copy_word_loads(ctx: Context, src: str, dst: str, vec: int, eb: int, inside
             needed = w.reg("pred")
             if reach is None:
                 w.emit(f"setp.gt.s32 {needed}, {shift}, {4 * i - nbytes};")
+            elif i == 0:
+                # Word 0 begins `shift` bytes before the vector: those bytes are not the
+                # vector's, so it is needed only where the vector has an in-bounds byte.
+                w.emit(f"setp.gt.s32 {needed}, {partial}, 0;")
             else:
                 w.emit(f"setp.gt.s32 {needed}, {reach}, {4 * i};")
             ok = ctx.and_pred(ok, needed)
