@@ -182,25 +182,6 @@ def test_the_ptx_loads_byte_pairs_and_converts_them(tmp_path) -> None:
     assert_assembles(lambda arch: sample("bf16").ptx(arch=arch), tmp_path)
 
 
-@pytest.mark.parametrize("consts", [{}, dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2))])
-def test_the_byte_loads_are_not_carried_across_iterations(consts) -> None:
-    """The loop carries A's first fragments (ldmatrix, loaded during the last k-step) but
-    not the weights' byte pairs: their loads stay at the top of the iteration, so no
-    prologue repeats them and no register holds raw bytes across the back edge. Each B
-    register is then loaded once per k-step, as the llvm backend's InstCombine leaves it."""
-    compiled = sample().compile(arch="sm_90", keep_ir=True, **consts)
-    loop = next(op for op in compiled.kernel.body.ops if op.name == "scf.for")
-    carried = [arg.type.layout.operand for arg in loop.regions[0].args
-               if getattr(arg.type, "space", None) == "reg"]
-    assert carried == ["C", "A"], carried  # the accumulator and A's fragments alone
-    loads = [op for op in compiled.kernel.walk() if op.name == "frag.ldbytes"]
-    assert loads and all(op in loop.regions[0].ops for op in loads)
-    plan = compiled.kernel.schedule.tiling
-    registers = plan.warp_tile[1] // 8 * 2  # two per n8 tile a k16 step
-    pairs = len(re.findall(r"ld\.shared\.u16", compiled.ptx))
-    assert pairs == plan.block[2] // 16 * registers, pairs
-
-
 def test_explain_says_where_the_weights_are_converted() -> None:
     from tilec.tools.explain import explain, render_explanation
     text = render_explanation(explain(sample().compile(arch="sm_90a")))
