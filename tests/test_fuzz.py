@@ -139,3 +139,26 @@ def test_generated_kernels_cover_the_new_parts():
     assert any("misaligned_store_rows" in p.features for p in programs)
     fp8 = [p for p in programs if "fp8_operand" in p.features]
     assert fp8 and all(p.archs == ("sm_90", "sm_90a") for p in fp8)
+
+
+def test_a_schedule_error_is_a_failure_not_a_clean_error(monkeypatch):
+    """The compiler's own schedule check refusing its passes' schedule is located, with a
+    caret, but it is a bug: the fuzzer counts it as a failure."""
+    import tilec.kernel
+    from tilec.analysis.hazards import HazardError
+    program = fuzz.Program(5, "matmul", "x = 1\n")
+
+    def refuse(filename, text):
+        raise HazardError("deadlock", Loc(program.filename, 1, 1), "x = 1")
+    monkeypatch.setattr(tilec.kernel, "load_file", refuse)
+    result = fuzz.run_program(program)
+    assert result.outcome == "schedule error" and result.outcome in fuzz.FAILING
+
+
+def test_one_stage_wgmma_kernels_are_the_known_class_7():
+    rng = random.Random(4)
+    programs = [fuzz.generate_matmul(rng, i) for i in range(600)]
+    one_stage = [p for p in programs if "wgmma_one_stage" in p.features]
+    assert one_stage and all(p.options["stages"] == 1 and p.hopper_options is not None
+                             for p in one_stage)
+    assert all(fuzz._known_by_feature(p) == 7 for p in one_stage)
