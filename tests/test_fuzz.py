@@ -97,3 +97,68 @@ def _slow_or_fast(program):
 @pytest.mark.skipif(not shutil.which("ptxas"), reason="needs ptxas")
 def test_assemble_reports_ptxas_rejections():
     assert "error" in fuzz.assemble(".version 8.0\n.target sm_80\nnonsense;\n", "sm_80")
+
+
+def test_evaluate_sums_int8_exactly_and_wraps_to_32_bits():
+    dtypes = {"A": "i8", "B": "i8", "C": "i32", "acc": "i32", "bias": "f32"}
+    program = fuzz.Program(0, "matmul", "", dtypes=dtypes, layouts={"A": False, "B": True},
+                           tiles=(16, 16, 32), epilogue=("acc",))
+    a = np.full((1, 3), 127.0)
+    b = np.full((1, 3), -128.0)  # stored [N, K], read as B.T
+    assert fuzz.evaluate(program, {"A": a, "B": b, "C": np.zeros((1, 1))}, {})[0, 0] == -48768
+    # 2^31 + 1 wraps as the integer mma does.
+    wide = fuzz.evaluate(program, {"A": np.full((1, 1), 2.0 ** 31 + 1), "B": np.ones((1, 1)),
+                                   "C": np.zeros((1, 1))}, {})
+    assert wide[0, 0] == -2.0 ** 31 + 1
+
+
+def test_evaluate_batches_selects_and_applies_math():
+    a = np.arange(12.0).reshape(2, 2, 3) - 5
+    b = np.ones((2, 3, 2))
+    c = np.full((2, 2, 2), 7.0)
+    tree = ("where", ("or", ("cmp", ">", ("acc",), ("lit", 0)), ("not", ("cmp", "!=", ("acc",),
+                                                                          ("lit", -12)))),
+            ("math", "abs", ("acc",)), ("c",))
+    program = _program(tree)
+    program.batched = True
+    got = fuzz.evaluate(program, {"A": a, "B": b, "C": c}, {})
+    acc = a @ b
+    assert np.array_equal(got, np.where((acc > 0) | (acc == -12), np.abs(acc), c))
+    gelu = fuzz.evaluate(_program(("math", "gelu", ("acc",))),
+                         {"A": np.array([[1.0]]), "B": np.array([[1.0]]), "C": c[0]}, {})
+    assert abs(gelu[0, 0] - 0.8413447460685429) < 1e-7  # 1 * Phi(1)
+
+
+def test_generated_kernels_cover_the_new_parts():
+    rng = random.Random(3)
+    programs = [fuzz.generate_matmul(rng, i) for i in range(400)]
+    features = set().union(*(p.features for p in programs))
+    assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
+            "compile_time_if", "pingpong"} <= features
+    assert any("misaligned_copy_words" in p.features for p in programs)
+    assert any("misaligned_store_rows" in p.features for p in programs)
+    fp8 = [p for p in programs if "fp8_operand" in p.features]
+    assert fp8 and all(p.archs == ("sm_90", "sm_90a") for p in fp8)
+
+
+def test_a_schedule_error_is_a_failure_not_a_clean_error(monkeypatch):
+    """The compiler's own schedule check refusing its passes' schedule is located, with a
+    caret, but it is a bug: the fuzzer counts it as a failure."""
+    import tilec.kernel
+    from tilec.analysis.hazards import HazardError
+    program = fuzz.Program(5, "matmul", "x = 1\n")
+
+    def refuse(filename, text):
+        raise HazardError("deadlock", Loc(program.filename, 1, 1), "x = 1")
+    monkeypatch.setattr(tilec.kernel, "load_file", refuse)
+    result = fuzz.run_program(program)
+    assert result.outcome == "schedule error" and result.outcome in fuzz.FAILING
+
+
+def test_one_stage_wgmma_kernels_are_the_known_class_7():
+    rng = random.Random(4)
+    programs = [fuzz.generate_matmul(rng, i) for i in range(600)]
+    one_stage = [p for p in programs if "wgmma_one_stage" in p.features]
+    assert one_stage and all(p.options["stages"] == 1 and p.hopper_options is not None
+                             for p in one_stage)
+    assert all(fuzz._known_by_feature(p) == 7 for p in one_stage)
