@@ -318,7 +318,10 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     # The consumers' loop: wait for the stage, compute on it, hand it back. The stage, its
     # phase parity and (with products left in flight) the stage before are carried by the
     # loop, each tile's first from ws.ring_base.
-    in_flight = family.in_flight_wait is not None
+    # With one stage a product group left in flight would hand its stage back one iteration
+    # late, after the producer's next load of that very stage: a deadlock (the fuzzer's
+    # class 7). One stage waits for each group instead.
+    in_flight = family.in_flight_wait is not None and stages > 1
     start = Builder(pre.block, loop.loc)
     stage0, parity0 = _ring_start(start, stages)
     carried = [stage0, parity0]

@@ -155,10 +155,12 @@ def test_a_schedule_error_is_a_failure_not_a_clean_error(monkeypatch):
     assert result.outcome == "schedule error" and result.outcome in fuzz.FAILING
 
 
-def test_one_stage_wgmma_kernels_are_the_known_class_7():
+def test_one_stage_wgmma_programs_are_generated_and_no_longer_a_known_class():
+    """Class 7 (one-stage warp-specialized kernels deadlocked in the schedule check) is
+    fixed: the generator still makes such programs, and no known class claims them."""
     rng = random.Random(4)
     programs = [fuzz.generate_matmul(rng, i) for i in range(600)]
     one_stage = [p for p in programs if "wgmma_one_stage" in p.features]
     assert one_stage and all(p.options["stages"] == 1 and p.hopper_options is not None
                              for p in one_stage)
-    assert all(fuzz._known_by_feature(p) == 7 for p in one_stage)
+    assert all(fuzz._known_by_feature(p) is None for p in one_stage)

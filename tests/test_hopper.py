@@ -155,6 +155,26 @@ def test_lowered_hopper_kernels_compute_the_product(sample, dtype, stages, const
     assert relative_error(got, want) < 1e-5
 
 
+@pytest.mark.parametrize("schedule", [{}, {"cluster": 2}, {"persistent": True},
+                                      {"persistent": True, "consumers": "pingpong"}],
+                         ids=["one-tile", "cluster", "persistent", "pingpong"])
+def test_one_stage_rings_wait_for_each_product_group(schedule) -> None:
+    """One stage: a product group left in flight would hand its stage back after the
+    producer's next load of it, which the schedule check called a deadlock (the fuzzer's
+    class 7). Each group is waited for instead, and the kernel computes the product."""
+    consts = {"BM": 64} if schedule.get("consumers") == "pingpong" else {}
+    function = load_sample("matmul", "f16")
+    kernel = function.lower(**{"BM": 128, "BN": 128, "BK": 64, **consts})
+    result = run_pipeline(kernel, Options(arch="sm_90a", stages=1, **schedule), keep_ir=True)
+    lowered = result.kernel
+    text = print_kernel(lowered)
+    assert "in_flight = 1" not in text
+    rng = np.random.default_rng(3)
+    arrays = random_inputs(lowered, rng)
+    got = run_lowered(lowered, arrays)
+    assert relative_error(got, _reference(arrays, "f16")) < 1e-5
+
+
 def test_the_fused_epilogue_runs_after_the_consumers_loop() -> None:
     """gemm_epilogue (alpha, beta * C, bias, relu, f16 out) on the consumers' accumulators
     gives what the tile program means (the interpreter on the frontend's IR)."""

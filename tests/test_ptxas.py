@@ -481,6 +481,18 @@ def test_hopper_kernels_assemble_without_serialization(assembler: Assembler, cas
     assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
 
 
+# One-stage rings (every product group waited for: the fuzzer's class 7) on each schedule.
+ONE_STAGE = [case("matmul", "f16", "sm_90a", RAGGED, BM=bm, BN=128, BK=64, stages=1, **more)
+             for bm, more in ((128, {}), (128, {"cluster": 2}), (128, {"persistent": True}),
+                              (64, {"persistent": True, "consumers": "pingpong"}))]
+
+
+@pytest.mark.parametrize("case", ONE_STAGE, ids=ids(ONE_STAGE))
+def test_one_stage_hopper_kernels_assemble_without_serialization(assembler: Assembler,
+                                                                 case: Case) -> None:
+    test_hopper_kernels_assemble_without_serialization(assembler, case)
+
+
 def test_sm_90a_falls_back_to_mma_sync_where_wgmma_does_not_apply() -> None:
     """BK=32 (not a 128-byte swizzle row), split-K, an explicit warp grid and f32 compile
     for sm_90a through the sm_80 instruction families, which sm_90a runs too."""

@@ -154,6 +154,18 @@ def test_persistent(shape, stages, name, dtype):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("schedule", [{}, {"cluster": 2}, {"persistent": True},
+                                      {"persistent": True, "consumers": "pingpong", "BM": 64}],
+                         ids=["one-tile", "cluster", "persistent", "pingpong"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (300, 520, 1000)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_one_stage(shape, schedule, name, dtype):
+    """A ring of one stage: every product group waited for before the stage goes back."""
+    run_and_check(name, dtype, shape, stages=1, **{**TILES[1], **schedule})
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 def test_4096_cubed(name, dtype):
     run_and_check(name, dtype, (4096, 4096, 4096), stages=4, **TILES[0])
 

@@ -76,18 +76,10 @@ class KnownBug:
     signatures: tuple[str, ...] = ()
 
 
-# Classes 1, 2, 4 and 6 are fixed (tests/test_literals_16bit.py, test_ptx_names.py,
-# test_k_loop_shapes.py, test_coverage.py): the CI slice generates their features again.
+# Classes 1, 2, 4, 6 and 7 are fixed (tests/test_literals_16bit.py, test_ptx_names.py,
+# test_k_loop_shapes.py, test_coverage.py, test_hopper.py's one-stage schedules): the CI
+# slice generates their features again.
 KNOWN_BUGS: tuple[KnownBug, ...] = (
-    # passes/warp_specialize.py leaves each wgmma group in flight (in_flight = 1) and hands a
-    # stage back one K iteration late; with one stage the producer waits for a stage the
-    # consumers release only after the next load, so every warp-specialized sm_90a program
-    # (plain, cluster=2, persistent, pingpong) with stages=1 fails the schedule check.
-    # Candidate fix: `in_flight = family.in_flight_wait is not None and stages > 1`.
-    KnownBug(7, "sm_90a warp-specialized (wgmma) kernels with stages=1: schedule deadlock",
-             ("wgmma_one_stage",),
-             ("schedule error: deadlock: no remaining op can complete these waits (the "
-              "producer waits for empty[0]'s phase 0",)),
 )
 
 
