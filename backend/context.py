@@ -28,6 +28,14 @@ class TensorRegs:
         return TensorRegs(self.ptr, self.strides[::-1], self.dims[::-1], self.elem_bytes)
 
 
+def flatten(items) -> list:
+    """The registers (or values) of nested lists of them, in order: a carried tile's."""
+    out: list = []
+    for item in items:
+        out.extend(flatten(item) if isinstance(item, list) else [item])
+    return out
+
+
 @dataclass
 class SmemBuffer:
     offset: int  # bytes from the start of the kernel's dynamic shared memory

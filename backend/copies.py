@@ -12,7 +12,8 @@ from tilec.ir.core import Op
 from .context import Context, SmemBuffer, SmemView
 
 
-def _smem_alloc(ctx: Context, op: Op) -> None:
+def bind_smem_buffer(ctx, op: Op) -> None:
+    """smem.alloc: the buffer at its place (either backend's context: nothing is emitted)."""
     rtype = op.result.type
     placed = ctx.smem.of(op)
     ctx.bind(op.result, SmemBuffer(placed.offset, placed.stage_bytes, rtype.layout,
@@ -36,7 +37,7 @@ def _barrier(ctx: Context, op: Op) -> None:
 
 
 EMITTERS = {
-    "smem.alloc": _smem_alloc,
+    "smem.alloc": bind_smem_buffer,
     "smem.stage": _smem_stage,
     "gpu.barrier": _barrier,
     **{name: emitter for family in MOVEMENT_FAMILIES.values()

@@ -20,7 +20,7 @@ from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program
                   folded_axes, printable, ptx_identifier, tile_axes)
 from .grid import grouped_coords, program_ids
 from .signature import kernel_abi
-from .context import Context, TensorRegs
+from .context import Context, TensorRegs, flatten
 from .writer import REG_CLASSES, f32_literal, register_class
 
 
@@ -359,8 +359,8 @@ def _for(ctx: Context, op: Op) -> None:
     emit_block(ctx, body.ops[:-1])
     yielded = [ctx.get(v) for v in body.ops[-1].operands]
     # Parallel copy through temporaries when a yielded register is also a destination.
-    flat_dst = set(_flatten(carried))
-    if any(r in flat_dst for r in _flatten(yielded)):
+    flat_dst = set(flatten(carried))
+    if any(r in flat_dst for r in flatten(yielded)):
         temps = [_fresh_like(ctx, y) for y in yielded]
         for t, y in zip(temps, yielded):
             _move(ctx, t, y)
@@ -372,13 +372,6 @@ def _for(ctx: Context, op: Op) -> None:
     ctx.w.raw(f"{done}:")
     for result, regs in zip(op.results, carried):
         ctx.bind(result, regs)
-
-
-def _flatten(items) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        out.extend(_flatten(item) if isinstance(item, list) else [item])
-    return out
 
 
 def _no_code(ctx: Context, op: Op) -> None:

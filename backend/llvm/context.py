@@ -19,7 +19,7 @@ from tilec.options import Options
 from tilec.target.layout import Swizzle
 from tilec.target.smem import place
 
-from ..context import ValueTable
+from ..context import SmemBuffer, ValueTable
 from .builder import Block, Builder, Operand, Val, const
 
 SHARED_MEMORY = "tilec_smem"
@@ -47,14 +47,6 @@ class TensorVals:
 
     def transposed(self) -> "TensorVals":
         return TensorVals(self.ptr, self.strides[::-1], self.dims[::-1], self.elem_bytes)
-
-
-@dataclass
-class SmemBuffer:
-    offset: int  # bytes from the start of the kernel's dynamic shared memory
-    stage_bytes: int
-    layout: object
-    elem_bytes: int
 
 
 @dataclass

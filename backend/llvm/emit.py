@@ -21,6 +21,8 @@ from tilec.target.erfc import ERFC_P
 from tilec.target.layout import DistributedLayout
 
 from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params
+from ..context import flatten
+from ..copies import bind_smem_buffer
 from ..epilogue import element_access, thread_element_coords, unit_stride_dim
 from ..grid import program_ids
 from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
@@ -99,13 +101,6 @@ def _grid(ctx: LlvmContext, op: Op) -> None:
 
 
 # -- structured control flow ------------------------------------------------------------
-def _flatten(items) -> list[Val]:
-    out: list[Val] = []
-    for item in items:
-        out.extend(_flatten(item) if isinstance(item, list) else [item])
-    return out
-
-
 def _shaped_like(template, flat: list[Val]):
     """``flat`` regrouped as ``template`` (a value or nested lists of values) is."""
     if isinstance(template, list):
@@ -128,7 +123,7 @@ def _for(ctx: LlvmContext, op: Op) -> None:
     b.position(head)
     iv, iv_line = b.phi("i32")
     init_vals = [ctx.get(v) for v in inits]
-    phis = [(b.phi(v.ty), v) for v in _flatten(init_vals)]
+    phis = [(b.phi(v.ty), v) for v in flatten(init_vals)]
     carried = _shaped_like(init_vals, [phi for (phi, _), _ in phis])
     ctx.bind(body.args[0], iv)
     for arg, regs in zip(body.args[1:], carried):
@@ -136,7 +131,7 @@ def _for(ctx: LlvmContext, op: Op) -> None:
     b.cbr(b.icmp("sge", iv, ctx.get(ub)), done, loop)
     b.position(loop)
     ctx.emit_block(ctx, body.ops[:-1])
-    yielded = _flatten([ctx.get(v) for v in body.ops[-1].operands])
+    yielded = flatten([ctx.get(v) for v in body.ops[-1].operands])
     iv_next = ctx.int_op("add.s32", iv, ctx.get(step))
     latch = b.block
     b.br(head)
@@ -165,13 +160,6 @@ def _batch_view(ctx: LlvmContext, op: Op) -> None:
 
 
 # -- shared buffers and the barrier -----------------------------------------------------
-def _smem_alloc(ctx: LlvmContext, op: Op) -> None:
-    rtype = op.result.type
-    placed = ctx.smem.of(op)
-    ctx.bind(op.result, SmemBuffer(placed.offset, placed.stage_bytes, rtype.layout,
-                                   rtype.dtype.bytes))
-
-
 def _smem_stage(ctx: LlvmContext, op: Op) -> None:
     buffer: SmemBuffer = ctx.get(op.operands[0])
     stage = op.operands[1]
@@ -505,7 +493,7 @@ GENERIC_EMITTERS: dict[str, Callable[[LlvmContext, Op], None]] = {
     "scf.for": _for,
     "tensor.transpose": _no_code,
     "tensor.batch": _batch_view,
-    "smem.alloc": _smem_alloc,
+    "smem.alloc": bind_smem_buffer,
     "smem.stage": _smem_stage,
     "gpu.barrier": _barrier,
     "frag.load": _frag_load,
