@@ -6,7 +6,6 @@ spills: the hand-over once placed before the products' final wait serialized the
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from tilec.options import Options
 from tilec.pipeline import run_pipeline
 
 from .test_hopper import _reference, random_inputs, relative_error, run_lowered
-from .test_ptxas import HOPPER_DIAGNOSTICS, PTXAS, load_sample
+from .test_ptxas import PTXAS, assert_assembles_for_sm_90a, load_sample
 
 PINGPONG = dict(arch="sm_90a", persistent=True, consumers="pingpong")
 
@@ -132,13 +131,7 @@ def test_explain_describes_the_turns() -> None:
 def test_the_bench_kernels_assemble_without_serialization(tmp_path, dtype, tile) -> None:
     from tilec.benchmarking.contenders import sample_kernel
     ptx = sample_kernel(dtype, dtype).ptx(BM=64, BK=64, raster_group=16, **tile, **PINGPONG)
-    path = tmp_path / "kernel.ptx"
-    path.write_text(ptx, encoding="utf-8")
-    done = subprocess.run([PTXAS, "-v", "-arch=sm_90a", str(path), "-o",
-                           str(path.with_suffix(".cubin"))], capture_output=True, text=True)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0 and not HOPPER_DIAGNOSTICS.search(log), log
-    assert set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, log
+    assert_assembles_for_sm_90a(ptx, tmp_path, "kernel")
 
 
 # -- the ring across a block's tiles, as the GPU runs it ----------------------------------------

@@ -379,6 +379,26 @@ def run_ptxas(path: Path, arch: str) -> Assembled:
     return Assembled(" ".join(command), done.returncode, done.stdout + done.stderr)
 
 
+def assert_no_spills(log: str, what: str) -> None:
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and set(spills) == {"0"}, f"{what} spills\n{log}"
+
+
+def assert_clean_hopper_log(log: str, what: str) -> None:
+    """No wgmma-serialization or setmaxnreg diagnostic, and no spill."""
+    assert not HOPPER_DIAGNOSTICS.search(log), f"{what}\n{log}"
+    assert_no_spills(log, what)
+
+
+def assert_assembles_for_sm_90a(ptx: str, folder: Path, name: str) -> None:
+    """ptxas -arch=sm_90a accepts ``ptx`` with a clean log (:func:`assert_clean_hopper_log`)."""
+    path = folder / f"{name}.ptx"
+    path.write_text(ptx, encoding="utf-8")
+    result = run_ptxas(path, "sm_90a")
+    assert result.returncode == 0, f"{result.command}\n{result.log}"
+    assert_clean_hopper_log(result.log, result.command)
+
+
 class Assembler:
     """Compiles cases in this thread and assembles them in a pool of two, so that ptxas runs
     while the next kernels compile; each test then waits for its own case."""
@@ -437,9 +457,7 @@ def test_ptxas_assembles(assembler: Assembler, case: Case) -> None:
 
 @pytest.mark.parametrize("case", MAIN + [EPILOGUE_SPILLS], ids=ids(MAIN + [EPILOGUE_SPILLS]))
 def test_no_spill_stores(assembler: Assembler, case: Case) -> None:
-    log = assembled(assembler, case).log
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
+    assert_no_spills(assembled(assembler, case).log, case.id)
 
 
 def test_every_sample_is_covered() -> None:
@@ -475,10 +493,7 @@ def test_hopper_kernels_assemble_without_serialization(assembler: Assembler, cas
     wgmma-serialization or setmaxnreg diagnostic, and do not spill."""
     ptx = case.ptx()
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, case.id
-    log = assembled(assembler, case).log
-    assert not HOPPER_DIAGNOSTICS.search(log), f"{case.id}\n{log}"
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
+    assert_clean_hopper_log(assembled(assembler, case).log, case.id)
 
 
 # One-stage rings (every product group waited for: the fuzzer's class 7) on each schedule.
@@ -520,9 +535,7 @@ def test_the_one_step_kernel_for_small_ragged_problems_assembles(assembler: Asse
     # Element copies go through registers: no cp.async copy (cp.async.ca or .cg).
     assert "mma.sync" in ptx and "wgmma.mma_async" not in ptx, case.id
     assert not re.search(r"cp\.async\.c[ag]\b", ptx), case.id
-    log = assembled(assembler, case).log
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    assert spills and set(spills) == {"0"}, f"{case.id} spills\n{log}"
+    assert_no_spills(assembled(assembler, case).log, case.id)
 
 
 # Batched persistent blocks with a 16-bit C, as the bench runs them: TMA stores (C's rows
@@ -544,10 +557,4 @@ def test_persistent_batched_kernels_with_16_bit_c_assemble(tmp_path, dtype, tile
     compiled = function.compile(arch="sm_90a", persistent=True, spec=spec, **tiles)
     assert compiled.kernel.schedule.epilogue.via == via
     assert compiled.kernel.schedule.roles.batches
-    path = tmp_path / "bmm.ptx"
-    path.write_text(compiled.ptx, encoding="utf-8")
-    result = run_ptxas(path, "sm_90a")
-    assert result.returncode == 0, f"{result.command}\n{result.log}"
-    assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
-    spills = re.findall(r"(\d+) bytes spill stores", result.log)
-    assert spills and set(spills) == {"0"}, result.log
+    assert_assembles_for_sm_90a(compiled.ptx, tmp_path, "bmm")

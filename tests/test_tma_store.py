@@ -19,7 +19,7 @@ from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import run_pipeline
 from tilec.passes.tma_store import addressing_problem
 
-from .test_ptxas import HOPPER_DIAGNOSTICS, load_sample, run_ptxas
+from .test_ptxas import assert_assembles_for_sm_90a, load_sample
 
 ALIGNED = Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
                         ("C", TensorSpec(1, 8))))
@@ -248,13 +248,7 @@ def test_row_store_kernels_assemble_without_spills(tmp_path, batched, tiles):
     compiled = sample_kernel("bf16", "bf16", batched=batched).compile(
         arch="sm_90a", spec=spec, **tiles)
     assert compiled.kernel.schedule.epilogue.via == "rows"
-    path = tmp_path / "rows.ptx"
-    path.write_text(compiled.ptx, encoding="utf-8")
-    result = run_ptxas(path, "sm_90a")
-    assert result.returncode == 0, result.log
-    assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
-    spills = re.findall(r"(\d+) bytes spill stores", result.log)
-    assert spills and set(spills) == {"0"}, result.log
+    assert_assembles_for_sm_90a(compiled.ptx, tmp_path, "rows")
 
 
 # -- i32 outputs (int8 products' exact sums) --------------------------------------------------
@@ -384,10 +378,4 @@ def test_i32_tma_store_kernels_assemble_without_spills(tmp_path, options):
     options = dict(options)
     compiled = i32_out().compile(arch="sm_90a", spec=I32_ALIGNED, **{**I32_TILE, **options})
     assert compiled.kernel.schedule.epilogue.via == "tma"
-    path = tmp_path / "i32.ptx"
-    path.write_text(compiled.ptx, encoding="utf-8")
-    result = run_ptxas(path, "sm_90a")
-    assert result.returncode == 0, result.log
-    assert not HOPPER_DIAGNOSTICS.search(result.log), result.log
-    spills = re.findall(r"(\d+) bytes spill stores", result.log)
-    assert spills and set(spills) == {"0"}, result.log
+    assert_assembles_for_sm_90a(compiled.ptx, tmp_path, "i32")
