@@ -119,6 +119,16 @@ def _grid(ctx: Context, op: Op) -> None:
         ctx.bind(result, reg)
 
 
+def _k_steps(ctx: Context, bounds) -> str:
+    """The K steps of a loop over [lb, ub) by step (its operands ``bounds``), at least 0:
+    what every tile of a persistent kernel runs."""
+    lb, ub, step = (ctx.operand(v) for v in bounds)
+    span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
+    steps = (ctx.int_op("div.s32", span, step) if ctx.const(bounds[2]) is None
+             else ctx.div_const(span, ctx.const(bounds[2])))
+    return ctx.int_op("max.s32", steps, 0)
+
+
 def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
                pingpong: bool = False) -> None:
     """A persistent kernel's loop over the output tiles for one role: ``emit_ops(ctx, ops)``
@@ -158,11 +168,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         _stream_k_loop(ctx, ops, emit_ops, tail, tiles, (gm, gn, per_batch, batch))
         return
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
-    lb, ub, step = (ctx.operand(v) for v in k_loop.operands[:3])
-    span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
-    steps = (ctx.int_op("div.s32", span, step) if ctx.const(k_loop.operands[2]) is None
-             else ctx.div_const(span, ctx.const(k_loop.operands[2])))
-    trips = ctx.int_op("max.s32", steps, 0)
+    trips = _k_steps(ctx, k_loop.operands[:3])
     tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
     if cluster > 1:
         block, blocks = w.reg("b32"), w.reg("b32")
@@ -251,11 +257,7 @@ def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], ti
     w = ctx.w
     gm, gn, per_batch, batch = shape
     bounds = next(op for block_op in ops for op in block_op.walk() if op.name == K_END)
-    lb, ub, step = (ctx.operand(v) for v in bounds.operands)
-    span = ctx.int_op("add.s32", ctx.int_op("sub.s32", ub, lb), ctx.int_op("sub.s32", step, 1))
-    steps = (ctx.int_op("div.s32", span, step) if ctx.const(bounds.operands[2]) is None
-             else ctx.div_const(span, ctx.const(bounds.operands[2])))
-    steps = ctx.int_op("max.s32", steps, 0)
+    steps = _k_steps(ctx, bounds.operands)
     block, blocks = w.reg("b32"), w.reg("b32")
     w.emit(f"mov.u32 {block}, %ctaid.x;")
     w.emit(f"mov.u32 {blocks}, %nctaid.x;")
