@@ -89,6 +89,15 @@ class Spec:
         return any(s == symbol and m % size == 0 for s, m in self.divisible)
 
 
+# The options whose value is one of a few names, and the integer ones taking a few values:
+# each checked alike, its message naming the field and what it takes.
+_NAMED_CHOICES = (("pack", PACK_POLICIES), ("misaligned_copy", MISALIGNED_COPIES),
+                  ("misaligned_store", MISALIGNED_STORES), ("f32_math", F32_MATH),
+                  ("consumers", CONSUMER_MODES), ("backend", BACKENDS))
+_INTEGER_CHOICES = (("blocks_per_sm", BLOCKS_PER_SM), ("cluster", CLUSTER_SIZES),
+                    ("llvm_opt", LLVM_OPT_LEVELS))
+
+
 @dataclass(frozen=True)
 class Options:
     arch: str = "sm_80"
@@ -169,38 +178,25 @@ class Options:
             raise ValueError(f"raster_group must be >= 1, got {self.raster_group}")
         if isinstance(self.swizzle, str) and self.swizzle not in ("auto", "off"):
             raise ValueError(f"swizzle must be 'auto', 'off' or a Swizzle, got {self.swizzle!r}")
-        if self.pack not in PACK_POLICIES:
-            raise ValueError(f"pack must be one of {', '.join(PACK_POLICIES)}, got {self.pack!r}")
-        if self.misaligned_copy not in MISALIGNED_COPIES:
-            raise ValueError(f"misaligned_copy must be one of {', '.join(MISALIGNED_COPIES)}, "
-                             f"got {self.misaligned_copy!r}")
-        if self.misaligned_store not in MISALIGNED_STORES:
-            raise ValueError(f"misaligned_store must be one of {', '.join(MISALIGNED_STORES)}, "
-                             f"got {self.misaligned_store!r}")
+        for name, choices in _NAMED_CHOICES:
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        for name, allowed in _INTEGER_CHOICES:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         if (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)
                 or not 1 <= self.split_k <= MAX_SPLIT_K):
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got "
                              f"{self.split_k!r}")
-        if self.f32_math not in F32_MATH:
-            raise ValueError(f"f32_math must be one of {', '.join(F32_MATH)}, got "
-                             f"{self.f32_math!r}")
         if self.l2_prefetch not in L2_PREFETCH_BYTES:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
                              f"{self.l2_prefetch!r}")
-        if (not isinstance(self.blocks_per_sm, int) or isinstance(self.blocks_per_sm, bool)
-                or self.blocks_per_sm not in BLOCKS_PER_SM):
-            raise ValueError(f"blocks_per_sm must be one of {BLOCKS_PER_SM}, got "
-                             f"{self.blocks_per_sm!r}")
-        if (not isinstance(self.cluster, int) or isinstance(self.cluster, bool)
-                or self.cluster not in CLUSTER_SIZES):
-            raise ValueError(f"cluster must be one of {CLUSTER_SIZES}, got {self.cluster!r}")
         if self.cluster > 1 and self.blocks_per_sm > 1:
             # Not run on a GPU together: refused rather than risk a hang.
             raise ValueError("cluster=2 runs with one block per SM: it cannot be combined "
                              "with blocks_per_sm=2")
-        if self.consumers not in CONSUMER_MODES:
-            raise ValueError(f"consumers must be one of {', '.join(CONSUMER_MODES)}, got "
-                             f"{self.consumers!r}")
         if self.consumers == "pingpong" and (not self.persistent or self.blocks_per_sm > 1):
             # The warpgroups alternate over a persistent block's tiles: one tile a block
             # leaves nothing to alternate over, and two blocks an SM already overlap.
@@ -212,13 +208,6 @@ class Options:
             # a cluster pair and pingpong's alternating warpgroups walk tiles of their own.
             raise ValueError("stream_k divides a persistent block's work in K steps: it needs "
                              "persistent=True, consumers='cooperative' and cluster=1")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
-                             f"{self.backend!r}")
-        if (not isinstance(self.llvm_opt, int) or isinstance(self.llvm_opt, bool)
-                or self.llvm_opt not in LLVM_OPT_LEVELS):
-            raise ValueError(f"llvm_opt must be one of {LLVM_OPT_LEVELS}, got "
-                             f"{self.llvm_opt!r}")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):
