@@ -89,36 +89,84 @@ def thread_element_coords(ctx, op: Op, offsets, dims: list[int], layout: Distrib
     return coords
 
 
-def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: DistributedLayout,
-                       eb: int, masked: list[bool]):
-    """For the registers being emitted: (index, address operand, in-bounds predicate or None,
-    element key). One 64-bit base per thread; rows add a per-row register, columns of a
-    unit-stride dim an immediate, so a pair of neighbours costs no arithmetic. State is kept
-    per op so later epilogue chunks reuse what earlier ones computed."""
-    w = ctx.w
+class AddressArithmetic:
+    """The few operations an epilogue's element addresses take, in one backend's own
+    instructions (:class:`PtxAddresses` here, the llvm backend's beside its emitter), so
+    both walk the registers by one :func:`element_addresses`."""
+
+    def add(self, total, term):
+        """``total + term`` of two 64-bit offsets."""
+        raise NotImplementedError
+
+    def base(self, pointer, offset, eb: int):
+        """The thread's base address: ``pointer + offset * eb`` (``offset`` None: 0)."""
+        raise NotImplementedError
+
+    def step(self, address, delta):
+        """``address`` moved by ``delta`` bytes (a 64-bit value)."""
+        raise NotImplementedError
+
+    def below(self, coord, size):
+        """The predicate ``coord < size``, unsigned (a negative coordinate is outside)."""
+        raise NotImplementedError
+
+    def at(self, address, immediate: int):
+        """The operand of ``address`` plus a constant byte offset."""
+        raise NotImplementedError
+
+
+class PtxAddresses(AddressArithmetic):
+    def __init__(self, ctx: Context) -> None:
+        self.w = ctx.w
+
+    def add(self, total: str, term: str) -> str:
+        self.w.emit(f"add.s64 {term}, {term}, {total};")
+        return term
+
+    def base(self, pointer: str, offset: str | None, eb: int) -> str:
+        base = self.w.reg("b64")
+        if offset is None:
+            self.w.emit(f"mov.b64 {base}, {pointer};")
+        else:
+            self.w.emit(f"mad.lo.s64 {base}, {offset}, {eb}, {pointer};")
+        return base
+
+    def step(self, address: str, delta: str) -> str:
+        moved = self.w.reg("b64")
+        self.w.emit(f"add.s64 {moved}, {address}, {delta};")
+        return moved
+
+    def below(self, coord: str, size: str) -> str:
+        ok = self.w.reg("pred")
+        self.w.emit(f"setp.lt.u32 {ok}, {coord}, {size};")
+        return ok
+
+    def at(self, address: str, immediate: int) -> str:
+        return f"{address}+{immediate}"
+
+
+def element_addresses(ctx, op: Op, offsets, dims: list[int], layout: DistributedLayout,
+                      eb: int, masked: list[bool], arithmetic: AddressArithmetic):
+    """For the registers being emitted (``ctx.indices``): (index, address operand,
+    in-bounds predicate or None, element key), for either backend (``ctx`` and
+    ``arithmetic`` its own). One 64-bit base per thread; rows add a per-row step, columns of
+    a unit-stride dim an immediate, so a pair of neighbours costs no arithmetic. State is
+    kept per op so later epilogue chunks reuse what earlier ones computed."""
     tensor_value = op.operands[0]
-    tensor: TensorRegs = ctx.get(tensor_value)
+    tensor = ctx.get(tensor_value)
     unit = unit_stride_dim(ctx, tensor_value)
     state = ctx.op_state.setdefault(op, {})
     if "base" not in state:
-        terms: list = []
+        total = []
 
         def add_term(coord, stride) -> None:
             term = ctx.wide(coord, stride)
-            if terms:
-                w.emit(f"add.s64 {term}, {term}, {terms[-1]};")
-            terms.append(term)
+            total[:] = [arithmetic.add(total[0], term) if total else term]
 
         coords = thread_element_coords(ctx, op, offsets, dims, layout, unit, tensor.strides,
                                        add_term)
-        base_sum = terms[-1] if terms else None
-        base = w.reg("b64")
-        if base_sum is None:
-            w.emit(f"mov.b64 {base}, {tensor.ptr};")
-        else:
-            w.emit(f"mad.lo.s64 {base}, {base_sum}, {eb}, {tensor.ptr};")
-        state.update(base=base, coords=coords, row_bases={}, predicates={}, combined={},
-                     seen={})
+        state.update(base=arithmetic.base(tensor.ptr, total[0] if total else None, eb),
+                     coords=coords, row_bases={}, predicates={}, combined={}, seen={})
     base, coords = state["base"], state["coords"]
     row_bases, predicates = state["row_bases"], state["predicates"]
     combined, seen = state["combined"], state["seen"]
@@ -135,27 +183,21 @@ def _element_addresses(ctx: Context, op: Op, offsets, dims: list[int], layout: D
         if key not in row_bases:
             address = base
             for tensor_dim, r in key:
-                step = ctx.wide(tensor.strides[tensor_dim], r * eb)
-                moved = w.reg("b64")
-                w.emit(f"add.s64 {moved}, {address}, {step};")
-                address = moved
+                address = arithmetic.step(address, ctx.wide(tensor.strides[tensor_dim], r * eb))
             row_bases[key] = address
         for check in checks:
             if check not in predicates:
                 tensor_dim, r = check
                 coord = ctx.int_op("add.s32", coords[tensor_dim], r) if r else coords[tensor_dim]
-                ok = w.reg("pred")
-                w.emit(f"setp.lt.u32 {ok}, {coord}, {tensor.dims[tensor_dim]};")
-                predicates[check] = ok
-        check_key = tuple(checks)
-        if check_key not in combined:
+                predicates[check] = arithmetic.below(coord, tensor.dims[tensor_dim])
+        if checks not in combined:
             inside = None
             for check in checks:
                 inside = ctx.and_pred(inside, predicates[check])
-            combined[check_key] = inside
-        operand = f"{row_bases[key]}+{immediate}" if immediate else row_bases[key]
-        seen[element] = (operand, combined[check_key])
-        result.append((index, operand, combined[check_key], element))
+            combined[checks] = inside
+        operand = arithmetic.at(row_bases[key], immediate) if immediate else row_bases[key]
+        seen[element] = (operand, combined[checks])
+        result.append((index, operand, combined[checks], element))
     return result
 
 
@@ -177,8 +219,8 @@ def _frag_load(ctx: Context, op: Op) -> None:
     loaded = ctx.op_state.setdefault(("loaded", op), {})
     masked = op.attrs.get("masked", [True] * len(offsets))
     out = {}
-    for index, address, inside, element in _element_addresses(
-            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked):
+    for index, address, inside, element in element_addresses(
+            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked, PtxAddresses(ctx)):
         if element not in loaded:
             reg = ctx.w.reg(cls)
             loaded[element] = reg
@@ -204,7 +246,8 @@ def _store(ctx: Context, op: Op) -> None:
     regs = ctx.get(value)
     dims = list(range(len(offsets)))
     masked = op.attrs.get("masked", [True] * len(offsets))
-    elements = _element_addresses(ctx, op, offsets, dims, vtype.layout, eb, masked)
+    elements = element_addresses(ctx, op, offsets, dims, vtype.layout, eb, masked,
+                                 PtxAddresses(ctx))
     w = ctx.w
     if (eb == 2 and ctx.options.misaligned_store == "pairs"
             and _rows_contiguous(ctx, op.operands[0]) and not _pairs_contiguous(ctx, op.operands[0])):

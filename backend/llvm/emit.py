@@ -23,7 +23,7 @@ from tilec.target.layout import DistributedLayout
 from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params
 from ..context import flatten
 from ..copies import bind_smem_buffer
-from ..epilogue import element_access, thread_element_coords, unit_stride_dim
+from ..epilogue import AddressArithmetic, element_addresses
 from ..grid import program_ids
 from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
 from .builder import Val, const
@@ -180,60 +180,28 @@ ELEMENT_TYPES = {F16: ("half", "0xH0000"), BF16: ("bfloat", "0xR0000"),
                  F32: ("float", "0.0"), I32: ("i32", "0"), I8: ("i8", "0")}
 
 
-def _element_addresses(ctx: LlvmContext, op: Op, offsets, dims: list[int],
-                       layout: DistributedLayout, eb: int, masked: list[bool]):
-    """For the registers being emitted (:meth:`LlvmContext.indices`): (index, pointer,
-    in-bounds i1 or None, element key), as the PTX backend's epilogue addresses them (one
-    base per thread, a row step, a column immediate). State is kept per op so that later
-    epilogue chunks reuse what earlier ones computed."""
-    b = ctx.b
-    tensor_value = op.operands[0]
-    tensor: TensorVals = ctx.get(tensor_value)
-    unit = unit_stride_dim(ctx, tensor_value)
-    state = ctx.op_state.setdefault(op, {})
-    if "base" not in state:
-        terms: list = []
+class LlvmAddresses(AddressArithmetic):
+    """The epilogue's address arithmetic as LLVM IR: byte offsets by ``getelementptr`` on
+    i8 pointers, bounds by unsigned compares."""
 
-        def add_term(coord, stride) -> None:
-            term = ctx.wide(coord, stride)
-            terms.append(term if not terms else b.binop("add", terms[-1], term, "i64"))
+    def __init__(self, ctx: LlvmContext) -> None:
+        self.b = ctx.b
 
-        coords = thread_element_coords(ctx, op, offsets, dims, layout, unit, tensor.strides,
-                                       add_term)
-        offset = terms[-1] if terms else None
-        base = (tensor.ptr if offset is None
-                else b.gep(tensor.ptr, b.binop("mul", offset, eb, "i64")))
-        state.update(base=base, coords=coords, row_bases={}, predicates={}, seen={})
-    base, coords = state["base"], state["coords"]
-    row_bases, predicates, seen = state["row_bases"], state["predicates"], state["seen"]
-    relative = layout.register_offsets()
-    result = []
-    for index in ctx.indices(len(relative)):
-        access = element_access(relative[index], dims, unit, eb, masked)
-        element, immediate, key, checks = (access.element, access.immediate,
-                                           access.strided, access.checks)
-        # Registers that read the same tensor element (broadcast dims) share one access.
-        if element in seen:
-            result.append((index, *seen[element], element))
-            continue
-        if key not in row_bases:
-            address = base
-            for tensor_dim, r in key:
-                address = b.gep(address, ctx.wide(tensor.strides[tensor_dim], r * eb))
-            row_bases[key] = address
-        inside = None
-        for tensor_dim, r in checks:
-            if (tensor_dim, r) not in predicates:
-                coord = (ctx.int_op("add.s32", coords[tensor_dim], r) if r
-                         else coords[tensor_dim])
-                predicates[tensor_dim, r] = b.icmp("ult", coord, tensor.dims[tensor_dim])
-            inside = ctx.and_pred(inside, predicates[tensor_dim, r])
-        pointer = row_bases[key]
-        if immediate:
-            pointer = b.gep(pointer, const(immediate, "i64"))
-        seen[element] = (pointer, inside)
-        result.append((index, pointer, inside, element))
-    return result
+    def add(self, total: Val, term: Val) -> Val:
+        return self.b.binop("add", total, term, "i64")
+
+    def base(self, pointer: Val, offset: Val | None, eb: int) -> Val:
+        return pointer if offset is None else self.b.gep(pointer,
+                                                         self.b.binop("mul", offset, eb, "i64"))
+
+    def step(self, address: Val, delta: Val) -> Val:
+        return self.b.gep(address, delta)
+
+    def below(self, coord: Val, size: Val) -> Val:
+        return self.b.icmp("ult", coord, size)
+
+    def at(self, address: Val, immediate: int) -> Val:
+        return self.b.gep(address, const(immediate, "i64"))
 
 
 def _frag_load(ctx: LlvmContext, op: Op) -> None:
@@ -244,8 +212,8 @@ def _frag_load(ctx: LlvmContext, op: Op) -> None:
     masked = op.attrs.get("masked", [True] * len(offsets))
     loaded = ctx.op_state.setdefault(("loaded", op), {})
     out = {}
-    for index, pointer, inside, element in _element_addresses(
-            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked):
+    for index, pointer, inside, element in element_addresses(
+            ctx, op, offsets, op.attrs["dims"], rtype.layout, eb, masked, LlvmAddresses(ctx)):
         if element not in loaded:
             loaded[element] = ctx.guarded_load(ty, pointer, inside, eb, zero)
         out[index] = loaded[element]
@@ -270,8 +238,8 @@ def _store(ctx: LlvmContext, op: Op) -> None:
     eb = vtype.dtype.bytes
     vals = ctx.get(value)
     masked = op.attrs.get("masked", [True] * len(offsets))
-    elements = _element_addresses(ctx, op, offsets, list(range(len(offsets))), vtype.layout,
-                                  eb, masked)
+    elements = element_addresses(ctx, op, offsets, list(range(len(offsets))), vtype.layout,
+                                 eb, masked, LlvmAddresses(ctx))
     if not _pairs_contiguous(ctx, op.operands[0]):
         for index, pointer, inside, _ in elements:
             ctx.if_then(inside, lambda v=vals[index], p=pointer: b.store(v, p, eb), "store")
