@@ -11,8 +11,8 @@ import pytest
 
 from tilec.runtime import gpu_unavailable_reason, has_gpu
 
-from tests.gpu.test_packing_gpu import TOLERANCE, DeviceArray, nan_output, operand, rel_error, \
-    sample
+from tests.gpu.test_packing_gpu import TOLERANCE, DeviceArray, assert_only_c_written, \
+    nan_output, operand, rel_error, sample, sentinel_framed_c
 
 pytestmark = [
     pytest.mark.gpu,
@@ -69,18 +69,9 @@ def test_pair_stores_of_misaligned_c_rows_write_c_and_nothing_else(m, n, k, conf
     rng = np.random.default_rng(9)
     a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
     b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
-    # C f16 starting one element into its buffer, rows of an odd stride (alternately 4-byte
-    # aligned); the element before C and the columns past N hold a sentinel that must
-    # survive.
-    stride = n + 2 if n % 2 else n + 1
-    sentinel = np.float16(-7.0)
-    store = np.full(m * stride + 1, sentinel, np.float16)
-    c = DeviceArray(store, shape=(m, n), strides=(stride, 1), offset=1)
+    c = sentinel_framed_c(m, n)
     launch = sample_kernel("f16", "f16").prepare(
         a, b, c, pack="off", misaligned_copy="words", misaligned_store="pairs", **config)
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
-    written = c.storage.copy()
-    c.buffer.copy_to_host(written)
-    assert written[0] == sentinel
-    assert (written[1:].reshape(m, stride)[:, n:] == sentinel).all()
+    assert_only_c_written(c)

@@ -91,6 +91,26 @@ def nan_output(m: int, n: int) -> DeviceArray:
     return DeviceArray(np.full((m, n), np.nan, np.float32))
 
 
+SENTINEL = np.float16(-7.0)
+
+
+def sentinel_framed_c(m: int, n: int) -> DeviceArray:
+    """An f16 C starting one element into its buffer, rows of an odd stride (alternately
+    4-byte aligned); the element before C and the columns past N hold SENTINEL, which
+    :func:`assert_only_c_written` checks survived."""
+    stride = n + 2 if n % 2 else n + 1
+    return DeviceArray(np.full(m * stride + 1, SENTINEL, np.float16), shape=(m, n),
+                       strides=(stride, 1), offset=1)
+
+
+def assert_only_c_written(c: DeviceArray) -> None:
+    (m, n), (stride, _) = c.shape, c.strides
+    written = c.storage.copy()
+    c.buffer.copy_to_host(written)
+    assert written[0] == SENTINEL
+    assert (written[1:].reshape(m, stride)[:, n:] == SENTINEL).all()
+
+
 # ------------------------------------------------------------------ matmuls, packed
 
 @pytest.mark.parametrize("name", ["matmul", "matmul_bt"])

@@ -10,7 +10,8 @@ import pytest
 
 from tilec.runtime import gpu_unavailable_reason, has_gpu
 
-from tests.gpu.test_packing_gpu import TOLERANCE, DeviceArray, operand, rel_error, sample
+from tests.gpu.test_packing_gpu import TOLERANCE, DeviceArray, assert_only_c_written, operand, \
+    rel_error, sample, sentinel_framed_c
 
 pytestmark = [
     pytest.mark.gpu,
@@ -61,20 +62,12 @@ def test_rows_write_c_and_nothing_else(m, n, k, config):
     rng = np.random.default_rng(12)
     a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
     b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
-    # C starting one element into its buffer, rows of an odd stride; the element before C
-    # and the columns past N hold a sentinel that must survive.
-    stride = n + 2 if n % 2 else n + 1
-    sentinel = np.float16(-7.0)
-    store = np.full(m * stride + 1, sentinel, np.float16)
-    c = DeviceArray(store, shape=(m, n), strides=(stride, 1), offset=1)
+    c = sentinel_framed_c(m, n)
     launch = f16_out("f16").prepare(a, b, c, pack="off", misaligned_store="rows", **config)
     assert launch.compiled.kernel.schedule.epilogue.via == "block_rows"
     launch()
     assert rel_error(c.values(), a.values() @ b.values()) < 2 * TOLERANCE["f16"]
-    written = c.storage.copy()
-    c.buffer.copy_to_host(written)
-    assert written[0] == sentinel
-    assert (written[1:].reshape(m, stride)[:, n:] == sentinel).all()
+    assert_only_c_written(c)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
