@@ -79,7 +79,7 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
         family = family_for(dtype, options.f32_math, block, options, operands)
     except KeyError:
         family = FAMILIES[0]
-    warps = family.choose_warps(bm, bn) or _choose_warps(bm, bn, family, options)
+    warps = family.choose_warps(bm, bn, options) or _choose_warps(bm, bn, family, options)
     return TilingPlan(block=block, warps=warps, warp_tile=(bm // warps[0], bn // warps[1]),
                       instruction=family.make_instruction(block),
                       threads=warps[0] * warps[1] * WARP_SIZE,
@@ -173,6 +173,12 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     refusal = family.operand_refusal(plan.operands, options)
     if refusal is not None:
         fail(*refusal)
+    if options.warpgroup_rows != 64 and family.movement != "tma":
+        fail(f"warpgroup_rows={options.warpgroup_rows} sets the rows of a wgmma consumer "
+             f"warpgroup, but this {bm}x{bn}x{bk} block multiplies with {family.name}"
+             + _wgmma_declined(plan, options),
+             hint="leave warpgroup_rows at 64, or compile for sm_90a with a BM multiple of "
+                  f"{options.warpgroup_rows}")
     if bk % family.k_step:
         fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
@@ -196,6 +202,15 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
              f"{stage_bytes * options.stages} bytes of shared memory; {options.arch} allows "
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
+
+
+def _wgmma_declined(plan: TilingPlan, options: Options) -> str:
+    """Why the wgmma families (those fed by TMA) of the plan's dtype declined its block, in
+    words after a colon ("" when none takes the dtype)."""
+    for family in FAMILIES:
+        if family.movement == "tma" and plan.dtype in family.dtypes:
+            return f": {family.declined(plan.block, options, plan.operands)}"
+    return ""
 
 
 def _check_fp8_casts(kernel: Kernel, operand_casts) -> None:
