@@ -173,12 +173,12 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     refusal = family.operand_refusal(plan.operands, options)
     if refusal is not None:
         fail(*refusal)
-    if options.warpgroup_rows != 64 and family.movement != "tma":
+    refused = _warpgroup_rows_refused(plan, options)
+    if refused is not None and family.movement != "tma":
         fail(f"warpgroup_rows={options.warpgroup_rows} sets the rows of a wgmma consumer "
-             f"warpgroup, but this {bm}x{bn}x{bk} block multiplies with {family.name}"
-             + _wgmma_declined(plan, options),
-             hint="leave warpgroup_rows at 64, or compile for sm_90a with a BM multiple of "
-                  f"{options.warpgroup_rows}")
+             f"warpgroup, but the wgmma family declines this {bm}x{bn}x{bk} block with it: "
+             f"{refused}", hint="use warpgroup_rows=64, or a BM that is a multiple of "
+             f"{options.warpgroup_rows} with a BN whose accumulators fit (BN <= 128)")
     if bk % family.k_step:
         fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
@@ -204,13 +204,20 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
 
 
-def _wgmma_declined(plan: TilingPlan, options: Options) -> str:
-    """Why the wgmma families (those fed by TMA) of the plan's dtype declined its block, in
-    words after a colon ("" when none takes the dtype)."""
+def _warpgroup_rows_refused(plan: TilingPlan, options: Options) -> Optional[str]:
+    """Why the wgmma family of the plan's dtype declines its block for the rows of
+    ``options.warpgroup_rows`` alone (it would take it with 64: a tile or register budget
+    that 128-row warpgroups do not fit), None otherwise. Where wgmma declines the block
+    anyway (the arch, unaligned operands), the kernel falls back to mma.sync as with 64-row
+    warpgroups and the option has nothing to apply to, like consumers='pingpong'."""
+    if options.warpgroup_rows == 64:
+        return None
     for family in FAMILIES:
         if family.movement == "tma" and plan.dtype in family.dtypes:
-            return f": {family.declined(plan.block, options, plan.operands)}"
-    return ""
+            usual = replace(options, warpgroup_rows=64)
+            if family.applies(plan.block, usual, plan.operands):
+                return family.declined(plan.block, options, plan.operands)
+    return None
 
 
 def _check_fp8_casts(kernel: Kernel, operand_casts) -> None:
