@@ -157,8 +157,8 @@ class Options:
     # walks the output tiles together, a pair of M tiles of one N column at a time.
     cluster: int = 1
     # Persistent warp-specialized (sm_90a) kernels: "cooperative", the tile's consumer
-    # warpgroups share each tile (64 rows each); "pingpong", two consumer warpgroups each own
-    # a whole tile (BM = 64, one warpgroup's rows) and take the block's tiles in turn, their
+    # warpgroups share each tile (warpgroup_rows each); "pingpong", two consumer warpgroups
+    # each own a whole tile (BM = warpgroup_rows) and take the block's tiles in turn, their
     # mainloops handed over in order, so one's epilogue overlaps the other's products.
     consumers: str = "cooperative"
     # wgmma kernels (sm_90a): the rows of the block tile one consumer warpgroup owns. 64: one

@@ -3,9 +3,10 @@ operands read by the tensor cores from shared memory through 64-bit matrix descr
 f32 accumulation in registers.
 
 A consumer warpgroup (4 warps) owns 64 rows of the block tile and all of its BN columns;
-BM / 64 warpgroups cover the block. Per stage of BK, one ``wgmma.mma`` op issues
-``wgmma.fence``, one ``wgmma.mma_async`` per k16 step, ``wgmma.commit_group`` and
-``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
+BM / 64 warpgroups cover the block. With ``warpgroup_rows=128`` it owns 128 rows, in two m64
+strips with accumulators of their own (BM / 128 warpgroups). Per stage of BK, one
+``wgmma.mma`` op issues ``wgmma.fence``, one ``wgmma.mma_async`` per k16 step and strip,
+``wgmma.commit_group`` and ``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
 family) in its 128-byte swizzle: 64-element slabs of 128-byte rows whose 16-byte chunks are
 XOR-ed by the row within each 8-row, 1024-byte atom, which is the descriptors' SW128
 canonical layout (PTX ISA 9.7.15.5.1.2).

@@ -169,7 +169,8 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "consumers": ("--consumers", dict(
         choices=CONSUMER_MODES, help="sm_90a persistent kernels: cooperative (the consumer "
         "warpgroups share each tile, the default) or pingpong (two warpgroups each own a "
-        "64-row tile and take turns on the tensor cores, one's epilogue under the other's "
+        "tile of --warpgroup-rows rows and take turns on the tensor cores, one's epilogue "
+        "under the other's "
         "products)")),
     "warpgroup_rows": ("--warpgroup-rows", dict(
         type=int, choices=WARPGROUP_ROWS, metavar="ROWS",
