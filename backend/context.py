@@ -249,7 +249,15 @@ def c_thread_coords(ctx: "Context", layout: DistributedLayout,
         wn = ctx.mod_const(warp, layout.warps[1], nonnegative=True)
         lane_row = ctx.int_op("shr.u32", lane, lane_cols.bit_length() - 1)
         lane_col = ctx.int_op("and.b32", lane, lane_cols - 1)
-        row = ctx.mad(wm, layout.warp_tile[0], _scaled(ctx, lane_row, layout.lane_step[0]))
+        group, group_rows, step = layout.warp_rows()
+        lane_rows = _scaled(ctx, lane_row, layout.lane_step[0])
+        if group == 1:
+            row = ctx.mad(wm, layout.warp_tile[0], lane_rows)
+        else:
+            # Interleaved warps (DistributedLayout.warp_rows): the group's origin, then the
+            # warp's place in it.
+            within = ctx.mad(ctx.mod_const(wm, group, nonnegative=True), step, lane_rows)
+            row = ctx.mad(ctx.div_const(wm, group, nonnegative=True), group_rows, within)
         col = ctx.mad(wn, layout.warp_tile[1], _scaled(ctx, lane_col, layout.lane_step[1]))
         return row, col
     # Thread ids within the warpgroup: the PTX backend's pingpong consumers (Context.local_tid;

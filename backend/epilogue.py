@@ -72,7 +72,10 @@ def thread_element_coords(ctx, op: Op, offsets, dims: list[int], layout: Distrib
     epilogues), calling ``add_term(coordinate, stride)`` in order for each term of its
     element offset (each backend sums them its own way). A dim no tile dim walks ([1, N] /
     [M, 1] views) is read at its offset alone, and adds no term at a constant 0."""
-    thread = c_thread_coords(ctx, layout)
+    # A layout of interleaved warps (128-row wgmma warpgroups) holds twice the distinct rows
+    # a thread (four row bases and predicates): kept from the entry, the coordinates made
+    # ptxas spill gemm_epilogue's 128x128 pingpong kernel (36 bytes); recomputed, none.
+    thread = c_thread_coords(ctx, layout, keep=layout.warp_rows()[0] == 1)
     coords = {}
     for tile_dim, tensor_dim in enumerate(dims):
         if tensor_dim < 0:

@@ -79,7 +79,7 @@ def make_plan(block: tuple[int, int, int], dtype: str, operands: tuple[OperandPl
         family = family_for(dtype, options.f32_math, block, options, operands)
     except KeyError:
         family = FAMILIES[0]
-    warps = family.choose_warps(bm, bn) or _choose_warps(bm, bn, family, options)
+    warps = family.choose_warps(bm, bn, options) or _choose_warps(bm, bn, family, options)
     return TilingPlan(block=block, warps=warps, warp_tile=(bm // warps[0], bn // warps[1]),
                       instruction=family.make_instruction(block),
                       threads=warps[0] * warps[1] * WARP_SIZE,
@@ -173,6 +173,12 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     refusal = family.operand_refusal(plan.operands, options)
     if refusal is not None:
         fail(*refusal)
+    refused = _warpgroup_rows_refused(plan, options)
+    if refused is not None and family.movement != "tma":
+        fail(f"warpgroup_rows={options.warpgroup_rows} sets the rows of a wgmma consumer "
+             f"warpgroup, but the wgmma family declines this {bm}x{bn}x{bk} block with it: "
+             f"{refused}", hint="use warpgroup_rows=64, or a BM that is a multiple of "
+             f"{options.warpgroup_rows} with a BN whose accumulators fit (BN <= 128)")
     if bk % family.k_step:
         fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
@@ -196,6 +202,22 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
              f"{stage_bytes * options.stages} bytes of shared memory; {options.arch} allows "
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
+
+
+def _warpgroup_rows_refused(plan: TilingPlan, options: Options) -> Optional[str]:
+    """Why the wgmma family of the plan's dtype declines its block for the rows of
+    ``options.warpgroup_rows`` alone (it would take it with 64: a tile or register budget
+    that 128-row warpgroups do not fit), None otherwise. Where wgmma declines the block
+    anyway (the arch, unaligned operands), the kernel falls back to mma.sync as with 64-row
+    warpgroups and the option has nothing to apply to, like consumers='pingpong'."""
+    if options.warpgroup_rows == 64:
+        return None
+    for family in FAMILIES:
+        if family.movement == "tma" and plan.dtype in family.dtypes:
+            usual = replace(options, warpgroup_rows=64)
+            if family.applies(plan.block, usual, plan.operands):
+                return family.declined(plan.block, options, plan.operands)
+    return None
 
 
 def _check_fp8_casts(kernel: Kernel, operand_casts) -> None:

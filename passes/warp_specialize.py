@@ -221,8 +221,8 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         raise located(TileConfigError, "consumers='pingpong' gives each consumer warpgroup a "
                       f"whole tile, but this {plan.block[0]}-row tile takes "
                       f"{consumer_warpgroups} warpgroups", dot.loc, kernel.source_lines,
-                      "use a tile of one warpgroup's rows (BM=64 on wgmma), or "
-                      "consumers='cooperative'")
+                      "use a tile of one warpgroup's rows (BM=64 on wgmma, or BM=128 with "
+                      "warpgroup_rows=128), or consumers='cooperative'")
     # The warpgroups that compute one tile hand its stages back; pingpong's block has two,
     # each on tiles of its own.
     tile_warpgroups = consumer_warpgroups
@@ -412,5 +412,5 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                         stages, options.blocks_per_sm, options.persistent, cluster,
                         consumers=options.consumers,
                         batches=options.persistent and bool(batch_views),
-                        stream_k=options.stream_k))
+                        stream_k=options.stream_k, warpgroup_rows=options.warpgroup_rows))
     return kernel

@@ -30,7 +30,7 @@ def small_plan(family: ProductFamily, k_major: dict[str, bool]) -> TilingPlan:
     warps, warp_tile = (2, 2), (gm, gn)
     if family.fused_k_steps:  # wgmma: one warpgroup of 64 rows, 128-byte swizzle rows
         bm, bn, bk = 64, 64, 64
-        warps, warp_tile = family.choose_warps(bm, bn), (16, bn)
+        warps, warp_tile = family.choose_warps(bm, bn, Options(arch="sm_90a")), (16, bn)
     a = SmemLayout(bm, bk) if k_major["A"] else SmemLayout(bk, bm, transposed=True)
     b = SmemLayout(bn, bk, transposed=True) if k_major["B"] else SmemLayout(bk, bn)
     elem = "f16" if "f16" in family.dtypes else family.dtypes[0]

@@ -134,7 +134,7 @@ def test_generated_kernels_cover_the_new_parts():
     programs = [fuzz.generate_matmul(rng, i) for i in range(400)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
-            "compile_time_if", "pingpong"} <= features
+            "compile_time_if", "pingpong", "warpgroup_rows_128"} <= features
     assert any("misaligned_copy_words" in p.features for p in programs)
     assert any("misaligned_store_rows" in p.features for p in programs)
     fp8 = [p for p in programs if "fp8_operand" in p.features]

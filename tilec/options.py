@@ -29,6 +29,9 @@ MISALIGNED_STORES = ("elements", "pairs", "rows")
 MAX_SPLIT_K = 64
 BLOCKS_PER_SM = (1, 2)
 CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
+# Rows of the block tile a wgmma consumer warpgroup owns (sm_90a): one m64 instruction per
+# k step, or two.
+WARPGROUP_ROWS = (64, 128)
 # How a persistent warp-specialized kernel's consumer warpgroups share the tiles (RolesPlan).
 CONSUMER_MODES = ("cooperative", "pingpong")
 # Shared memory per SM on sm_90 (228 KiB), of which the driver reserves 1 KiB per block.
@@ -95,6 +98,7 @@ _NAMED_CHOICES = (("pack", PACK_POLICIES), ("misaligned_copy", MISALIGNED_COPIES
                   ("misaligned_store", MISALIGNED_STORES), ("f32_math", F32_MATH),
                   ("consumers", CONSUMER_MODES), ("backend", BACKENDS))
 _INTEGER_CHOICES = (("blocks_per_sm", BLOCKS_PER_SM), ("cluster", CLUSTER_SIZES),
+                    ("warpgroup_rows", WARPGROUP_ROWS),
                     ("llvm_opt", LLVM_OPT_LEVELS))
 
 
@@ -153,10 +157,16 @@ class Options:
     # walks the output tiles together, a pair of M tiles of one N column at a time.
     cluster: int = 1
     # Persistent warp-specialized (sm_90a) kernels: "cooperative", the tile's consumer
-    # warpgroups share each tile (64 rows each); "pingpong", two consumer warpgroups each own
-    # a whole tile (BM = 64, one warpgroup's rows) and take the block's tiles in turn, their
+    # warpgroups share each tile (warpgroup_rows each); "pingpong", two consumer warpgroups
+    # each own a whole tile (BM = warpgroup_rows) and take the block's tiles in turn, their
     # mainloops handed over in order, so one's epilogue overlaps the other's products.
     consumers: str = "cooperative"
+    # wgmma kernels (sm_90a): the rows of the block tile one consumer warpgroup owns. 64: one
+    # m64nNk16 per k step, BM / 64 warpgroups a tile. 128: two m64 instructions per k step
+    # into accumulators of their own (A's descriptors 64 rows apart), BM / 128 warpgroups:
+    # cuBLAS's 256x128 cooperative tile on two warpgroups, or pingpong on 128-row tiles.
+    # Each consumer thread then holds BN f32 accumulators, so BN is at most 128 or so.
+    warpgroup_rows: int = 64
     # Persistent cooperative warp-specialized (sm_90a) kernels: stream-K (CUTLASS's "DP +
     # SK" hybrid, tilec/families/stream_k.py): whole tiles for all waves but the last one or
     # two, whose (tile, K step) work is divided evenly among the blocks; a tile split across

@@ -153,9 +153,9 @@ class ProductFamily(ABC):
         """The m, n, k of one product instruction for this block (fixed for most)."""
         return self.instruction
 
-    def choose_warps(self, bm: int, bn: int) -> Optional[tuple[int, int]]:
-        """The warp grid when the family fixes it (wgmma: 16 rows a warp); None lets tiling
-        search for one."""
+    def choose_warps(self, bm: int, bn: int, options: Options) -> Optional[tuple[int, int]]:
+        """The warp grid when the family fixes it (wgmma: 16 rows a warp, or 32 with
+        ``options.warpgroup_rows`` 128); None lets tiling search for one."""
         return None
 
     def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int

@@ -3,9 +3,10 @@ operands read by the tensor cores from shared memory through 64-bit matrix descr
 f32 accumulation in registers.
 
 A consumer warpgroup (4 warps) owns 64 rows of the block tile and all of its BN columns;
-BM / 64 warpgroups cover the block. Per stage of BK, one ``wgmma.mma`` op issues
-``wgmma.fence``, one ``wgmma.mma_async`` per k16 step, ``wgmma.commit_group`` and
-``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
+BM / 64 warpgroups cover the block. With ``warpgroup_rows=128`` it owns 128 rows, in two m64
+strips with accumulators of their own (BM / 128 warpgroups). Per stage of BK, one
+``wgmma.mma`` op issues ``wgmma.fence``, one ``wgmma.mma_async`` per k16 step and strip,
+``wgmma.commit_group`` and ``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
 family) in its 128-byte swizzle: 64-element slabs of 128-byte rows whose 16-byte chunks are
 XOR-ed by the row within each 8-row, 1024-byte atom, which is the descriptors' SW128
 canonical layout (PTX ISA 9.7.15.5.1.2).
@@ -19,9 +20,9 @@ the emitter, the op definition and the explain text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
 from tilec.ir.core import Op
@@ -47,6 +48,11 @@ if TYPE_CHECKING:
 WGMMA_M, WGMMA_K = 64, 16  # m64nNk16 for 16-bit inputs, PTX ISA 9.7.15.5
 WGMMA_K_BYTES = 32  # one instruction's k in bytes: k16 of 16-bit inputs, k32 of 8-bit ones
 WGMMA_N_MAX, WGMMA_N_STEP = 256, 8
+STRIP_ROWS = 16  # a warp's rows of one m64 instruction's accumulator
+WARPS_PER_WARPGROUP = 4
+# The rows a consumer warpgroup owns (Options.warpgroup_rows): one m64 instruction per k
+# step, or two (128 rows, accumulators of their own, A's descriptors 64 rows apart).
+WARPGROUP_ROWS = (64, 128)
 SW128_BYTES = 128  # the 128-byte swizzle: one row of an atom
 ATOM_ROWS = 8  # rows of one swizzle atom (1024 bytes)
 DESCRIPTOR_LAYOUT_SW128 = 1  # bits 62-63 of a descriptor
@@ -71,9 +77,29 @@ class WgmmaLayout(MmaLayout):
     (``l / 4 + 8 ((i / 2) % 2)``, ``8 (i / 4) + 2 (l % 4) + i % 2``) of the warp's 16 rows:
     mma.sync's m16n8 C fragments one n8 tile after the other (PTX ISA 9.7.15.5.1.1, Figure
     "WGMMA .m64nNk16 register fragment layout for accumulator"), so ``warps`` is (BM / 16, 1)
-    and ``warp_tile`` (16, BN)."""
+    and ``warp_tile`` (16, BN).
+
+    With 128-row warpgroups (``warp_tile`` (32, BN), ``warps`` (BM / 32, 1)) a warpgroup
+    issues two m64 instructions, each into accumulators of its own: warp ``w`` holds rows
+    ``128 (w / 4) + 16 (w % 4) + 64 s`` for strip s = 0, 1, its registers those of strip 0
+    (one m64's BN / 2) then strip 1's, each in the m64 layout above."""
 
     kind = "wgmma"
+
+    @property
+    def strips(self) -> int:
+        """The m64 instructions (16 rows of each warp) a warpgroup issues per k step."""
+        return self.warp_tile[0] // STRIP_ROWS
+
+    def warp_rows(self) -> tuple[int, int, int]:
+        if self.strips == 1:
+            return super().warp_rows()
+        return WARPS_PER_WARPGROUP, WGMMA_M * self.strips, STRIP_ROWS
+
+    def register_offsets(self) -> list[tuple[int, int]]:
+        strip = MmaLayout.register_offsets(replace(self, warp_tile=(STRIP_ROWS,
+                                                                    self.warp_tile[1])))
+        return [(WGMMA_M * s + row, col) for s in range(self.strips) for row, col in strip]
 
 
 # -- descriptors: PTX ISA 9.7.15.5.1.2 (matrix descriptor format) --------------------------
@@ -152,25 +178,28 @@ def _warpgroup(ctx: Context) -> str:
     return ctx.w.once(ctx.thread_key("warpgroup"), lambda: ctx.int_op("shr.u32", ctx.tid(), 7))
 
 
-def _descriptor(ctx: Context, view: SmemView, role: str, k0: int) -> str:
-    """The 64-bit descriptor of this warpgroup's piece of operand ``role`` at ``k0``."""
+def _descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: int = 0) -> str:
+    """The 64-bit descriptor of this warpgroup's piece of operand ``role`` at ``k0``: of A,
+    its m64 ``strip`` (the second of a 128-row warpgroup's starts 64 rows on)."""
     layout, eb = view.buffer.layout, view.buffer.elem_bytes
     if layout != tma_layout(layout, eb):
         raise ValueError(f"wgmma's descriptors read 128-byte swizzled slabs, not {layout}")
     d = descriptor_fields(layout, role)
     w = ctx.w
 
-    # The stage's address in 16-byte units (14 bits), plus this warpgroup's 64 rows of A:
-    # once per stage view, where it is computed (the stage changes every iteration).
+    # The stage's address in 16-byte units (14 bits), plus this warpgroup's rows of A (64,
+    # or 128 in two strips): once per stage view, where it is computed (the stage changes
+    # every iteration). Both descriptor layouts' starts are linear in whole 64-row strips.
     key = ("wgmma_desc", view.address, role)
     start = ctx.op_state.get(key)
     if start is None:
         address = view.address
         if role == "A":
-            address = ctx.mad(_warpgroup(ctx), d.start(WGMMA_M, 0, eb), address)
+            rows = WGMMA_M * _strips(ctx)
+            address = ctx.mad(_warpgroup(ctx), d.start(rows, 0, eb), address)
         start = ctx.int_op("and.b32", ctx.int_op("shr.u32", address, 4), 0x3FFF)
         ctx.op_state[key] = start
-    lo = ctx.int_op("add.s32", start, d.start(0, k0, eb) >> 4)
+    lo = ctx.int_op("add.s32", start, d.start(WGMMA_M * strip, k0, eb) >> 4)
     lo = ctx.int_op("or.b32", lo, (d.lbo >> 4) << 16)
     hi = (d.sbo >> 4) | (DESCRIPTOR_LAYOUT_SW128 << 30)
     desc = w.reg("b64")
@@ -178,9 +207,33 @@ def _descriptor(ctx: Context, view: SmemView, role: str, k0: int) -> str:
     return desc
 
 
+def _strips(ctx: Context) -> int:
+    """The m64 instructions a warpgroup issues per k step: 2 with 128-row warpgroups."""
+    return ctx.plan.warp_tile[0] // STRIP_ROWS
+
+
+def strip_products(ctx: Context, view_a: SmemView, view_b: SmemView, acc: Sequence[str],
+                   bk: int, k_step: int, instruction: Callable[[str, str, str], str]) -> None:
+    """One stage's products: per k step, one ``instruction(accumulators, desc_a, desc_b)``
+    per m64 strip of the warpgroup's rows (each strip its own accumulators: the first
+    len(acc) / strips registers, then the next), all in one fence / commit group so that
+    ptxas keeps them in flight together."""
+    strips = _strips(ctx)
+    per_strip = len(acc) // strips
+    ctx.w.emit("wgmma.fence.sync.aligned;")
+    for k0 in range(0, bk, k_step):
+        desc_b = None  # the strips share B's; made after the first strip's A (as before)
+        for strip in range(strips):
+            desc_a = _descriptor(ctx, view_a, "A", k0, strip)
+            desc_b = desc_b or _descriptor(ctx, view_b, "B", k0)
+            registers = ", ".join(acc[strip * per_strip:(strip + 1) * per_strip])
+            ctx.w.emit(instruction(registers, desc_a, desc_b))
+    ctx.w.emit("wgmma.commit_group.sync.aligned;")
+
+
 def _wgmma(ctx: Context, op: Op) -> None:
-    """``wgmma.mma``: acc + A @ B over one stage of BK, one wgmma.mma_async per k16 step, the
-    accumulators updated in place (PTX ISA 9.7.15.5.2)."""
+    """``wgmma.mma``: acc + A @ B over one stage of BK, one wgmma.mma_async per k16 step and
+    m64 strip, the accumulators updated in place (PTX ISA 9.7.15.5.2)."""
     view_a: SmemView = ctx.get(op.operands[0])
     view_b: SmemView = ctx.get(op.operands[1])
     acc = ctx.get(op.operands[2])
@@ -191,14 +244,9 @@ def _wgmma(ctx: Context, op: Op) -> None:
     trans_b = 0 if operand_k_major("B", view_b.buffer.layout) else 1
     w = ctx.w
     accumulate = w.once("wgmma_scale_d", lambda: _true_predicate(ctx))
-    w.emit("wgmma.fence.sync.aligned;")
-    for k0 in range(0, bk, WGMMA_K):
-        desc_a = _descriptor(ctx, view_a, "A", k0)
-        desc_b = _descriptor(ctx, view_b, "B", k0)
-        w.emit(f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA_K}.f32.{dtype}.{dtype} "
-               f"{{{', '.join(acc)}}}, {desc_a}, {desc_b}, {accumulate}, 1, 1, {trans_a}, "
-               f"{trans_b};")
-    w.emit("wgmma.commit_group.sync.aligned;")
+    strip_products(ctx, view_a, view_b, acc, bk, WGMMA_K, lambda registers, desc_a, desc_b: (
+        f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA_K}.f32.{dtype}.{dtype} "
+        f"{{{registers}}}, {desc_a}, {desc_b}, {accumulate}, 1, 1, {trans_a}, {trans_b};"))
     # in_flight = 1: this stage's group may still run (it chains on the same accumulators);
     # the previous stage's group, and so its reads of shared memory, are complete.
     w.emit(f"wgmma.wait_group.sync.aligned {op.attrs.get('in_flight', 0)};")
@@ -214,6 +262,19 @@ def _true_predicate(ctx: Context) -> str:
     reg = ctx.w.reg("pred")
     ctx.w.emit(f"setp.ne.u32 {reg}, 1, 0;")
     return reg
+
+
+def warpgroup_tile_text(h: ExplainShape, k: str, operands: str) -> str:
+    """explain's warp tile line of the wgmma families: a warpgroup's rows, and with
+    128-row warpgroups the two strips each warp holds."""
+    tm, tn = h.warp_tile
+    if tm == STRIP_ROWS:
+        return (f"{tm} x {tn} per warp: a warpgroup's 64 x {tn} from one wgmma.mma_async "
+                f"m64n{tn}{k} per k-step, operands from shared memory{operands}")
+    return (f"{tm} x {tn} per warp, two 16-row strips 64 rows apart: a warpgroup's 128 x {tn} "
+            f"(warpgroup_rows=128) from two wgmma.mma_async m64n{tn}{k} per k-step, each "
+            f"into {tn // 2} accumulators a thread of its own, A's descriptors 64 rows "
+            f"apart, operands from shared memory{operands}")
 
 
 # -- the op and its CPU semantics ------------------------------------------------------------
@@ -335,8 +396,12 @@ class Wgmma(ProductFamily):
 
     def block_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
         bm, bn, bk = block
+        rows = options.warpgroup_rows
         if bm % WGMMA_M or not 1 <= bm // WGMMA_M <= MAX_CONSUMER_WARPGROUPS:
             return f"BM={bm} is not 64 to {64 * MAX_CONSUMER_WARPGROUPS} in steps of 64"
+        if bm % rows:
+            return (f"BM={bm} is not a multiple of the {rows} rows a consumer warpgroup owns "
+                    "(warpgroup_rows)")
         # B may be stored N-major, in slabs of 64 columns (one 128-byte swizzle row).
         if bn % 64 or bn > WGMMA_N_MAX:
             return f"BN={bn} is not a multiple of 64 up to {WGMMA_N_MAX}"
@@ -345,20 +410,29 @@ class Wgmma(ProductFamily):
                     "row)")
         # ptxas allocates for the whole block at entry (setmaxnreg moves registers later but
         # does not raise that cap): the consumers' accumulators must fit it, or C7602.
-        threads = 2 * bm + WARPGROUP
+        # Pingpong's block has two consumer warpgroups whatever the tile.
+        warpgroups = 2 if options.consumers == "pingpong" else bm // rows
+        threads = WARPGROUP * (warpgroups + 1)
         blocks = options.blocks_per_sm
         at_entry = registers_at_entry(threads, blocks)
-        if bn // 2 + CONSUMER_OVERHEAD > at_entry:
-            return (f"{bm}x{bn} needs about {bn // 2 + CONSUMER_OVERHEAD} registers a consumer "
+        needed = bn * rows // WARPGROUP + CONSUMER_OVERHEAD  # f32 accumulators + the rest
+        if needed > at_entry:
+            return (f"{bm}x{bn} needs about {needed} registers a consumer "
                     f"thread, more than the {at_entry} a {threads}-thread block starts with"
                     + (f" at {blocks} blocks per SM" if blocks > 1 else ""))
+        given = self.consumer_registers(warpgroups, blocks)
+        if needed > given:
+            return (f"{bm}x{bn} in {rows}-row warpgroups needs about {needed} registers a "
+                    f"consumer thread, more than setmaxnreg gives it ({given})")
         return None
 
     def make_instruction(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
         return (WGMMA_M, block[1], self.k_step)
 
-    def choose_warps(self, bm: int, bn: int) -> tuple[int, int]:
-        return (bm // 16, 1)
+    def choose_warps(self, bm: int, bn: int, options: Options) -> tuple[int, int]:
+        """A warpgroup's four warps over its rows: 16 rows a warp, or two 16-row strips
+        (:class:`WgmmaLayout`) with 128-row warpgroups."""
+        return (bm * WARPS_PER_WARPGROUP // options.warpgroup_rows, 1)
 
     def consumer_registers(self, consumer_warpgroups: int, blocks_per_sm: int = 1) -> int:
         """setmaxnreg.inc for the consumers, a multiple of 8 (PTX ISA 9.7.19.5): what the
@@ -411,12 +485,11 @@ class Wgmma(ProductFamily):
         return 0, 0
 
     def products_per_k_step(self, accumulator: DistributedLayout) -> int:
-        return 1
+        """One wgmma a warpgroup per k step and m64 strip (two with 128-row warpgroups)."""
+        return accumulator.warp_tile[0] // STRIP_ROWS
 
     def warp_tile_text(self, h: ExplainShape) -> str:
-        tm, tn = h.warp_tile
-        return (f"{tm} x {tn} per warp: a warpgroup's 64 x {tn} from one wgmma.mma_async "
-                f"m64n{tn}k16 per k-step, operands from shared memory")
+        return warpgroup_tile_text(h, "k16", "")
 
     def instruction_text(self, h: ExplainShape) -> tuple[str, str]:
         return instruction_tile_text(h)

@@ -31,7 +31,8 @@ from tilec.target.layout import operand_k_major
 
 from .product import ExplainShape
 from .wgmma import (SW128_BYTES, WGMMA_K_BYTES, WGMMA_M, WGMMA_MMA, WGMMA_WAIT, Wgmma,
-                    WgmmaLayout, _descriptor, _true_predicate, _wgmma_wait, descriptor_offsets)
+                    WgmmaLayout, _true_predicate, _wgmma_wait, descriptor_offsets,
+                    strip_products, warpgroup_tile_text)
 
 if TYPE_CHECKING:
     from tilec.cpu.interpreter import InterpState
@@ -65,13 +66,9 @@ def _wgmma8(ctx: Context, op: Op) -> None:
     types, scales = WGMMA8_TYPES[op.operands[0].type.dtype]
     w = ctx.w
     accumulate = w.once("wgmma_scale_d", lambda: _true_predicate(ctx))
-    w.emit("wgmma.fence.sync.aligned;")
-    for k0 in range(0, bk, WGMMA8_K):
-        desc_a = _descriptor(ctx, view_a, "A", k0)
-        desc_b = _descriptor(ctx, view_b, "B", k0)
-        w.emit(f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA8_K}.{types} "
-               f"{{{', '.join(acc)}}}, {desc_a}, {desc_b}, {accumulate}{scales};")
-    w.emit("wgmma.commit_group.sync.aligned;")
+    strip_products(ctx, view_a, view_b, acc, bk, WGMMA8_K, lambda registers, desc_a, desc_b: (
+        f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA8_K}.{types} "
+        f"{{{registers}}}, {desc_a}, {desc_b}, {accumulate}{scales};"))
     w.emit(f"wgmma.wait_group.sync.aligned {op.attrs.get('in_flight', 0)};")
     ctx.bind(op.result, list(acc))
 
@@ -139,9 +136,7 @@ class Wgmma8(Wgmma):
         return label, text + " (8-bit inputs: .s8 into i32, or .e4m3/.e5m2 into f32)"
 
     def warp_tile_text(self, h: ExplainShape) -> str:
-        tm, tn = h.warp_tile
-        return (f"{tm} x {tn} per warp: a warpgroup's 64 x {tn} from one wgmma.mma_async "
-                f"m64n{tn}k32 per k-step, operands from shared memory (K-major)")
+        return warpgroup_tile_text(h, "k32", " (K-major)")
 
 
 FAMILY = Wgmma8()

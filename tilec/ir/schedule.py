@@ -148,6 +148,10 @@ class RolesPlan:
     # loops run over a unit's steps (ws.k_begin / ws.k_end) and split tiles meet in a
     # workspace (ws.sk_fixup) before the epilogue.
     stream_k: bool = False
+    # The rows of the tile each consumer warpgroup owns (Options.warpgroup_rows): 64, one
+    # wgmma m64 per k step, or 128, two (the accumulator layout's warp tile is 32 rows, two
+    # 16-row strips 64 apart).
+    warpgroup_rows: int = 64
 
     producer_threads: ClassVar[int] = WARPGROUP
 
@@ -176,7 +180,9 @@ class RolesPlan:
     def __str__(self) -> str:
         return (f"{{producer = warpgroup {self.consumer_warpgroups} (1 elected thread, "
                 f"{self.producer_registers} registers), consumers = {self.consumer_warpgroups} "
-                f"warpgroups ({self.consumer_registers} registers), ring = {self.ring}"
+                f"warpgroups ({self.consumer_registers} registers)"
+                + (f" of {self.warpgroup_rows} rows" if self.warpgroup_rows != 64 else "")
+                + f", ring = {self.ring}"
                 + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else "")
                 + (", persistent" if self.persistent else "")
                 + (" over batches x tiles" if self.persistent and self.batches else "")
@@ -320,6 +326,11 @@ def check_schedule(kernel: Any) -> list[str]:
                                                  or roles.cluster > 1):
         problems.append("stream-K units are walked by a persistent block of cooperative "
                         "consumers, without a cluster")
+    if (roles is not None and tiling is not None and roles.warpgroup_rows != 64
+            and (tiling.warp_tile[0] * (WARPGROUP // WARP_SIZE) != roles.warpgroup_rows
+                 or roles.tile_warpgroups * roles.warpgroup_rows != tiling.block[0])):
+        problems.append(f"consumer warpgroups of {roles.warpgroup_rows} rows for a warp tile "
+                        f"of {tiling.warp_tile[0]} rows and a {tiling.block[0]}-row block")
     if roles is not None and roles.ring != schedule.stages:
         problems.append(f"a ring of {roles.ring} stages, the pipeline {schedule.stages}")
     for op in kernel.walk():

@@ -125,13 +125,26 @@ class DistributedLayout:
     def register_offsets(self) -> list[tuple[int, int]]:
         raise NotImplementedError
 
+    def warp_rows(self) -> tuple[int, int, int]:
+        """Where warp row ``wm`` starts, as (``group``, ``group_rows``, ``step``): at
+        ``(wm // group) * group_rows + (wm % group) * step``. A plain grid is (1, the warp
+        tile's rows, 0): each warp's rows follow the previous warp's. A layout whose warps
+        interleave (wgmma with 128-row warpgroups: a warp's two 16-row strips lie 64 rows
+        apart) groups them, and its :meth:`register_offsets` reach across the group."""
+        return 1, self.warp_tile[0], 0
+
+    def warp_origin(self, warp: int) -> tuple[int, int]:
+        """The tile coordinate of ``warp``'s first element (its lane 0, register 0)."""
+        wm, wn = divmod(warp, self.warps[1])
+        group, group_rows, step = self.warp_rows()
+        return (wm // group * group_rows + wm % group * step, wn * self.warp_tile[1])
+
     def c_coord(self, warp: int, lane: int, reg: int) -> tuple[int, int]:
         """Tile coordinate of accumulator register ``reg`` of ``lane`` in ``warp``."""
-        wm, wn = divmod(warp, self.warps[1])
+        row0, col0 = self.warp_origin(warp)
         lr, lc = divmod(lane, self.lane_grid[1])
         row, col = self._offsets()[reg]
-        return (wm * self.warp_tile[0] + lr * self.lane_step[0] + row,
-                wn * self.warp_tile[1] + lc * self.lane_step[1] + col)
+        return (row0 + lr * self.lane_step[0] + row, col0 + lc * self.lane_step[1] + col)
 
     def _offsets(self) -> list[tuple[int, int]]:
         return _cached_offsets(self)

@@ -32,7 +32,7 @@ from tilec.errors import TileError
 from tilec.ir.types import I32
 from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, CONSUMER_MODES,
                            F32_MATH, LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
-                           MISALIGNED_STORES, PACK_POLICIES, Options)
+                           MISALIGNED_STORES, PACK_POLICIES, WARPGROUP_ROWS, Options)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -44,7 +44,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
                 "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent",
-                "cluster", "consumers", "stream_k", "backend", "llvm_opt")
+                "cluster", "consumers", "warpgroup_rows", "stream_k", "backend", "llvm_opt")
 
 
 class CommandError(Exception):
@@ -169,8 +169,14 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "consumers": ("--consumers", dict(
         choices=CONSUMER_MODES, help="sm_90a persistent kernels: cooperative (the consumer "
         "warpgroups share each tile, the default) or pingpong (two warpgroups each own a "
-        "64-row tile and take turns on the tensor cores, one's epilogue under the other's "
+        "tile of --warpgroup-rows rows and take turns on the tensor cores, one's epilogue "
+        "under the other's "
         "products)")),
+    "warpgroup_rows": ("--warpgroup-rows", dict(
+        type=int, choices=WARPGROUP_ROWS, metavar="ROWS",
+        help="sm_90a wgmma kernels: the rows of the block tile a consumer warpgroup owns: 64 "
+        "(one m64 wgmma per k step, the default) or 128 (two, BN accumulators a thread: "
+        "256x128 cooperative on two warpgroups, or pingpong with BM=128)")),
     "stream_k": ("--stream-k", dict(
         action="store_true", default=None,
         help="sm_90a persistent cooperative kernels: stream-K (whole tiles, then the last "
@@ -213,7 +219,8 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "persistent", "cluster", "consumers", "stream_k", "backend",
+                 "blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
+                 "stream_k", "backend",
                  "llvm_opt", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",

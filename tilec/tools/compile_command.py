@@ -55,6 +55,8 @@ def summary(compiled: Compiled) -> str:
         roles = schedule.roles
         parts.append(f"{family_of(plan).name} fed by TMA, {roles.consumer_warpgroups} consumer "
                      f"warpgroup{'s' if roles.consumer_warpgroups > 1 else ''}"
+                     + (f" of {roles.warpgroup_rows} rows" if roles.warpgroup_rows != 64
+                        else "")
                      + (" (pingpong: a tile each, in turn)" if roles.pingpong else "")
                      + " + a producer"
                      + (f", {roles.blocks_per_sm} blocks per SM" if roles.blocks_per_sm > 1

@@ -502,6 +502,14 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         hopper = dict(rng.choice(HOPPER_SCHEDULES))
         if bm == 64 and rng.random() < 0.3:  # two consumer warpgroups of 64 rows each
             hopper = {"persistent": True, "consumers": "pingpong"}
+        if bm == 128 and bn <= 128 and rng.random() < 0.4:
+            # A consumer warpgroup of 128 rows (two m64 wgmmas a k step): the tile's one
+            # warpgroup, or pingpong's two each on a 128-row tile of its own.
+            rows = dict(rng.choice((hopper, {"persistent": True, "consumers": "pingpong"})),
+                        warpgroup_rows=128)
+            if _wgmma_takes((bm, bn, bk), {**options, **rows}):
+                hopper = rows
+                features.add("warpgroup_rows_128")
         if hopper.get("consumers") == "pingpong":
             features.add("pingpong")
         if hopper.get("persistent") and batched:
