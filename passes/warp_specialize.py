@@ -84,7 +84,15 @@ A persistent batched program (``tensor.batch`` views of 3-D tensors) loops over 
 tiles (``roles.batches``; the backend's tile loop binds the grid's batch id per tile): the
 producer's region starts with its own copies of the views its loads read, and the views the
 consumers read (C's) follow the producer, so both run per tile rather than once between the
-grid and the producer. A cluster still refuses batched programs.
+grid and the producer.
+
+A batched program in a cluster pairs M tiles within one batch: the pair's B tile is one
+batch's (or, with a batch stride of 0, the one matrix's), so the multicast and the ring are
+the 2-D kernel's. The tile loop (or, one tile a block, the grid) numbers pairs of M tiles a
+batch, ``cdiv(M tiles, 2)``: with an odd count, the last pair's second block lies past M in
+every batch; it loads its half of each B box for its peer, reads zeros for A (TMA's bounds
+clip at the batch's own M) and stores nothing. Pairing across batches instead would have the
+two blocks multicast B tiles of two batches.
 """
 from __future__ import annotations
 
@@ -96,8 +104,7 @@ from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
                                 tma_layout)
-from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, defining_op,
-                            replace_uses)
+from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_op, replace_uses
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -237,19 +244,20 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       f"{stages * stage_bytes}", dot.loc, kernel.source_lines,
                       "use fewer stages, a smaller tile, or blocks_per_sm=1")
 
-    batched = [c for c in copies if defining_op(c.operands[0]) is not None
-               and defining_op(c.operands[0]).name == "tensor.batch"]
     # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
     # made per tile (_views_per_tile).
     batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
                    if op.name == "tensor.batch"]
-    if options.cluster > 1 and (batched or batch_views and options.persistent):
-        # A cluster pairs M tiles of one 2-D grid; the pair would also have to agree on the
-        # batch of the B tile it multicasts.
-        raise located(TileConfigError, f"cluster={options.cluster} does not take batched "
-                      "programs (3-D tensors indexed by a batch's program id)",
-                      (batched or batch_views)[0].loc, kernel.source_lines,
-                      "compile without cluster (persistent=True takes them)")
+    grid = next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+    if options.cluster > 1 and (grid is None or not grid.attrs.get("raster_group")):
+        # A cluster pairs M tiles where the grid folds its (M, N) tiles into CUDA's x
+        # (backend/grid.py): a 2-D grid, or a batched one whose batch views all take one
+        # axis (tiling's batch_axis). The blocks of a pair then share their batch too.
+        raise located(TileConfigError, f"cluster={options.cluster} pairs M tiles of a grid "
+                      "whose (M, N) tiles fold into CUDA's x: a 2-D grid, or a 3-D one whose "
+                      "other axis is the batch index of every batched tensor; this grid is "
+                      "neither", (grid or loop).loc, kernel.source_lines,
+                      "compile without cluster")
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.

@@ -131,6 +131,18 @@ def test_the_raster_group_counts_rows_of_tiles_not_pairs(persistent):
     assert group_factors.count("8") == 2 * roles and "16" not in group_factors
 
 
+def test_explain_says_how_the_cluster_walks_the_tiles():
+    from tilec.tools.explain import explain, render_explanation
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=3, cluster=2,
+                                                    raster_group=8, **TILE)
+    text = render_explanation(explain(compiled, ptxas=False))
+    line = next(line for line in text.splitlines()
+                if line.strip().startswith("cluster tiles"))
+    assert "block r of cluster p takes M tile 2p + r" in line
+    assert "4 a group (8 rows of tiles" in line
+    assert "batch" not in line and "persistent" not in line
+
+
 def test_an_empty_barrier_counting_one_block_is_caught():
     """Counting only this block's consumers, a stage looks free before every consumer has
     read it: the checker reports the refill racing the read."""

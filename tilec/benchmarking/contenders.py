@@ -66,11 +66,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
-    pingpong consumers (the autotuner prunes what does not fit; batched rows try one tile a
-    block and persistent blocks:
-    clusters refuse them)."""
+    pingpong consumers (the autotuner prunes what does not fit; batched rows try the four
+    schedules but pingpong, their clusters pairing M tiles within each batch)."""
     from tilec.tools.autotune import search_space
-    schedules = SM90A_SCHEDULES[:2] if case.batched else SM90A_SCHEDULES
+    schedules = SM90A_SCHEDULES
     if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
         # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
         from tilec.families.wgmma8 import FAMILY as WGMMA8
@@ -268,10 +267,6 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
-    if case.batched:
-        # Persistent blocks walk batches x tiles; clusters do not walk a batch axis.
-        return {knob: value for knob, value in _tuned(case, arch, family, problem).items()
-                if knob != "cluster"}
     return _tuned(case, arch, family, problem)
 
 
