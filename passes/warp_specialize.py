@@ -62,7 +62,10 @@ both blocks' stages, completing on both blocks' full barriers), each ``mbar.arri
 ``empty`` is ``cluster``-wide (this block's barrier and the peer's: the empty count doubles),
 a ``cluster.sync`` follows the barriers' initialisation, and the producer ends with one wait
 per stage for both blocks' consumers to hand it back (the peer arrives on this block's
-barriers, which must outlive those arrivals).
+barriers, which must outlive those arrivals). The pair takes consecutive tiles along the
+grid's first axis but a batch's (the M tiles of ``for m, n in grid(...)``; backend/grid.py):
+a B tile that moves along that axis (``for n, m in grid(...)``) is refused at its slice, as
+is a grid that does not fold its (M, N) tiles into CUDA's x.
 
 With ``consumers = "pingpong"`` (persistent only) the tile is one warpgroup's, and the
 block has two consumer warpgroups taking its tiles in turn (backend.ptx._tile_loop): each
@@ -104,7 +107,8 @@ from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
                                 tma_layout)
-from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_op, replace_uses
+from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, defining_op,
+                            replace_uses)
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -183,6 +187,44 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
+def _depends_on(value: Value, target: Value) -> bool:
+    """Whether ``value`` is computed from ``target`` (through the ops defining it)."""
+    seen: set[int] = set()
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if current is target:
+            return True
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        op = defining_op(current)
+        if op is not None:
+            pending.extend(op.operands)
+    return False
+
+
+def _check_pair_shares_b(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
+                         cluster: int) -> None:
+    """The blocks of a cluster take consecutive tiles along the grid's first axis but the
+    batch's (backend/grid.py folds it into CUDA's x as the M tiles), and multicast one B
+    tile to all of them: B's tile must not move along that axis. A grid written
+    ``for n, m in grid(...)`` pairs N tiles, whose B tiles differ."""
+    batch = grid.attrs.get("batch_axis")
+    paired = next(axis for axis in range(len(grid.results)) if axis != batch)
+    axis_value = grid.results[paired]
+    for copy, role in zip(copies, roles):
+        if role == SHARED_BY_CLUSTER and any(_depends_on(v, axis_value) for v in copy.operands):
+            name = axis_value.hint or f"axis {paired}"
+            raise located(TileConfigError, f"cluster={cluster} pairs the blocks of "
+                          f"consecutive tiles along grid axis {paired} ({name}), which share "
+                          f"one {SHARED_BY_CLUSTER} tile; this {SHARED_BY_CLUSTER} tile moves "
+                          "along that axis", copy.loc, kernel.source_lines,
+                          "number the M tiles by the grid's first axis, the batch's "
+                          "aside (for m, n in grid(...), for b, m, n in grid(...)), or "
+                          "compile without cluster")
+
+
 def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
     """A persistent kernel's batch ``views`` (``tensor.batch``, right after the grid among
     the kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and
@@ -258,6 +300,8 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       "other axis is the batch index of every batched tensor; this grid is "
                       "neither", (grid or loop).loc, kernel.source_lines,
                       "compile without cluster")
+    if options.cluster > 1:
+        _check_pair_shares_b(kernel, grid, copies, roles, options.cluster)
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.

@@ -437,6 +437,24 @@ def test_the_persistent_tile_loop_numbers_batches_x_tiles():
 
 CLUSTER = dict(HOPPER, cluster=2)
 
+def test_a_cluster_takes_the_batch_axis_anywhere_but_refuses_pairing_n_tiles():
+    """The pair takes the first axis but the batch's: grid(M tiles, Bt, N tiles) pairs M
+    tiles; grid(Bt, N tiles, M tiles) would pair N tiles sharing one B tile: refused at
+    B's slice."""
+    moved = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
+                         "for m, b, n in grid(cdiv(M, BM), Bt, cdiv(N, BN)):")
+    a, b, c = operands(3, 300, 200, 80)
+    run_kernel(bmm(moved).compile(**CLUSTER, persistent=True).kernel,
+               {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, b)) < 1e-6
+    swapped = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
+                           "for b, n, m in grid(Bt, cdiv(N, BN), cdiv(M, BM)):")
+    with pytest.raises(TileError) as info:
+        bmm(swapped).compile(**CLUSTER)
+    assert "along grid axis 1 (n)" in info.value.message
+    assert_caret_at(info.value, 12, "B[b, k : +BK")
+
+
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("out", ["f32", "f16"])

@@ -19,7 +19,7 @@ from tilec.options import Options
 from tilec.pipeline import run_pipeline
 
 from .test_hopper import SHAPE, _reference, random_inputs, relative_error, run_lowered
-from .test_ptxas import load_sample
+from .test_ptxas import SAMPLES, load_sample
 
 TILE = dict(BM=128, BN=256, BK=64)
 
@@ -151,6 +151,24 @@ def test_an_empty_barrier_counting_one_block_is_caught():
     empty.attrs["count"] = 2
     with pytest.raises(HazardError, match="is refilled while consumer warpgroup"):
         check_schedule(kernel)
+
+
+def test_a_grid_pairing_n_tiles_is_refused_at_the_b_tile():
+    """``for n, m in grid(...)`` folds N tiles first: the pair would take two N tiles and
+    multicast one B tile to both. Refused where B is sliced, naming the axis."""
+    from tilec.errors import TileError
+    from tilec.kernel import load_file
+    source = SAMPLES / "matmul.py"
+    text = source.read_text(encoding="utf-8").replace(
+        "for m, n in grid(cdiv(M, BM), cdiv(N, BN)):",
+        "for n, m in grid(cdiv(N, BN), cdiv(M, BM)):")
+    swapped = load_file(source, text=text)["matmul"]
+    swapped.compile(arch="sm_90a", stages=3, **TILE)  # without a cluster it compiles
+    with pytest.raises(TileError) as info:
+        swapped.compile(arch="sm_90a", stages=3, cluster=2, **TILE)
+    assert "pairs the blocks of consecutive tiles along grid axis 0 (n)" in info.value.message
+    source_line, caret = str(info.value).split("\n")[1:3]
+    assert source_line[caret.index("^"):].startswith("B[k : +BK, n * BN : +BN]")
 
 
 def test_cluster_needs_the_warp_specialized_path():
