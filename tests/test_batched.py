@@ -474,6 +474,16 @@ def test_batched_clusters_match_float64(persistent, out, shared):
     assert rel_error(c, float64_bmm(a, b)) < (2e-3 if out == "f16" else 1e-6)
 
 
+def test_a_batched_cluster_masks_the_stores_of_the_block_past_m():
+    """5 M tiles a batch of a launch specialised on M = 640: the pair's block past M stores
+    under its M mask, not into the next batch's first rows."""
+    compiled = bmm().compile(**CLUSTER, M=640, N=1024, K=1024, Bt=5)
+    (store,) = [op for op in compiled.kernel.walk() if op.name == "tile.store"]
+    assert store.attrs["masked"][0]
+    plain = bmm().compile(**HOPPER, M=640, N=1024, K=1024, Bt=5).kernel
+    assert not next(op for op in plain.walk() if op.name == "tile.store").attrs["masked"][0]
+
+
 def test_a_batched_cluster_pairs_m_tiles_within_each_batch():
     """The launch: pairs of M tiles a batch (3 M tiles are 2 pairs), whole clusters;
     persistent, at most a cluster a pair of all batches' (the batch is axis 0 of the

@@ -143,6 +143,22 @@ def test_explain_says_how_the_cluster_walks_the_tiles():
     assert "batch" not in line and "persistent" not in line
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_a_pair_half_past_m_keeps_the_m_mask_of_its_stores(persistent):
+    """640 rows are 5 tiles of 128: the launch rounds them up to 3 pairs, so M divisible by
+    BM no longer proves the stores in bounds; the sixth block's f32 stores need their M
+    mask (without it they wrote past M: into the next batch, in a batched program). 768
+    rows (3 whole pairs) and N keep no mask; without a cluster, 640 keeps none either."""
+    def masks(cluster, m):
+        kernel = load_sample("matmul", "f16").compile(
+            arch="sm_90a", stages=3, cluster=cluster, persistent=persistent, M=m, N=1024,
+            K=512, **TILE).kernel
+        (store,) = [op for op in kernel.walk() if op.name == "tile.store"]
+        return store.attrs["masked"]
+    assert masks(2, 640) == [True, False]
+    assert masks(2, 768) == masks(1, 640) == [False, False]
+
+
 def test_an_empty_barrier_counting_one_block_is_caught():
     """Counting only this block's consumers, a stage looks free before every consumer has
     read it: the checker reports the refill racing the read."""
