@@ -168,6 +168,10 @@ TUNED = {
     # step (one run, round robin, f16 / bf16 against cuBLAS): 4096^3 0.987 / 0.987 against
     # one tile a block 0.966 / 0.963, 8192^3 1.018 / 1.032 against 0.999 / 1.000; with
     # cluster=2 0.973 / 0.970, 1.012 / 1.028; raster group 8 0.986 / 0.984, 1.024 / 1.013.
+    # With a cluster's raster group counting rows of tiles (backend/grid.py cluster_group),
+    # two rounds against this config in the same run: 4096^3 0.992-0.991 / 0.991 against
+    # 0.994 / 0.993-0.992; 32x1024^3 0.958 / 0.950-0.951 against 0.966-0.967 / 0.956-0.958
+    # (8192^3 swung 5-8% between rounds). Not adopted (benchmarks/NOTES.md).
     # Batched 32x1024x1024x1024 f16 (H100, two rounds, us): 128x256x64 st3 119.5-121.3
     # (raster 1, 8 or 16 alike), 256x128x64 st3 129, 128x128x64 st4/st5/st6 135-139,
     # 64x128x64 st6 175, 128x256x64 st4 (direct stores: no room to stage) 210; cuBLAS
