@@ -31,6 +31,17 @@ def grouped_coords(ctx, gm, gn, pid, group: int):
     return pid_m, pid_n
 
 
+def cluster_group(group: int, cluster: int) -> int:
+    """The raster group of a grid whose blocks walk clusters of ``cluster`` M tiles: the
+    clusters of ``group`` rows of tiles, so that a group spans as many M tiles as without
+    clusters. Counted in clusters, a cluster=2 kernel's raster group 16 read 32 rows of A
+    tiles for each column of B tiles: at 4096^3 (128x256 tiles, persistent, H100, ncu at
+    locked clocks) DRAM traffic rose 13% (L2 hit rate 76.6% against 83.7%) and the kernel
+    took 216.6 us against 213.5 without the cluster; counted in rows, 214.1 us and the
+    DRAM traffic of the kernel without."""
+    return max(1, -(-group // cluster))
+
+
 def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1) -> list:
     """The value of each of ``op``'s results (the grid's program ids), in order. Grouped
     rasterization folds two tile axes into CUDA's x (a batched grid's two besides the batch);
@@ -38,7 +49,8 @@ def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1) -
     reads the block id of an axis. In a thread-block ``cluster`` (> 1) the blocks of a
     cluster are consecutive ids taking consecutive M tiles of one N column (they share B), so
     the raster walks clusters (the launch grid rounds the M tiles up to whole clusters; a
-    block past M computes nothing it stores)."""
+    block past M computes nothing it stores), ``raster_group`` rows of tiles a group
+    (:func:`cluster_group`)."""
     ids: list = [None] * len(op.results)
     if not folds_tile_axes(op):
         for axis, index in zip("xyz", range(len(op.results))):
@@ -52,7 +64,8 @@ def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1) -
         clusters_m = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
         rank = ctx.mod_const(pid, cluster, nonnegative=True)
         pair_m, pid_n = grouped_coords(ctx, clusters_m, gn,
-                                       ctx.div_const(pid, cluster, nonnegative=True), group)
+                                       ctx.div_const(pid, cluster, nonnegative=True),
+                                       cluster_group(group, cluster))
         pid_m = ctx.mad(pair_m, cluster, rank)
     else:
         pid_m, pid_n = grouped_coords(ctx, gm, gn, pid, group)

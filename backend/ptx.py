@@ -18,7 +18,7 @@ from tilec.options import Options
 from . import compute, copies, epilogue, split
 from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
                   folded_axes, printable, ptx_identifier, tile_axes)
-from .grid import grouped_coords, program_ids
+from .grid import cluster_group, grouped_coords, program_ids
 from .signature import kernel_abi
 from .context import Context, TensorRegs, flatten
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -227,16 +227,21 @@ def _bind_tile(ctx: Context, tile: str, gm: str, gn: str, per_batch: str,
                batch: Optional[int], rank: Optional[str] = None) -> None:
     """Bind the grid's ids to linear tile ``tile``: its batch (a batched grid's tile t is
     batch t / (tiles a batch)), then (m, n) in grouped order; in a cluster, the block's M
-    tile of the pair (``rank``)."""
+    tile of the pair (``rank``), the group still ``raster_group`` rows of tiles."""
     grid = ctx.grid_op
     first, second = folded_axes(grid)
     within = tile
     if batch is not None:
         ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
         within = ctx.int_op("rem.u32", tile, per_batch)
-    pid_m, pid_n = grouped_coords(ctx, gm, gn, within, grid.attrs.get("raster_group") or 1)
-    if rank is not None:
-        pid_m = ctx.mad(pid_m, ctx.kernel.schedule.roles.cluster, rank)
+    group = grid.attrs.get("raster_group") or 1
+    if rank is None:
+        pid_m, pid_n = grouped_coords(ctx, gm, gn, within, group)
+    else:
+        # gm counts pairs of M tiles here; the group, rows of tiles (cluster_group).
+        cluster = ctx.kernel.schedule.roles.cluster
+        pair_m, pid_n = grouped_coords(ctx, gm, gn, within, cluster_group(group, cluster))
+        pid_m = ctx.mad(pair_m, cluster, rank)
     ctx.bind(grid.results[first], pid_m)
     ctx.bind(grid.results[second], pid_n)
 

@@ -57,23 +57,21 @@ def constant(builder: Builder, value: int, hint: str = "") -> Value:
     return builder.value("arith.constant", [], i32, hint or f"c{value}", value=value)
 
 
-def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> bool:
+def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec,
+                   cluster: int = 1) -> bool:
     """Whether ``[offset, offset + extent)`` lies inside a tensor dim of size ``dim`` (a
     symbol or an int) for every launch the spec admits, so that dim needs no edge mask.
 
     Proven in two shapes: ``pid * extent`` with ``pid`` a grid axis of ``cdiv(dim, extent)``
     blocks, and a loop index stepping by ``extent`` from a multiple of it up to ``dim``
     (later iterations are guarded by the loop bound) -- each when ``dim % extent == 0``.
+    In a thread-block ``cluster`` the launch rounds the paired axis (:func:`paired_axis`) up
+    to whole clusters, so its last block may lie past ``dim``: that axis needs
+    ``dim % (extent * cluster) == 0`` (a 640-row f32 C, 5 tiles of 128, had the sixth block
+    store its zeros unmasked past M, into the next batch's matrix).
     """
-    if isinstance(dim, int):
-        divisible = dim % extent == 0
-        bound = None
-    else:
-        divisible = spec.divides(dim, extent)
-        bound = kernel.symbol_value(dim) if dim in kernel.symbols else None
-    if not divisible:
-        return False
     op = defining_op(offset)
+    pid = grid = None
     if op is not None and op.name == "arith.mul":
         pid, scale = op.operands
         if constant_value(scale) != extent:
@@ -81,11 +79,16 @@ def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> boo
         grid = defining_op(pid)
         if constant_value(scale) != extent or grid is None or grid.name != "tile.grid":
             return False
+    padded = cluster > 1 and grid is not None and \
+        grid.results.index(pid) == paired_axis(kernel, grid)
+    if not _divides(dim, extent * cluster if padded else extent, spec):
+        return False
+    if grid is not None:
         size = defining_op(grid.operands[grid.results.index(pid)])
         if size is None or size.name != "arith.cdiv":
             return False
         operand, per = size.operands
-        return constant_value(per) == extent and (operand is bound or
+        return constant_value(per) == extent and (operand is _bound(kernel, dim) or
                                                    constant_value(operand) == dim)
     owner = offset.owner
     if isinstance(owner, Block):
@@ -95,8 +98,26 @@ def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec) -> boo
                 start = constant_value(lb)
                 return (start is not None and start % extent == 0
                         and loop.attrs["step_const"] == extent
-                        and (ub is bound or constant_value(ub) == dim))
+                        and (ub is _bound(kernel, dim) or constant_value(ub) == dim))
     return False
+
+
+def _divides(dim, extent: int, spec) -> bool:
+    """Whether ``extent`` divides the dim (an int, or a symbol the spec knows about)."""
+    return dim % extent == 0 if isinstance(dim, int) else spec.divides(dim, extent)
+
+
+def _bound(kernel: Kernel, dim) -> Optional[Value]:
+    """The kernel's value of a symbolic dim (None for an int or an unknown symbol)."""
+    return kernel.symbol_value(dim) if not isinstance(dim, int) and dim in kernel.symbols \
+        else None
+
+
+def paired_axis(kernel: Kernel, grid: Op) -> int:
+    """The grid axis a thread-block cluster pairs the tiles of: the first one no batch view
+    (``tensor.batch``) takes its index from (backend.abi.folded_axes' first)."""
+    batch = {op.operands[1] for op in kernel.walk() if op.name == "tensor.batch"}
+    return next((axis for axis, pid in enumerate(grid.results) if pid not in batch), 0)
 
 
 def drop_dead(block: Block, ops: Optional[Mapping[str, OpDef]] = None) -> None:

@@ -355,7 +355,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                                      buffer.type.layout)
                 view = b.value("smem.stage", [buffer, zero], view_type,
                                f"v{operands[role_index].role}")
-                masked = [not tile_in_bounds(kernel, offset, extent, dim, options.spec)
+                masked = [not tile_in_bounds(kernel, offset, extent, dim, options.spec,
+                                                  options.cluster)
                           for offset, extent, dim in zip(op.operands[1:], op.attrs["shape"],
                                                          op.operands[0].type.shape)]
                 b.op("copy.global_to_shared", [*op.operands, view],

@@ -62,7 +62,10 @@ both blocks' stages, completing on both blocks' full barriers), each ``mbar.arri
 ``empty`` is ``cluster``-wide (this block's barrier and the peer's: the empty count doubles),
 a ``cluster.sync`` follows the barriers' initialisation, and the producer ends with one wait
 per stage for both blocks' consumers to hand it back (the peer arrives on this block's
-barriers, which must outlive those arrivals).
+barriers, which must outlive those arrivals). The pair takes consecutive tiles along the
+grid's first axis but a batch's (the M tiles of ``for m, n in grid(...)``; backend/grid.py):
+a B tile that moves along that axis (``for n, m in grid(...)``) is refused at its slice, as
+is a grid that does not fold its (M, N) tiles into CUDA's x.
 
 With ``consumers = "pingpong"`` (persistent only) the tile is one warpgroup's, and the
 block has two consumer warpgroups taking its tiles in turn (backend.ptx._tile_loop): each
@@ -84,7 +87,15 @@ A persistent batched program (``tensor.batch`` views of 3-D tensors) loops over 
 tiles (``roles.batches``; the backend's tile loop binds the grid's batch id per tile): the
 producer's region starts with its own copies of the views its loads read, and the views the
 consumers read (C's) follow the producer, so both run per tile rather than once between the
-grid and the producer. A cluster still refuses batched programs.
+grid and the producer.
+
+A batched program in a cluster pairs M tiles within one batch: the pair's B tile is one
+batch's (or, with a batch stride of 0, the one matrix's), so the multicast and the ring are
+the 2-D kernel's. The tile loop (or, one tile a block, the grid) numbers pairs of M tiles a
+batch, ``cdiv(M tiles, 2)``: with an odd count, the last pair's second block lies past M in
+every batch; it loads its half of each B box for its peer, reads zeros for A (TMA's bounds
+clip at the batch's own M) and stores nothing. Pairing across batches instead would have the
+two blocks multicast B tiles of two batches.
 """
 from __future__ import annotations
 
@@ -176,6 +187,44 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
+def _depends_on(value: Value, target: Value) -> bool:
+    """Whether ``value`` is computed from ``target`` (through the ops defining it)."""
+    seen: set[int] = set()
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if current is target:
+            return True
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        op = defining_op(current)
+        if op is not None:
+            pending.extend(op.operands)
+    return False
+
+
+def _check_pair_shares_b(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
+                         cluster: int) -> None:
+    """The blocks of a cluster take consecutive tiles along the grid's first axis but the
+    batch's (backend/grid.py folds it into CUDA's x as the M tiles), and multicast one B
+    tile to all of them: B's tile must not move along that axis. A grid written
+    ``for n, m in grid(...)`` pairs N tiles, whose B tiles differ."""
+    batch = grid.attrs.get("batch_axis")
+    paired = next(axis for axis in range(len(grid.results)) if axis != batch)
+    axis_value = grid.results[paired]
+    for copy, role in zip(copies, roles):
+        if role == SHARED_BY_CLUSTER and any(_depends_on(v, axis_value) for v in copy.operands):
+            name = axis_value.hint or f"axis {paired}"
+            raise located(TileConfigError, f"cluster={cluster} pairs the blocks of "
+                          f"consecutive tiles along grid axis {paired} ({name}), which share "
+                          f"one {SHARED_BY_CLUSTER} tile; this {SHARED_BY_CLUSTER} tile moves "
+                          "along that axis", copy.loc, kernel.source_lines,
+                          "number the M tiles by the grid's first axis, the batch's "
+                          "aside (for m, n in grid(...), for b, m, n in grid(...)), or "
+                          "compile without cluster")
+
+
 def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
     """A persistent kernel's batch ``views`` (``tensor.batch``, right after the grid among
     the kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and
@@ -237,19 +286,22 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       f"{stages * stage_bytes}", dot.loc, kernel.source_lines,
                       "use fewer stages, a smaller tile, or blocks_per_sm=1")
 
-    batched = [c for c in copies if defining_op(c.operands[0]) is not None
-               and defining_op(c.operands[0]).name == "tensor.batch"]
     # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
     # made per tile (_views_per_tile).
     batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
                    if op.name == "tensor.batch"]
-    if options.cluster > 1 and (batched or batch_views and options.persistent):
-        # A cluster pairs M tiles of one 2-D grid; the pair would also have to agree on the
-        # batch of the B tile it multicasts.
-        raise located(TileConfigError, f"cluster={options.cluster} does not take batched "
-                      "programs (3-D tensors indexed by a batch's program id)",
-                      (batched or batch_views)[0].loc, kernel.source_lines,
-                      "compile without cluster (persistent=True takes them)")
+    grid = next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+    if options.cluster > 1 and (grid is None or not grid.attrs.get("raster_group")):
+        # A cluster pairs M tiles where the grid folds its (M, N) tiles into CUDA's x
+        # (backend/grid.py): a 2-D grid, or a batched one whose batch views all take one
+        # axis (tiling's batch_axis). The blocks of a pair then share their batch too.
+        raise located(TileConfigError, f"cluster={options.cluster} pairs M tiles of a grid "
+                      "whose (M, N) tiles fold into CUDA's x: a 2-D grid, or a 3-D one whose "
+                      "other axis is the batch index of every batched tensor; this grid is "
+                      "neither", (grid or loop).loc, kernel.source_lines,
+                      "compile without cluster")
+    if options.cluster > 1:
+        _check_pair_shares_b(kernel, grid, copies, roles, options.cluster)
 
     # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
     # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.

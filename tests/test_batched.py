@@ -3,7 +3,8 @@
 in the interpreter and the lowered IR of the sm_80 and sm_90a paths in the executor against a
 float64 numpy reference at ragged per-batch sizes and with a batch stride of 0, the whole-
 tensor reference, launch binding, the grid, 3-D TMA tensor maps, persistent blocks over
-batches x tiles, explain, the refusals (cluster, split-K) and ptxas on every target."""
+batches x tiles, clusters pairing M tiles within each batch, explain, the refusals (split-K, a
+cluster on a grid without a batch axis) and ptxas on every target."""
 from __future__ import annotations
 
 import re
@@ -312,28 +313,31 @@ def test_a_2d_program_keeps_2d_maps():
 
 # -- what batched programs refuse ---------------------------------------------------------------
 
-@pytest.mark.parametrize("options, message", [
-    (dict(HOPPER, BN=256, cluster=2), "cluster=2 does not take batched programs"),
-    (dict(arch="sm_80", split_k=2), "split_k adds a grid axis; a 3-D grid has none left"),
-])
-def test_schedules_that_do_not_walk_batches_are_refused_with_a_caret(options, message):
+def test_split_k_is_refused_with_a_caret():
     with pytest.raises(TileError) as info:
-        bmm().compile(**options)
-    assert message in info.value.message, str(info.value)
+        bmm().compile(arch="sm_80", split_k=2)
+    assert "split_k adds a grid axis; a 3-D grid has none left" in info.value.message
     assert info.value.loc is not None and info.value.loc.line in (9, 12), str(info.value)
     assert "^" in str(info.value)
+
+
+def test_a_cluster_refuses_a_3d_grid_without_a_batch_axis():
+    """A 3-D grid no batch view indexes does not fold its (M, N) tiles into CUDA's x, so
+    the blocks of a cluster could not be paired along M: refused at the grid."""
+    text = (TEXT.replace("f16[Bt, M, K]", "f16[M, K]").replace("f16[Bt, K, N]", "f16[K, N]")
+            .replace("f32[Bt, M, N]", "f32[M, N]").replace("grid(Bt,", "grid(2,")
+            .replace("A[b, m * BM", "A[m * BM").replace("B[b, k", "B[k")
+            .replace("C[b, m * BM", "C[m * BM"))
+    bmm(text).compile(**HOPPER)  # without a cluster it compiles
+    with pytest.raises(TileError) as info:
+        bmm(text).compile(**dict(HOPPER, cluster=2))
+    assert "cluster=2 pairs M tiles of a grid whose (M, N) tiles fold" in info.value.message
+    assert_caret_at(info.value, 9, "for b, m, n in grid(2,")
 
 
 # -- persistent blocks over batches x tiles ------------------------------------------------------
 
 PERSISTENT = dict(HOPPER, persistent=True)
-
-
-def test_cluster_refusal_points_at_persistent_blocks():
-    with pytest.raises(TileError) as info:
-        bmm().compile(**dict(PERSISTENT, BN=256, cluster=2))
-    assert "cluster=2 does not take batched programs" in info.value.message
-    assert "persistent=True takes them" in str(info.value)
 
 
 def test_a_persistent_batched_kernel_takes_its_views_per_tile():
@@ -374,8 +378,8 @@ def test_the_persistent_batched_kernel_matches_float64(out, shared):
 
 def test_a_persistent_kernel_storing_a_batch_of_one_product():
     """Only C is batched (every batch stores A @ B): the producer reads 2-D maps and needs
-    no view; C's view still goes per tile. A cluster refuses it when persistent (its pairs
-    of M tiles do not walk batches)."""
+    no view; C's view still goes per tile; in a cluster too (the pair's B is the one
+    matrix)."""
     text = (TEXT.replace("A: f16[Bt, M, K]", "A: f16[M, K]")
             .replace("B: f16[Bt, K, N]", "B: f16[K, N]")
             .replace("A[b, m * BM", "A[m * BM").replace("B[b, k", "B[k"))
@@ -389,8 +393,11 @@ def test_a_persistent_kernel_storing_a_batch_of_one_product():
     c = np.full((3, 130, 72), np.nan, dtype=np.float32)
     run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
     assert rel_error(c, np.broadcast_to(float64_bmm(a, b), c.shape)) < 1e-6
-    with pytest.raises(TileError, match="cluster=2 does not take batched programs"):
-        bmm(text).compile(**dict(PERSISTENT, cluster=2))
+    clustered = bmm(text).compile(**dict(PERSISTENT, cluster=2))
+    c = np.full((3, 130, 72), np.nan, dtype=np.float32)
+    run_kernel(clustered.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, np.broadcast_to(float64_bmm(a, b), c.shape)) < 1e-6
+    assert ".2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast" in clustered.ptx
 
 
 def test_misaligned_c_rows_of_a_persistent_batched_kernel():
@@ -424,6 +431,88 @@ def test_the_persistent_tile_loop_numbers_batches_x_tiles():
     kernel = compiled.kernel
     assert launch_grid([32, 8, 8], kernel, 132) == (132, 1, 1)
     assert launch_grid([2, 3, 5], kernel, 132) == (30, 1, 1)
+
+
+# -- clusters: pairs of M tiles within each batch ------------------------------------------------
+
+CLUSTER = dict(HOPPER, cluster=2)
+
+def test_a_cluster_takes_the_batch_axis_anywhere_but_refuses_pairing_n_tiles():
+    """The pair takes the first axis but the batch's: grid(M tiles, Bt, N tiles) pairs M
+    tiles; grid(Bt, N tiles, M tiles) would pair N tiles sharing one B tile: refused at
+    B's slice."""
+    moved = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
+                         "for m, b, n in grid(cdiv(M, BM), Bt, cdiv(N, BN)):")
+    a, b, c = operands(3, 300, 200, 80)
+    run_kernel(bmm(moved).compile(**CLUSTER, persistent=True).kernel,
+               {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, b)) < 1e-6
+    swapped = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
+                           "for b, n, m in grid(Bt, cdiv(N, BN), cdiv(M, BM)):")
+    with pytest.raises(TileError) as info:
+        bmm(swapped).compile(**CLUSTER)
+    assert "along grid axis 1 (n)" in info.value.message
+    assert_caret_at(info.value, 12, "B[b, k : +BK")
+
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("out", ["f32", "f16"])
+@pytest.mark.parametrize("shared", ["", "A", "B"])
+def test_batched_clusters_match_float64(persistent, out, shared):
+    """cluster=2 on a batched program: 300 rows are 3 M tiles a batch (the last pair's
+    second block past M), ragged N and K, one operand with a batch stride of 0; the
+    executor against float64 and the mbarrier checker on the cluster's ring."""
+    from tilec.analysis.hazards import check_schedule
+    a, b, c = operands(3, 300, 200, 80, shared=shared)
+    c = c.astype(np.float16) if out == "f16" else c
+    compiled = bmm(retyped("f16", out)).compile(**CLUSTER, persistent=persistent)
+    roles = compiled.kernel.schedule.roles
+    assert (roles.cluster, roles.persistent, roles.batches) == (2, persistent, persistent)
+    check_schedule(compiled.kernel)
+    run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, b)) < (2e-3 if out == "f16" else 1e-6)
+
+
+def test_a_batched_cluster_masks_the_stores_of_the_block_past_m():
+    """5 M tiles a batch of a launch specialised on M = 640: the pair's block past M stores
+    under its M mask, not into the next batch's first rows."""
+    compiled = bmm().compile(**CLUSTER, M=640, N=1024, K=1024, Bt=5)
+    (store,) = [op for op in compiled.kernel.walk() if op.name == "tile.store"]
+    assert store.attrs["masked"][0]
+    plain = bmm().compile(**HOPPER, M=640, N=1024, K=1024, Bt=5).kernel
+    assert not next(op for op in plain.walk() if op.name == "tile.store").attrs["masked"][0]
+
+
+def test_a_batched_cluster_pairs_m_tiles_within_each_batch():
+    """The launch: pairs of M tiles a batch (3 M tiles are 2 pairs), whole clusters;
+    persistent, at most a cluster a pair of all batches' (the batch is axis 0 of the
+    sizes, not M); one tile a block, the pairs on x and the batch on y. B goes through 3-D
+    maps, multicast, half a box's rows a block."""
+    from tilec.families.tma import tensor_map_box
+    from tilec.launch.binding import launch_cluster
+    wide = dict(CLUSTER, BN=256)
+    persistent = bmm().compile(**wide, persistent=True).kernel
+    one_tile = bmm().compile(**wide).kernel
+    assert launch_cluster(persistent) == launch_cluster(one_tile) == (2, 1, 1)
+    assert launch_grid([3, 3, 2], persistent, 132) == (2 * 3 * 2 * 2, 1, 1)
+    assert launch_grid([32, 8, 4], persistent, 132) == (132, 1, 1)
+    assert launch_grid([32, 8, 4], persistent, 131) == (130, 1, 1)
+    assert launch_grid([3, 3, 2], one_tile) == (4 * 2, 3, 1)
+    assert tensor_map_box(persistent, "B") == (64, 32, 128)
+    ptx = bmm().ptx(**wide, persistent=True)
+    multicasts = [line for line in ptx.splitlines() if ".multicast::cluster" in line]
+    assert len(multicasts) == 4 and all(".3d." in line for line in multicasts)
+
+
+def test_explain_says_a_cluster_pairs_m_tiles_within_each_batch():
+    from tilec.tools.explain import explain, render_explanation
+    text = render_explanation(explain(bmm().compile(**CLUSTER, persistent=True,
+                                                    raster_group=16), ptxas=False))
+    line = next(line for line in text.splitlines()
+                if line.strip().startswith("cluster tiles"))
+    assert "8 a group (16 rows of tiles, the raster group)" in line
+    assert "a batch's M tiles pair within it" in line and "persistent" in line
 
 
 def test_explain_says_the_persistent_blocks_walk_the_batches():

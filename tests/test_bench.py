@@ -916,23 +916,26 @@ def test_the_f16_output_sample_converts_the_accumulator():
 
 def test_batched_rows_run_persistent_blocks_and_compile_for_sm_90a():
     """The batched rows' tuned tiles on sm_90a: persistent blocks over batches x tiles where
-    there are more tiles than a wave (both default rows), never clusters (they refuse
-    batched programs); they compile to wgmma with TMA for bmm.py, the autotuner trying one
-    tile a block and persistent blocks."""
+    there are more tiles than a wave (both default rows); they compile to wgmma with TMA
+    for bmm.py, the autotuner trying one tile a block and persistent blocks, alone or in
+    clusters of two (pairs of M tiles within each batch), and so does a cluster of the
+    tuned tile."""
     from tilec.benchmarking.contenders import sample_kernel
     for size in bench.DEFAULT_BATCHED_SIZES:
         case = Case(*size[1:], "f16", batch=size[0])
         config = contenders.tuned_config(case, "sm_90a")
-        assert config.get("persistent") is True and "cluster" not in config, config
+        assert config.get("persistent") is True, config
         space = bench.autotune_space(case, {}, "sm_90a")
         schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space}
-        assert schedules == {(False, 1), (True, 1)}
+        assert schedules == {(False, 1), (True, 1), (False, 2), (True, 2)}
         kernel = sample_kernel("f16", "f16", batched=True)
-        compiled = kernel.compile(arch="sm_90a", Bt=size[0], M=size[1], N=size[2], K=size[3],
-                                  **config)
-        assert compiled.kernel.schedule.tiling.kind == "wgmma", (size, config)
-        assert compiled.kernel.schedule.roles.batches
-        assert "cp.async.bulk.tensor.3d" in compiled.ptx
+        for cluster in (1, 2):
+            compiled = kernel.compile(arch="sm_90a", Bt=size[0], M=size[1], N=size[2],
+                                      K=size[3], **config, cluster=cluster)
+            assert compiled.kernel.schedule.tiling.kind == "wgmma", (size, config)
+            assert compiled.kernel.schedule.roles.batches
+            assert compiled.kernel.schedule.roles.cluster == cluster
+            assert "cp.async.bulk.tensor.3d" in compiled.ptx
 
 
 def test_batched_rows_of_a_wave_or_less_take_one_tile_a_block():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tilec.analysis.hazards import HazardError, check_schedule
+from tilec.backend.grid import cluster_group
 from tilec.errors import TileConfigError
 from tilec.families.tma import ALLOC, ARRIVE, CLUSTER_SYNC, LOAD, WAIT, tensor_map_box
 from tilec.launch.binding import launch_cluster, launch_grid
@@ -18,7 +19,7 @@ from tilec.options import Options
 from tilec.pipeline import run_pipeline
 
 from .test_hopper import SHAPE, _reference, random_inputs, relative_error, run_lowered
-from .test_ptxas import load_sample
+from .test_ptxas import SAMPLES, load_sample
 
 TILE = dict(BM=128, BN=256, BK=64)
 
@@ -117,6 +118,47 @@ def test_a_persistent_pair_walks_pairs_of_m_tiles():
     assert ptx.count("%ctaid.x;") == ptx.count("%nctaid.x;") == 2
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_the_raster_group_counts_rows_of_tiles_not_pairs(persistent):
+    """Grouped order over pairs of M tiles: raster_group=16 groups 8 pairs (16 rows of
+    tiles, as without a cluster), not 16 pairs (32 rows: 13% more DRAM traffic at 4096^3)."""
+    assert [cluster_group(g, 2) for g in (1, 2, 3, 8, 16)] == [1, 1, 2, 4, 8]
+    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2,
+                                           persistent=persistent, raster_group=16, **TILE)
+    # grouped_coords: the tiles a group (gn x group), then the group's first row (x group).
+    group_factors = re.findall(r"mul\.lo\.s32 %r\d+, %r\d+, (\d+);", ptx)
+    roles = 2 if persistent else 1
+    assert group_factors.count("8") == 2 * roles and "16" not in group_factors
+
+
+def test_explain_says_how_the_cluster_walks_the_tiles():
+    from tilec.tools.explain import explain, render_explanation
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=3, cluster=2,
+                                                    raster_group=8, **TILE)
+    text = render_explanation(explain(compiled, ptxas=False))
+    line = next(line for line in text.splitlines()
+                if line.strip().startswith("cluster tiles"))
+    assert "block r of cluster p takes M tile 2p + r" in line
+    assert "4 a group (8 rows of tiles" in line
+    assert "batch" not in line and "persistent" not in line
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_a_pair_half_past_m_keeps_the_m_mask_of_its_stores(persistent):
+    """640 rows are 5 tiles of 128: the launch rounds them up to 3 pairs, so M divisible by
+    BM no longer proves the stores in bounds; the sixth block's f32 stores need their M
+    mask (without it they wrote past M: into the next batch, in a batched program). 768
+    rows (3 whole pairs) and N keep no mask; without a cluster, 640 keeps none either."""
+    def masks(cluster, m):
+        kernel = load_sample("matmul", "f16").compile(
+            arch="sm_90a", stages=3, cluster=cluster, persistent=persistent, M=m, N=1024,
+            K=512, **TILE).kernel
+        (store,) = [op for op in kernel.walk() if op.name == "tile.store"]
+        return store.attrs["masked"]
+    assert masks(2, 640) == [True, False]
+    assert masks(2, 768) == masks(1, 640) == [False, False]
+
+
 def test_an_empty_barrier_counting_one_block_is_caught():
     """Counting only this block's consumers, a stage looks free before every consumer has
     read it: the checker reports the refill racing the read."""
@@ -125,6 +167,24 @@ def test_an_empty_barrier_counting_one_block_is_caught():
     empty.attrs["count"] = 2
     with pytest.raises(HazardError, match="is refilled while consumer warpgroup"):
         check_schedule(kernel)
+
+
+def test_a_grid_pairing_n_tiles_is_refused_at_the_b_tile():
+    """``for n, m in grid(...)`` folds N tiles first: the pair would take two N tiles and
+    multicast one B tile to both. Refused where B is sliced, naming the axis."""
+    from tilec.errors import TileError
+    from tilec.kernel import load_file
+    source = SAMPLES / "matmul.py"
+    text = source.read_text(encoding="utf-8").replace(
+        "for m, n in grid(cdiv(M, BM), cdiv(N, BN)):",
+        "for n, m in grid(cdiv(N, BN), cdiv(M, BM)):")
+    swapped = load_file(source, text=text)["matmul"]
+    swapped.compile(arch="sm_90a", stages=3, **TILE)  # without a cluster it compiles
+    with pytest.raises(TileError) as info:
+        swapped.compile(arch="sm_90a", stages=3, cluster=2, **TILE)
+    assert "pairs the blocks of consecutive tiles along grid axis 0 (n)" in info.value.message
+    source_line, caret = str(info.value).split("\n")[1:3]
+    assert source_line[caret.index("^"):].startswith("B[k : +BK, n * BN : +BN]")
 
 
 def test_cluster_needs_the_warp_specialized_path():

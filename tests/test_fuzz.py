@@ -1,6 +1,7 @@
 """The fuzzer's CI slice (issue 12): a fixed seed, the known open bug classes left out by
 feature, and no new internal crash, hang, unlocated error, ptxas rejection or CPU mismatch.
 Plus checks that the fuzzer's own parts can tell right from wrong."""
+import dataclasses
 import random
 import shutil
 
@@ -130,15 +131,38 @@ def test_evaluate_batches_selects_and_applies_math():
 
 
 def test_generated_kernels_cover_the_new_parts():
-    rng = random.Random(3)
+    rng = random.Random(5)
     programs = [fuzz.generate_matmul(rng, i) for i in range(400)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
-            "compile_time_if", "pingpong", "warpgroup_rows_128"} <= features
+            "compile_time_if", "pingpong", "warpgroup_rows_128", "cluster",
+            "cluster_batched"} <= features
     assert any("misaligned_copy_words" in p.features for p in programs)
     assert any("misaligned_store_rows" in p.features for p in programs)
     fp8 = [p for p in programs if "fp8_operand" in p.features]
     assert fp8 and all(p.archs == ("sm_90", "sm_90a") for p in fp8)
+
+
+def test_batched_clusters_generated_compile_and_assemble():
+    """The generator's batched programs in clusters of two (one tile a block and
+    persistent, the schedules it draws: HOPPER_SCHEDULES) compile for every target,
+    sm_90a with the cluster, and ptxas assembles them: the first generated batched
+    program given a schedule (so on the wgmma path) that compiles without it, under both
+    cluster schedules."""
+    clusters = [s for s in fuzz.HOPPER_SCHEDULES if s.get("cluster")]
+    assert {s.get("persistent", False) for s in clusters} == {False, True}
+    rng = random.Random(5)
+    wgmma = (p for p in (fuzz.generate_matmul(rng, i) for i in range(400))
+             if p.batched and p.hopper_options and "int8" not in p.features)
+    program = next(p for p in wgmma
+                   if fuzz.run_program(dataclasses.replace(p, hopper_options={})).outcome
+                   == "compiled")
+    for schedule in clusters:
+        clustered = dataclasses.replace(program, hopper_options=dict(schedule),
+                                        check_ptxas=shutil.which("ptxas") is not None)
+        result = fuzz.run_program(clustered)
+        assert result.outcome == "compiled", result.detail
+        assert not result.ptxas, result.ptxas
 
 
 def test_a_schedule_error_is_a_failure_not_a_clean_error(monkeypatch):

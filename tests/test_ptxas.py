@@ -331,6 +331,11 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("bmm", dtype, "sm_90a", shapes, persistent=True, **tiles)
     for dtype in ("f16", "bf16") for tiles, shapes in zip(
         (dict(BM=128, BN=256, BK=64, stages=3), HOPPER_TILES[1]), (DIVISIBLE, RAGGED))] + [
+    # Batched clusters: pairs of M tiles within each batch, B multicast through 3-D maps,
+    # persistent (the tile loop over batches x pairs) and one tile a block.
+    case("bmm", dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, cluster=2, **more)
+    for dtype, shapes, more in (("f16", DIVISIBLE, {"persistent": True}),
+                                ("bf16", RAGGED, {"persistent": True}), ("f16", RAGGED, {}))] + [
     # Stream-K: the units' loop, the parts' stores and the owner's loads after the products'
     # final wait (before it, ptxas would serialize the wgmmas), batched too, and i32 parts.
     case(sample, dtype, "sm_90a", shapes, BM=128, BN=256, BK=64, stages=3, persistent=True,

@@ -3,7 +3,8 @@ against a float64 reference (torch.bmm in float64): the mma.sync path (sm_80 cod
 every GPU from sm_80 runs) and the wgmma + TMA path (sm_90a, compute capability 9.0 only),
 f16 and bf16 (and f32 on mma.sync), ragged M, N and K in every batch, one operand shared by
 every batch through a batch stride of 0 (torch's expand), 16-bit outputs (TMA stores on
-sm_90a), outputs poisoned with NaN. The sm_90a runs check that the kernel they ran loads with
+sm_90a), clusters of two pairing M tiles within each batch (an odd number of them
+included), outputs poisoned with NaN. The sm_90a runs check that the kernel they ran loads with
 3-D TMA boxes, so a silent fallback to cp.async does not pass for the Hopper path."""
 from __future__ import annotations
 
@@ -305,6 +306,75 @@ def test_persistent_wgmma_16_bit_outputs_with_misaligned_rows(hopper, dtype):
     check(function, a, b, c, 2 * TOLERANCE[dtype], **options)
     assert_row_store_epilogue(function, a, b, c, **options)
     assert_persistent_over_batches(function, a, b, c, **options)
+
+
+# -- clusters of two blocks: pairs of M tiles within each batch ---------------------------------
+
+def assert_batched_cluster(function, a, b, c, persistent, **options) -> None:
+    compiled = function.prepare(a, b, c, persistent=persistent, **options).compiled
+    roles = compiled.kernel.schedule.roles
+    assert roles.cluster == 2 and roles.persistent == persistent, roles
+    multicasts = [line for line in compiled.ptx.splitlines() if ".multicast::cluster" in line]
+    assert multicasts and all(".3d." in line for line in multicasts)
+
+
+# An odd number of M tiles a batch (300 rows: 3 of 128; 640: 5), the last pair's second
+# block past M in every batch; an even one with ragged edges and more pairs than an H100
+# has clusters (8 x 4 x 4 = 128 of 128x256); ragged N, K past the batch's own K rows.
+CLUSTER_SHAPES = [(3, 300, 264, 64), (5, 640, 1000, 1024), (8, 1000, 1024, 80)]
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("tiles", HOPPER_TILES, ids=["128x256x64", "128x128x64"])
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("out", ["f32", "c16"])
+def test_clusters_pair_m_tiles_within_each_batch(hopper, out, shape, tiles, dtype, persistent):
+    """cluster=2 on a batched program: the pair multicasts one batch's B tile; f32 C
+    (direct stores) and 16-bit C (TMA stores)."""
+    out = dtype if out == "c16" else out
+    function = bmm(dtype, out)
+    a, b, c = operands(*shape, dtype, out=out)
+    options = dict(arch="sm_90a", cluster=2, **tiles)
+    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
+    assert_batched_cluster(function, a, b, c, persistent, **options)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["A", "B"])
+def test_clusters_with_a_batch_stride_of_0(hopper, shared, dtype, persistent):
+    """The expanded operand (torch's expand) in clusters: B's one matrix multicast, or A's
+    one matrix read by every batch; 5 M tiles a batch."""
+    function = bmm(dtype, dtype)
+    a, b, c = operands(6, 640, 1024, 80, dtype, shared=shared, out=dtype)
+    options = dict(arch="sm_90a", cluster=2, **HOPPER_TILES[0])
+    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
+    assert_batched_cluster(function, a, b, c, persistent, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_persistent_clusters_with_misaligned_output_rows(hopper, dtype):
+    """N odd: the row-store epilogue of each tile in a cluster, into its batch; 1000 rows
+    are 8 M tiles of 128, the last one ragged."""
+    function = bmm(dtype, dtype)
+    a, b, c = operands(8, 1000, 1003, 128, dtype, out=dtype)
+    options = dict(arch="sm_90a", cluster=2, **HOPPER_TILES[1])
+    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=True, **options)
+    assert_row_store_epilogue(function, a, b, c, persistent=True, **options)
+    assert_batched_cluster(function, a, b, c, True, **options)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_batched_bench_row_in_clusters_matches_float64(hopper, dtype):
+    """The bench's 32x1024x1024x1024 row, its tuned configuration with cluster=2."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import tuned_config
+    config = dict(tuned_config(Case(1024, 1024, 1024, dtype, batch=32), "sm_90a"), cluster=2)
+    a, b, c = operands(32, 1024, 1024, 1024, dtype, out=dtype)
+    check(bmm(dtype, dtype), a, b, c, 2 * TOLERANCE[dtype], **config)
+    persistent = config.pop("persistent", False)
+    assert_batched_cluster(bmm(dtype, dtype), a, b, c, persistent, **config)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -346,6 +346,18 @@ def test_persistent_clusters_walk_pairs_of_tiles(shape, name, dtype):
                   BM=128, BN=256, BK=64)
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("raster_group", [1, 3, 16])
+@pytest.mark.parametrize("shape", [(4224, 2048, 256), (1000, 1003, 77)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cluster_raster_groups_count_rows_of_tiles(shape, raster_group, persistent):
+    """A cluster's grouped order takes cdiv(raster_group, 2) pairs a group (one pair for 1,
+    two for 3, eight for 16), with 33 and 8 M tiles (a ragged last group, a pair half past
+    M): every tile still computed once."""
+    run_and_check("matmul", "f16", shape, stages=3, cluster=2, persistent=persistent,
+                  raster_group=raster_group, BM=128, BN=256, BK=64)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (300, 517, 33), (130, 1003, 128)],

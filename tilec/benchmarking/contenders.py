@@ -66,11 +66,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
-    pingpong consumers (the autotuner prunes what does not fit; batched rows try one tile a
-    block and persistent blocks:
-    clusters refuse them)."""
+    pingpong consumers (the autotuner prunes what does not fit; batched rows try the four
+    schedules but pingpong, their clusters pairing M tiles within each batch)."""
     from tilec.tools.autotune import search_space
-    schedules = SM90A_SCHEDULES[:2] if case.batched else SM90A_SCHEDULES
+    schedules = SM90A_SCHEDULES
     if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
         # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
         from tilec.families.wgmma8 import FAMILY as WGMMA8
@@ -169,6 +168,10 @@ TUNED = {
     # step (one run, round robin, f16 / bf16 against cuBLAS): 4096^3 0.987 / 0.987 against
     # one tile a block 0.966 / 0.963, 8192^3 1.018 / 1.032 against 0.999 / 1.000; with
     # cluster=2 0.973 / 0.970, 1.012 / 1.028; raster group 8 0.986 / 0.984, 1.024 / 1.013.
+    # With a cluster's raster group counting rows of tiles (backend/grid.py cluster_group),
+    # two rounds against this config in the same run: 4096^3 0.992-0.991 / 0.991 against
+    # 0.994 / 0.993-0.992; 32x1024^3 0.958 / 0.950-0.951 against 0.966-0.967 / 0.956-0.958
+    # (8192^3 swung 5-8% between rounds). Not adopted (benchmarks/NOTES.md).
     # Batched 32x1024x1024x1024 f16 (H100, two rounds, us): 128x256x64 st3 119.5-121.3
     # (raster 1, 8 or 16 alike), 256x128x64 st3 129, 128x128x64 st4/st5/st6 135-139,
     # 64x128x64 st6 175, 128x256x64 st4 (direct stores: no room to stage) 210; cuBLAS
@@ -268,10 +271,6 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
-    if case.batched:
-        # Persistent blocks walk batches x tiles; clusters do not walk a batch axis.
-        return {knob: value for knob, value in _tuned(case, arch, family, problem).items()
-                if knob != "cluster"}
     return _tuned(case, arch, family, problem)
 
 

@@ -218,16 +218,19 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     into one (grouped rasterization) and whether split-K added a slice axis after them. A
     persistent kernel gets one block per SM (``multiprocessors``: the device's), times its
     blocks per SM, at most one a tile (a cluster's: whole clusters, at most one a pair of
-    M tiles)."""
+    M tiles, pairs of a batched grid's M tiles within each batch)."""
     roles = compiled_kernel.schedule.roles
     if roles is not None and roles.persistent:
         if multiprocessors is None:
             raise ValueError("a persistent kernel's grid needs the device's multiprocessor "
                              "count")
-        # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop): whole
-        # clusters, at most one a pair of tiles.
+        # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop), a
+        # batched grid's within each batch: whole clusters, at most one a pair of tiles.
         cluster = roles.cluster
-        pairs = -(-sizes[0] // cluster) * math.prod(sizes[1:])
+        grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
+        m_axis = folded_axes(grid_op)[0]
+        pairs = -(-sizes[m_axis] // cluster) * math.prod(
+            size for axis, size in enumerate(sizes) if axis != m_axis)
         clusters = min(pairs, multiprocessors * roles.blocks_per_sm // cluster)
         return (clusters * cluster, 1, 1)
     grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")

@@ -218,6 +218,7 @@ class Explanation:
     # ones asked for misaligned_store = rows), in words.
     epilogue: str = ""
     cluster: int = 1  # blocks per thread-block cluster
+    cluster_walk: str = ""  # how a cluster's blocks walk the tiles, in words
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
@@ -272,10 +273,34 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         packing=None if packing is None else tuple(packing),
         epilogue=_epilogue_text(kernel.schedule.epilogue),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
+        cluster_walk=_cluster_walk(kernel),
         consumers=_consumers_text(kernel),
         declined=_wgmma_declined(plan, options),
         batch=_batch_text(kernel),
     )
+
+
+def _cluster_walk(kernel: Kernel) -> str:
+    """How the blocks of a cluster take their tiles (backend/grid.py, backend.ptx's tile
+    loop), in words; "" without a cluster."""
+    from tilec.backend.grid import cluster_group
+    roles = kernel.schedule.roles
+    if roles is None or roles.cluster == 1:
+        return ""
+    grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
+    group = grid.attrs.get("raster_group") or 1
+    pairs = cluster_group(group, roles.cluster)
+    text = (f"block r of cluster p takes M tile {roles.cluster}p + r of the cluster's N "
+            f"column; clusters in grouped order, {pairs} a group ({group} rows of tiles, the "
+            "raster group)")
+    if roles.persistent:
+        text += ("; persistent: both blocks walk the same clusters' tiles and ring "
+                 "iterations")
+    if grid.attrs.get("batch_axis") is not None:
+        text += ("; a batch's M tiles pair within it (its B tile is one batch's): an odd "
+                 "count leaves the last cluster's second block past M in every batch, "
+                 "loading its half of B for its peer and storing nothing")
+    return text
 
 
 def _batch_text(kernel: Kernel) -> str:
@@ -913,6 +938,7 @@ def render_explanation(e: Explanation) -> str:
     if e.cluster > 1:
         lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
                      "cuLaunchKernelEx): they share each B stage, which TMA multicasts")
+        lines.append(f"  cluster tiles     {e.cluster_walk}")
     if e.consumers:
         lines.append(f"  consumers         {e.consumers}")
     if e.epilogue:

@@ -11,7 +11,8 @@ Programs come from two generators, both driven by one seeded ``random.Random``:
   functions and ``where`` over comparisons joined by and / or / not; a compile-time
   ``if ACT == 1:``) and random options (stages 1-4, warps, swizzle, split-K, f32_math,
   misaligned_copy, misaligned_store, backend="llvm"; on sm_90a, where wgmma takes the tile, a
-  persistent block, pingpong consumers, a cluster of two or two blocks an SM). The generator
+  persistent block, pingpong consumers, a cluster of two (persistent or not, batched too) or
+  two blocks an SM). The generator
   keeps the epilogue as a tree, so it can evaluate the program itself (:func:`evaluate`,
   float64, i32 sums exact in int64), independently of tilec's own reference; fp8 inputs are
   decoded with tilec's fp8 tables, the only part it shares.
@@ -57,7 +58,8 @@ SAMPLES_DIR = Path(__file__).resolve().parents[2] / "samples"
 ARCHS = ("sm_80", "sm_86", "sm_90", "sm_90a")
 # The sm_90a schedule knobs, tried on the warp-specialized path only (other targets take
 # none of them); a program gets one of these beside its other options.
-HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2}, {"blocks_per_sm": 2})
+HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2},
+                    {"persistent": True, "cluster": 2}, {"blocks_per_sm": 2})
 OUTCOMES = ("compiled", "clean error", "config error", "unlocated error", "schedule error",
             "internal crash", "hang")
 # A schedule error is the compiler's own check (tilec/analysis/hazards.py) refusing the
@@ -514,6 +516,9 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
             features.add("pingpong")
         if hopper.get("persistent") and batched:
             features.add("persistent_batched")
+        if hopper.get("cluster"):
+            # A batched one pairs M tiles within each batch.
+            features.add("cluster_batched" if batched else "cluster")
         if options["stages"] == 1:
             features.add("wgmma_one_stage")
     fp8 = any(dtypes[k] in FP8 for k in ("A", "B"))
