@@ -131,7 +131,7 @@ def test_evaluate_batches_selects_and_applies_math():
 
 
 def test_generated_kernels_cover_the_new_parts():
-    rng = random.Random(5)
+    rng = random.Random(7)
     programs = [fuzz.generate_matmul(rng, i) for i in range(400)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
