@@ -142,10 +142,14 @@ class Builder:
             return None
         return self.assign(ret, text)
 
-    def asm(self, text: str, constraints: str, ret: str, args: Sequence[Val]) -> Optional[Val]:
-        """Inline PTX, for an instruction with no NVVM intrinsic."""
-        call = (f"call {ret} asm sideeffect \"{text}\", \"{constraints}\""
-                f"({', '.join(str(a) for a in args)})")
+    def asm(self, text: str, constraints: str, ret: str, args: Sequence[Val],
+            pure: bool = False) -> Optional[Val]:
+        """Inline PTX, for an instruction with no NVVM intrinsic. ``pure``: a function of
+        its operands alone (no side effect, no memory), which LLVM may hoist, sink or merge."""
+        effect = "" if pure else "sideeffect "
+        attrs = " memory(none) nounwind" if pure else ""
+        call = (f"call {ret} asm {effect}\"{text}\", \"{constraints}\""
+                f"({', '.join(str(a) for a in args)}){attrs}")
         if ret == "void":
             self._line(call)
             return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from tilec.ir.core import Kernel, Value
+from tilec.ir.core import Kernel, Value, defining_op
 from tilec.options import Options
 from tilec.target.layout import Swizzle
 from tilec.target.smem import place
@@ -96,6 +96,8 @@ class LlvmContext(ValueTable):
         # (tilec.backend.llvm.emit_body): the registers of distributed tiles emitted now.
         self.active: Optional[range] = None
         self.workspace: dict[str, Val] = {}
+        # The induction variables of the scf.for bodies being emitted, innermost last.
+        self.loop_ivs: list[Value] = []
         # Set by render_ir: the op table, how a region's ops are emitted, and the !dbg
         # attachment of an op's DSL line (its DILocation's metadata number per line, col).
         self.table: dict = {}
@@ -159,6 +161,20 @@ class LlvmContext(ValueTable):
         mask = ((1 << swizzle.bits) - 1) << (swizzle.base + swizzle.shift)
         moved = self.int_op("shr.u32", self.int_op("and.b32", offset, mask), swizzle.shift)
         return self.int_op("xor.b32", offset, moved)
+
+    def varies_in_loop(self, value: Value) -> bool:
+        """Whether ``value`` (tile IR) is computed from the induction variable of a loop
+        being emitted: it changes from one iteration to the next."""
+        ivs, seen, todo = set(map(id, self.loop_ivs)), set(), [value]
+        while todo:
+            current = todo.pop()
+            if id(current) in ivs:
+                return True
+            op = defining_op(current)
+            if op is not None and id(op) not in seen:
+                seen.add(id(op))
+                todo.extend(op.operands)
+        return False
 
     def wide(self, a: Val, b: Operand) -> Val:
         """``a * b`` as i64 from i32 operands (PTX's mul.wide.s32)."""
