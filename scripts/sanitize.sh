@@ -106,6 +106,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
             --persistent) options+=("$1"); shift ;;
             --cluster) options+=("$1" "$2"); shift 2 ;;
             --consumers) options+=("$1" "$2"); shift 2 ;;
+            --warpgroup-rows) options+=("$1" "$2"); shift 2 ;;
             *) consts+=("$1"); shift ;;
         esac
     done
@@ -166,6 +167,17 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" bmm f16 "Bt=3,$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent
         hopper "$tool" int8_gemm f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=128 --stages 3
+    done
+    # Consumer warpgroups of 128 rows (two m64 wgmmas a k step): the 256x128 cooperative tile
+    # and 128x128 pingpong; batched blocks in clusters of two (Bt=3, 300 rows: an odd count
+    # of M tiles per batch, the last pair's second block past M).
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=256 BN=128 BK=64 --stages 3 \
+            --persistent --warpgroup-rows 128
+        hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=64 --stages 4 \
+            --persistent --consumers pingpong --warpgroup-rows 128
+        hopper "$tool" bmm f16 "Bt=3,$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
+            --persistent --cluster 2
     done
 else
     echo "sanitize: compute capability '${cc:-unknown}' is not 9.0; the sm_90a runs are skipped"
