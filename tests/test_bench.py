@@ -856,16 +856,29 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     assert {c["raster_group"] for c in space} == {8, 16}
     # Each tile under the four schedules: one tile a block or persistent, alone or in pairs.
     schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space
-                 if "consumers" not in c}
+                 if "consumers" not in c and "warpgroup_rows" not in c}
     assert schedules == {(False, 1), (True, 1), (False, 2), (True, 2)}
     # And pingpong consumers on the 64-row tiles (a warpgroup's tile each).
-    pingpong = [c for c in space if c.get("consumers") == "pingpong"]
+    pingpong = [c for c in space if c.get("consumers") == "pingpong"
+                and "warpgroup_rows" not in c]
     assert pingpong and {c["BM"] for c in pingpong} == {64}
     assert all(c["persistent"] for c in pingpong)
+    # Consumer warpgroups of 128 rows: 256x128 under the four schedules, 128x128 pingpong.
+    deep = [c for c in space if c.get("warpgroup_rows") == 128]
+    assert {(c["BM"], c["BN"], c.get("consumers")) for c in deep} == \
+        {(256, 128, None), (128, 128, "pingpong")}
+    assert {(c.get("persistent", False), c.get("cluster", 1)) for c in deep
+            if c["BM"] == 256} == {(False, 1), (True, 1), (False, 2), (True, 2)}
+    assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]),
+                                   Options(arch="sm_90a", warpgroup_rows=128)) is None
+               for c in deep)
     for config in space:
         Options(arch="sm_90a", **{k: v for k, v in config.items()
                                   if k in ("stages", "raster_group", "persistent", "cluster",
-                                           "consumers")})
+                                           "consumers", "warpgroup_rows")})
+    batched = bench.autotune_space(Case(1024, 1024, 1024, "f16", batch=32), {}, "sm_90a")
+    assert not any(c.get("consumers") == "pingpong" for c in batched)
+    assert any(c.get("warpgroup_rows") == 128 for c in batched)
     # Short M and f32 keep their spaces; so does every dtype on other targets.
     assert bench.autotune_space(Case(16, 8192, 8192, "f16"), {}, "sm_90a") == \
         bench.autotune_space(Case(16, 8192, 8192, "f16"), {})

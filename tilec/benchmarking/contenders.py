@@ -66,8 +66,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
-    pingpong consumers (the autotuner prunes what does not fit; batched rows try the four
-    schedules but pingpong, their clusters pairing M tiles within each batch)."""
+    pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
+    four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
+    rows try the four schedules but pingpong, their clusters pairing M tiles within each
+    batch)."""
     from tilec.tools.autotune import search_space
     schedules = SM90A_SCHEDULES
     if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
@@ -92,6 +94,17 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         if not case.batched:
             # Pingpong consumers take a warpgroup's tile each: the 64-row ones.
             space += [{**config, **PINGPONG} for config in tiles if config["BM"] == 64]
+        # Consumer warpgroups of 128 rows (two m64 wgmmas a k step, BN = 128 so their
+        # accumulators fit): cuBLAS's 256x128 cooperative tile under the four schedules,
+        # and CUTLASS's pingpong on 128x128 tiles.
+        rows = ROWS_128
+        deep = [config for config in tiles if config["BN"] == 128 and config["BM"] >= 128
+                and WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
+                                        Options(arch=arch, **rows)) is None]
+        space += [{**config, **schedule, **rows} for config in deep if config["BM"] == 256
+                  for schedule in schedules]
+        if not case.batched:
+            space += [{**config, **PINGPONG, **rows} for config in deep if config["BM"] == 128]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -234,6 +247,8 @@ SIXTEEN_BIT = ("f16", "bf16")
 SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2}, {"persistent": True, "cluster": 2})
 # And for 64-row tiles, pingpong consumers: two warpgroups a block, each on tiles of its own.
 PINGPONG = {"persistent": True, "consumers": "pingpong"}
+# And consumer warpgroups of 128 rows each (two m64 wgmmas a k step).
+ROWS_128 = {"warpgroup_rows": 128}
 C_DTYPES = ("inputs", "f32")
 # The product family (tilec.families.products) each bench dtype runs on.
 FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8",
