@@ -960,6 +960,28 @@ def test_batched_rows_of_a_wave_or_less_take_one_tile_a_block():
                                                        "sm_80")
 
 
+def test_batched_rows_of_whole_tiles_take_128x128_tiles_in_six_stages():
+    """32x1024x1024x1024 on sm_90a: the batched tile measured best (BATCHED_TILED); the
+    ragged batched row and the 2-D rows keep their own."""
+    assert contenders.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_90a") == \
+        dict(BM=128, BN=128, BK=64, stages=6, raster_group=16, persistent=True)
+    assert contenders.tuned_config(Case(4095, 4097, 128, "f16", batch=8), "sm_90a")["BN"] == 256
+    assert contenders.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["BN"] == 256
+    assert contenders.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_80") == \
+        contenders.TUNED["mma", "tiled"]  # mma.sync's own tile
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_batched_tile_assembles_cleanly_for_sm_90a(dtype, tmp_path):
+    from tests.test_ptxas import assert_assembles_for_sm_90a
+    config = contenders.tuned_config(Case(1024, 1024, 1024, dtype, batch=32), "sm_90a")
+    compiled = contenders.sample_kernel(dtype, dtype, batched=True).compile(
+        arch="sm_90a", Bt=32, M=1024, N=1024, K=1024, **config)
+    assert compiled.kernel.schedule.roles.persistent
+    assert_assembles_for_sm_90a(compiled.ptx, tmp_path, f"bmm_{dtype}")
+
+
 def test_the_batched_sample_kernel_matches_float64_on_the_cpu():
     from tilec.benchmarking.contenders import sample_kernel
     from tilec.cpu.interpreter import run_kernel
