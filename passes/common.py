@@ -113,11 +113,21 @@ def _bound(kernel: Kernel, dim) -> Optional[Value]:
         else None
 
 
+def batch_axis(kernel: Kernel, grid: Op) -> Optional[int]:
+    """The grid axis whose program id is every batch view's index (tensor.batch), if one."""
+    indices = {op.operands[1] for op in kernel.walk() if op.name == "tensor.batch"}
+    if len(indices) != 1:
+        return None
+    index = indices.pop()
+    return grid.results.index(index) if index in grid.results else None
+
+
 def paired_axis(kernel: Kernel, grid: Op) -> int:
-    """The grid axis a thread-block cluster pairs the tiles of: the first one no batch view
-    (``tensor.batch``) takes its index from (backend.abi.folded_axes' first)."""
-    batch = {op.operands[1] for op in kernel.walk() if op.name == "tensor.batch"}
-    return next((axis for axis, pid in enumerate(grid.results) if pid not in batch), 0)
+    """The grid axis a thread-block cluster pairs the tiles of: the first one but the batch
+    axis (backend.abi.folded_axes' first). A grid with batch views indexed otherwise has no
+    batch axis, and warp specialization refuses it a cluster."""
+    batch = batch_axis(kernel, grid)
+    return next(axis for axis in range(len(grid.results)) if axis != batch)
 
 
 def drop_dead(block: Block, ops: Optional[Mapping[str, OpDef]] = None) -> None:

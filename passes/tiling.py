@@ -55,7 +55,7 @@ from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
 from . import coverage
-from .common import constant, find_main_loop, tile_in_bounds
+from .common import batch_axis, constant, find_main_loop, tile_in_bounds
 
 NAME = "tiling"
 # Registers a thread needs beside accumulators and fragments (addresses, indices, masks);
@@ -124,15 +124,6 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     if source is None:
         raise ValueError("tensor value is neither a parameter nor a view of one")
     return source.name, source.transposed
-
-
-def _batch_axis(kernel: Kernel, grid: Op) -> Optional[int]:
-    """The grid axis whose program id is every batch view's index (tensor.batch), if one."""
-    indices = {op.operands[1] for op in kernel.walk() if op.name == "tensor.batch"}
-    if len(indices) != 1:
-        return None
-    index = indices.pop()
-    return grid.results.index(index) if index in grid.results else None
 
 
 def _choose_warps(bm: int, bn: int, family: ProductFamily,
@@ -381,7 +372,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         if op.name == "tile.grid" and len(op.operands) == 2:
             op.attrs["raster_group"] = options.raster_group
         elif op.name == "tile.grid" and len(op.operands) == 3:
-            batch = _batch_axis(kernel, op)
+            batch = batch_axis(kernel, op)
             if batch is not None:  # the other two axes fold as a 2-D grid's do
                 op.attrs.update(raster_group=options.raster_group, batch_axis=batch)
     kernel.schedule = kernel.schedule.with_(tiling=plan)

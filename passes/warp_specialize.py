@@ -114,7 +114,7 @@ from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.smem import BARRIER_BYTES
 
-from .common import clone_slice, constant
+from .common import clone_slice, constant, paired_axis
 
 COPY = "copy.global_to_shared"
 
@@ -210,8 +210,7 @@ def _check_pair_shares_b(kernel: Kernel, grid: Op, copies: list[Op], roles: list
     batch's (backend/grid.py folds it into CUDA's x as the M tiles), and multicast one B
     tile to all of them: B's tile must not move along that axis. A grid written
     ``for n, m in grid(...)`` pairs N tiles, whose B tiles differ."""
-    batch = grid.attrs.get("batch_axis")
-    paired = next(axis for axis in range(len(grid.results)) if axis != batch)
+    paired = paired_axis(kernel, grid)
     axis_value = grid.results[paired]
     for copy, role in zip(copies, roles):
         if role == SHARED_BY_CLUSTER and any(_depends_on(v, axis_value) for v in copy.operands):
