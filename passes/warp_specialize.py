@@ -107,8 +107,8 @@ from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
                                 tma_layout)
-from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, defining_op,
-                            replace_uses)
+from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, computed_from,
+                            defining_op, replace_uses)
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -187,23 +187,6 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
-def _depends_on(value: Value, target: Value) -> bool:
-    """Whether ``value`` is computed from ``target`` (through the ops defining it)."""
-    seen: set[int] = set()
-    pending = [value]
-    while pending:
-        current = pending.pop()
-        if current is target:
-            return True
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        op = defining_op(current)
-        if op is not None:
-            pending.extend(op.operands)
-    return False
-
-
 def _check_pair_shares_b(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
                          cluster: int) -> None:
     """The blocks of a cluster take consecutive tiles along the grid's first axis but the
@@ -213,7 +196,7 @@ def _check_pair_shares_b(kernel: Kernel, grid: Op, copies: list[Op], roles: list
     paired = paired_axis(kernel, grid)
     axis_value = grid.results[paired]
     for copy, role in zip(copies, roles):
-        if role == SHARED_BY_CLUSTER and any(_depends_on(v, axis_value) for v in copy.operands):
+        if role == SHARED_BY_CLUSTER and any(computed_from(v, [axis_value]) for v in copy.operands):
             name = axis_value.hint or f"axis {paired}"
             raise located(TileConfigError, f"cluster={cluster} pairs the blocks of "
                           f"consecutive tiles along grid axis {paired} ({name}), which share "

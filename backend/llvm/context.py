@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from tilec.ir.core import Kernel, Value, defining_op
+from tilec.ir.core import Kernel, Value, computed_from
 from tilec.options import Options
 from tilec.target.layout import Swizzle
 from tilec.target.smem import place
@@ -165,16 +165,7 @@ class LlvmContext(ValueTable):
     def varies_in_loop(self, value: Value) -> bool:
         """Whether ``value`` (tile IR) is computed from the induction variable of a loop
         being emitted: it changes from one iteration to the next."""
-        ivs, seen, todo = set(map(id, self.loop_ivs)), set(), [value]
-        while todo:
-            current = todo.pop()
-            if id(current) in ivs:
-                return True
-            op = defining_op(current)
-            if op is not None and id(op) not in seen:
-                seen.add(id(op))
-                todo.extend(op.operands)
-        return False
+        return computed_from(value, self.loop_ivs)
 
     def wide(self, a: Val, b: Operand) -> Val:
         """``a * b`` as i64 from i32 operands (PTX's mul.wide.s32)."""

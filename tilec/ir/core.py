@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from tilec.ir.schedule import Schedule
 from tilec.ir.types import Type
@@ -202,6 +202,23 @@ class Builder:
 
 def defining_op(value: Value) -> Optional[Op]:
     return value.owner if isinstance(value.owner, Op) else None
+
+
+def computed_from(value: Value, sources: Iterable[Value]) -> bool:
+    """Whether ``value`` is one of ``sources`` or computed from one (through the ops that
+    define it and their operands; block arguments end the walk)."""
+    wanted = {id(source) for source in sources}
+    seen: set[int] = set()
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if id(current) in wanted:
+            return True
+        op = defining_op(current)
+        if op is not None and id(op) not in seen:
+            seen.add(id(op))
+            pending.extend(op.operands)
+    return False
 
 
 def constant_value(value: Value) -> Optional[Any]:
