@@ -97,14 +97,14 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         # Consumer warpgroups of 128 rows (two m64 wgmmas a k step, BN = 128 so their
         # accumulators fit): cuBLAS's 256x128 cooperative tile under the four schedules,
         # and CUTLASS's pingpong on 128x128 tiles.
-        rows = ROWS_128
         deep = [config for config in tiles if config["BN"] == 128 and config["BM"] >= 128
                 and WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
-                                        Options(arch=arch, **rows)) is None]
-        space += [{**config, **schedule, **rows} for config in deep if config["BM"] == 256
+                                        Options(arch=arch, **ROWS_128)) is None]
+        space += [{**config, **schedule, **ROWS_128} for config in deep if config["BM"] == 256
                   for schedule in schedules]
         if not case.batched:
-            space += [{**config, **PINGPONG, **rows} for config in deep if config["BM"] == 128]
+            space += [{**config, **PINGPONG, **ROWS_128} for config in deep
+                      if config["BM"] == 128]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -292,10 +292,6 @@ def problem_class(case: Case) -> str:
 def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
     family, problem = FAMILY[case.dtype], problem_class(case)
-    return _tuned(case, arch, family, problem)
-
-
-def _tuned(case: Case, arch: Optional[str], family: str, problem: str) -> dict[str, Any]:
     if family in EIGHT_BIT_WGMMA and arch == "sm_90a" and problem != "short":
         family = "wgmma8"
     if family == "mma" and arch == "sm_90a":
