@@ -697,6 +697,64 @@ def test_a_failed_check_makes_the_command_exit_1(monkeypatch, tmp_path, capsys):
     assert "FAIL 32x24x16 f16 tilec" in capsys.readouterr().out
 
 
+# -- variants: more tilec columns in the same run ----------------------------------------------
+
+class NumpyVariant(bench.VariantTilecContender):
+    seen: list = []
+
+    def prepare(self, case, inputs, outputs):
+        NumpyVariant.seen.append((self.name, self.consts, self.options))
+        return NumpyTilec.prepare(self, case, inputs, outputs)
+
+
+def test_variants_are_columns_timed_in_the_same_run_with_their_own_flags(
+        monkeypatch, tmp_path, capsys):
+    fake_gpu(monkeypatch, NumpyArrays())
+    monkeypatch.setattr(bench, "VariantTilecContender", NumpyVariant)
+    NumpyVariant.seen = []
+    out_json = tmp_path / "out.json"
+    code = cli_main(["bench", "--sizes", "32x24x16", "--dtypes", "f16", "--stages", "3",
+                     "--variant", "st4=--stages 4 --persistent",
+                     "--variant", "noswz=--disable swizzle --const BM=64",
+                     "--json", str(out_json)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    # Each variant: the command line's settings, then its own flags over them.
+    assert NumpyVariant.seen == [
+        ("tilec[st4]", {}, {"stages": 4, "persistent": True}),
+        ("tilec[noswz]", {"BM": 64}, {"stages": 3, "disable": ("swizzle",)})]
+    header = next(line for line in captured.out.splitlines() if line.startswith("shape"))
+    assert header.split()[2:8] == ["tilec", "tilec[st4]", "tilec[noswz]", "cuBLAS",
+                                   "tilec[st4]/tilec", "tilec[noswz]/tilec"]
+    row = next(line for line in captured.out.splitlines() if line.startswith("32x24x16"))
+    assert row.split()[6:8] == ["1.00", "1.00"]  # one fake timer for all: speed-ups of 1
+    assert "  tilec[noswz]: --disable swizzle --const BM=64" in captured.out
+    data = json.loads(out_json.read_text())
+    assert data["contenders"] == ["tilec", "tilec[st4]", "tilec[noswz]", "cuBLAS"]
+    assert data["settings"]["variants"] == {"st4": "--stages 4 --persistent",
+                                            "noswz": "--disable swizzle --const BM=64"}
+    assert data["rows"][0]["contenders"]["tilec[st4]"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--variant", "a=--stages 0"], "--variant a: argument --stages"),
+    (["--variant", "a=--frobnicate"], "--variant a: unrecognized arguments: --frobnicate"),
+    (["--variant", "a=--const BQ=1"], "no constant BQ"),
+    (["--variant", "a=--stages 4", "--variant", "a=--stages 5"], "--variant a is given twice"),
+    (["--variant", "a=--stages 4", "--autotune"], "not with --autotune"),
+])
+def test_a_bad_variant_is_a_usage_error_naming_it(monkeypatch, capsys, argv, words):
+    fake_gpu(monkeypatch, NumpyArrays())
+    assert cli_main(["bench", "--sizes", "32x24x16", "--dtypes", "f16", *argv]) == 1
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["=--stages 4", "no equals", "a b=--stages 4", "a=--const 'B"])
+def test_a_variant_is_name_equals_flags(text, capsys):
+    assert bench.main(["--variant", text]) == 2
+    assert "argument --variant" in capsys.readouterr().err
+
+
 # -- GPU tier ----------------------------------------------------------------------------------
 
 @pytest.mark.gpu

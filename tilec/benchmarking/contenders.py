@@ -475,6 +475,18 @@ class LlvmTilecContender(TilecContender):
         return reason
 
 
+class VariantTilecContender(TilecContender):
+    """tilec with compile flags of its own over the command line's (``tilec bench --variant
+    NAME=FLAGS``): a column ``tilec[NAME]`` timed in the same run, on the same inputs and
+    with the same timer as the tilec column, so that one knob's effect is measured against
+    no other drift (the H100's clocks and power swing more between runs than the effect of
+    most knobs)."""
+
+    def __init__(self, label: str, consts: dict[str, Any], options: dict[str, Any]) -> None:
+        super().__init__(consts, options)
+        self.name = f"tilec[{label}]"
+
+
 class CublasContender(Contender):
     name = "cuBLAS"
 

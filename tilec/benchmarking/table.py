@@ -35,23 +35,34 @@ def format_references(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _ratios(names: list[str]) -> list[tuple[str, str]]:
+    """The ratio columns, (numerator, denominator): tilec over each other contender, but a
+    tilec variant (tilec[NAME], ``--variant``) over tilec, its speed-up."""
+    return [(n, "tilec") if n.startswith("tilec[") else ("tilec", n)
+            for n in names if n != "tilec"]
+
+
 def format_table(report: Report) -> str:
     """The results, one line per case, then the skinny cases' memory bounds and notes."""
     names = report.contenders
-    others = [name for name in names if name != "tilec"]
+    ratios_of = _ratios(names)
     width = max([14] + [len(row.case.shape) for row in report.rows])
-    head = (f"{'shape':<{width}} {'dtype':<5} " + " ".join(f"{n:>8}" for n in names)
-            + "".join(f" {'tilec/' + n:>12}" for n in others)
+    columns = [max(8, len(n)) for n in names]
+    head = (f"{'shape':<{width}} {'dtype':<5} "
+            + " ".join(f"{n:>{c}}" for n, c in zip(names, columns))
+            + "".join(f" {a + '/' + b:>{max(12, len(a) + len(b) + 1)}}" for a, b in ratios_of)
             + f" {'tilec/bound':>12} {'tilec err':>9}  tilec config")
-    lines = [f"{'':<{width + 6}} " + " ".join(f"{'TFLOP/s':>8}" for _ in names), head]
+    lines = [f"{'':<{width + 6}} " + " ".join(f"{'TFLOP/s':>{c}}" for c in columns), head]
     for row in report.rows:
-        ratios = "".join(f" {_number(row.ratio('tilec', n), '.2f'):>12}" for n in others)
+        ratios = "".join(f" {_number(row.ratio(a, b), '.2f'):>{max(12, len(a) + len(b) + 1)}}"
+                         for a, b in ratios_of)
         fraction, bound = row.fraction_of_bound(), row.bound()
         vs_bound = f"{fraction:.2f} {bound[1]}" if fraction is not None and bound else "-"
         tilec = row.measurements.get("tilec")
         error = tilec.error if tilec is not None else None
         lines.append(f"{row.case.shape:<{width}} {row.case.dtype:<5} "
-                     + " ".join(f"{_cell(row, n):>8}" for n in names) + ratios
+                     + " ".join(f"{_cell(row, n):>{c}}" for n, c in zip(names, columns))
+                     + ratios
                      + f" {vs_bound:>12} {_number(error, '.2e'):>9}  "
                      f"{tilec.config if tilec else ''}".rstrip())
     refs = report.references
@@ -68,6 +79,11 @@ def format_table(report: Report) -> str:
             if tilec_ms is not None:
                 line += f"; tilec {tilec_ms * 1e3:.1f} us, {bound_ms / tilec_ms:.2f} of the bound"
             lines.append(line)
+    variants = (report.settings or {}).get("variants") or {}
+    if variants:
+        lines += ["", "variants (the command line's tilec settings, then these flags; each "
+                  "row's configuration is in --json):"]
+        lines += [f"  tilec[{name}]: {flags}" for name, flags in variants.items()]
     notes = format_notes(report)
     return "\n".join(lines + ([""] + notes if notes else []))
 

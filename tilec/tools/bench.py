@@ -28,6 +28,11 @@ against its roofline bound (the larger of the mma time and the memory time of A,
     tilec bench --sizes 4096 16x8192x8192 --dtypes f16 --json out.json --plot out.png
     tilec bench --autotune --quick
     tilec bench --epilogue bias_gelu             # f16 GEMM + bias + GELU, 4096^3
+    tilec bench --sizes 4096 --variant st4='--stages 4'   # a tilec[st4] column beside tilec
+
+``--variant NAME=FLAGS`` (repeatable) adds tilec columns compiled with flags of their own
+over the command line's, timed in the same run on the same inputs, each with its speed-up
+over the tilec column.
 
 With ``--epilogue bias_gelu`` the rows are C = gelu(A @ B + bias), f16
 (``samples/gemm_gelu.py``), against torch.matmul followed by torch's epilogue (the unfused
@@ -45,6 +50,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -108,6 +115,7 @@ from tilec.benchmarking.contenders import (
     Run,
     TilecContender,
     TritonContender,
+    VariantTilecContender,
     autotune_space,
     describe_compiled,
     sample_kernel,
@@ -236,6 +244,13 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         "C = (A @ W.T) * scale, f16 A, int8 W [N, K], f32 per-channel scales "
                         "(samples/w8a16.py) against torch dequantizing W then torch.matmul "
                         "(default sizes: 16x8192x8192, 4096)")
+    parser.add_argument("--variant", action="append", default=[], type=parse_variant,
+                        metavar="NAME=FLAGS",
+                        help="another tilec column, tilec[NAME], compiled with FLAGS (tilec's "
+                        "compile flags, --disable PASS among them, quoted as one word) over "
+                        "the command line's, timed in the same run on the same inputs: e.g. "
+                        "--variant st4='--stages 4' --variant noswz='--disable swizzle'; "
+                        "repeatable")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -273,6 +288,54 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
         raise CommandError(f"the matmul sample has no constant {', '.join(unknown)} "
                            f"(its constants: {', '.join(known)})")
     return consts, arguments.compile_options(args, complete=False)
+
+
+# The flags a --variant takes: tilec's compile flags (the backend's aside: --backend llvm
+# has a column of its own), and --disable to switch passes off.
+VARIANT_FLAGS = ("const", "stages", "warps", "swizzle", "raster_group", "split_k", "f32_math",
+                 "pack", "misaligned_copy", "misaligned_store", "blocks_per_sm", "persistent",
+                 "cluster", "consumers", "warpgroup_rows", "stream_k", "disable")
+VARIANT_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """``NAME=FLAGS`` as (NAME, FLAGS split as a shell would)."""
+    name, equals, flags = text.partition("=")
+    if not equals or not VARIANT_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=FLAGS, NAME of letters, digits and _ . + -, not {text!r}")
+    try:
+        return name, shlex.split(flags)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{name}: {err}") from None
+
+
+class _VariantParser(arguments.Parser):
+    """A variant's flags, whose mistakes are the bench's usage errors, named by variant."""
+
+    def error(self, message: str):  # argparse's hook; it must not return
+        raise CommandError(f"{self.prog}: {message}")
+
+
+def _variant_contenders(args: argparse.Namespace, consts: dict[str, Any],
+                        options: dict[str, Any]) -> list[VariantTilecContender]:
+    """A contender per --variant: the command line's tilec settings, then its own flags."""
+    names = [name for name, _ in args.variant]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise CommandError(f"--variant {repeated[0]} is given twice: name each variant once")
+    if args.variant and (args.autotune or getattr(args, "epilogue", None)
+                         or getattr(args, "w8a16", False)):
+        raise CommandError("--variant adds columns to the matmul rows, each with its own "
+                           "configuration: not with --autotune, --epilogue or --w8a16")
+    variants = []
+    for name, flags in args.variant:
+        parser = _VariantParser(prog=f"--variant {name}", add_help=False)
+        arguments.add_flags(parser, *VARIANT_FLAGS)
+        variant_consts, variant_options = _tilec_settings(parser.parse_args(flags))
+        variants.append(VariantTilecContender(name, {**consts, **variant_consts},
+                                              {**options, **variant_options}))
+    return variants
 
 
 def _check_epilogue_args(args: argparse.Namespace) -> None:
@@ -355,6 +418,7 @@ def run(args: argparse.Namespace) -> int:
                                    CublasContender(arrays)]
     if llvm.get("backend") == "llvm":
         contenders.insert(1, LlvmTilecContender(consts, {**options, **llvm}, args.autotune))
+    contenders[1:1] = _variant_contenders(args, consts, options)
     if _triton_version() is not None:
         contenders.append(TritonContender(arrays))
     else:
@@ -374,6 +438,7 @@ def run(args: argparse.Namespace) -> int:
         settings={"dtypes": list(dict.fromkeys(c.dtype for c in cases)), "consts": consts,
                   "options": {k: str(v) for k, v in options.items()},
                   "autotune": args.autotune, "quick": args.quick, "c_dtype": args.c_dtype,
+                  "variants": {name: shlex.join(flags) for name, flags in args.variant},
                   "epilogue": epilogue, "w8a16": w8a16,
                   "warmup_ms": WARMUP_MS[args.quick], "rep_ms": REP_MS[args.quick],
                   "tolerance": BENCH_TOLERANCE, "l2_factor": L2_FACTOR,
