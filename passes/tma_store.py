@@ -11,7 +11,10 @@ stored value in the accumulator layout).
 
 Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with its box
 (``box = [64, BM]``, ``slabs = BN / 64``, ``coords = [1, 0]``: the column offset is the
-inner coordinate); the backend (:mod:`tilec.families.tma`) lays the staging tile out in
+inner coordinate) and its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four
+8x8 matrices of 16-bit pairs where a thread's registers form them and it holds at most 64,
+else ``pairs``, st.shared a register pair at a time: :func:`tilec.families.tma.staging_writes`);
+the backend (:mod:`tilec.families.tma`) lays the staging tile out in
 TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
 a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
 not TMA when it does not: only 16-bit outputs and i32 ones (an f32 tile of 128x256 would
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.tma import SLAB_BYTES, SWIZZLE_128B, swizzle_128b
+from tilec.families.tma import SLAB_BYTES, SWIZZLE_128B, staging_writes, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
 from tilec.ir.types import I32, TileType
@@ -163,8 +166,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     # "rows" has no tensor map: the consumers address C themselves.
     tensor = {"tensor": _stored_param(kernel, store).name} if via == "tma" else {}
     copies_attr = {"staging_copies": copies} if copies > 1 else {}
+    writes = staging_writes(store.operands[-1].type.layout, elem_bytes)
     store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0],
-                       **copies_attr)
+                       writes=writes, **copies_attr)
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
-        via, staging, (inner, bm), bn // inner))
+        via, staging, (inner, bm), bn // inner, writes=writes))
     return kernel

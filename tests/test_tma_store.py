@@ -52,8 +52,8 @@ def test_a_16_bit_output_goes_through_shared_memory_and_tma():
                                                                                   [1, 0])
     plan = kernel.schedule.epilogue
     assert (plan.via, plan.staging_bytes, plan.box, plan.slabs) == ("tma", 65536, (64, 128), 4)
-    assert "#epilogue = {via = tma, staging = 65536 bytes, 4 boxes of 64x128}" in \
-        print_kernel(kernel)
+    assert "#epilogue = {via = tma, staging = 65536 bytes, writes = pairs, 4 boxes of " \
+        "64x128}" in print_kernel(kernel)
 
 
 @pytest.mark.parametrize("function, options, reason", [
@@ -182,7 +182,7 @@ def test_misaligned_output_rows_are_staged_and_stored_by_rows():
     assert "tensor" not in store.attrs  # no tensor map: TMA cannot address C
     plan = kernel.schedule.epilogue
     assert (plan.via, plan.staging_bytes) == ("rows", 65536)
-    assert "#epilogue = {via = rows, staging = 65536 bytes}" in print_kernel(kernel)
+    assert "#epilogue = {via = rows, staging = 65536 bytes, writes = pairs}" in print_kernel(kernel)
 
 
 def test_the_row_stores_write_64_contiguous_bytes_a_warp_instruction():
@@ -200,6 +200,52 @@ def test_the_row_stores_write_64_contiguous_bytes_a_warp_instruction():
     assert [int(offset) for offset in stores] == [64 * part for part in range(8)]
     assert len(re.findall(r"ld\.shared\.b16", body)) == 8
     assert "add.s32 %r" in body and "bar.sync" not in body
+
+
+# -- staging writes by stmatrix ----------------------------------------------------------------
+# Where a thread holds at most 64 16-bit accumulators in the mma fragment's lane grid, each
+# run of eight (four 8x8 matrices) is written by one stmatrix.x4 instead of four st.shared.b32.
+
+def test_a_128x128_tile_is_staged_by_stmatrix_and_a_128x256_one_by_pairs():
+    small = run_pipeline(f16_out().lower(BM=128, BN=128, BK=64),
+                         Options(arch="sm_90a", stages=4, spec=ALIGNED), keep_ir=True).kernel
+    assert store_of(small).attrs["writes"] == "stmatrix"
+    assert "writes = stmatrix" in print_kernel(small)
+    text = f16_out().compile(arch="sm_90a", stages=4, spec=ALIGNED, BM=128, BN=128,
+                             BK=64).ptx
+    consumers = re.split(r"^\$L_consumers_\d+:", text, maxsplit=1, flags=re.M)[1]
+    # 128x128 over two consumer warpgroups: 64 registers a thread, eight runs of eight.
+    writes = re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16 \[%r\d+\+\d+\], "
+                        r"\{%r\d+, %r\d+, %r\d+, %r\d+\};", consumers)
+    assert len(writes) == 8 and "st.shared" not in consumers
+    assert consumers.index("stmatrix") < consumers.index("fence.proxy.async.shared::cta;")
+    large = lowered(f16_out())  # 128x256: 128 accumulators a thread
+    assert large.schedule.epilogue.writes == "pairs"
+
+
+@pytest.mark.parametrize("bm, bn, rows", [(128, 128, 64), (128, 256, 64), (256, 128, 64),
+                                          (256, 128, 128)])
+def test_stmatrix_lane_addresses_follow_the_staging_swizzle(bm, bn, rows):
+    """Lane t of a warp gives stmatrix the address of row t % 8 of matrix t / 8 of each run
+    (tilec.families.tma._stage_by_stmatrix's arithmetic): that row's chunk, where
+    staging_layout places the matrix row's first element, for every run of every warp."""
+    layout = WgmmaLayout("C", (bm * 4 // rows, 1), (rows // 4, bn))
+    staging = staging_layout(bm, bn, 2)
+    offsets = layout.register_offsets()
+    for warp in range(layout.warps[0]):
+        warp_row, _ = layout.warp_origin(warp)
+        for lane in range(32):
+            row, chunk_bit = warp_row + (lane & 15), lane >> 4
+            row_bits = row & 7
+            base = row * 128 + (((row_bits ^ chunk_bit) & 1) << 4)
+            for start in range(0, len(offsets), 8):
+                r, c = offsets[start]
+                slab, within = divmod(c, 64)
+                moved = ((row_bits & 6) << 4) ^ ((within >> 3) << 4)
+                address = base + moved + (slab * bm + r) * 128
+                matrix_row = warp_row + r + 8 * ((lane >> 3) & 1) + (lane & 7)
+                matrix_col = c + 8 * (lane >> 4)
+                assert address == 2 * staging.offset(matrix_row, matrix_col), (warp, lane, r, c)
 
 
 def test_the_row_store_addresses_follow_the_staging_swizzle():
@@ -221,7 +267,8 @@ def test_a_persistent_kernel_meets_before_reusing_the_staging_tile_for_row_store
                              BM=128, BN=128, BK=64).ptx
     consumers = text[text.index("$L_consumers"):]
     tile_loop = consumers[consumers.index("$L_tiles"):]
-    assert tile_loop.index("bar.sync 1, 256;") < tile_loop.index("st.shared.b32")
+    first_write = re.search(r"st\.shared\.b32|stmatrix", tile_loop).start()
+    assert tile_loop.index("bar.sync 1, 256;") < first_write
     assert "cp.async.bulk.wait_group" not in text
 
 

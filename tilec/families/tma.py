@@ -35,7 +35,7 @@ from tilec.backend.context import Context, SmemView, c_thread_coords
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I64, TileType
-from tilec.target.layout import SmemLayout, Swizzle
+from tilec.target.layout import DistributedLayout, SmemLayout, Swizzle
 from tilec.target.smem import BARRIER_BYTES
 
 from . import stream_k
@@ -340,10 +340,120 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     if roles.pingpong:
         # Each warpgroup stages its own tile (tma_store placed one copy a warpgroup).
         staging = ctx.mad(block_warpgroup(ctx), ctx.smem.of(op).stage_bytes, staging)
+    if op.attrs.get("writes") == STMATRIX:
+        _stage_by_stmatrix(ctx, layout, regs, box, rows, staging, keep=roles.persistent)
+    else:
+        _stage_by_pairs(ctx, layout, regs, box, rows, staging, eb, keep=roles.persistent)
+    if ctx.active is not None and ctx.active.stop < len(layout.register_offsets()):
+        return None
+    return staging
+
+
+# The most accumulators a thread may hold for its staging writes to be stmatrix: the four
+# packed registers each write keeps live at once pushed the 128x256 fused epilogue
+# (gemm_epilogue, 128 accumulators a thread) past ptxas's 168-register budget (4 bytes of
+# spill); 128x128 tiles (64) have room.
+STMATRIX_MAX_REGISTERS = 64
+
+
+STMATRIX = "stmatrix"
+# How explain and the schedule name each way of writing the staging tile.
+STAGING_WRITES_TEXT = {STMATRIX: "stmatrix.x4, four 8x8 matrices a write",
+                       "pairs": "st.shared, a register pair a write"}
+
+
+def staging_writes(layout: DistributedLayout, elem_bytes: int) -> str:
+    """How the consumers write their registers into the staging tile: ``stmatrix`` where
+    :func:`stmatrix_groups` holds, else ``pairs`` (st.shared, a register pair at a time)."""
+    return STMATRIX if stmatrix_groups(layout, elem_bytes) else "pairs"
+
+
+def stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
+    """Whether a thread's 16-bit registers fall, eight at a time, on four 8x8 matrices that
+    one ``stmatrix.sync.aligned.m8n8.x4`` writes (PTX ISA 9.7.14.5.16): the mma fragment's
+    lane grid (8 rows of 4 lanes, a lane two neighbouring columns), warps over rows only,
+    and each run of four register pairs at (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8),
+    r a multiple of 8 and c of 16, so that each matrix row is one 16-byte chunk of the
+    staging tile and the pair of chunks shares its swizzle but for the lowest bit; and at
+    most STMATRIX_MAX_REGISTERS of them."""
+    if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2):
+        return False
+    offsets = layout.register_offsets()
+    if layout.warps[1] != 1 or len(offsets) % 8 or len(offsets) > STMATRIX_MAX_REGISTERS:
+        return False
+    for start in range(0, len(offsets), 8):
+        r, c = offsets[start]
+        expected = [(r + dr, c + dc + one) for dc in (0, 8) for dr in (0, 8) for one in (0, 1)]
+        if r % 8 or c % 16 or offsets[start:start + 8] != expected:
+            return False
+    return True
+
+
+def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
+                       rows: int, staging: str, keep: bool) -> None:
+    """Each run of eight registers (four pairs, four 8x8 matrices: :func:`stmatrix_groups`)
+    packed into four 16-bit pairs and written by one stmatrix.x4, where the separate writes
+    took four st.shared.b32. Lane t gives the address of row t % 8 of matrix t / 8: the
+    matrix's row r + 8 ((t / 8) % 2) + t % 8 of the warp's tile, its chunk c / 8 + t / 16,
+    in TMA's 128-byte swizzle (chunk ^ row % 8): the chunk's lowest bit is the lane's, the
+    rest XORs per run of registers."""
+    w = ctx.w
+    row, chunk_bit = _stmatrix_lane_coords(ctx, layout, keep)
+    row_bits = ctx.int_op("and.b32", row, 7)
+    row_bytes = box.inner * 2
+    # The thread's part: its row, and its chunk's lowest bit after the swizzle's XOR.
+    low = ctx.int_op("shl.b32", ctx.int_op("and.b32", ctx.int_op("xor.b32", row_bits,
+                                                                 chunk_bit), 1), 4)
+    base = ctx.int_op("add.s32", ctx.mad(row, row_bytes, staging), low)
+    xor = ctx.int_op("shl.b32", ctx.int_op("and.b32", row_bits, 6), 4)
+    offsets = layout.register_offsets()
+    moved: dict[int, str] = {}
+    for index in ctx.indices(len(offsets)):
+        if index % 8:
+            continue
+        r, c = offsets[index]
+        slab, within = divmod(c, box.inner)
+        chunk = within >> 3  # even: the run's first chunk
+        if chunk not in moved:
+            moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4))
+        packed = []
+        for pair in range(4):
+            register = w.reg("b32")
+            w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
+                   f"{regs[index + 2 * pair + 1]}}};")
+            packed.append(register)
+        immediate = (slab * rows + r) * row_bytes
+        w.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{moved[chunk]}+{immediate}], "
+               f"{{{', '.join(packed)}}};")
+
+
+def _stmatrix_lane_coords(ctx: Context, layout: DistributedLayout, keep: bool
+                          ) -> tuple[str, str]:
+    """The row of the warp's tile whose address this lane gives stmatrix, ``row0 - t / 4 +
+    t % 16`` (row0: the lane's own first row, :func:`c_thread_coords`), and its chunk's
+    lowest bit, ``t / 16``."""
+    def compute() -> tuple[str, str]:
+        row0, _ = c_thread_coords(ctx, layout, keep=False)
+        tid = ctx.w.reg("b32")
+        ctx.w.emit(f"mov.u32 {tid}, %tid.x;")
+        lane = ctx.int_op("and.b32", tid, 31)
+        row = ctx.int_op("add.s32", ctx.int_op("sub.s32", row0, ctx.int_op("shr.u32", lane, 2)),
+                         ctx.int_op("and.b32", lane, 15))
+        return row, ctx.int_op("shr.u32", lane, 4)
+    local = getattr(ctx, "local_tid", False)
+    key = ("local", ("stmatrix", layout)) if local else ("stmatrix", layout)
+    return ctx.w.once(key, compute) if keep else compute()
+
+
+def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
+                    rows: int, staging: str, eb: int, keep: bool) -> None:
+    """Each register pair written on its own (st.shared.b32 of two packed 16-bit values,
+    st.shared.v2.b32 of two 32-bit ones), in TMA's 128-byte swizzle."""
+    w = ctx.w
     # Where the thread's coordinates live is a matter of ptxas's 168-register budget with
     # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
     # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
-    row0, col0 = c_thread_coords(ctx, layout, keep=roles.persistent)
+    row0, col0 = c_thread_coords(ctx, layout, keep=keep)
     swizzle = swizzle_128b(eb)  # a chunk is 16 bytes: 8 16-bit elements, 4 32-bit ones
     shift = swizzle.base + (eb.bit_length() - 1)
     row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
@@ -375,9 +485,6 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
         for line in STAGING_WRITES[eb](chunks[chunk], immediate, regs[index], regs[index + 1],
                                        packed):
             w.emit(line)
-    if ctx.active is not None and ctx.active.stop < len(offsets):
-        return None
-    return staging
 
 
 def _write_16_bit_pair(address: str, immediate: int, first: str, second: str,

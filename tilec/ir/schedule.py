@@ -209,13 +209,17 @@ class EpiloguePlan:
     box: tuple[int, int] = (0, 0)
     slabs: int = 0
     reason: str = ""
+    # The consumers' writes into the staging tile ("tma" and "rows"): "stmatrix" (x4, four
+    # 8x8 matrices a write) or "pairs" (st.shared) (tilec.families.tma.staging_writes).
+    writes: str = ""
 
     def __str__(self) -> str:
+        written = f", writes = {self.writes}" if self.writes else ""
         if self.via == "tma":
-            return (f"{{via = tma, staging = {self.staging_bytes} bytes, {self.slabs} boxes of "
-                    f"{self.box[0]}x{self.box[1]}}}")
+            return (f"{{via = tma, staging = {self.staging_bytes} bytes{written}, {self.slabs} "
+                    f"boxes of {self.box[0]}x{self.box[1]}}}")
         if self.via in ("rows", "block_rows"):
-            return f"{{via = {self.via}, staging = {self.staging_bytes} bytes}}"
+            return f"{{via = {self.via}, staging = {self.staging_bytes} bytes{written}}}"
         return f"{{via = direct, reason = {self.reason!r}}}"
 
 

@@ -41,7 +41,7 @@ from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
-from tilec.families.tma import TURN_BARRIER, Box, staging_layout
+from tilec.families.tma import STAGING_WRITES_TEXT, TURN_BARRIER, Box, staging_layout
 from tilec.families.wgmma import registers_at_entry
 from tilec.families.tma import LOAD as TMA_LOAD
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemLayout, Swizzle,
@@ -350,11 +350,13 @@ def _epilogue_text(plan) -> str:
     if plan is None:
         return ""
     if plan.via == "tma":
-        return (f"registers -> staging tile sC in shared memory (st.shared, TMA's 128-byte "
+        return (f"registers -> staging tile sC in shared memory "
+                f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's 128-byte "
                 f"swizzle) -> {plan.slabs} TMA stores of {plan.box[0]}x{plan.box[1]} "
                 "(cp.async.bulk.tensor, one thread; TMA clips the tile at the edges)")
     if plan.via == "rows":
-        return ("registers -> staging tile sC in shared memory (st.shared, 128-byte swizzle) "
+        return (f"registers -> staging tile sC in shared memory "
+                f"({STAGING_WRITES_TEXT[plan.writes]}; 128-byte swizzle) "
                 "-> the consumers store it a row at a time (st.global.b16, 64 contiguous bytes "
                 "a warp instruction; C's rows are not 16-byte aligned, so not TMA)")
     if plan.via == "block_rows":
