@@ -716,23 +716,27 @@ def test_variants_are_columns_timed_in_the_same_run_with_their_own_flags(
     code = cli_main(["bench", "--sizes", "32x24x16", "--dtypes", "f16", "--stages", "3",
                      "--variant", "st4=--stages 4 --persistent",
                      "--variant", "noswz=--disable swizzle --const BM=64",
-                     "--json", str(out_json)])
+                     "--variant", "mma=--arch sm_90", "--json", str(out_json)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     # Each variant: the command line's settings, then its own flags over them.
     assert NumpyVariant.seen == [
         ("tilec[st4]", {}, {"stages": 4, "persistent": True}),
-        ("tilec[noswz]", {"BM": 64}, {"stages": 3, "disable": ("swizzle",)})]
+        ("tilec[noswz]", {"BM": 64}, {"stages": 3, "disable": ("swizzle",)}),
+        ("tilec[mma]", {}, {"stages": 3, "arch": "sm_90"})]  # the mma.sync path beside wgmma
     header = next(line for line in captured.out.splitlines() if line.startswith("shape"))
-    assert header.split()[2:8] == ["tilec", "tilec[st4]", "tilec[noswz]", "cuBLAS",
-                                   "tilec[st4]/tilec", "tilec[noswz]/tilec"]
+    assert header.split()[2:10] == ["tilec", "tilec[st4]", "tilec[noswz]", "tilec[mma]",
+                                    "cuBLAS", "tilec[st4]/tilec", "tilec[noswz]/tilec",
+                                    "tilec[mma]/tilec"]
     row = next(line for line in captured.out.splitlines() if line.startswith("32x24x16"))
-    assert row.split()[6:8] == ["1.00", "1.00"]  # one fake timer for all: speed-ups of 1
+    assert row.split()[7:10] == ["1.00"] * 3  # one fake timer for all: speed-ups of 1
     assert "  tilec[noswz]: --disable swizzle --const BM=64" in captured.out
     data = json.loads(out_json.read_text())
-    assert data["contenders"] == ["tilec", "tilec[st4]", "tilec[noswz]", "cuBLAS"]
+    assert data["contenders"] == ["tilec", "tilec[st4]", "tilec[noswz]", "tilec[mma]",
+                                  "cuBLAS"]
     assert data["settings"]["variants"] == {"st4": "--stages 4 --persistent",
-                                            "noswz": "--disable swizzle --const BM=64"}
+                                            "noswz": "--disable swizzle --const BM=64",
+                                            "mma": "--arch sm_90"}
     assert data["rows"][0]["contenders"]["tilec[st4]"]["status"] == "ok"
 
 

@@ -349,14 +349,12 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     return staging
 
 
+STMATRIX = "stmatrix"
 # The most accumulators a thread may hold for its staging writes to be stmatrix: the four
 # packed registers each write keeps live at once pushed the 128x256 fused epilogue
 # (gemm_epilogue, 128 accumulators a thread) past ptxas's 168-register budget (4 bytes of
 # spill); 128x128 tiles (64) have room.
 STMATRIX_MAX_REGISTERS = 64
-
-
-STMATRIX = "stmatrix"
 # How explain and the schedule name each way of writing the staging tile.
 STAGING_WRITES_TEXT = {STMATRIX: "stmatrix.x4, four 8x8 matrices a write",
                        "pairs": "st.shared, a register pair a write"}

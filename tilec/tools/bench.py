@@ -247,7 +247,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     parser.add_argument("--variant", action="append", default=[], type=parse_variant,
                         metavar="NAME=FLAGS",
                         help="another tilec column, tilec[NAME], compiled with FLAGS (tilec's "
-                        "compile flags, --disable PASS among them, quoted as one word) over "
+                        "compile flags, --arch and --disable PASS among them, quoted as one "
+                        "word) over "
                         "the command line's, timed in the same run on the same inputs: e.g. "
                         "--variant st4='--stages 4' --variant noswz='--disable swizzle'; "
                         "repeatable")
@@ -290,11 +291,12 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     return consts, arguments.compile_options(args, complete=False)
 
 
-# The flags a --variant takes: tilec's compile flags (the backend's aside: --backend llvm
-# has a column of its own), and --disable to switch passes off.
-VARIANT_FLAGS = ("const", "stages", "warps", "swizzle", "raster_group", "split_k", "f32_math",
-                 "pack", "misaligned_copy", "misaligned_store", "blocks_per_sm", "persistent",
-                 "cluster", "consumers", "warpgroup_rows", "stream_k", "disable")
+# The flags a --variant takes: the constants and every compile flag (--arch and --disable
+# among them) but the backend's, which has a column of its own (--backend llvm), and
+# --verify; and the bench's launch flags.
+VARIANT_FLAGS = ("const", *(name for name in arguments.COMPILE_FLAGS
+                            if name not in ("backend", "llvm_opt", "verify")),
+                 "pack", "misaligned_copy", "misaligned_store")
 VARIANT_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
