@@ -164,12 +164,12 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     refusal = family.operand_refusal(plan.operands, options)
     if refusal is not None:
         fail(*refusal)
-    refused = _warpgroup_rows_refused(plan, options)
+    refused = _wgmma_options_refused(plan, options)
     if refused is not None and family.movement != "tma":
-        fail(f"warpgroup_rows={options.warpgroup_rows} sets the rows of a wgmma consumer "
-             f"warpgroup, but the wgmma family declines this {bm}x{bn}x{bk} block with it: "
-             f"{refused}", hint="use warpgroup_rows=64, or a BM that is a multiple of "
-             f"{options.warpgroup_rows} with a BN whose accumulators fit (BN <= 128)")
+        option, reason = refused
+        fail(f"{option}={getattr(options, option)} {WGMMA_SHAPING[option][1]}, but the wgmma "
+             f"family declines this {bm}x{bn}x{bk} block with it: {reason}",
+             hint=WGMMA_SHAPING[option][2])
     if bk % family.k_step:
         fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
@@ -195,19 +195,36 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
 
 
-def _warpgroup_rows_refused(plan: TilingPlan, options: Options) -> Optional[str]:
-    """Why the wgmma family of the plan's dtype declines its block for the rows of
-    ``options.warpgroup_rows`` alone (it would take it with 64: a tile or register budget
-    that 128-row warpgroups do not fit), None otherwise. Where wgmma declines the block
-    anyway (the arch, unaligned operands), the kernel falls back to mma.sync as with 64-row
-    warpgroups and the option has nothing to apply to, like consumers='pingpong'."""
-    if options.warpgroup_rows == 64:
-        return None
-    for family in FAMILIES:
-        if family.movement == "tma" and plan.dtype in family.dtypes:
-            usual = replace(options, warpgroup_rows=64)
-            if family.applies(plan.block, usual, plan.operands):
-                return family.declined(plan.block, options, plan.operands)
+# The options that shape wgmma's consumers, each (the value that takes the most blocks, what
+# it sets, the hint): set otherwise on a block the wgmma family takes only at that value,
+# they are refused at the product rather than the kernel falling back to mma.sync, where
+# they mean nothing.
+WGMMA_SHAPING = {
+    "warpgroup_rows": (64, "sets the rows of a wgmma consumer warpgroup",
+                       "use warpgroup_rows=64, or a BM that is a multiple of the rows with a "
+                       "BN whose accumulators fit (BN <= 128)"),
+    "blocks_per_sm": (1, "halves a wgmma block's registers and shared memory",
+                      "use blocks_per_sm=1, or a tile whose accumulators fit half the "
+                      "registers (64x128 on one consumer warpgroup)"),
+}
+
+
+def _wgmma_options_refused(plan: TilingPlan, options: Options
+                           ) -> Optional[tuple[str, str]]:
+    """The first option of WGMMA_SHAPING for whose value alone the wgmma family of the
+    plan's dtype declines the block (it takes it at the option's usual value: a tile or
+    register budget that 128-row warpgroups or two blocks an SM do not fit), and why; None
+    otherwise. Where wgmma declines the block anyway (the arch, unaligned operands), the
+    kernel falls back to mma.sync and these options have nothing to apply to, like
+    consumers='pingpong'."""
+    for option, (usual, _, _) in WGMMA_SHAPING.items():
+        if getattr(options, option) == usual:
+            continue
+        for family in FAMILIES:
+            if family.movement == "tma" and plan.dtype in family.dtypes and \
+                    family.applies(plan.block, replace(options, **{option: usual}),
+                                   plan.operands):
+                return option, family.declined(plan.block, options, plan.operands)
     return None
 
 

@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pytest
 
+from tilec.errors import TileConfigError
 from tilec.cpu.interpreter import InterpreterError, run_kernel
 from tilec.families.catalogue import op_catalogue
 from tilec.families.tma import SWIZZLE_128B, tma_layout
@@ -274,8 +275,9 @@ def test_explain_describes_the_tma_copies_the_ring_and_the_register_split() -> N
 def test_two_blocks_per_sm_halve_the_register_file_and_the_shared_memory() -> None:
     """blocks_per_sm=2: .minnctapersm 2 (ptxas starts each thread at 65536 / (256 * 2)
     registers), the consumers' setmaxnreg share of half the file, the schedule says so; a
-    tile whose stages do not fit half the SM's shared memory is refused at its line, and one
-    whose accumulators do not fit half the registers runs on mma.sync."""
+    tile whose stages do not fit half the SM's shared memory, or whose accumulators do not
+    fit half the registers, is refused at its line (it once ran on mma.sync, where two
+    blocks an SM mean nothing, without a word)."""
     function = load_sample("matmul", "f16")
     compiled_kernel = function.compile(arch="sm_90a", stages=4, BM=64, BN=128, BK=64,
                                        blocks_per_sm=2)
@@ -286,8 +288,14 @@ def test_two_blocks_per_sm_halve_the_register_file_and_the_shared_memory() -> No
     assert "2 blocks per SM" in print_kernel(compiled_kernel.kernel)
     with pytest.raises(Exception, match="2 blocks per SM leave each .* bytes of shared memory"):
         function.ptx(arch="sm_90a", stages=4, BM=64, BN=192, BK=64, blocks_per_sm=2)
-    fallback = function.ptx(arch="sm_90a", stages=2, BM=128, BN=256, BK=64, blocks_per_sm=2)
-    assert "wgmma" not in fallback
+    with pytest.raises(TileConfigError) as caught:
+        function.ptx(arch="sm_90a", stages=2, BM=128, BN=256, BK=64, blocks_per_sm=2)
+    message = str(caught.value)
+    assert "blocks_per_sm=2 halves a wgmma block's registers" in message and "^" in message
+    assert "more than the 80 a 384-thread block starts with at 2 blocks per SM" in message
+    # Where wgmma declines the tile anyway (sm_80 has none), the option has nothing to say.
+    assert "mma.sync" in function.ptx(arch="sm_80", stages=2, BM=128, BN=256, BK=32,
+                                      blocks_per_sm=2)
     with pytest.raises(ValueError, match="blocks_per_sm must be one of"):
         Options(blocks_per_sm=3)
 
