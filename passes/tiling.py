@@ -39,7 +39,7 @@ After::
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from tilec.errors import TileConfigError, located
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
@@ -167,9 +167,9 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
     refused = _wgmma_options_refused(plan, options)
     if refused is not None and family.movement != "tma":
         option, reason = refused
-        fail(f"{option}={getattr(options, option)} {WGMMA_SHAPING[option][1]}, but the wgmma "
-             f"family declines this {bm}x{bn}x{bk} block with it: {reason}",
-             hint=WGMMA_SHAPING[option][2])
+        fail(f"{option}={getattr(options, option)} {WGMMA_SHAPING[option].does}, but the "
+             f"wgmma family declines this {bm}x{bn}x{bk} block with it: {reason}",
+             hint=WGMMA_SHAPING[option].hint)
     if bk % family.k_step:
         fail(f"BK={bk} is not a multiple of the {family.name} k ({family.k_step})")
     if bm % wm or bn % wn:
@@ -195,17 +195,25 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
 
 
-# The options that shape wgmma's consumers, each (the value that takes the most blocks, what
-# it sets, the hint): set otherwise on a block the wgmma family takes only at that value,
-# they are refused at the product rather than the kernel falling back to mma.sync, where
-# they mean nothing.
+class Shaping(NamedTuple):
+    """An option that shapes wgmma's consumers: the value that takes the most blocks, what
+    the option does, and the hint of its refusal."""
+
+    usual: Any
+    does: str
+    hint: str
+
+
+# Set away from their usual value on a block the wgmma family takes only at that value,
+# these options are refused at the product rather than the kernel falling back to mma.sync,
+# where they mean nothing.
 WGMMA_SHAPING = {
-    "warpgroup_rows": (64, "sets the rows of a wgmma consumer warpgroup",
-                       "use warpgroup_rows=64, or a BM that is a multiple of the rows with a "
-                       "BN whose accumulators fit (BN <= 128)"),
-    "blocks_per_sm": (1, "halves a wgmma block's registers and shared memory",
-                      "use blocks_per_sm=1, or a tile whose accumulators fit half the "
-                      "registers (64x128 on one consumer warpgroup)"),
+    "warpgroup_rows": Shaping(64, "sets the rows of a wgmma consumer warpgroup",
+                              "use warpgroup_rows=64, or a BM that is a multiple of the rows "
+                              "with a BN whose accumulators fit (BN <= 128)"),
+    "blocks_per_sm": Shaping(1, "halves a wgmma block's registers and shared memory",
+                             "use blocks_per_sm=1, or a tile whose accumulators fit half the "
+                             "registers (64x128 on one consumer warpgroup)"),
 }
 
 
@@ -217,7 +225,8 @@ def _wgmma_options_refused(plan: TilingPlan, options: Options
     otherwise. Where wgmma declines the block anyway (the arch, unaligned operands), the
     kernel falls back to mma.sync and these options have nothing to apply to, like
     consumers='pingpong'."""
-    for option, (usual, _, _) in WGMMA_SHAPING.items():
+    for option, shaping in WGMMA_SHAPING.items():
+        usual = shaping.usual
         if getattr(options, option) == usual:
             continue
         for family in FAMILIES:

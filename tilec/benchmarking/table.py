@@ -48,14 +48,15 @@ def format_table(report: Report) -> str:
     ratios_of = _ratios(names)
     width = max([14] + [len(row.case.shape) for row in report.rows])
     columns = [max(8, len(n)) for n in names]
+    ratio_columns = [max(12, len(a) + len(b) + 1) for a, b in ratios_of]
     head = (f"{'shape':<{width}} {'dtype':<5} "
             + " ".join(f"{n:>{c}}" for n, c in zip(names, columns))
-            + "".join(f" {a + '/' + b:>{max(12, len(a) + len(b) + 1)}}" for a, b in ratios_of)
+            + "".join(f" {a + '/' + b:>{c}}" for (a, b), c in zip(ratios_of, ratio_columns))
             + f" {'tilec/bound':>12} {'tilec err':>9}  tilec config")
     lines = [f"{'':<{width + 6}} " + " ".join(f"{'TFLOP/s':>{c}}" for c in columns), head]
     for row in report.rows:
-        ratios = "".join(f" {_number(row.ratio(a, b), '.2f'):>{max(12, len(a) + len(b) + 1)}}"
-                         for a, b in ratios_of)
+        ratios = "".join(f" {_number(row.ratio(a, b), '.2f'):>{c}}"
+                         for (a, b), c in zip(ratios_of, ratio_columns))
         fraction, bound = row.fraction_of_bound(), row.bound()
         vs_bound = f"{fraction:.2f} {bound[1]}" if fraction is not None and bound else "-"
         tilec = row.measurements.get("tilec")

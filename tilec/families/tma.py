@@ -438,9 +438,7 @@ def _stmatrix_lane_coords(ctx: Context, layout: DistributedLayout, keep: bool
         row = ctx.int_op("add.s32", ctx.int_op("sub.s32", row0, ctx.int_op("shr.u32", lane, 2)),
                          ctx.int_op("and.b32", lane, 15))
         return row, ctx.int_op("shr.u32", lane, 4)
-    local = getattr(ctx, "local_tid", False)
-    key = ("local", ("stmatrix", layout)) if local else ("stmatrix", layout)
-    return ctx.w.once(key, compute) if keep else compute()
+    return ctx.w.once(ctx.thread_key(("stmatrix", layout)), compute) if keep else compute()
 
 
 def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
