@@ -7,6 +7,7 @@ ptxas runs in a pool of two while the next kernels compile.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import re
 import shutil
@@ -378,9 +379,20 @@ def assert_assembles(ptx_for: Callable[[str], str], folder: Path, archs=ARCHS) -
         assert result.returncode == 0, f"{arch}: {result.log}\nRepro command: {result.command}"
 
 
+# Starting ptxas from the assembler's pool thread fails now and then with EFAULT ("Bad
+# address") inside the spawn itself, before ptxas runs; it never fails twice in a row.
+SPAWN_TRIES = 3
+
+
 def run_ptxas(path: Path, arch: str) -> Assembled:
     command = [PTXAS, "-v", f"-arch={arch}", str(path), "-o", str(path.with_suffix(".cubin"))]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    for attempt in range(SPAWN_TRIES):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            break
+        except OSError as err:
+            if err.errno != errno.EFAULT or attempt == SPAWN_TRIES - 1:
+                raise
     return Assembled(" ".join(command), done.returncode, done.stdout + done.stderr)
 
 
