@@ -81,6 +81,8 @@ HOPPER_BIG="BM=128 BN=256 BK=64 --stages 4"
 HOPPER_MID="BM=128 BN=128 BK=64 --stages 3"
 RAGGED_PACKED="M=1000,N=1003,K=77"
 RAGGED_IN_PLACE="M=300,N=520,K=200"
+# More tiles than an H100 has SMs (192 of 64x256 or 128x128), so pingpong blocks hand turns on.
+RAGGED_TURNS="M=2000,N=1500,K=200"
 SAMPLE_DIR=$(mktemp -d)
 trap 'rm -rf "$SAMPLE_DIR"' EXIT
 
@@ -162,7 +164,7 @@ if [ "$cc" = 9.0 ]; then
     # persistent blocks over batches x tiles, and wgmma8 on int8 operands (K = 200: A and B
     # packed as bytes at launch).
     for tool in memcheck racecheck synccheck; do
-        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=64 BN=256 BK=64 --stages 4 \
+        hopper "$tool" matmul f16 "$RAGGED_TURNS" BM=64 BN=256 BK=64 --stages 4 \
             --persistent --consumers pingpong
         hopper "$tool" bmm f16 "Bt=3,$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent
@@ -174,7 +176,7 @@ if [ "$cc" = 9.0 ]; then
     for tool in memcheck racecheck synccheck; do
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=256 BN=128 BK=64 --stages 3 \
             --persistent --warpgroup-rows 128
-        hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=64 --stages 4 \
+        hopper "$tool" matmul bf16 "$RAGGED_TURNS" BM=128 BN=128 BK=64 --stages 4 \
             --persistent --consumers pingpong --warpgroup-rows 128
         hopper "$tool" bmm f16 "Bt=3,$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent --cluster 2

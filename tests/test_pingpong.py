@@ -127,10 +127,14 @@ def test_explain_describes_the_turns() -> None:
 @pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("tile", [dict(BN=256, stages=4), dict(BN=256, stages=4, cluster=2),
-                                  dict(BN=128, stages=6)], ids=["64x256", "64x256c2", "64x128"])
+                                  dict(BN=128, stages=6),
+                                  dict(BM=128, BN=128, stages=4, warpgroup_rows=128),
+                                  dict(BM=128, BN=128, stages=3, warpgroup_rows=128, cluster=2)],
+                         ids=["64x256", "64x256c2", "64x128", "128x128", "128x128c2"])
 def test_the_bench_kernels_assemble_without_serialization(tmp_path, dtype, tile) -> None:
     from tilec.benchmarking.contenders import sample_kernel
-    ptx = sample_kernel(dtype, dtype).ptx(BM=64, BK=64, raster_group=16, **tile, **PINGPONG)
+    ptx = sample_kernel(dtype, dtype).ptx(**{"BM": 64, "BK": 64, "raster_group": 16, **tile},
+                                          **PINGPONG)
     assert_assembles_for_sm_90a(ptx, tmp_path, "kernel")
 
 
