@@ -179,6 +179,15 @@ class Context(ValueTable):
             return lane, warp
         return self.w.once(self.thread_key("lane_warp"), compute)
 
+    def warp_uniform(self, reg: str) -> str:
+        """``reg``, which every lane of the warp holds the same, as lane 0's (shfl.sync.idx,
+        PTX ISA 9.7.9.6): ptxas cannot tell that a value computed from %tid (a warpgroup
+        index) is the warp's, but it can for a broadcast, and then keeps what follows from
+        it (wgmma's descriptors) in uniform registers. The whole warp must run it."""
+        r = self.w.reg("b32")
+        self.w.emit(f"shfl.sync.idx.b32 {r}, {reg}, 0, 31, -1;")
+        return r
+
     def smem_base(self) -> str:
         def compute() -> str:
             r = self.w.reg("b32")

@@ -174,8 +174,11 @@ WGMMA_TYPES = {F16: "f16", BF16: "bf16"}
 
 
 def _warpgroup(ctx: Context) -> str:
-    """This consumer thread's warpgroup index (tid / 128), computed once."""
-    return ctx.w.once(ctx.thread_key("warpgroup"), lambda: ctx.int_op("shr.u32", ctx.tid(), 7))
+    """This consumer thread's warpgroup index (tid / 128): computed once, and made
+    warp-uniform where it is used (kept uniform from the kernel's entry on, it cost the
+    fused 128x256 bf16 epilogue a spilled register)."""
+    index = ctx.w.once(ctx.thread_key("warpgroup"), lambda: ctx.int_op("shr.u32", ctx.tid(), 7))
+    return ctx.warp_uniform(index)
 
 
 def _descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: int = 0) -> str:
