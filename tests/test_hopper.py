@@ -357,3 +357,20 @@ def test_explain_on_the_wgmma_path_gives_no_reason() -> None:
     from tilec.tools.explain import explain, render_explanation
     compiled = load_sample("matmul", "f16").compile(arch="sm_90a", BM=128, BN=256, BK=64)
     assert "not wgmma" not in render_explanation(explain(compiled, ptxas=False))
+
+
+@pytest.mark.parametrize("consts", [dict(BM=128, BN=256), dict(BM=256, BN=128, warpgroup_rows=128)],
+                         ids=["64-row", "128-row"])
+def test_a_descriptors_take_the_warpgroup_index_broadcast_from_lane_0(consts) -> None:
+    """A's descriptors start at this warpgroup's rows: the index (tid / 128) reaches them
+    through shfl.sync.idx from lane 0, where ptxas can tell it is the warp's, so it builds
+    the descriptors in uniform registers; one broadcast, in the K loop where they are."""
+    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, BK=64, persistent=True,
+                                           **consts)
+    broadcasts = re.findall(r"shfl\.sync\.idx\.b32 (%r\d+), (%r\d+), 0, 31, -1;", ptx)
+    assert len(broadcasts) == 1
+    uniform, index = broadcasts[0]
+    assert re.search(rf"shr\.u32 {re.escape(index)}, %r\d+, 7;", ptx)
+    assert re.search(rf"mad\.lo\.s32 %r\d+, {re.escape(uniform)}, \d+, %r\d+;", ptx)
+    loop = ptx.index("$L_loop_", ptx.index("setmaxnreg.inc"))
+    assert loop < ptx.index("shfl.sync.idx") < ptx.index("wgmma.mma_async")
