@@ -11,7 +11,9 @@ stored value in the accumulator layout).
 
 Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with its box
 (``box = [64, BM]``, ``slabs = BN / 64``, ``coords = [1, 0]``: the column offset is the
-inner coordinate) and its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four
+inner coordinate), ``staging_buffers = 2`` where the whole tile's staging does not fit
+beside the ring but two one-slab buffers do (the slabs then go out in turn, one written
+while the one before is stored), and its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four
 8x8 matrices of 16-bit pairs where a thread's registers form them and it holds at most 64,
 else ``pairs``, st.shared a register pair at a time: :func:`tilec.families.tma.staging_writes`);
 the backend (:mod:`tilec.families.tma`) lays the staging tile out in
@@ -149,26 +151,49 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     elem_bytes = store.operands[-1].type.dtype.bytes
     # A pingpong kernel's warpgroups each stage a tile of their own.
     copies = 2 if kernel.schedule.roles.pingpong else 1
+    inner = SLAB_BYTES // elem_bytes
     staging = bm * bn * elem_bytes * copies
+    buffers = 0  # the whole tile staged at once
     if problem is None:
         # The ring and its barriers, and the staging tile after them as the backend places it.
-        needed = total_with_staging(place(kernel), staging)
-        used = needed - staging
+        used = total_with_staging(place(kernel), 0)
         limit = SMEM_PER_SM // kernel.schedule.roles.blocks_per_sm - SMEM_RESERVED_PER_BLOCK
-        if needed > limit:
-            problem = (f"its {staging}-byte staging tile does not fit beside the ring's "
-                       f"{used} bytes (a block may have {limit})")
+        if used + staging > limit:
+            slab_buffers = SLAB_BUFFERS * bm * inner * elem_bytes
+            if via == "tma" and copies == 1 and _slabs_in_turn(store, bn // inner, inner) \
+                    and used + slab_buffers <= limit:
+                staging, buffers = slab_buffers, SLAB_BUFFERS
+            else:
+                problem = (f"its {staging}-byte staging tile does not fit beside the ring's "
+                           f"{used} bytes (a block may have {limit})")
     if problem is not None:
         kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan("direct",
                                                                       reason=problem))
         return kernel
-    inner = SLAB_BYTES // elem_bytes
     # "rows" has no tensor map: the consumers address C themselves.
     tensor = {"tensor": _stored_param(kernel, store).name} if via == "tma" else {}
     copies_attr = {"staging_copies": copies} if copies > 1 else {}
+    buffers_attr = {"staging_buffers": buffers} if buffers else {}
     writes = staging_writes(store.operands[-1].type.layout, elem_bytes)
     store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0],
-                       writes=writes, **copies_attr)
+                       writes=writes, **copies_attr, **buffers_attr)
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
-        via, staging, (inner, bm), bn // inner, writes=writes))
+        via, staging, (inner, bm), bn // inner, writes=writes, buffers=buffers))
     return kernel
+
+
+# Where the whole tile's staging does not fit (128x256 f16 beside four stages of its ring),
+# its slabs go out in turn through this many one-slab buffers: the consumers write slab s
+# into buffer s % 2 while slab s - 1's TMA store reads the other.
+SLAB_BUFFERS = 2
+
+
+def _slabs_in_turn(store: Op, slabs: int, inner: int) -> bool:
+    """Whether the tile can go out a slab at a time through SLAB_BUFFERS buffers: more slabs
+    than buffers, an even count (each tile's first slab then finds buffer 0 free), and each
+    thread's registers in slab order (a slab's registers one run of indices, the slabs
+    ascending), so the writes of one slab end before the next one's begin."""
+    if slabs <= SLAB_BUFFERS or slabs % SLAB_BUFFERS:
+        return False
+    order = [col // inner for _, col in store.operands[-1].type.layout.register_offsets()]
+    return order == sorted(order)

@@ -181,6 +181,12 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" bmm f16 "Bt=3,$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent --cluster 2
     done
+    # 128x256 beside four stages: the slabs stored in turn through two one-slab buffers,
+    # one tile a block and persistent blocks carrying the buffers' turns across tiles.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_TURNS" $HOPPER_BIG --persistent
+        hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG
+    done
 else
     echo "sanitize: compute capability '${cc:-unknown}' is not 9.0; the sm_90a runs are skipped"
 fi

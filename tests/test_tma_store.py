@@ -58,7 +58,8 @@ def test_a_16_bit_output_goes_through_shared_memory_and_tma():
 
 @pytest.mark.parametrize("function, options, reason", [
     (lambda: load_sample("matmul", "f16"), dict(BM=128, BN=256, BK=64), "C is f32"),
-    (f16_out, dict(stages=4), "does not fit beside the ring"),
+    # Two slabs: nothing to take in turn.
+    (f16_out, dict(BM=256, BN=128, stages=4, warpgroup_rows=128), "does not fit beside the ring"),
     (f16_out, dict(spec=Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
                                       ("C", TensorSpec(None, 1))))), "16-byte aligned rows"),
 ])
@@ -71,6 +72,50 @@ def test_other_stores_stay_direct_and_say_why(function, options, reason):
     assert not is_tma_store(store_of(kernel))
     assert kernel.schedule.epilogue.via == "direct"
     assert reason in kernel.schedule.epilogue.reason
+
+
+def test_a_tile_whose_staging_does_not_fit_goes_out_a_slab_at_a_time():
+    """128x256 f16 beside four stages (192 KiB): the 64 KiB staging tile does not fit, two
+    one-slab buffers (32 KiB) do."""
+    kernel = lowered(f16_out(), stages=4)
+    store = store_of(kernel)
+    assert is_tma_store(store) and store.attrs["staging_buffers"] == 2
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.staging_bytes, plan.buffers, plan.slabs) == ("tma", 32768, 2, 4)
+    assert "#epilogue = {via = tma, staging = 32768 bytes (2 one-slab buffers in turn), " \
+        "writes = pairs, 4 boxes of 64x128}" in print_kernel(kernel)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_each_slab_is_written_fenced_and_stored_while_the_next_fills_the_other_buffer(
+        persistent):
+    """Per slab: its 16 register pairs into buffer slab % 2, the fence, the leader's wait for
+    the previous slab's store to have read the other buffer, the consumers' meeting, one box
+    from this buffer; no meeting before the tile's first slab."""
+    compiled = f16_out().compile(arch="sm_90a", stages=4, persistent=persistent, spec=ALIGNED,
+                                 **TILE)
+    text = compiled.ptx
+    tail = text[text.index("cvt.rn.f16.f32"):]
+    rounds = tail.split("cp.async.bulk.commit_group;")[:-1]
+    assert len(rounds) == 4
+    for slab, part in enumerate(rounds):
+        writes = re.findall(r"st\.shared\.b32 \[%r\d+\+(\d+)\]", part)
+        assert len(writes) == 16  # 32 of the thread's 128 registers, in pairs
+        # Buffer slab % 2: offsets within one 16 KiB buffer, the second one's past it.
+        assert all((int(offset) >= 16384) == slab % 2 for offset in writes)
+        fence = part.index("fence.proxy.async.shared::cta;")
+        wait = part.index("cp.async.bulk.wait_group.read 0;")
+        meet = part.index("bar.sync 1, 256;")
+        (store,) = re.findall(r"bulk_group \[%rd\d+, \{%r\d+, %r\d+\}\], \[%r\d+\+(\d+)\]",
+                              part)
+        assert fence < wait < meet < part.index("bulk_group [")
+        assert int(store) == 16384 * (slab % 2)
+        assert max(part.rfind("st.shared"), 0) < fence
+    assert "bar.sync 1, 256;" not in text[text.index("wgmma.wait_group.sync.aligned 0;"):
+                                         text.index("cvt.rn.f16.f32")]
+    # The last stores read the staging before the block (or its last tile) ends.
+    assert "cp.async.bulk.wait_group.read 0;" in text[text.rindex("commit_group;"):]
+    assert compiled.rendered.smem_bytes <= 232448
 
 
 def test_kernels_without_warp_specialization_have_no_epilogue_plan():

@@ -291,6 +291,27 @@ def test_the_tma_store_epilogue_clips_at_the_edges(shape, tiles, persistent, dty
     assert TMA_STORE in compiled.ptx, compiled.kernel.schedule.epilogue
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("shape", [(1000, 1024, 77), (300, 520, 200), (2048, 3072, 1000),
+                                   (4096, 4096, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_slabs_stored_in_turn_through_two_buffers(shape, persistent, dtype):
+    """128x256 beside four stages: the tile's four slabs go out in turn through two one-slab
+    staging buffers (the whole tile's does not fit); persistent blocks carry the buffers'
+    turns across tiles; NaN-poisoned C."""
+    function = matmul_with_c_as_inputs(dtype)
+    m, n, k = shape
+    a, b = randn((m, k), dtype), randn((k, n), dtype)
+    c = torch.full((m, n), float("nan"), device="cuda").to(TORCH[dtype])
+    options = dict(arch=ARCH, stages=4, persistent=persistent, raster_group=16, **TILES[0])
+    ref = a.double() @ b.double()
+    function(a, b, c, **options)
+    torch.cuda.synchronize()
+    assert rel_error(c, ref) < 2 * TOLERANCE[dtype]
+    compiled = function.prepare(a, b, c, **options).compiled
+    assert compiled.kernel.schedule.epilogue.buffers == 2, compiled.kernel.schedule.epilogue
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 def test_an_unaligned_c_is_staged_and_stored_by_rows(persistent):
     """N = 1003: C's rows are not 16-byte aligned, so TMA cannot address them; the kernel

@@ -25,10 +25,11 @@ naming the barrier.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from tilec.backend.abi import TENSOR_MAP, AbiParam
 from tilec.backend.context import Context, SmemView, c_thread_coords
@@ -313,16 +314,11 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     ``reuse_wait``: what a persistent kernel's leader waits for before the next tile's
     first write overwrites the staging tile (then all consumers meet)."""
     w = ctx.w
-    value = op.operands[-1]
-    layout = value.type.layout
-    eb = value.type.dtype.bytes
-    regs = ctx.get(value)
+    layout = op.operands[-1].type.layout
     roles = ctx.kernel.schedule.roles
-    box = Box.of(op)
     state = ctx.op_state.setdefault(op, {})
     # The leader's predicate first (its registers' numbering is the golden PTX's).
     leader = _thread_is(ctx, None, 0) if reuse_wait else None
-    rows = value.type.shape[0]
     if "staging" not in state:
         state["staging"] = ctx.smem.of(op).offset
         if roles.persistent:
@@ -340,13 +336,24 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     if roles.pingpong:
         # Each warpgroup stages its own tile (tma_store placed one copy a warpgroup).
         staging = ctx.mad(block_warpgroup(ctx), ctx.smem.of(op).stage_bytes, staging)
-    if op.attrs.get("writes") == STMATRIX:
-        _stage_by_stmatrix(ctx, layout, regs, box, rows, staging, keep=roles.persistent)
-    else:
-        _stage_by_pairs(ctx, layout, regs, box, rows, staging, eb, keep=roles.persistent)
+    _write_staging(ctx, op, staging)
     if ctx.active is not None and ctx.active.stop < len(layout.register_offsets()):
         return None
     return staging
+
+
+def _write_staging(ctx: Context, op: Op, staging: str) -> None:
+    """The registers ``ctx.indices`` names into the staging tile at ``staging``, by the
+    writes the tma_store pass chose."""
+    value = op.operands[-1]
+    layout, eb, rows = value.type.layout, value.type.dtype.bytes, value.type.shape[0]
+    regs, box = ctx.get(value), Box.of(op)
+    keep = ctx.kernel.schedule.roles.persistent
+    buffers = op.attrs.get("staging_buffers", 0)
+    if op.attrs.get("writes") == STMATRIX:
+        _stage_by_stmatrix(ctx, layout, regs, box, rows, staging, keep, buffers)
+    else:
+        _stage_by_pairs(ctx, layout, regs, box, rows, staging, eb, keep, buffers)
 
 
 STMATRIX = "stmatrix"
@@ -388,7 +395,7 @@ def stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
 
 
 def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
-                       rows: int, staging: str, keep: bool) -> None:
+                       rows: int, staging: str, keep: bool, buffers: int = 0) -> None:
     """Each run of eight registers (four pairs, four 8x8 matrices: :func:`stmatrix_groups`)
     packed into four 16-bit pairs and written by one stmatrix.x4, where the separate writes
     took four st.shared.b32. Lane t gives the address of row t % 8 of matrix t / 8: the
@@ -420,7 +427,7 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
             w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
                    f"{regs[index + 2 * pair + 1]}}};")
             packed.append(register)
-        immediate = (slab * rows + r) * row_bytes
+        immediate = (_slot(slab, buffers) * rows + r) * row_bytes
         w.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{moved[chunk]}+{immediate}], "
                f"{{{', '.join(packed)}}};")
 
@@ -442,7 +449,7 @@ def _stmatrix_lane_coords(ctx: Context, layout: DistributedLayout, keep: bool
 
 
 def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
-                    rows: int, staging: str, eb: int, keep: bool) -> None:
+                    rows: int, staging: str, eb: int, keep: bool, buffers: int = 0) -> None:
     """Each register pair written on its own (st.shared.b32 of two packed 16-bit values,
     st.shared.v2.b32 of two 32-bit ones), in TMA's 128-byte swizzle."""
     w = ctx.w
@@ -476,11 +483,17 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
             moved = ctx.int_op("xor.b32", xor, chunk << shift)
             chunks[chunk] = ctx.int_op("add.s32", base, moved)
         low = within & ((1 << swizzle.base) - 1)
-        immediate = ((slab * rows + r) * box.inner + low) * eb
+        immediate = ((_slot(slab, buffers) * rows + r) * box.inner + low) * eb
         packed = w.reg("b32") if eb == 2 else None
         for line in STAGING_WRITES[eb](chunks[chunk], immediate, regs[index], regs[index + 1],
                                        packed):
             w.emit(line)
+
+
+def _slot(slab: int, buffers: int) -> int:
+    """Where slab ``slab`` sits in the staging tile: its own place where the whole tile is
+    staged (``buffers`` 0), else one-slab buffer ``slab % buffers``."""
+    return slab % buffers if buffers else slab
 
 
 def _write_16_bit_pair(address: str, immediate: int, first: str, second: str,
@@ -521,31 +534,80 @@ def _store_tile(ctx: Context, op: Op) -> None:
     stores to have read the staging tile (a persistent kernel waits before the next tile's
     first write, and after its last)."""
     w = ctx.w
-    roles = ctx.kernel.schedule.roles
-    staging = _stage_registers(ctx, op, reuse_wait="cp.async.bulk.wait_group.read 0;")
+    if op.attrs.get("staging_buffers"):
+        _store_slabs_in_turn(ctx, op)
+        return
+    staging = _stage_registers(ctx, op, reuse_wait=f"{READ_WAIT} 0;")
     if staging is None:
         return
-    value = op.operands[-1]
-    eb = value.type.dtype.bytes
-    box = Box.of(op)
     leader = _thread_is(ctx, None, 0)
     w.emit("fence.proxy.async.shared::cta;")
     w.emit(_consumers_meet(ctx))
+    _issue_boxes(ctx, op, leader, staging, range(Box.of(op).slabs))
+    _last_store_read(ctx, leader)
+
+
+# The leader's wait until its TMA stores have read their staging (all but the newest N
+# groups): CUTLASS's tma_store_wait is this .read form too.
+READ_WAIT = "cp.async.bulk.wait_group.read"
+
+
+def _issue_boxes(ctx: Context, op: Op, leader: str, staging: str, slabs: Sequence[int]
+                 ) -> None:
+    """The leader's TMA stores of ``slabs`` (a box each) from the staging tile at
+    ``staging``, their bulk group committed."""
+    w = ctx.w
+    box = Box.of(op)
+    slab_bytes = box.inner * box.outer * op.operands[-1].type.dtype.bytes
+    buffers = op.attrs.get("staging_buffers", 0)
     tensor_map = _tensor_map(ctx, op.attrs["tensor"])
     coords = [ctx.get(v) for v in op.operands[1:3]]
     inner, outer = coords[box.coords[0]], coords[box.coords[1]]
-    slab_bytes = box.inner * box.outer * eb
-    for slab in range(box.slabs):
+    for slab in slabs:
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
         dims, coordinates = _coordinates(ctx, op.operands[0], x, outer)
         w.emit(f"@{leader} cp.async.bulk.tensor.{dims}.global.shared::cta.bulk_group "
-               f"[{tensor_map}, {coordinates}], [{staging}+{slab * slab_bytes}];")
+               f"[{tensor_map}, {coordinates}], [{staging}+{_slot(slab, buffers) * slab_bytes}];")
     w.emit(f"@{leader} cp.async.bulk.commit_group;")
-    if not roles.persistent:
-        # Until the stores have read the staging tile: the block's shared memory goes
-        # with it; their writes to global memory complete with the grid (CUTLASS's
-        # tma_store_wait<0> is this .read form too).
-        w.emit(f"@{leader} cp.async.bulk.wait_group.read 0;")
+
+
+def _last_store_read(ctx: Context, leader: str) -> None:
+    """Until the stores have read the staging tile, which goes with the block's shared
+    memory (their writes to global memory complete with the grid): after the tile of a
+    block that computes one, after the last tile of a persistent one."""
+    if not ctx.kernel.schedule.roles.persistent:
+        ctx.w.emit(f"@{leader} {READ_WAIT} 0;")
+    elif not ctx.after_tiles:
+        ctx.after_tiles.append(lambda: ctx.w.emit(f"@{leader} {READ_WAIT} 0;"))
+
+
+def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
+    """A ``tile.store {via = tma, staging_buffers = 2}``: the tile's slabs go out in turn
+    through two one-slab buffers. Each slab's registers are written into buffer slab % 2;
+    after its last register the consumers fence their writes for the async proxy, the
+    leader waits until the previous slab's store has read the other buffer, all meet, and
+    the leader stores the slab. The next slab is then written into that other buffer while
+    this one is read. An even slab count (the pass checked) leaves buffer 0 free for the
+    next tile's first slab, one meeting a slab, none before the tile."""
+    w = ctx.w
+    layout = op.operands[-1].type.layout
+    slab_of = [col // Box.of(op).inner for _, col in layout.register_offsets()]
+    leader = _thread_is(ctx, None, 0)
+    staging = ctx.int_op("add.s32", ctx.smem_base(), ctx.smem.of(op).offset)
+    saved = ctx.active
+    for slab, indices in itertools.groupby(ctx.indices(len(slab_of)), key=slab_of.__getitem__):
+        indices = list(indices)
+        ctx.active = range(indices[0], indices[-1] + 1)
+        _write_staging(ctx, op, staging)
+        ctx.active = saved
+        if indices[-1] + 1 < len(slab_of) and slab_of[indices[-1] + 1] == slab:
+            continue  # the slab's other registers come in a later chunk
+        w.emit("fence.proxy.async.shared::cta;")
+        w.emit(f"@{leader} {READ_WAIT} 0;")
+        w.emit(_consumers_meet(ctx))
+        _issue_boxes(ctx, op, leader, staging, [slab])
+    if ctx.active is None or ctx.active.stop >= len(slab_of):
+        _last_store_read(ctx, leader)
 
 
 def _store_rows(ctx: Context, op: Op) -> None:

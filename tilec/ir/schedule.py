@@ -212,12 +212,16 @@ class EpiloguePlan:
     # The consumers' writes into the staging tile ("tma" and "rows"): "stmatrix" (x4, four
     # 8x8 matrices a write) or "pairs" (st.shared) (tilec.families.tma.staging_writes).
     writes: str = ""
+    # "tma" only: 0, the whole tile staged at once; else the slabs go out in turn through
+    # this many one-slab buffers (passes/tma_store.py: the whole tile did not fit).
+    buffers: int = 0
 
     def __str__(self) -> str:
         written = f", writes = {self.writes}" if self.writes else ""
         if self.via == "tma":
-            return (f"{{via = tma, staging = {self.staging_bytes} bytes{written}, {self.slabs} "
-                    f"boxes of {self.box[0]}x{self.box[1]}}}")
+            turns = f" ({self.buffers} one-slab buffers in turn)" if self.buffers else ""
+            return (f"{{via = tma, staging = {self.staging_bytes} bytes{turns}{written}, "
+                    f"{self.slabs} boxes of {self.box[0]}x{self.box[1]}}}")
         if self.via in ("rows", "block_rows"):
             return f"{{via = {self.via}, staging = {self.staging_bytes} bytes{written}}}"
         return f"{{via = direct, reason = {self.reason!r}}}"

@@ -89,6 +89,10 @@ def _placement(op: Op) -> Optional[tuple[str, int, int, int]]:
     if is_staged_store(op):
         value = op.operands[-1].type
         rows, cols = value.shape
+        if "staging_buffers" in op.attrs:
+            # One slab (a box, of the inner extent) a buffer: the slabs go out in turn.
+            slab = rows * op.attrs["box"][0] * value.dtype.bytes
+            return "staging", slab, op.attrs["staging_buffers"], STAGING_ALIGN
         # A pingpong kernel's warpgroups stage their tiles apart (staging_copies = 2).
         pitch = op.attrs.get("pitch", cols * value.dtype.bytes)
         return ("staging", rows * pitch, op.attrs.get("staging_copies", 1), STAGING_ALIGN)

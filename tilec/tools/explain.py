@@ -349,6 +349,13 @@ def _wgmma_declined(plan: TilingPlan, options) -> str:
 def _epilogue_text(plan) -> str:
     if plan is None:
         return ""
+    if plan.via == "tma" and plan.buffers:
+        return (f"registers -> {plan.buffers} one-slab staging buffers sC in shared memory "
+                f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's 128-byte swizzle), the "
+                f"{plan.slabs} slabs in turn, each stored by TMA ({plan.box[0]}x{plan.box[1]}, "
+                "one thread) while the next is written into the other buffer: the whole "
+                f"{plan.box[1]}x{plan.box[0] * plan.slabs} tile's staging does not fit beside "
+                "the ring")
     if plan.via == "tma":
         return (f"registers -> staging tile sC in shared memory "
                 f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's 128-byte "
@@ -476,14 +483,17 @@ def _buffers(layout: SharedLayout) -> list[Buffer]:
         elif placed.kind == "staging":  # the store's staging tile, after everything else
             value = op.operands[-1].type
             rows, cols = value.shape
-            layout_text = staging_layout(rows, cols, value.dtype.bytes)
             store = "TMA store" if op.attrs["via"] == "tma" else "row stores"
+            staged = "staging"
+            if "staging_buffers" in op.attrs:  # one slab a buffer, the slabs in turn
+                cols, staged = op.attrs["box"][0], "staging, a slab a buffer"
+            layout_text = staging_layout(rows, cols, value.dtype.bytes)
             if op.attrs["via"] == "block_rows":  # passes/row_store.py: padded rows
                 layout_text = f"rows of {op.attrs['pitch']} B"
                 store = "the block's row stores"
             buffers.append(Buffer("sC", "staging", placed.stages, rows, cols, value.dtype.short,
                                   value.dtype.bytes, placed.stage_bytes, placed.offset,
-                                  placed.align, f"{layout_text} ({store} staging)"))
+                                  placed.align, f"{layout_text} ({store} {staged})"))
         else:
             rtype = op.result.type
             buffers.append(Buffer(op.result.hint or "smem", op.attrs["role"], placed.stages,
