@@ -365,20 +365,28 @@ def _for(ctx: Context, op: Op) -> None:
     ctx.w.emit(f"@{exit_pred} bra.uni {done};")
     emit_block(ctx, body.ops[:-1])
     yielded = [ctx.get(v) for v in body.ops[-1].operands]
-    # Parallel copy through temporaries when a yielded register is also a destination.
-    flat_dst = set(flatten(carried))
-    if any(r in flat_dst for r in flatten(yielded)):
-        temps = [_fresh_like(ctx, y) for y in yielded]
-        for t, y in zip(temps, yielded):
-            _move(ctx, t, y)
-        yielded = temps
-    for dst, src in zip(carried, yielded):
-        _move(ctx, dst, src)
+    _parallel_copy(ctx, flatten(carried), flatten(yielded))
     ctx.w.emit(f"add.s32 {iv}, {iv}, {ctx.operand(step)};")
     ctx.w.emit(f"bra.uni {head};")
     ctx.w.raw(f"{done}:")
     for result, regs in zip(op.results, carried):
         ctx.bind(result, regs)
+
+
+def _parallel_copy(ctx: Context, dsts: list[str], srcs: list[str]) -> None:
+    """``dsts = srcs`` all at once (a loop's carried registers from its yield): through
+    temporaries where a source is also a destination. A register carried unchanged (an
+    accumulator its product updates in place) is not copied at all; through temporaries,
+    each such register cost two moves a K step in the PTX, which ptxas coalesced away."""
+    pairs = [(d, s) for d, s in zip(dsts, srcs) if d != s]
+    written = {d for d, _ in pairs}
+    if any(s in written for _, s in pairs):
+        temps = [_fresh_like(ctx, s) for _, s in pairs]
+        for t, (_, s) in zip(temps, pairs):
+            _move(ctx, t, s)
+        pairs = [(d, t) for (d, _), t in zip(pairs, temps)]
+    for d, s in pairs:
+        _move(ctx, d, s)
 
 
 def _no_code(ctx: Context, op: Op) -> None:
