@@ -9,7 +9,8 @@ Three kinds of op allocate, each at its own alignment, in the order the kernel w
 - a ``tile.store`` routed ``via`` tma or rows (passes/tma_store.py), or block_rows
   (passes/row_store.py): the staging tile its registers are written into before they go to
   global memory (``pitch`` bytes a row where the store says, else unpadded rows;
-  ``staging_copies`` of it).
+  ``staging_copies`` of it; or, with ``staging_buffers``, that many one-slab buffers the
+  slabs take in turn).
 """
 from __future__ import annotations
 
