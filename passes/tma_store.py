@@ -11,7 +11,7 @@ stored value in the accumulator layout).
 
 Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with its box
 (``box = [64, BM]``, ``slabs = BN / 64``, ``coords = [1, 0]``: the column offset is the
-inner coordinate), ``staging_buffers = 2`` where the whole tile's staging does not fit
+inner coordinate), ``staging_buffers = 2`` where a 16-bit tile's whole staging does not fit
 beside the ring but two one-slab buffers do (the slabs then go out in turn, one written
 while the one before is stored), and its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four
 8x8 matrices of 16-bit pairs where a thread's registers form them and it holds at most 64,
@@ -160,7 +160,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         limit = SMEM_PER_SM // kernel.schedule.roles.blocks_per_sm - SMEM_RESERVED_PER_BLOCK
         if used + staging > limit:
             slab_buffers = SLAB_BUFFERS * bm * inner * elem_bytes
-            if via == "tma" and copies == 1 and _slabs_in_turn(store, bn // inner, inner) \
+            if via == "tma" and copies == 1 and elem_bytes == SLABS_IN_TURN_BYTES \
+                    and _slabs_in_turn(store, bn // inner, inner) \
                     and used + slab_buffers <= limit:
                 staging, buffers = slab_buffers, SLAB_BUFFERS
             else:
@@ -186,6 +187,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
 # its slabs go out in turn through this many one-slab buffers: the consumers write slab s
 # into buffer s % 2 while slab s - 1's TMA store reads the other.
 SLAB_BUFFERS = 2
+# Measured on 16-bit tiles only: an i32 tile that does not fit whole (the int8 rows' 128x256
+# beside three stages) keeps its direct stores, the kernel its speed was measured with.
+SLABS_IN_TURN_BYTES = 2
 
 
 def _slabs_in_turn(store: Op, slabs: int, inner: int) -> bool:

@@ -86,6 +86,17 @@ def test_a_tile_whose_staging_does_not_fit_goes_out_a_slab_at_a_time():
         "writes = pairs, 4 boxes of 64x128}" in print_kernel(kernel)
 
 
+def test_an_i32_tile_that_does_not_fit_whole_keeps_its_direct_stores():
+    """The int8 rows' 128x256 i32 tile beside three stages of BK=128: 128 KiB of staging
+    does not fit; the slabs in turn are measured on 16-bit tiles only."""
+    spec = Spec(tensors=(("A", TensorSpec(1, 16)), ("B", TensorSpec(0, 16)),
+                         ("C", TensorSpec(1, 4))))
+    kernel = run_pipeline(sample_kernel("i8", "i32").lower(BM=128, BN=256, BK=128),
+                          Options(arch="sm_90a", stages=3, spec=spec), keep_ir=True).kernel
+    plan = kernel.schedule.epilogue
+    assert plan.via == "direct" and "131072-byte staging tile does not fit" in plan.reason
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_each_slab_is_written_fenced_and_stored_while_the_next_fills_the_other_buffer(
         persistent):
