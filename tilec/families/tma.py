@@ -312,7 +312,8 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
     time: each thread writes its register pairs into the staging tile, in TMA's 128-byte
     swizzle. Returns the staging tile's address after the last chunk (None before it).
     ``reuse_wait``: what a persistent kernel's leader waits for before the next tile's
-    first write overwrites the staging tile (then all consumers meet)."""
+    first write overwrites the staging tile (then all consumers meet); the wait after the
+    last tile is the store's (:func:`_last_store_read`)."""
     w = ctx.w
     layout = op.operands[-1].type.layout
     roles = ctx.kernel.schedule.roles
@@ -326,8 +327,6 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
             if leader is not None:
                 w.emit(f"@{leader} {reuse_wait}")
             w.emit(_consumers_meet(ctx))
-            if leader is not None and not ctx.after_tiles:
-                ctx.after_tiles.append(lambda: w.emit(f"@{leader} {reuse_wait}"))
     # Element (row, col) sits at slab col / S, row, chunk (col % S) / 8 ^ row % 8: the
     # thread's row modulo 8 is the same in all its registers (tma_store checked), so the
     # XOR is per thread and per chunk, and the rest of the offset an immediate. The
