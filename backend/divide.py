@@ -72,3 +72,39 @@ def emit(ctx, x: str, d: int, want: str, nonnegative: bool = False) -> str:
     if want == "q":
         return q
     return ctx.mad(q, -d, x)
+
+
+# -- by a divisor fixed for a whole launch -------------------------------------------------------
+
+def prepared(d: int) -> tuple[int, int]:
+    """(magic, shift) for dividing by ``d`` (1 <= d <= 2^31; 0, which no loop divides by,
+    as 1): ``(mulhi(x, magic) + x) >> shift`` is ``x // d`` for 0 <= x < 2^31 (Granlund
+    and Montgomery's round-up method: shift = ceil(log2 d), magic = 2^32 (2^shift - d) / d
+    + 1, below 2^32; the add cannot carry out of 32 bits for such x).
+
+    Why: a persistent kernel's tile loop decoded every tile's batch and (m, n) with three
+    ``div.u32``/``rem.u32`` by runtime tile counts, and ptxas recomputed each reciprocal
+    (I2F, MUFU.RCP, F2I and ~20 corrections) every time round the loop, on the consumers'
+    path between one tile's last product and the next's first (SASS of the sm_90a batched
+    kernel, 128x128 st6: ~130 instructions a tile). The host computes these once a launch
+    (:mod:`tilec.backend.tile_order`); computed in the kernel, they held registers across
+    the K loop and the fused 128x256 epilogue spilled."""
+    d = max(d, 1)
+    shift = (d - 1).bit_length()
+    return ((((1 << shift) - d) << 32) // d + 1) & MASK, shift
+
+
+def divmod_prepared(ctx, x: str, d: str, magic: str, shift: str) -> tuple[str, str]:
+    """(x // d, x % d) for 0 <= x < 2^31, with :func:`prepared`'s magic and shift: a
+    multiply-high, an add, a shift and a multiply-add."""
+    high = ctx.int_op("mul.hi.u32", x, magic)
+    q = ctx.int_op("shr.u32", ctx.int_op("add.u32", high, x), shift)
+    return q, ctx.int_op("sub.u32", x, ctx.int_op("mul.lo.u32", q, d))
+
+
+def model_prepared(x: int, d: int) -> tuple[int, int]:
+    """(x // d, x % d) as :func:`divmod_prepared` computes them on 32-bit registers."""
+    magic, shift = prepared(d)
+    d = max(d, 1)
+    q = ((((x * magic) >> 32) + x) & MASK) >> shift
+    return q, (x - q * d) & MASK

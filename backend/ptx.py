@@ -15,10 +15,10 @@ from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TileType
 from tilec.options import Options
 
-from . import compute, copies, epilogue, split
+from . import compute, copies, epilogue, split, tile_order
 from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
-                  folded_axes, printable, ptx_identifier, tile_axes)
-from .grid import cluster_group, grouped_coords, program_ids
+                  folded_axes, printable, ptx_identifier)
+from .grid import program_ids
 from .signature import kernel_abi
 from .context import Context, TensorRegs, flatten
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -154,18 +154,16 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
     gm, gn = ctx.get(grid.operands[first]), ctx.get(grid.operands[second])
     # A batched grid's batch axis: the outermost part of the tile index (each batch's
     # tiles in grouped order, so consecutive tiles share the batch's matrices in L2).
-    batch = next((axis for axis in range(tile_axes(grid)) if axis not in (first, second)),
-                 None)
+    batch = tile_order.batch_axis(grid)
     cluster = ctx.kernel.schedule.roles.cluster
     rank = None
     if cluster > 1:
         gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
     tiles = ctx.int_op("mul.lo.s32", gm, gn)
-    per_batch = tiles
     if batch is not None:
-        tiles = ctx.int_op("mul.lo.s32", per_batch, ctx.get(grid.operands[batch]))
+        tiles = ctx.int_op("mul.lo.s32", tiles, ctx.get(grid.operands[batch]))
     if ctx.kernel.schedule.roles.stream_k:
-        _stream_k_loop(ctx, ops, emit_ops, tail, tiles, (gm, gn, per_batch, batch))
+        _stream_k_loop(ctx, ops, emit_ops, tail, tiles, gm)
         return
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     trips = _k_steps(ctx, k_loop.operands[:3])
@@ -200,7 +198,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.turn = dict(waits=waits, passes=passes,
                         wait_id=ctx.int_op("add.s32", warpgroup, TURN_BARRIER),
                         pass_id=ctx.int_op("sub.s32", TURN_BARRIER + 1, warpgroup))
-    _bind_tile(ctx, tile, gm, gn, per_batch, batch, rank)
+    _bind_tile(ctx, tile, gm, rank)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     emit_ops(ctx, ops)
@@ -223,31 +221,23 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.ring_base = saved
 
 
-def _bind_tile(ctx: Context, tile: str, gm: str, gn: str, per_batch: str,
-               batch: Optional[int], rank: Optional[str] = None) -> None:
-    """Bind the grid's ids to linear tile ``tile``: its batch (a batched grid's tile t is
-    batch t / (tiles a batch)), then (m, n) in grouped order; in a cluster, the block's M
-    tile of the pair (``rank``), the group still ``raster_group`` rows of tiles."""
+def _bind_tile(ctx: Context, tile: str, gm: str, rank: Optional[str] = None) -> None:
+    """Bind the grid's ids to linear tile ``tile`` (:mod:`.tile_order`; ``gm``: the M
+    tiles, or in a cluster the clusters of M tiles, of which the block takes the M tile of
+    its ``rank``)."""
     grid = ctx.grid_op
     first, second = folded_axes(grid)
-    within = tile
+    batch, pid_m, pid_n = tile_order.coords(ctx, tile, gm, tile_order.group_rows(ctx.kernel))
     if batch is not None:
-        ctx.bind(grid.results[batch], ctx.int_op("div.u32", tile, per_batch))
-        within = ctx.int_op("rem.u32", tile, per_batch)
-    group = grid.attrs.get("raster_group") or 1
-    if rank is None:
-        pid_m, pid_n = grouped_coords(ctx, gm, gn, within, group)
-    else:
-        # gm counts pairs of M tiles here; the group, rows of tiles (cluster_group).
-        cluster = ctx.kernel.schedule.roles.cluster
-        pair_m, pid_n = grouped_coords(ctx, gm, gn, within, cluster_group(group, cluster))
-        pid_m = ctx.mad(pair_m, cluster, rank)
+        ctx.bind(grid.results[tile_order.batch_axis(grid)], batch)
+    if rank is not None:
+        pid_m = ctx.mad(pid_m, ctx.kernel.schedule.roles.cluster, rank)
     ctx.bind(grid.results[first], pid_m)
     ctx.bind(grid.results[second], pid_n)
 
 
 def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], tiles: str,
-                   shape: tuple) -> None:
+                   gm: str) -> None:
     """A stream-K kernel's loop over this block's units (tilec/families/stream_k.py, whose
     :func:`~tilec.families.stream_k.units` is this schedule in Python): whole tiles
     ``%ctaid.x + u * %nctaid.x`` for the first ``dp_units``, then the block's even share of
@@ -260,7 +250,6 @@ def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], ti
         raise NotImplementedError("a stream-K tile loop has no ops after its last unit "
                                   "(cluster kernels' waits)")
     w = ctx.w
-    gm, gn, per_batch, batch = shape
     bounds = next(op for block_op in ops for op in block_op.walk() if op.name == K_END)
     steps = _k_steps(ctx, bounds.operands)
     block, blocks = w.reg("b32"), w.reg("b32")
@@ -310,7 +299,7 @@ def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], ti
     w.emit(f"setp.ge.s32 {finished}, {it}, {end};")
     w.emit(f"@{data_parallel} setp.ge.s32 {finished}, {dp_tile}, {tiles};")
     w.emit(f"@{finished} bra.uni {done};")
-    _bind_tile(ctx, tile, gm, gn, per_batch, batch)
+    _bind_tile(ctx, tile, gm)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     ctx.stream_k = dict(k0=k0, k1=k1, steps=steps, block=block, q=q, r=r,

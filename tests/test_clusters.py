@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tilec.analysis.hazards import HazardError, check_schedule
+from tilec.backend import tile_order
 from tilec.backend.grid import cluster_group
 from tilec.errors import TileConfigError
 from tilec.families.tma import ALLOC, ARRIVE, CLUSTER_SYNC, LOAD, WAIT, tensor_map_box
@@ -123,12 +124,20 @@ def test_the_raster_group_counts_rows_of_tiles_not_pairs(persistent):
     """Grouped order over pairs of M tiles: raster_group=16 groups 8 pairs (16 rows of
     tiles, as without a cluster), not 16 pairs (32 rows: 13% more DRAM traffic at 4096^3)."""
     assert [cluster_group(g, 2) for g in (1, 2, 3, 8, 16)] == [1, 1, 2, 4, 8]
-    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2,
-                                           persistent=persistent, raster_group=16, **TILE)
-    # grouped_coords: the tiles a group (gn x group), then the group's first row (x group).
-    group_factors = re.findall(r"mul\.lo\.s32 %r\d+, %r\d+, (\d+);", ptx)
-    roles = 2 if persistent else 1
-    assert group_factors.count("8") == 2 * roles and "16" not in group_factors
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=3, cluster=2,
+                                                    persistent=persistent, raster_group=16,
+                                                    **TILE)
+    group_factors = re.findall(r"mul\.lo\.s32 %r\d+, %r\d+, (\d+);", compiled.ptx)
+    assert "16" not in group_factors
+    if not persistent:
+        # grouped_coords: the tiles a group (gn x group), then the group's first row.
+        assert group_factors.count("8") == 2
+        return
+    # Each role's group's first row (x group); the tiles a group come from the host, for
+    # 33 x 8 tiles: 17 pairs of M tiles, groups of 8 pairs (8 x 8 tiles), the last 1 pair.
+    assert group_factors.count("8") == 2
+    values = tile_order.launch_values(compiled.kernel, [33, 8])
+    assert (values["$tiles.group.d"], values["$tiles.last.d"]) == (64, 1)
 
 
 def test_explain_says_how_the_cluster_walks_the_tiles():

@@ -7,11 +7,13 @@ symbols agreeing across arguments, scalars' types. The facts the compiled code m
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from tilec.backend import tile_order
 from tilec.backend.abi import AbiParam, folded_axes, folds_tile_axes
 from tilec.backend.signature import kernel_abi
 from tilec.families.catalogue import op_definitions
@@ -263,7 +265,14 @@ _ROLE_VALUES: dict[str, RoleValue] = {
     "symbol": lambda p, kernel, bound, device: bound.symbols[p.source],
     "tensor_map": lambda p, kernel, bound, device: _tensor_map(kernel, p.source,
                                                                device[p.source]),
+    tile_order.ROLE: lambda p, kernel, bound, device: _tile_order(
+        kernel, tuple(sorted(bound.symbols.items())))[p.source],
 }
+
+
+@functools.lru_cache(maxsize=64)  # one evaluation of the grid a launch, not one a divisor
+def _tile_order(kernel: Kernel, symbols: tuple) -> dict[str, int]:
+    return tile_order.launch_values(kernel, grid_size(kernel, dict(symbols)))
 
 
 def _tensor_map(kernel: Kernel, source: str, tensor: Any) -> Any:

@@ -222,6 +222,7 @@ class Explanation:
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
+    tile_loop: str = ""  # how a persistent kernel's blocks walk the tiles, in words
 
 
 # ----------------------------------------------------------------------------- gather
@@ -277,6 +278,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         consumers=_consumers_text(kernel),
         declined=_wgmma_declined(plan, options),
         batch=_batch_text(kernel),
+        tile_loop=_tile_loop_text(kernel),
     )
 
 
@@ -301,6 +303,18 @@ def _cluster_walk(kernel: Kernel) -> str:
                  "count leaves the last cluster's second block past M in every batch, "
                  "loading its half of B for its peer and storing nothing")
     return text
+
+
+def _tile_loop_text(kernel: Kernel) -> str:
+    """A persistent kernel's tile loop (backend/tile_order.py) in words; "" for others."""
+    from tilec.backend import tile_order
+    params = tile_order.kernel_params(kernel)
+    if not params:
+        return ""
+    divisors = ", ".join(dict.fromkeys(p.name.rsplit("_", 1)[0] + "_*" for p in params))
+    return ("a block per SM (at most one a tile) walks the tiles %ctaid.x, + %nctaid.x, ... "
+            "in grouped order; a tile's ids come from multiply-highs by magic numbers the "
+            f"launch computes ({divisors}), not from runtime divisions")
 
 
 def _batch_text(kernel: Kernel) -> str:
@@ -945,6 +959,8 @@ def render_explanation(e: Explanation) -> str:
                      f"converted to {h.dtype} in registers after its {how}")
     if e.batch:
         lines.append(f"  batches           {e.batch}")
+    if e.tile_loop:
+        lines.append(f"  tile loop         {e.tile_loop}")
     if e.declined:
         lines.append(f"  not wgmma         {e.declined}")
     if e.cluster > 1:
