@@ -164,6 +164,27 @@ def test_one_stage(shape, schedule, name, dtype):
     run_and_check(name, dtype, shape, stages=1, **{**TILES[1], **schedule})
 
 
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("schedule", [{}, {"persistent": True},
+                                      {"persistent": True, "consumers": "pingpong", "BM": 64},
+                                      {"persistent": True, "stream_k": True}],
+                         ids=["one-tile", "persistent", "pingpong", "stream-k"])
+def test_no_k_step_stores_the_epilogue_of_zero_products(schedule, name):
+    """K = 0: the K loop runs no step on any tile, so every tile's accumulators stay zeros
+    and the epilogue stores its value of them (C for matmul; relu(beta C + bias) for
+    gemm_epilogue). The same kernel then runs at K = 77, and again at K = 0. 2000 x 1500
+    is 192 tiles: a persistent block takes two, the second after the first's epilogue."""
+    function = sample(name, "f16")
+    options = dict(arch=ARCH, stages=3, **{"BM": 128, "BN": 128, "BK": 64, **schedule})
+    for k in (0, 77, 0):
+        case = Case(name, "f16", 2000, 1500, k)
+        ref = case.reference()
+        function(*case.args(), **options)
+        torch.cuda.synchronize()
+        assert not torch.isnan(case.c).any(), "some outputs were never written"
+        assert torch.allclose(case.c.double(), ref, atol=2e-2, rtol=2e-2), f"K = {k}"
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 def test_4096_cubed(name, dtype):
