@@ -374,3 +374,16 @@ def test_a_descriptors_take_the_warpgroup_index_broadcast_from_lane_0(consts) ->
     assert re.search(rf"mad\.lo\.s32 %r\d+, {re.escape(uniform)}, \d+, %r\d+;", ptx)
     loop = ptx.index("$L_loop_", ptx.index("setmaxnreg.inc"))
     assert loop < ptx.index("shfl.sync.idx") < ptx.index("wgmma.mma_async")
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_the_producer_prefetches_every_tensor_map_before_its_first_load(persistent):
+    """A, B and (through the TMA store) C: each map once, by the elected producer thread,
+    before the first cp.async.bulk.tensor; the consumers never prefetch."""
+    ptx = load_sample("gemm_epilogue", "f16").ptx(arch="sm_90a", stages=3, BM=128, BN=256,
+                                                  BK=64, persistent=persistent)
+    producer = ptx[ptx.index("setmaxnreg.dec"):ptx.index("setmaxnreg.inc")]
+    prefetched = re.findall(r"prefetch\.param\.tensormap \[(\w+)\];", producer)
+    assert prefetched == ["A_tensor_map", "B_tensor_map", "C_tensor_map"]
+    assert producer.rindex("prefetch.param") < producer.index("cp.async.bulk.tensor")
+    assert ptx.count("prefetch.param.tensormap") == 3

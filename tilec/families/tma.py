@@ -677,6 +677,11 @@ def _producer(ctx: Context, op: Op) -> None:
     elected = w.reg("pred")
     w.emit(f"setp.ne.u32 {elected}, {ctx.tid()}, {roles.consumer_threads};")
     w.emit(f"@{elected} bra {done};")  # one thread of the warp goes on: divergent
+    # Every tensor map into the constant cache before its first use (CUTLASS's
+    # prefetch_tma_descriptor): the first load, and the consumers' first store, would
+    # otherwise wait for the 128-byte map to come from memory.
+    for tensor in _mapped_tensors(ctx.kernel):
+        w.emit(f"prefetch.param.tensormap [{ctx.workspace[tensor]}];")
     if roles.persistent:
         # The region is its K loop, then (in a cluster) the waits for the peer's last
         # hand-backs: those once, after the last tile.
@@ -692,6 +697,12 @@ def _producer(ctx: Context, op: Op) -> None:
     if roles.pingpong:
         # From here on each warpgroup computes tiles of its own: thread ids are its own.
         ctx.local_tid = True
+
+
+def _mapped_tensors(kernel) -> list[str]:
+    """The tensors whose maps the kernel takes (its TMA loads' and stores'), in order."""
+    return list(dict.fromkeys(op.attrs["tensor"] for op in kernel.walk()
+                              if op.name == LOAD or is_tma_store(op)))
 
 
 def _turn_wait(ctx: Context, op: Op) -> None:
@@ -1103,10 +1114,8 @@ class TmaFamily(MovementFamily):
         return {"tma": _store_tile, "rows": _store_rows}
 
     def kernel_params(self, kernel: Kernel) -> tuple[AbiParam, ...]:
-        tensors = dict.fromkeys(op.attrs["tensor"] for op in kernel.walk()
-                                if op.name == LOAD or is_tma_store(op))
         return tuple(AbiParam(f"{name}_tensor_map", TENSOR_MAP, name, "tensor_map")
-                     for name in tensors)
+                     for name in _mapped_tensors(kernel))
 
 
 FAMILY = TmaFamily()
