@@ -312,9 +312,12 @@ def _tile_loop_text(kernel: Kernel) -> str:
     if not params:
         return ""
     divisors = ", ".join(dict.fromkeys(p.name.rsplit("_", 1)[0] + "_*" for p in params))
-    return ("a block per SM (at most one a tile) walks the tiles %ctaid.x, + %nctaid.x, ... "
-            "in grouped order; a tile's ids come from multiply-highs by magic numbers the "
-            f"launch computes ({divisors}), not from runtime divisions")
+    roles = kernel.schedule.roles
+    turns = "; pingpong: each warpgroup takes every other one" if roles.pingpong else ""
+    return (f"the blocks ({roles.blocks_per_sm} per SM, at most one a tile) walk the tiles "
+            "%ctaid.x, + %nctaid.x, "
+            f"... in grouped order{turns}; a tile's ids come from multiply-highs by magic "
+            f"numbers the launch computes ({divisors}), not from runtime divisions")
 
 
 def _batch_text(kernel: Kernel) -> str:
