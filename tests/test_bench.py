@@ -1023,10 +1023,11 @@ def test_batched_rows_of_a_wave_or_less_take_one_tile_a_block():
 
 
 def test_batched_rows_of_whole_tiles_take_128x128_tiles_in_six_stages():
-    """32x1024x1024x1024 on sm_90a: the batched tile measured best (BATCHED_TILED); the
-    ragged batched row and the 2-D rows keep their own."""
+    """32x1024x1024x1024 on sm_90a: the batched tile measured best (BATCHED_TILED, raster
+    group 4); the ragged batched row and the 2-D rows keep their own."""
     assert contenders.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_90a") == \
-        dict(BM=128, BN=128, BK=64, stages=6, raster_group=16, persistent=True)
+        dict(BM=128, BN=128, BK=64, stages=6, raster_group=4, persistent=True)
+    assert contenders.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["raster_group"] == 16
     assert contenders.tuned_config(Case(4095, 4097, 128, "f16", batch=8), "sm_90a")["BN"] == 256
     assert contenders.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["BN"] == 256
     assert contenders.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_80") == \

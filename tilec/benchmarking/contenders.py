@@ -244,7 +244,11 @@ BATCHED_PERSISTENT = {("wgmma", "ragged")}
 # ms against 0.1100 for the 2-D rows' 128x256x64 st3; then two rounds, one call, x torch.bmm
 # f16 / bf16: 0.98, 0.98 / 0.98, 0.98 against 0.97, 0.97 / 0.96, 0.96. The ragged batched
 # row (8x4095x4097x128) keeps 128x256: this tile ran it at 1.80x torch.bmm against 2.05x.
-BATCHED_TILED = dict(BM=128, BN=128, BK=64, stages=6, raster_group=16, persistent=True)
+# Raster group 4 (two groups of 4 x 8 tiles a 1024^2 batch) rather than 16 (the whole
+# batch), once the tile loop decoded tiles without divisions: two runs, one call, x the
+# raster-16 kernel f16 / bf16 1.007, 1.007 / 1.005, 1.006 (x torch.bmm 0.998, 0.998 / 1.000,
+# 1.001); raster 8 1.00. The 2-D rows keep 16: 4096^3 level, 8192^3 0.97-0.98.
+BATCHED_TILED = dict(BM=128, BN=128, BK=64, stages=6, raster_group=4, persistent=True)
 # The product families whose rows run on wgmma8 on sm_90a (but short M: mma.sync's tiles).
 EIGHT_BIT_WGMMA = ("int8", "fp8")
 SIXTEEN_BIT = ("f16", "bf16")
