@@ -45,7 +45,13 @@ def batch_axis(grid: Op) -> Optional[int]:
     return next((axis for axis in range(tile_axes(grid)) if axis not in folded), None)
 
 
-def _divisors_used(kernel: Kernel) -> tuple[str, ...]:
+def param_name(divisor: str, field: str) -> str:
+    return f"tiles_{divisor}_{field}"
+
+
+def divisors_used(kernel: Kernel) -> tuple[str, ...]:
+    """The divisors a kernel's tile loop takes: none but in a persistent kernel, the batch
+    only where the grid has one."""
     roles = kernel.schedule.roles
     if roles is None or not roles.persistent:
         return ()
@@ -54,8 +60,8 @@ def _divisors_used(kernel: Kernel) -> tuple[str, ...]:
 
 def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
     """A persistent kernel's divisors, after the program's parameters; none else."""
-    return tuple(AbiParam(f"tiles_{divisor}_{field}", U32, _source(divisor, field), ROLE)
-                 for divisor in _divisors_used(kernel) for field in FIELDS)
+    return tuple(AbiParam(param_name(divisor, field), U32, _source(divisor, field), ROLE)
+                 for divisor in divisors_used(kernel) for field in FIELDS)
 
 
 def group_rows(kernel: Kernel) -> int:
@@ -78,7 +84,7 @@ def launch_values(kernel: Kernel, sizes: list[int]) -> dict[str, int]:
     gm = -(-sizes[first] // cluster)
     values = divisor_values(gm, sizes[second], group_rows(kernel))
     out = {}
-    for divisor in _divisors_used(kernel):
+    for divisor in divisors_used(kernel):
         magic, shift = divide.prepared(values[divisor])
         # The launcher passes i32 values; a magic number of 2^31 or more goes as the i32
         # of the same bits, which the kernel reads as .u32.

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.tma import SLAB_BYTES, SWIZZLE_128B, staging_writes, swizzle_128b
+from tilec.families.tma import (SLAB_BYTES, SWIZZLE_128B, register_slabs, staging_writes,
+                                swizzle_128b)
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
 from tilec.ir.types import I32, TileType
@@ -199,5 +200,5 @@ def _slabs_in_turn(store: Op, slabs: int, inner: int) -> bool:
     ascending), so the writes of one slab end before the next one's begin."""
     if slabs <= SLAB_BUFFERS or slabs % SLAB_BUFFERS:
         return False
-    order = [col // inner for _, col in store.operands[-1].type.layout.register_offsets()]
+    order = register_slabs(store.operands[-1].type.layout, inner)
     return order == sorted(order)

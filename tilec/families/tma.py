@@ -580,6 +580,12 @@ def _last_store_read(ctx: Context, leader: str) -> None:
         ctx.after_tiles.append(lambda: ctx.w.emit(f"@{leader} {READ_WAIT} 0;"))
 
 
+def register_slabs(layout: DistributedLayout, inner: int) -> list[int]:
+    """The slab (``inner`` columns wide) each of a thread's registers falls in, in register
+    order: what the slabs-in-turn store writes a slab at a time."""
+    return [col // inner for _, col in layout.register_offsets()]
+
+
 def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
     """A ``tile.store {via = tma, staging_buffers = 2}``: the tile's slabs go out in turn
     through two one-slab buffers. Each slab's registers are written into buffer slab % 2;
@@ -589,8 +595,7 @@ def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
     this one is read. An even slab count (the pass checked) leaves buffer 0 free for the
     next tile's first slab, one meeting a slab, none before the tile."""
     w = ctx.w
-    layout = op.operands[-1].type.layout
-    slab_of = [col // Box.of(op).inner for _, col in layout.register_offsets()]
+    slab_of = register_slabs(op.operands[-1].type.layout, Box.of(op).inner)
     leader = _thread_is(ctx, None, 0)
     staging = ctx.int_op("add.s32", ctx.smem_base(), ctx.smem.of(op).offset)
     saved = ctx.active

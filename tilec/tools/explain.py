@@ -308,10 +308,10 @@ def _cluster_walk(kernel: Kernel) -> str:
 def _tile_loop_text(kernel: Kernel) -> str:
     """A persistent kernel's tile loop (backend/tile_order.py) in words; "" for others."""
     from tilec.backend import tile_order
-    params = tile_order.kernel_params(kernel)
-    if not params:
+    used = tile_order.divisors_used(kernel)
+    if not used:
         return ""
-    divisors = ", ".join(dict.fromkeys(p.name.rsplit("_", 1)[0] + "_*" for p in params))
+    divisors = ", ".join(tile_order.param_name(divisor, "*") for divisor in used)
     roles = kernel.schedule.roles
     turns = "; pingpong: each warpgroup takes every other one" if roles.pingpong else ""
     return (f"the blocks ({roles.blocks_per_sm} per SM, at most one a tile) walk the tiles "
