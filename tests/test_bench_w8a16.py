@@ -93,15 +93,18 @@ def test_a_library_without_int8_arrays_makes_the_row_n_a_for_every_contender():
     assert result.sets == 0
 
 
-@pytest.mark.parametrize("size", [(16, 8192, 8192), (4096, 4096, 4096), (1000, 1003, 77)])
-def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size):
+@pytest.mark.parametrize("size, block_rows, split_k", [
+    ((16, 8192, 8192), 16, 2), ((48, 8192, 8192), 32, 1), ((4096, 4096, 4096), 128, 1),
+    ((1000, 1003, 77), 128, 1)])
+def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size, block_rows, split_k):
     contender = w8a16.TilecW8A16({}, {"arch": "sm_90a"})
     case = w8a16.W8A16Case(*size, "f16")
     config = w8a16.tilec_config(case)
-    assert config == (w8a16.SKINNY_CONFIG if size[0] <= w8a16.SKINNY_ROWS else {})
+    assert config.get("BM", 128) == block_rows and config.get("split_k", 1) == split_k
     M, N, K = size
     compiled = contender.w8a16_kernel().compile(arch="sm_90a", M=M, N=N, K=K, **config)
     assert compiled.kernel.schedule.tiling.kind == "mma"
+    assert compiled.options.split_k == split_k
     assert contender.unsupported(w8a16.W8A16Case(8, 8, 8, "bf16")) == "no bf16 w8a16 sample"
 
 

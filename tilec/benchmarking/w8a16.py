@@ -32,11 +32,15 @@ from tilec.benchmarking.timing import Timer
 
 W8A16_SIZES = ((16, 8192, 8192), (4096, 4096, 4096))  # the default sweep of --w8a16
 W8A16_SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "w8a16.py"
-# Rows with few of them (decode steps): 32-row blocks (the m16 granule twice), 64 columns
-# a block so that 8192 columns make 128 blocks, about one per SM, and deep K steps in flight
-# (4 stages of 32x128 f16 + 64x128 i8: 48 KiB). Not tuned on a GPU yet (--const overrides).
-SKINNY_ROWS = 64
-SKINNY_CONFIG = dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2))
+# Rows with few of them (decode steps), by the most rows each configuration takes. The time
+# is reading W, so the blocks keep deep K steps in flight. 16 rows (measured on the H100,
+# 16x8192x8192, one call, two rounds each): one m16 granule a block, 64 columns, 256-deep K
+# steps in 4 stages (64 KiB) and the K loop split in two, so 256 blocks stream W: 31.6 us,
+# 0.71 of the memory bound, against 46.4 us (0.48) for the 32-row configuration below;
+# split 3 or 4 and 128-column blocks gave 32.7-35.9 us. Up to 64 rows: 32-row blocks (the
+# m16 granule twice), 64 columns a block, 4 stages of 128 (not tuned on a GPU yet).
+SKINNY_CONFIGS = ((16, dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 2), split_k=2)),
+                  (64, dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2))))
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,8 @@ def w8a16_reference(arrays: Arrays, a: Any, w: Any, scale: Any) -> Any:
 
 def tilec_config(case: Case) -> dict[str, Any]:
     """The sample's configuration for a case: its defaults (128x128x64, 3 stages), or the
-    skinny one for a few rows."""
-    return dict(SKINNY_CONFIG) if case.M <= SKINNY_ROWS else {}
+    skinny one for its few rows."""
+    return next((dict(config) for rows, config in SKINNY_CONFIGS if case.M <= rows), {})
 
 
 class TilecW8A16(TilecContender):
