@@ -95,11 +95,14 @@ def _divmod(ctx, x: str, divisor: str) -> tuple[str, str]:
     return divide.divmod_prepared(ctx, x, d, magic, shift)
 
 
-def coords(ctx, tile: str, gm: str, group: int) -> tuple[Optional[str], str, str]:
+def coords(ctx, tile: str, gm: str, group: int,
+           batched: bool) -> tuple[Optional[str], str, str]:
     """(batch or None, M unit, N tile) of linear tile index ``tile`` (0 <= tile < the grid's
-    tiles; ``gm``: the M units, a register)."""
+    tiles; ``gm``: the M units, a register). ``batched``: the grid has a batch axis
+    (:func:`batch_axis`), the outermost part of the index, so the batch divisor
+    (:func:`divisors_used`) is one of the kernel's parameters."""
     batch = None
-    if _source("batch", "d") in ctx.workspace:
+    if batched:
         batch, tile = _divmod(ctx, tile, "batch")
     group_id, in_group = _divmod(ctx, tile, "group")
     first_m = ctx.int_op("mul.lo.s32", group_id, group)
