@@ -163,7 +163,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
     if batch is not None:
         tiles = ctx.int_op("mul.lo.s32", tiles, ctx.get(grid.operands[batch]))
     if ctx.kernel.schedule.roles.stream_k:
-        _stream_k_loop(ctx, ops, emit_ops, tail, tiles, gm)
+        _stream_k_loop(ctx, ops, emit_ops, tail, tiles, gm, batch)
         return
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     trips = _k_steps(ctx, k_loop.operands[:3])
@@ -198,7 +198,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.turn = dict(waits=waits, passes=passes,
                         wait_id=ctx.int_op("add.s32", warpgroup, TURN_BARRIER),
                         pass_id=ctx.int_op("sub.s32", TURN_BARRIER + 1, warpgroup))
-    _bind_tile(ctx, tile, gm, rank)
+    _bind_tile(ctx, tile, gm, batch, rank)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     emit_ops(ctx, ops)
@@ -221,15 +221,17 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.ring_base = saved
 
 
-def _bind_tile(ctx: Context, tile: str, gm: str, rank: Optional[str] = None) -> None:
+def _bind_tile(ctx: Context, tile: str, gm: str, batch: Optional[int],
+               rank: Optional[str] = None) -> None:
     """Bind the grid's ids to linear tile ``tile`` (:mod:`.tile_order`; ``gm``: the M
     tiles, or in a cluster the clusters of M tiles, of which the block takes the M tile of
-    its ``rank``)."""
+    its ``rank``; ``batch``: the grid's batch axis, or None, as the tile count took it)."""
     grid = ctx.grid_op
     first, second = folded_axes(grid)
-    batch, pid_m, pid_n = tile_order.coords(ctx, tile, gm, tile_order.group_rows(ctx.kernel))
+    group = tile_order.group_rows(ctx.kernel)
+    batch_id, pid_m, pid_n = tile_order.coords(ctx, tile, gm, group, batched=batch is not None)
     if batch is not None:
-        ctx.bind(grid.results[tile_order.batch_axis(grid)], batch)
+        ctx.bind(grid.results[batch], batch_id)
     if rank is not None:
         pid_m = ctx.mad(pid_m, ctx.kernel.schedule.roles.cluster, rank)
     ctx.bind(grid.results[first], pid_m)
@@ -237,14 +239,15 @@ def _bind_tile(ctx: Context, tile: str, gm: str, rank: Optional[str] = None) -> 
 
 
 def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], tiles: str,
-                   gm: str) -> None:
+                   gm: str, batch: Optional[int]) -> None:
     """A stream-K kernel's loop over this block's units (tilec/families/stream_k.py, whose
     :func:`~tilec.families.stream_k.units` is this schedule in Python): whole tiles
     ``%ctaid.x + u * %nctaid.x`` for the first ``dp_units``, then the block's even share of
     the last waves' (tile, K step) iterations, one unit a tile it touches. Both roles walk
     the same units; the ring goes on by each unit's K steps (``ws.ring_base``), and
     ``ctx.stream_k`` holds the unit's registers for ws.k_begin / ws.k_end / ws.sk_fixup
-    (``next``: the label after the unit, where a later part, stored, goes)."""
+    (``next``: the label after the unit, where a later part, stored, goes). ``batch``: the
+    grid's batch axis or None, as ``tiles`` counts it."""
     from tilec.families.stream_k import K_END, SHARED_WAVES
     if tail:
         raise NotImplementedError("a stream-K tile loop has no ops after its last unit "
@@ -299,7 +302,7 @@ def _stream_k_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op], ti
     w.emit(f"setp.ge.s32 {finished}, {it}, {end};")
     w.emit(f"@{data_parallel} setp.ge.s32 {finished}, {dp_tile}, {tiles};")
     w.emit(f"@{finished} bra.uni {done};")
-    _bind_tile(ctx, tile, gm)
+    _bind_tile(ctx, tile, gm, batch)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
     ctx.stream_k = dict(k0=k0, k1=k1, steps=steps, block=block, q=q, r=r,

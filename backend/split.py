@@ -20,7 +20,7 @@ exact (mod 2**32) sum of all K, bit for bit the one-slice kernel's.
 """
 from __future__ import annotations
 
-from tilec.ir.core import Kernel, Op
+from tilec.ir.core import Kernel, Op, require_grid
 from tilec.ir.types import F32, I32
 
 from .abi import POINTER, WORKSPACE_PARAMS, WORKSPACE_SOURCES, AbiParam, cuda_tile_axes
@@ -47,7 +47,7 @@ def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
 def _tile_index(ctx: Context) -> str:
     """The output tile's linear index: the CUDA grid axes before the slice axis."""
     w = ctx.w
-    grid = next(op for op in ctx.kernel.body.ops if op.name == "tile.grid")
+    grid = require_grid(ctx.kernel)
     x = w.reg("b32")
     w.emit(f"mov.u32 {x}, %ctaid.x;")
     if cuda_tile_axes(grid) == 1:

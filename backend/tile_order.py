@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.ir.core import Kernel, Op
+from tilec.ir.core import Kernel, Op, require_grid
 
 from . import divide
 from .abi import AbiParam, folded_axes, param_type, tile_axes
@@ -33,10 +33,6 @@ U32 = param_type("i32")
 def _source(divisor: str, field: str) -> str:
     # "$" is in no Python name: no program parameter can be called like one of these.
     return f"$tiles.{divisor}.{field}"
-
-
-def _grid(kernel: Kernel) -> Op:
-    return next(op for op in kernel.body.ops if op.name == "tile.grid")
 
 
 def batch_axis(grid: Op) -> Optional[int]:
@@ -55,7 +51,7 @@ def divisors_used(kernel: Kernel) -> tuple[str, ...]:
     roles = kernel.schedule.roles
     if roles is None or not roles.persistent:
         return ()
-    return DIVISORS if batch_axis(_grid(kernel)) is not None else DIVISORS[1:]
+    return DIVISORS if batch_axis(require_grid(kernel)) is not None else DIVISORS[1:]
 
 
 def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
@@ -66,7 +62,7 @@ def kernel_params(kernel: Kernel) -> tuple[AbiParam, ...]:
 
 def group_rows(kernel: Kernel) -> int:
     """Rows of the tile loop's M units (tiles, or a cluster's M tiles) a raster group."""
-    group = _grid(kernel).attrs.get("raster_group") or 1
+    group = require_grid(kernel).attrs.get("raster_group") or 1
     cluster = kernel.schedule.roles.cluster
     return cluster_group(group, cluster) if cluster > 1 else group
 
@@ -79,7 +75,7 @@ def divisor_values(gm: int, gn: int, group: int) -> dict[str, int]:
 
 def launch_values(kernel: Kernel, sizes: list[int]) -> dict[str, int]:
     """Each of ``kernel_params``' sources -> its value, for the grid's tile-axis ``sizes``."""
-    first, second = folded_axes(_grid(kernel))
+    first, second = folded_axes(require_grid(kernel))
     cluster = kernel.schedule.roles.cluster
     gm = -(-sizes[first] // cluster)
     values = divisor_values(gm, sizes[second], group_rows(kernel))
@@ -99,11 +95,14 @@ def _divmod(ctx, x: str, divisor: str) -> tuple[str, str]:
     return divide.divmod_prepared(ctx, x, d, magic, shift)
 
 
-def coords(ctx, tile: str, gm: str, group: int) -> tuple[Optional[str], str, str]:
+def coords(ctx, tile: str, gm: str, group: int,
+           batched: bool) -> tuple[Optional[str], str, str]:
     """(batch or None, M unit, N tile) of linear tile index ``tile`` (0 <= tile < the grid's
-    tiles; ``gm``: the M units, a register)."""
+    tiles; ``gm``: the M units, a register). ``batched``: the grid has a batch axis
+    (:func:`batch_axis`), the outermost part of the index, so the batch divisor
+    (:func:`divisors_used`) is one of the kernel's parameters."""
     batch = None
-    if _source("batch", "d") in ctx.workspace:
+    if batched:
         batch, tile = _divmod(ctx, tile, "batch")
     group_id, in_group = _divmod(ctx, tile, "group")
     first_m = ctx.int_op("mul.lo.s32", group_id, group)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from tilec.errors import TileConfigError, located
-from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
+from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op, find_grid
 from tilec.ir.types import TensorType
 from tilec.ir.views import view_source
 
@@ -58,7 +58,7 @@ def _scaled_index(value: Value, indices: list[Value]) -> Optional[tuple[int, int
 @functools.lru_cache(maxsize=256)  # per kernel: every launch checks it
 def coverage(kernel: Kernel) -> tuple[Coverage, ...]:
     """Every (store, dim) whose offset steps a grid axis."""
-    grid = next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+    grid = find_grid(kernel)
     if grid is None:
         return ()
     found = []
@@ -113,7 +113,7 @@ def problem(kernel: Kernel) -> Optional[TileConfigError]:
     unwritten (naming the tensor and the dim, at the store), or that never touches a tensor
     parameter; None for a program that covers what it stores. Returned, not raised, so that
     the fragments pass can report its own errors about the program's shape first."""
-    grid = next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+    grid = find_grid(kernel)
     batch_problem = _batch_axis_problem(kernel, grid)
     if batch_problem is not None:
         return batch_problem

@@ -108,7 +108,7 @@ from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODU
                                 SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
                                 tma_layout)
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, computed_from,
-                            defining_op, replace_uses)
+                            defining_op, find_grid, replace_uses)
 from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
@@ -272,7 +272,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     # made per tile (_views_per_tile).
     batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
                    if op.name == "tensor.batch"]
-    grid = next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+    grid = find_grid(kernel)
     if options.cluster > 1 and (grid is None or not grid.attrs.get("raster_group")):
         # A cluster pairs M tiles where the grid folds its (M, N) tiles into CUDA's x
         # (backend/grid.py): a 2-D grid, or a batched one whose batch views all take one

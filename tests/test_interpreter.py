@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tilec.cpu.interpreter import InterpreterError, run_kernel
-from tilec.ir import (BF16, F16, F32, I32, Block, Builder, DType, Kernel, OpDef, Param,
-                      ScalarType, TensorType, TileType, Value, register_op, verify)
+from tilec.ir import (BF16, F16, F32, I32, Block, Builder, DType, IRError, Kernel, OpDef,
+                      Param, ScalarType, TensorType, TileType, Value, find_grid, register_op,
+                      require_grid, verify)
 
 I32_SCALAR = ScalarType(I32)
 BF16_NAN_BITS = 0x7FC0
@@ -275,6 +276,16 @@ def test_one_d_grid_and_kernel_without_grid() -> None:
     ys = np.zeros(21, np.float32)
     run_kernel(build_vector_add(with_grid=False), [xs, ys])
     np.testing.assert_array_equal(ys, np.where(np.arange(21) < 8, xs, 0))
+
+
+def test_the_grid_query_finds_the_top_level_grid_or_says_there_is_none() -> None:
+    gridded, single = build_vector_add(with_grid=True), build_vector_add(with_grid=False)
+    grid = find_grid(gridded)
+    assert grid is not None and grid.name == "tile.grid" and len(grid.results) == 1
+    assert require_grid(gridded) is grid
+    assert find_grid(single) is None
+    with pytest.raises(IRError, match="kernel 'vector_add' has no top-level tile.grid"):
+        require_grid(single)
 
 
 # ----------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from tilec.backend.ptx import Rendered, render
 from tilec.families.catalogue import op_definitions
-from tilec.ir.core import Kernel
+from tilec.ir.core import Kernel, find_grid
 from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
@@ -48,7 +48,7 @@ def metadata_for(compiled: Compiled) -> dict[str, Any]:
     """The metadata ``DiskCache.put`` wants, taken from a compile result. Beside the launch
     facts it keeps the grid's ``raster_group`` attribute, which decides whether the launch
     folds the grid into one axis (``launch.launch_grid``), so a hit needs no IR to launch."""
-    grid = next((op for op in compiled.kernel.body.ops if op.name == "tile.grid"), None)
+    grid = find_grid(compiled.kernel)
     raster_group = int(grid.attrs.get("raster_group") or 0) if grid is not None else 0
     rendered = compiled.rendered
     return {"name": compiled.name, "entry": rendered.entry, "threads": rendered.threads,

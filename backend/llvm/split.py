@@ -12,7 +12,7 @@ emitter's add.s32 does).
 """
 from __future__ import annotations
 
-from tilec.ir.core import Op
+from tilec.ir.core import Op, require_grid
 from tilec.ir.types import F32, I32
 
 from ..abi import WORKSPACE_SOURCES, cuda_tile_axes
@@ -25,7 +25,7 @@ SUMS = {F32: ("float", "fadd"), I32: ("i32", "add")}
 
 
 def _tile_index(ctx: LlvmContext) -> Val:
-    grid = next(op for op in ctx.kernel.body.ops if op.name == "tile.grid")
+    grid = require_grid(ctx.kernel)
     x = ctx.sreg("ctaid.x")
     if cuda_tile_axes(grid) == 1:
         return x

@@ -29,7 +29,7 @@ import numpy as np
 
 from tilec.cpu.interpreter import WHERE_COMPARE  # the same comparisons, in float64
 from tilec.ir import arith
-from tilec.ir.core import Kernel, Op, Value
+from tilec.ir.core import Kernel, Op, Value, find_grid
 from tilec.ir.ops import CORE_OPS, MATH_FUNCTIONS
 from tilec.ir.types import TensorType
 
@@ -170,7 +170,7 @@ class _Evaluator:
             self.env[kernel.symbol_value(name)] = symbols[name]
 
     def run(self) -> dict[str, np.ndarray]:
-        if not any(op.name == "tile.grid" for op in self.kernel.body.ops):
+        if find_grid(self.kernel) is None:
             raise Unsupported("the kernel has no grid")
         for op in self.kernel.body.ops:
             self.op(op)

@@ -14,6 +14,10 @@ from tilec.ir.schedule import Schedule
 from tilec.ir.types import Type
 
 
+class IRError(Exception):
+    """An IR invariant does not hold."""
+
+
 @dataclass(frozen=True)
 class Loc:
     """A place in the user's source (1-based line and column)."""
@@ -198,6 +202,21 @@ class Builder:
               hint: str = "", **attrs: Any) -> Value:
         """Append a single-result op and return its result."""
         return self.op(name, operands, [result_type], attrs, hints=[hint]).result
+
+
+def find_grid(kernel: Kernel) -> Optional[Op]:
+    """The kernel's launch grid (its top-level ``tile.grid``), or None: a kernel without one
+    runs as a single program."""
+    return next((op for op in kernel.body.ops if op.name == "tile.grid"), None)
+
+
+def require_grid(kernel: Kernel) -> Op:
+    """The kernel's top-level ``tile.grid``, for code that only runs on gridded kernels
+    (tiled, persistent, split-K or clustered ones): raises IRError where there is none."""
+    grid = find_grid(kernel)
+    if grid is None:
+        raise IRError(f"kernel '{kernel.name}' has no top-level tile.grid")
+    return grid
 
 
 def defining_op(value: Value) -> Optional[Op]:

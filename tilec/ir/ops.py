@@ -22,13 +22,10 @@ from typing import Any, Callable, Optional
 
 from tilec.ir import arith
 from tilec.ir.arith import FoldFn
-from tilec.ir.core import Op
+# IRError is defined in core (whose grid query raises it too); its importers find it here.
+from tilec.ir.core import IRError, Op
 from tilec.ir.types import (ACCUMULATOR_DTYPES, BF16, F16, F8E4M3, F8E5M2, I8, I32, PRED,
                             ScalarType, TensorType, TileType)
-
-
-class IRError(Exception):
-    """An IR invariant does not hold."""
 
 
 # (interpreter state, op, operand values) -> one value per result: the signature of

@@ -18,7 +18,7 @@ from tilec.backend.abi import AbiParam, folded_axes, folds_tile_axes
 from tilec.backend.signature import kernel_abi
 from tilec.families.catalogue import op_definitions
 from tilec.ir.arith import INT_BITS
-from tilec.ir.core import Kernel
+from tilec.ir.core import Kernel, require_grid
 from tilec.ir.types import ScalarType, TensorType
 from tilec.options import Spec, TensorSpec
 from tilec.passes.coverage import check_launch
@@ -229,13 +229,13 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
         # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop), a
         # batched grid's within each batch: whole clusters, at most one a pair of tiles.
         cluster = roles.cluster
-        grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
+        grid_op = require_grid(compiled_kernel)
         m_axis = folded_axes(grid_op)[0]
         pairs = -(-sizes[m_axis] // cluster) * math.prod(
             size for axis, size in enumerate(sizes) if axis != m_axis)
         clusters = min(pairs, multiprocessors * roles.blocks_per_sm // cluster)
         return (clusters * cluster, 1, 1)
-    grid_op = next(op for op in compiled_kernel.body.ops if op.name == "tile.grid")
+    grid_op = require_grid(compiled_kernel)
     split = grid_op.attrs.get("split_k")
     axes = list(sizes)
     cluster = launch_cluster(compiled_kernel)

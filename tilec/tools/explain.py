@@ -38,7 +38,7 @@ from tilec.analysis.hazards import (Event, HazardError, Trace, check_schedule, s
                            simulate, trip_counts)
 from tilec.analysis.mbarriers import Step, programs
 from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
-from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.ir.core import Kernel, Op, Value, defining_op, require_grid
 from tilec.families.product import LanePiece
 from tilec.families.products import LOAD_OPS, PRODUCT_OPS, family_named, family_of
 from tilec.families.tma import STAGING_WRITES_TEXT, TURN_BARRIER, Box, staging_layout
@@ -289,7 +289,7 @@ def _cluster_walk(kernel: Kernel) -> str:
     roles = kernel.schedule.roles
     if roles is None or roles.cluster == 1:
         return ""
-    grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
+    grid = require_grid(kernel)
     group = grid.attrs.get("raster_group") or 1
     pairs = cluster_group(group, roles.cluster)
     text = (f"block r of cluster p takes M tile {roles.cluster}p + r of the cluster's N "
@@ -326,7 +326,7 @@ def _batch_text(kernel: Kernel) -> str:
     views = [op for op in kernel.walk() if op.name == "tensor.batch"]
     if not views:
         return ""
-    grid = next(op for op in kernel.body.ops if op.name == "tile.grid")
+    grid = require_grid(kernel)
     index = views[0].operands[1]
     axis = grid.results.index(index) if index in grid.results else None
     names = [source.name for source in (view_source(kernel, op.operands[0]) for op in views)
