@@ -99,11 +99,12 @@ def _module(w: PtxWriter, options: Options, title: str, entry: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _same(load_words):
+def _unconverted(load_words):
+    """A plain copy's: the loader's words are the destination vector's."""
     return load_words
 
 
-def _emit_pack(w: PtxWriter, elem_bytes: int, dst_bytes: int, convert=_same) -> None:
+def _emit_pack(w: PtxWriter, elem_bytes: int, dst_bytes: int, convert=_unconverted) -> None:
     """The kernel's body: ``elem_bytes``-byte source elements, ``dst_bytes``-byte
     destination ones, ``convert`` wrapping a loader so that its source words come back as
     the destination vector's four (the identity for a plain copy)."""
@@ -412,7 +413,7 @@ SOURCES = {"i8": SignedByte(), "f8e4m3": FloatByte.of("f8e4m3"),
            "f8e5m2": FloatByte.of("f8e5m2")}
 
 
-def _converter(w: PtxWriter, source, pair: str):
+def _converter(w: PtxWriter, source: "SignedByte | FloatByte", pair: str):
     """Wraps a loader of a thread's 8 source bytes (two words) into one of the destination
     vector's four words: element 2k in the low half of word k (cvt.rn d, a, b puts a in the
     upper half). A byte masked to zero past the row's end is +0 in every source format."""

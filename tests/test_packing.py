@@ -486,6 +486,26 @@ def test_packer_converts_with_the_converting_kernel_and_hands_over_f16(monkeypat
     assert (scratch.shape, scratch.strides) == ((1003, 128), (128, 1))
 
 
+def test_the_converting_kernel_is_loaded_once_per_pair_and_target(monkeypatch):
+    import tilec.runtime
+    from tilec.launch import packing
+    loaded = []
+
+    class Module:
+        def function(self, name):
+            return name
+    monkeypatch.setattr(tilec.runtime, "load_module",
+                        lambda ptx, name: loaded.append((ptx, name)) or Module())
+    monkeypatch.setattr(packing, "_FUNCTIONS", {})
+    for _ in range(2):
+        assert packing.convert_function("f8e5m2", "bf16", "sm_90") == "tilec_pack_f8e5m2_to_bf16"
+    assert packing.convert_function("i8", "f16", "sm_90") == "tilec_pack_i8_to_f16"
+    assert packing.pack_function(1, "sm_90") == "tilec_pack_b8"  # a key of its own
+    assert loaded == [(convert_ptx("f8e5m2", "bf16", "sm_90"), "tilec_pack_f8e5m2_to_bf16"),
+                      (convert_ptx("i8", "f16", "sm_90"), "tilec_pack_i8_to_f16"),
+                      (pack_ptx(1, "sm_90"), "tilec_pack_b8")]
+
+
 def test_pool_lends_each_buffer_once_and_keeps_a_few():
     pool = ScratchPool(limit=2)
     first, second, third = FakeBuffer(64), FakeBuffer(128), FakeBuffer(64)
