@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
 _GUARD = re.compile(r"^@(!?)(%p\d+) ")
 _ADDRESS = re.compile(r"^\[(%?\w+)(?:\+(-?\d+))?\]$")
@@ -107,6 +109,8 @@ class Thread:
     def value(self, operand: str) -> int:
         if operand.startswith("%"):  # %ctaid.x and the like are special registers
             return self.special[operand] if "." in operand else self.regs[operand]
+        if operand.startswith("0f"):  # an f32 literal: its bits
+            return int(operand[2:], 16)
         return int(operand, 0)
 
     def address(self, operand: str) -> int:
@@ -175,7 +179,21 @@ class Thread:
             start, length = v(ops[3]), v(ops[4])
             field_mask = ((1 << length) - 1) << start
             regs[ops[0]] = (v(ops[2]) & ~field_mask | (v(ops[1]) << start) & field_mask) & M32
-        elif op in ("ld.global.nc.v4.b32", "ld.global.v4.b32"):
+        elif op in ("bfe.u32", "bfe.s32"):  # PTX ISA 9.7.1.17, start and length < 32 here
+            start, length = v(ops[2]), v(ops[3])
+            field_value = (v(ops[1]) >> start) & ((1 << length) - 1)
+            if op == "bfe.s32" and field_value >> (length - 1):
+                field_value -= 1 << length
+            regs[ops[0]] = field_value & M32
+        elif op == "cvt.rn.f32.s32":
+            regs[ops[0]] = _f32_bits(np.float32(_signed32(v(ops[1]))))
+        elif op == "mul.rn.f32":  # numpy's float32 product: rounded to nearest, subnormals kept
+            with np.errstate(all="ignore"):
+                regs[ops[0]] = _f32_bits(_f32(v(ops[1])) * _f32(v(ops[2])))
+        elif op in _PAIR_ROUNDING:  # cvt.rn d, a, b: a to the upper half (PTX ISA 9.7.9.21)
+            rounded = _PAIR_ROUNDING[op]
+            regs[ops[0]] = rounded(v(ops[1])) << 16 | rounded(v(ops[2]))
+        elif op in ("ld.global.nc.v4.b32", "ld.global.v4.b32", "ld.global.nc.v2.b32"):
             base = self.address(ops[1])
             for index, reg in enumerate(ops[0].strip("{}").split(",")):
                 regs[reg.strip()] = self.memory.load(base + 4 * index, 4)
@@ -205,6 +223,32 @@ class Thread:
             result = result and bool(self.regs[ops[3]])
         return result
 
+
+def _f32(bits: int) -> np.float32:
+    return np.array([bits & M32], np.uint32).view(np.float32)[0]
+
+
+def _f32_bits(value) -> int:
+    return int(np.array([value], np.float32).view(np.uint32)[0])
+
+
+def _f16_of_f32(bits: int) -> int:
+    """cvt.rn.f16.f32: numpy's float16 rounding (to nearest even); NaN canonical (0x7FFF)."""
+    value = _f32(bits)
+    if np.isnan(value):
+        return 0x7FFF
+    with np.errstate(all="ignore"):
+        return int(np.array([value], np.float16).view(np.uint16)[0])
+
+
+def _bf16_of_f32(bits: int) -> int:
+    """cvt.rn.bf16.f32: the upper half rounded to nearest even; NaN canonical (0x7FFF)."""
+    if np.isnan(_f32(bits)):
+        return 0x7FFF
+    return ((bits + 0x7FFF + (bits >> 16 & 1)) >> 16) & 0xFFFF
+
+
+_PAIR_ROUNDING = {"cvt.rn.f16x2.f32": _f16_of_f32, "cvt.rn.bf16x2.f32": _bf16_of_f32}
 
 _BINARY = {
     "add.s32": (M32, lambda a, b: a + b), "sub.s32": (M32, lambda a, b: a - b),

@@ -4,6 +4,7 @@ pool, the pack kernel's PTX (assembled by ptxas for every target), and the CLI a
 descriptions. tests/gpu/test_packing_gpu.py runs it all."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tilec.backend.pack import PACK_PARAMS, pack_entry, pack_ptx, vector_elems
+from tilec.backend.pack import (DESTINATIONS, PACK_PARAMS, SOURCES, convert_entry, convert_ptx,
+                                pack_entry, pack_ptx, vector_elems)
 from tilec.backend.ptx import ptx_header
 from tilec.kernel import load_file, written_params
 from tilec.launch.binding import bind_arguments, kernel_arguments, spec_for, tensor_spec
@@ -23,6 +25,7 @@ from tilec.launch.packing import (
     PackPlan,
     Packer,
     ScratchPool,
+    _pack_tensor,
     operand_tensors,
     pack_geometry,
     plan_packing,
@@ -408,6 +411,101 @@ def test_pack_geometry(rows, cols, grid, block):
     assert block[0] * block[1] == PACK_THREADS
 
 
+def w8a16_weight(n: int, k: int, dtype: str = "i8"):
+    """samples/w8a16.py's W ([N, K], k contiguous), packed under "always" (K ragged)."""
+    packed = _pack_tensor(arg("W", (n, k), dtype=dtype), "always")
+    assert packed is not None and packed.inner == 1
+    return packed
+
+
+def test_a_converted_tensor_counts_its_scratch_in_destination_elements():
+    plain = w8a16_weight(1003, 60)
+    assert (plain.row_stride, plain.nbytes, plain.spec) == (128, 1003 * 128, TensorSpec(1, 16))
+    assert plain.scratch_dtype == "i8" and plain.converted is None
+    for dest in ("f16", "bf16"):
+        wide = plain.converting(dest)
+        # 60 f16s fill 120 bytes: one 128-byte line, 64 elements (the i8 stride was 128).
+        assert (wide.row_stride, wide.scratch_itemsize, wide.scratch_dtype) == (64, 2, dest)
+        assert wide.nbytes == 1003 * 64 * 2
+        assert wide.spec == TensorSpec(1, 8)  # 8 two-byte elements a vector
+        # The argument's side stays the argument's: what the kernel reads from.
+        assert (wide.dtype, wide.itemsize, wide.strides, wide.cols) == ("i8", 1, (60, 1), 60)
+        assert wide.describe() == f"W converted to {dest}, stride 64 (rows were 4-byte aligned)"
+        assert wide.converting(dest, reason="").describe() == f"W converted to {dest}, stride 64"
+    # A padded K counts destination elements too: 77 -> 128 f16s, two lines.
+    padded = w8a16_weight(1003, 77).converting("f16").padded(1, 128)
+    assert (padded.shape, padded.row_stride, padded.nbytes) == ((1003, 128), 128, 1003 * 256)
+    assert padded.cols == 77
+    # Padded first, converted after: the same scratch.
+    assert w8a16_weight(1003, 77).padded(1, 128).converting("f16") == padded
+
+
+@pytest.mark.parametrize("rows, cols, grid, block", [
+    (1003, 60, (1, 32, 1), (8, 32, 1)),      # one line of f16s a row: 8 vectors
+    (4096, 4093, (2, 4096, 1), (256, 1, 1)),  # 4096 f16s a row: 512 vectors
+])
+def test_the_converting_pack_geometry_counts_destination_vectors(rows, cols, grid, block):
+    assert pack_geometry(w8a16_weight(rows, cols).converting("bf16")) == (grid, block)
+
+
+@pytest.mark.parametrize("dtype, dest", [("f16", "f16"), ("i8", "f32"), ("i32", "f16")])
+def test_converting_refuses_what_the_kernel_does_not_convert(dtype, dest):
+    packed = dataclasses.replace(w8a16_weight(300, 135), dtype=dtype)
+    with pytest.raises(ValueError, match=f"W: the pack converts i8, f8e4m3, f8e5m2 to f16 "
+                                         f"or bf16, not {dtype} to {dest}"):
+        packed.converting(dest)
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+def test_packer_converts_with_the_converting_kernel_and_hands_over_f16(monkeypatch, backend):
+    fake, asked = FakeFunction(), []
+
+    def refuse(*args):
+        raise AssertionError("a converting pack launched a plain pack kernel")
+
+    monkeypatch.setattr("tilec.launch.packing.pack_function", refuse)
+    monkeypatch.setattr("tilec.launch.packing.llvm_pack_function", refuse)
+    monkeypatch.setattr("tilec.launch.packing.convert_function",
+                        lambda source, dest, arch: asked.append((source, dest, arch)) or fake)
+    source = arg("W", (1003, 77), strides=(80, 1), dtype="f8e4m3", ptr=BASE + 3)
+    packed = _pack_tensor(source, "always").converting("f16").padded(1, 128)
+    plan = PackPlan((packed,), (("K", 128),))
+    with pytest.raises(ValueError, match=f"scratch for W has {1003 * 128} bytes, "
+                                         f"{1003 * 256} needed"):
+        Packer(plan, {"W": source}, "sm_86", {"W": FakeBuffer(1003 * 128)}, backend)
+    packer = Packer(plan, {"W": source}, "sm_86", {"W": FakeBuffer(1003 * 256, ptr=0xC0000)},
+                    backend)
+    packer.launch()
+    (grid, block, _, args, _), = fake.launches
+    assert asked == [("f8e4m3", "f16", "sm_86")]
+    # Source strides and cols in source elements, the scratch's stride in f16s.
+    assert args == (BASE + 3, 0xC0000, 1003, 1003, 77, 80, 1, 128)
+    assert (grid, block) == pack_geometry(packed) == ((1, 63, 1), (16, 16, 1))
+    scratch = packer.args["W"]
+    assert (scratch.ptr, scratch.dtype, scratch.itemsize) == (0xC0000, "f16", 2)
+    assert (scratch.shape, scratch.strides) == ((1003, 128), (128, 1))
+
+
+def test_the_converting_kernel_is_loaded_once_per_pair_and_target(monkeypatch):
+    import tilec.runtime
+    from tilec.launch import packing
+    loaded = []
+
+    class Module:
+        def function(self, name):
+            return name
+    monkeypatch.setattr(tilec.runtime, "load_module",
+                        lambda ptx, name: loaded.append((ptx, name)) or Module())
+    monkeypatch.setattr(packing, "_FUNCTIONS", {})
+    for _ in range(2):
+        assert packing.convert_function("f8e5m2", "bf16", "sm_90") == "tilec_pack_f8e5m2_to_bf16"
+    assert packing.convert_function("i8", "f16", "sm_90") == "tilec_pack_i8_to_f16"
+    assert packing.pack_function(1, "sm_90") == "tilec_pack_b8"  # a key of its own
+    assert loaded == [(convert_ptx("f8e5m2", "bf16", "sm_90"), "tilec_pack_f8e5m2_to_bf16"),
+                      (convert_ptx("i8", "f16", "sm_90"), "tilec_pack_i8_to_f16"),
+                      (pack_ptx(1, "sm_90"), "tilec_pack_b8")]
+
+
 def test_pool_lends_each_buffer_once_and_keeps_a_few():
     pool = ScratchPool(limit=2)
     first, second, third = FakeBuffer(64), FakeBuffer(128), FakeBuffer(64)
@@ -473,6 +571,53 @@ def test_pack_ptx_assembles(tmp_path, arch, itemsize):
     log = done.stdout + done.stderr
     assert done.returncode == 0, f"Repro command: {' '.join(command)}\n{log}"
     assert re.search(r"0 bytes spill stores|Used \d+ registers", log), log
+    assert "spill" not in log or "0 bytes spill stores" in log
+
+
+CONVERSIONS = [(source, dest) for source in SOURCES for dest in DESTINATIONS]
+
+
+@pytest.mark.parametrize("source, dest", CONVERSIONS)
+def test_convert_ptx_shape(source, dest):
+    ptx = convert_ptx(source, dest, "sm_80")
+    assert convert_ptx(source, dest, "sm_80") is ptx  # memoised
+    header = "\n".join(ptx_header(Options(arch="sm_80")))
+    assert header in ptx and f".entry {convert_entry(source, dest)}(" in ptx
+    assert convert_entry(source, dest) == f"tilec_pack_{source}_to_{dest}"
+    assert re.findall(r"\.param \.(\w+) (\w+)", ptx) == [(k, n) for n, k in PACK_PARAMS]
+    # A thread's 8 source bytes: two aligned 8-byte chunks (contiguous rows), or 8 bytes one
+    # by one (strided rows, and the contiguous path's last row).
+    assert len(re.findall(r"@%p\d+ ld\.global\.nc\.v2\.b32 ", ptx)) == 2
+    assert "ld.global.nc.v4" not in ptx
+    assert len(re.findall(r"@%p\d+ ld\.global\.nc\.u8 ", ptx)) == 2 * 8
+    # Per loader, four pairs of f32s rounded once to the destination; no fp8 cvt (sm_89+).
+    assert ptx.count(f"cvt.rn.{DESTINATIONS[dest]}.f32") == 3 * 4
+    assert not re.search(r"e4m3x2|e5m2x2|\.ftz", ptx)
+    scaled = {"i8": 0, "f8e4m3": 3 * 8, "f8e5m2": 3 * 8}[source]
+    assert ptx.count("mul.rn.f32") == scaled
+    assert ptx.count("st.global.v4.b32") == 5  # as the plain kernel's
+
+
+def test_convert_ptx_refuses_other_pairs_and_targets():
+    for source, dest in [("f16", "f16"), ("i8", "f32"), ("i32", "bf16")]:
+        with pytest.raises(ValueError, match=f"the pack kernel converts i8, f8e4m3, f8e5m2 to "
+                                             f"f16 or bf16, not {source} to {dest}"):
+            convert_ptx(source, dest, "sm_80")
+    with pytest.raises(ValueError, match="unknown arch"):
+        convert_ptx("i8", "f16", "sm_70")
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas is not on PATH")
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("source, dest", CONVERSIONS)
+def test_convert_ptx_assembles(tmp_path, arch, source, dest):
+    path = tmp_path / "convert.ptx"
+    path.write_text(convert_ptx(source, dest, arch))
+    command = [PTXAS, "-v", f"-arch={arch}", str(path), "-o", str(tmp_path / "convert.cubin")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"Repro command: {' '.join(command)}\n{log}"
+    assert re.search(r"Used \d+ registers", log), log
     assert "spill" not in log or "0 bytes spill stores" in log
 
 

@@ -2,7 +2,9 @@
 packed at launch and checked against a float64 reference (f16 and bf16, B plain and
 transposed); the launch says what it packed and reads fresh operand data on every call;
 ``pack="off"`` is still right; and the pack kernel itself (1-, 2- and 4-byte elements, both
-backends' kernels), its scratch compared element by element, zero padding included."""
+backends' kernels), its scratch compared element by element, zero padding included; and the
+converting pack kernel (i8, f8e4m3, f8e5m2 to f16 and bf16) on every byte value, bit for bit
+against tests/pack_convert_reference.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,11 +16,13 @@ import pytest
 
 from tilec.kernel import load_file
 from tilec.options import target_arch
-from tilec.launch.packing import (SCRATCH_POOL, PackPlan, Packer, owned_scratch, plan_packing,
-                           row_major_launch)
+from tilec.launch.packing import (SCRATCH_POOL, PackPlan, Packer, _pack_tensor, owned_scratch,
+                                  plan_packing, row_major_launch)
 from tilec.runtime import (DeviceBuffer, as_array_arg, current_device, gpu_unavailable_reason,
                            has_gpu, synchronize)
 from tilec.runtime.arrays import c_strides, from_bf16_bits, to_bf16_bits
+
+from tests.pack_convert_reference import assert_converted, every_byte
 
 pytestmark = [
     pytest.mark.gpu,
@@ -283,3 +287,51 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     # The matmul is handed the scratch with its padded stride.
     assert packer.args["A"].ptr == scratch["A"].ptr
     assert packer.args["A"].strides == (packed.row_stride, 1)
+
+
+@pytest.mark.parametrize("source", ["i8", "f8e4m3", "f8e5m2"])
+@pytest.mark.parametrize("dest", ["f16", "bf16"])
+@pytest.mark.parametrize("col_stride, grid_y, offset, src_row_stride, zero_rows", [
+    (1, None, 0, 77, 0),    # contiguous: 77-byte rows start at every skew of a chunk
+    (1, None, 5, 83, 27),   # the first row misaligned, 27 zero rows (a padded K)
+    (1, 1, 3, 77, 27),      # one block row in the grid: threads loop over the rows
+    (3, None, 0, 251, 0),   # strided columns
+    (3, None, 1, 251, 9),
+])
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+def test_converting_pack_kernel_is_exact_on_every_byte(source, dest, col_stride, grid_y, offset,
+                                                      src_row_stride, zero_rows, backend):
+    """W (1-byte elements) packed into an f16 or bf16 scratch: each of the 256 byte values
+    (NaNs, e5m2's infinities, subnormals, -0) converted exactly, zeros past the 77 columns
+    (not a multiple of 8) and in the rows past the source's; with the llvm backend the
+    launch runs the PTX backend's converting kernel."""
+    rows, cols = 37, 77
+    rng = np.random.default_rng(11)
+    # The view starts `offset` bytes in and its last row ends where its storage does.
+    storage = rng.integers(0, 256, offset + rows * src_row_stride).astype(np.uint8)
+    values = every_byte((rows, cols), seed=col_stride + offset)
+    view = np.lib.stride_tricks.as_strided(storage[offset:], (rows, cols),
+                                           (src_row_stride, col_stride))
+    view[...] = values
+    device = DeviceArray(storage.view(np.int8) if source == "i8" else storage,
+                         shape=(rows, cols), strides=(src_row_stride, col_stride), offset=offset)
+    tensor = as_array_arg(device, "W", source, 2)
+    packed = _pack_tensor(tensor, "always").converting(dest)  # 77-byte rows: packed
+    if zero_rows:
+        packed = packed.padded(packed.outer, rows + zero_rows)
+    assert packed.row_stride == 128 and packed.rows == rows + zero_rows  # 77 -> 2 lines
+    packing = PackPlan((packed,))
+    scratch = owned_scratch(packing)
+    scratch["W"].memset_d8(0xFF)  # 0xFFFF is a NaN: anything left unwritten shows up
+    packer = Packer(packing, {"W": tensor}, target_arch(current_device().compute_capability),
+                    scratch, backend)
+    if grid_y is not None:
+        grid = packer.launches[0].grid
+        packer.launches[0] = dataclasses.replace(packer.launches[0],
+                                                 grid=(grid[0], grid_y, 1))
+    packer.launch()
+    synchronize()
+    out = np.empty((packed.rows, packed.row_stride), np.uint16)
+    scratch["W"].copy_to_host(out)
+    assert_converted(out, values, packed, source, dest)
+    assert packer.args["W"].dtype == dest and packer.args["W"].strides == (128, 1)

@@ -16,6 +16,11 @@ Two parts:
   queued on the matmul's stream, so the order is the stream's and no
   host sync is added.
 
+A packed tensor may also be converted on the way (:attr:`PackedTensor.converted`): 1-byte
+weights (i8, f8e4m3, f8e5m2) written to the scratch as f16 or bf16, exactly, by the
+converting pack kernel (``backend/pack.py``'s :func:`convert_ptx`), so that the matmul reads
+16-bit operands.
+
 Only the tensors that the ``@`` of the main loop reads are packed, never one the kernel
 writes. The scratch has the tensor's logical shape and its unit-stride dim; the other dim's
 stride (the "row stride") is rounded up to a whole number of 128-byte lines, and the padding
@@ -36,7 +41,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from tilec.backend.pack import ELEMENT_CLASS, VECTOR_BYTES, pack_entry, pack_ptx, vector_elems
+from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, SOURCES,
+                                VECTOR_BYTES, convert_entry, convert_ptx, pack_entry, pack_ptx,
+                                vector_elems)
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
 from tilec.ir.views import view_source
@@ -65,7 +72,12 @@ class PackedTensor:
     one. ``row_stride`` is the scratch's stride of the other dim, in elements, a multiple of
     a 128-byte line. ``reason`` says why the argument's own vectors were shorter. ``shape``
     is the scratch's: the argument's (``source_shape``) with a reduction dim rounded up to
-    whole K steps, the added rows or columns zeros."""
+    whole K steps, the added rows or columns zeros.
+
+    ``dtype`` and ``itemsize`` are the argument's; ``converted`` names the scratch's dtype
+    when the pack converts (:meth:`converting`; None: a plain copy, the argument's dtype).
+    ``row_stride``, ``nbytes``, ``spec`` and the pack kernel's vectors count the scratch's
+    elements (:attr:`scratch_itemsize`), ``strides`` and ``cols`` the argument's."""
 
     name: str
     dtype: str
@@ -82,13 +94,34 @@ class PackedTensor:
     # (``shared_batch``), which the scratch keeps shared.
     batches: int = 0
     shared_batch: bool = False
+    converted: Optional[str] = None
 
     def padded(self, dim: int, size: int) -> "PackedTensor":
         """This tensor with its scratch's ``dim`` extended to ``size`` elements of zeros."""
         shape = list(self.shape)
         shape[dim] = size
-        row_stride = _row_stride(shape[self.inner], self.itemsize)
+        row_stride = _row_stride(shape[self.inner], self.scratch_itemsize)
         return dataclasses.replace(self, shape=(shape[0], shape[1]), row_stride=row_stride)
+
+    def converting(self, dtype: str, reason: Optional[str] = None) -> "PackedTensor":
+        """This tensor packed into a scratch of ``dtype`` (f16 or bf16) from its 1-byte
+        elements (i8, f8e4m3, f8e5m2), the row stride recomputed for the wider elements;
+        ``reason``, when given, replaces the tensor's."""
+        if self.dtype not in SOURCES or dtype not in DESTINATIONS:
+            raise ValueError(f"{self.name}: the pack converts {', '.join(SOURCES)} to "
+                             f"{' or '.join(DESTINATIONS)}, not {self.dtype} to {dtype}")
+        row_stride = _row_stride(self.shape[self.inner], DESTINATION_BYTES)
+        return dataclasses.replace(self, converted=dtype, row_stride=row_stride,
+                                   reason=self.reason if reason is None else reason)
+
+    @property
+    def scratch_dtype(self) -> str:
+        """The dtype the matmul reads the scratch as."""
+        return self.converted or self.dtype
+
+    @property
+    def scratch_itemsize(self) -> int:
+        return DESTINATION_BYTES if self.converted else self.itemsize
 
     @property
     def outer(self) -> int:
@@ -131,16 +164,21 @@ class PackedTensor:
 
     @property
     def nbytes(self) -> int:
-        return self.rows * self.row_stride * self.itemsize
+        return self.rows * self.row_stride * self.scratch_itemsize
 
     @property
     def spec(self) -> TensorSpec:
         """The layout facts of the scratch: unit stride on ``inner`` (of the matrix: the
         batch dim comes first), full 16-byte vectors."""
-        return TensorSpec(self.inner + (1 if self.batches else 0), vector_elems(self.itemsize))
+        return TensorSpec(self.inner + (1 if self.batches else 0),
+                          vector_elems(self.scratch_itemsize))
 
     def describe(self) -> str:
-        """``A packed to stride 4096 (rows were 2-byte aligned)``."""
+        """``A packed to stride 4096 (rows were 2-byte aligned)``, or for a converting
+        pack ``W converted to f16, stride 4096`` (and its reason, if it has one)."""
+        if self.converted:
+            why = f" ({self.reason})" if self.reason else ""
+            return f"{self.name} converted to {self.converted}, stride {self.row_stride}{why}"
         return f"{self.name} packed to stride {self.row_stride} ({self.reason})"
 
 
@@ -408,14 +446,14 @@ def pack_geometry(packed: PackedTensor) -> tuple[tuple[int, int, int], tuple[int
     """(grid, block) of the pack kernel for one tensor: a block's x threads cover a row's
     vectors (short rows share a block with the next rows, so few threads idle), its y
     threads rows; the grid's y stops at 65535 and the kernel loops over the remaining rows."""
-    vectors = packed.row_stride // vector_elems(packed.itemsize)
+    vectors = packed.row_stride // vector_elems(packed.scratch_itemsize)
     block_x = min(PACK_THREADS, 1 << max(vectors - 1, 0).bit_length())
     block_y = PACK_THREADS // block_x
     grid = (-(-vectors // block_x), min(-(-packed.rows // block_y), MAX_GRID_Y), 1)
     return grid, (block_x, block_y, 1)
 
 
-_FUNCTIONS: dict[tuple[int, str, str], Any] = {}
+_FUNCTIONS: dict[tuple[Any, str, str], Any] = {}
 
 
 def backend_pack_ptx(backend: str):
@@ -442,6 +480,20 @@ def pack_function(itemsize: int, arch: str) -> Any:
     return _loaded(itemsize, arch, "ptx")
 
 
+def convert_function(source: str, dest: str, arch: str) -> Any:
+    """The loaded pack kernel converting ``source`` elements to ``dest`` ones
+    (:func:`tilec.backend.pack.convert_ptx`), loaded once per process. The PTX backend's
+    kernel whichever backend compiled the matmul: the llvm backend has no converting pack
+    kernel of its own, so a converting launch of an llvm-compiled matmul runs this one."""
+    key = ((source, dest), arch, "ptx")
+    if key not in _FUNCTIONS:
+        from tilec.runtime import load_module
+        entry = convert_entry(source, dest)
+        _FUNCTIONS[key] = load_module(convert_ptx(source, dest, arch),
+                                      name=entry).function(entry)
+    return _FUNCTIONS[key]
+
+
 def llvm_pack_function(itemsize: int, arch: str) -> Any:
     """:func:`pack_function` for launches whose matmul the llvm backend compiled: the pack
     kernel LLVM compiled (``backend/llvm/pack.py``)."""
@@ -456,7 +508,10 @@ def _pack_function(backend: str):
 def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str,
                 backend: str = "ptx") -> PackLaunch:
     """The launch that copies ``source`` (an ArrayArg on the GPU) into the scratch at
-    ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned)."""
+    ``scratch_ptr`` (``packed.nbytes`` bytes, 16-byte aligned), converting its elements
+    to ``packed.converted`` when that is set (with either backend: :func:`convert_function`).
+    The strides and ``cols`` passed count the source's elements, the scratch's row stride
+    the scratch's."""
     from tilec.runtime import I32Arg, PtrArg
     grid, block = pack_geometry(packed)
     # The strides the pack kernel walks: the argument's (of the 2-D array a batch of
@@ -465,7 +520,11 @@ def pack_launch(packed: PackedTensor, source: Any, scratch_ptr: int, arch: str,
             I32Arg(packed.source_rows), I32Arg(packed.cols),
             I32Arg(packed.strides[packed.outer]), I32Arg(packed.strides[packed.inner]),
             I32Arg(packed.row_stride))
-    return PackLaunch(_pack_function(backend)(packed.itemsize, arch), grid, block, args)
+    if packed.converted:
+        function = convert_function(packed.dtype, packed.converted, arch)
+    else:
+        function = _pack_function(backend)(packed.itemsize, arch)
+    return PackLaunch(function, grid, block, args)
 
 
 class Packer:
@@ -473,7 +532,8 @@ class Packer:
 
     ``scratch`` maps each packed tensor's name to a device buffer of at least its
     ``nbytes``. :attr:`args` are the arguments to launch the matmul with: each packed
-    tensor replaced by its scratch (padded strides; the ArrayArg keeps the buffer alive)."""
+    tensor replaced by its scratch (padded strides, the scratch's dtype; the ArrayArg keeps
+    the buffer alive)."""
 
     def __init__(self, plan: PackPlan, tensors: Mapping[str, Any], arch: str,
                  scratch: Mapping[str, Any], backend: str = "ptx"):
@@ -487,7 +547,7 @@ class Packer:
                 raise ValueError(f"scratch for {packed.name} has {buffer.nbytes} bytes, "
                                  f"{packed.nbytes} needed")
             self.args[packed.name] = ArrayArg(
-                packed.name, buffer.ptr, packed.dtype, packed.argument_shape,
+                packed.name, buffer.ptr, packed.scratch_dtype, packed.argument_shape,
                 packed.argument_strides, source.device, readonly=True, keepalive=buffer)
             self.launches.append(pack_launch(packed, source, buffer.ptr, arch, backend))
 
