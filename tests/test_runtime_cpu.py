@@ -264,6 +264,15 @@ def test_cuda_array_interface_byte_strides_become_element_strides() -> None:
     assert arg.strides == (1, 16)
 
 
+@pytest.mark.parametrize("strides", [None, (80, 1)])
+def test_cuda_array_interface_uint8_bits_for_an_fp8_parameter(strides) -> None:
+    """A GPU uint8 array (CuPy's, say) holds fp8 bits; it used to fail with KeyError 'u8'."""
+    arg = as_array_arg(FakeCudaArray((4, 77), "|u1", strides=strides), "W", "f8e4m3", 2)
+    assert (arg.dtype, arg.shape, arg.strides) == ("f8e4m3", (4, 77), (strides or (77,))[0:1] + (1,))
+    with pytest.raises(TypeError, match="argument 'W': expected dtype i8"):
+        as_array_arg(FakeCudaArray((4, 77), "|u1"), "W", "i8", 2)
+
+
 def test_cuda_array_interface_i32_and_zero_size() -> None:
     fake = FakeCudaArray((0, 3), "<i4")
     fake.__cuda_array_interface__["data"] = (0, False)

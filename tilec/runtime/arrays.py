@@ -260,7 +260,7 @@ def _from_cuda_array_interface(obj: Any, interface: dict[str, Any], name: str) -
         label = np.dtype(typestr).name
     except TypeError:
         label = typestr
-    itemsize = ITEMSIZE[dtype] if dtype else 1
+    itemsize = ITEMSIZE.get(dtype, 1)  # fp8 bits (BITS) and unknown dtypes: bytes
     raw_strides = interface.get("strides")
     if raw_strides is None:
         byte_strides = tuple(stride * itemsize for stride in c_strides(shape))
