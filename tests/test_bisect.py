@@ -26,8 +26,8 @@ MATMUL = str(ROOT / "samples" / "matmul.py")
 GEMM = str(ROOT / "samples" / "gemm_epilogue.py")
 SHAPES = {"M": 40, "N": 48, "K": 40}
 CONSTS = {"BM": 32, "BN": 32, "BK": 32}
-STAGE_NAMES = ["tile", "tiling", "split_k", "double_buffer", "swizzle", "fragments", "tma_store",
-               "row_store"]
+STAGE_NAMES = ["tile", "dequantize", "tiling", "split_k", "double_buffer", "swizzle", "fragments",
+               "tma_store", "row_store"]
 
 
 def gemm() -> TileFunction:
@@ -164,7 +164,7 @@ def test_a_pass_that_raises_is_named_with_its_error() -> None:
     assert_first_bad(report, "explodes")
     assert report.first_bad.verdict == "FAILED"
     assert "planted failure" in report.first_bad.failure
-    assert [s.stage for s in report.stages] == STAGE_NAMES[:5] + ["explodes"]
+    assert [s.stage for s in report.stages] == STAGE_NAMES[:6] + ["explodes"]
 
 
 def test_a_stage_the_executor_cannot_run_is_named_with_the_reason() -> None:
@@ -228,8 +228,8 @@ def test_main_names_the_first_bad_stage_and_its_ir(capsys, monkeypatch, tmp_path
     out = capsys.readouterr().out
     assert code == 1
     assert "first bad stage: late_wait (differs)" in out
-    bad_ir = tmp_path / "matmul.4-late_wait.ir"
-    good_ir = tmp_path / "matmul.3-double_buffer.ir"
+    bad_ir = tmp_path / "matmul.5-late_wait.ir"
+    good_ir = tmp_path / "matmul.4-double_buffer.ir"
     assert str(bad_ir) in out and str(good_ir) in out
     assert "copy.wait {pending = 2}" in bad_ir.read_text()
     assert "copy.wait {pending = 1}" in good_ir.read_text()

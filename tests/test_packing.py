@@ -427,7 +427,7 @@ def test_a_converted_tensor_counts_its_scratch_in_destination_elements():
         # 60 f16s fill 120 bytes: one 128-byte line, 64 elements (the i8 stride was 128).
         assert (wide.row_stride, wide.scratch_itemsize, wide.scratch_dtype) == (64, 2, dest)
         assert wide.nbytes == 1003 * 64 * 2
-        assert wide.spec == TensorSpec(1, 8)  # 8 two-byte elements a vector
+        assert wide.spec == TensorSpec(1, 8, dest)  # 8 two-byte elements a vector, in dest
         # The argument's side stays the argument's: what the kernel reads from.
         assert (wide.dtype, wide.itemsize, wide.strides, wide.cols) == ("i8", 1, (60, 1), 60)
         assert wide.describe() == f"W converted to {dest}, stride 64 (rows were 4-byte aligned)"

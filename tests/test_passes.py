@@ -16,8 +16,8 @@ from tilec.families.mma_sync import MMA_K, MmaLayout
 from tilec.families.products import family_of
 from tilec.target.layout import SmemLayout, Swizzle, swizzle_candidates
 from tilec.options import Options, Spec, TensorSpec
-from tilec.passes import (double_buffer, fragments, row_store, split_k, swizzle, tiling,
-                          tma_store)
+from tilec.passes import (dequantize, double_buffer, fragments, row_store, split_k, swizzle,
+                          tiling, tma_store)
 from tilec.pipeline import pipeline
 
 
@@ -25,7 +25,7 @@ def verify(kernel: Kernel, after: Optional[str] = None) -> None:
     """The verifier with the op catalogue: lowered IR holds the families' ops."""
     verify_ir(kernel, after=after, ops=op_catalogue())
 
-PASSES = [tiling, split_k, double_buffer, swizzle, fragments, tma_store,
+PASSES = [dequantize, tiling, split_k, double_buffer, swizzle, fragments, tma_store,
           row_store]  # pipeline order
 
 MATMUL = '''\
@@ -596,8 +596,9 @@ def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None
     result = module.run(kernel, options)
     assert print_kernel(kernel, locs=True) == before
     assert kernel.schedule == schedule
-    if module in (tma_store, row_store):  # nothing to route without warp specialization
-        # (sm_90a) or misaligned_store = rows: tests/test_tma_store.py and
+    if module in (dequantize, tma_store, row_store):  # nothing to convert without a launch
+        # converting weights, nothing to route without warp specialization (sm_90a) or
+        # misaligned_store = rows: tests/test_dequantize.py, tests/test_tma_store.py and
         # tests/test_row_store.py check them where they act
         assert result is kernel
     else:

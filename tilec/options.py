@@ -66,10 +66,13 @@ MAX_THREADS = 1024
 @dataclass(frozen=True)
 class TensorSpec:
     """How a tensor argument is laid out: which dim has unit stride (None: neither), and
-    how many elements one aligned vector access may cover (1, 2, 4 or 8 for 16-bit)."""
+    how many elements one aligned vector access may cover (1, 2, 4 or 8 for 16-bit).
+    ``dtype``: the dtype the launch passes the tensor in when it converts it first (8-bit
+    weights converted to f16 or bf16 at launch: ``passes/dequantize.py``), else None."""
 
     contiguous_dim: Optional[int] = 1
     vec_elems: int = 8
+    dtype: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,9 @@ class Options:
     verify: bool = False
     line_info: bool = True  # .file/.loc directives: profilers show DSL lines
     annotate: bool = False  # a comment before each op's PTX: DSL line, IR op, creating pass
-    # Copy misaligned matmul operands into 16-byte aligned scratch at launch (tilec.launch.packing):
-    # "auto" when large enough to pay, "always", or "off".
+    # Copy misaligned matmul operands into 16-byte aligned scratch at launch, and 8-bit weights
+    # converted in the K loop into 16-bit scratch (tilec.launch.packing): "auto" when it pays
+    # (and a weight the registers cannot convert always), "always", or "off".
     pack: str = "auto"
     # Operand copies of 16-bit rows too misaligned for cp.async (2-byte aligned: odd strides)
     # load through registers. "elements": one element a thread and access; "vectors": each

@@ -18,8 +18,8 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from tilec.passes import (double_buffer, fragments, row_store, split_k, swizzle, tiling,
-                          tma_store)
+from tilec.passes import (dequantize, double_buffer, fragments, row_store, split_k, swizzle,
+                          tiling, tma_store)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ def pipeline() -> list[Pass]:
 @functools.cache  # the passes are frozen; each compile asks for the list, hits included
 def _builtin_pipeline() -> tuple[Pass, ...]:
     return (
+        # The launch's converted weights are typed before tiling plans their copies.
+        _pass(dequantize),
         _pass(tiling),
         # Slicing K rewrites the loop bounds, which the copies double buffering predicates
         # on read; it needs the loop in tile form, with the plan fixed.
@@ -66,6 +68,8 @@ def _builtin_pipeline() -> tuple[Pass, ...]:
 
 # Passes whose output the PTX backend needs: it emits only lowered ops.
 BACKEND_NEEDS = ("tiling", "fragments")
+# Passes whose output the launch's arguments need: it hands the kernel converted weights.
+LAUNCH_NEEDS = ("dequantize",)
 
 
 def check_disable(disable, passes) -> None:
@@ -83,6 +87,10 @@ def check_disable(disable, passes) -> None:
         if name in BACKEND_NEEDS:
             raise ValueError(f"pass {name!r} cannot be disabled: the PTX backend needs its "
                              "output (it emits only lowered ops)")
+        if name in LAUNCH_NEEDS:
+            raise ValueError(f"pass {name!r} cannot be disabled: a launch that converts "
+                             "8-bit weights hands the kernel the converted tensor (--pack "
+                             "off converts none)")
 
 
 @dataclass
@@ -168,7 +176,7 @@ def _dump_failed(name: str, kernel: Kernel) -> str | None:
     return path
 
 
-_BUILTIN = {"tiling", "split_k", "double_buffer", "swizzle", "fragments"}
+_BUILTIN = {"dequantize", "tiling", "split_k", "double_buffer", "swizzle", "fragments"}
 
 
 def register_pass(p: Pass, *, after: str) -> None:

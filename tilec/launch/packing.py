@@ -46,14 +46,21 @@ from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, 
                                 vector_elems)
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.ir.types import TensorType
-from tilec.ir.views import view_source
+from tilec.ir.views import matrix_dim, view_source
 from tilec.launch.binding import INT32_MAX, Bound, divisibility, tensor_spec
+from tilec.passes.dequantize import converted_weights
 from tilec.options import Options, Spec, TensorSpec
 
 # "auto" packs a misaligned operand of at least this many elements (one 128x128 tile). An
 # estimate, not a measurement: below it the matmul over the tensor is a few latency-bound
 # blocks, and the pack launch would cost about what the aligned copies save.
 PACK_MIN_ELEMENTS = 128 * 128
+# "auto" converts an 8-bit weight on sm_90a when at least this many rows of the other operand
+# re-read it. Measured on the H100 (f16 activations, int8 weights, 4096 and 8192 square
+# weights; .dbg/dq): at 1024 rows and more, converting (one read of W, one f16 write) then
+# the f16 wgmma product beat w8a16's mma.sync product with the registers' conversion; at 512
+# and fewer the product is short and the conversion did not pay.
+DEQUANTIZE_MIN_ROWS = 1024
 # Threads per block of the pack kernel.
 PACK_THREADS = 256
 ROW_ALIGN_BYTES = 128  # the scratch's rows start on L2 cache lines
@@ -171,7 +178,7 @@ class PackedTensor:
         """The layout facts of the scratch: unit stride on ``inner`` (of the matrix: the
         batch dim comes first), full 16-byte vectors."""
         return TensorSpec(self.inner + (1 if self.batches else 0),
-                          vector_elems(self.scratch_itemsize))
+                          vector_elems(self.scratch_itemsize), self.converted)
 
     def describe(self) -> str:
         """``A packed to stride 4096 (rows were 2-byte aligned)``, or for a converting
@@ -224,39 +231,43 @@ class PackPlan:
 @functools.lru_cache(maxsize=256)  # per lowered kernel: plain calls plan on every launch
 def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
     """The tensor parameters that the kernel's matmuls (``tile.dot``) load their operands
-    from, in order, each once: the tensors the main loop copies to shared memory. Takes the
-    frontend's tile IR (after tiling, the dot reads shared buffers instead)."""
+    from (converted in the loop or not), in order, each once: the tensors the main loop
+    copies to shared memory. Takes the frontend's tile IR (after tiling, the dot reads
+    shared buffers instead)."""
     names: list[str] = []
     for op in kernel.walk():
         if op.name != "tile.dot":
             continue
         for value in op.operands[:2]:
-            load = defining_op(value)
-            if load is None or load.name != "tile.load":
+            tensor = _loaded_tensor(value)
+            if tensor is None:
                 continue
-            source = view_source(kernel, load.operands[0])
+            source = view_source(kernel, tensor)
             if source is not None and source.name not in names:
                 names.append(source.name)
     return tuple(names)
 
 
 def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
-                 written: Sequence[str] = ()) -> PackPlan:
+                 written: Sequence[str] = (), arch: Optional[str] = None) -> PackPlan:
     """Which of the kernel's operand tensors to pack, for these arguments.
 
     ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
     (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
-    the parameters the kernel stores to, never packed. A tensor is packed when its widest
-    aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than 16 bytes, it is
-    2-D (or a batch of matrices copied as one 2-D array: :func:`_pack_batches`) and not empty,
-    and, under "auto", what is copied holds at least :data:`PACK_MIN_ELEMENTS` elements."""
+    the parameters the kernel stores to, never packed; ``arch`` the target. A tensor is packed
+    when its widest aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than
+    16 bytes, it is 2-D (or a batch of matrices copied as one 2-D array:
+    :func:`_pack_batches`) and not empty, and, under "auto", what is copied holds at least
+    :data:`PACK_MIN_ELEMENTS` elements. An 8-bit weight converted in the K loop is packed
+    converted (:func:`convert_to`), aligned or not."""
     if policy == "off":
         return PackPlan()
     packed = {}
     for name in operand_tensors(kernel):
         if name in written or name not in tensors:
             continue
-        entry = _pack_tensor(tensors[name], policy)
+        entry = _pack_tensor(tensors[name], policy, convert_to(kernel, tensors, name, policy,
+                                                                arch))
         if entry is not None:
             packed[name] = entry
     padded = []
@@ -273,6 +284,63 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
                 packed[name] = packed[name].padded(found[0], whole)
         padded.append((symbol, whole))
     return PackPlan(tuple(packed.values()), tuple(padded))
+
+
+def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
+               arch: Optional[str]) -> Optional[tuple[str, str]]:
+    """The 16-bit dtype a launch converts 8-bit weight ``name`` to before the kernel runs
+    (``passes/dequantize.py`` types the kernel's reads so) and why, or None to read it as it
+    is.
+
+    Only a tensor that :func:`~tilec.passes.dequantize.converted_weights` lists. Converted
+    when the registers cannot convert it (it is operand A, or not stored k contiguous, as an
+    ``[K, N]`` weight is), under "always", and under "auto" on sm_90a when at least
+    :data:`DEQUANTIZE_MIN_ROWS` rows of the other operand re-read it: one conversion then
+    costs less than the mma.sync product that the registers' conversion needs costs over
+    wgmma's."""
+    dtype = converted_weights(kernel).get(name)
+    if dtype is None or name not in tensors:
+        return None
+    partner_rows, in_registers = _weight_reads(kernel, tensors, name)
+    if not in_registers:
+        return dtype.short, "registers convert only a k-contiguous operand B"
+    if policy == "always":
+        return dtype.short, "pack always"
+    if arch == "sm_90a" and partner_rows >= DEQUANTIZE_MIN_ROWS:
+        return dtype.short, f"{partner_rows} rows re-read it: the {dtype} product on wgmma"
+    return None
+
+
+def _weight_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> tuple[int, bool]:
+    """For weight ``name``: the most rows (or columns) of the other ``@`` operand that re-read
+    it, and whether every read could be converted in registers (operand B, k contiguous)."""
+    rows, in_registers = 0, True
+    for dot in kernel.walk():
+        if dot.name != "tile.dot":
+            continue
+        sources = [view_source(kernel, _loaded_tensor(v)) if _loaded_tensor(v) is not None
+                   else None for v in dot.operands[:2]]
+        for role, source in enumerate(sources):
+            partner = sources[1 - role]
+            if source is None or source.name != name or partner is None:
+                continue
+            arg = tensors[name]
+            contiguous = matrix_dim(len(arg.shape), tensor_spec(arg).contiguous_dim)
+            tile_contiguous = (None if contiguous is None
+                               else 1 - contiguous if source.transposed else contiguous)
+            in_registers &= role == 1 and tile_contiguous == 0
+            shape = tuple(tensors[partner.name].shape[-2:])
+            view = shape[::-1] if partner.transposed else shape
+            rows = max(rows, view[0] if role == 1 else view[1])
+    return rows, in_registers
+
+
+def _loaded_tensor(value: Value) -> Optional[Value]:
+    """The tensor (view) a ``@`` operand is loaded from, through a ``tile.cast``."""
+    op = defining_op(value)
+    if op is not None and op.name == "tile.cast":
+        op = defining_op(op.operands[0])
+    return op.operands[0] if op is not None and op.name == "tile.load" else None
 
 
 @functools.lru_cache(maxsize=256)
@@ -341,15 +409,17 @@ def _symbol_dims(shape: Sequence[Any], symbol: str) -> list[int]:
     return [d for d, size in enumerate(shape) if size == symbol]
 
 
-def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
+def _pack_tensor(arg: Any, policy: str,
+                 converted: Optional[tuple[str, str]] = None) -> Optional[PackedTensor]:
+    """``converted``: (dtype, why) for a weight the launch converts, packed however it is
+    laid out; else packed when misaligned (and, under "auto", large enough)."""
     if len(arg.shape) == 3:
-        return _pack_batches(arg, policy)
+        return _pack_batches(arg, policy, converted)
     if len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
         return None
     spec = tensor_spec(arg)
-    if spec.contiguous_dim is not None and spec.vec_elems * arg.itemsize >= VECTOR_BYTES:
-        return None
-    if policy == "auto" and arg.size < PACK_MIN_ELEMENTS:
+    aligned = spec.contiguous_dim is not None and spec.vec_elems * arg.itemsize >= VECTOR_BYTES
+    if converted is None and (aligned or policy == "auto" and arg.size < PACK_MIN_ELEMENTS):
         return None
     inner = spec.contiguous_dim
     if inner is None:  # no unit stride: the scratch makes the dim of the smaller stride one
@@ -357,11 +427,14 @@ def _pack_tensor(arg: Any, policy: str) -> Optional[PackedTensor]:
     row_stride = _row_stride(arg.shape[inner], arg.itemsize)
     if row_stride > INT32_MAX:  # the kernel takes 32-bit strides
         return None
-    return PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape), tuple(arg.strides),
-                        inner, row_stride, _reason(arg, spec.contiguous_dim), tuple(arg.shape))
+    packed = PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape),
+                          tuple(arg.strides), inner, row_stride,
+                          _reason(arg, spec.contiguous_dim), tuple(arg.shape))
+    return packed if converted is None else packed.converting(*converted)
 
 
-def _pack_batches(arg: Any, policy: str) -> Optional[PackedTensor]:
+def _pack_batches(arg: Any, policy: str,
+                  converted: Optional[tuple[str, str]] = None) -> Optional[PackedTensor]:
     """A batch of matrices whose rows are contiguous (its last dim unit-stride), packed as
     one 2-D array: its batches' rows one after another when each batch starts where the
     previous one's rows end (as a contiguous or row-padded array's do), or its one matrix
@@ -377,7 +450,7 @@ def _pack_batches(arg: Any, policy: str) -> Optional[PackedTensor]:
     if flat_rows > INT32_MAX:
         return None
     flat = dataclasses.replace(arg, shape=(flat_rows, cols), strides=(row_stride, 1))
-    packed = _pack_tensor(flat, policy)
+    packed = _pack_tensor(flat, policy, converted)
     if packed is None:
         return None
     return dataclasses.replace(packed, batches=batches, shared_batch=shared)
@@ -413,7 +486,8 @@ def _alignment(value: int) -> int:
 
 
 def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
-                     written: Sequence[str] = ()) -> tuple[PackPlan, Spec]:
+                     written: Sequence[str] = (),
+                     arch: Optional[str] = None) -> tuple[PackPlan, Spec]:
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
     the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
@@ -426,7 +500,7 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
             shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
             tensors[param.name] = ArrayArg(param.name, 0, param.type.dtype.short, shape,
                                            c_strides(shape), device=0)
-    plan = plan_packing(kernel, tensors, policy, written)
+    plan = plan_packing(kernel, tensors, policy, written, arch)
     return plan, plan.spec(spec_for(Bound(tensors, {}, dict(sizes))))
 
 

@@ -183,7 +183,8 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "waves' K steps shared evenly among the blocks; split tiles meet in a workspace)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
-        "into aligned scratch at launch (default auto: when large enough to pay)")),
+        "into aligned scratch at launch, and 8-bit weights converted in the K loop into "
+        "16-bit scratch (default auto: when it pays; always for an 8-bit [K, N] weight)")),
     "misaligned_copy": ("--misaligned-copy", dict(
         choices=MISALIGNED_COPIES, help="how copies read 16-bit operand rows too misaligned "
         "for cp.async (odd strides, left unpacked): elements (one a thread and access, the "

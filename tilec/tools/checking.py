@@ -221,7 +221,7 @@ def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, A
     from tilec.launch.packing import row_major_launch as plan
     from tilec.options import Options
     policy = options.get("pack", Options.pack)
-    return plan(kernel, sizes, policy, written_params(kernel))
+    return plan(kernel, sizes, policy, written_params(kernel), options.get("arch", Options.arch))
 
 
 # ------------------------------------------------------------------------ run and check

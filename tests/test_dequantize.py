@@ -1,0 +1,153 @@
+"""The dequantize pass and the launch's choice to convert 8-bit weights, without a GPU: which
+tensors qualify (converted_weights), the IR after the pass, the spec mismatch it refuses,
+that it cannot be disabled, and which launches convert (tilec.launch.packing.convert_to).
+tests/gpu/test_dequantize_gpu.py runs converted launches against float64."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tilec.compiler import compile_kernel
+from tilec.kernel import load_file, written_params
+from tilec.launch.packing import DEQUANTIZE_MIN_ROWS, row_major_launch
+from tilec.options import Options, Spec, TensorSpec
+from tilec.passes.dequantize import converted_weights
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+# The same product with the weight stored [K, N] (n contiguous), and one whose weight also
+# feeds the epilogue (not only `@`: never converted).
+PROGRAMS = '''
+from __future__ import annotations
+from tilec import f16, bf16, f32, i8, f8e4m3, tile
+
+@tile
+def kn(A: f16[M, K], W: i8[K, N], scale: f32[N], C: f16[M, N], BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ W[k : +BK, n * BN : +BN].to(f16)
+        C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(f16)
+
+@tile
+def fp8_bf16(A: bf16[M, K], W: f8e4m3[N, K], C: bf16[M, N], BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(bf16)
+        C[m * BM : +BM, n * BN : +BN] = acc.to(bf16)
+
+@tile
+def both(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc
+'''
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dequantize") / "programs.py"
+    path.write_text(PROGRAMS)
+    return load_file(path)
+
+
+def w8a16():
+    return load_file(SAMPLES / "w8a16.py")["w8a16"]
+
+
+def spec(**dtypes) -> Spec:
+    names = ("A", "W", "scale", "C")
+    return Spec(tuple((name, TensorSpec(1, 8, dtypes.get(name))) for name in names))
+
+
+def test_weights_converted_in_the_loop_are_listed_with_their_product_dtype(programs):
+    assert {k: v.short for k, v in converted_weights(w8a16().lower()).items()} == {"W": "f16"}
+    assert {k: v.short for k, v in converted_weights(
+        programs["fp8_bf16"].lower()).items()} == {"W": "bf16"}
+    assert converted_weights(programs["both"].lower()) == {}
+    int8 = load_file(SAMPLES / "int8_gemm.py")
+    assert all(converted_weights(fn.lower()) == {} for fn in int8.values())  # i8 @ i8
+
+
+def test_the_pass_leaves_its_input_alone():
+    from tilec.ir.printer import print_kernel
+    from tilec.passes import dequantize
+    kernel = w8a16().lower()
+    before = print_kernel(kernel, locs=True)
+    result = dequantize.run(kernel, Options(arch="sm_90a", spec=spec(W="f16")))
+    assert print_kernel(kernel, locs=True) == before
+    assert result is not kernel and print_kernel(result, locs=True) != before
+
+
+def test_the_pass_types_the_weight_as_converted_and_drops_its_cast():
+    compiled = compile_kernel(w8a16().lower(), Options(arch="sm_90a", spec=spec(W="f16")),
+                              keep_ir=True)
+    ir = compiled.asm["dequantize"]
+    assert "%W: tensor<f16,[N,K]>" in ir and "tensor.transpose %W : tensor<f16,[K,N]>" in ir
+    assert "tile<i8" not in ir
+    assert ir.count("tile.cast") == 1  # the epilogue's f32 -> f16 only
+    assert compiled.kernel.schedule.tiling.kind == "wgmma"
+    # Without a converted tensor in the spec the pass leaves the kernel alone.
+    plain = compile_kernel(w8a16().lower(), Options(arch="sm_90a"), keep_ir=True)
+    assert plain.asm["dequantize"] == plain.asm["tile"]
+    assert plain.kernel.schedule.tiling.kind == "mma"
+
+
+def test_a_spec_converting_what_the_kernel_does_not_read_converted_is_refused():
+    with pytest.raises(ValueError, match="converts A to f16, which the kernel does not"):
+        compile_kernel(w8a16().lower(), Options(arch="sm_90a", spec=spec(A="f16")))
+    with pytest.raises(ValueError, match="converts W to bf16"):
+        compile_kernel(w8a16().lower(), Options(arch="sm_90a", spec=spec(W="bf16")))
+
+
+def test_the_pass_cannot_be_disabled():
+    with pytest.raises(ValueError, match="'dequantize' cannot be disabled"):
+        compile_kernel(w8a16().lower(), Options(arch="sm_90a", disable=("dequantize",)))
+
+
+def sizes(m, n=512, k=256):
+    return {"M": m, "N": n, "K": k}
+
+
+@pytest.mark.parametrize("m, arch, policy, converted", [
+    (DEQUANTIZE_MIN_ROWS, "sm_90a", "auto", "f16"),
+    (DEQUANTIZE_MIN_ROWS - 1, "sm_90a", "auto", None),   # few rows re-read W: registers
+    (16, "sm_90a", "always", "f16"),
+    (4096, "sm_80", "auto", None),                      # mma.sync either way: registers
+    (4096, "sm_90a", "off", None),
+])
+def test_a_k_contiguous_weight_converts_where_many_rows_re_read_it_on_sm_90a(
+        m, arch, policy, converted):
+    kernel = w8a16().lower()
+    packing, launch_spec = row_major_launch(kernel, sizes(m), policy, written_params(kernel),
+                                            arch)
+    entry = {p.name: p for p in packing.tensors}.get("W")
+    assert (entry.converted if entry is not None else None) == converted
+    assert dict(launch_spec.tensors)["W"].dtype == converted
+    compiled = compile_kernel(kernel, Options(arch=arch, spec=launch_spec, pack=policy))
+    product = compiled.kernel.schedule.tiling.kind
+    assert product == ("wgmma" if converted and arch == "sm_90a" else "mma")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_an_n_contiguous_weight_is_always_converted_and_compiles(programs, arch):
+    kernel = programs["kn"].lower()
+    packing, launch_spec = row_major_launch(kernel, sizes(16), "auto", written_params(kernel),
+                                            arch)
+    assert [p.name for p in packing.tensors] == ["W"]
+    assert "W converted to f16" in " ".join(packing.describe())
+    compile_kernel(kernel, Options(arch=arch, spec=launch_spec))
+
+
+def test_without_conversion_the_n_contiguous_weight_is_a_located_error(programs):
+    from tilec.errors import TileError
+    kernel = programs["kn"].lower()
+    _, launch_spec = row_major_launch(kernel, sizes(16), "off", written_params(kernel), "sm_90a")
+    with pytest.raises(TileError, match="n contiguous") as err:
+        compile_kernel(kernel, Options(arch="sm_90a", spec=launch_spec, pack="off"))
+    assert "programs.py:10:" in str(err.value)
+
