@@ -93,17 +93,25 @@ def test_a_library_without_int8_arrays_makes_the_row_n_a_for_every_contender():
     assert result.sets == 0
 
 
-@pytest.mark.parametrize("size, block_rows, split_k", [
-    ((16, 8192, 8192), 16, 2), ((48, 8192, 8192), 32, 1), ((4096, 4096, 4096), 128, 1),
-    ((1000, 1003, 77), 128, 1)])
-def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size, block_rows, split_k):
+@pytest.mark.parametrize("size, block_rows, split_k, product", [
+    ((16, 8192, 8192), 16, 2, "mma"), ((48, 8192, 8192), 32, 1, "mma"),
+    ((4096, 4096, 4096), 128, 1, "wgmma"), ((1000, 1003, 77), 128, 1, "mma")])
+def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size, block_rows, split_k,
+                                                                product):
+    """As the launch compiles it: W converted to f16 first where many rows re-read it."""
+    from tilec.kernel import written_params
+    from tilec.launch.packing import row_major_launch
     contender = w8a16.TilecW8A16({}, {"arch": "sm_90a"})
     case = w8a16.W8A16Case(*size, "f16")
-    config = w8a16.tilec_config(case)
+    config = w8a16.tilec_config(case, "sm_90a")
     assert config.get("BM", 128) == block_rows and config.get("split_k", 1) == split_k
     M, N, K = size
-    compiled = contender.w8a16_kernel().compile(arch="sm_90a", M=M, N=N, K=K, **config)
-    assert compiled.kernel.schedule.tiling.kind == "mma"
+    function = contender.w8a16_kernel()
+    kernel = function.lower()
+    _, spec = row_major_launch(kernel, dict(M=M, N=N, K=K), "auto", written_params(kernel),
+                               "sm_90a")
+    compiled = function.compile(arch="sm_90a", spec=spec, **config)
+    assert compiled.kernel.schedule.tiling.kind == product
     assert compiled.options.split_k == split_k
     assert contender.unsupported(w8a16.W8A16Case(8, 8, 8, "bf16")) == "no bf16 w8a16 sample"
 

@@ -50,7 +50,7 @@ def operands(m: int, n: int, k: int, activations: str, seed: int = 0):
 
 def reference(a, w, scale) -> np.ndarray:
     return (a.float().cpu().numpy().astype(np.float64)
-            @ w.cpu().numpy().astype(np.float64).T) * scale.cpu().numpy().astype(np.float64)
+            @ w.float().cpu().numpy().astype(np.float64).T) * scale.cpu().numpy().astype(np.float64)
 
 
 # Every configuration at every shape but 4096^3 (defaults only: its float64 reference is the
@@ -69,15 +69,20 @@ def test_w8a16_matches_float64(shape, config, activations):
     c = torch.full((m, n), float("nan"), device="cuda").to(a.dtype)
     w8a16(activations)(a, w, scale, c, **config)
     torch.cuda.synchronize()
+    assert_within_bound(c, a, w, scale, f"{activations} {shape} {config}")
+
+
+def assert_within_bound(c, a, w, scale, what: str) -> None:
+    """C against float64: f32 accumulation of k products, then one rounding to C's dtype
+    (``w`` as the weights' values, [N, K])."""
     got = c.float().cpu().numpy().astype(np.float64)
     want = reference(a, w, scale)
-    # f32 accumulation of k products, then one rounding to the output's dtype.
-    ulp = 2.0 ** -10 if activations == "f16" else 2.0 ** -7
-    bound = ulp * np.abs(want) + 2.0 ** -22 * k * (
-        np.abs(a.float().cpu().numpy()) @ np.abs(w.cpu().numpy().astype(np.float32)).T
-        * scale.cpu().numpy()) + 1e-6
+    ulp = 2.0 ** -10 if c.dtype == torch.float16 else 2.0 ** -7
+    weights = np.abs(w.float().cpu().numpy())
+    bound = ulp * np.abs(want) + 2.0 ** -22 * a.shape[1] * (
+        np.abs(a.float().cpu().numpy()) @ weights.T * scale.cpu().numpy()) + 1e-6
     error = np.abs(got - want)
-    print(f"{activations} {shape} {config}: max error {error.max():.3g}, "
+    print(f"{what}: max error {error.max():.3g}, "
           f"max error / bound {np.max(error / bound):.3g}")
     assert np.all(error <= bound)
 

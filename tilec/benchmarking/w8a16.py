@@ -7,7 +7,9 @@ Frobenius error, f16's tolerance) and timed as the matmul rows are
 Contenders:
 
 - tilec: ``samples/w8a16.py``: W's tiles stay int8 in shared memory and are converted to
-  f16 in registers (half the bytes of W read), the scale applied in the epilogue;
+  f16 in registers (half the bytes of W read), the scale applied in the epilogue; where
+  many rows re-read W on sm_90a, the launch converts W to f16 once and the product runs on
+  wgmma (``passes/dequantize.py``), both timed;
 - torch: dequantize, then ``torch.matmul`` (cuBLAS): ``W.to(f16) * scale`` into an f16
   weight (scale rounded to f16 once, at prepare), then ``A @ that.T`` into C: what an eager
   model without a fused int8 kernel runs. The dequantized weight goes out and comes back.
@@ -26,7 +28,8 @@ from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import Case, size_text
 from tilec.benchmarking.check_and_time import run_row
 from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
-                                           describe_compiled)
+                                           describe_compiled, tuned_config)
+from tilec.launch.packing import DEQUANTIZE_MIN_ROWS
 from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 
@@ -66,10 +69,17 @@ def w8a16_reference(arrays: Arrays, a: Any, w: Any, scale: Any) -> Any:
     return arrays.reference(a, w.T) * to_float64(scale)
 
 
-def tilec_config(case: Case) -> dict[str, Any]:
-    """The sample's configuration for a case: its defaults (128x128x64, 3 stages), or the
-    skinny one for its few rows."""
-    return next((dict(config) for rows, config in SKINNY_CONFIGS if case.M <= rows), {})
+def tilec_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
+    """The sample's configuration for a case on a target: the skinny one for its few rows;
+    where the launch converts W to f16 first (sm_90a, many rows:
+    :func:`tilec.launch.packing.convert_to`), the f16 product's tuned one; else the
+    sample's defaults (128x128x64, 3 stages)."""
+    skinny = next((dict(config) for rows, config in SKINNY_CONFIGS if case.M <= rows), None)
+    if skinny is not None:
+        return skinny
+    if arch == "sm_90a" and case.M >= DEQUANTIZE_MIN_ROWS:
+        return tuned_config(Case(case.M, case.N, case.K, "f16"), arch)
+    return {}
 
 
 class TilecW8A16(TilecContender):
@@ -88,13 +98,18 @@ class TilecW8A16(TilecContender):
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         kernel = self.w8a16_kernel()
-        kwargs = {**(tilec_config(case) if not self.consts else {}), **self.consts,
-                  **self.options}
+        # --pack off keeps W in int8: the sample's own configuration, not the f16 product's.
+        arch = self.arch() if self.options.get("pack") != "off" else None
+        kwargs = {**(tilec_config(case, arch) if not self.consts else {}),
+                  **self.consts, **self.options}
         launches = [kernel.prepare(a, w, scale, c, **kwargs)
                     for (a, w, scale), c in zip(inputs, outputs)]
-        return (lambda i: launches[i]()), (describe_compiled(launches[0].compiled,
-                                                             launches[0].packing)
-                                           + ", W int8 in shared memory, f16 in registers")
+        first = launches[0]
+        # A converted W is in the packing's description; else W stays int8 in the kernel.
+        in_registers = "W" not in first.packing.names
+        return (lambda i: launches[i]()), (describe_compiled(first.compiled, first.packing)
+                                           + (", W int8 in shared memory, f16 in registers"
+                                              if in_registers else ""))
 
 
 class TorchDequantize(TorchOnlyContender):
