@@ -284,7 +284,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                 raise located(TileConfigError, f"operand A of `@` is stored in {stored} and "
                               f"converted to {product} in the K loop: only the weights, "
                               "operand B, may be 8-bit in a 16-bit product (w8a16)",
-                              cast.loc, kernel.source_lines, "quantize the weights, B "
+                              cast.loc, kernel.source_lines, "a launch converts A to "
+                              f"{product} first (calls, prepare and `tilec run`; not with "
+                              "pack='off'); to keep 8 bits, quantize the weights, B "
                               "(stored [N, K], read as W.T[k : +BK, n : +BN].to(f16)), and "
                               "pass the activations A in f16 or bf16 (samples/w8a16.py)")
             if any(cast.result in op.operands for op in body.ops if op is not dot):
@@ -327,8 +329,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           "8-bit operand converted in registers is read two adjacent k "
                           "elements a register, so k must be contiguous",
                           casts[role].loc, kernel.source_lines,
-                          f"store '{name}' as [N, K] (an nn.Linear weight) and read "
-                          f"{name}.T[k : +BK, n : +BN] (samples/w8a16.py)")
+                          f"a launch converts '{name}' to {casts[role].result.type.dtype} "
+                          "first (calls, prepare and `tilec run`; not with pack='off'); to "
+                          f"read it in 8 bits, store '{name}' as [N, K] (an nn.Linear weight) "
+                          f"and read {name}.T[k : +BK, n : +BN] (samples/w8a16.py)")
         operands.append(OperandPlan(role, name, layout, vec, source))
         unit_stride.append(contiguous_dim is not None)
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)

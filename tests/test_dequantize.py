@@ -143,6 +143,22 @@ def test_an_n_contiguous_weight_is_always_converted_and_compiles(programs, arch)
     compile_kernel(kernel, Options(arch=arch, spec=launch_spec))
 
 
+@pytest.mark.parametrize("arch, converted", [("sm_80", "bf16"), ("sm_86", "bf16"),
+                                              ("sm_90", None)])
+def test_fp8_weights_convert_at_launch_where_registers_cannot(programs, arch, converted):
+    """cvt.rn.f16x2.e4m3x2 needs sm_89: on sm_80/86 the launch converts; alone, the compile
+    is a located error naming the arch."""
+    from tilec.errors import TileError
+    kernel = programs["fp8_bf16"].lower()
+    packing, launch_spec = row_major_launch(kernel, sizes(16), "auto", written_params(kernel),
+                                            arch)
+    assert {p.name: p.converted for p in packing.tensors}.get("W") == converted
+    compile_kernel(kernel, Options(arch=arch, spec=launch_spec))
+    if converted:
+        with pytest.raises(TileError, match="needs sm_89 or later"):
+            compile_kernel(kernel, Options(arch=arch))
+
+
 def test_without_conversion_the_n_contiguous_weight_is_a_located_error(programs):
     from tilec.errors import TileError
     kernel = programs["kn"].lower()

@@ -35,6 +35,14 @@ def e4m3(A: bf16[M, K], W: f8e4m3[N, K], scale: f32[N], C: bf16[M, N], BM=128, B
         for k in range(0, K, BK):
             acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(bf16)
         C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(bf16)
+
+@tile
+def a8(A: f8e4m3[M, K], W: f16[N, K], C: f16[M, N], BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK].to(f16) @ W.T[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc.to(f16)
 '''
 SHAPES = [(DEQUANTIZE_MIN_ROWS, 1003, 77), (2000, 517, 4099), (4096, 4096, 4096)]
 
@@ -96,3 +104,15 @@ def test_a_weight_with_padded_rows_converts(programs):
     c = torch.full((m, n), float("nan"), device="cuda").to(a.dtype)
     assert "W" in packed(w8a16("f16"), a, padded[:, :k], scale, c)
     assert_within_bound(c, a, w, scale, "padded rows")
+
+
+def test_8_bit_activations_are_converted_at_launch(programs):
+    """An fp8 A converted in the loop: registers convert only B, so the launch converts A."""
+    m, n, k = 300, 520, 190
+    bits = torch.randint(0, 256, (m, k), dtype=torch.uint8, device="cuda")
+    bits[(bits & 0x7F) == 0x7F] = 0  # no NaN activations
+    a = bits.view(torch.float8_e4m3fn)
+    weights = torch.randn((n, k), device="cuda").to(torch.float16)
+    c = torch.full((m, n), float("nan"), device="cuda").to(torch.float16)
+    assert "A" in packed(programs["a8"], a, weights, c)
+    assert_within_bound(c, a, weights, torch.ones(n, device="cuda"), "fp8 activations")

@@ -45,7 +45,8 @@ from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, 
                                 VECTOR_BYTES, convert_entry, convert_ptx, pack_entry, pack_ptx,
                                 vector_elems)
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
-from tilec.ir.types import TensorType
+from tilec.families.fp8 import FP8_ARCHS
+from tilec.ir.types import FP8_DTYPES, TensorType
 from tilec.ir.views import matrix_dim, view_source
 from tilec.launch.binding import INT32_MAX, Bound, divisibility, tensor_spec
 from tilec.passes.dequantize import converted_weights
@@ -294,7 +295,8 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
 
     Only a tensor that :func:`~tilec.passes.dequantize.converted_weights` lists. Converted
     when the registers cannot convert it (it is operand A, or not stored k contiguous, as an
-    ``[K, N]`` weight is), under "always", and under "auto" on sm_90a when at least
+    ``[K, N]`` weight is, or fp8 on sm_80/sm_86), under "always", and under "auto" on sm_90a
+    when at least
     :data:`DEQUANTIZE_MIN_ROWS` rows of the other operand re-read it: one conversion then
     costs less than the mma.sync product that the registers' conversion needs costs over
     wgmma's."""
@@ -304,6 +306,9 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     partner_rows, in_registers = _weight_reads(kernel, tensors, name)
     if not in_registers:
         return dtype.short, "registers convert only a k-contiguous operand B"
+    stored = next(p.type.dtype for p in kernel.params if p.name == name)
+    if stored in FP8_DTYPES and arch not in FP8_ARCHS:  # cvt.rn.f16x2.e4m3x2: sm_89 on
+        return dtype.short, f"{arch} converts no fp8 in registers"
     if policy == "always":
         return dtype.short, "pack always"
     if arch == "sm_90a" and partner_rows >= DEQUANTIZE_MIN_ROWS:
