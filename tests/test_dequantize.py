@@ -15,44 +15,13 @@ from tilec.options import Options, Spec, TensorSpec
 from tilec.passes.dequantize import converted_weights
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+PROGRAMS = Path(__file__).resolve().parent / "dequantize_programs.py"
 
-# The same product with the weight stored [K, N] (n contiguous), and one whose weight also
-# feeds the epilogue (not only `@`: never converted).
-PROGRAMS = '''
-from __future__ import annotations
-from tilec import f16, bf16, f32, i8, f8e4m3, tile
-
-@tile
-def kn(A: f16[M, K], W: i8[K, N], scale: f32[N], C: f16[M, N], BM=128, BN=128, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ W[k : +BK, n * BN : +BN].to(f16)
-        C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(f16)
-
-@tile
-def fp8_bf16(A: bf16[M, K], W: f8e4m3[N, K], C: bf16[M, N], BM=128, BN=128, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(bf16)
-        C[m * BM : +BM, n * BN : +BN] = acc.to(bf16)
-
-@tile
-def both(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * BN : +BN] = acc
-'''
 
 
 @pytest.fixture(scope="module")
-def programs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dequantize") / "programs.py"
-    path.write_text(PROGRAMS)
-    return load_file(path)
+def programs():
+    return load_file(PROGRAMS)
 
 
 def w8a16():
@@ -67,8 +36,8 @@ def spec(**dtypes) -> Spec:
 def test_weights_converted_in_the_loop_are_listed_with_their_product_dtype(programs):
     assert {k: v.short for k, v in converted_weights(w8a16().lower()).items()} == {"W": "f16"}
     assert {k: v.short for k, v in converted_weights(
-        programs["fp8_bf16"].lower()).items()} == {"W": "bf16"}
-    assert converted_weights(programs["both"].lower()) == {}
+        programs["e4m3"].lower()).items()} == {"W": "bf16"}
+    assert converted_weights(load_file(SAMPLES / "matmul.py")["matmul"].lower()) == {}
     int8 = load_file(SAMPLES / "int8_gemm.py")
     assert all(converted_weights(fn.lower()) == {} for fn in int8.values())  # i8 @ i8
 
@@ -149,7 +118,7 @@ def test_fp8_weights_convert_at_launch_where_registers_cannot(programs, arch, co
     """cvt.rn.f16x2.e4m3x2 needs sm_89: on sm_80/86 the launch converts; alone, the compile
     is a located error naming the arch."""
     from tilec.errors import TileError
-    kernel = programs["fp8_bf16"].lower()
+    kernel = programs["e4m3"].lower()
     packing, launch_spec = row_major_launch(kernel, sizes(16), "auto", written_params(kernel),
                                             arch)
     assert {p.name: p.converted for p in packing.tensors}.get("W") == converted
@@ -165,5 +134,5 @@ def test_without_conversion_the_n_contiguous_weight_is_a_located_error(programs)
     _, launch_spec = row_major_launch(kernel, sizes(16), "off", written_params(kernel), "sm_90a")
     with pytest.raises(TileError, match="n contiguous") as err:
         compile_kernel(kernel, Options(arch="sm_90a", spec=launch_spec, pack="off"))
-    assert "programs.py:10:" in str(err.value)
+    assert "dequantize_programs.py:15:" in str(err.value)
 

@@ -746,17 +746,9 @@ def test_the_pack_kernel_through_llvm_assembles(itemsize, arch, tmp_path):
     assert len(re.findall(rf"ld\.global(?:\.nc)?\.b{width}\b", ptx)) == 2 * (16 // itemsize)
 
 
-def test_a_launch_compiled_by_llvm_packs_with_llvms_pack_kernel(monkeypatch):
-    import tilec.runtime
+def test_a_launch_compiled_by_llvm_packs_with_llvms_pack_kernel(loaded_modules):
     from tilec.launch import packing
-    loaded = []
-
-    class Module:
-        def function(self, name):
-            return name
-    monkeypatch.setattr(tilec.runtime, "load_module",
-                        lambda ptx, name: loaded.append((ptx, name)) or Module())
-    monkeypatch.setattr(packing, "_FUNCTIONS", {})
+    loaded = loaded_modules
     assert packing.llvm_pack_function(2, "sm_90") == "tilec_pack_b16"
     assert packing.pack_function(2, "sm_90") == "tilec_pack_b16"
     (llvm_ptx, _), (ptx, _) = loaded

@@ -1,9 +1,11 @@
 """8-bit weights converted at launch (tilec.launch.packing.convert_to, passes/dequantize.py)
 on the GPU, against float64: the w8a16 sample where many rows re-read W (converted, then
 the f16/bf16 product: wgmma on sm_90a) and the same launch with --pack off (converted in
-registers); weights stored [K, N], which only the launch's conversion reads; fp8 weights;
-a weight whose rows are padded (strided scratch source). Each launch says what it packed."""
+registers); weights stored [K, N] and fp8 activations, which only the launch's conversion
+reads; fp8 weights; a weight whose rows are padded. Each launch says what it packed."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -11,47 +13,18 @@ from tilec.kernel import load_file
 from tilec.launch.packing import DEQUANTIZE_MIN_ROWS
 from tilec.runtime.driver import has_gpu
 
-from .test_w8a16_gpu import TORCH, assert_within_bound, operands, w8a16
+from .test_w8a16_gpu import assert_within_bound, operands, w8a16
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
 torch = pytest.importorskip("torch")
 
-PROGRAMS = '''
-from __future__ import annotations
-from tilec import f16, bf16, f32, i8, f8e4m3, f8e5m2, tile
-
-@tile
-def kn(A: f16[M, K], W: i8[K, N], scale: f32[N], C: f16[M, N], BM=128, BN=128, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ W[k : +BK, n * BN : +BN].to(f16)
-        C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(f16)
-
-@tile
-def e4m3(A: bf16[M, K], W: f8e4m3[N, K], scale: f32[N], C: bf16[M, N], BM=128, BN=128, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(bf16)
-        C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(bf16)
-
-@tile
-def a8(A: f8e4m3[M, K], W: f16[N, K], C: f16[M, N], BM=128, BN=128, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK].to(f16) @ W.T[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * BN : +BN] = acc.to(f16)
-'''
+PROGRAMS = Path(__file__).resolve().parents[1] / "dequantize_programs.py"
 SHAPES = [(DEQUANTIZE_MIN_ROWS, 1003, 77), (2000, 517, 4099), (4096, 4096, 4096)]
 
 
 @pytest.fixture(scope="module")
-def programs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dequantize") / "programs.py"
-    path.write_text(PROGRAMS)
-    return load_file(path)
+def programs():
+    return load_file(PROGRAMS)
 
 
 def packed(kernel, *args, **options) -> tuple[str, ...]:

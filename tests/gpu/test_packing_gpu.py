@@ -265,18 +265,7 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
         packing = PackPlan((packed,))
     per_line = 128 // storage.itemsize  # scratch rows start on 128-byte lines
     assert packed.row_stride == -(-cols // per_line) * per_line
-    scratch = owned_scratch(packing)
-    scratch["A"].memset_d8(0xFF)  # anything the kernel leaves unwritten shows up
-    packer = Packer(packing, {"A": tensor}, target_arch(current_device().compute_capability),
-                    scratch, backend)
-    if grid_y is not None:
-        grid = packer.launches[0].grid
-        packer.launches[0] = dataclasses.replace(packer.launches[0],
-                                                 grid=(grid[0], grid_y, 1))
-    packer.launch()
-    synchronize()
-    out = np.empty((rows + zero_rows, packed.row_stride), dtype)
-    scratch["A"].copy_to_host(out)
+    out, packer, scratch = pack_and_read(packing, tensor, backend, grid_y, dtype)
     bits = {1: np.uint8, 2: np.uint16, 4: np.uint32}[storage.itemsize]
     expected = np.lib.stride_tricks.as_strided(
         storage[offset:], (rows, cols), (src_row_stride * storage.itemsize,
@@ -287,6 +276,26 @@ def test_pack_kernel_copies_rows_and_zero_fills_the_padding(dtype, col_stride, g
     # The matmul is handed the scratch with its padded stride.
     assert packer.args["A"].ptr == scratch["A"].ptr
     assert packer.args["A"].strides == (packed.row_stride, 1)
+
+
+def pack_and_read(packing, tensor, backend: str, grid_y, dtype):
+    """Run the plan's one pack launch into scratch filled with 0xFF bytes (anything the
+    kernel leaves unwritten shows up), with ``grid_y`` rows of blocks when given (threads
+    then loop over the rows); the scratch read back as ``dtype``, the Packer, the scratch."""
+    (packed,) = packing.tensors
+    scratch = owned_scratch(packing)
+    scratch[packed.name].memset_d8(0xFF)
+    packer = Packer(packing, {packed.name: tensor},
+                    target_arch(current_device().compute_capability), scratch, backend)
+    if grid_y is not None:
+        grid = packer.launches[0].grid
+        packer.launches[0] = dataclasses.replace(packer.launches[0],
+                                                 grid=(grid[0], grid_y, 1))
+    packer.launch()
+    synchronize()
+    out = np.empty((packed.rows, packed.row_stride), dtype)
+    scratch[packed.name].copy_to_host(out)
+    return out, packer, scratch
 
 
 @pytest.mark.parametrize("source", ["i8", "f8e4m3", "f8e5m2"])
@@ -321,17 +330,7 @@ def test_converting_pack_kernel_is_exact_on_every_byte(source, dest, col_stride,
         packed = packed.padded(packed.outer, rows + zero_rows)
     assert packed.row_stride == 128 and packed.rows == rows + zero_rows  # 77 -> 2 lines
     packing = PackPlan((packed,))
-    scratch = owned_scratch(packing)
-    scratch["W"].memset_d8(0xFF)  # 0xFFFF is a NaN: anything left unwritten shows up
-    packer = Packer(packing, {"W": tensor}, target_arch(current_device().compute_capability),
-                    scratch, backend)
-    if grid_y is not None:
-        grid = packer.launches[0].grid
-        packer.launches[0] = dataclasses.replace(packer.launches[0],
-                                                 grid=(grid[0], grid_y, 1))
-    packer.launch()
-    synchronize()
-    out = np.empty((packed.rows, packed.row_stride), np.uint16)
-    scratch["W"].copy_to_host(out)
+    # 0xFFFF is a NaN in f16 and bf16: anything left unwritten shows up.
+    out, _, _ = pack_and_read(packing, tensor, backend, grid_y, np.uint16)
     assert_converted(out, values, packed, source, dest)
     assert packer.args["W"].dtype == dest and packer.args["W"].strides == (128, 1)
