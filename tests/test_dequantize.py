@@ -102,6 +102,16 @@ def test_a_k_contiguous_weight_converts_where_many_rows_re_read_it_on_sm_90a(
     assert product == ("wgmma" if converted and arch == "sm_90a" else "mma")
 
 
+def test_the_llvm_backend_keeps_w8a16_in_registers_on_sm_90a():
+    """It has no wgmma: converting would only make the launch refuse the f16 product."""
+    kernel = w8a16().lower()
+    packing, launch_spec = row_major_launch(kernel, sizes(4096), "auto",
+                                            written_params(kernel), "sm_90a", "llvm")
+    assert not packing
+    compiled = compile_kernel(kernel, Options(arch="sm_90a", spec=launch_spec, backend="llvm"))
+    assert compiled.kernel.schedule.tiling.kind == "mma"
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_an_n_contiguous_weight_is_always_converted_and_compiles(programs, arch):
     kernel = programs["kn"].lower()

@@ -250,12 +250,14 @@ def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
 
 
 def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
-                 written: Sequence[str] = (), arch: Optional[str] = None) -> PackPlan:
+                 written: Sequence[str] = (), arch: Optional[str] = None,
+                 backend: str = "ptx") -> PackPlan:
     """Which of the kernel's operand tensors to pack, for these arguments.
 
     ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
     (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
-    the parameters the kernel stores to, never packed; ``arch`` the target. A tensor is packed
+    the parameters the kernel stores to, never packed; ``arch`` and ``backend`` the target
+    and the backend (Options.arch, Options.backend). A tensor is packed
     when its widest aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than
     16 bytes, it is 2-D (or a batch of matrices copied as one 2-D array:
     :func:`_pack_batches`) and not empty, and, under "auto", what is copied holds at least
@@ -267,8 +269,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     for name in operand_tensors(kernel):
         if name in written or name not in tensors:
             continue
-        entry = _pack_tensor(tensors[name], policy, convert_to(kernel, tensors, name, policy,
-                                                                arch))
+        entry = _pack_tensor(tensors[name], policy,
+                             convert_to(kernel, tensors, name, policy, arch, backend))
         if entry is not None:
             packed[name] = entry
     padded = []
@@ -288,7 +290,7 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
 
 
 def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
-               arch: Optional[str]) -> Optional[tuple[str, str]]:
+               arch: Optional[str], backend: str = "ptx") -> Optional[tuple[str, str]]:
     """The 16-bit dtype a launch converts 8-bit weight ``name`` to before the kernel runs
     (``passes/dequantize.py`` types the kernel's reads so) and why, or None to read it as it
     is.
@@ -296,7 +298,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     Only a tensor that :func:`~tilec.passes.dequantize.converted_weights` lists. Converted
     when the registers cannot convert it (it is operand A, or not stored k contiguous, as an
     ``[K, N]`` weight is, or fp8 on sm_80/sm_86), under "always", and under "auto" on sm_90a
-    when at least
+    with the PTX backend (the llvm backend has no wgmma) when at least
     :data:`DEQUANTIZE_MIN_ROWS` rows of the other operand re-read it: one conversion then
     costs less than the mma.sync product that the registers' conversion needs costs over
     wgmma's."""
@@ -311,7 +313,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
         return dtype.short, f"{arch} converts no fp8 in registers"
     if policy == "always":
         return dtype.short, "pack always"
-    if arch == "sm_90a" and partner_rows >= DEQUANTIZE_MIN_ROWS:
+    if arch == "sm_90a" and backend == "ptx" and partner_rows >= DEQUANTIZE_MIN_ROWS:
         return dtype.short, f"{partner_rows} rows re-read it: the {dtype} product on wgmma"
     return None
 
@@ -491,8 +493,8 @@ def _alignment(value: int) -> int:
 
 
 def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
-                     written: Sequence[str] = (),
-                     arch: Optional[str] = None) -> tuple[PackPlan, Spec]:
+                     written: Sequence[str] = (), arch: Optional[str] = None,
+                     backend: str = "ptx") -> tuple[PackPlan, Spec]:
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
     the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
@@ -505,7 +507,7 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
             shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
             tensors[param.name] = ArrayArg(param.name, 0, param.type.dtype.short, shape,
                                            c_strides(shape), device=0)
-    plan = plan_packing(kernel, tensors, policy, written, arch)
+    plan = plan_packing(kernel, tensors, policy, written, arch, backend)
     return plan, plan.spec(spec_for(Bound(tensors, {}, dict(sizes))))
 
 

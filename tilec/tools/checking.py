@@ -221,7 +221,8 @@ def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, A
     from tilec.launch.packing import row_major_launch as plan
     from tilec.options import Options
     policy = options.get("pack", Options.pack)
-    return plan(kernel, sizes, policy, written_params(kernel), options.get("arch", Options.arch))
+    return plan(kernel, sizes, policy, written_params(kernel), options.get("arch", Options.arch),
+                options.get("backend", Options.backend))
 
 
 # ------------------------------------------------------------------------ run and check
