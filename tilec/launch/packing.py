@@ -302,7 +302,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     :data:`DEQUANTIZE_MIN_ROWS` rows of the other operand re-read it: one conversion then
     costs less than the mma.sync product that the registers' conversion needs costs over
     wgmma's."""
-    dtype = converted_weights(kernel).get(name)
+    dtype = dict(_converted_weights(kernel)).get(name)
     if dtype is None or name not in tensors:
         return None
     partner_rows, in_registers = _weight_reads(kernel, tensors, name)
@@ -318,6 +318,11 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     return None
 
 
+@functools.lru_cache(maxsize=256)  # per lowered kernel: plain calls plan on every launch
+def _converted_weights(kernel: Kernel) -> tuple:
+    return tuple(converted_weights(kernel).items())
+
+
 def _weight_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> tuple[int, bool]:
     """For weight ``name``: the most rows (or columns) of the other ``@`` operand that re-read
     it, and whether every read could be converted in registers (operand B, k contiguous)."""
@@ -329,7 +334,8 @@ def _weight_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> tupl
                    else None for v in dot.operands[:2]]
         for role, source in enumerate(sources):
             partner = sources[1 - role]
-            if source is None or source.name != name or partner is None:
+            if source is None or source.name != name or partner is None \
+                    or partner.name not in tensors:
                 continue
             arg = tensors[name]
             contiguous = matrix_dim(len(arg.shape), tensor_spec(arg).contiguous_dim)
