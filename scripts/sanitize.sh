@@ -63,6 +63,10 @@ for shape in "M=1000,N=1003,K=77" "M=45,N=51,K=37"; do
 done
 check memcheck int8_gemm --split-k 3
 check memcheck wfp8a16 --arch sm_90
+# 8-bit weights converted at launch (the converting pack kernel, then the 16-bit product):
+# the sample under --pack always, and a weight stored [K, N], which only a launch converts.
+check memcheck w8a16 --pack always
+sanitize memcheck tests/dequantize_programs.py "$SHAPE" --kernel kn
 for tool in racecheck synccheck; do
     check "$tool" matmul --stages 3
     check "$tool" matmul_bt --stages 1
