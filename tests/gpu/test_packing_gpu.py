@@ -331,6 +331,6 @@ def test_converting_pack_kernel_is_exact_on_every_byte(source, dest, col_stride,
     assert packed.row_stride == 128 and packed.rows == rows + zero_rows  # 77 -> 2 lines
     packing = PackPlan((packed,))
     # 0xFFFF is a NaN in f16 and bf16: anything left unwritten shows up.
-    out, _, _ = pack_and_read(packing, tensor, backend, grid_y, np.uint16)
+    out, packer, _ = pack_and_read(packing, tensor, backend, grid_y, np.uint16)
     assert_converted(out, values, packed, source, dest)
     assert packer.args["W"].dtype == dest and packer.args["W"].strides == (128, 1)
