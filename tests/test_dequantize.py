@@ -138,6 +138,24 @@ def test_fp8_weights_convert_at_launch_where_registers_cannot(programs, arch, co
             compile_kernel(kernel, Options(arch=arch))
 
 
+@pytest.mark.parametrize("batch_stride_zero", [False, True])
+def test_a_batch_of_weights_converts_as_one_2d_array(programs, batch_stride_zero):
+    from tilec.launch.packing import plan_packing
+    from tilec.runtime.arrays import ArrayArg, c_strides
+    kernel = programs["batched_kn"].lower()
+    shapes = {"A": (3, 1100, 100), "W": (3, 100, 130), "C": (3, 1100, 130)}
+    dtypes = {"A": "f16", "W": "i8", "C": "f16"}
+    tensors = {name: ArrayArg(name, 1 << 20, dtypes[name], shape, c_strides(shape), device=0)
+               for name, shape in shapes.items()}
+    if batch_stride_zero:  # one weight for every batch (an expanded tensor)
+        tensors["W"] = ArrayArg("W", 1 << 20, "i8", (3, 100, 130), (0, 130, 1), device=0)
+    packing = plan_packing(kernel, tensors, "auto", written_params(kernel), "sm_90a")
+    entry = {p.name: p for p in packing.tensors}["W"]
+    assert (entry.converted, entry.batches, entry.shared_batch) == ("f16", 3, batch_stride_zero)
+    assert entry.argument_shape == (3, 100, 130) and entry.row_stride == 192
+    assert entry.argument_strides == ((0 if batch_stride_zero else 100 * 192), 192, 1)
+
+
 def test_without_conversion_the_n_contiguous_weight_is_a_located_error(programs):
     from tilec.errors import TileError
     kernel = programs["kn"].lower()

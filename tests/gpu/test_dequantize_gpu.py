@@ -89,3 +89,16 @@ def test_8_bit_activations_are_converted_at_launch(programs):
     c = torch.full((m, n), float("nan"), device="cuda").to(torch.float16)
     assert "A" in packed(programs["a8"], a, weights, c)
     assert_within_bound(c, a, weights, torch.ones(n, device="cuda"), "fp8 activations")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["per_batch", "shared"])
+def test_a_batch_of_k_by_n_weights_converts_at_launch(programs, shared):
+    bt, m, n, k = 3, 300, 130, 100
+    a = torch.randn((bt, m, k), device="cuda").to(torch.float16)
+    w = torch.randint(-128, 128, (1 if shared else bt, k, n), dtype=torch.int8, device="cuda")
+    weights = w.expand(bt, k, n) if shared else w
+    c = torch.full((bt, m, n), float("nan"), device="cuda").to(torch.float16)
+    assert "W" in packed(programs["batched_kn"], a, weights, c)
+    for b in range(bt):
+        assert_within_bound(c[b], a[b], weights[b].t(), torch.ones(n, device="cuda"),
+                            f"batch {b} of [K, N] weights, shared={shared}")
