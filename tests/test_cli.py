@@ -67,6 +67,23 @@ def test_compile_options_reach_the_compiler(tmp_path, capsys):
     assert ".maxntid 256, 1, 1" in out.read_text()
 
 
+def test_compile_says_when_a_launch_of_those_sizes_would_pack_first(tmp_path, capsys):
+    """With every size given, compile notes what a launch runs instead: W converted to f16
+    (w8a16 at 4096 rows on sm_90a), A packed (odd K); aligned sizes get no note."""
+    w8a16 = str(Path(MATMUL).with_name("w8a16.py"))
+    code, _, stderr = run_cli(capsys, "compile", w8a16, "--arch", "sm_90a", "-o",
+                              str(tmp_path / "w.ptx"), "--shape", "M=4096,N=4096,K=4096")
+    assert code == 0 and "note: a launch of row-major arrays of these sizes packs first " \
+        "(W converted to f16, stride 4096" in stderr
+    code, _, stderr = run_cli(capsys, "compile", MATMUL, "-o", str(tmp_path / "m.ptx"),
+                              "--shape", "M=4096,N=4096,K=4093")
+    assert code == 0 and "(A packed to stride 4096 (rows were 2-byte aligned))" in stderr
+    for shape in ("M=4096,N=4096,K=4096", "M=4096,N=4096"):  # aligned; K unknown
+        code, _, stderr = run_cli(capsys, "compile", MATMUL, "-o", str(tmp_path / "m.ptx"),
+                                  "--shape", shape)
+        assert code == 0 and "note:" not in stderr
+
+
 SGEMM = str(Path(MATMUL).with_name("sgemm.py"))
 
 

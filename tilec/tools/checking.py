@@ -28,7 +28,7 @@ from tilec.options import target_arch
 from tilec.target import fp8
 from tilec.target.bf16 import from_bf16_bits, to_bf16_bits
 from tilec.tools.arguments import CommandError
-from tilec.tools.compile_command import summary
+from tilec.tools.compile_command import row_major_launch, summary
 
 # Relative Frobenius error allowed against a reference, per tensor dtype; the loosest among a
 # kernel's tensors wins and other dtypes take f16's. f16 rounds at 2^-11 and bf16 at 2^-8;
@@ -213,16 +213,6 @@ def references(kernel: Kernel, arrays: Arrays, scalars: Scalars, on_gpu: bool,
     except Unsupported as why:
         found.append(("float64 reference", str(why)))
     return found
-
-
-def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, Any]):
-    """(the operands a GPU launch packs, the spec it compiles for) on fresh row-major arrays
-    of these sizes: what ``tilec run`` stages host arrays as."""
-    from tilec.launch.packing import row_major_launch as plan
-    from tilec.options import Options
-    policy = options.get("pack", Options.pack)
-    return plan(kernel, sizes, policy, written_params(kernel), options.get("arch", Options.arch),
-                options.get("backend", Options.backend))
 
 
 # ------------------------------------------------------------------------ run and check

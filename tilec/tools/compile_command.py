@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tilec.compiler import LLVM_STAGES, Compiled
-from tilec.kernel import TileFunction
+from tilec.ir.core import Kernel
+from tilec.kernel import TileFunction, written_params
+from tilec.options import Options
 from tilec.families.products import family_of
 from tilec.pipeline import pipeline
 from tilec.tools.arguments import (COMPILE_FLAGS, CommandError, add_flags, add_program_arguments,
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             if reason is not None:
                 raise CommandError(f"--dump-ir sass: {reason}")
             _dump(fn, "sass", sass(compiled.ptx, compiled.options.arch), sys.stderr)
+        _note_launch_packing(fn, consts, sizes, compile_options(args))
         if args.output is not None:
             args.output.write_text(compiled.ptx, encoding="utf-8")
             print(f"tilec: wrote {args.output}: {fn.name} for {summary(compiled)}",
@@ -118,3 +121,24 @@ STAGE_TITLES = {"tile": "tile IR from the frontend", "llvm": "LLVM IR as emitted
 def _dump(fn: TileFunction, stage: str, text: str, out: TextIO) -> None:
     what = STAGE_TITLES.get(stage, f"IR after pass '{stage}'")
     out.write(f"===== {fn.name}: {what} =====\n{text.rstrip()}\n\n")
+
+
+def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, Any]):
+    """(the operands a GPU launch packs, the spec it compiles for) on fresh row-major arrays
+    of these sizes: what ``tilec run`` stages host arrays as."""
+    from tilec.launch.packing import row_major_launch as plan
+    return plan(kernel, sizes, options.get("pack", Options.pack), written_params(kernel),
+                options.get("arch", Options.arch), options.get("backend", Options.backend))
+
+
+def _note_launch_packing(fn: TileFunction, consts, sizes, options) -> None:
+    """With every shape symbol given, say on stderr when a launch of row-major arrays of
+    those sizes packs or converts operands first: it then runs the kernel compiled for the
+    packed arguments, not the one written here (``tilec explain --shape`` shows that one)."""
+    if not set(fn.signature.symbols) <= set(sizes):
+        return
+    plan, _ = row_major_launch(fn.lower(**consts), sizes, options)
+    if plan:
+        print(f"tilec: note: a launch of row-major arrays of these sizes packs first "
+              f"({'; '.join(plan.describe())}) and runs the kernel compiled for that: "
+              "`tilec explain` with the same --shape shows it", file=sys.stderr)

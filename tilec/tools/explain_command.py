@@ -12,7 +12,7 @@ import sys
 
 from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_arguments,
                                    compile_options, constants, select_functions, shapes)
-from tilec.tools.checking import row_major_launch
+from tilec.tools.compile_command import row_major_launch
 
 DESCRIPTION = ("Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
                "plan, bank conflicts of every shared access, and registers (ptxas's report "
