@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from tilec.ir.core import Kernel, Op, Value, clone_kernel
+from tilec.ir.core import Kernel, Op, Value, clone_kernel, replace_uses
 from tilec.ir.types import MMA_INPUT_DTYPES, DType, TensorType
 from tilec.options import Options
 
@@ -141,12 +141,7 @@ def _retype(value: Value, dtype: DType, uses: dict[Value, list[Op]]) -> list[Op]
 
 def _bypass(kernel: Kernel, cast: Op) -> None:
     """Remove a cast of a retyped load (now to the dtype it has): its uses read the load."""
-    source, result = cast.operands[0], cast.result
-    for op in kernel.walk():
-        op.operands = [source if v is result else v for v in op.operands]
-    for op in kernel.walk():
-        for region in op.regions:
-            if cast in region.ops:
-                region.ops.remove(cast)
-    if cast in kernel.body.ops:
-        kernel.body.ops.remove(cast)
+    replace_uses(kernel.body, cast.result, cast.operands[0])
+    for block in [kernel.body, *(region for op in kernel.walk() for region in op.regions)]:
+        if cast in block.ops:
+            block.ops.remove(cast)

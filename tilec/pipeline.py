@@ -66,10 +66,15 @@ def _builtin_pipeline() -> tuple[Pass, ...]:
     )
 
 
-# Passes whose output the PTX backend needs: it emits only lowered ops.
-BACKEND_NEEDS = ("tiling", "fragments")
-# Passes whose output the launch's arguments need: it hands the kernel converted weights.
-LAUNCH_NEEDS = ("dequantize",)
+_BACKEND_NEEDS = "the PTX backend needs its output (it emits only lowered ops)"
+# The passes that cannot be disabled, each with why: the backend emits only lowered ops, and
+# a launch that converts weights hands the kernel the converted tensor.
+REQUIRED_PASSES = {
+    "tiling": _BACKEND_NEEDS,
+    "fragments": _BACKEND_NEEDS,
+    "dequantize": "a launch that converts 8-bit weights hands the kernel the converted "
+                  "tensor (--pack off converts none)",
+}
 
 
 def check_disable(disable, passes) -> None:
@@ -84,13 +89,8 @@ def check_disable(disable, passes) -> None:
             raise ValueError(f"pass '{p.name}' needs {', '.join(repr(m) for m in missing)}, "
                              "which is disabled")
     for name in disable:
-        if name in BACKEND_NEEDS:
-            raise ValueError(f"pass {name!r} cannot be disabled: the PTX backend needs its "
-                             "output (it emits only lowered ops)")
-        if name in LAUNCH_NEEDS:
-            raise ValueError(f"pass {name!r} cannot be disabled: a launch that converts "
-                             "8-bit weights hands the kernel the converted tensor (--pack "
-                             "off converts none)")
+        if name in REQUIRED_PASSES:
+            raise ValueError(f"pass {name!r} cannot be disabled: {REQUIRED_PASSES[name]}")
 
 
 @dataclass

@@ -330,8 +330,8 @@ def _weight_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> tupl
     for dot in kernel.walk():
         if dot.name != "tile.dot":
             continue
-        sources = [view_source(kernel, _loaded_tensor(v)) if _loaded_tensor(v) is not None
-                   else None for v in dot.operands[:2]]
+        tensors_read = [_loaded_tensor(v) for v in dot.operands[:2]]
+        sources = [view_source(kernel, t) if t is not None else None for t in tensors_read]
         for role, source in enumerate(sources):
             partner = sources[1 - role]
             if source is None or source.name != name or partner is None \
