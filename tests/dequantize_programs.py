@@ -3,7 +3,7 @@
 imported by the tests."""
 from __future__ import annotations
 
-from tilec import bf16, f8e4m3, f16, f32, i8, tile
+from tilec import f8e4m3, f16, f32, i8, tile
 
 
 @tile
@@ -14,16 +14,6 @@ def kn(A: f16[M, K], W: i8[K, N], scale: f32[N], C: f16[M, N], BM=128, BN=128, B
         for k in range(0, K, BK):
             acc += A[m * BM : +BM, k : +BK] @ W[k : +BK, n * BN : +BN].to(f16)
         C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(f16)
-
-
-@tile
-def e4m3(A: bf16[M, K], W: f8e4m3[N, K], scale: f32[N], C: bf16[M, N], BM=128, BN=128, BK=64):
-    """fp8 weights, bf16 activations."""
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(bf16)
-        C[m * BM : +BM, n * BN : +BN] = (acc * scale[n * BN : +BN]).to(bf16)
 
 
 @tile

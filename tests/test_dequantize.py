@@ -14,6 +14,8 @@ from tilec.launch.packing import DEQUANTIZE_MIN_ROWS, row_major_launch
 from tilec.options import Options, Spec, TensorSpec
 from tilec.passes.dequantize import converted_weights
 
+from .test_wfp8a16 import sample as wfp8a16
+
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 PROGRAMS = Path(__file__).resolve().parent / "dequantize_programs.py"
 
@@ -36,7 +38,7 @@ def spec(**dtypes) -> Spec:
 def test_weights_converted_in_the_loop_are_listed_with_their_product_dtype(programs):
     assert {k: v.short for k, v in converted_weights(w8a16().lower()).items()} == {"W": "f16"}
     assert {k: v.short for k, v in converted_weights(
-        programs["e4m3"].lower()).items()} == {"W": "bf16"}
+        wfp8a16("f8e4m3", "bf16").lower()).items()} == {"W": "bf16"}
     assert converted_weights(load_file(SAMPLES / "matmul.py")["matmul"].lower()) == {}
     int8 = load_file(SAMPLES / "int8_gemm.py")
     assert all(converted_weights(fn.lower()) == {} for fn in int8.values())  # i8 @ i8
@@ -128,7 +130,7 @@ def test_fp8_weights_convert_at_launch_where_registers_cannot(programs, arch, co
     """cvt.rn.f16x2.e4m3x2 needs sm_89: on sm_80/86 the launch converts; alone, the compile
     is a located error naming the arch."""
     from tilec.errors import TileError
-    kernel = programs["e4m3"].lower()
+    kernel = wfp8a16("f8e4m3", "bf16").lower()
     packing, launch_spec = row_major_launch(kernel, sizes(16), "auto", written_params(kernel),
                                             arch)
     assert {p.name: p.converted for p in packing.tensors}.get("W") == converted

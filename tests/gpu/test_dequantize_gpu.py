@@ -14,6 +14,7 @@ from tilec.launch.packing import DEQUANTIZE_MIN_ROWS
 from tilec.runtime.driver import has_gpu
 
 from .test_w8a16_gpu import assert_within_bound, operands, w8a16
+from .test_wfp8a16_gpu import wfp8a16
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
 torch = pytest.importorskip("torch")
@@ -58,14 +59,14 @@ def test_a_weight_stored_k_by_n_is_converted_at_launch(programs, shape):
     assert_within_bound(c, a, w, scale, f"[K, N] weight {shape}")
 
 
-def test_fp8_weights_convert_exactly(programs):
+def test_fp8_weights_convert_exactly():
     m, n, k = 2048, 1000, 333
     a, _, scale = operands(m, n, k, "bf16")
     bits = torch.randint(0, 256, (n, k), dtype=torch.uint8, device="cuda")
     bits[(bits & 0x7F) == 0x7F] = 0  # e4m3's NaNs: a finite product to compare
     w = bits.view(torch.float8_e4m3fn)
     c = torch.full((m, n), float("nan"), device="cuda").to(a.dtype)
-    assert "W" in packed(programs["e4m3"], a, w, scale, c)
+    assert "W" in packed(wfp8a16("f8e4m3", "bf16"), a, w, scale, c)
     assert_within_bound(c, a, w, scale, "e4m3 weights")
 
 
