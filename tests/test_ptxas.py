@@ -323,6 +323,10 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          persistent=True),
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3, cluster=2),
     case("fp8_gemm", "f8e4m3", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
+    # the bench's tuned "tiled" 8-bit kernels (contenders.TUNED's wgmma8 entry)
+    *(case(sample, dtype, "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=4,
+           raster_group=8, persistent=True)
+      for sample, dtype in (("int8_gemm", "i8"), ("fp8_gemm", "f8e4m3"))),
     case("fp8_gemm", "f8e5m2", "sm_90a", RAGGED, BM=256, BN=128, BK=128, stages=3)] + [
     # Batched: 3-D tensor maps, the batch coordinate from the program id.
     case("bmm", dtype, "sm_90a", shapes, **tiles)

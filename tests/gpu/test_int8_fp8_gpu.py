@@ -366,7 +366,9 @@ def test_the_bench_fp8_kernel_matches_torch_scaled_mm():
 WGMMA8_CONFIGS = [dict(BM=128, BN=256, BK=128, stages=3), dict(BM=128, BN=128, BK=128, stages=4),
                   dict(BM=256, BN=128, BK=128, stages=3),
                   dict(BM=128, BN=256, BK=128, stages=3, persistent=True),
-                  dict(BM=128, BN=256, BK=128, stages=3, cluster=2)]
+                  dict(BM=128, BN=256, BK=128, stages=3, cluster=2),
+                  # the bench's tuned "tiled" kernel (contenders.TUNED's wgmma8 entry)
+                  dict(BM=128, BN=256, BK=128, stages=4, raster_group=8, persistent=True)]
 
 
 def needs_hopper():

@@ -229,8 +229,14 @@ TUNED = {
     **{("int8", problem): config for problem, config in EIGHT_BIT_TUNED.items()},
     **{("fp8", problem): config for problem, config in FP8_TUNED.items()},
     # sm_90a's 8-bit rows: wgmma m64nNk32 fed by TMA (the wgmma8 family), the f16 wgmma
-    # tiles with BK doubled (the same bytes a row). Starting points, not yet measured.
-    ("wgmma8", "tiled"): dict(BM=128, BN=256, BK=128, stages=3),
+    # tiles with BK doubled (the same bytes a row). Starting points, not yet measured, but
+    # "tiled": persistent, raster group 8, four stages. H100, two runs in one call, x the
+    # one-tile-a-block 128x256x128 st3 kernel, 4096^3 / 8192^3: f8e4m3 1.06, 1.06 / 1.02,
+    # 1.00 (x torch._scaled_mm 1.06 / 1.07-1.09), i8 1.09, 1.09 / 1.03, 1.03; raster 16 at
+    # four stages 1.06 / 0.97-1.02, cluster 2 1.06 / 0.96-1.03, raster 8 at three stages
+    # 1.06-1.07 / 0.94-1.01 (benchmarks/NOTES.md, session 16).
+    ("wgmma8", "tiled"): dict(BM=128, BN=256, BK=128, stages=4, raster_group=8,
+                              persistent=True),
     ("wgmma8", "small"): dict(BM=128, BN=128, BK=128, stages=4),
     ("wgmma8", "shallow"): dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
     ("wgmma8", "ragged"): dict(BM=128, BN=256, BK=128, stages=3),
