@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tilec.ir.core import Op
 from tilec.ir.arith import wrap
-from tilec.ir.types import BF16, F16, F32, I8, I32, DType
+from tilec.ir.types import BF16, F16, F32, FP8_DTYPES, I8, I32, DType
 from tilec.target.erfc import ERFC_P
 
 from .context import Context
@@ -84,8 +84,22 @@ SETP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "neu"}
 
 # 16-bit floats go through f32: exact widening, one rounding back (PTX ISA 9.7.9.21, cvt).
 # bf16 widens by placing its bits in the high half of an f32 (exact, any target).
-WIDEN = {F16: "cvt.f32.f16 {d}, {a};", BF16: "mov.b32 {d}, {{{zero}, {a}}};"}
-NARROW = {F16: "cvt.rn.f16.f32 {d}, {a};", BF16: "cvt.rn.bf16.f32 {d}, {a};"}
+# The 8-bit floats (a b16 register, the byte in its low half, the high one zero) have only
+# pair forms (PTX ISA 9.7.9.21, PTX 7.8, sm_89+: the tiling pass refuses older targets):
+# cvt.rn.f16x2.e4m3x2 widens the pair, exactly, into an f16 pair whose low half is ours;
+# cvt.rn.satfinite.e4m3x2.f32 d, a, b rounds b into d's low byte (a, a zero, into the high
+# one), to nearest even, sending out-of-range values and infinities to the largest finite
+# value and NaN to NaN.
+WIDEN = {F16: ("cvt.f32.f16 {d}, {a};",), BF16: ("mov.b32 {d}, {{{zero16}, {a}}};",),
+         **{fp8: (f"cvt.rn.f16x2.{fp8.short[2:]}x2 {{pair}}, {{a}};",
+                  "mov.b32 {{{half}, {high}}}, {pair};", "cvt.f32.f16 {d}, {half};")
+            for fp8 in FP8_DTYPES}}
+NARROW = {F16: ("cvt.rn.f16.f32 {d}, {a};",), BF16: ("cvt.rn.bf16.f32 {d}, {a};",),
+          **{fp8: (f"cvt.rn.satfinite.{fp8.short[2:]}x2.f32 {{d}}, {{zero32}}, {{a}};",)
+             for fp8 in FP8_DTYPES}}
+# The scratch registers WIDEN's and NARROW's sequences may name, by class ({zero16} and
+# {zero32} are shared zeros, made once).
+_CONVERT_SCRATCH = {"pair": "b32", "half": "b16", "high": "b16"}
 
 
 # Integer tiles (i32 accumulators, i8 data): the register class an element lives in and its
@@ -121,8 +135,7 @@ def _widen(ctx: Context, reg: str, dtype: DType) -> str:
     if dtype == F32:
         return reg
     wide = ctx.w.reg("f32")
-    zero = _zero16(ctx) if dtype == BF16 else ""
-    ctx.w.emit(WIDEN[dtype].format(d=wide, a=reg, zero=zero))
+    _emit_conversion(ctx, WIDEN[dtype], wide, reg)
     return wide
 
 
@@ -130,16 +143,29 @@ def _narrow(ctx: Context, reg: str, dtype: DType) -> str:
     if dtype == F32:
         return reg
     out = ctx.w.reg("b16")
-    ctx.w.emit(NARROW[dtype].format(d=out, a=reg))
+    _emit_conversion(ctx, NARROW[dtype], out, reg)
     return out
 
 
-def _zero16(ctx: Context) -> str:
+def _emit_conversion(ctx: Context, lines: tuple[str, ...], d: str, a: str) -> None:
+    """One WIDEN or NARROW sequence, its scratch registers allocated where it names them."""
+    named = {name: ctx.w.reg(cls) for name, cls in _CONVERT_SCRATCH.items()
+             if any(f"{{{name}}}" in line for line in lines)}
+    if any("{zero16}" in line for line in lines):
+        named["zero16"] = _zero(ctx, "b16")
+    if any("{zero32}" in line for line in lines):
+        named["zero32"] = _zero(ctx, "f32")
+    for line in lines:
+        ctx.w.emit(line.format(d=d, a=a, **named))
+
+
+def _zero(ctx: Context, cls: str) -> str:
+    """A register of class ``cls`` holding zero, made once per kernel."""
     def compute() -> str:
-        r = ctx.w.reg("b16")
-        ctx.w.emit(f"mov.b16 {r}, 0;")
+        r = ctx.w.reg(cls)
+        ctx.w.emit(f"mov.f32 {r}, 0f00000000;" if cls == "f32" else f"mov.{cls} {r}, 0;")
         return r
-    return ctx.w.once("zero16", compute)
+    return ctx.w.once(f"zero_{cls}", compute)
 
 
 def _map(ctx: Context, op: Op, combine) -> None:

@@ -15,8 +15,10 @@ from .compute import INT_REGISTERS
 from .context import Context, TensorRegs, c_thread_coords
 from .copies import STORE_VIAS
 
-# Global load/store instruction suffix per element bytes; PTX ISA 9.7.9.8 / 9.7.9.10.
-MEMORY_TYPES = {2: "b16", 4: "f32"}
+# A float element's global load/store instruction suffix and register class, by its bytes
+# (PTX ISA 9.7.9.8 / 9.7.9.10): the 8-bit floats zero-extended into a b16 register, the
+# form backend/compute.py's conversions take.
+MEMORY_TYPES = {1: ("u8", "b16"), 2: ("b16", "b16"), 4: ("f32", "f32")}
 
 
 def _memory_type(dtype: DType) -> tuple[str, str]:
@@ -25,8 +27,7 @@ def _memory_type(dtype: DType) -> tuple[str, str]:
     if dtype in INT_REGISTERS:
         cls, ptx_type = INT_REGISTERS[dtype]
         return ptx_type, cls
-    eb = dtype.bytes
-    return MEMORY_TYPES[eb], "b16" if eb == 2 else "f32"
+    return MEMORY_TYPES[dtype.bytes]
 
 
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ----------

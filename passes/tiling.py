@@ -237,18 +237,23 @@ def _wgmma_options_refused(plan: TilingPlan, options: Options
     return None
 
 
-def _check_fp8_casts(kernel: Kernel, operand_casts) -> None:
-    """8-bit float tiles are converted only as weights, in the product's registers after
-    their fragment load: a ``.to()`` of one anywhere else (an epilogue read of an fp8
-    tensor) has no load to convert after, and is refused at the ``.to``."""
+def _check_fp8_casts(kernel: Kernel, operand_casts, options: Options) -> None:
+    """Conversions from and to 8-bit floats outside the K loop's `@` (an epilogue reading
+    an fp8 tensor, an fp8 output) are cvt's e4m3x2 / e5m2x2 forms, which sm_89 brought:
+    refused at the ``.to`` on older targets, naming the arch."""
+    if options.arch in FP8_ARCHS:
+        return
     for op in kernel.walk():
-        if op.name == "tile.cast" and op.operands[0].type.dtype in FP8_DTYPES \
-                and op not in operand_casts:
-            raise located(TileConfigError, f"an {op.operands[0].type.dtype} tile is converted "
-                          f"to {op.result.type.dtype} outside the K loop's `@`: 8-bit float "
-                          "tiles are converted only as operand B of `@`, in registers",
-                          op.loc, kernel.source_lines, "read it as the weights of `@` "
-                          "(W.T[k : +BK, n : +BN].to(f16)), or pass it in f16 or f32")
+        if op.name != "tile.cast" or op in operand_casts:
+            continue
+        source, target = op.operands[0].type.dtype, op.result.type.dtype
+        fp8 = source if source in FP8_DTYPES else target if target in FP8_DTYPES else None
+        if fp8 is not None:
+            raise located(TileConfigError, f"converting {source} to {target} (cvt with "
+                          f"{fp8.short[2:]}x2) needs sm_89 or later; the target is "
+                          f"{options.arch}", op.loc, kernel.source_lines,
+                          f"compile for {' or '.join(FP8_ARCHS)}, or pass and store the "
+                          "tensor in f16 or f32")
 
 
 def run(kernel: Kernel, options: Options) -> Kernel:
@@ -300,7 +305,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
             raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
                           "from a tensor inside the K loop", dot.loc, kernel.source_lines)
         loads.append(load)
-    _check_fp8_casts(kernel, casts.values())
+    _check_fp8_casts(kernel, casts.values(), options)
     coverage.check_k_loop(kernel, loop, loads)
 
     a_type, b_type = a_val.type, b_val.type

@@ -101,6 +101,9 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if not isinstance(layout, DistributedLayout) or layout.operand != "C":
         return "the stored tile is not in the accumulator layout"
     elem_bytes = vtype.dtype.bytes
+    if elem_bytes == 1:
+        return (f"C is {vtype.dtype}: TMA stores here take 16-bit and i32 tiles (the staging "
+                "writes pair 16-bit or 32-bit registers; 8-bit ones are not built)")
     if elem_bytes != 2 and vtype.dtype not in STAGED_32_BIT:
         return (f"C is {vtype.dtype}: TMA stores here take 16-bit tiles (an f32 tile's "
                 "staging would crowd out the ring)")

@@ -16,7 +16,7 @@ from typing import Callable
 
 from tilec.ir.arith import wrap
 from tilec.ir.core import Op
-from tilec.ir.types import BF16, F16, F32, I8, I32, PRED, DType
+from tilec.ir.types import BF16, F16, F32, FP8_DTYPES, I8, I32, PRED, DType
 from tilec.target.erfc import ERFC_P
 from tilec.target.layout import DistributedLayout
 
@@ -26,6 +26,7 @@ from ..copies import bind_smem_buffer
 from ..epilogue import AddressArithmetic, element_addresses
 from ..grid import program_ids
 from ..ptx import INT_BINARY, SCALAR_BINARY  # the PTX spelling LlvmContext.int_op reads
+from . import fp8
 from .builder import Val, const
 from .context import LlvmContext, SmemBuffer, SmemView, TensorVals
 
@@ -179,7 +180,8 @@ def _barrier(ctx: LlvmContext, op: Op) -> None:
 # -- the epilogue: each thread loads / stores the accumulator elements it holds ---------
 # Element bytes -> the LLVM type of a 16-bit or 32-bit element in memory, and its zero.
 ELEMENT_TYPES = {F16: ("half", "0xH0000"), BF16: ("bfloat", "0xR0000"),
-                 F32: ("float", "0.0"), I32: ("i32", "0"), I8: ("i8", "0")}
+                 F32: ("float", "0.0"), I32: ("i32", "0"), I8: ("i8", "0"),
+                 **{dtype: ("i8", "0") for dtype in FP8_DTYPES}}
 
 
 class LlvmAddresses(AddressArithmetic):
@@ -407,6 +409,11 @@ FLOAT_TO_INT = {I32: lambda ctx, v: ctx.b.call("llvm.nvvm.f2i.rn", "i32", [v]),
 def convert(ctx: LlvmContext, value: Val, source: DType, target: DType) -> Val:
     if source == target:
         return value
+    # The 8-bit floats (i8 values) through f32, both ways exact but for one rounding.
+    if source in FP8_DTYPES:
+        return convert(ctx, fp8.to_float(ctx.b, value, source), F32, target)
+    if target in FP8_DTYPES:
+        return fp8.from_float(ctx.b, convert(ctx, value, source, F32), target)
     if source.is_float and target.is_float:
         return narrow(ctx, widen(ctx, value), target)
     if not source.is_float and target.is_float:

@@ -159,6 +159,10 @@ def round_to_dtype(dtype: DType, values: Any) -> np.ndarray:
         # numpy converts float64 and float32 to float16 directly, to nearest even.
         with np.errstate(over="ignore"):
             return values.astype(_STORAGE[dtype])
+    if dtype in _FP8_NAMES:
+        # cvt.rn.satfinite: out-of-range values and infinities to the largest finite value.
+        bits = _BIT_FORMATS[dtype]
+        return bits.decode(bits.encode(values))
     raise InterpreterError(f"cannot round to {dtype}: not a float type")
 
 
@@ -192,10 +196,10 @@ def _convert(values: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     if dst == PRED:
         return values != 0
     if dst.is_float:
-        # Every f16/bf16/f32 value is exact in f32; integers are exact in f64 up to 2**53,
-        # and reach a 16-bit float through f32, as cvt.rn.f32.s32 then cvt.rn.f16.f32 do.
-        wide = values.astype(np.float32 if src.is_float or dst in (F16, BF16)
-                             else np.float64)
+        # Every float value of every dtype is exact in f32; integers are exact in f64 up to
+        # 2**53, and reach a narrower float through f32, as cvt.rn.f32.s32 then cvt.rn.f16.f32
+        # (or the e4m3x2 / e5m2x2 cvt) do.
+        wide = values.astype(np.float32 if src.is_float or dst != F32 else np.float64)
         return round_to_dtype(dst, wide)
     if src.is_float:
         info = np.iinfo(_STORAGE[dst])

@@ -18,6 +18,7 @@ arithmetic as the PTX backend's CONVERT_PTX, so both give the same bits:
 """
 from __future__ import annotations
 
+from tilec.backend.llvm import fp8
 from tilec.backend.llvm.builder import Val
 from tilec.backend.llvm.context import LlvmContext, SmemView
 from tilec.ir.core import Op
@@ -81,13 +82,9 @@ def _i8_to_bf16(ctx: LlvmContext, pair: Val) -> Val:
     return b.cast("bitcast", b.cast("fptrunc", vector, "<2 x bfloat>"), "i32")
 
 
-# fp8 dtype -> the NVVM intrinsic converting an i16 pair to <2 x half> (cvt.rn.f16x2.*x2).
-FP8_INTRINSICS = {F8E4M3: "llvm.nvvm.e4m3x2.to.f16x2.rn", F8E5M2: "llvm.nvvm.e5m2x2.to.f16x2.rn"}
-
-
 def _fp8_to_16(ctx: LlvmContext, pair: Val, source, target) -> Val:
     b = ctx.b
-    halves = b.call(FP8_INTRINSICS[source], "<2 x half>", [pair])
+    halves = fp8.half_pair(b, pair, source)
     if target == BF16:
         halves = b.cast("fptrunc", b.cast("fpext", halves, "<2 x float>"), "<2 x bfloat>")
     return b.cast("bitcast", halves, "i32")

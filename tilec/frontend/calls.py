@@ -11,7 +11,7 @@ from tilec.frontend.diagnostics import did_you_mean, start_loc
 from tilec.frontend.operands import (BUILTINS, TILE_METHODS, ConstValue, DTypeValue, Operand,
                                      describe, dtype_list, is_scalar, is_tile)
 from tilec.frontend.selects import SelectLowering
-from tilec.ir.ops import MATH_FUNCTIONS, OPERAND_CONVERSIONS
+from tilec.ir.ops import MATH_FUNCTIONS
 from tilec.ir.types import F32, FP8_DTYPES, TILE_DTYPES, DType, TileType
 
 
@@ -143,17 +143,22 @@ class CallLowering(SelectLowering):
                              node.loc)
         return tuple(self._constant_size(item, "a tile dimension") for item in items)
 
-    def _tile_dtype(self, node: Optional[ast.Expr], call: ast.Call) -> DType:
+    def _tile_dtype(self, node: Optional[ast.Expr], call: ast.Call,
+                    converting: bool = False) -> DType:
+        """The dtype argument of zeros / full, or of .to() (``converting``), which also
+        takes the 8-bit floats: tiles are not made in them, only converted to them to be
+        stored (an fp8 output)."""
         if node is None:
             return F32
+        taken = TILE_DTYPES + FP8_DTYPES if converting else TILE_DTYPES
         value = self.expr(node)
         if not isinstance(value, DTypeValue):
-            raise self.error(TileTypeError, f"expected a dtype ({dtype_list(TILE_DTYPES)}), "
+            raise self.error(TileTypeError, f"expected a dtype ({dtype_list(taken)}), "
                              f"got {describe(value)}", node.loc)
-        if value.dtype not in TILE_DTYPES:
-            raise self.error(TileTypeError, f"tiles are made and converted in "
-                             f"{dtype_list(TILE_DTYPES)}, not {value.dtype}", node.loc,
-                             "8-bit float tiles come from loads, to be multiplied with '@'"
+        if value.dtype not in taken:
+            raise self.error(TileTypeError, f"tiles are made in {dtype_list(TILE_DTYPES)}, "
+                             f"not {value.dtype}", node.loc,
+                             f"make it in f32 and convert it: .to({value.dtype})"
                              if value.dtype in FP8_DTYPES else "")
         return value.dtype
 
@@ -163,17 +168,9 @@ class CallLowering(SelectLowering):
                              "tiles have .to(dtype) and .T")
         value = self.expr(method.value)
         args = self._arguments(node, "to", ("dtype",), 1)
-        dtype = self._tile_dtype(args["dtype"], node)
+        dtype = self._tile_dtype(args["dtype"], node, converting=True)
         if not is_tile(value):
             raise self.error(TileTypeError, f".to() converts tiles, not {describe(value)}",
                              method.loc)
-        if value.type.dtype in FP8_DTYPES and (value.type.dtype, dtype) not in OPERAND_CONVERSIONS:
-            # .to(f16) / .to(bf16) of 8-bit float weights is converted in registers after
-            # the fragment load; the tiling pass checks that it is operand B of `@`.
-            raise self.error(TileTypeError, f".to() of {describe(value)}: 8-bit float tiles "
-                             "are only multiplied", method.loc,
-                             "multiply it with '@' (f32 accumulation), then scale the result; "
-                             "or convert fp8 weights, operand B of '@', with .to(f16) or "
-                             ".to(bf16)")
         with self.builder.located(method.loc):
             return self._cast(value, dtype)

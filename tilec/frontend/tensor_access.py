@@ -13,7 +13,7 @@ from tilec.frontend.operands import (TILE_METHODS, ConstValue, Operand, describe
                                      is_predefined, is_scalar, is_tensor, is_tile)
 from tilec.frontend.tiles import TileLowering
 from tilec.ir.core import Block, Builder, Loc, Value, constant_value
-from tilec.ir.types import FP8_DTYPES, I32, TensorType, TileType
+from tilec.ir.types import F32, FP8_DTYPES, I32, TensorType, TileType
 
 
 class TensorAccessLowering(TileLowering):
@@ -226,17 +226,16 @@ class TensorAccessLowering(TileLowering):
         offsets, sizes = self._tensor_slices(tensor, target)
         shape = tuple(sizes)
         with self.builder.located(target.loc):
-            if isinstance(value, ConstValue) or (is_scalar(value)
-                                                 and value.type.dtype == dtype):
+            if isinstance(value, ConstValue) and dtype in FP8_DTYPES:
+                # Tiles are not made in 8 bits: the number goes in f32, then converted.
+                value = self._cast(self._tile_operand(value, F32, shape), dtype)
+            elif isinstance(value, ConstValue) or (is_scalar(value)
+                                                   and value.type.dtype == dtype):
                 value = self._tile_operand(value, dtype, shape)
             if not is_tile(value):
                 raise self.error(TileTypeError, f"cannot store {describe(value)} into "
                                  f"'{name}', {a_or_an(dtype)} {dtype} tensor",
                                  start_loc(value_node))
-            if dtype in FP8_DTYPES:
-                raise self.error(TileTypeError, f"storing into '{name}', {a_or_an(dtype)} "
-                                 f"{dtype} tensor: 8-bit float tensors are only read, as "
-                                 "operands of '@'", start_loc(value_node))
             if value.type.dtype != dtype:
                 raise self.error(TileTypeError, f"storing {describe(value)} into '{name}', "
                                  f"{a_or_an(dtype)} {dtype} tensor", start_loc(value_node),

@@ -160,8 +160,8 @@ class TileLowering(ScalarLowering):
         dtype = value.type.dtype
         if dtype in FP8_DTYPES:
             raise self.error(TileTypeError, f"{what} on {describe(value)}: 8-bit float tiles "
-                             "are only multiplied", node.loc,
-                             "multiply it with '@' (f32 accumulation), then scale the result")
+                             "are multiplied, converted and stored, not computed on", node.loc,
+                             "convert it first: x.to(f32); or multiply it with '@'")
         if dtype not in ARITHMETIC_DTYPES:
             raise self.error(TileTypeError, f"{what} on {describe(value)}: arithmetic on "
                              f"tiles is float arithmetic", node.loc,

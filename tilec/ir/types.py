@@ -63,9 +63,9 @@ I8, F8E4M3, F8E5M2 = DType.I8, DType.F8E4M3, DType.F8E5M2
 
 # Element types a user may give to tensor parameters.
 TENSOR_DTYPES = (F16, BF16, F32, I8, I32, F8E4M3, F8E5M2)
-# 8-bit floats: loaded only to be multiplied (no conversions, arithmetic or stores).
+# 8-bit floats: loaded to be multiplied or converted, and stored; never computed on.
 FP8_DTYPES = (F8E4M3, F8E5M2)
-# Element types of the tiles zeros(), full() and .to() make.
+# Element types of the tiles zeros() and full() make, and .to() beside the 8-bit floats.
 TILE_DTYPES = (F16, BF16, F32, I8, I32)
 # Element types tile arithmetic computes on (in f32, rounding to the tile's dtype).
 ARITHMETIC_DTYPES = (F16, BF16, F32)
