@@ -105,7 +105,8 @@ def test_a_k_contiguous_weight_converts_where_many_rows_re_read_it_on_sm_90a(
 
 
 def test_the_llvm_backend_keeps_w8a16_in_registers_on_sm_90a():
-    """It has no wgmma: converting would only make the launch refuse the f16 product."""
+    """It emits no wgmma: the converted f16 product would run mma.sync as the registers'
+    conversion does, so converting would only add the conversion's launch."""
     kernel = w8a16().lower()
     packing, launch_spec = row_major_launch(kernel, sizes(4096), "auto",
                                             written_params(kernel), "sm_90a", "llvm")

@@ -566,8 +566,9 @@ def never_called(*args, **kwargs):
     raise AssertionError("LLVM was called")
 
 
+# (sm_90a's warp-specialized kernels: tests/test_llvm_decline.py, where the wgmma families
+# decline the blocks and the schedule's options are refused.)
 @pytest.mark.parametrize("options, words", [
-    (dict(arch="sm_90a", BM=128, BN=256, BK=64), "warp specialization (the tma and wgmma"),
     (dict(l2_prefetch=128), "L2 prefetch hint (l2_prefetch)"),
 ])
 def test_unsupported_features_are_refused_before_llvm_is_called(options, words, monkeypatch):
@@ -667,9 +668,9 @@ def test_cli_errors_are_clear():
     assert result.returncode != 0
     assert "the LLVM IR exists with --backend llvm only" in result.stderr
     result = tilec("compile", "samples/matmul.py", "--backend", "llvm", "--arch", "sm_90a",
-                   "--const", "BM=128,BN=256,BK=64")
+                   "--misaligned-store", "pairs")
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "not supported by the llvm backend" in result.stderr
+    assert "is not emitted by the llvm backend; use backend='ptx'" in result.stderr
     result = tilec("compile", "samples/matmul.py", "--backend", "llvm", "--llvm-opt", "7")
     assert result.returncode != 0 and "invalid choice" in result.stderr
 
@@ -706,14 +707,15 @@ def test_bench_adds_a_column_for_the_llvm_backend(monkeypatch, capsys):
     assert seen["tilec-llvm"] == {"arch": "sm_90", "backend": "llvm", "llvm_opt": 2}
 
 
-def test_the_llvm_contender_sits_out_the_wgmma_rows():
+def test_the_llvm_contender_runs_every_row():
+    """sm_90a's f16/bf16 rows included: there the llvm backend's kernels are mma.sync ones,
+    in mma.sync's tuned configurations (tests/test_llvm_decline.py)."""
     from tilec.benchmarking.cases import Case
     from tilec.benchmarking.contenders import LlvmTilecContender
-    contender = LlvmTilecContender({}, {"arch": "sm_90a", "backend": "llvm"})
-    assert "no wgmma+TMA path" in contender.unsupported(Case(4096, 4096, 4096, "f16"))
-    assert contender.unsupported(Case(4096, 4096, 4096, "f32")) is None
-    assert LlvmTilecContender({}, {"arch": "sm_90"}).unsupported(
-        Case(4096, 4096, 4096, "f16")) is None
+    for arch in ("sm_90a", "sm_90"):
+        contender = LlvmTilecContender({}, {"arch": arch, "backend": "llvm"})
+        for dtype in ("f16", "bf16", "f32"):
+            assert contender.unsupported(Case(4096, 4096, 4096, dtype)) is None
 
 
 def test_explain_says_the_ptx_is_llvms():

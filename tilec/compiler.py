@@ -75,8 +75,17 @@ def _render_llvm(kernel: Kernel, options: Options):
     return llvm.render(kernel, options)
 
 
+def _check_llvm_options(options: Options) -> None:
+    from tilec.backend import llvm
+    llvm.check_options(options)
+
+
 # Options.backend -> its render(kernel, options).
 BACKENDS = {"ptx": render, "llvm": _render_llvm}
+# Options.backend -> what it refuses from the options alone, checked before the passes run:
+# their errors would speak of what the options ask for (a warp-specialized schedule) where
+# the backend cannot emit it at all.
+OPTION_CHECKS = {"ptx": lambda options: None, "llvm": _check_llvm_options}
 
 
 def backend_identity(options: Options) -> str:
@@ -177,6 +186,7 @@ def compile_kernel(kernel: Kernel, options: Options, *, source_key: Optional[str
         if hit is not None and (not keep_ir or _has_pass_stages(hit)) and not dump_dir:
             return hit
     keep_ir = keep_ir or bool(dump_dir)
+    OPTION_CHECKS[options.backend](options)
     if options.verify:
         verify(kernel, after="frontend", ops=op_definitions())
     result = run_pipeline(kernel, options, passes, keep_ir=keep_ir)

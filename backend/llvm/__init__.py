@@ -10,7 +10,7 @@ before any IR reaches LLVM (which aborts the process on an instruction the cpu l
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 from tilec.errors import TileConfigError
@@ -33,6 +33,20 @@ from .emit import GENERIC_EMITTERS, bind_params
 MODULE_NAMES = frozenset({SHARED_MEMORY})
 # Ops no family owns, by what the user asked for.
 FEATURES: dict[str, str] = {}
+
+# The options that shape the warp-specialized sm_90a schedule (wgmma fed by TMA, a producer
+# warpgroup beside the consumers), in words. This backend emits no such schedule (the wgmma
+# families decline every block under it: WgmmaFamily.target_problem), so set away from its
+# default one of them would be ignored, where the user asked for it by name.
+SCHEDULE_OPTIONS = {
+    "persistent": "a grid of one block per SM looping over the output tiles",
+    "cluster": "clusters of blocks sharing B through TMA multicast",
+    "consumers": "consumer warpgroups that take a persistent block's tiles in turn",
+    "warpgroup_rows": "the rows each wgmma consumer warpgroup owns",
+    "stream_k": "a persistent block's work divided in K steps",
+    "blocks_per_sm": "warp-specialized blocks sharing an SM",
+}
+_DEFAULTS = {f.name: f.default for f in fields(Options) if f.name in SCHEDULE_OPTIONS}
 
 # The PTX backend's misaligned_store forms, in words (the llvm backend emits neither).
 MISALIGNED_STORE_WORDS = {
@@ -87,6 +101,31 @@ def _ptx_version(kernel: Kernel) -> str | None:
     return family_of(plan).ptx_version if plan is not None else None
 
 
+HINT = "use backend='ptx' (--backend ptx)"
+
+
+def check_options(options: Options) -> None:
+    """TileConfigError naming the options this backend does not emit, from the options
+    alone: the compiler calls it before the passes (whose errors would otherwise speak of a
+    schedule this backend never builds), :func:`check_supported` again."""
+    asked = [name for name in SCHEDULE_OPTIONS if getattr(options, name) != _DEFAULTS[name]]
+    if asked:
+        given = ", ".join(f"{name}={getattr(options, name)!r}" for name in asked)
+        what = "; ".join(SCHEDULE_OPTIONS[name] for name in asked)
+        defaults = ", ".join(f"{name}={_DEFAULTS[name]!r}" for name in asked)
+        raise TileConfigError(f"{given} ({what}) shape{'s' if len(asked) == 1 else ''} the "
+                              "warp-specialized sm_90a schedule (wgmma fed by TMA), which the "
+                              f"llvm backend does not emit; {HINT}, or leave {defaults}")
+    if options.l2_prefetch:
+        raise TileConfigError("the cp.async L2 prefetch hint (l2_prefetch) is not supported "
+                              "by the llvm backend (LLVM's cp.async intrinsics have no "
+                              "L2::NB form); " + HINT)
+    if options.misaligned_store != "elements":
+        raise TileConfigError(f"misaligned_store={options.misaligned_store!r} "
+                              f"({MISALIGNED_STORE_WORDS[options.misaligned_store]}) is not "
+                              "emitted by the llvm backend; " + HINT)
+
+
 def check_supported(kernel: Kernel, options: Options) -> None:
     """TileConfigError naming what the llvm backend does not emit (a family, split-K, an
     option), or a target LLVM cannot select; nothing reaches LLVM before this passes."""
@@ -94,20 +133,15 @@ def check_supported(kernel: Kernel, options: Options) -> None:
         target.selection(options.arch, ptx=_ptx_version(kernel))
     except ValueError as err:
         raise TileConfigError(str(err)) from None
-    hint = "use backend='ptx' (--backend ptx)"
-    if options.l2_prefetch:
-        raise TileConfigError("the cp.async L2 prefetch hint (l2_prefetch) is not supported "
-                              "by the llvm backend (LLVM's cp.async intrinsics have no "
-                              "L2::NB form); " + hint)
+    hint = HINT
+    check_options(options)
     if any(op.attrs.get("misaligned") == "words" for op in kernel.walk()
            if op.name == "copy.global_to_shared"):
         raise TileConfigError("misaligned_copy='words' (aligned 4-byte loads shifted into "
                               "place with prmt) is not emitted by the llvm backend; "
                               "misaligned_copy='vectors' is, or " + hint)
-    if options.misaligned_store != "elements":
-        raise TileConfigError(f"misaligned_store={options.misaligned_store!r} "
-                              f"({MISALIGNED_STORE_WORDS[options.misaligned_store]}) is not "
-                              "emitted by the llvm backend; " + hint)
+    # The wgmma families decline every block under this backend, so no kernel reaches here
+    # warp-specialized; should one, it is refused by name rather than emitted in part.
     roles = kernel.schedule.roles
     if roles is not None:
         raise TileConfigError("warp specialization (the tma and wgmma families) is not "

@@ -59,8 +59,19 @@ class TorchOnlyContender(Contender):
         return None if self.arrays.name == "torch" else self.needs_torch
 
 
+def on_wgmma(arch: Optional[str], backend: str = "ptx") -> bool:
+    """Whether rows compiled for ``arch`` by ``backend`` may run on sm_90a's wgmma families:
+    the target, and a backend that emits them (the llvm backend does not: there the
+    families decline every block, and its sm_90a rows run mma.sync, tuned as on sm_90)."""
+    if arch is None:
+        return False
+    from tilec.families.wgmma import FAMILY as WGMMA
+    from tilec.options import Options
+    return WGMMA.target_problem(Options(arch=arch, backend=backend)) is None
+
+
 def autotune_space(case: Case, fixed: dict[str, Any],
-                   arch: Optional[str] = None) -> list[dict[str, Any]]:
+                   arch: Optional[str] = None, backend: str = "ptx") -> list[dict[str, Any]]:
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
@@ -69,10 +80,11 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
     four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
     rows try the four schedules but pingpong, their clusters pairing M tiles within each
-    batch)."""
+    batch); with a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
     from tilec.tools.autotune import search_space
     schedules = SM90A_SCHEDULES
-    if arch == "sm_90a" and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
+    wgmma = on_wgmma(arch, backend)
+    if wgmma and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
         # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
         from tilec.families.wgmma8 import FAMILY as WGMMA8
         from tilec.options import Options
@@ -82,7 +94,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                  if WGMMA8.block_problem((config["BM"], config["BN"], config["BK"]),
                                          Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
-    elif arch == "sm_90a" and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
+    elif wgmma and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
         tiles = [config for config in search_space(
@@ -299,12 +311,15 @@ def problem_class(case: Case) -> str:
     return "shallow" if case.K // 128 < SHALLOW_STEPS else "tiled"
 
 
-def tuned_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
-    """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma."""
+def tuned_config(case: Case, arch: Optional[str] = None,
+                 backend: str = "ptx") -> dict[str, Any]:
+    """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma
+    (and its 8-bit rows on wgmma8) where the backend emits it (:func:`on_wgmma`)."""
     family, problem = FAMILY[case.dtype], problem_class(case)
-    if family in EIGHT_BIT_WGMMA and arch == "sm_90a" and problem != "short":
+    wgmma = on_wgmma(arch, backend)
+    if family in EIGHT_BIT_WGMMA and wgmma and problem != "short":
         family = "wgmma8"
-    if family == "mma" and arch == "sm_90a":
+    if family == "mma" and wgmma:
         family = "wgmma"
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
             # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
@@ -457,12 +472,13 @@ class TilecContender(Contender):
         fixed = {**self.consts, **self.options, **forced}
         # Only the f16/bf16 rows depend on the target (wgmma on sm_90a).
         arch = self.arch() if FAMILY[case.dtype] in ("mma", *EIGHT_BIT_WGMMA) else None
-        tuned = {} if self.autotune or self.consts else tuned_config(case, arch)
+        backend = self.options.get("backend", "ptx")
+        tuned = {} if self.autotune or self.consts else tuned_config(case, arch, backend)
         kwargs = {**tuned, **fixed}
         if self.autotune:
             from tilec.tools.autotune import autotune
             best = autotune(kernel, (*inputs[0], outputs[0]),
-                            autotune_space(case, kwargs, arch),
+                            autotune_space(case, kwargs, arch, backend),
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
@@ -472,17 +488,13 @@ class TilecContender(Contender):
 
 
 class LlvmTilecContender(TilecContender):
-    """The same kernels and configurations as the tilec contender, compiled by the llvm
-    backend (``tilec bench --backend llvm``), for a column of its own."""
+    """The same kernels as the tilec contender, compiled by the llvm backend (``tilec bench
+    --backend llvm``), for a column of its own. The same configurations but on sm_90a, where
+    the llvm backend emits no wgmma: its 16- and 8-bit rows run the mma.sync families in
+    their tuned configurations (:func:`tuned_config` with the backend), beside the tilec
+    column's wgmma; the config column names each."""
 
     name = "tilec-llvm"
-
-    def unsupported(self, case: Case) -> Optional[str]:
-        reason = super().unsupported(case)
-        if reason is None and FAMILY[case.dtype] == "mma" and self.arch() == "sm_90a":
-            return ("the llvm backend has no wgmma+TMA path (sm_90a's f16/bf16 rows); "
-                    "--arch sm_90 compares the mma.sync path")
-        return reason
 
 
 class VariantTilecContender(TilecContender):

@@ -343,6 +343,9 @@ class Wgmma(ProductFamily):
     name = "wgmma"
     dtypes = ("f16", "bf16")
     archs = ("sm_90a",)
+    # The backends that emit it (Options.backend): the llvm backend has no wgmma emitters and
+    # no warp-specialized TMA schedule, so under it the mma.sync families take the block.
+    backends = ("ptx",)
     movement = "tma"
     fused_k_steps = True
     in_flight_wait = "wgmma.wait"
@@ -365,7 +368,8 @@ class Wgmma(ProductFamily):
 
     def applies(self, block: tuple[int, int, int], options: Options,
                 operands: Sequence[OperandPlan] = ()) -> bool:
-        """Whether this family takes the block: the arch, tiles wgmma and TMA's 128-byte
+        """Whether this family takes the block: the arch and a backend that emits it
+        (:meth:`target_problem`), tiles wgmma and TMA's 128-byte
         swizzle take, operands TMA can read (a unit-stride dim, 16-byte aligned rows: the
         launch spec's vectors), no split-K, warps and swizzle left to the compiler. Otherwise
         the mma family takes it (cp.async, or the pack kernel for misaligned operands)."""
@@ -375,8 +379,9 @@ class Wgmma(ProductFamily):
                  operands: Sequence[OperandPlan] = ()) -> Optional[str]:
         """Why the family does not take the block (None when it does): what explain says
         when an sm_90a kernel multiplies with mma.sync."""
-        if options.arch not in self.archs:
-            return f"wgmma needs arch {' or '.join(self.archs)}, not {options.arch}"
+        problem = self.target_problem(options)
+        if problem is not None:
+            return problem
         problem = self.block_problem(block, options)
         if problem is not None:
             return problem
@@ -395,6 +400,16 @@ class Wgmma(ProductFamily):
         if unaligned:
             return (f"operand{'s' if len(unaligned) > 1 else ''} {', '.join(unaligned)} "
                     "without 16-byte aligned rows (TMA cannot address them)")
+        return None
+
+    def target_problem(self, options: Options) -> Optional[str]:
+        """Why no block of any shape is taken under these options: the arch, or a backend
+        that emits no wgmma."""
+        if options.arch not in self.archs:
+            return f"wgmma needs arch {' or '.join(self.archs)}, not {options.arch}"
+        if options.backend not in self.backends:
+            return (f"the {options.backend} backend emits no wgmma (it has no warp-specialized "
+                    f"TMA schedule); backend={self.backends[0]!r} does")
         return None
 
     def block_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:

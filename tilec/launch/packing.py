@@ -46,6 +46,7 @@ from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, 
                                 vector_elems)
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
 from tilec.families.fp8 import FP8_ARCHS
+from tilec.families.wgmma import FAMILY as WGMMA
 from tilec.ir.types import FP8_DTYPES, TensorType
 from tilec.ir.views import matrix_dim, view_source
 from tilec.launch.binding import INT32_MAX, Bound, divisibility, tensor_spec
@@ -297,11 +298,13 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
 
     Only a tensor that :func:`~tilec.passes.dequantize.converted_weights` lists. Converted
     when the registers cannot convert it (it is operand A, or not stored k contiguous, as an
-    ``[K, N]`` weight is, or fp8 on sm_80/sm_86), under "always", and under "auto" on sm_90a
-    with the PTX backend (the llvm backend has no wgmma) when at least
-    :data:`DEQUANTIZE_MIN_ROWS` rows of the other operand re-read it: one conversion then
-    costs less than the mma.sync product that the registers' conversion needs costs over
-    wgmma's."""
+    ``[K, N]`` weight is, or fp8 on sm_80/sm_86), under "always", and under "auto" where the
+    wgmma family may take the converted product (sm_90a with a backend that emits wgmma: the
+    PTX backend's) when at least :data:`DEQUANTIZE_MIN_ROWS` rows of the other operand
+    re-read it: one conversion then costs less than the mma.sync product that the
+    registers' conversion needs costs over wgmma's. Under the llvm backend the wgmma family
+    declines every block, so the converted product would run mma.sync too, and the weight
+    stays 8-bit, converted in registers."""
     dtype = dict(_converted_weights(kernel)).get(name)
     if dtype is None or name not in tensors:
         return None
@@ -313,7 +316,8 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
         return dtype.short, f"{arch} converts no fp8 in registers"
     if policy == "always":
         return dtype.short, "pack always"
-    if arch == "sm_90a" and backend == "ptx" and partner_rows >= DEQUANTIZE_MIN_ROWS:
+    if arch in WGMMA.archs and backend in WGMMA.backends \
+            and partner_rows >= DEQUANTIZE_MIN_ROWS:
         return dtype.short, f"{partner_rows} rows re-read it: the {dtype} product on wgmma"
     return None
 
