@@ -19,9 +19,9 @@ else ``pairs``, st.shared a register pair at a time: :func:`tilec.families.tma.s
 the backend (:mod:`tilec.families.tma`) lays the staging tile out in
 TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
 a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
-not TMA when it does not: only 16-bit outputs and i32 ones (an f32 tile of 128x256 would
-need 128 KiB beside the ring; an i32 one is staged when it fits, in 8-byte writes of a
-register pair), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
+not TMA when it does not: only 8-bit and 16-bit outputs and i32 ones (an f32 tile of
+128x256 would need 128 KiB beside the ring; an i32 one is staged when it fits, in 8-byte
+writes of a register pair; an 8-bit one, an fp8 or i8 output, in 2-byte writes), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
 TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one store, and room
 in shared memory. The CPU semantics are the
 store's own: TMA skips out-of-bounds elements as the masked store does.
@@ -101,10 +101,7 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if not isinstance(layout, DistributedLayout) or layout.operand != "C":
         return "the stored tile is not in the accumulator layout"
     elem_bytes = vtype.dtype.bytes
-    if elem_bytes == 1:
-        return (f"C is {vtype.dtype}: TMA stores here take 16-bit and i32 tiles (the staging "
-                "writes pair 16-bit or 32-bit registers; 8-bit ones are not built)")
-    if elem_bytes != 2 and vtype.dtype not in STAGED_32_BIT:
+    if elem_bytes == 4 and vtype.dtype not in STAGED_32_BIT:
         return (f"C is {vtype.dtype}: TMA stores here take 16-bit tiles (an f32 tile's "
                 "staging would crowd out the ring)")
     if elem_bytes != 2 and not aligned:

@@ -191,6 +191,14 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" gemm_epilogue f16 "$RAGGED_TURNS" $HOPPER_BIG --persistent
         hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG
     done
+    # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
+    # rows 16-byte aligned), persistent blocks reusing the staging tile.
+    FP8_OUT="$SAMPLE_DIR/fp8_out.py"
+    sed -e 's/C: f16\[/C: f8e4m3[/' -e 's/\.to(f16)/.to(f8e4m3)/' samples/fp8_gemm.py > "$FP8_OUT"
+    for tool in memcheck racecheck synccheck; do
+        sanitize "$tool" "$FP8_OUT" "M=300,N=528,K=256" --arch sm_90a \
+            --const BM=128 BN=256 BK=128 --stages 4 --persistent
+    done
 else
     echo "sanitize: compute capability '${cc:-unknown}' is not 9.0; the sm_90a runs are skipped"
 fi

@@ -21,7 +21,7 @@ from tilec.pipeline import run_pipeline
 from tilec.target import fp8
 from tilec.tools.checking import tolerance_for
 
-from .test_ptxas import assert_assembles
+from .test_ptxas import assert_assembles, assert_assembles_for_sm_90a
 
 # X converted to fp8 (C8), the fp8 R widened (C32), and an fp8 output of the product (C).
 CONVERSIONS = """from __future__ import annotations
@@ -123,10 +123,10 @@ def test_the_llvm_backend_converts_with_nvvms_intrinsics(tmp_path) -> None:
                      archs=("sm_90",))
 
 
-def test_an_fp8_output_of_wgmma8_is_stored_directly_and_assembles(tmp_path) -> None:
-    """The fp8 sample's product on sm_90a's tuned 8-bit tile with an e4m3 C: the staging
-    for TMA stores takes 16-bit and i32 tiles, so the consumers store bytes, and explain
-    says why."""
+def test_an_fp8_output_of_wgmma8_is_tma_stored_and_assembles(tmp_path) -> None:
+    """The fp8 sample's product on sm_90a's tuned 8-bit tile with an e4m3 C: staged two
+    bytes a write (st.shared.b16 of a prmt-packed pair) in TMA's 128-byte swizzle, a
+    128-column box per slab, and TMA-stored."""
     text = (Path(__file__).resolve().parents[1] / "samples" / "fp8_gemm.py").read_text()
     text = text.replace("C: f16[M, N]", "C: f8e4m3[M, N]").replace(".to(f16)", ".to(f8e4m3)")
     function = load_file(Path("fp8_out.py"), text=text)["fp8_gemm"]
@@ -134,10 +134,12 @@ def test_an_fp8_output_of_wgmma8_is_stored_directly_and_assembles(tmp_path) -> N
     config = dict(arch="sm_90a", stages=4, persistent=True)
     kernel = run_pipeline(function.lower(**tiles), Options(**config)).kernel
     assert kernel.schedule.tiling.kind == "wgmma8"
-    assert kernel.schedule.epilogue.via == "direct"
-    assert "8-bit ones are not built" in kernel.schedule.epilogue.reason
-    assert_assembles(lambda arch: function.ptx(**tiles, **config), tmp_path,
-                     archs=("sm_90a",))
+    epilogue = kernel.schedule.epilogue
+    assert (epilogue.via, epilogue.box, epilogue.slabs) == ("tma", (128, 128), 2), epilogue
+    ptx = function.ptx(**tiles, **config)
+    assert "st.shared.b16" in ptx and "prmt.b32" in ptx
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
+    assert_assembles_for_sm_90a(ptx, tmp_path, "fp8_out")
 
 
 # ---------------------------------------------------------------------------- errors

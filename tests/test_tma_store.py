@@ -5,6 +5,7 @@ lowered kernel's result on the CPU."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from tilec.cpu.interpreter import run_kernel
 from tilec.families.catalogue import op_catalogue
 from tilec.families.tma import is_tma_store, staging_layout
 from tilec.families.wgmma import WgmmaLayout
+from tilec.kernel import load_file
 from tilec.ir.printer import print_kernel
 from tilec.benchmarking.contenders import sample_kernel
 from tilec.options import Options, Spec, TensorSpec
@@ -95,6 +97,41 @@ def test_an_i32_tile_that_does_not_fit_whole_keeps_its_direct_stores():
                           Options(arch="sm_90a", stages=3, spec=spec), keep_ir=True).kernel
     plan = kernel.schedule.epilogue
     assert plan.via == "direct" and "131072-byte staging tile does not fit" in plan.reason
+
+
+def test_an_8_bit_output_is_staged_two_bytes_a_write(tmp_path):
+    """An i8 C (the int8 product's i32 sums' low bytes) beside four stages of 128x256x128:
+    32 KiB of staging, a 128-column box a slab, each register pair's low bytes packed by
+    prmt into one st.shared.b16 at its swizzled place; assembles clean for sm_90a, and the
+    staged kernel computes the wrapped sums on the CPU."""
+    text = """from __future__ import annotations
+
+from tilec import i8, i32, tile
+
+
+@tile
+def f(A: i8[M, K], B: i8[N, K], C: i8[M, N], BM=128, BN=256, BK=128):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], i32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = acc.to(i8)
+"""
+    function = load_file(Path("i8_out.py"), text=text)["f"]
+    kernel = run_pipeline(function.lower(), Options(arch="sm_90a", stages=4),
+                          keep_ir=True).kernel
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.staging_bytes, plan.box, plan.slabs) == ("tma", 32768, (128, 128), 2)
+    ptx = function.ptx(arch="sm_90a", stages=4)
+    assert "prmt.b32" in ptx and "st.shared.b16" in ptx
+    assert_assembles_for_sm_90a(ptx, tmp_path, "i8_out")
+    rng = np.random.default_rng(1)
+    a = rng.integers(-128, 128, (130, 160), dtype=np.int8)
+    b = rng.integers(-128, 128, (300, 160), dtype=np.int8)
+    c = np.zeros((130, 300), np.int8)
+    run_kernel(kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    exact = a.astype(np.int64) @ b.astype(np.int64).T
+    np.testing.assert_array_equal(c, exact.astype(np.int8))
 
 
 @pytest.mark.parametrize("persistent", [False, True])

@@ -449,14 +449,15 @@ def _stmatrix_lane_coords(ctx: Context, layout: DistributedLayout, keep: bool
 
 def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
                     rows: int, staging: str, eb: int, keep: bool, buffers: int = 0) -> None:
-    """Each register pair written on its own (st.shared.b32 of two packed 16-bit values,
-    st.shared.v2.b32 of two 32-bit ones), in TMA's 128-byte swizzle."""
+    """Each register pair written on its own (st.shared.b16 of two packed 8-bit values,
+    st.shared.b32 of two 16-bit ones, st.shared.v2.b32 of two 32-bit ones), in TMA's
+    128-byte swizzle."""
     w = ctx.w
     # Where the thread's coordinates live is a matter of ptxas's 168-register budget with
     # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
     # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
     row0, col0 = c_thread_coords(ctx, layout, keep=keep)
-    swizzle = swizzle_128b(eb)  # a chunk is 16 bytes: 8 16-bit elements, 4 32-bit ones
+    swizzle = swizzle_128b(eb)  # a chunk is 16 bytes: 16, 8 or 4 elements
     shift = swizzle.base + (eb.bit_length() - 1)
     row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
     if (layout.lane_grid[1] - 1) * layout.lane_step[1] < 1 << swizzle.base:
@@ -483,9 +484,9 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
             chunks[chunk] = ctx.int_op("add.s32", base, moved)
         low = within & ((1 << swizzle.base) - 1)
         immediate = ((_slot(slab, buffers) * rows + r) * box.inner + low) * eb
-        packed = w.reg("b32") if eb == 2 else None
-        for line in STAGING_WRITES[eb](chunks[chunk], immediate, regs[index], regs[index + 1],
-                                       packed):
+        write, scratch = STAGING_WRITES[eb]
+        for line in write(chunks[chunk], immediate, regs[index], regs[index + 1],
+                          *(w.reg(cls) for cls in scratch)):
             w.emit(line)
 
 
@@ -495,24 +496,35 @@ def _slot(slab: int, buffers: int) -> int:
     return slab % buffers if buffers else slab
 
 
+def _write_8_bit_pair(address: str, immediate: int, first: str, second: str, packed: str,
+                      low: str, high: str) -> tuple[str, ...]:
+    """Two 8-bit elements, each the low byte of a b16 register (backend/compute.py's
+    form), packed into one 2-byte write: prmt takes byte 0 of each half of the pair."""
+    return (f"mov.b32 {packed}, {{{first}, {second}}};",
+            f"prmt.b32 {packed}, {packed}, 0, 0x0020;",
+            f"mov.b32 {{{low}, {high}}}, {packed};",
+            f"st.shared.b16 [{address}+{immediate}], {low};")
+
+
 def _write_16_bit_pair(address: str, immediate: int, first: str, second: str,
-                       packed: Optional[str]) -> tuple[str, ...]:
+                       packed: str) -> tuple[str, ...]:
     """Two 16-bit registers packed into one 32-bit word and written."""
     return (f"mov.b32 {packed}, {{{first}, {second}}};",
             f"st.shared.b32 [{address}+{immediate}], {packed};")
 
 
-def _write_32_bit_pair(address: str, immediate: int, first: str, second: str,
-                       packed: Optional[str]) -> tuple[str, ...]:
+def _write_32_bit_pair(address: str, immediate: int, first: str,
+                       second: str) -> tuple[str, ...]:
     """Two 32-bit registers in one 8-byte write (stmatrix moves 16-bit elements only, so
     32-bit staging is st.shared; the pair's columns are even: the address is 8-byte
     aligned)."""
     return (f"st.shared.v2.b32 [{address}+{immediate}], {{{first}, {second}}};",)
 
 
-# Element bytes -> the staging writes of one register pair (the tma_store pass stages 16-bit
-# tiles and i32 ones); the 16-bit pair needs a scratch b32 register.
-STAGING_WRITES = {2: _write_16_bit_pair, 4: _write_32_bit_pair}
+# Element bytes -> the staging writes of one register pair (the tma_store pass stages 8-bit,
+# 16-bit and i32 tiles) and the classes of the scratch registers they take.
+STAGING_WRITES = {1: (_write_8_bit_pair, ("b32", "b16", "b16")),
+                  2: (_write_16_bit_pair, ("b32",)), 4: (_write_32_bit_pair, ())}
 
 
 def _consumers_meet(ctx: Context) -> str:
