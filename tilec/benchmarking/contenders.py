@@ -525,7 +525,7 @@ class CublasContender(Contender):
         def run(i: int) -> None:
             self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
         note = {"f32": ", TF32 off", "tf32": ", TF32 on", "i8": ", B k contiguous",
-                "f8e4m3": ", B k contiguous, unit scales, use_fast_accum=False"}.get(
+                "f8e4m3": ", B k contiguous, unit scales, use_fast_accum=True"}.get(
             case.dtype, "")
         # 8-bit products go through torch's own GEMMs (TorchArrays.matmul).
         # torch.matmul (cupy.matmul) of 3-D arrays is torch.bmm's batched product.
