@@ -73,14 +73,6 @@ def check(function, a, b, c, tolerance, **options) -> None:
     assert rel_error(c, ref) < tolerance
 
 
-@pytest.fixture()
-def hopper():
-    capability = current_device().compute_capability
-    if capability != (9, 0):
-        pytest.skip(f"sm_90a needs compute capability 9.0, this GPU has "
-                    f"{capability[0]}.{capability[1]}")
-
-
 # -- mma.sync (sm_80 code) ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])

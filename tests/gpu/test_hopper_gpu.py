@@ -17,6 +17,7 @@ from tilec.runtime.driver import current_device, gpu_unavailable_reason, has_gpu
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.usefixtures("hopper"),  # tests/gpu/conftest.py
     pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
 ]
 torch = pytest.importorskip("torch")
@@ -32,15 +33,6 @@ TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 SAMPLE_FUNCTIONS = {"matmul": "matmul", "matmul_bt": "matmul_bt", "gemm_epilogue": "gemm"}
 TMA_LOAD = "cp.async.bulk.tensor"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def hopper():
-    """sm_90a code runs only on compute capability 9.0 (H100, H200)."""
-    capability = current_device().compute_capability
-    if capability != (9, 0):
-        pytest.skip(f"sm_90a needs compute capability 9.0, this GPU has "
-                    f"{capability[0]}.{capability[1]}")
 
 
 def sample(name: str, dtype: str):

@@ -17,6 +17,7 @@ from .test_w8a16_gpu import operands as w8a16_operands
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.usefixtures("hopper"),  # tests/gpu/conftest.py
     pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
 ]
 torch = pytest.importorskip("torch")
@@ -25,15 +26,6 @@ pytest.importorskip("llvmlite.binding")
 PROGRAMS = Path(__file__).resolve().parents[1] / "dequantize_programs.py"
 # Ragged: masks on every edge, odd K and N (operands packed at launch), a K of one step.
 SHAPES = [(1000, 1003, 77), (257, 263, 135), (300, 520, 1000)]
-
-
-@pytest.fixture(autouse=True)
-def hopper():
-    """sm_90a code runs only on compute capability 9.0 (H100, H200)."""
-    capability = current_device().compute_capability
-    if capability != (9, 0):
-        pytest.skip(f"sm_90a needs compute capability 9.0, this GPU has "
-                    f"{capability[0]}.{capability[1]}")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

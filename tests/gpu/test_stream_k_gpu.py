@@ -17,6 +17,7 @@ from .test_hopper_gpu import (ARCH, SAMPLE_FUNCTIONS, Case, TMA_LOAD, randn, run
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.usefixtures("hopper"),  # tests/gpu/conftest.py
     pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
 ]
 torch = pytest.importorskip("torch")
@@ -28,14 +29,6 @@ STREAM_K = dict(arch=ARCH, BM=128, BN=256, BK=64, stages=3, persistent=True, str
 # 4096x4096x4160: 65 K steps a tile; 3000x5000x333: ragged everywhere, 240 tiles.
 SHAPES = [(1000, 1003, 77), (1024, 1024, 8192), (2048, 3072, 1000), (4096, 4096, 4096),
           (4096, 4096, 4160), (3000, 5000, 333)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def hopper():
-    capability = current_device().compute_capability
-    if capability != (9, 0):
-        pytest.skip(f"sm_90a needs compute capability 9.0, this GPU has "
-                    f"{capability[0]}.{capability[1]}")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
