@@ -78,7 +78,7 @@ class NumpyArrays:
     def all_finite(self, array) -> bool:
         return bool(np.isfinite(array).all())
 
-    def matmul(self, a, b, out, tf32=False) -> None:
+    def matmul(self, a, b, out, tf32=False, fast_accumulation=True) -> None:
         self.tf32_calls.append(tf32)
         if tf32:  # what cuBLAS computes with TF32 allowed: tf32 inputs
             a, b = round_tf32(a.astype(np.float32)), round_tf32(b.astype(np.float32))

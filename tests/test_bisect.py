@@ -27,7 +27,7 @@ GEMM = str(ROOT / "samples" / "gemm_epilogue.py")
 SHAPES = {"M": 40, "N": 48, "K": 40}
 CONSTS = {"BM": 32, "BN": 32, "BK": 32}
 STAGE_NAMES = ["tile", "dequantize", "tiling", "split_k", "double_buffer", "swizzle", "fragments",
-               "tma_store", "row_store"]
+               "promote_accumulation", "tma_store", "row_store"]
 
 
 def gemm() -> TileFunction:

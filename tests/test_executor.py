@@ -84,8 +84,11 @@ def test_every_stage_reproduces_the_interpreter(name: str, warps, stages: int, s
     expected = results.pop("tile")
     assert not np.isnan(expected).any()
     fragments = results.pop("fragments")
-    # After fragments only the store's route changes (tma_store, row_store): fragments'
+    # After fragments only fp8 wgmma sums (none here) and the store's route change
+    # (promote_accumulation, tma_store, row_store): fragments'
     # numbers.
+    np.testing.assert_array_equal(results.pop("promote_accumulation"), fragments,
+                                  err_msg="after promote_accumulation")
     np.testing.assert_array_equal(results.pop("tma_store"), fragments, err_msg="after tma_store")
     np.testing.assert_array_equal(results.pop("row_store"), fragments, err_msg="after row_store")
     # Before fragments the frontend's tile.dot reads shared memory: the same numbers exactly.

@@ -384,7 +384,7 @@ class IntegerArrays:
     def all_finite(self, array) -> bool:
         return True
 
-    def matmul(self, a, b, out, tf32=False) -> None:
+    def matmul(self, a, b, out, tf32=False, fast_accumulation=True) -> None:
         self.b_layouts.append(b.flags.f_contiguous and not b.flags.c_contiguous)
         out[...] = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
 

@@ -16,8 +16,8 @@ from tilec.families.mma_sync import MMA_K, MmaLayout
 from tilec.families.products import family_of
 from tilec.target.layout import SmemLayout, Swizzle, swizzle_candidates
 from tilec.options import Options, Spec, TensorSpec
-from tilec.passes import (dequantize, double_buffer, fragments, row_store, split_k, swizzle,
-                          tiling, tma_store)
+from tilec.passes import (dequantize, double_buffer, fragments, promote_accumulation, row_store,
+                          split_k, swizzle, tiling, tma_store)
 from tilec.pipeline import pipeline
 
 
@@ -25,8 +25,8 @@ def verify(kernel: Kernel, after: Optional[str] = None) -> None:
     """The verifier with the op catalogue: lowered IR holds the families' ops."""
     verify_ir(kernel, after=after, ops=op_catalogue())
 
-PASSES = [dequantize, tiling, split_k, double_buffer, swizzle, fragments, tma_store,
-          row_store]  # pipeline order
+PASSES = [dequantize, tiling, split_k, double_buffer, swizzle, fragments, promote_accumulation,
+          tma_store, row_store]  # pipeline order
 
 MATMUL = '''\
 def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=32, BN=32, BK=16):
@@ -596,10 +596,11 @@ def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None
     result = module.run(kernel, options)
     assert print_kernel(kernel, locs=True) == before
     assert kernel.schedule == schedule
-    if module in (dequantize, tma_store, row_store):  # nothing to convert without a launch
-        # converting weights, nothing to route without warp specialization (sm_90a) or
-        # misaligned_store = rows: tests/test_dequantize.py, tests/test_tma_store.py and
-        # tests/test_row_store.py check them where they act
+    if module in (dequantize, promote_accumulation, tma_store, row_store):
+        # Nothing to convert without a launch converting weights, no fp8 wgmma sums to
+        # promote, nothing to route without warp specialization (sm_90a) or misaligned_store
+        # = rows: tests/test_dequantize.py, tests/test_promote_accumulation.py,
+        # tests/test_tma_store.py and tests/test_row_store.py check them where they act
         assert result is kernel
     else:
         assert result is not kernel and print_kernel(result, locs=True) != before

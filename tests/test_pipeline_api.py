@@ -22,7 +22,7 @@ def matmul():
 def test_the_pipeline_is_an_ordered_list_of_named_passes():
     names = [p.name for p in pipeline()]
     assert names == ["dequantize", "tiling", "split_k", "double_buffer", "swizzle", "fragments",
-                     "tma_store", "row_store"]
+                     "promote_accumulation", "tma_store", "row_store"]
     assert all(p.doc for p in pipeline())
     assert tilec.pipeline() is not tilec.pipeline()  # a fresh list each time: safe to edit
 
@@ -30,12 +30,13 @@ def test_the_pipeline_is_an_ordered_list_of_named_passes():
 def test_every_stage_has_text_and_a_time(matmul):
     compiled = matmul.compile(keep_ir=True, verify=True)
     assert list(compiled.asm) == ["tile", "dequantize", "tiling", "split_k", "double_buffer",
-                                  "swizzle", "fragments", "tma_store", "row_store", "ptx"]
+                                  "swizzle", "fragments", "promote_accumulation", "tma_store",
+                                  "row_store", "ptx"]
     assert "copy.global_to_shared" in compiled.asm["tiling"]
     assert "frag.mma" in compiled.asm["fragments"]
     assert set(compiled.times) == {"dequantize", "tiling", "split_k", "double_buffer",
-                                   "swizzle", "fragments", "tma_store", "row_store", "hazards",
-                                   "backend"}
+                                   "swizzle", "fragments", "promote_accumulation", "tma_store",
+                                   "row_store", "hazards", "backend"}
     assert all(t >= 0 for t in compiled.times.values())
 
 
@@ -115,8 +116,9 @@ def test_dump_dir_writes_every_stage(matmul, tmp_path, monkeypatch):
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["00-tile.ir", "01-dequantize.ir", "02-tiling.ir", "03-split_k.ir",
                      "04-double_buffer.ir", "05-swizzle.ir", "06-fragments.ir",
-                     "07-tma_store.ir", "08-row_store.ir", "09-ptx.ptx", "options.txt"]
-    assert ".entry matmul" in (folder / "09-ptx.ptx").read_text()
+                     "07-promote_accumulation.ir", "08-tma_store.ir", "09-row_store.ir",
+                     "10-ptx.ptx", "options.txt"]
+    assert ".entry matmul" in (folder / "10-ptx.ptx").read_text()
 
 
 def test_same_input_gives_byte_identical_ptx(matmul):

@@ -293,6 +293,8 @@ def test_every_stage_computes_the_tf32_product(b_transposed, swizzle, stages, wa
     expected = results.pop("tile")
     fragments = results.pop("fragments")
     # After fragments only the store's route changes (tma_store): fragments' numbers.
+    np.testing.assert_array_equal(results.pop("promote_accumulation"), fragments,
+                                  err_msg="after promote_accumulation")
     np.testing.assert_array_equal(results.pop("tma_store"), fragments, err_msg="after tma_store")
     np.testing.assert_array_equal(results.pop("row_store"), fragments, err_msg="after row_store")
     # Until fragments the tile.dot reads shared memory in exact f32: the same numbers.

@@ -99,12 +99,8 @@ def test_an_i32_tile_that_does_not_fit_whole_keeps_its_direct_stores():
     assert plan.via == "direct" and "131072-byte staging tile does not fit" in plan.reason
 
 
-def test_an_8_bit_output_is_staged_two_bytes_a_write(tmp_path):
-    """An i8 C (the int8 product's i32 sums' low bytes) beside four stages of 128x256x128:
-    32 KiB of staging, a 128-column box a slab, each register pair's low bytes packed by
-    prmt into one st.shared.b16 at its swizzled place; assembles clean for sm_90a, and the
-    staged kernel computes the wrapped sums on the CPU."""
-    text = """from __future__ import annotations
+# An int8 product whose C keeps the i32 sums' low bytes (acc.to(i8) wraps): an 8-bit output.
+I8_OUT = """from __future__ import annotations
 
 from tilec import i8, i32, tile
 
@@ -117,7 +113,14 @@ def f(A: i8[M, K], B: i8[N, K], C: i8[M, N], BM=128, BN=256, BK=128):
             acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
         C[m * BM : +BM, n * BN : +BN] = acc.to(i8)
 """
-    function = load_file(Path("i8_out.py"), text=text)["f"]
+
+
+def test_an_8_bit_output_is_staged_two_bytes_a_write(tmp_path):
+    """An i8 C (the int8 product's i32 sums' low bytes) beside four stages of 128x256x128:
+    32 KiB of staging, a 128-column box a slab, each register pair's low bytes packed by
+    prmt into one st.shared.b16 at its swizzled place; assembles clean for sm_90a, and the
+    staged kernel computes the wrapped sums on the CPU."""
+    function = load_file(Path("i8_out.py"), text=I8_OUT)["f"]
     kernel = run_pipeline(function.lower(), Options(arch="sm_90a", stages=4),
                           keep_ir=True).kernel
     plan = kernel.schedule.epilogue

@@ -34,6 +34,8 @@ CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
 WARPGROUP_ROWS = (64, 128)
 # How a persistent warp-specialized kernel's consumer warpgroups share the tiles (RolesPlan).
 CONSUMER_MODES = ("cooperative", "pingpong")
+# How wgmma's fp8 products are summed: Options.fp8_accumulation.
+FP8_ACCUMULATIONS = ("fast", "promoted")
 # Shared memory per SM on sm_90 (228 KiB), of which the driver reserves 1 KiB per block.
 SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 233472, 1024
 # How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
@@ -99,7 +101,8 @@ class Spec:
 # each checked alike, its message naming the field and what it takes.
 _NAMED_CHOICES = (("pack", PACK_POLICIES), ("misaligned_copy", MISALIGNED_COPIES),
                   ("misaligned_store", MISALIGNED_STORES), ("f32_math", F32_MATH),
-                  ("consumers", CONSUMER_MODES), ("backend", BACKENDS))
+                  ("consumers", CONSUMER_MODES), ("fp8_accumulation", FP8_ACCUMULATIONS),
+                  ("backend", BACKENDS))
 _INTEGER_CHOICES = (("blocks_per_sm", BLOCKS_PER_SM), ("cluster", CLUSTER_SIZES),
                     ("warpgroup_rows", WARPGROUP_ROWS),
                     ("llvm_opt", LLVM_OPT_LEVELS))
@@ -176,6 +179,12 @@ class Options:
     # two, whose (tile, K step) work is divided evenly among the blocks; a tile split across
     # blocks meets in a workspace before its epilogue. Evens out a partial last wave.
     stream_k: bool = False
+    # fp8 products on wgmma (sm_90a): "fast", the sums kept in the tensor cores' accumulator
+    # for the whole K loop (cuBLAS's use_fast_accum=True: its precision is below f32's);
+    # "promoted", each K step's sums started afresh and added into a separate f32
+    # accumulator (cuBLAS's default), at twice the accumulator registers
+    # (passes/promote_accumulation.py).
+    fp8_accumulation: str = "fast"
     # The backend writing the PTX, and for "llvm" the optimisation level of LLVM's pipeline.
     backend: str = "ptx"
     llvm_opt: int = 3

@@ -18,8 +18,8 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from tilec.passes import (dequantize, double_buffer, fragments, row_store, split_k, swizzle,
-                          tiling, tma_store)
+from tilec.passes import (dequantize, double_buffer, fragments, promote_accumulation, row_store,
+                          split_k, swizzle, tiling, tma_store)
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ def _builtin_pipeline() -> tuple[Pass, ...]:
         _pass(swizzle, ("tiling",)),
         # Fragments read shared views whatever their stage or layout, so they come last.
         _pass(fragments, ("tiling",)),
+        # The wgmma.mma ops fragments made, in their K loops, before the epilogue is planned.
+        _pass(promote_accumulation, ("fragments",)),
         # The store's value must be in its final (accumulator) layout; without warp
         # specialization (double_buffer's, on sm_90a) it changes nothing.
         _pass(tma_store, ("tiling",)),

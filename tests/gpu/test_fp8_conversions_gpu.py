@@ -16,6 +16,7 @@ from tilec.runtime.driver import has_gpu
 from tilec.target import fp8
 
 from ..test_fp8_conversions import CONVERSIONS, special_values
+from ..test_tma_store import I8_OUT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
 torch = pytest.importorskip("torch")
@@ -98,30 +99,16 @@ def test_fp8_outputs_of_the_fp8_product(name, shape, config):
     assert error < {"f8e4m3": 0.07, "f8e5m2": 0.14}[name], error
 
 
-I8_OUT = """from __future__ import annotations
-
-from tilec import i8, i32, tile
-
-
-@tile
-def f(A: i8[M, K], B: i8[N, K], C: i8[M, N], BM=128, BN=256, BK=128):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], i32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B.T[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * BN : +BN] = acc.to(i8)
-"""
 
 
 @pytest.mark.parametrize("options", [dict(stages=4, persistent=True, raster_group=8),
                                      dict(BN=128, stages=4)], ids=["tuned", "128x128"])
 @pytest.mark.parametrize("shape", [(127, 144, 64), (1000, 1008, 4112), (333, 1003, 160)],
                          ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.usefixtures("hopper")
 def test_an_i8_output_is_staged_two_bytes_a_write_and_exact(shape, options):
     """An i8 C (the i32 sums' low bytes) on sm_90a: TMA-stored where C's rows are 16-byte
     aligned (N a multiple of 16), stored directly otherwise; exact either way."""
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("wgmma needs a Hopper GPU (sm_90a)")
     kernel = load_file(Path("i8_out.py"), text=I8_OUT)["f"]
     m, n, k = shape
     generator = torch.Generator(device="cuda").manual_seed(13)

@@ -29,7 +29,8 @@ class Arrays(Protocol):
     def reference(self, a: Any, b: Any) -> Any: ...
     def rel_error(self, out: Any, ref: Any) -> float: ...
     def all_finite(self, array: Any) -> bool: ...
-    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None: ...
+    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False,
+               fast_accumulation: bool = True) -> None: ...
     def copy(self, dst: Any, src: Any) -> None: ...
     def reader(self, nbytes: int) -> Callable[[], None]: ...
     def synchronize(self) -> None: ...
@@ -99,19 +100,22 @@ class TorchArrays:
     def all_finite(self, array: Any) -> bool:
         return bool(self.torch.isfinite(array).all())
 
-    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None:
+    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False,
+               fast_accumulation: bool = True) -> None:
         """``out = a @ b``; ``tf32`` allows cuBLAS TF32 tensor cores for this product only
-        (the tf32 rows), and the flag is restored after, so the f32 rows stay exact."""
+        (the tf32 rows), and the flag is restored after, so the f32 rows stay exact;
+        ``fast_accumulation``: fp8 products' (use_fast_accum)."""
         if str(getattr(a, "dtype", "")) == "torch.int8":  # i8 @ i8 -> exact i32 (cuBLASLt)
             self.torch._int_mm(a, b, out=out)
             return
         if str(getattr(a, "dtype", "")) == "torch.float8_e4m3fn":  # cuBLASLt's fp8 GEMM
-            # With fast accumulation: the accumulation tilec's wgmma8 kernels do (sums kept
-            # in the tensor cores' own accumulator, never promoted to a separate f32 one).
-            # H100, 4096^3 / 8192^3: both contenders' errors against float64 1.35e-3 /
-            # 2.06e-3, against 2.43e-4 without it, which runs 5-7% slower (NOTES, session 16).
+            # Fast accumulation is what tilec's wgmma8 kernels do by default (the sums kept in
+            # the tensor cores' own accumulator): H100, 4096^3 / 8192^3, both contenders'
+            # errors against float64 1.35e-3 / 2.06e-3; without it (tilec's promoted
+            # accumulation) 2.43e-4 for both, 5-7% slower (NOTES, session 16).
             self.torch._scaled_mm(a, b, scale_a=self.unit_scale, scale_b=self.unit_scale,
-                                  out_dtype=out.dtype, out=out, use_fast_accum=True)
+                                  out_dtype=out.dtype, out=out,
+                                  use_fast_accum=fast_accumulation)
             return
         flags = self.torch.backends.cuda.matmul
         previous = flags.allow_tf32
@@ -190,7 +194,8 @@ class CupyArrays:
     def all_finite(self, array: Any) -> bool:
         return bool(self.cupy.isfinite(array).all())
 
-    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False) -> None:
+    def matmul(self, a: Any, b: Any, out: Any, tf32: bool = False,
+               fast_accumulation: bool = True) -> None:
         # TF32 follows CUPY_TF32 for every product (unsupported() refuses tf32 rows without).
         self.cupy.matmul(a, b, out=out)
 

@@ -253,6 +253,14 @@ TUNED = {
     ("wgmma8", "shallow"): dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
     ("wgmma8", "ragged"): dict(BM=128, BN=256, BK=128, stages=3),
 }
+# fp8 rows with promoted accumulation (fp8_accumulation="promoted": a second accumulator
+# set, so no 128x256 tile). H100, one call, TFLOP/s at 4096^3 / 8192^3 against cuBLAS
+# without fast accumulation (1340.1 / 1321.7): 128x192 st4 persistent raster 8 1225.7 /
+# 1361.1; 128x128 st4 1168.7 / 1176.5, st5 1232.8 / 1141.4; with cluster 2 1108.4 / 1070.0;
+# 256x64 in 128-row warpgroups 949.4 / 888.6; 64x128 pingpong 834.8 / 796.0. Other problem
+# classes keep their tiles, BN at most 128 (benchmarks/NOTES.md, session 16).
+PROMOTED_TILED = dict(BM=128, BN=192, BK=128, stages=4, raster_group=8, persistent=True)
+PROMOTED_MAX_BN = 128
 # Where batched rows (which may be ragged) run persistent blocks over batches x tiles beside
 # TUNED's own persistent entries, when they have more tiles than a wave: measured in the
 # comments above ("wgmma", "ragged").
@@ -311,10 +319,11 @@ def problem_class(case: Case) -> str:
     return "shallow" if case.K // 128 < SHALLOW_STEPS else "tiled"
 
 
-def tuned_config(case: Case, arch: Optional[str] = None,
-                 backend: str = "ptx") -> dict[str, Any]:
+def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
+                 fp8_accumulation: str = "fast") -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma
-    (and its 8-bit rows on wgmma8) where the backend emits it (:func:`on_wgmma`)."""
+    (and its 8-bit rows on wgmma8) where the backend emits it (:func:`on_wgmma`); fp8 rows
+    summed promoted take tiles with room for the second accumulator set."""
     family, problem = FAMILY[case.dtype], problem_class(case)
     wgmma = on_wgmma(arch, backend)
     if family in EIGHT_BIT_WGMMA and wgmma and problem != "short":
@@ -345,6 +354,9 @@ def tuned_config(case: Case, arch: Optional[str] = None,
                             pack="off", misaligned_copy="words", misaligned_store="rows")
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
+    if family == "wgmma8" and case.dtype != "i8" and fp8_accumulation == "promoted":
+        config = dict(PROMOTED_TILED) if problem == "tiled" else \
+            {**config, "BN": min(config["BN"], PROMOTED_MAX_BN)}
     if case.batched and (family, problem) in BATCHED_PERSISTENT and \
             _large_tiles(case) > ONE_WAVE:
         config["persistent"] = True
@@ -473,7 +485,8 @@ class TilecContender(Contender):
         # Only the f16/bf16 rows depend on the target (wgmma on sm_90a).
         arch = self.arch() if FAMILY[case.dtype] in ("mma", *EIGHT_BIT_WGMMA) else None
         backend = self.options.get("backend", "ptx")
-        tuned = {} if self.autotune or self.consts else tuned_config(case, arch, backend)
+        tuned = {} if self.autotune or self.consts else tuned_config(
+            case, arch, backend, self.options.get("fp8_accumulation", "fast"))
         kwargs = {**tuned, **fixed}
         if self.autotune:
             from tilec.tools.autotune import autotune
@@ -512,8 +525,11 @@ class VariantTilecContender(TilecContender):
 class CublasContender(Contender):
     name = "cuBLAS"
 
-    def __init__(self, arrays: Arrays) -> None:
+    def __init__(self, arrays: Arrays, fp8_accumulation: str = "fast") -> None:
         self.arrays = arrays
+        # cuBLAS sums fp8 products as tilec is told to (Options.fp8_accumulation): fast
+        # (use_fast_accum=True) or promoted into f32 (False), so both compute alike.
+        self.fast_accumulation = fp8_accumulation == "fast"
 
     def out_dtype(self, case: Case) -> str:
         return "f32" if case.dtype == "tf32" else EXACT_OUTPUT.get(case.dtype, case.dtype)
@@ -522,10 +538,12 @@ class CublasContender(Contender):
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         tf32 = case.dtype == "tf32"
 
+        fast = self.fast_accumulation
+
         def run(i: int) -> None:
-            self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32)
+            self.arrays.matmul(*inputs[i], outputs[i], tf32=tf32, fast_accumulation=fast)
         note = {"f32": ", TF32 off", "tf32": ", TF32 on", "i8": ", B k contiguous",
-                "f8e4m3": ", B k contiguous, unit scales, use_fast_accum=True"}.get(
+                "f8e4m3": f", B k contiguous, unit scales, use_fast_accum={fast}"}.get(
             case.dtype, "")
         # 8-bit products go through torch's own GEMMs (TorchArrays.matmul).
         # torch.matmul (cupy.matmul) of 3-D arrays is torch.bmm's batched product.

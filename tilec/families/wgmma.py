@@ -216,21 +216,27 @@ def _strips(ctx: Context) -> int:
 
 
 def strip_products(ctx: Context, view_a: SmemView, view_b: SmemView, acc: Sequence[str],
-                   bk: int, k_step: int, instruction: Callable[[str, str, str], str]) -> None:
-    """One stage's products: per k step, one ``instruction(accumulators, desc_a, desc_b)``
-    per m64 strip of the warpgroup's rows (each strip its own accumulators: the first
-    len(acc) / strips registers, then the next), all in one fence / commit group so that
-    ptxas keeps them in flight together."""
+                   bk: int, k_step: int, instruction: Callable[[str, str, str, str], str],
+                   fresh: bool = False) -> None:
+    """One stage's products: per k step, one ``instruction(accumulators, desc_a, desc_b,
+    scale_d)`` per m64 strip of the warpgroup's rows (each strip its own accumulators: the
+    first len(acc) / strips registers, then the next), all in one fence / commit group so
+    that ptxas keeps them in flight together. ``scale_d`` is the predicate register of
+    ``D = A B + D`` (true), or for each strip's first instruction of a ``fresh`` product
+    (``wgmma.mma {fresh}``: promoted accumulation) of ``D = A B`` (false)."""
+    accumulate = ctx.w.once("wgmma_scale_d", lambda: _predicate(ctx, True))
+    start = ctx.w.once("wgmma_scale_d_false", lambda: _predicate(ctx, False)) if fresh else None
     strips = _strips(ctx)
     per_strip = len(acc) // strips
     ctx.w.emit("wgmma.fence.sync.aligned;")
     for k0 in range(0, bk, k_step):
         desc_b = None  # the strips share B's; made after the first strip's A (as before)
+        scale_d = start if fresh and k0 == 0 else accumulate
         for strip in range(strips):
             desc_a = _descriptor(ctx, view_a, "A", k0, strip)
             desc_b = desc_b or _descriptor(ctx, view_b, "B", k0)
             registers = ", ".join(acc[strip * per_strip:(strip + 1) * per_strip])
-            ctx.w.emit(instruction(registers, desc_a, desc_b))
+            ctx.w.emit(instruction(registers, desc_a, desc_b, scale_d))
     ctx.w.emit("wgmma.commit_group.sync.aligned;")
 
 
@@ -246,10 +252,12 @@ def _wgmma(ctx: Context, op: Op) -> None:
     trans_a = 0 if operand_k_major("A", view_a.buffer.layout) else 1
     trans_b = 0 if operand_k_major("B", view_b.buffer.layout) else 1
     w = ctx.w
-    accumulate = w.once("wgmma_scale_d", lambda: _true_predicate(ctx))
-    strip_products(ctx, view_a, view_b, acc, bk, WGMMA_K, lambda registers, desc_a, desc_b: (
-        f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA_K}.f32.{dtype}.{dtype} "
-        f"{{{registers}}}, {desc_a}, {desc_b}, {accumulate}, 1, 1, {trans_a}, {trans_b};"))
+    strip_products(ctx, view_a, view_b, acc, bk, WGMMA_K,
+                   lambda registers, desc_a, desc_b, scale_d: (
+                       f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA_K}.f32.{dtype}."
+                       f"{dtype} {{{registers}}}, {desc_a}, {desc_b}, {scale_d}, 1, 1, "
+                       f"{trans_a}, {trans_b};"),
+                   fresh=op.attrs.get("fresh", False))
     # in_flight = 1: this stage's group may still run (it chains on the same accumulators);
     # the previous stage's group, and so its reads of shared memory, are complete.
     w.emit(f"wgmma.wait_group.sync.aligned {op.attrs.get('in_flight', 0)};")
@@ -261,9 +269,9 @@ def _wgmma_wait(ctx: Context, op: Op) -> None:
     ctx.w.emit(f"wgmma.wait_group.sync.aligned {op.attrs['in_flight']};")
 
 
-def _true_predicate(ctx: Context) -> str:
+def _predicate(ctx: Context, value: bool) -> str:
     reg = ctx.w.reg("pred")
-    ctx.w.emit(f"setp.ne.u32 {reg}, 1, 0;")
+    ctx.w.emit(f"setp.{'ne' if value else 'eq'}.u32 {reg}, 1, 0;")
     return reg
 
 
@@ -311,7 +319,7 @@ def _execute_wgmma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]
     bn = b_type.shape[1]
     a_storage = buffer_a.storage[stage_a * buffer_a.stage_size:][:buffer_a.stage_size]
     b_storage = buffer_b.storage[stage_b * buffer_b.stage_size:][:buffer_b.stage_size]
-    acc = np.array(operands[2], dtype=np.float32)
+    acc = fresh_or_given(op, operands[2], np.float32)
     for k0 in range(0, bk, WGMMA_K):
         b = b_storage[descriptor_offsets(b_type.layout, "B", 0, k0, bn, eb)].astype(np.float64)
         for m0 in range(0, bm, WGMMA_M):
@@ -319,6 +327,14 @@ def _execute_wgmma(state: InterpState, op: Op, operands: list[Any]) -> list[Any]
             rows = slice(m0, m0 + WGMMA_M)
             acc[rows] = (acc[rows] + a.astype(np.float64) @ b).astype(np.float32)
     return [acc]
+
+
+def fresh_or_given(op: Op, acc: Any, dtype) -> Any:
+    """The accumulator a ``wgmma.mma`` adds to: zero where the op is ``fresh`` (its strips'
+    first instructions have scale-d false: promoted accumulation), else the operand."""
+    import numpy as np
+    given = np.array(acc, dtype=dtype)
+    return np.zeros_like(given) if op.attrs.get("fresh") else given
 
 
 def _check_wait(op: Op) -> None:
@@ -332,8 +348,9 @@ def _execute_wait(state: InterpState, op: Op, operands: list[Any]) -> list[Any]:
 WGMMA_WAIT = OpDef("wgmma.wait", "wait until at most `in_flight` wgmma groups are still running "
                    "(their accumulators and shared-memory reads then complete)", 0, 0,
                    attrs=("in_flight",), check=_check_wait, evaluate=_execute_wait)
-WGMMA_MMA = OpDef("wgmma.mma", "acc + a @ b over one shared stage: a warpgroup's wgmma.mma_async "
-                  "per k16 step, operands read through shared-memory descriptors", 3, 1,
+WGMMA_MMA = OpDef("wgmma.mma", "acc + a @ b over one shared stage (a @ b alone where `fresh`): a "
+                  "warpgroup's wgmma.mma_async per k16 step, operands read through "
+                  "shared-memory descriptors", 3, 1,
                   check=_check_wgmma, pure=True, evaluate=_execute_wgmma)
 
 

@@ -31,7 +31,7 @@ from tilec.target.layout import operand_k_major
 
 from .product import ExplainShape
 from .wgmma import (SW128_BYTES, WGMMA_K_BYTES, WGMMA_M, WGMMA_MMA, WGMMA_WAIT, Wgmma,
-                    WgmmaLayout, _true_predicate, _wgmma_wait, descriptor_offsets,
+                    WgmmaLayout, _wgmma_wait, descriptor_offsets, fresh_or_given,
                     strip_products, warpgroup_tile_text)
 
 if TYPE_CHECKING:
@@ -65,10 +65,11 @@ def _wgmma8(ctx: Context, op: Op) -> None:
             raise ValueError(f"8-bit wgmma reads K-major operands only; {role} is MN-major")
     types, scales = WGMMA8_TYPES[op.operands[0].type.dtype]
     w = ctx.w
-    accumulate = w.once("wgmma_scale_d", lambda: _true_predicate(ctx))
-    strip_products(ctx, view_a, view_b, acc, bk, WGMMA8_K, lambda registers, desc_a, desc_b: (
-        f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA8_K}.{types} "
-        f"{{{registers}}}, {desc_a}, {desc_b}, {accumulate}{scales};"))
+    strip_products(ctx, view_a, view_b, acc, bk, WGMMA8_K,
+                   lambda registers, desc_a, desc_b, scale_d: (
+                       f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA8_K}.{types} "
+                       f"{{{registers}}}, {desc_a}, {desc_b}, {scale_d}{scales};"),
+                   fresh=op.attrs.get("fresh", False))
     w.emit(f"wgmma.wait_group.sync.aligned {op.attrs.get('in_flight', 0)};")
     ctx.bind(op.result, list(acc))
 
@@ -95,7 +96,7 @@ def _execute_wgmma8(state: InterpState, op: Op, operands: list[Any]) -> list[Any
     bn = b_type.shape[1]
     a_storage = buffer_a.storage[stage_a * buffer_a.stage_size:][:buffer_a.stage_size]
     b_storage = buffer_b.storage[stage_b * buffer_b.stage_size:][:buffer_b.stage_size]
-    acc = np.array(operands[2], dtype=work)
+    acc = fresh_or_given(op, operands[2], work)
     for k0 in range(0, bk, WGMMA8_K):
         b = b_storage[descriptor_offsets(b_type.layout, "B", 0, k0, bn, 1)].astype(work)
         for m0 in range(0, bm, WGMMA_M):

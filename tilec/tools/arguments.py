@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 from tilec.errors import TileError
 from tilec.ir.types import I32
 from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, CONSUMER_MODES,
+                           FP8_ACCUMULATIONS,
                            F32_MATH, LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
                            MISALIGNED_STORES, PACK_POLICIES, WARPGROUP_ROWS, Options)
 
@@ -44,7 +45,8 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
                 "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent",
-                "cluster", "consumers", "warpgroup_rows", "stream_k", "backend", "llvm_opt")
+                "cluster", "consumers", "warpgroup_rows", "stream_k", "fp8_accumulation",
+                "backend", "llvm_opt")
 
 
 class CommandError(Exception):
@@ -181,6 +183,11 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         action="store_true", default=None,
         help="sm_90a persistent cooperative kernels: stream-K (whole tiles, then the last "
         "waves' K steps shared evenly among the blocks; split tiles meet in a workspace)")),
+    "fp8_accumulation": ("--fp8-accumulation", dict(
+        choices=FP8_ACCUMULATIONS, help="sm_90a wgmma kernels on fp8 operands: fast (the sums "
+        "stay in the tensor cores' accumulator, as cuBLAS's use_fast_accum=True; the default) "
+        "or promoted (each K step's sums added into a separate f32 accumulator, as cuBLAS's "
+        "default: more accurate, twice the accumulator registers)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch, and 8-bit weights converted in the K loop into "
@@ -221,7 +228,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
                  "blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
-                 "stream_k", "backend",
+                 "stream_k", "fp8_accumulation", "backend",
                  "llvm_opt", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",

@@ -210,8 +210,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     arguments.add_flags(
         parser, "const", "arch", "stages", "warps", "swizzle", "raster_group", "split_k",
         "f32_math", "pack", "misaligned_copy", "misaligned_store", "blocks_per_sm",
-        "persistent", "cluster", "consumers", "warpgroup_rows", "stream_k", "backend",
-        "llvm_opt",
+        "persistent", "cluster", "consumers", "warpgroup_rows", "stream_k",
+        "fp8_accumulation", "backend", "llvm_opt",
         backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
                  "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
@@ -416,8 +416,9 @@ def run(args: argparse.Namespace) -> int:
     # --backend llvm: the tilec column stays the PTX backend's; the llvm backend's kernels
     # (the same configurations) get a column of their own.
     llvm = {key: options.pop(key) for key in ("backend", "llvm_opt") if key in options}
+    accumulation = options.get("fp8_accumulation", "fast")
     contenders: list[Contender] = [TilecContender(consts, options, args.autotune),
-                                   CublasContender(arrays)]
+                                   CublasContender(arrays, accumulation)]
     if llvm.get("backend") == "llvm":
         contenders.insert(1, LlvmTilecContender(consts, {**options, **llvm}, args.autotune))
     contenders[1:1] = _variant_contenders(args, consts, options)

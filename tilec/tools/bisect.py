@@ -258,7 +258,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
              "shapes and tiles bisect fastest"}
     arguments.add_flags(parser, "arch", "stages", "warps", "swizzle", "f32_math", "split_k",
                         "blocks_per_sm", "persistent", "cluster", "consumers",
-                        "warpgroup_rows", "stream_k", "shape",
+                        "warpgroup_rows", "stream_k", "fp8_accumulation", "shape",
                         "seed",
                         shape=shape,
                         arch={"help": "target whose numerics the stages follow (default: "

@@ -49,7 +49,7 @@ from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemL
                                  operand_k_major)
 from tilec.target.smem import SharedLayout, place
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
-from tilec.ir.types import ACCUMULATOR_DTYPES, DType
+from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, DType
 from tilec.ir.views import view_source
 from tilec.passes.row_store import REASON_PREFIX as ROW_STORE_PREFIX
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
@@ -223,6 +223,7 @@ class Explanation:
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
     tile_loop: str = ""  # how a persistent kernel's blocks walk the tiles, in words
+    accumulation: str = ""  # how wgmma's fp8 products are summed (Options.fp8_accumulation)
 
 
 # ----------------------------------------------------------------------------- gather
@@ -265,7 +266,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         shared=SharedMemory(tuple(buffers), layout.total, compiled.rendered.smem_bytes,
                             options.smem_limit, options.arch),
         conflicts=tuple(_conflicts(kernel, plan, buffers)),
-        registers=_registers(plan, kernel.schedule.roles),
+        registers=_registers(plan, kernel.schedule.roles, _partials(kernel)),
         ptxas=report,
         ptxas_note=note,
         hazard=hazard,
@@ -279,7 +280,25 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         declined=_wgmma_declined(plan, options),
         batch=_batch_text(kernel),
         tile_loop=_tile_loop_text(kernel),
+        accumulation=_accumulation_text(kernel),
     )
+
+
+def _accumulation_text(kernel: Kernel) -> str:
+    """How a wgmma8 kernel sums its fp8 products (passes/promote_accumulation.py), in words;
+    "" for other kernels."""
+    products = [op for op in kernel.walk() if op.name == "wgmma.mma"
+                and op.operands[0].type.dtype in FP8_DTYPES]
+    if not products:
+        return ""
+    if not any(op.attrs.get("fresh") for op in products):
+        return ("fast: the fp8 products sum in the tensor cores' own accumulator for the whole "
+                "K loop (as cuBLAS's use_fast_accum=True; --fp8-accumulation promoted adds "
+                "each K step's sums into f32 instead)")
+    n = products[0].result.type.layout.regs_per_thread
+    return (f"promoted: each K step's wgmma group starts afresh (scale-d false) in a second "
+            f"set of {n} f32 accumulators a thread, completes (wgmma.wait_group 0) and is "
+            f"added into the main set ({n} add.f32 a thread a step), as cuBLAS's default")
 
 
 def _cluster_walk(kernel: Kernel) -> str:
@@ -520,17 +539,25 @@ def _buffers(layout: SharedLayout) -> list[Buffer]:
     return buffers
 
 
-def _registers(plan: TilingPlan, roles: Optional[RolesPlan] = None) -> Registers:
-    """The tiling plan's estimate, split as ProductFamily.registers adds it up."""
+def _partials(kernel: Kernel) -> int:
+    """The registers a thread holds for promoted accumulation's partial sums (0 without)."""
+    fresh = [op for op in kernel.walk() if op.name == "wgmma.mma" and op.attrs.get("fresh")]
+    return fresh[0].result.type.layout.regs_per_thread if fresh else 0
+
+
+def _registers(plan: TilingPlan, roles: Optional[RolesPlan] = None,
+               partials: int = 0) -> Registers:
+    """The tiling plan's estimate, split as ProductFamily.registers adds it up, with the
+    partial sums of promoted accumulation counted among the accumulators."""
     tm, tn = plan.warp_tile
-    accumulators = tm * tn // WARP_SIZE
+    accumulators = tm * tn // WARP_SIZE + partials
     fragments = 2 * family_of(plan).fragment_registers(tm, tn)
     rebalanced = None
     if roles is not None:
         rebalanced = (roles.producer_registers, roles.consumer_registers,
                       registers_at_entry(roles.threads, roles.blocks_per_sm))
-    return Registers(registers_estimate(plan), accumulators, fragments, REGISTER_OVERHEAD,
-                     rebalanced)
+    return Registers(registers_estimate(plan) + partials, accumulators, fragments,
+                     REGISTER_OVERHEAD, rebalanced)
 
 
 # --------------------------------------------------------------------------- schedule
@@ -964,6 +991,8 @@ def render_explanation(e: Explanation) -> str:
         lines.append(f"  batches           {e.batch}")
     if e.tile_loop:
         lines.append(f"  tile loop         {e.tile_loop}")
+    if e.accumulation:
+        lines.append(f"  accumulation      {e.accumulation}")
     if e.declined:
         lines.append(f"  not wgmma         {e.declined}")
     if e.cluster > 1:
