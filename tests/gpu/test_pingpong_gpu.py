@@ -10,10 +10,11 @@ import pytest
 
 from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
-from .test_hopper_gpu import SAMPLE_FUNCTIONS, hopper, run_and_check  # noqa: F401 (fixture)
+from .test_hopper_gpu import SAMPLE_FUNCTIONS, run_and_check
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.usefixtures("hopper"),  # tests/gpu/conftest.py
     pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
 ]
 

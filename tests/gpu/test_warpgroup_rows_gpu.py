@@ -14,11 +14,11 @@ from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
 from .test_batched_gpu import TOLERANCE as BATCHED_TOLERANCE
 from .test_batched_gpu import bmm, check, operands
-from .test_hopper_gpu import (ARCH, SAMPLE_FUNCTIONS, Case, hopper,  # noqa: F401 (fixture)
-                              sample)
+from .test_hopper_gpu import ARCH, SAMPLE_FUNCTIONS, Case, sample
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.usefixtures("hopper"),  # tests/gpu/conftest.py
     pytest.mark.skipif(not has_gpu(), reason=f"no GPU: {gpu_unavailable_reason()}"),
 ]
 
