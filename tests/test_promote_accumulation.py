@@ -99,8 +99,13 @@ def test_the_ptx_starts_each_strip_afresh_and_assembles_clean(tmp_path, tiles, o
     assert_assembles_for_sm_90a(ptx, tmp_path, "promoted")
 
 
-def test_the_promoted_kernel_computes_the_product_in_the_executor() -> None:
-    kernel = lowered(sample(), persistent=True)
+@pytest.mark.parametrize("schedule", [dict(persistent=True),
+                                      dict(persistent=True, stream_k=True),
+                                      dict(persistent=True, cluster=2)],
+                         ids=["persistent", "stream-k", "cluster"])
+def test_the_promoted_kernel_computes_the_product_in_the_executor(schedule) -> None:
+    kernel = lowered(sample(), **schedule)
+    assert any(op.attrs.get("fresh") for op in products(kernel))
     rng = np.random.default_rng(5)
     m, n, k = 150, 140, 300
     a = fp8.encode(rng.standard_normal((m, k)), "f8e4m3")

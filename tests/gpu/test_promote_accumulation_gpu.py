@@ -20,7 +20,9 @@ PROMOTED = [dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
             dict(BM=128, BN=192, BK=128, stages=4, persistent=True),
             dict(BM=128, BN=128, BK=128, stages=4),
             dict(BM=64, BN=128, BK=128, stages=4, persistent=True, consumers="pingpong"),
-            dict(BM=256, BN=64, BK=128, stages=4, warpgroup_rows=128)]
+            dict(BM=256, BN=64, BK=128, stages=4, warpgroup_rows=128),
+            dict(BM=128, BN=128, BK=128, stages=4, persistent=True, stream_k=True),
+            dict(BM=128, BN=128, BK=128, stages=4, persistent=True, cluster=2)]
 
 
 def f32_out(name: str):
