@@ -153,6 +153,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     # A pingpong kernel's warpgroups each stage a tile of their own.
     copies = 2 if kernel.schedule.roles.pingpong else 1
     inner = SLAB_BYTES // elem_bytes
+    if problem is None and bn % inner:
+        # The staging tile is laid out, and stored, a 128-byte box of columns at a time.
+        problem = (f"BN = {bn} is not a whole number of {inner}-column slabs (TMA's 128-byte "
+                   f"swizzle rows of {store.operands[-1].type.dtype})")
     staging = bm * bn * elem_bytes * copies
     buffers = 0  # the whole tile staged at once
     if problem is None:

@@ -137,6 +137,19 @@ def test_an_8_bit_output_is_staged_two_bytes_a_write(tmp_path):
     np.testing.assert_array_equal(c, exact.astype(np.int8))
 
 
+def test_an_8_bit_tile_that_is_not_whole_slabs_keeps_its_direct_stores():
+    """An 8-bit C slab is 128 columns (one 128-byte swizzle row): BN = 192 would stage a
+    slab and a half, its second half past the staging tile (on the GPU: an illegal address
+    in the 128x192 promoted fp8 kernel with an e4m3 C), so it stays direct and says why."""
+    function = load_file(Path("i8_out.py"), text=I8_OUT)["f"]
+    kernel = run_pipeline(function.lower(BN=192), Options(arch="sm_90a", stages=4),
+                          keep_ir=True).kernel
+    plan = kernel.schedule.epilogue
+    assert plan.via == "direct"
+    assert "BN = 192 is not a whole number of 128-column slabs" in plan.reason
+    assert "st.shared.b16" not in function.ptx(arch="sm_90a", stages=4, BN=192)
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_each_slab_is_written_fenced_and_stored_while_the_next_fills_the_other_buffer(
         persistent):
