@@ -80,6 +80,21 @@ TileValue = Union[Whole, CarriedArg, Accumulated]
 
 _GELU = np.frompyfunc(MATH_FUNCTIONS["gelu"][1], 1, 1)  # float64 -> float64, one number
 
+# The smallest normal f32. The GPU's math functions are PTX's .ftz forms (backend/compute.py),
+# which cannot return a smaller magnitude: the reference's float64 values below it are
+# flushed to zero of their sign, as the kernel's are. Otherwise a decision on them, such as
+# gelu(x) < 0 for x << 0 (float64: a tiny negative number; the kernel: -0.0), would take the
+# other branch of a where() from every kernel.
+FLUSH_BELOW = float(np.finfo(np.float32).tiny)
+
+
+def _flushed(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def flushed(*operands: np.ndarray) -> np.ndarray:
+        values = np.asarray(function(*operands), dtype=np.float64)
+        return np.where(np.abs(values) < FLUSH_BELOW, np.copysign(0.0, values), values)
+    return flushed
+
+
 ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "tile.add": np.add, "tile.sub": np.subtract, "tile.mul": np.multiply,
     "tile.div": np.divide, "tile.max": np.maximum, "tile.min": np.minimum,
@@ -96,6 +111,9 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     # gelu as the frontend folds a constant (through erfc: no cancellation where a << 0).
     "tile.gelu": lambda a: np.asarray(_GELU(a), dtype=np.float64),
 }
+ELEMENTWISE.update({name: _flushed(ELEMENTWISE[name]) for name in (
+    "tile.exp", "tile.exp2", "tile.log", "tile.log2", "tile.rsqrt", "tile.tanh",
+    "tile.sigmoid", "tile.silu", "tile.gelu_tanh", "tile.gelu")})
 SCALAR_OPS = frozenset(f"arith.{name}" for name in arith.EXACT)
 
 
