@@ -16,6 +16,7 @@ from tilec.families.tma import is_tma_store, staging_layout
 from tilec.families.wgmma import WgmmaLayout
 from tilec.kernel import load_file
 from tilec.ir.printer import print_kernel
+from tilec.ir.verifier import verify
 from tilec.benchmarking.contenders import sample_kernel
 from tilec.options import Options, Spec, TensorSpec
 from tilec.pipeline import run_pipeline
@@ -148,6 +149,20 @@ def test_an_8_bit_tile_that_is_not_whole_slabs_keeps_its_direct_stores():
     assert plan.via == "direct"
     assert "BN = 192 is not a whole number of 128-column slabs" in plan.reason
     assert "st.shared.b16" not in function.ptx(arch="sm_90a", stages=4, BN=192)
+
+
+def test_the_verifier_refuses_boxes_that_do_not_cover_the_tile():
+    """The staged store's invariant, in the IR's type check: with verify=True a pass that
+    staged part of a tile (the 128x192 e4m3 C of 37b8ad1) is named at the store."""
+    from tilec.families.catalogue import op_definitions
+    from tilec.ir.ops import IRError
+    function = load_file(Path("i8_out.py"), text=I8_OUT)["f"]
+    kernel = run_pipeline(function.lower(), Options(arch="sm_90a", stages=4, verify=True),
+                          keep_ir=True).kernel
+    store_of(kernel).attrs["slabs"] = 1
+    with pytest.raises(IRError, match="staged store's 1 boxes of 128x128 do not cover its "
+                                      "128x256 tile"):
+        verify(kernel, ops=op_definitions())
 
 
 @pytest.mark.parametrize("persistent", [False, True])

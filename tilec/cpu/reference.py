@@ -88,10 +88,15 @@ _GELU = np.frompyfunc(MATH_FUNCTIONS["gelu"][1], 1, 1)  # float64 -> float64, on
 FLUSH_BELOW = float(np.finfo(np.float32).tiny)
 
 
+def flush_to_zero(values: Any) -> np.ndarray:
+    """float64 values with magnitudes below FLUSH_BELOW as zeros of their sign."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.where(np.abs(values) < FLUSH_BELOW, np.copysign(0.0, values), values)
+
+
 def _flushed(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     def flushed(*operands: np.ndarray) -> np.ndarray:
-        values = np.asarray(function(*operands), dtype=np.float64)
-        return np.where(np.abs(values) < FLUSH_BELOW, np.copysign(0.0, values), values)
+        return flush_to_zero(function(*operands))
     return flushed
 
 

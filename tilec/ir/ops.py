@@ -155,6 +155,11 @@ def _store(op: Op) -> None:
     require(value.dtype == tensor.dtype,
              f"storing a {value.dtype} tile into a {tensor.dtype} tensor")
     require(value.rank == tensor.rank, "a store keeps the tensor's rank")
+    if "slabs" in op.attrs:  # staged (passes/tma_store.py): its boxes cover the tile exactly
+        inner, rows = op.attrs["box"]
+        require(inner * op.attrs["slabs"] == value.shape[-1] and rows == value.shape[0],
+                f"a staged store's {op.attrs['slabs']} boxes of {inner}x{rows} do not cover "
+                f"its {value.shape[0]}x{value.shape[-1]} tile")
 
 
 def _transpose_view(op: Op) -> None:

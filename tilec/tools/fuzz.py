@@ -625,6 +625,7 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray], scalars: dict[str,
     product, then the epilogue tree, each node rounded to its dtype. ``inputs`` hold the
     exact values (fp8 and i8 ones as float64); an i32 accumulator is summed exactly in
     int64 and wraps to 32 bits as the integer mma does."""
+    from tilec.cpu.reference import flush_to_zero
     a = np.swapaxes(inputs["A"], -1, -2) if program.layouts["A"] else inputs["A"]
     b = np.swapaxes(inputs["B"], -1, -2) if program.layouts["B"] else inputs["B"]
     if program.dtypes.get("acc") == "i32":
@@ -656,7 +657,8 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray], scalars: dict[str,
         if kind == "math":
             # 16-bit tiles compute in f32 and round back to their dtype.
             inner = _round(np.asarray(value(tree[2]), dtype=np.float64), "f32")
-            return _round(_round(MATH[tree[1]](inner), "f32"), dtype)
+            # The GPU's .ftz math returns no subnormal (tilec.cpu.reference.FLUSH_BELOW).
+            return _round(flush_to_zero(_round(MATH[tree[1]](inner), "f32")), dtype)
         if kind == "where":
             chosen = np.where(condition(tree[1]), *(_operand(t, dtype, value(t))
                                                     for t in (tree[2], tree[3])))
