@@ -97,9 +97,10 @@ WIDEN = {F16: ("cvt.f32.f16 {d}, {a};",), BF16: ("mov.b32 {d}, {{{zero16}, {a}}}
 NARROW = {F16: ("cvt.rn.f16.f32 {d}, {a};",), BF16: ("cvt.rn.bf16.f32 {d}, {a};",),
           **{fp8: (f"cvt.rn.satfinite.{fp8.short[2:]}x2.f32 {{d}}, {{zero32}}, {{a}};",)
              for fp8 in FP8_DTYPES}}
-# The scratch registers WIDEN's and NARROW's sequences may name, by class ({zero16} and
-# {zero32} are shared zeros, made once).
+# The scratch registers WIDEN's and NARROW's sequences may name, by class, and the zeros
+# they may name, by class, each made once per kernel.
 _CONVERT_SCRATCH = {"pair": "b32", "half": "b16", "high": "b16"}
+_CONVERT_ZEROS = {"zero16": "b16", "zero32": "f32"}
 
 
 # Integer tiles (i32 accumulators, i8 data): the register class an element lives in and its
@@ -149,12 +150,11 @@ def _narrow(ctx: Context, reg: str, dtype: DType) -> str:
 
 def _emit_conversion(ctx: Context, lines: tuple[str, ...], d: str, a: str) -> None:
     """One WIDEN or NARROW sequence, its scratch registers allocated where it names them."""
-    named = {name: ctx.w.reg(cls) for name, cls in _CONVERT_SCRATCH.items()
-             if any(f"{{{name}}}" in line for line in lines)}
-    if any("{zero16}" in line for line in lines):
-        named["zero16"] = _zero(ctx, "b16")
-    if any("{zero32}" in line for line in lines):
-        named["zero32"] = _zero(ctx, "f32")
+    def named_in(name: str) -> bool:
+        return any(f"{{{name}}}" in line for line in lines)
+    named = {name: ctx.w.reg(cls) for name, cls in _CONVERT_SCRATCH.items() if named_in(name)}
+    named.update({name: _zero(ctx, cls) for name, cls in _CONVERT_ZEROS.items()
+                  if named_in(name)})
     for line in lines:
         ctx.w.emit(line.format(d=d, a=a, **named))
 
