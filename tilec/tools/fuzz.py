@@ -124,25 +124,30 @@ class Program:
 # or tile with a 16-bit tile gives f32, equal dtypes stay.
 Tree = tuple
 LITERALS = (0.5, 2, 2.0, 1.5, -0.25, 3, 0.125, -1.0, 4.0)
-# The math functions the generator applies, each as float64 numpy (its own, not tilec's).
+# The math functions the generator applies, each as float64 numpy (its own, not tilec's), in
+# forms that do not cancel where x << 0: 1 + erf(x / sqrt 2) and 1 + tanh(x / 2) are 0 in
+# float64 there, where gelu and sigmoid are tiny negative / positive numbers that f32 still
+# holds (gelu(-9.75) = -9e-22), and a where() deciding on their sign would disagree with
+# every kernel (seed 56, program 4210).
 MATH = {
     "exp": np.exp,
     "abs": np.abs,
     "tanh": np.tanh,
-    "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
-    "silu": lambda x: x * 0.5 * (1.0 + np.tanh(0.5 * x)),
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
-    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi)
-                                                    * (x + 0.044715 * x ** 3))),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "gelu": lambda x: 0.5 * x * _erfc(-x / np.sqrt(2.0)),
+    # 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u))
+    "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * np.sqrt(2.0 / np.pi)
+                                             * (x + 0.044715 * x ** 3))),
     "sqrt": lambda x: np.sqrt(x),  # generated only as sqrt(abs(x))
 }
 COMPARISONS = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
                "==": np.equal, "!=": np.not_equal}
-_erf_scalar = np.frompyfunc(__import__("math").erf, 1, 1)
+_erfc_scalar = np.frompyfunc(__import__("math").erfc, 1, 1)
 
 
-def _erf(x: Any) -> np.ndarray:
-    return np.asarray(_erf_scalar(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+def _erfc(x: Any) -> np.ndarray:
+    return np.asarray(_erfc_scalar(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
 def _promote(dtypes_: list[Optional[str]]) -> Optional[str]:
