@@ -42,11 +42,14 @@ if TYPE_CHECKING:
 DEFAULT_SHAPE = {"M": 200, "N": 136, "K": 72}
 DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
+# The sm_90a schedule's flags (the warp-specialized wgmma kernels'), which every verb that
+# compiles takes together.
+HOPPER_FLAGS = ("blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
+                "stream_k", "fp8_accumulation")
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "misaligned_copy", "misaligned_store", "split_k", "blocks_per_sm", "persistent",
-                "cluster", "consumers", "warpgroup_rows", "stream_k", "fp8_accumulation",
-                "backend", "llvm_opt")
+                "misaligned_copy", "misaligned_store", "split_k", *HOPPER_FLAGS, "backend",
+                "llvm_opt")
 
 
 class CommandError(Exception):
@@ -227,9 +230,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The compile options every verb that compiles a named program takes.
 COMPILE_FLAGS = ("arch", "stages", "warps", "swizzle", "f32_math", "raster_group", "split_k",
-                 "blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
-                 "stream_k", "fp8_accumulation", "backend",
-                 "llvm_opt", "disable", "verify")
+                 *HOPPER_FLAGS, "backend", "llvm_opt", "disable", "verify")
 # The --shape help of the verbs that run the program on sizes of their own choosing.
 PROBLEM_SHAPE = dict(metavar="M=..,N=..,K=..",
                      help=f"problem size (default: {_default_shape_text()})")

@@ -209,9 +209,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
         parser, "const", "arch", "stages", "warps", "swizzle", "raster_group", "split_k",
-        "f32_math", "pack", "misaligned_copy", "misaligned_store", "blocks_per_sm",
-        "persistent", "cluster", "consumers", "warpgroup_rows", "stream_k",
-        "fp8_accumulation", "backend", "llvm_opt",
+        "f32_math", "pack", "misaligned_copy", "misaligned_store", *arguments.HOPPER_FLAGS,
+        "backend", "llvm_opt",
         backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
                  "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},

@@ -257,9 +257,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     shape = {**PROBLEM_SHAPE, "help": PROBLEM_SHAPE["help"] + "; the executor is slow: small "
              "shapes and tiles bisect fastest"}
     arguments.add_flags(parser, "arch", "stages", "warps", "swizzle", "f32_math", "split_k",
-                        "blocks_per_sm", "persistent", "cluster", "consumers",
-                        "warpgroup_rows", "stream_k", "fp8_accumulation", "shape",
-                        "seed",
+                        *arguments.HOPPER_FLAGS, "shape", "seed",
                         shape=shape,
                         arch={"help": "target whose numerics the stages follow (default: "
                               "sm_80)"})
