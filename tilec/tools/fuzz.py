@@ -810,7 +810,8 @@ def run_program(program: Program) -> Result:
         for arch in archs:
             for name, function in functions.items():
                 extra = program.hopper_options if arch == "sm_90a" else {}
-                ptx[(arch, name)] = function.compile(arch=arch, **program.options,
+                # verify: the IR checks after every pass, which name a pass that broke the IR.
+                ptx[(arch, name)] = function.compile(arch=arch, verify=True, **program.options,
                                                      **extra).ptx
     except TileError as err:
         if getattr(err, "kind", "") == "schedule error":
