@@ -57,6 +57,13 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     return kernel
 
 
+def partial_registers(kernel: Kernel) -> int:
+    """The f32 registers a consumer thread holds for the partial sums (0: not promoted)."""
+    fresh = next((op for op in kernel.walk() if op.name == PRODUCT and op.attrs.get("fresh")),
+                 None)
+    return 0 if fresh is None else fresh.result.type.layout.regs_per_thread
+
+
 def _check_registers(kernel: Kernel, product: Op, options: Options) -> None:
     accumulators = product.result.type.layout.regs_per_thread
     roles = kernel.schedule.roles

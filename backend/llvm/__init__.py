@@ -133,32 +133,31 @@ def check_supported(kernel: Kernel, options: Options) -> None:
         target.selection(options.arch, ptx=_ptx_version(kernel))
     except ValueError as err:
         raise TileConfigError(str(err)) from None
-    hint = HINT
     check_options(options)
     if any(op.attrs.get("misaligned") == "words" for op in kernel.walk()
            if op.name == "copy.global_to_shared"):
         raise TileConfigError("misaligned_copy='words' (aligned 4-byte loads shifted into "
                               "place with prmt) is not emitted by the llvm backend; "
-                              "misaligned_copy='vectors' is, or " + hint)
+                              "misaligned_copy='vectors' is, or " + HINT)
     # The wgmma families decline every block under this backend, so no kernel reaches here
     # warp-specialized; should one, it is refused by name rather than emitted in part.
     roles = kernel.schedule.roles
     if roles is not None:
         raise TileConfigError("warp specialization (the tma and wgmma families) is not "
-                              "supported by the llvm backend; " + hint)
+                              "supported by the llvm backend; " + HINT)
     table = _op_table(kernel)
     for op in kernel.walk():
         if op.name not in table and op.name != "scf.yield":
             what = _refusal(kernel, op)
-            raise TileConfigError(f"{what} is not supported by the llvm backend; {hint}")
+            raise TileConfigError(f"{what} is not supported by the llvm backend; {HINT}")
         if op.name == "frag.cvt" and not convertible(op.operands[0].type.dtype,
                                                      op.result.type.dtype):
             raise TileConfigError(f"frag.cvt from {op.operands[0].type.dtype} to "
                                   f"{op.result.type.dtype} is not supported by the llvm "
-                                  f"backend; {hint}")
+                                  f"backend; {HINT}")
         if op.name == "tile.store" and "via" in op.attrs:
             raise TileConfigError(f"stores through '{op.attrs['via']}' are not supported by "
-                                  f"the llvm backend; {hint}")
+                                  f"the llvm backend; {HINT}")
 
 
 def emit_block(ctx: LlvmContext, ops: list[Op]) -> None:

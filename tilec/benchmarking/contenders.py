@@ -63,11 +63,8 @@ def on_wgmma(arch: Optional[str], backend: str = "ptx") -> bool:
     """Whether rows compiled for ``arch`` by ``backend`` may run on sm_90a's wgmma families:
     the target, and a backend that emits them (the llvm backend does not: there the
     families decline every block, and its sm_90a rows run mma.sync, tuned as on sm_90)."""
-    if arch is None:
-        return False
     from tilec.families.wgmma import FAMILY as WGMMA
-    from tilec.options import Options
-    return WGMMA.target_problem(Options(arch=arch, backend=backend)) is None
+    return WGMMA.target_problem(arch, backend) is None
 
 
 def autotune_space(case: Case, fixed: dict[str, Any],

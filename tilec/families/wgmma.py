@@ -396,7 +396,7 @@ class Wgmma(ProductFamily):
                  operands: Sequence[OperandPlan] = ()) -> Optional[str]:
         """Why the family does not take the block (None when it does): what explain says
         when an sm_90a kernel multiplies with mma.sync."""
-        problem = self.target_problem(options)
+        problem = self.target_problem(options.arch, options.backend)
         if problem is not None:
             return problem
         problem = self.block_problem(block, options)
@@ -419,13 +419,13 @@ class Wgmma(ProductFamily):
                     "without 16-byte aligned rows (TMA cannot address them)")
         return None
 
-    def target_problem(self, options: Options) -> Optional[str]:
-        """Why no block of any shape is taken under these options: the arch, or a backend
-        that emits no wgmma."""
-        if options.arch not in self.archs:
-            return f"wgmma needs arch {' or '.join(self.archs)}, not {options.arch}"
-        if options.backend not in self.backends:
-            return (f"the {options.backend} backend emits no wgmma (it has no warp-specialized "
+    def target_problem(self, arch: Optional[str], backend: str) -> Optional[str]:
+        """Why no block of any shape is taken for this target (Options.arch) and backend
+        (Options.backend): the arch, or a backend that emits no wgmma."""
+        if arch not in self.archs:
+            return f"wgmma needs arch {' or '.join(self.archs)}, not {arch}"
+        if backend not in self.backends:
+            return (f"the {backend} backend emits no wgmma (it has no warp-specialized "
                     f"TMA schedule); backend={self.backends[0]!r} does")
         return None
 

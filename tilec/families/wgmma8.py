@@ -128,7 +128,7 @@ class Wgmma8(Wgmma):
                  operands: Sequence[OperandPlan] = ()) -> Optional[str]:
         mn_major = [op.role for op in operands if not op.k_major]
         # The target first: off sm_90a or under a backend without wgmma, the layout is moot.
-        if mn_major and self.target_problem(options) is None:
+        if mn_major and self.target_problem(options.arch, options.backend) is None:
             return (f"operand{'s' if len(mn_major) > 1 else ''} {', '.join(mn_major)} stored "
                     "MN-major (8-bit wgmma has no transpose: both operands K-major)")
         return super().declined(block, options, operands)

@@ -316,8 +316,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
         return dtype.short, f"{arch} converts no fp8 in registers"
     if policy == "always":
         return dtype.short, "pack always"
-    if arch in WGMMA.archs and backend in WGMMA.backends \
-            and partner_rows >= DEQUANTIZE_MIN_ROWS:
+    if WGMMA.target_problem(arch, backend) is None and partner_rows >= DEQUANTIZE_MIN_ROWS:
         return dtype.short, f"{partner_rows} rows re-read it: the {dtype} product on wgmma"
     return None
 

@@ -49,11 +49,14 @@ Scalars = dict[str, Union[int, float]]
 def tolerance_for(kernel: Kernel) -> float:
     """The relative Frobenius error the outputs of ``kernel`` may have (:data:`TOLERANCE`)."""
     written = set(written_params(kernel))
-    tolerances = [OUTPUT_TOLERANCE[p.type.dtype] if p.name in written
-                  and p.type.dtype in OUTPUT_TOLERANCE else TOLERANCE.get(p.type.dtype,
-                                                                          TOLERANCE[F16])
-                  for p in kernel.params if isinstance(p.type, TensorType)]
-    return max(tolerances, default=TOLERANCE[F16])
+
+    def allowed(param) -> float:
+        dtype = param.type.dtype
+        if param.name in written and dtype in OUTPUT_TOLERANCE:
+            return OUTPUT_TOLERANCE[dtype]
+        return TOLERANCE.get(dtype, TOLERANCE[F16])
+    return max((allowed(p) for p in kernel.params if isinstance(p.type, TensorType)),
+               default=TOLERANCE[F16])
 
 
 def errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:

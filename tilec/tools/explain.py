@@ -51,6 +51,7 @@ from tilec.target.smem import SharedLayout, place
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, DType
 from tilec.ir.views import view_source
+from tilec.passes.promote_accumulation import partial_registers
 from tilec.passes.row_store import REASON_PREFIX as ROW_STORE_PREFIX
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
@@ -266,7 +267,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         shared=SharedMemory(tuple(buffers), layout.total, compiled.rendered.smem_bytes,
                             options.smem_limit, options.arch),
         conflicts=tuple(_conflicts(kernel, plan, buffers)),
-        registers=_registers(plan, kernel.schedule.roles, _partials(kernel)),
+        registers=_registers(plan, kernel.schedule.roles, partial_registers(kernel)),
         ptxas=report,
         ptxas_note=note,
         hazard=hazard,
@@ -287,15 +288,13 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
 def _accumulation_text(kernel: Kernel) -> str:
     """How a wgmma8 kernel sums its fp8 products (passes/promote_accumulation.py), in words;
     "" for other kernels."""
-    products = [op for op in kernel.walk() if op.name == "wgmma.mma"
-                and op.operands[0].type.dtype in FP8_DTYPES]
-    if not products:
-        return ""
-    if not any(op.attrs.get("fresh") for op in products):
+    n = partial_registers(kernel)
+    if n == 0:
+        fp8 = any(op.name == "wgmma.mma" and op.operands[0].type.dtype in FP8_DTYPES
+                  for op in kernel.walk())
         return ("fast: the fp8 products sum in the tensor cores' own accumulator for the whole "
                 "K loop (as cuBLAS's use_fast_accum=True; --fp8-accumulation promoted adds "
-                "each K step's sums into f32 instead)")
-    n = products[0].result.type.layout.regs_per_thread
+                "each K step's sums into f32 instead)") if fp8 else ""
     return (f"promoted: each K step's wgmma group starts afresh (scale-d false) in a second "
             f"set of {n} f32 accumulators a thread, completes (wgmma.wait_group 0) and is "
             f"added into the main set ({n} add.f32 a thread a step), as cuBLAS's default")
@@ -537,12 +536,6 @@ def _buffers(layout: SharedLayout) -> list[Buffer]:
                                   rtype.dtype.bytes, placed.stage_bytes, placed.offset,
                                   placed.align, str(rtype.layout)))
     return buffers
-
-
-def _partials(kernel: Kernel) -> int:
-    """The registers a thread holds for promoted accumulation's partial sums (0 without)."""
-    fresh = [op for op in kernel.walk() if op.name == "wgmma.mma" and op.attrs.get("fresh")]
-    return fresh[0].result.type.layout.regs_per_thread if fresh else 0
 
 
 def _registers(plan: TilingPlan, roles: Optional[RolesPlan] = None,
