@@ -197,16 +197,22 @@ def test_explain_describes_it():
 
 
 def test_the_workspace_is_a_slot_and_a_flag_a_block():
+    from tilec.launch.binding import launch_grid
     from tilec.launch.split_workspace import workspace_size
     compiled = load_sample("matmul", "f16").compile(BM=128, BN=256, BK=64, stages=3,
                                                     **STREAM_K)
     size = workspace_size(compiled.kernel, [32, 16], multiprocessors=132)
     assert size.partial_bytes == 132 * 128 * 256 * 4 and size.counter_bytes == 132 * 4
+    # Fewer tiles than SMs (a deep K over a few tiles): every SM still takes a share of the
+    # K steps, so the grid and the slots are all of them, where a plain persistent kernel
+    # launches one block a tile.
     small = workspace_size(compiled.kernel, [2, 3], multiprocessors=132)
-    assert small.counter_bytes == 6 * 4  # one block a tile at most
+    assert small.counter_bytes == 132 * 4
+    assert launch_grid([2, 3], compiled.kernel, 132) == (132, 1, 1)
     plain = load_sample("matmul", "f16").compile(BM=128, BN=256, BK=64, stages=3,
                                                  arch="sm_90a", persistent=True)
     assert workspace_size(plain.kernel, [32, 16], multiprocessors=132) is None
+    assert launch_grid([2, 3], plain.kernel, 132) == (6, 1, 1)
 
 
 def test_the_shared_waves_are_the_partial_one():

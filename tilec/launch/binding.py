@@ -220,7 +220,8 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     into one (grouped rasterization) and whether split-K added a slice axis after them. A
     persistent kernel gets one block per SM (``multiprocessors``: the device's), times its
     blocks per SM, at most one a tile (a cluster's: whole clusters, at most one a pair of
-    M tiles, pairs of a batched grid's M tiles within each batch)."""
+    M tiles, pairs of a batched grid's M tiles within each batch; a stream-K kernel's: all
+    of them, whatever the tiles)."""
     roles = compiled_kernel.schedule.roles
     if roles is not None and roles.persistent:
         if multiprocessors is None:
@@ -228,6 +229,10 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
                              "count")
         # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop), a
         # batched grid's within each batch: whole clusters, at most one a pair of tiles.
+        if roles.stream_k:
+            # Stream-K shares K steps, not tiles, so every SM gets a share even where the
+            # tiles are fewer than the SMs (a deep K over a few tiles: split-K's case).
+            return (multiprocessors * roles.blocks_per_sm, 1, 1)
         cluster = roles.cluster
         grid_op = require_grid(compiled_kernel)
         m_axis = folded_axes(grid_op)[0]

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 from tilec.backend.abi import WORKSPACE_SOURCES
 from tilec.backend.split import PARTIAL_BYTES
 from tilec.ir.core import Kernel
+from tilec.launch.binding import launch_grid
 
 COUNTER_BYTES = 4
 SHARED_LIMIT = 4  # workspaces kept for plain calls (the most recently used)
@@ -41,13 +42,12 @@ def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int],
     block_elements = plan.block[0] * plan.block[1]
     roles = compiled_kernel.schedule.roles
     if roles is not None and roles.stream_k:
-        # One part slot and one flag per block of the persistent grid (launch_grid's
-        # count: one a tile at most): a block stores at most one part
-        # (tilec/families/stream_k.py).
+        # One part slot and one flag per block of the persistent grid: a block stores at
+        # most one part (tilec/families/stream_k.py).
         if multiprocessors is None:
             from tilec.runtime import current_device
             multiprocessors = current_device().multiprocessor_count
-        blocks = min(tiles, multiprocessors * roles.blocks_per_sm)
+        blocks = launch_grid(list(sizes), compiled_kernel, multiprocessors)[0]
         return WorkspaceSize(blocks * block_elements * PARTIAL_BYTES, blocks * COUNTER_BYTES)
     if splits == 1:
         return None

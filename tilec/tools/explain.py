@@ -332,7 +332,9 @@ def _tile_loop_text(kernel: Kernel) -> str:
     divisors = ", ".join(tile_order.param_name(divisor, "*") for divisor in used)
     roles = kernel.schedule.roles
     turns = "; pingpong: each warpgroup takes every other one" if roles.pingpong else ""
-    return (f"the blocks ({roles.blocks_per_sm} per SM, at most one a tile) walk the tiles "
+    # Stream-K's blocks share K steps, so its grid is every SM's even with fewer tiles.
+    cap = "every SM's" if roles.stream_k else "at most one a tile"
+    return (f"the blocks ({roles.blocks_per_sm} per SM, {cap}) walk the tiles "
             "%ctaid.x, + %nctaid.x, "
             f"... in grouped order{turns}; a tile's ids come from multiply-highs by magic "
             f"numbers the launch computes ({divisors}), not from runtime divisions")
