@@ -100,6 +100,11 @@ class ValueTable:
         return self.constants.get(value)
 
 
+# The named barrier a warp-specialized kernel's consumer warpgroups meet on: barrier 0 is the
+# whole block's, and the producer warpgroup has left.
+CONSUMER_BARRIER = 1
+
+
 class Context(ValueTable):
     def __init__(self, kernel: Kernel, options: Options):
         self.kernel = kernel
@@ -145,6 +150,12 @@ class Context(ValueTable):
         if value in self.constants:
             return str(self.constants[value])
         return self.get(value)
+
+    def accumulators_barrier(self) -> str:
+        """The barrier operands (``bar.sync`` / ``bar.red``) of all the threads holding a
+        tile's accumulators: the block's, or a warp-specialized kernel's consumers'."""
+        roles = self.kernel.schedule.roles
+        return "0" if roles is None else f"{CONSUMER_BARRIER}, {roles.consumer_threads}"
 
     # -- per-thread indices, computed once at entry -------------------------------------
     def tid(self) -> str:

@@ -109,7 +109,8 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
     while [ $# -gt 0 ]; do
         case $1 in
             --stages) options+=("$1" "$2"); shift 2 ;;
-            --persistent) options+=("$1"); shift ;;
+            --persistent|--stream-k) options+=("$1"); shift ;;
+            --split-k) options+=("$1" "$2"); shift 2 ;;
             --cluster) options+=("$1" "$2"); shift 2 ;;
             --consumers) options+=("$1" "$2"); shift 2 ;;
             --warpgroup-rows) options+=("$1" "$2"); shift 2 ;;
@@ -190,6 +191,14 @@ if [ "$cc" = 9.0 ]; then
     for tool in memcheck racecheck synccheck; do
         hopper "$tool" gemm_epilogue f16 "$RAGGED_TURNS" $HOPPER_BIG --persistent
         hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG
+    done
+    # Split-K's slices (K = 200: 4 steps, 3 slices) meeting on the consumers' barrier after
+    # the producer has left, a fused epilogue after the meeting; and stream-K's persistent
+    # grid of every SM's block over fewer tiles (12 of 128x256), the tiles split in parts.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" $HOPPER_MID --split-k 3
+        hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
+            --persistent --stream-k
     done
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.

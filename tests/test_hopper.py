@@ -341,7 +341,7 @@ def test_setmaxnreg_asks_only_for_registers_the_block_holds(consumer_warpgroups,
 
 
 @pytest.mark.parametrize("options, reason", [
-    (dict(split_k=2, BM=128, BN=256, BK=64), "split-K"),
+    (dict(swizzle="off", BM=128, BN=256, BK=64), "swizzle is fixed"),
     (dict(BM=128, BN=128, BK=32), "BK=32 is not a multiple of 64"),
     (dict(BM=16, BN=64, BK=128, warps=(1, 4)), "BM=16 is not 64 to 256"),
 ])

@@ -348,7 +348,15 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("gemm_epilogue", "bf16", RAGGED),
                                   ("matmul_bt", "bf16", RAGGED), ("bmm", "f16", DIVISIBLE))] + [
     case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=256, BK=128, stages=3,
-         persistent=True, stream_k=True)]
+         persistent=True, stream_k=True)] + [
+    # Split-K: each slice a block, the slices meeting on the consumers' barrier after the
+    # products' final wait; the bench's deep-K tiles (contenders._sliced), a fused epilogue
+    # after the meeting, and i32 slices.
+    case("matmul", "f16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=4, split_k=8),
+    case("matmul", "bf16", "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3, split_k=2),
+    case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=128, BN=128, BK=64, stages=4,
+         split_k=3),
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=7)]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers
@@ -530,8 +538,8 @@ def test_one_stage_hopper_kernels_assemble_without_serialization(assembler: Asse
 
 
 def test_sm_90a_falls_back_to_mma_sync_where_wgmma_does_not_apply() -> None:
-    """BK=32 (not a 128-byte swizzle row), split-K, an explicit warp grid and f32 compile
-    for sm_90a through the sm_80 instruction families, which sm_90a runs too."""
+    """BK=32 (not a 128-byte swizzle row), with split-K too, an explicit warp grid and f32
+    compile for sm_90a through the sm_80 instruction families, which sm_90a runs too."""
     for sample, dtype, options in (("matmul", "f16", {}), ("matmul", "f16", {"split_k": 2}),
                                    ("matmul", "bf16", {"BK": 64, "warps": (2, 2)}),
                                    ("sgemm", "f32", {})):

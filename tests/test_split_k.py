@@ -4,6 +4,7 @@ meeting's semantics, the launch grid and workspace sizes, the hidden parameters,
 errors for what cannot be split."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from tilec.backend.signature import kernel_abi
+from tilec.backend.split import SUM_CHUNK
 from tilec.tools.bisect import bisect, launch_options
 from tilec.errors import TileConfigError
 from tilec.frontend import lower, parse_function
@@ -148,6 +150,41 @@ def test_the_meeting_sums_in_slice_order_and_ends_the_other_programs() -> None:
                                atol=1e-5)
 
 
+# -- sm_90a: the warp-specialized wgmma kernels ----------------------------------------------
+
+@pytest.mark.parametrize("splits", [2, 3, 7])  # 7: K = 200 is 4 steps, so 3 slices are empty
+@pytest.mark.parametrize("sample", ["matmul", "gemm_epilogue"])
+def test_wgmma_slices_agree_with_the_reference_at_every_stage(sample, splits) -> None:
+    """The slice bounds the producer's TMA loads and the consumers' ring alike: the
+    executor (producer coroutine, mbarrier phases) matches float64 after every pass."""
+    (function,) = load_file(SAMPLES / f"{sample}.py").values()
+    shapes = dict(M=150, N=130, K=200)
+    options = launch_options(shapes, arch="sm_90a", stages=3, split_k=splits)
+    report = bisect(function, dict(BM=128, BN=128, BK=64), options, shapes)
+    assert report.first_bad is None, report.table()
+    last = report.stages[-1].ir
+    assert "ws.producer" in last and "wgmma.mma" in last and "split.reduce" in last
+
+
+def test_wgmma_slices_meet_on_the_consumers_barrier() -> None:
+    compiled = load_file(SAMPLES / "matmul.py")["matmul"].compile(
+        arch="sm_90a", BM=128, BN=128, BK=64, stages=4, split_k=4)
+    ptx = compiled.ptx
+    assert "wgmma.mma_async" in ptx and compiled.kernel.schedule.roles is not None
+    meeting = ptx[ptx.index("atom.acq_rel.gpu.global.add.u32") - 400:]
+    # The producer warpgroup has left: the 256 consumer threads meet on barrier 1, never 0.
+    assert "bar.sync 1, 256;" in meeting and "bar.red.or.pred %p" in meeting
+    assert re.search(r"bar\.red\.or\.pred %p\d+, 1, 256, %p\d+;", ptx)
+    assert "bar.sync 0;" not in meeting
+    assert launch_grid([3, 5], compiled.kernel) == (15, 4, 1)
+
+
+def test_split_k_is_refused_beside_persistent_blocks_and_clusters() -> None:
+    for extra in (dict(persistent=True), dict(cluster=2)):
+        with pytest.raises(ValueError, match="split_k gives each K slice a block of its own"):
+            Options(arch="sm_90a", split_k=2, **extra)
+
+
 # -- launch ------------------------------------------------------------------------------
 
 def compiled_kernel(**option_args):
@@ -180,8 +217,15 @@ def test_the_ptx_stores_and_sums_every_accumulator_register() -> None:
     compiled = load_file(SAMPLES / "matmul.py")["matmul"].compile(split_k=3, warps=(2, 2))
     ptx = compiled.ptx
     registers = 128 * 128 // compiled.rendered.threads
-    assert ptx.count("st.global.f32") >= registers  # the partial (the epilogue stores more)
-    assert ptx.count("ld.relaxed.gpu.global.f32") == 3 * registers
+    # The partial in 16-byte groups of four registers, each group of all threads contiguous.
+    assert ptx.count("st.global.v4.f32") == registers // 4
+    # Slice 0 loaded into the sum; then each chunk of SUM_CHUNK registers adds the later
+    # slices in a loop (one chunk's loads in flight), counting splits - 1 down.
+    chunks = registers // SUM_CHUNK
+    assert ptx.count("ld.relaxed.gpu.global.v4.f32") == 2 * registers // 4
+    assert ptx.count("add.f32") >= registers
+    assert len(re.findall(r"^\$L_split_slice_\d+:", ptx, re.M)) == chunks
+    assert len(re.findall(r"mov\.u32 %r\d+, 2;", ptx)) >= chunks  # splits - 1 to go
     assert ptx.count("atom.acq_rel.gpu.global.add.u32") == 1
     assert ptx.count("exit;") == 1
     # The meeting comes before the epilogue's chunks: one barrier reduction in all.

@@ -146,7 +146,8 @@ class Options:
     misaligned_store: str = "elements"
     # Blocks per output tile along K (passes/split_k.py): each sums a slice of the K loop and
     # the last to finish adds the slices up before the epilogue. For shapes with too few
-    # output tiles to fill the GPU (skinny M, small M x N with long K).
+    # output tiles to fill the GPU (skinny M, small M x N with long K). On sm_90a the
+    # warp-specialized wgmma kernels take it as the mma.sync ones do.
     split_k: int = 1
     # Products of f32 operand tiles: "ffma" (exact f32) or "tf32" (tensor cores, each input
     # rounded to tf32 with cvt.rna first, f32 accumulation). f16/bf16 tiles ignore it.
@@ -231,6 +232,12 @@ class Options:
             # a cluster pair and pingpong's alternating warpgroups walk tiles of their own.
             raise ValueError("stream_k divides a persistent block's work in K steps: it needs "
                              "persistent=True, consumers='cooperative' and cluster=1")
+        if self.split_k > 1 and (self.persistent or self.cluster > 1):
+            # Split-K's slices are blocks of their own, the last of a tile running its
+            # epilogue while the others have left: a persistent block walks tiles instead
+            # (stream_k divides its K steps), and a cluster's pair must end together.
+            raise ValueError("split_k gives each K slice a block of its own: it cannot be "
+                             "combined with persistent=True (use stream_k=True) or cluster=2")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):

@@ -469,3 +469,26 @@ def test_fp8_on_wgmma(shape, name, config):
     error = fp8_rel_error(c, fp8_reference(a, b))
     print(f"wgmma fp8 {name} {shape} {config}: rel Frobenius error {error:.3g}")
     assert error < FP8_TOLERANCE["f32"]
+
+
+@pytest.mark.parametrize("splits", [3, 7])
+@pytest.mark.parametrize("shape", [(1000, 1003, 4112), (256, 256, 16384)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_int8_split_k_on_wgmma_is_exact_and_bitwise_the_one_slice_result(shape, splits):
+    """wgmma8's i32 slices meet on the consumers' barrier: exact, and the same bits as one
+    slice (integer sums in any order)."""
+    needs_hopper()
+    kernel = int8_gemm()
+    config = dict(arch="sm_90a", BM=128, BN=128, BK=128, stages=4)
+    assert "wgmma.mma_async.sync.aligned.m64n" in kernel.ptx(split_k=splits, **config)
+    m, n, k = shape
+    a, b = operands(m, n, k, seed=splits)
+    results = []
+    for split_k in (splits, 1):
+        cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
+        c = torch.full((m, n), float("nan"), device="cuda")
+        kernel(a, b, cq, c, 0.5, split_k=split_k, **config)
+        torch.cuda.synchronize()
+        results.append((cq.cpu().numpy(), c.cpu().numpy()))
+    assert np.array_equal(results[0][0].astype(np.int64), exact(a, b))
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(*results))

@@ -96,3 +96,47 @@ def test_plain_calls_share_a_workspace_and_agree_bit_for_bit():
     torch.cuda.synchronize()
     assert rel_error(outputs[0], a.double() @ b.double()) < TOLERANCE["f16"]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+
+
+# -- sm_90a: the warp-specialized wgmma kernels' split-K -----------------------------------
+# Its slices meet on the consumers' barrier (the producer warpgroup has left); the slice's K
+# range bounds the producer's TMA loads and the consumers' ring alike.
+# (shape, tile, splits): a long K over few tiles (what split-K is for), 4 slices of 128
+# steps at 128x256; ragged everywhere, 3 slices that do not divide the 47 steps; K = 200 in
+# 4 steps over 7 slices, 3 of them empty; 8 slices of a 512^2 output.
+HOPPER_SPLITS = [((1024, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3), 4),
+                 ((1000, 1003, 3000), dict(BM=128, BN=128, BK=64, stages=4), 3),
+                 ((200, 300, 200), dict(BM=128, BN=128, BK=64, stages=4), 7),
+                 ((512, 512, 16384), dict(BM=128, BN=128, BK=64, stages=4), 8)]
+
+
+@pytest.mark.usefixtures("hopper")  # tests/gpu/conftest.py
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", ["matmul", "matmul_bt", "gemm_epilogue"])
+@pytest.mark.parametrize("shape, tile, splits", HOPPER_SPLITS,
+                         ids=lambda value: "x".join(map(str, value))
+                         if isinstance(value, tuple) else None)
+def test_wgmma_split_k(shape, tile, splits, name, dtype):
+    from .test_hopper_gpu import run_and_check
+    run_and_check(name, dtype, shape, split_k=splits, **tile)
+
+
+@pytest.mark.usefixtures("hopper")
+def test_a_prepared_wgmma_split_k_launch_runs_again_with_the_same_bits():
+    from .test_hopper_gpu import ARCH, Case, randn, sample as hopper_sample
+    case = Case("gemm_epilogue", "bf16", 1000, 1003, 3000)
+    options = dict(arch=ARCH, BM=128, BN=128, BK=64, stages=4, split_k=3)
+    launch = hopper_sample("gemm_epilogue", "bf16").prepare(*case.args(), **options)
+    # The slice is the grid's axis after the tiles, folded onto x in grouped order.
+    assert launch.grid[1:] == (3, 1) and "wgmma.mma_async" in launch.compiled.ptx
+    c0 = case.c.clone()
+    results = []
+    for round_ in range(4):
+        if round_ == 2:  # fresh inputs: the partials must be this launch's
+            case.a.copy_(randn(case.a.shape, "bf16"))
+        case.c.copy_(c0)
+        ref = case.reference()
+        launch()
+        case.check(ref)
+        results.append(case.c.clone())
+    assert torch.equal(results[0], results[1]) and torch.equal(results[2], results[3])

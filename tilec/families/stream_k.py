@@ -46,26 +46,21 @@ from __future__ import annotations
 from typing import Any
 
 from tilec.backend.abi import WORKSPACE_SOURCES
+from tilec.backend.split import PARTIAL_BYTES, braced, vector_width
 from tilec.backend.context import Context
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import F32, I32, TileType
 
 K_BEGIN, K_END, FIXUP = "ws.k_begin", "ws.k_end", "ws.sk_fixup"
-PARTIAL_BYTES = 4  # f32 or i32 accumulators
 # The waves whose K steps the blocks share: the partial last wave and SHARED_WAVES - 1 whole
 # ones before it. H100, 128x256x64 st3, one call against the same kernel without stream-K:
 # 2 (CUTLASS's DP + SK default) ran 4096^3 at 0.68 of it, 8192^3 0.94-0.98 and
 # 32x1024^3 0.89; 1 (now) 0.93, 0.99-1.00 and 0.93 (benchmarks/NOTES.md): stream-K is not
 # chosen by tuned_config.
 SHARED_WAVES = 1
-# Each thread's registers in groups of VECTOR, group g of all threads contiguous: one
-# st.global.v4 of a warp writes 512 contiguous bytes.
-VECTOR = 4
 # The workspace: split-K's two hidden parameters (backend/abi.py), here one part slot and one
 # flag per block (tilec/launch/split_workspace.py).
-# The consumers' own barrier (families/tma.py's CONSUMER_BARRIER).
-CONSUMER_BARRIER = 1
 SUMS = {F32: ("f32", "add.f32"), I32: ("s32", "add.s32")}
 
 
@@ -134,17 +129,13 @@ def _k_end(ctx: Context, op: Op) -> None:
     ctx.bind(op.result, ctx.int_op("min.s32", end, ctx.operand(ub)))
 
 
-def _vector(regs: list[str]) -> str:
-    return "{" + ", ".join(regs) + "}"
-
-
 def _fixup(ctx: Context, op: Op) -> None:
     w = ctx.w
     unit = _unit(ctx, op)
     acc = ctx.get(op.operands[0])
     ptx_type, add = SUMS[op.operands[0].type.dtype]
     threads = ctx.kernel.schedule.roles.consumer_threads
-    width = VECTOR if len(acc) % VECTOR == 0 else 1
+    width = vector_width(len(acc))
     group_stride = threads * width * PARTIAL_BYTES
     slot_bytes = len(acc) * threads * PARTIAL_BYTES
     partials, flags = (ctx.workspace[source] for source in WORKSPACE_SOURCES)
@@ -173,9 +164,9 @@ def _fixup(ctx: Context, op: Op) -> None:
     own = slot(unit["block"])
     for g in range(0, len(acc), width):
         w.emit(f"st.global{vec}.{ptx_type} [{own}+{g // width * group_stride}], "
-               f"{_vector(acc[g:g + width]) if width > 1 else acc[g]};")
+               f"{braced(acc[g:g + width])};")
     w.emit("fence.acq_rel.gpu;")
-    w.emit(f"bar.sync {CONSUMER_BARRIER}, {threads};")
+    w.emit(f"bar.sync {ctx.accumulators_barrier()};")
     w.emit(f"@{leader} red.release.gpu.global.add.u32 [{flag(unit['block'])}], 1;")
     w.emit(f"bra.uni {unit['next']};")
     w.raw(f"{not_later}:")
@@ -202,12 +193,12 @@ def _fixup(ctx: Context, op: Op) -> None:
     w.emit(f"@{waiting} bra {spin};")
     w.emit(f"st.relaxed.gpu.global.u32 [{address}], 0;")
     w.raw(f"{spin}_done:")
-    w.emit(f"bar.sync {CONSUMER_BARRIER}, {threads};")
+    w.emit(f"bar.sync {ctx.accumulators_barrier()};")
     w.emit("fence.acq_rel.gpu;")
     source = slot(j)
     loaded = w.regs("f32" if ptx_type == "f32" else "b32", width)
     for g in range(0, len(acc), width):
-        target = _vector(loaded) if width > 1 else loaded[0]
+        target = braced(loaded)
         w.emit(f"ld.relaxed.gpu.global{vec}.{ptx_type} {target}, "
                f"[{source}+{g // width * group_stride}];")
         for reg, part in zip(acc[g:g + width], loaded):

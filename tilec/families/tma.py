@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from tilec.backend.abi import TENSOR_MAP, AbiParam
-from tilec.backend.context import Context, SmemView, c_thread_coords
+from tilec.backend.context import CONSUMER_BARRIER, Context, SmemView, c_thread_coords
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I64, TileType
@@ -60,8 +60,6 @@ ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
 TURN_WAIT, TURN_PASS = "ws.turn_wait", "ws.turn_pass"
 STORE = "tile.store"
 CLUSTER_SYNC = "cluster.sync"
-# The consumers' own barrier (bar.sync 0 is the whole block's, and the producer has left).
-CONSUMER_BARRIER = 1
 # Pingpong: warpgroup w's epilogue meets on barrier CONSUMER_BARRIER + w (its 128 threads),
 # and waits for its mainloop's turn on TURN_BARRIER + w, which the other warpgroup arrives
 # on once its own mainloop's products are complete (both warpgroups count: 256 threads).
@@ -532,7 +530,7 @@ def _consumers_meet(ctx: Context) -> str:
     the warpgroup's own."""
     roles = ctx.kernel.schedule.roles
     if not roles.pingpong:
-        return f"bar.sync {CONSUMER_BARRIER}, {roles.consumer_threads};"
+        return f"bar.sync {ctx.accumulators_barrier()};"
     barrier = ctx.w.once("tile_barrier", lambda: ctx.int_op(
         "add.s32", block_warpgroup(ctx), CONSUMER_BARRIER))
     return f"bar.sync {barrier}, {roles.tile_threads};"

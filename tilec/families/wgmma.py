@@ -388,7 +388,7 @@ class Wgmma(ProductFamily):
         """Whether this family takes the block: the arch and a backend that emits it
         (:meth:`target_problem`), tiles wgmma and TMA's 128-byte
         swizzle take, operands TMA can read (a unit-stride dim, 16-byte aligned rows: the
-        launch spec's vectors), no split-K, warps and swizzle left to the compiler. Otherwise
+        launch spec's vectors), warps and swizzle left to the compiler. Otherwise
         the mma family takes it (cp.async, or the pack kernel for misaligned operands)."""
         return self.declined(block, options, operands) is None
 
@@ -402,8 +402,6 @@ class Wgmma(ProductFamily):
         problem = self.block_problem(block, options)
         if problem is not None:
             return problem
-        if options.split_k != 1:
-            return "split-K (its slices meet through a workspace the wgmma path lacks)"
         if options.warps is not None:
             return "an explicit warp grid (wgmma's warpgroups own 64 rows each)"
         if options.swizzle != "auto":
