@@ -962,6 +962,32 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
         dict(BM=128, BN=256, BK=64, stages=3)
 
 
+@pytest.mark.parametrize("shape, expected", [
+    # Few tiles over a deep K: slices of at least MIN_SLICE_STEPS steps fill one wave.
+    ((512, 512, 65536), dict(BM=128, BN=128, BK=64, stages=4, split_k=8)),  # 16 tiles
+    ((768, 768, 32768), dict(BM=128, BN=128, BK=64, stages=4, split_k=3)),  # 36: 108 blocks
+    ((2048, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3, split_k=2)),  # the tiled tile
+    ((1000, 1000, 16384), dict(BM=128, BN=128, BK=64, stages=4, split_k=2)),  # ragged
+    # The tiles fill the SMs already, or the slices would be too short: no split.
+    ((1024, 1024, 16384), dict(BM=64, BN=128, BK=64, stages=6)),  # 128 blocks
+    ((2048, 2048, 2048), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16)),
+    ((512, 512, 2048), dict(BM=64, BN=128, BK=64, stages=6)),
+    ((1000, 1003, 500), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else "")
+def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
+    from tilec.options import Options
+    config = contenders.tuned_config(Case(*shape, "f16"), "sm_90a")
+    assert config == expected
+    if config.get("split_k", 1) > 1:
+        tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
+        assert tiles * config["split_k"] <= contenders.ONE_WAVE
+        assert shape[2] // config["BK"] // config["split_k"] >= contenders.MIN_SLICE_STEPS
+        Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"])
+    # Batched rows and the llvm backend (no wgmma) are not split.
+    assert "split_k" not in contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")
+    assert "split_k" not in contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")
+
+
 @pytest.mark.parametrize("c_dtype, dtype, out", [("inputs", "f16", "f16"),
                                                  ("inputs", "bf16", "bf16"),
                                                  ("inputs", "f32", "f32"),

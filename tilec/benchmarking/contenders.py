@@ -349,6 +349,10 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
                 # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
                 return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
                             pack="off", misaligned_copy="words", misaligned_store="rows")
+            # A deep K: wgmma's split-K where it fills the GPU (_sliced).
+            sliced = _sliced(case, dict(SPLIT_TILE))
+            if "split_k" in sliced:
+                return sliced
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
     if family == "wgmma8" and case.dtype != "i8" and fp8_accumulation == "promoted":
@@ -365,7 +369,55 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
         # cost. 2048^3 (64 tiles), one run: 0.958 / 0.946 of cuBLAS persistent against
         # 0.976 / 0.964 one tile a block (f16 / bf16).
         del config["persistent"]
+    if family == "wgmma":
+        config = _sliced(case, config)
     return config
+
+
+# Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
+# into slices, blocks of their own (one wave at most), where that fills more of a wave than
+# the tiles alone by SPLIT_GAIN (the slices' meeting costs a partial tile's store and load
+# each), a slice keeping at least MIN_SLICE_STEPS steps. The small class's 64x128 tiles (one consumer
+# warpgroup) give way to SPLIT_TILE's two. At equal block counts the tiles run level with or
+# without a split: 1024x1024x16384, 128 blocks of 64x128 590 TFLOP/s, 128x128 split 2 600.
+# H100, f16, TFLOP/s (cuBLAS), two runs in two calls: 512x512x65536 64x128 st6 (32 blocks)
+# 199 -> 128x128 split 8 515-519 (591-607), split 4 369-376; 512x1024x16384 346 -> split 4
+# 473 (402-407); 768x768x32768 (72 blocks) 410 -> split 3 530 (597), split 2 424;
+# 2048x1024x8192 128x256 (64 blocks) 420 -> split 2 585-588 (713-715); ragged 1000x1000x16384
+# mma.sync 64x64x32 161 -> split 2 375 (561); 500x600x30000 55 -> split 4 292 (466).
+# Kept: 1536x1024x8192 (192 blocks) 437 against split 2 431; 1024x1024x8192 544 against 494
+# (benchmarks/NOTES.md, session 17).
+SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)
+MIN_SLICE_STEPS = 64
+SPLIT_GAIN = 1.1
+
+
+def _wave_fill(blocks: int) -> float:
+    """The share of the SMs' time a grid of ``blocks`` equal blocks keeps busy."""
+    return blocks / (-(-blocks // ONE_WAVE) * ONE_WAVE)
+
+
+def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (one tile a block), or a split-K configuration whose blocks fill the waves
+    better by SPLIT_GAIN."""
+    from tilec.options import MAX_SPLIT_K
+
+    def tiles(tile: dict[str, Any]) -> int:
+        return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
+
+    if case.batched or config.get("persistent"):
+        return config
+    tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 else \
+        {key: config[key] for key in ("BM", "BN", "BK", "stages")}
+    # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)
+    # were not measured to pay.
+    most = min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // MIN_SLICE_STEPS,
+               ONE_WAVE // tiles(tile))
+    best_fill, best = _wave_fill(tiles(config)) * SPLIT_GAIN, 1
+    for splits in range(2, most + 1):
+        if _wave_fill(tiles(tile) * splits) > best_fill:
+            best_fill, best = _wave_fill(tiles(tile) * splits), splits
+    return dict(tile, split_k=best) if best > 1 else config
 
 
 def _large_tiles(case: Case) -> int:
