@@ -132,11 +132,16 @@ def test_evaluate_batches_selects_and_applies_math():
 
 def test_generated_kernels_cover_the_new_parts():
     rng = random.Random(7)
-    programs = [fuzz.generate_matmul(rng, i) for i in range(400)]
+    programs = [fuzz.generate_matmul(rng, i) for i in range(500)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
             "compile_time_if", "pingpong", "warpgroup_rows_128", "cluster",
-            "cluster_batched"} <= features
+            "cluster_batched", "wgmma_split_k"} <= features
+    # Split-K's slices take one tile a block: never persistent or in a cluster.
+    for program in programs:
+        if "wgmma_split_k" in program.features:
+            assert program.hopper_options in fuzz.SPLIT_SCHEDULES or \
+                program.hopper_options.get("warpgroup_rows") == 128
     assert any("misaligned_copy_words" in p.features for p in programs)
     assert any("misaligned_store_rows" in p.features for p in programs)
     fp8 = [p for p in programs if "fp8_operand" in p.features]

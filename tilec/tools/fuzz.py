@@ -60,6 +60,9 @@ ARCHS = ("sm_80", "sm_86", "sm_90", "sm_90a")
 # none of them); a program gets one of these beside its other options.
 HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2},
                     {"persistent": True, "cluster": 2}, {"blocks_per_sm": 2})
+# Those a split-K program takes: its slices are blocks of their own, one tile each.
+SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2})
+PINGPONG = {"persistent": True, "consumers": "pingpong"}
 OUTCOMES = ("compiled", "clean error", "config error", "unlocated error", "schedule error",
             "internal crash", "hang")
 # A schedule error is the compiler's own check (tilec/analysis/hazards.py) refusing the
@@ -358,8 +361,8 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         ("f32", "f32", "f16"))
     eight_bit = kind != "float"
     bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
-    # A share of tiles wgmma takes (warpgroup rows, no warp grid or split-K), where the
-    # sm_90a schedules (persistent, pingpong, cluster) apply.
+    # A share of tiles wgmma takes (warpgroup rows, no warp grid), where the sm_90a
+    # schedules (persistent, pingpong, cluster; split-K one tile a block) apply.
     hopper_tile = rng.random() < 0.2
     if hopper_tile:
         bm, bn = rng.choice((64, 128)), rng.choice((64, 128, 256))
@@ -491,7 +494,7 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
                                        (4, 2), (2, 4)))
     options["swizzle"] = rng.choice(("auto", "off"))
     # A batched grid has no axis left for split-K's slices (asked for now and then).
-    if not hopper_tile and rng.random() < (0.05 if batched else 0.3):
+    if rng.random() < (0.05 if batched else 0.15 if hopper_tile else 0.3):
         options["split_k"] = rng.choice((2, 3, 4))
     if compute == "f32":
         options["f32_math"] = rng.choice(("ffma", "tf32"))
@@ -506,13 +509,16 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         features.add("llvm")
     hopper: dict[str, Any] = {}
     if compute != "f32" and "convert" not in dtypes and _wgmma_takes((bm, bn, bk), options):
-        hopper = dict(rng.choice(HOPPER_SCHEDULES))
-        if bm == 64 and rng.random() < 0.3:  # two consumer warpgroups of 64 rows each
-            hopper = {"persistent": True, "consumers": "pingpong"}
+        split = options.get("split_k", 1) > 1
+        hopper = dict(rng.choice(SPLIT_SCHEDULES if split else HOPPER_SCHEDULES))
+        if split:
+            features.add("wgmma_split_k")
+        elif bm == 64 and rng.random() < 0.3:  # two consumer warpgroups of 64 rows each
+            hopper = dict(PINGPONG)
         if bm == 128 and bn <= 128 and rng.random() < 0.4:
             # A consumer warpgroup of 128 rows (two m64 wgmmas a k step): the tile's one
             # warpgroup, or pingpong's two each on a 128-row tile of its own.
-            rows = dict(rng.choice((hopper, {"persistent": True, "consumers": "pingpong"})),
+            rows = dict(rng.choice((hopper, hopper if split else PINGPONG)),
                         warpgroup_rows=128)
             if _wgmma_takes((bm, bn, bk), {**options, **rows}):
                 hopper = rows
