@@ -235,10 +235,8 @@ def test_split_k_ptx_meets_with_integer_loads_and_adds() -> None:
     compiled = sample().compile(arch="sm_80", split_k=3)
     ptx = compiled.ptx
     registers = 128 * 128 // compiled.rendered.threads
-    # The partials in groups of four: stored once, loaded for slice 0 and in the later
-    # slices' loop (backend/split.py).
-    assert ptx.count("ld.relaxed.gpu.global.v4.s32") == 2 * registers // 4
-    assert ptx.count("st.global.v4.s32 ") == registers // 4
+    assert ptx.count("ld.relaxed.gpu.global.s32") == 3 * registers
+    assert ptx.count("st.global.s32 ") >= registers  # the partials (stores of C are v2)
     assert "ld.relaxed.gpu.global.f32" not in ptx and "add.f32" not in ptx
     assert ptx.index("bar.red.or.pred") < ptx.index("cvt.rn.f32.s32")  # epilogue after
 

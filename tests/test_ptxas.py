@@ -356,7 +356,7 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("matmul", "bf16", "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3, split_k=2),
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=128, BN=128, BK=64, stages=4,
          split_k=3),
-    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=7)]
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=4)]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from tilec.backend.signature import kernel_abi
-from tilec.backend.split import SUM_CHUNK
 from tilec.tools.bisect import bisect, launch_options
 from tilec.errors import TileConfigError
 from tilec.frontend import lower, parse_function
@@ -217,15 +216,8 @@ def test_the_ptx_stores_and_sums_every_accumulator_register() -> None:
     compiled = load_file(SAMPLES / "matmul.py")["matmul"].compile(split_k=3, warps=(2, 2))
     ptx = compiled.ptx
     registers = 128 * 128 // compiled.rendered.threads
-    # The partial in 16-byte groups of four registers, each group of all threads contiguous.
-    assert ptx.count("st.global.v4.f32") == registers // 4
-    # Slice 0 loaded into the sum; then each chunk of SUM_CHUNK registers adds the later
-    # slices in a loop (one chunk's loads in flight), counting splits - 1 down.
-    chunks = registers // SUM_CHUNK
-    assert ptx.count("ld.relaxed.gpu.global.v4.f32") == 2 * registers // 4
-    assert ptx.count("add.f32") >= registers
-    assert len(re.findall(r"^\$L_split_slice_\d+:", ptx, re.M)) == chunks
-    assert len(re.findall(r"mov\.u32 %r\d+, 2;", ptx)) >= chunks  # splits - 1 to go
+    assert ptx.count("st.global.f32") >= registers  # the partial (the epilogue stores more)
+    assert ptx.count("ld.relaxed.gpu.global.f32") == 3 * registers
     assert ptx.count("atom.acq_rel.gpu.global.add.u32") == 1
     assert ptx.count("exit;") == 1
     # The meeting comes before the epilogue's chunks: one barrier reduction in all.

@@ -46,7 +46,7 @@ from __future__ import annotations
 from typing import Any
 
 from tilec.backend.abi import WORKSPACE_SOURCES
-from tilec.backend.split import PARTIAL_BYTES, braced, vector_width
+from tilec.backend.split import PARTIAL_BYTES
 from tilec.backend.context import Context
 from tilec.ir.core import Op
 from tilec.ir.ops import OpDef, require
@@ -59,6 +59,9 @@ K_BEGIN, K_END, FIXUP = "ws.k_begin", "ws.k_end", "ws.sk_fixup"
 # 32x1024^3 0.89; 1 (now) 0.93, 0.99-1.00 and 0.93 (benchmarks/NOTES.md): stream-K is not
 # chosen by tuned_config.
 SHARED_WAVES = 1
+# Each thread's registers in groups of VECTOR, group g of all threads contiguous: one
+# st.global.v4 of a warp writes 512 contiguous bytes.
+VECTOR = 4
 # The workspace: split-K's two hidden parameters (backend/abi.py), here one part slot and one
 # flag per block (tilec/launch/split_workspace.py).
 SUMS = {F32: ("f32", "add.f32"), I32: ("s32", "add.s32")}
@@ -129,13 +132,17 @@ def _k_end(ctx: Context, op: Op) -> None:
     ctx.bind(op.result, ctx.int_op("min.s32", end, ctx.operand(ub)))
 
 
+def _vector(regs: list[str]) -> str:
+    return "{" + ", ".join(regs) + "}"
+
+
 def _fixup(ctx: Context, op: Op) -> None:
     w = ctx.w
     unit = _unit(ctx, op)
     acc = ctx.get(op.operands[0])
     ptx_type, add = SUMS[op.operands[0].type.dtype]
     threads = ctx.kernel.schedule.roles.consumer_threads
-    width = vector_width(len(acc))
+    width = VECTOR if len(acc) % VECTOR == 0 else 1
     group_stride = threads * width * PARTIAL_BYTES
     slot_bytes = len(acc) * threads * PARTIAL_BYTES
     partials, flags = (ctx.workspace[source] for source in WORKSPACE_SOURCES)
@@ -164,7 +171,7 @@ def _fixup(ctx: Context, op: Op) -> None:
     own = slot(unit["block"])
     for g in range(0, len(acc), width):
         w.emit(f"st.global{vec}.{ptx_type} [{own}+{g // width * group_stride}], "
-               f"{braced(acc[g:g + width])};")
+               f"{_vector(acc[g:g + width]) if width > 1 else acc[g]};")
     w.emit("fence.acq_rel.gpu;")
     w.emit(f"bar.sync {ctx.accumulators_barrier()};")
     w.emit(f"@{leader} red.release.gpu.global.add.u32 [{flag(unit['block'])}], 1;")
@@ -198,7 +205,7 @@ def _fixup(ctx: Context, op: Op) -> None:
     source = slot(j)
     loaded = w.regs("f32" if ptx_type == "f32" else "b32", width)
     for g in range(0, len(acc), width):
-        target = braced(loaded)
+        target = _vector(loaded) if width > 1 else loaded[0]
         w.emit(f"ld.relaxed.gpu.global{vec}.{ptx_type} {target}, "
                f"[{source}+{g // width * group_stride}];")
         for reg, part in zip(acc[g:g + width], loaded):
