@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tilec.kernel import load_file
-from tilec.runtime.driver import current_device, gpu_unavailable_reason, has_gpu
+from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
 pytestmark = [
     pytest.mark.gpu,
@@ -101,6 +101,25 @@ def assert_loads_with_tma(function, case: Case, **options) -> None:
     wgmma."""
     ptx = function.prepare(*case.args(), **options).compiled.ptx
     assert TMA_LOAD in ptx and "wgmma.mma_async" in ptx, "the call did not take the TMA path"
+
+
+def rerun_with_fresh_inputs(launch, case: Case) -> None:
+    """A prepared launch that meets through a workspace (split-K, stream-K) run four times:
+    correct each time, fresh inputs from the third on (the workspace must hold this launch's
+    partials, and its counters or flags be back at zero), the same bits for the same inputs
+    (the parts are added in a fixed order)."""
+    c0 = case.c.clone()
+    results = []
+    for round_ in range(4):
+        if round_ == 2:
+            case.a.copy_(randn(case.a.shape, case.dtype))
+            case.b.copy_(randn(case.b.shape, case.dtype))
+        case.c.copy_(c0)
+        ref = case.reference()
+        launch()
+        case.check(ref)
+        results.append(case.c.clone())
+    assert torch.equal(results[0], results[1]) and torch.equal(results[2], results[3])
 
 
 def run_and_check(name: str, dtype: str, shape: tuple[int, int, int], **options) -> None:

@@ -172,20 +172,27 @@ SPLIT_SHAPES = [((16, 1024, 4096), dict(BM=16, BN=64, BK=128, warps=(1, 4), stag
                 ((200, 300, 70), dict(BK=32))]  # 3 K steps: with 7 slices, 4 are empty
 
 
-@pytest.mark.parametrize("backend", ["ptx", "llvm"])
-@pytest.mark.parametrize("splits", [2, 3, 7])
-@pytest.mark.parametrize("shape, config", SPLIT_SHAPES, ids=["skinny", "ragged", "short-k"])
-def test_int8_split_k_is_exact_and_bitwise_the_one_slice_result(shape, config, splits,
-                                                                backend):
+def split_and_whole(shape, splits: int, **config) -> tuple[tuple, tuple, tuple]:
+    """The int8 sample's (i32 C, scaled f32 C) with ``splits`` slices and with one, and
+    the operands."""
     m, n, k = shape
     a, b = operands(m, n, k, seed=splits)
     results = []
     for split_k in (splits, 1):
         cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
         c = torch.full((m, n), float("nan"), device="cuda")
-        int8_gemm()(a, b, cq, c, 0.5, split_k=split_k, backend=backend, **config)
+        int8_gemm()(a, b, cq, c, 0.5, split_k=split_k, **config)
         torch.cuda.synchronize()
         results.append((cq.cpu().numpy(), c.cpu().numpy()))
+    return results[0], results[1], (a, b)
+
+
+@pytest.mark.parametrize("backend", ["ptx", "llvm"])
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("shape, config", SPLIT_SHAPES, ids=["skinny", "ragged", "short-k"])
+def test_int8_split_k_is_exact_and_bitwise_the_one_slice_result(shape, config, splits,
+                                                                backend):
+    *results, (a, b) = split_and_whole(shape, splits, backend=backend, **config)
     expected = exact(a, b)
     assert np.array_equal(results[0][0].astype(np.int64), expected)
     assert np.array_equal(results[0][1], expected.astype(np.float32) * np.float32(0.5))
@@ -481,14 +488,6 @@ def test_int8_split_k_on_wgmma_is_exact_and_bitwise_the_one_slice_result(shape, 
     kernel = int8_gemm()
     config = dict(arch="sm_90a", BM=128, BN=128, BK=128, stages=4)
     assert "wgmma.mma_async.sync.aligned.m64n" in kernel.ptx(split_k=splits, **config)
-    m, n, k = shape
-    a, b = operands(m, n, k, seed=splits)
-    results = []
-    for split_k in (splits, 1):
-        cq = torch.full((m, n), -2**31, dtype=torch.int32, device="cuda")
-        c = torch.full((m, n), float("nan"), device="cuda")
-        kernel(a, b, cq, c, 0.5, split_k=split_k, **config)
-        torch.cuda.synchronize()
-        results.append((cq.cpu().numpy(), c.cpu().numpy()))
+    *results, (a, b) = split_and_whole(shape, splits, **config)
     assert np.array_equal(results[0][0].astype(np.int64), exact(a, b))
     assert all(x.tobytes() == y.tobytes() for x, y in zip(*results))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tilec.kernel import load_file
-from tilec.runtime.driver import current_device, gpu_unavailable_reason, has_gpu
+from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
 from .test_llvm_backend_gpu import TOLERANCE, operands, rel_error, sample
 from .test_w8a16_gpu import assert_within_bound

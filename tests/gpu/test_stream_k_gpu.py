@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from tilec.runtime.driver import current_device, gpu_unavailable_reason, has_gpu
+from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
 from .test_batched_gpu import HOPPER_TILES, bmm, check as check_batched, operands
-from .test_hopper_gpu import (ARCH, SAMPLE_FUNCTIONS, Case, TMA_LOAD, randn, run_and_check,
-                              sample)
+from .test_hopper_gpu import (ARCH, SAMPLE_FUNCTIONS, Case, TMA_LOAD, rerun_with_fresh_inputs,
+                              run_and_check, sample)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -48,18 +48,7 @@ def test_a_prepared_launch_runs_again_and_gives_the_same_bits(shape, name):
     case = Case(name, dtype, *shape)
     launch = function.prepare(*case.args(), **STREAM_K)
     assert TMA_LOAD in launch.compiled.ptx and "red.release.gpu" in launch.compiled.ptx
-    c0 = case.c.clone()
-    results = []
-    for round_ in range(4):
-        if round_ == 2:  # fresh inputs: the workspace's parts must be this launch's
-            case.a.copy_(randn(case.a.shape, dtype))
-            case.b.copy_(randn(case.b.shape, dtype))
-        case.c.copy_(c0)
-        ref = case.reference()
-        launch()
-        case.check(ref)
-        results.append(case.c.clone())
-    assert torch.equal(results[0], results[1]) and torch.equal(results[2], results[3])
+    rerun_with_fresh_inputs(launch, case)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
