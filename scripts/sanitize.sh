@@ -200,6 +200,10 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent --stream-k
     done
+    # A [K, N] B whose rows are 16-byte aligned but off 128-byte lines (N = 1000), re-read
+    # by 4096 rows of A: repacked at launch to a 1024-element pitch, then read by TMA.
+    sanitize memcheck samples/matmul.py "M=4096,N=1000,K=256" --arch sm_90a \
+        --const BM=128 BN=256 BK=64 --stages 3
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"

@@ -665,3 +665,40 @@ def test_cli_and_bench_take_pack():
     parser = bench.add_arguments(__import__("argparse").ArgumentParser())
     args = parser.parse_args(["--pack", "always"])
     assert bench._tilec_settings(args)[1] == {"pack": "always"}
+
+
+# ------------------------------------------------------ sm_90a: rows off 128-byte lines
+
+@pytest.mark.parametrize("m, n, k, packed", [
+    (4096, 4104, 4096, ["B packed to stride 4160 (rows 8208 bytes apart, not whole "
+                          "128-byte lines)"]),
+    (8192, 1000, 512, ["B packed to stride 1024 (rows 2000 bytes apart, not whole 128-byte "
+                       "lines)"]),
+    (2048, 2056, 2048, []),  # fewer than PITCH_MIN_ROWS rows of A re-read B: the copy loses
+    (4096, 4096, 4104, []),  # A is k-major: in place (repacking it lost 7% on the H100)
+    (4096, 4096, 4096, []),  # whole 128-byte lines already
+])
+def test_sm_90a_repacks_an_n_major_b_whose_rows_are_off_128_byte_lines(m, n, k, packed):
+    kernel = sample("matmul").lower()
+    tensors = matmul_args(m, n, k)
+    plan = plan_packing(kernel, tensors, "auto", written_params(kernel), arch="sm_90a")
+    assert plan.describe() == packed
+    # Other targets, the llvm backend (no TMA) and "off" read B in place; "always" repacks
+    # whatever the rows re-reading it.
+    for arch, backend in (("sm_90", "ptx"), ("sm_80", "ptx"), ("sm_90a", "llvm")):
+        assert not plan_packing(kernel, tensors, "auto", written_params(kernel), arch=arch,
+                                backend=backend).tensors
+    assert not plan_packing(kernel, tensors, "off", written_params(kernel), arch="sm_90a")
+    always = plan_packing(kernel, tensors, "always", written_params(kernel), arch="sm_90a")
+    assert {p.name for p in always.tensors} == \
+        {name for name, size in (("A", k), ("B", n)) if size * 2 % 128}
+    for entry in plan.tensors:
+        assert entry.row_stride * 2 % 128 == 0 and entry.row_stride >= n
+
+
+def test_a_repacked_b_gives_the_kernel_its_aligned_pitch():
+    kernel = sample("matmul").lower()
+    plan = plan_packing(kernel, matmul_args(4096, 1000, 512), "auto",
+                        written_params(kernel), arch="sm_90a")
+    (entry,) = plan.tensors
+    assert entry.packed_strides == (1024, 1) and entry.shape == (512, 1000)

@@ -164,6 +164,30 @@ def test_prepared_launch_packs_says_so_and_repacks_each_call():
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
 
 
+def test_an_n_major_b_off_128_byte_lines_is_repacked_on_sm_90a():
+    """B [K, N] with N = 1000: rows 2000 bytes apart, 16-byte aligned (TMA could read them
+    in place) but not whole 128-byte lines; re-read by 4096 rows of A, so "auto" repacks it
+    to a 1024-element pitch (tilec/launch/packing.py, repitch) and the product follows."""
+    if current_device().compute_capability != (9, 0):
+        pytest.skip("the TMA path (sm_90a) needs compute capability 9.0")
+    m, n, k = 4096, 1000, 256
+    rng = np.random.default_rng(4)
+    a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
+    b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
+    c = nan_output(m, n)
+    launch = sample("matmul").prepare(a, b, c, arch="sm_90a", BM=128, BN=256, BK=64,
+                                      stages=3)
+    assert launch.packing.describe() == [
+        "B packed to stride 1024 (rows 2000 bytes apart, not whole 128-byte lines)"]
+    assert "cp.async.bulk.tensor" in launch.compiled.ptx
+    launch.packer.args["B"].keepalive.memset_d8(0xFF)  # the padding is never read
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+    b.upload(rng.standard_normal((k, n)).astype(np.float16))
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+
+
 def test_pack_off_copies_elements_and_is_still_right():
     m, n, k = 257, 263, 135
     rng = np.random.default_rng(3)

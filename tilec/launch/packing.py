@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, SOURCES,
                                 VECTOR_BYTES, convert_entry, convert_ptx, pack_entry, pack_ptx,
@@ -63,6 +63,16 @@ PACK_MIN_ELEMENTS = 128 * 128
 # the f16 wgmma product beat w8a16's mma.sync product with the registers' conversion; at 512
 # and fewer the product is short and the conversion did not pay.
 DEQUANTIZE_MIN_ROWS = 1024
+# "auto" on sm_90a repacks an operand stored M- or N-major (a [K, N] B) whose rows are
+# 16-byte aligned (TMA reads it in place) but not a whole number of 128-byte lines apart,
+# when at least this many rows of the other operand re-read it (the copy costs about 464 /
+# rows of the product's time at 650 TFLOP/s). H100, tuned tiles, repacked against in place,
+# two calls, f16: 8192x8200x8192 660.8 / 678.2 against 485.3 / 544.1 TFLOP/s (cuBLAS 692.8
+# / 675.1; bf16 684.3 against 540.9), 4096x4104x4096 543.0 / 546.0 against 499.5 / 501.6
+# (cuBLAS 727.8 / 729.5); below the threshold the copy did not pay, 2048x2056x2048 301.1
+# against 323.3, 1024x1000x16384 396.1 against 382.0; and a k-major A lost, 4096x4096x4104
+# 642.5 against 689.2 (benchmarks/NOTES.md, session 17).
+PITCH_MIN_ROWS = 4096
 # Threads per block of the pack kernel.
 PACK_THREADS = 256
 ROW_ALIGN_BYTES = 128  # the scratch's rows start on L2 cache lines
@@ -271,7 +281,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
         if name in written or name not in tensors:
             continue
         entry = _pack_tensor(tensors[name], policy,
-                             convert_to(kernel, tensors, name, policy, arch, backend))
+                             convert_to(kernel, tensors, name, policy, arch, backend),
+                             repitch(kernel, tensors, name, policy, arch, backend))
         if entry is not None:
             packed[name] = entry
     padded = []
@@ -308,7 +319,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     dtype = dict(_converted_weights(kernel)).get(name)
     if dtype is None or name not in tensors:
         return None
-    partner_rows, in_registers = _weight_reads(kernel, tensors, name)
+    partner_rows, in_registers, _ = _operand_reads(kernel, tensors, name)
     if not in_registers:
         return dtype.short, "registers convert only a k-contiguous operand B"
     stored = next(p.type.dtype for p in kernel.params if p.name == name)
@@ -321,15 +332,47 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     return None
 
 
+def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
+            arch: Optional[str], backend: str = "ptx") -> Optional[str]:
+    """Why a launch packs operand ``name`` though its rows are aligned, or None: on a target
+    whose wgmma family reads operands through TMA (sm_90a, the PTX backend), rows 16-byte
+    aligned but not a whole number of 128-byte lines apart, under "always", or under "auto"
+    when the operand is stored M- or N-major (its k not contiguous) and :data:`PITCH_MIN_ROWS`
+    rows of the other operand re-read it (the copy, one read and one write of the tensor,
+    then costs less than the boxes straddling lines)."""
+    arg = tensors[name]
+    if policy == "off" or WGMMA.target_problem(arch, backend) is not None \
+            or len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
+        return None
+    spec = tensor_spec(arg)
+    if spec.contiguous_dim is None or spec.vec_elems * arg.itemsize < VECTOR_BYTES:
+        return None  # packed anyway, as misaligned
+    pitch = arg.strides[1 - spec.contiguous_dim] * arg.itemsize
+    if pitch % ROW_ALIGN_BYTES == 0 or arg.shape[1 - spec.contiguous_dim] == 1:
+        return None
+    reads = _operand_reads(kernel, tensors, name)
+    if policy == "auto" and (reads.k_major or reads.partner_rows < PITCH_MIN_ROWS):
+        return None
+    return f"rows {pitch} bytes apart, not whole 128-byte lines"
+
+
 @functools.lru_cache(maxsize=256)  # per lowered kernel: plain calls plan on every launch
 def _converted_weights(kernel: Kernel) -> tuple:
     return tuple(converted_weights(kernel).items())
 
 
-def _weight_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> tuple[int, bool]:
-    """For weight ``name``: the most rows (or columns) of the other ``@`` operand that re-read
-    it, and whether every read could be converted in registers (operand B, k contiguous)."""
-    rows, in_registers = 0, True
+class OperandReads(NamedTuple):
+    """How the ``@`` operands read one tensor: the most rows (or columns) of the other
+    operand that re-read it; whether every read could convert it in registers (operand B, k
+    contiguous); whether every read has k, the contracted dim, contiguous."""
+
+    partner_rows: int
+    in_registers: bool
+    k_major: bool
+
+
+def _operand_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> OperandReads:
+    rows, in_registers, k_major = 0, True, True
     for dot in kernel.walk():
         if dot.name != "tile.dot":
             continue
@@ -345,10 +388,11 @@ def _weight_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> tupl
             tile_contiguous = (None if contiguous is None
                                else 1 - contiguous if source.transposed else contiguous)
             in_registers &= role == 1 and tile_contiguous == 0
+            k_major &= tile_contiguous == 1 - role  # A's tile is [M, K], B's [K, N]
             shape = tuple(tensors[partner.name].shape[-2:])
             view = shape[::-1] if partner.transposed else shape
             rows = max(rows, view[0] if role == 1 else view[1])
-    return rows, in_registers
+    return OperandReads(rows, in_registers, k_major)
 
 
 def _loaded_tensor(value: Value) -> Optional[Value]:
@@ -425,17 +469,19 @@ def _symbol_dims(shape: Sequence[Any], symbol: str) -> list[int]:
     return [d for d, size in enumerate(shape) if size == symbol]
 
 
-def _pack_tensor(arg: Any, policy: str,
-                 converted: Optional[tuple[str, str]] = None) -> Optional[PackedTensor]:
+def _pack_tensor(arg: Any, policy: str, converted: Optional[tuple[str, str]] = None,
+                 repitched: Optional[str] = None) -> Optional[PackedTensor]:
     """``converted``: (dtype, why) for a weight the launch converts, packed however it is
-    laid out; else packed when misaligned (and, under "auto", large enough)."""
+    laid out; ``repitched``: why aligned rows are packed (:func:`repitch`); else packed when
+    misaligned (and, under "auto", large enough)."""
     if len(arg.shape) == 3:
         return _pack_batches(arg, policy, converted)
     if len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
         return None
     spec = tensor_spec(arg)
     aligned = spec.contiguous_dim is not None and spec.vec_elems * arg.itemsize >= VECTOR_BYTES
-    if converted is None and (aligned or policy == "auto" and arg.size < PACK_MIN_ELEMENTS):
+    if converted is None and repitched is None and \
+            (aligned or policy == "auto" and arg.size < PACK_MIN_ELEMENTS):
         return None
     inner = spec.contiguous_dim
     if inner is None:  # no unit stride: the scratch makes the dim of the smaller stride one
@@ -445,7 +491,7 @@ def _pack_tensor(arg: Any, policy: str,
         return None
     packed = PackedTensor(arg.name, arg.dtype, arg.itemsize, tuple(arg.shape),
                           tuple(arg.strides), inner, row_stride,
-                          _reason(arg, spec.contiguous_dim), tuple(arg.shape))
+                          repitched or _reason(arg, spec.contiguous_dim), tuple(arg.shape))
     return packed if converted is None else packed.converting(*converted)
 
 
