@@ -377,14 +377,16 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
 # Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
 # into slices, blocks of their own (one wave at most), where that fills more of a wave than
 # the tiles alone by SPLIT_GAIN (the slices' meeting costs a partial tile's store and load
-# each), a slice keeping at least MIN_SLICE_STEPS steps. The small class's 64x128 tiles (one consumer
-# warpgroup) give way to SPLIT_TILE's two. At equal block counts the tiles run level with or
-# without a split: 1024x1024x16384, 128 blocks of 64x128 590 TFLOP/s, 128x128 split 2 600.
+# each), a slice keeping at least MIN_SLICE_STEPS steps. The small class's 64x128 tiles (one
+# consumer warpgroup) give way to SPLIT_TILE's two. At equal block counts the tiles run level
+# with or without a split: 1024x1024x16384, 128 blocks of 64x128 590 TFLOP/s, 128x128 split 2
+# 600.
 # H100, f16, TFLOP/s (cuBLAS), two runs in two calls: 512x512x65536 64x128 st6 (32 blocks)
 # 199 -> 128x128 split 8 515-519 (591-607), split 4 369-376; 512x1024x16384 346 -> split 4
 # 473 (402-407); 768x768x32768 (72 blocks) 410 -> split 3 530 (597), split 2 424;
 # 2048x1024x8192 128x256 (64 blocks) 420 -> split 2 585-588 (713-715); ragged 1000x1000x16384
-# mma.sync 64x64x32 161 -> split 2 375 (561); 500x600x30000 55 -> split 4 292 (466).
+# mma.sync 64x64x32 161 -> split 2 375 (561); 500x600x30000 55 -> split 4 292 (466), split 6
+# (this rule's) 274-277 (468-479).
 # Kept: 1536x1024x8192 (192 blocks) 437 against split 2 431; 1024x1024x8192 544 against 494
 # (benchmarks/NOTES.md, session 17).
 SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)

@@ -227,12 +227,12 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
         if multiprocessors is None:
             raise ValueError("a persistent kernel's grid needs the device's multiprocessor "
                              "count")
-        # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop), a
-        # batched grid's within each batch: whole clusters, at most one a pair of tiles.
         if roles.stream_k:
             # Stream-K shares K steps, not tiles, so every SM gets a share even where the
             # tiles are fewer than the SMs (a deep K over a few tiles: split-K's case).
             return (multiprocessors * roles.blocks_per_sm, 1, 1)
+        # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop), a
+        # batched grid's within each batch: whole clusters, at most one a pair of tiles.
         cluster = roles.cluster
         grid_op = require_grid(compiled_kernel)
         m_axis = folded_axes(grid_op)[0]
