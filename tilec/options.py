@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from tilec.target.layout import Swizzle
+from tilec.target.occupancy import SHARED_RESERVED_PER_BLOCK, SM_LIMITS
 
 # Per target: the PTX ISA version we emit and the shared memory a block may opt into.
 ARCHS: dict[str, dict[str, int | str]] = {
@@ -37,7 +38,7 @@ CONSUMER_MODES = ("cooperative", "pingpong")
 # How wgmma's fp8 products are summed: Options.fp8_accumulation.
 FP8_ACCUMULATIONS = ("fast", "promoted")
 # Shared memory per SM on sm_90 (228 KiB), of which the driver reserves 1 KiB per block.
-SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 233472, 1024
+SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = SM_LIMITS["sm_90"].shared_bytes, SHARED_RESERVED_PER_BLOCK
 # How products of f32 tiles are computed: "ffma" exact f32 fma.rn.f32 (as cuBLAS SGEMM with
 # TF32 off), "tf32" tensor cores (mma.sync m16n8k8 .tf32, inputs rounded to 10 mantissa bits).
 F32_MATH = ("ffma", "tf32")

@@ -13,7 +13,8 @@
   with :mod:`tilec.target.layout`, beside what an unswizzled layout would give;
 - the register estimate, and ptxas's own report when ``ptxas`` is on PATH;
 - given the sizes, which operands a launch would pack into aligned scratch
-  (:mod:`tilec.launch.packing`).
+  (:mod:`tilec.launch.packing`), and how its blocks fall into waves on the SMs
+  (:mod:`tilec.tools.explain_launch`).
 
 What depends on the product family (:mod:`tilec.families.products`: ``mma`` for f16/bf16,
 ``simt`` for f32, ``tf32`` for f32 with ``f32_math="tf32"``) is asked of the family: the
@@ -48,6 +49,7 @@ from tilec.target.layout import (BANK_BYTES, WARP_SIZE, DistributedLayout, SmemL
                                  conflict_degree, copy_map, copy_store_addresses,
                                  operand_k_major)
 from tilec.target.smem import SharedLayout, place
+from tilec.tools.explain_launch import launch_text
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, DType
 from tilec.ir.views import view_source
@@ -225,15 +227,20 @@ class Explanation:
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
     tile_loop: str = ""  # how a persistent kernel's blocks walk the tiles, in words
     accumulation: str = ""  # how wgmma's fp8 products are summed (Options.fp8_accumulation)
+    # Given the sizes: the launch's blocks, how many an SM holds and their waves, in words.
+    launch: str = ""
 
 
 # ----------------------------------------------------------------------------- gather
 
 def explain(compiled: Compiled, *, ptxas: bool = True,
-            packing: Optional[Sequence[str]] = None) -> Explanation:
+            packing: Optional[Sequence[str]] = None,
+            tile_axes: Optional[Sequence[int]] = None) -> Explanation:
     """Everything :func:`render_explanation` prints about a compiled kernel. ``ptxas``:
     run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
-    packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are known."""
+    packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are
+    known. ``tile_axes``: the program's grid at those sizes (the lowered kernel's
+    :func:`tilec.launch.binding.grid_size`), for the launch's waves."""
     kernel = compiled.kernel
     plan: TilingPlan = kernel.schedule.tiling
     options = compiled.options
@@ -252,6 +259,14 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     # Options only one family's backend reads (mma_order) are shown for that family alone.
     kind_options = "".join(f", {name.replace('_', ' ')} {getattr(options, name)}"
                            for name in family_of(plan).explain_text.options)
+    hierarchy = _hierarchy(kernel, plan)
+    registers = _registers(plan, kernel.schedule.roles, partial_registers(kernel))
+    launch = ""
+    if tile_axes is not None:
+        launch = launch_text(compiled, list(tile_axes),
+                             hierarchy.threads * hierarchy.tile_groups
+                             + hierarchy.producer_threads,
+                             report.registers if report is not None else registers.estimate)
     return Explanation(
         kernel=compiled.name,
         source=kernel.source_file,
@@ -262,12 +277,12 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
                  # The PTX is LLVM's: say so, and at which level of its pipeline.
                  + (f", backend llvm (LLVM -O{options.llvm_opt})"
                     if options.backend == "llvm" else "")),
-        hierarchy=_hierarchy(kernel, plan),
+        hierarchy=hierarchy,
         schedule=_schedule(kernel, stages, bool(options.pipeline_fragments)),
         shared=SharedMemory(tuple(buffers), layout.total, compiled.rendered.smem_bytes,
                             options.smem_limit, options.arch),
         conflicts=tuple(_conflicts(kernel, plan, buffers)),
-        registers=_registers(plan, kernel.schedule.roles, partial_registers(kernel)),
+        registers=registers,
         ptxas=report,
         ptxas_note=note,
         hazard=hazard,
@@ -282,6 +297,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         batch=_batch_text(kernel),
         tile_loop=_tile_loop_text(kernel),
         accumulation=_accumulation_text(kernel),
+        launch=launch,
     )
 
 
@@ -1001,6 +1017,8 @@ def render_explanation(e: Explanation) -> str:
     if e.packing is not None:
         lines.append("  packed at launch, for row-major arrays of these sizes: "
                      + ("; ".join(e.packing) or "none"))
+    if e.launch:
+        lines.append(f"  launch            {e.launch}")
 
     s = e.schedule
     fragments = ", next iteration's first fragments loaded early" if s.carried else ""

@@ -3,7 +3,8 @@
     tilec explain samples/matmul.py --stages 4 --swizzle off
 
 Given a size for every shape symbol, the kernel is compiled for the launch ``tilec run``
-would make on row-major arrays of those sizes, and the operands it packs are listed.
+would make on row-major arrays of those sizes, the operands it packs are listed, and so are
+its blocks and how they fall into waves on the SMs.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 
 from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_arguments,
                                    compile_options, constants, select_functions, shapes)
+from tilec.launch.binding import grid_size
 from tilec.tools.compile_command import row_major_launch
 
 DESCRIPTION = ("Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
@@ -36,14 +38,16 @@ def run(args: argparse.Namespace) -> int:
     sound = True
     for index, fn in enumerate(select_functions(args.file, args.kernel)):
         consts, sizes, options = constants(fn, args), shapes(fn, args), compile_options(args)
-        packing = None
+        packing, tile_axes = None, None
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
-            plan, spec = row_major_launch(fn.lower(**consts), sizes, options)
+            lowered = fn.lower(**consts)
+            plan, spec = row_major_launch(lowered, sizes, options)
             compiled = fn.compile(spec=spec, **options, **consts)
-            packing = plan.describe()
+            packing, tile_axes = plan.describe(), grid_size(lowered, sizes)
         else:
             compiled = fn.compile(**options, **consts, **sizes)
-        explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing)
+        explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing,
+                              tile_axes=tile_axes)
         sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
         sound &= not explanation.hazard
     return 0 if sound else 1
