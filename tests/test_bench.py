@@ -988,6 +988,43 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     assert "split_k" not in contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")
 
 
+@pytest.mark.parametrize("shape, narrow", [
+    # 128x256 tiles' last wave nearly empty, 128x128 ones filling theirs: half-width tiles.
+    ((4096, 4104, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
+    ((2048, 2056, 2048), True),  # 144 (12 in the second), 272 (3 waves)
+    ((2048, 2304, 2048), True),  # the tiled class alike: 144 (12), 288 (3 waves)
+    # The last wave fuller, or whole: the wide tiles.
+    ((3072, 3080, 3072), False),  # 312 (48 in the third: 36%)
+    ((4104, 4096, 4096), False),  # 528: 4 whole waves
+    ((4096, 4096, 4096), False),  # 512 (116 in the fourth)
+    # A nearly empty last wave whose narrow tiles gain too little: 544 wide, 1088 narrow
+    # (9 waves against 5 of twice the work, at NARROW_TILE_RATE).
+    ((4096, 4352, 4096), False),
+    # Rows off 16 bytes (not measured so: packing and row stores), and one wave.
+    ((4095, 4097, 4093), False),
+    ((4096, 4100, 4096), False),
+    ((2048, 2048, 2048), False),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
+def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empty(shape,
+                                                                                  narrow):
+    from tilec.options import Options
+    for dtype in ("f16", "bf16"):
+        config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
+        assert (config == contenders.NARROW_TILE) == narrow, (dtype, config)
+    if narrow:
+        tiles = -(-shape[0] // 128) * -(-shape[1] // 256)
+        assert 0 < tiles % contenders.ONE_WAVE <= contenders.LAST_WAVE_SHARE * \
+            contenders.ONE_WAVE
+        Options(arch="sm_90a", **{key: value for key, value in config.items()
+                                  if key not in ("BM", "BN", "BK")})
+    # Batched rows, other targets and the llvm backend keep their own tiles.
+    assert contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a") != \
+        contenders.NARROW_TILE
+    assert contenders.tuned_config(Case(*shape, "f16"), "sm_90") != contenders.NARROW_TILE
+    assert contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm") != \
+        contenders.NARROW_TILE
+
+
 @pytest.mark.parametrize("c_dtype, dtype, out", [("inputs", "f16", "f16"),
                                                  ("inputs", "bf16", "bf16"),
                                                  ("inputs", "f32", "f32"),

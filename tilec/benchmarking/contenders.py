@@ -11,6 +11,7 @@ from tilec.benchmarking.cases import EXACT_OUTPUT, TILEC_DTYPES, Case
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
 from tilec.families.products import family_of
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
+from tilec.target.occupancy import SM_LIMITS, Waves
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
 # The batched rows' sample: C[b] = A[b] @ B[b] over a grid axis of batches.
@@ -297,7 +298,7 @@ SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
 SMALL_TILES = 64
 # An H100's (and H200's) SMs: up to this many output tiles, a persistent grid gives each
 # block one tile.
-ONE_WAVE = 132
+ONE_WAVE = SM_LIMITS["sm_90a"].sms
 # Fewer K steps of 128 than this and the large tiles' two-stage pipeline barely fills:
 # "shallow" takes a shorter BK and three stages.
 SHALLOW_STEPS = 4
@@ -370,8 +371,46 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
         # 0.976 / 0.964 one tile a block (f16 / bf16).
         del config["persistent"]
     if family == "wgmma":
-        config = _sliced(case, config)
+        config = _sliced(case, _narrower_for_the_last_wave(case, config))
     return config
+
+
+# Half-width tiles where the 128x256 tiles' last wave would run nearly empty: 4096x4104x4096
+# has 544 such tiles, 4 full waves of 132 and 16 tiles in a fifth, so the whole GPU waits
+# on 12% of it; 128x128 tiles, 1056 of them, fill 8 waves. H200, f16, one call (TFLOP/s;
+# benchmarks/NOTES.md, session 18): 4096x4104x4096 128x256 one tile a block 558.8,
+# persistent 573.7, 128x128 persistent 616.9 (cuBLAS 729.9); 2048x2056x2048 (144 tiles: 2
+# waves, the second 9% full) 329.4 / 327.0 / 367.1 (550.0). Where the last wave is fuller
+# the wide tiles keep their lead: 3072x3080x3072 (312 tiles, the third wave 36% full) 484.2
+# against 459.6, and 4104x4096x4096 (528 tiles: 4 whole waves) 745.4 against 676.6 -- a
+# 128x128 tile runs at 0.91-0.95 of a 128x256 one's rate when both fill their waves
+# (NARROW_TILE_RATE). Measured only with every row 16-byte aligned, so that TMA reads the
+# operands in place (or repacked) and stores C.
+NARROW_TILE = dict(BM=128, BN=128, BK=64, stages=4, raster_group=16, persistent=True)
+NARROW_TILE_RATE = 0.93
+LAST_WAVE_SHARE = 0.25  # the wide tiles' last wave holds at most this share of the SMs
+NARROW_TILE_GAIN = 1.1  # and the narrow tiles' waves promise at least this speed-up
+
+
+def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config``, or NARROW_TILE where ``config``'s 128x256 tiles leave their last wave
+    nearly empty (at most LAST_WAVE_SHARE of the SMs) and 128x128 tiles, at
+    NARROW_TILE_RATE of their rate, would take NARROW_TILE_GAIN less time over their own
+    waves."""
+    aligned_rows = 16 // DType.parse(case.dtype).bytes
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
+            case.N % aligned_rows or case.K % aligned_rows:
+        return config
+
+    def tiles(tile: dict[str, Any]) -> int:
+        return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
+
+    wide = Waves(tiles(config), ONE_WAVE)
+    if wide.count < 2 or wide.last > LAST_WAVE_SHARE * ONE_WAVE:
+        return config
+    # Time in waves of 128x256 tiles: a narrow wave takes half of a wide one, at its rate.
+    narrow = Waves(tiles(NARROW_TILE), ONE_WAVE).count / 2 / NARROW_TILE_RATE
+    return dict(NARROW_TILE) if wide.count >= NARROW_TILE_GAIN * narrow else config
 
 
 # Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
@@ -396,7 +435,7 @@ SPLIT_GAIN = 1.1
 
 def _wave_fill(blocks: int) -> float:
     """The share of the SMs' time a grid of ``blocks`` equal blocks keeps busy."""
-    return blocks / (-(-blocks // ONE_WAVE) * ONE_WAVE)
+    return Waves(blocks, ONE_WAVE).fill
 
 
 def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
