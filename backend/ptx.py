@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from tilec.families import products
-from tilec.families.tma import TURN_BARRIER, block_warpgroup
+from tilec.families.tma import TURN_BARRIER
+from tilec.families.tma_boxes import block_warpgroup
 from tilec.ir.core import Block, Kernel, Op
 from tilec.ir.types import F32, I32, PRED, ScalarType, TileType
 from tilec.options import Options

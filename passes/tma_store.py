@@ -15,9 +15,9 @@ inner coordinate), ``staging_buffers = 2`` where a 16-bit tile's whole staging d
 beside the ring but two one-slab buffers do (the slabs then go out in turn, one written
 while the one before is stored), and its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four
 8x8 matrices of 16-bit pairs where a thread's registers form them and it holds at most 64,
-else ``pairs``, st.shared a register pair at a time: :func:`tilec.families.tma.staging_writes`);
-the backend (:mod:`tilec.families.tma`) lays the staging tile out in
-TMA's 128-byte swizzle (:func:`~tilec.families.tma.tma_layout`), so each thread's writes of
+else ``pairs``, st.shared a register pair at a time: :func:`tilec.families.staged_store.staging_writes`);
+the backend (:mod:`tilec.families.staged_store`) lays the staging tile out in
+TMA's 128-byte swizzle (:func:`~tilec.families.tma_boxes.tma_layout`), so each thread's writes of
 a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
 not TMA when it does not: only 8-bit and 16-bit outputs and i32 ones (an f32 tile of
 128x256 would need 128 KiB beside the ring; an i32 one is staged when it fits, in 8-byte
@@ -29,7 +29,7 @@ store's own: TMA skips out-of-bounds elements as the masked store does.
 Unit-stride rows that are not 16-byte aligned (C of 4095x4097: 2-byte aligned rows) are
 staged all the same, marked ``via = "rows"`` (no tensor map): after the staging writes the
 consumers copy the tile out a row at a time, each warp instruction 64 contiguous bytes of
-one row (:func:`tilec.families.tma._store_rows`), where direct stores from the accumulator
+one row (:func:`tilec.families.staged_store.store_rows`), where direct stores from the accumulator
 layout scatter 2- or 4-byte pieces over 8 rows per instruction. On an H100 that scatter,
 not the products, set the time of 8x4095x4097x128 (benchmarks/NOTES.md, session 9).
 
@@ -43,8 +43,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.tma import (SLAB_BYTES, SWIZZLE_128B, register_slabs, staging_writes,
-                                swizzle_128b)
+from tilec.families.staged_store import register_slabs, staging_writes
+from tilec.families.tma_boxes import SLAB_BYTES, SWIZZLE_128B, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
 from tilec.ir.types import I32, TileType
@@ -68,7 +68,7 @@ def addressing_problem(layout: DistributedLayout, elem_bytes: int = 2) -> Option
     one 16-byte chunk from the thread's first column. With 4-byte elements (a chunk of 4)
     the thread's first column may reach into the next chunk when the registers' chunks
     leave that bit clear: the thread's chunk then adds to the register's without a carry
-    and XORs into the swizzle per thread (tilec.families.tma._stage_registers)."""
+    and XORs into the swizzle per thread (tilec.families.staged_store._stage_registers)."""
     chunk = 1 << swizzle_128b(elem_bytes).base  # elements per 16-byte chunk
     if layout.warps[1] != 1:
         return "the warps split the tile's columns"

@@ -491,7 +491,7 @@ def test_a_batched_cluster_pairs_m_tiles_within_each_batch():
     persistent, at most a cluster a pair of all batches' (the batch is axis 0 of the
     sizes, not M); one tile a block, the pairs on x and the batch on y. B goes through 3-D
     maps, multicast, half a box's rows a block."""
-    from tilec.families.tma import tensor_map_box
+    from tilec.families.tma_boxes import tensor_map_box
     from tilec.launch.binding import launch_cluster
     wide = dict(CLUSTER, BN=256)
     persistent = bmm().compile(**wide, persistent=True).kernel

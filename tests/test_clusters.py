@@ -14,7 +14,8 @@ from tilec.analysis.hazards import HazardError, check_schedule
 from tilec.backend import tile_order
 from tilec.backend.grid import cluster_group
 from tilec.errors import TileConfigError
-from tilec.families.tma import ALLOC, ARRIVE, CLUSTER_SYNC, LOAD, WAIT, tensor_map_box
+from tilec.families.tma import ALLOC, ARRIVE, CLUSTER_SYNC, WAIT
+from tilec.families.tma_boxes import LOAD, tensor_map_box
 from tilec.launch.binding import launch_cluster, launch_grid
 from tilec.options import Options
 from tilec.pipeline import run_pipeline

@@ -11,8 +11,8 @@ import pytest
 
 from tilec.cli import main
 from tilec.families.product import Run
-from tilec.tools.explain import (Explanation, ScheduleRow, _degree, _of_it, _row, explain,
-                                 parse_ptxas, render_explanation)
+from tilec.tools.explain import Explanation, _degree, explain, parse_ptxas, render_explanation
+from tilec.tools.explain_schedule import ScheduleRow, _of_it, _row
 from tilec.analysis.hazards import Event, Trace, main_loop
 from tilec.ir.core import clone_kernel, defining_op
 from tilec.kernel import TileFunction, load_file

@@ -17,7 +17,7 @@ import pytest
 from tilec.errors import TileConfigError
 from tilec.cpu.interpreter import InterpreterError, run_kernel
 from tilec.families.catalogue import op_catalogue
-from tilec.families.tma import SWIZZLE_128B, tma_layout
+from tilec.families.tma_boxes import SWIZZLE_128B, tma_layout
 from tilec.families.wgmma import WgmmaLayout, descriptor_offsets
 from tilec.ir.printer import print_kernel
 from tilec.kernel import load_file

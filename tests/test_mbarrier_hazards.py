@@ -14,7 +14,7 @@ import pytest
 from tilec.analysis.hazards import HazardError, check_schedule
 from tilec.analysis.mbarriers import FENCE, programs, trip_counts
 from tilec.errors import TileConfigError
-from tilec.families.tma import Box
+from tilec.families.tma_boxes import Box
 from tilec.families.wgmma import FAMILY as WGMMA
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel
 from tilec.ir.types import i32

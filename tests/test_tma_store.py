@@ -12,7 +12,7 @@ import pytest
 
 from tilec.cpu.interpreter import run_kernel
 from tilec.families.catalogue import op_catalogue
-from tilec.families.tma import is_tma_store, staging_layout
+from tilec.families.tma_boxes import is_tma_store, staging_layout
 from tilec.families.wgmma import WgmmaLayout
 from tilec.kernel import load_file
 from tilec.ir.printer import print_kernel
@@ -351,7 +351,7 @@ def test_a_128x128_tile_is_staged_by_stmatrix_and_a_128x256_one_by_pairs():
                                           (256, 128, 128)])
 def test_stmatrix_lane_addresses_follow_the_staging_swizzle(bm, bn, rows):
     """Lane t of a warp gives stmatrix the address of row t % 8 of matrix t / 8 of each run
-    (tilec.families.tma._stage_by_stmatrix's arithmetic): that row's chunk, where
+    (tilec.families.staged_store._stage_by_stmatrix's arithmetic): that row's chunk, where
     staging_layout places the matrix row's first element, for every run of every warp."""
     layout = WgmmaLayout("C", (bm * 4 // rows, 1), (rows // 4, bn))
     staging = staging_layout(bm, bn, 2)
@@ -470,7 +470,7 @@ def test_the_i32_staging_writes_register_pairs_with_st_shared_v2():
 
 
 def test_the_i32_staging_addresses_are_tmas_swizzle_for_every_thread():
-    """The staging writes' arithmetic (tilec.families.tma._stage_registers) for 4-byte
+    """The staging writes' arithmetic (tilec.families.staged_store._stage_registers) for 4-byte
     elements, for every thread and register pair: base (row0 * 32 + col0 % 4) * 4, the
     thread's XOR ((row0 % 8) ^ col0 / 4) << 4, the register's chunk XORed in, its slab, row
     and low column as the immediate; each pair lands where TMA's swizzle puts its element,

@@ -20,7 +20,7 @@ from tilec.cpu.interpreter import run_kernel
 from tilec.errors import TileConfigError
 from tilec.families.catalogue import op_catalogue
 from tilec.families.mma_sync import MmaLayout
-from tilec.families.tma import tma_layout
+from tilec.families.tma_boxes import tma_layout
 from tilec.families.wgmma import (FAMILY as WGMMA, WgmmaLayout, descriptor_fields,
                                   descriptor_offsets)
 from tilec.ir.printer import print_kernel

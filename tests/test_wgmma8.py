@@ -15,7 +15,7 @@ import pytest
 from tilec.cpu.interpreter import run_kernel
 from tilec.families.catalogue import op_catalogue
 from tilec.families.products import FAMILIES, family_for
-from tilec.families.tma import SWIZZLE_128B, swizzle_128b, tma_layout
+from tilec.families.tma_boxes import SWIZZLE_128B, swizzle_128b, tma_layout
 from tilec.families.wgmma import descriptor_offsets
 from tilec.families.wgmma8 import FAMILY as WGMMA8
 from tilec.ir.schedule import OperandPlan

@@ -88,7 +88,8 @@ from tilec.errors import TileConfigError, located
 from tilec.families.catalogue import op_definitions
 from tilec.families.movements import STAGE_WRITERS
 from tilec.families.products import FAMILIES, LOAD_OPS, PRODUCT_OPS, family_of
-from tilec.families.tma import ALLOC, ARRIVE, EXPECT, FAMILY as TMA, LOAD, PRODUCER, WAIT, Box
+from tilec.families.tma import ALLOC, ARRIVE, EXPECT, FAMILY as TMA, PRODUCER, WAIT
+from tilec.families.tma_boxes import LOAD, Box
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.types import TileType
 

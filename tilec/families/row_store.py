@@ -9,7 +9,7 @@ row, so one ``st.global.b16`` writes 64 contiguous bytes.
 The staging tile is row-major with a 16-byte pad after each row (``pitch`` bytes a row): the
 accumulator layout's 8 rows of 4 lanes then fall in 32 distinct banks (row r's word bank is
 r * pitch / 4 + lane % 4, pitch / 4 = 4 mod 8), and a warp's row reads are contiguous.
-The warp-specialized kernels' row store (tilec.families.tma, ``via = rows``) stages in
+The warp-specialized kernels' row store (tilec.families.staged_store, ``via = rows``) stages in
 TMA's swizzle instead and needs whole-row warps; this one takes any warp grid.
 """
 from __future__ import annotations

@@ -25,24 +25,25 @@ naming the barrier.
 """
 from __future__ import annotations
 
-import itertools
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from tilec.backend.abi import TENSOR_MAP, AbiParam
-from tilec.backend.context import CONSUMER_BARRIER, Context, SmemView, c_thread_coords
-from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.backend.context import Context, SmemView
+from tilec.ir.core import Kernel, Op
 from tilec.ir.ops import OpDef, require
 from tilec.ir.types import I64, TileType
-from tilec.target.layout import DistributedLayout, SmemLayout, Swizzle
+from tilec.target.layout import SmemLayout
 from tilec.target.smem import BARRIER_BYTES
 
 from . import stream_k
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
-from .row_store import StagedRows, copy_rows_out
+from .staged_store import store_rows, store_tile
+from .tma_boxes import (LOAD, MAX_BOX, SLAB_BYTES, Box, box_coordinates, is_tma_store,
+                        tensor_map_address, thread_is, tma_layout)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,98 +54,21 @@ if TYPE_CHECKING:
 # The CPU semantics import numpy and the CPU model (tilec.cpu) where they run: compiling
 # never runs them, and a cold `tilec compile` should not wait for numpy's import.
 
-ALLOC, EXPECT, LOAD, WAIT, ARRIVE, PRODUCER, RING_BASE = (
-    "mbar.alloc", "mbar.arrive_expect_tx", "tma.load", "mbar.wait", "mbar.arrive", "ws.producer",
+ALLOC, EXPECT, WAIT, ARRIVE, PRODUCER, RING_BASE = (
+    "mbar.alloc", "mbar.arrive_expect_tx", "mbar.wait", "mbar.arrive", "ws.producer",
     "ws.ring_base")
 # A pingpong kernel's hand-over of the tensor cores between its two consumer warpgroups.
 TURN_WAIT, TURN_PASS = "ws.turn_wait", "ws.turn_pass"
-STORE = "tile.store"
 CLUSTER_SYNC = "cluster.sync"
 # Pingpong: warpgroup w's epilogue meets on barrier CONSUMER_BARRIER + w (its 128 threads),
 # and waits for its mainloop's turn on TURN_BARRIER + w, which the other warpgroup arrives
 # on once its own mainloop's products are complete (both warpgroups count: 256 threads).
 TURN_BARRIER = 3
-SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
-MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
-
-
-# CU_TENSOR_MAP_SWIZZLE_128B on 16-bit elements: 16-byte chunk c of 128-byte row r lands at
-# chunk c ^ (r % 8) (rows from a 1024-byte aligned start).
-SWIZZLE_128B = Swizzle(3, 3, 3)
-
-
-def swizzle_128b(elem_bytes: int) -> Swizzle:
-    """CU_TENSOR_MAP_SWIZZLE_128B on elements of ``elem_bytes``: the same byte permutation
-    (16-byte chunks by row modulo 8), its base the elements of one chunk (SWIZZLE_128B for
-    16-bit elements; Swizzle(3, 4, 3) for 8-bit ones)."""
-    return Swizzle(3, (16 // elem_bytes).bit_length() - 1, 3)
-
-
-def tma_layout(layout: SmemLayout, elem_bytes: int) -> SmemLayout:
-    """Where TMA's 128-byte swizzle puts a tile stored as ``layout``: slabs of one 128-byte
-    row width (a box each), swizzled by 8-row atom."""
-    return layout.with_swizzle(swizzle_128b(elem_bytes), slab=SLAB_BYTES // elem_bytes)
-
-
-def staging_layout(rows: int, cols: int, elem_bytes: int) -> SmemLayout:
-    """The TMA store's staging tile: ``rows x cols`` in slabs of one 128-byte swizzle row
-    each, as TMA reads them."""
-    return tma_layout(SmemLayout(rows, cols), elem_bytes)
-
-
-def swizzle_mode(layout: SmemLayout, elem_bytes: int) -> int:
-    """The tensor map's swizzle span in bytes for a stage stored as ``layout`` (the
-    launcher's CU_TENSOR_MAP_SWIZZLE_*): only :func:`tma_layout`'s is made today."""
-    if layout != tma_layout(layout, elem_bytes):
-        raise ValueError(f"TMA writes 128-byte swizzled slabs, not {layout}")
-    return SLAB_BYTES
 
 
 def barrier_type(stages: int) -> TileType:
     """The type of a ring of ``stages`` mbarriers in shared memory."""
     return TileType(I64, (stages,), "smem")
-
-
-@dataclass(frozen=True)
-class Box:
-    """What one ``tma.load`` moves, read off its attributes: per slab, a box of
-    ``inner x outer`` elements in the tensor's storage order (inner contiguous), the slabs
-    side by side along the inner dim; ``coords``: which of the op's tile offsets is the inner
-    coordinate and which the outer."""
-
-    inner: int
-    outer: int
-    slabs: int
-    coords: tuple[int, int]
-
-    @classmethod
-    def of(cls, op: Op) -> "Box":
-        return cls(op.attrs["box"][0], op.attrs["box"][1], op.attrs["slabs"],
-                   tuple(op.attrs["coords"]))
-
-    def bytes(self, elem_bytes: int) -> int:
-        return self.inner * self.outer * self.slabs * elem_bytes
-
-
-def tensor_map_box(kernel: Kernel, tensor: str) -> tuple[int, int, int]:
-    """The box (inner, outer elements) and swizzle span (bytes) the kernel's TMA loads of
-    ``tensor`` use: what the launcher encodes the tensor's map with."""
-    for op in kernel.walk():
-        if op.name == LOAD and op.attrs["tensor"] == tensor:
-            box = Box.of(op)
-            view = op.operands[3].type
-            # A multicast load's block moves its share of the box's rows.
-            outer = box.outer // op.attrs.get("multicast", 1)
-            return box.inner, outer, swizzle_mode(view.layout, view.dtype.bytes)
-        if is_tma_store(op) and op.attrs["tensor"] == tensor:
-            box = Box.of(op)
-            return box.inner, box.outer, SLAB_BYTES
-    raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' with TMA")
-
-
-def is_tma_store(op: Op) -> bool:
-    """A ``tile.store`` the tma_store pass routed through shared memory and TMA."""
-    return op.name == STORE and op.attrs.get("via") == "tma"
 
 
 # -- PTX -------------------------------------------------------------------------------------
@@ -163,21 +87,6 @@ def _barrier_address(ctx: Context, bars: Barriers, stage_value) -> str:
     return ctx.mad(ctx.get(stage_value), BARRIER_BYTES, bars.address)
 
 
-def _thread_is(ctx: Context, tid_mask: Optional[int], value: int) -> str:
-    """A predicate: (tid & mask) == value, or tid == value without a mask; computed once."""
-    def compute() -> str:
-        tid = ctx.tid() if tid_mask is None else ctx.int_op("and.b32", ctx.tid(), tid_mask)
-        reg = ctx.w.reg("pred")
-        ctx.w.emit(f"setp.eq.u32 {reg}, {tid}, {value};")
-        return reg
-    return ctx.w.once(ctx.thread_key(("thread_is", tid_mask, value)), compute)
-
-
-def block_warpgroup(ctx: Context) -> str:
-    """The thread's warpgroup in the block (its %tid.x / 128), computed once at entry."""
-    return ctx.w.once("block_warpgroup", lambda: ctx.int_op("shr.u32", ctx.block_tid(), 7))
-
-
 def _alloc(ctx: Context, op: Op) -> None:
     """Barriers sit in the dynamic shared memory like buffers; thread 0 initialises them
     (mbarrier.init, PTX ISA 9.7.13.15.9) and fences the init for the async proxy; a CTA
@@ -185,7 +94,7 @@ def _alloc(ctx: Context, op: Op) -> None:
     placed = ctx.smem.of(op)
     stages = placed.stages
     address = ctx.int_op("add.s32", ctx.smem_base(), placed.offset)
-    first = _thread_is(ctx, None, 0)
+    first = thread_is(ctx, None, 0)
     for stage in range(stages):
         ctx.w.emit(f"@{first} mbarrier.init.shared::cta.b64 [{address}+{stage * BARRIER_BYTES}], "
                    f"{op.attrs['count']};")
@@ -196,34 +105,6 @@ def _alloc(ctx: Context, op: Op) -> None:
 def _expect(ctx: Context, op: Op) -> None:
     address = _barrier_address(ctx, ctx.get(op.operands[0]), op.operands[1])
     ctx.w.emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{address}], {op.attrs['bytes']};")
-
-
-def _tensor_map(ctx: Context, tensor: str) -> str:
-    """The generic address of the tensor's map, a kernel parameter passed by value."""
-    def compute() -> str:
-        reg = ctx.w.reg("b64")
-        ctx.w.emit(f"mov.u64 {reg}, {ctx.workspace[tensor]};")
-        ctx.w.emit(f"cvta.param.u64 {reg}, {reg};")
-        return reg
-    return ctx.w.once(("tensor_map", tensor), compute)
-
-
-def _coordinates(ctx: Context, tensor: Value, x: str, outer: str) -> tuple[str, str]:
-    """The box's coordinates and the instruction's dimensionality: ``{x, outer}`` in a 2-D
-    map; for a batch view (``tensor.batch``) ``{x, outer, b}`` in the 3-D map of the whole
-    tensor (:mod:`tilec.launch.tensor_maps`), whose bounds clip ragged rows at the batch's
-    own edge. A batch stride of 0 (one matrix shared by every batch) is mapped with one
-    batch, which every program reads: its coordinate is 0."""
-    view = defining_op(tensor)
-    if view is None or view.name != "tensor.batch":
-        return "2d", f"{{{x}, {outer}}}"
-    # Computed where it is used: the producer and the consumers' epilogue run different
-    # code, so a register kept from one is not set in the other.
-    shared = ctx.w.reg("pred")
-    ctx.w.emit(f"setp.eq.s32 {shared}, {ctx.get(view.operands[0]).strides[0]}, 0;")
-    coordinate = ctx.w.reg("b32")
-    ctx.w.emit(f"selp.b32 {coordinate}, 0, {ctx.operand(view.operands[1])}, {shared};")
-    return "3d", f"{{{x}, {outer}, {coordinate}}}"
 
 
 def _cluster_rank(ctx: Context) -> str:
@@ -244,7 +125,7 @@ def _load(ctx: Context, op: Op) -> None:
     offsets = [ctx.get(v) for v in op.operands[1:3]]
     view: SmemView = ctx.get(op.operands[3])
     address = _barrier_address(ctx, ctx.get(op.operands[4]), op.operands[5])
-    tensor_map = _tensor_map(ctx, op.attrs["tensor"])
+    tensor_map = tensor_map_address(ctx, op.attrs["tensor"])
     inner, outer = offsets[box.coords[0]], offsets[box.coords[1]]
     eb = view.buffer.elem_bytes
     slab_bytes = box.inner * box.outer * eb
@@ -260,7 +141,7 @@ def _load(ctx: Context, op: Op) -> None:
         multicast = ".multicast::cluster"
     for slab in range(box.slabs):
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
-        dims, coordinates = _coordinates(ctx, op.operands[0], x, outer)
+        dims, coordinates = box_coordinates(ctx, op.operands[0], x, outer)
         ctx.w.emit(f"cp.async.bulk.tensor.{dims}.shared::cluster.global.mbarrier::"
                    f"complete_tx::bytes{multicast} [{destination}+{slab * slab_bytes}], "
                    f"[{tensor_map}, {coordinates}], [{address}]"
@@ -284,7 +165,7 @@ def _arrive(ctx: Context, op: Op) -> None:
     the stage have completed (wgmma.wait_group is warpgroup-wide); only where the optional
     predicate holds."""
     address = _barrier_address(ctx, ctx.get(op.operands[0]), op.operands[1])
-    leader = _thread_is(ctx, 127, 0)
+    leader = thread_is(ctx, 127, 0)
     if len(op.operands) > 2:
         leader = ctx.and_pred(leader, ctx.get(op.operands[2]))
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
@@ -303,367 +184,6 @@ def _cluster_sync(ctx: Context, op: Op) -> None:
     """Every thread of every block of the cluster meets (PTX ISA 9.7.13.1)."""
     ctx.w.emit("barrier.cluster.arrive.release.aligned;")
     ctx.w.emit("barrier.cluster.wait.acquire.aligned;")
-
-
-def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str]:
-    """The staging part of a store through shared memory, emitted a chunk of registers at a
-    time: each thread writes its register pairs into the staging tile, in TMA's 128-byte
-    swizzle. Returns the staging tile's address after the last chunk (None before it).
-    ``reuse_wait``: what a persistent kernel's leader waits for before the next tile's
-    first write overwrites the staging tile (then all consumers meet); the wait after the
-    last tile is the store's (:func:`_last_store_read`)."""
-    w = ctx.w
-    layout = op.operands[-1].type.layout
-    roles = ctx.kernel.schedule.roles
-    state = ctx.op_state.setdefault(op, {})
-    # The leader's predicate first (its registers' numbering is the golden PTX's).
-    leader = _thread_is(ctx, None, 0) if reuse_wait else None
-    if "staging" not in state:
-        state["staging"] = ctx.smem.of(op).offset
-        if roles.persistent:
-            # The previous tile's stores must have read the staging tile.
-            if leader is not None:
-                w.emit(f"@{leader} {reuse_wait}")
-            w.emit(_consumers_meet(ctx))
-    # Element (row, col) sits at slab col / S, row, chunk (col % S) / 8 ^ row % 8: the
-    # thread's row modulo 8 is the same in all its registers (tma_store checked), so the
-    # XOR is per thread and per chunk, and the rest of the offset an immediate. The
-    # addresses are remade per chunk of registers: kept across the epilogue, they spill.
-    staging = ctx.int_op("add.s32", ctx.smem_base(), state["staging"])
-    if roles.pingpong:
-        # Each warpgroup stages its own tile (tma_store placed one copy a warpgroup).
-        staging = ctx.mad(block_warpgroup(ctx), ctx.smem.of(op).stage_bytes, staging)
-    _write_staging(ctx, op, staging)
-    if ctx.active is not None and ctx.active.stop < len(layout.register_offsets()):
-        return None
-    return staging
-
-
-def _write_staging(ctx: Context, op: Op, staging: str) -> None:
-    """The registers ``ctx.indices`` names into the staging tile at ``staging``, by the
-    writes the tma_store pass chose."""
-    value = op.operands[-1]
-    layout, eb, rows = value.type.layout, value.type.dtype.bytes, value.type.shape[0]
-    regs, box = ctx.get(value), Box.of(op)
-    keep = ctx.kernel.schedule.roles.persistent
-    buffers = op.attrs.get("staging_buffers", 0)
-    if op.attrs.get("writes") == STMATRIX:
-        _stage_by_stmatrix(ctx, layout, regs, box, rows, staging, keep, buffers)
-    else:
-        _stage_by_pairs(ctx, layout, regs, box, rows, staging, eb, keep, buffers)
-
-
-STMATRIX = "stmatrix"
-# The most accumulators a thread may hold for its staging writes to be stmatrix: the four
-# packed registers each write keeps live at once pushed the 128x256 fused epilogue
-# (gemm_epilogue, 128 accumulators a thread) past ptxas's 168-register budget (4 bytes of
-# spill); 128x128 tiles (64) have room.
-STMATRIX_MAX_REGISTERS = 64
-# How explain and the schedule name each way of writing the staging tile.
-STAGING_WRITES_TEXT = {STMATRIX: "stmatrix.x4, four 8x8 matrices a write",
-                       "pairs": "st.shared, a register pair a write"}
-
-
-def staging_writes(layout: DistributedLayout, elem_bytes: int) -> str:
-    """How the consumers write their registers into the staging tile: ``stmatrix`` where
-    :func:`stmatrix_groups` holds, else ``pairs`` (st.shared, a register pair at a time)."""
-    return STMATRIX if stmatrix_groups(layout, elem_bytes) else "pairs"
-
-
-def stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
-    """Whether a thread's 16-bit registers fall, eight at a time, on four 8x8 matrices that
-    one ``stmatrix.sync.aligned.m8n8.x4`` writes (PTX ISA 9.7.14.5.16): the mma fragment's
-    lane grid (8 rows of 4 lanes, a lane two neighbouring columns), warps over rows only,
-    and each run of four register pairs at (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8),
-    r a multiple of 8 and c of 16, so that each matrix row is one 16-byte chunk of the
-    staging tile and the pair of chunks shares its swizzle but for the lowest bit; and at
-    most STMATRIX_MAX_REGISTERS of them."""
-    if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2):
-        return False
-    offsets = layout.register_offsets()
-    if layout.warps[1] != 1 or len(offsets) % 8 or len(offsets) > STMATRIX_MAX_REGISTERS:
-        return False
-    for start in range(0, len(offsets), 8):
-        r, c = offsets[start]
-        expected = [(r + dr, c + dc + one) for dc in (0, 8) for dr in (0, 8) for one in (0, 1)]
-        if r % 8 or c % 16 or offsets[start:start + 8] != expected:
-            return False
-    return True
-
-
-def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
-                       rows: int, staging: str, keep: bool, buffers: int = 0) -> None:
-    """Each run of eight registers (four pairs, four 8x8 matrices: :func:`stmatrix_groups`)
-    packed into four 16-bit pairs and written by one stmatrix.x4, where the separate writes
-    took four st.shared.b32. Lane t gives the address of row t % 8 of matrix t / 8: the
-    matrix's row r + 8 ((t / 8) % 2) + t % 8 of the warp's tile, its chunk c / 8 + t / 16,
-    in TMA's 128-byte swizzle (chunk ^ row % 8): the chunk's lowest bit is the lane's, the
-    rest XORs per run of registers."""
-    w = ctx.w
-    row, chunk_bit = _stmatrix_lane_coords(ctx, layout, keep)
-    row_bits = ctx.int_op("and.b32", row, 7)
-    row_bytes = box.inner * 2
-    # The thread's part: its row, and its chunk's lowest bit after the swizzle's XOR.
-    low = ctx.int_op("shl.b32", ctx.int_op("and.b32", ctx.int_op("xor.b32", row_bits,
-                                                                 chunk_bit), 1), 4)
-    base = ctx.int_op("add.s32", ctx.mad(row, row_bytes, staging), low)
-    xor = ctx.int_op("shl.b32", ctx.int_op("and.b32", row_bits, 6), 4)
-    offsets = layout.register_offsets()
-    moved: dict[int, str] = {}
-    for index in ctx.indices(len(offsets)):
-        if index % 8:
-            continue
-        r, c = offsets[index]
-        slab, within = divmod(c, box.inner)
-        chunk = within >> 3  # even: the run's first chunk
-        if chunk not in moved:
-            moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4))
-        packed = []
-        for pair in range(4):
-            register = w.reg("b32")
-            w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
-                   f"{regs[index + 2 * pair + 1]}}};")
-            packed.append(register)
-        immediate = (_slot(slab, buffers) * rows + r) * row_bytes
-        w.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{moved[chunk]}+{immediate}], "
-               f"{{{', '.join(packed)}}};")
-
-
-def _stmatrix_lane_coords(ctx: Context, layout: DistributedLayout, keep: bool
-                          ) -> tuple[str, str]:
-    """The row of the warp's tile whose address this lane gives stmatrix, ``row0 - t / 4 +
-    t % 16`` (row0: the lane's own first row, :func:`c_thread_coords`), and its chunk's
-    lowest bit, ``t / 16``."""
-    def compute() -> tuple[str, str]:
-        row0, _ = c_thread_coords(ctx, layout, keep=False)
-        tid = ctx.w.reg("b32")
-        ctx.w.emit(f"mov.u32 {tid}, %tid.x;")
-        lane = ctx.int_op("and.b32", tid, 31)
-        row = ctx.int_op("add.s32", ctx.int_op("sub.s32", row0, ctx.int_op("shr.u32", lane, 2)),
-                         ctx.int_op("and.b32", lane, 15))
-        return row, ctx.int_op("shr.u32", lane, 4)
-    return ctx.w.once(ctx.thread_key(("stmatrix", layout)), compute) if keep else compute()
-
-
-def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
-                    rows: int, staging: str, eb: int, keep: bool, buffers: int = 0) -> None:
-    """Each register pair written on its own (st.shared.b16 of two packed 8-bit values,
-    st.shared.b32 of two 16-bit ones, st.shared.v2.b32 of two 32-bit ones), in TMA's
-    128-byte swizzle."""
-    w = ctx.w
-    # Where the thread's coordinates live is a matter of ptxas's 168-register budget with
-    # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
-    # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
-    row0, col0 = c_thread_coords(ctx, layout, keep=keep)
-    swizzle = swizzle_128b(eb)  # a chunk is 16 bytes: 16, 8 or 4 elements
-    shift = swizzle.base + (eb.bit_length() - 1)
-    row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
-    if (layout.lane_grid[1] - 1) * layout.lane_step[1] < 1 << swizzle.base:
-        base = ctx.mad(ctx.mad(row0, box.inner, col0), eb, staging)
-        xor = ctx.int_op("shl.b32", row_bits, shift)
-    else:
-        # The thread's first column reaches past its first chunk (32-bit elements): its
-        # chunk XORs with the row's, carry-free beside the registers' (the tma_store pass's
-        # addressing_problem checked), and only the rest goes into the base.
-        low_col = ctx.int_op("and.b32", col0, (1 << swizzle.base) - 1)
-        base = ctx.mad(ctx.mad(row0, box.inner, low_col), eb, staging)
-        thread_chunk = ctx.int_op("shr.u32", col0, swizzle.base)
-        xor = ctx.int_op("shl.b32", ctx.int_op("xor.b32", row_bits, thread_chunk), shift)
-    chunks: dict[int, str] = {}
-    offsets = layout.register_offsets()
-    for index in ctx.indices(len(offsets)):
-        if index % 2:
-            continue
-        r, c = offsets[index]
-        slab, within = divmod(c, box.inner)
-        chunk = within >> swizzle.base
-        if chunk not in chunks:
-            moved = ctx.int_op("xor.b32", xor, chunk << shift)
-            chunks[chunk] = ctx.int_op("add.s32", base, moved)
-        low = within & ((1 << swizzle.base) - 1)
-        immediate = ((_slot(slab, buffers) * rows + r) * box.inner + low) * eb
-        write, scratch = STAGING_WRITES[eb]
-        for line in write(chunks[chunk], immediate, regs[index], regs[index + 1],
-                          *(w.reg(cls) for cls in scratch)):
-            w.emit(line)
-
-
-def _slot(slab: int, buffers: int) -> int:
-    """Where slab ``slab`` sits in the staging tile: its own place where the whole tile is
-    staged (``buffers`` 0), else one-slab buffer ``slab % buffers``."""
-    return slab % buffers if buffers else slab
-
-
-def _write_8_bit_pair(address: str, immediate: int, first: str, second: str, packed: str,
-                      low: str, high: str) -> tuple[str, ...]:
-    """Two 8-bit elements, each the low byte of a b16 register (backend/compute.py's
-    form), packed into one 2-byte write: prmt takes byte 0 of each half of the pair."""
-    return (f"mov.b32 {packed}, {{{first}, {second}}};",
-            f"prmt.b32 {packed}, {packed}, 0, 0x0020;",
-            f"mov.b32 {{{low}, {high}}}, {packed};",
-            f"st.shared.b16 [{address}+{immediate}], {low};")
-
-
-def _write_16_bit_pair(address: str, immediate: int, first: str, second: str,
-                       packed: str) -> tuple[str, ...]:
-    """Two 16-bit registers packed into one 32-bit word and written."""
-    return (f"mov.b32 {packed}, {{{first}, {second}}};",
-            f"st.shared.b32 [{address}+{immediate}], {packed};")
-
-
-def _write_32_bit_pair(address: str, immediate: int, first: str,
-                       second: str) -> tuple[str, ...]:
-    """Two 32-bit registers in one 8-byte write (stmatrix moves 16-bit elements only, so
-    32-bit staging is st.shared; the pair's columns are even: the address is 8-byte
-    aligned)."""
-    return (f"st.shared.v2.b32 [{address}+{immediate}], {{{first}, {second}}};",)
-
-
-# Element bytes -> the staging writes of one register pair (the tma_store pass stages 8-bit,
-# 16-bit and i32 tiles) and the classes of the scratch registers they take.
-STAGING_WRITES = {1: (_write_8_bit_pair, ("b32", "b16", "b16")),
-                  2: (_write_16_bit_pair, ("b32",)), 4: (_write_32_bit_pair, ())}
-
-
-def _consumers_meet(ctx: Context) -> str:
-    """The barrier of the threads that compute one tile: all the consumers, or (pingpong)
-    the warpgroup's own."""
-    roles = ctx.kernel.schedule.roles
-    if not roles.pingpong:
-        return f"bar.sync {ctx.accumulators_barrier()};"
-    barrier = ctx.w.once("tile_barrier", lambda: ctx.int_op(
-        "add.s32", block_warpgroup(ctx), CONSUMER_BARRIER))
-    return f"bar.sync {barrier}, {roles.tile_threads};"
-
-
-def _store_tile(ctx: Context, op: Op) -> None:
-    """A ``tile.store {via = tma}``: the registers into the staging tile
-    (:func:`_stage_registers`); after the last chunk the consumers fence their writes for
-    the async proxy and meet, and thread 0 stores one box per slab, then waits for the
-    stores to have read the staging tile (a persistent kernel waits before the next tile's
-    first write, and after its last)."""
-    w = ctx.w
-    if op.attrs.get("staging_buffers"):
-        _store_slabs_in_turn(ctx, op)
-        return
-    staging = _stage_registers(ctx, op, reuse_wait=f"{READ_WAIT} 0;")
-    if staging is None:
-        return
-    leader = _thread_is(ctx, None, 0)
-    w.emit("fence.proxy.async.shared::cta;")
-    w.emit(_consumers_meet(ctx))
-    _issue_boxes(ctx, op, leader, staging, range(Box.of(op).slabs))
-    _last_store_read(ctx, leader)
-
-
-# The leader's wait until its TMA stores have read their staging (all but the newest N
-# groups): CUTLASS's tma_store_wait is this .read form too.
-READ_WAIT = "cp.async.bulk.wait_group.read"
-
-
-def _issue_boxes(ctx: Context, op: Op, leader: str, staging: str, slabs: Sequence[int]
-                 ) -> None:
-    """The leader's TMA stores of ``slabs`` (a box each) from the staging tile at
-    ``staging``, their bulk group committed."""
-    w = ctx.w
-    box = Box.of(op)
-    slab_bytes = box.inner * box.outer * op.operands[-1].type.dtype.bytes
-    buffers = op.attrs.get("staging_buffers", 0)
-    tensor_map = _tensor_map(ctx, op.attrs["tensor"])
-    coords = [ctx.get(v) for v in op.operands[1:3]]
-    inner, outer = coords[box.coords[0]], coords[box.coords[1]]
-    for slab in slabs:
-        x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
-        dims, coordinates = _coordinates(ctx, op.operands[0], x, outer)
-        w.emit(f"@{leader} cp.async.bulk.tensor.{dims}.global.shared::cta.bulk_group "
-               f"[{tensor_map}, {coordinates}], [{staging}+{_slot(slab, buffers) * slab_bytes}];")
-    w.emit(f"@{leader} cp.async.bulk.commit_group;")
-
-
-def _last_store_read(ctx: Context, leader: str) -> None:
-    """Until the stores have read the staging tile, which goes with the block's shared
-    memory (their writes to global memory complete with the grid): after the tile of a
-    block that computes one, after the last tile of a persistent one."""
-    if not ctx.kernel.schedule.roles.persistent:
-        ctx.w.emit(f"@{leader} {READ_WAIT} 0;")
-    elif not ctx.after_tiles:
-        ctx.after_tiles.append(lambda: ctx.w.emit(f"@{leader} {READ_WAIT} 0;"))
-
-
-def register_slabs(layout: DistributedLayout, inner: int) -> list[int]:
-    """The slab (``inner`` columns wide) each of a thread's registers falls in, in register
-    order: what the slabs-in-turn store writes a slab at a time."""
-    return [col // inner for _, col in layout.register_offsets()]
-
-
-def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
-    """A ``tile.store {via = tma, staging_buffers = 2}``: the tile's slabs go out in turn
-    through two one-slab buffers. Each slab's registers are written into buffer slab % 2;
-    after its last register the consumers fence their writes for the async proxy, the
-    leader waits until the previous slab's store has read the other buffer, all meet, and
-    the leader stores the slab. The next slab is then written into that other buffer while
-    this one is read. An even slab count (the pass checked) leaves buffer 0 free for the
-    next tile's first slab, one meeting a slab, none before the tile."""
-    w = ctx.w
-    slab_of = register_slabs(op.operands[-1].type.layout, Box.of(op).inner)
-    leader = _thread_is(ctx, None, 0)
-    staging = ctx.int_op("add.s32", ctx.smem_base(), ctx.smem.of(op).offset)
-    saved = ctx.active
-    for slab, indices in itertools.groupby(ctx.indices(len(slab_of)), key=slab_of.__getitem__):
-        indices = list(indices)
-        ctx.active = range(indices[0], indices[-1] + 1)
-        _write_staging(ctx, op, staging)
-        ctx.active = saved
-        if indices[-1] + 1 < len(slab_of) and slab_of[indices[-1] + 1] == slab:
-            continue  # the slab's other registers come in a later chunk
-        w.emit("fence.proxy.async.shared::cta;")
-        w.emit(f"@{leader} {READ_WAIT} 0;")
-        w.emit(_consumers_meet(ctx))
-        _issue_boxes(ctx, op, leader, staging, [slab])
-    if ctx.active is None or ctx.active.stop >= len(slab_of):
-        _last_store_read(ctx, leader)
-
-
-def _store_rows(ctx: Context, op: Op) -> None:
-    """A ``tile.store {via = rows}``: C's rows are not 16-byte aligned (TMA cannot address
-    them), so the consumers stage the tile as for TMA (:func:`_stage_registers`), meet, and
-    copy it out themselves a row at a time: warp w takes rows w, w + W, ... (W consumer
-    warps), lane l columns l and l + 32 of each 64-column slab, so each ``st.global.b16``
-    writes 64 contiguous bytes of one row. The accumulator layout's direct stores write 8
-    rows per instruction, 2 or 4 bytes each: at a shallow K (8x4095x4097x128) those partial
-    sectors, not the products, set the kernel's time. Rows past M end the warp's loop,
-    columns past N are masked."""
-    staging = _stage_registers(ctx, op)
-    if staging is None:
-        return
-    value = op.operands[-1]
-    eb = value.type.dtype.bytes
-    rows, _ = value.type.shape
-    box = Box.of(op)
-    lanes: dict[str, str] = {}
-
-    def setup(lane: str, warp: str) -> None:
-        # Lane l's column in a half slab is chunk l / 8 (the second half's chunk + 4, i.e.
-        # XOR 4), element l % 8; the chunk XORs the row modulo 8 (TMA's swizzle).
-        lanes["chunk"] = ctx.int_op("shl.b32", ctx.int_op("shr.u32", lane, 3), 4)
-        lanes["low"] = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 7),
-                                  eb.bit_length() - 1)
-
-    def row(r: str) -> list[str]:
-        row_bits = ctx.int_op("shl.b32", ctx.int_op("and.b32", r, 7), 4)
-        swizzled = ctx.int_op("xor.b32", lanes["chunk"], row_bits)
-        within = ctx.int_op("or.b32", swizzled, lanes["low"])
-        row_start = ctx.mad(r, box.inner * eb, staging)
-        first = ctx.int_op("add.s32", row_start, within)
-        second = ctx.int_op("add.s32", row_start, ctx.int_op("xor.b32", within, 4 << 4))
-        slab_bytes = rows * box.inner * eb
-        return [f"{second if half else first}+{slab * slab_bytes}"
-                for slab, half in (divmod(part, 2) for part in range(box.slabs * 2))]
-
-    copy_rows_out(ctx, op, ctx.kernel.schedule.roles.tile_threads // 32,
-                  _consumers_meet(ctx), StagedRows(
-                      parts=box.slabs * 2, setup=setup, row=row, advance=lambda: None,
-                      label="rows"))
 
 
 def _ring_base(ctx: Context, op: Op) -> None:
@@ -1126,7 +646,7 @@ class TmaFamily(MovementFamily):
         return []  # TMA writes become visible through their mbarrier, not bar.sync
 
     def store_emitters(self) -> Mapping[str, Emitter]:
-        return {"tma": _store_tile, "rows": _store_rows}
+        return {"tma": store_tile, "rows": store_rows}
 
     def kernel_params(self, kernel: Kernel) -> tuple[AbiParam, ...]:
         return tuple(AbiParam(f"{name}_tensor_map", TENSOR_MAP, name, "tensor_map")

@@ -34,7 +34,7 @@ from tilec.target.layout import DistributedLayout, SmemLayout, conflict_degree, 
 
 from .mma_sync import MmaLayout
 from .product import ExplainShape, ExplainText, ProductFamily, instruction_tile_text
-from .tma import tma_layout
+from .tma_boxes import tma_layout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -127,7 +127,7 @@ class Descriptor:
 
 def descriptor_fields(layout: SmemLayout, role: str) -> Descriptor:
     """Descriptor fields for an operand stored as ``layout`` (TMA's 128-byte swizzle in
-    slabs of 128-byte rows: :func:`tilec.families.tma.tma_layout`)."""
+    slabs of 128-byte rows: :func:`tilec.families.tma_boxes.tma_layout`)."""
     k_major = operand_k_major(role, layout)
     row_bytes = SW128_BYTES
     slab_bytes = layout.rows * row_bytes

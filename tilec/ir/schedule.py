@@ -210,7 +210,7 @@ class EpiloguePlan:
     slabs: int = 0
     reason: str = ""
     # The consumers' writes into the staging tile ("tma" and "rows"): "stmatrix" (x4, four
-    # 8x8 matrices a write) or "pairs" (st.shared) (tilec.families.tma.staging_writes).
+    # 8x8 matrices a write) or "pairs" (st.shared) (tilec.families.staged_store.staging_writes).
     writes: str = ""
     # "tma" only: 0, the whole tile staged at once; else the slabs go out in turn through
     # this many one-slab buffers (passes/tma_store.py: the whole tile did not fit).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tilec.backend.abi import TENSOR_MAP
-from tilec.families.tma import LOAD, is_tma_store, tensor_map_box
+from tilec.families.tma_boxes import LOAD, is_tma_store, tensor_map_box
 from tilec.ir.core import Kernel
 from tilec.ir.types import DType
 from tilec.ir.views import view_source

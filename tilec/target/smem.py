@@ -28,7 +28,7 @@ SWIZZLE_ATOM_ALIGN = 1024
 STAGING_ALIGN = SWIZZLE_ATOM_ALIGN  # the staging tile is written in the same swizzle
 BARRIER_BYTES = 8  # one .b64 mbarrier
 
-# tile.store routes that go through a staging tile (tilec.families.tma's store emitters).
+# tile.store routes that go through a staging tile (tilec.families.staged_store's emitters).
 STAGED_VIAS = ("tma", "rows", "block_rows")
 
 

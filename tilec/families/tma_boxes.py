@@ -1,0 +1,140 @@
+"""What a TMA box is and where it lands (sm_90): the pieces the TMA loads
+(:mod:`tilec.families.tma`) and the staged stores (:mod:`tilec.families.staged_store`) share.
+
+A box is one ``cp.async.bulk.tensor`` transfer (PTX ISA 9.7.9.25.5): ``inner x outer``
+elements of a tensor, ``inner`` one 128-byte row under CU_TENSOR_MAP_SWIZZLE_128B, laid in
+shared memory as a slab swizzled by 8-row atom; a tile is several slabs side by side. Here:
+that layout, the box an op moves (:class:`Box`) and the one the launcher encodes a tensor's
+map with (:func:`tensor_map_box`), and the PTX operands every TMA instruction takes (the
+map's address, the box's coordinates, the electing predicates).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from tilec.backend.context import Context
+from tilec.ir.core import Kernel, Op, Value, defining_op
+from tilec.target.layout import SmemLayout, Swizzle
+
+LOAD, STORE = "tma.load", "tile.store"
+
+SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
+MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
+
+
+# CU_TENSOR_MAP_SWIZZLE_128B on 16-bit elements: 16-byte chunk c of 128-byte row r lands at
+# chunk c ^ (r % 8) (rows from a 1024-byte aligned start).
+SWIZZLE_128B = Swizzle(3, 3, 3)
+
+
+def swizzle_128b(elem_bytes: int) -> Swizzle:
+    """CU_TENSOR_MAP_SWIZZLE_128B on elements of ``elem_bytes``: the same byte permutation
+    (16-byte chunks by row modulo 8), its base the elements of one chunk (SWIZZLE_128B for
+    16-bit elements; Swizzle(3, 4, 3) for 8-bit ones)."""
+    return Swizzle(3, (16 // elem_bytes).bit_length() - 1, 3)
+
+
+def tma_layout(layout: SmemLayout, elem_bytes: int) -> SmemLayout:
+    """Where TMA's 128-byte swizzle puts a tile stored as ``layout``: slabs of one 128-byte
+    row width (a box each), swizzled by 8-row atom."""
+    return layout.with_swizzle(swizzle_128b(elem_bytes), slab=SLAB_BYTES // elem_bytes)
+
+
+def staging_layout(rows: int, cols: int, elem_bytes: int) -> SmemLayout:
+    """The TMA store's staging tile: ``rows x cols`` in slabs of one 128-byte swizzle row
+    each, as TMA reads them."""
+    return tma_layout(SmemLayout(rows, cols), elem_bytes)
+
+
+def swizzle_mode(layout: SmemLayout, elem_bytes: int) -> int:
+    """The tensor map's swizzle span in bytes for a stage stored as ``layout`` (the
+    launcher's CU_TENSOR_MAP_SWIZZLE_*): only :func:`tma_layout`'s is made today."""
+    if layout != tma_layout(layout, elem_bytes):
+        raise ValueError(f"TMA writes 128-byte swizzled slabs, not {layout}")
+    return SLAB_BYTES
+
+
+@dataclass(frozen=True)
+class Box:
+    """What one ``tma.load`` moves, read off its attributes: per slab, a box of
+    ``inner x outer`` elements in the tensor's storage order (inner contiguous), the slabs
+    side by side along the inner dim; ``coords``: which of the op's tile offsets is the inner
+    coordinate and which the outer."""
+
+    inner: int
+    outer: int
+    slabs: int
+    coords: tuple[int, int]
+
+    @classmethod
+    def of(cls, op: Op) -> "Box":
+        return cls(op.attrs["box"][0], op.attrs["box"][1], op.attrs["slabs"],
+                   tuple(op.attrs["coords"]))
+
+    def bytes(self, elem_bytes: int) -> int:
+        return self.inner * self.outer * self.slabs * elem_bytes
+
+
+def tensor_map_box(kernel: Kernel, tensor: str) -> tuple[int, int, int]:
+    """The box (inner, outer elements) and swizzle span (bytes) the kernel's TMA loads of
+    ``tensor`` use: what the launcher encodes the tensor's map with."""
+    for op in kernel.walk():
+        if op.name == LOAD and op.attrs["tensor"] == tensor:
+            box = Box.of(op)
+            view = op.operands[3].type
+            # A multicast load's block moves its share of the box's rows.
+            outer = box.outer // op.attrs.get("multicast", 1)
+            return box.inner, outer, swizzle_mode(view.layout, view.dtype.bytes)
+        if is_tma_store(op) and op.attrs["tensor"] == tensor:
+            box = Box.of(op)
+            return box.inner, box.outer, SLAB_BYTES
+    raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' with TMA")
+
+
+def is_tma_store(op: Op) -> bool:
+    """A ``tile.store`` the tma_store pass routed through shared memory and TMA."""
+    return op.name == STORE and op.attrs.get("via") == "tma"
+
+
+def thread_is(ctx: Context, tid_mask: Optional[int], value: int) -> str:
+    """A predicate: (tid & mask) == value, or tid == value without a mask; computed once."""
+    def compute() -> str:
+        tid = ctx.tid() if tid_mask is None else ctx.int_op("and.b32", ctx.tid(), tid_mask)
+        reg = ctx.w.reg("pred")
+        ctx.w.emit(f"setp.eq.u32 {reg}, {tid}, {value};")
+        return reg
+    return ctx.w.once(ctx.thread_key(("thread_is", tid_mask, value)), compute)
+
+
+def block_warpgroup(ctx: Context) -> str:
+    """The thread's warpgroup in the block (its %tid.x / 128), computed once at entry."""
+    return ctx.w.once("block_warpgroup", lambda: ctx.int_op("shr.u32", ctx.block_tid(), 7))
+
+
+def tensor_map_address(ctx: Context, tensor: str) -> str:
+    """The generic address of the tensor's map, a kernel parameter passed by value."""
+    def compute() -> str:
+        reg = ctx.w.reg("b64")
+        ctx.w.emit(f"mov.u64 {reg}, {ctx.workspace[tensor]};")
+        ctx.w.emit(f"cvta.param.u64 {reg}, {reg};")
+        return reg
+    return ctx.w.once(("tensor_map", tensor), compute)
+
+
+def box_coordinates(ctx: Context, tensor: Value, x: str, outer: str) -> tuple[str, str]:
+    """The box's coordinates and the instruction's dimensionality: ``{x, outer}`` in a 2-D
+    map; for a batch view (``tensor.batch``) ``{x, outer, b}`` in the 3-D map of the whole
+    tensor (:mod:`tilec.launch.tensor_maps`), whose bounds clip ragged rows at the batch's
+    own edge. A batch stride of 0 (one matrix shared by every batch) is mapped with one
+    batch, which every program reads: its coordinate is 0."""
+    view = defining_op(tensor)
+    if view is None or view.name != "tensor.batch":
+        return "2d", f"{{{x}, {outer}}}"
+    # Computed where it is used: the producer and the consumers' epilogue run different
+    # code, so a register kept from one is not set in the other.
+    shared = ctx.w.reg("pred")
+    ctx.w.emit(f"setp.eq.s32 {shared}, {ctx.get(view.operands[0]).strides[0]}, 0;")
+    coordinate = ctx.w.reg("b32")
+    ctx.w.emit(f"selp.b32 {coordinate}, 0, {ctx.operand(view.operands[1])}, {shared};")
+    return "3d", f"{{{x}, {outer}, {coordinate}}}"
