@@ -10,7 +10,7 @@ import pytest
 
 from tilec.errors import TileError
 from tilec.ir.core import Loc
-from tilec.tools import fuzz
+from tilec.tools import fuzz, fuzz_programs
 
 # About 60-75 s on 2 cores.
 CI_PROGRAMS = 1600
@@ -37,14 +37,14 @@ def test_ci_slice_finds_no_new_failure(capsys):
 
 def test_generation_is_deterministic():
     samples = ["@tile\ndef f():\n    pass\n"]
-    first = [fuzz.generate(random.Random(7), i, samples).text for i in range(30)]
-    again = [fuzz.generate(random.Random(7), i, samples).text for i in range(30)]
+    first = [fuzz_programs.generate(random.Random(7), i, samples).text for i in range(30)]
+    again = [fuzz_programs.generate(random.Random(7), i, samples).text for i in range(30)]
     assert first == again
 
 
 def _program(epilogue, dtypes=None, transposed=False):
     dtypes = dtypes or {"A": "f32", "B": "f32", "C": "f32", "bias": "f32"}
-    return fuzz.Program(0, "matmul", "", dtypes=dtypes,
+    return fuzz_programs.Program(0, "matmul", "", dtypes=dtypes,
                         layouts={"A": transposed, "B": False}, tiles=(16, 16, 8),
                         epilogue=epilogue)
 
@@ -54,10 +54,10 @@ def test_evaluate_follows_the_epilogue_tree():
     c, bias = np.full((2, 2), 10.0), np.array([1.0, -100.0])
     tree = ("relu", ("bin", "+", ("bin", "*", ("scalar", "alpha"), ("acc",)),
                      ("bin", "+", ("c",), ("bias",))))
-    got = fuzz.evaluate(_program(tree), {"A": a, "B": b, "C": c, "bias": bias},
+    got = fuzz_programs.evaluate(_program(tree), {"A": a, "B": b, "C": c, "bias": bias},
                         {"alpha": 2.0})
     assert np.array_equal(got, np.maximum(2 * (a @ b) + c + bias, 0))
-    transposed = fuzz.evaluate(_program(("acc",), transposed=True),
+    transposed = fuzz_programs.evaluate(_program(("acc",), transposed=True),
                                {"A": a.T, "B": b, "C": c}, {})
     assert np.array_equal(transposed, a @ b)
 
@@ -65,15 +65,15 @@ def test_evaluate_follows_the_epilogue_tree():
 def test_evaluate_rounds_casts_and_literals_to_the_tile_dtype():
     dtypes = {"A": "f16", "B": "f16", "C": "f16", "bias": "f32"}
     one_third = np.full((1, 1), 1 / 3)
-    got = fuzz.evaluate(_program(("to", "f16", ("acc",)), dtypes),
+    got = fuzz_programs.evaluate(_program(("to", "f16", ("acc",)), dtypes),
                         {"A": one_third, "B": np.ones((1, 1)), "C": one_third}, {})
     assert got[0, 0] == float(np.float16(1 / 3)) != 1 / 3
-    bf16 = fuzz._round(np.array([1 / 3]), "bf16")[0]
+    bf16 = fuzz_programs._round(np.array([1 / 3]), "bf16")[0]
     assert bf16 == 0.333984375  # 1/3 to 8 significant bits, rounded to nearest
 
 
 def test_located_refuses_places_outside_the_file():
-    program = fuzz.Program(3, "mutation", "x = 1\ny = (\n")
+    program = fuzz_programs.Program(3, "mutation", "x = 1\ny = (\n")
     inside = TileError("bad", Loc(program.filename, 2, 5), "y = (")
     past_end = TileError("bad", Loc(program.filename, 4, 1), "")
     other_file = TileError("bad", Loc("elsewhere.py", 2, 5), "y = (")
@@ -83,7 +83,7 @@ def test_located_refuses_places_outside_the_file():
 
 def test_a_hang_is_classified_and_the_worker_replaced(monkeypatch):
     monkeypatch.setattr(fuzz, "run_program", _slow_or_fast)
-    programs = [fuzz.Program(i, "mutation", "slow" if i == 0 else "") for i in range(3)]
+    programs = [fuzz_programs.Program(i, "mutation", "slow" if i == 0 else "") for i in range(3)]
     outcomes = [r.outcome for r in fuzz.run_all(programs, jobs=1, timeout=1.0)]
     assert outcomes == ["hang", "compiled", "compiled"]
 
@@ -102,13 +102,13 @@ def test_assemble_reports_ptxas_rejections():
 
 def test_evaluate_sums_int8_exactly_and_wraps_to_32_bits():
     dtypes = {"A": "i8", "B": "i8", "C": "i32", "acc": "i32", "bias": "f32"}
-    program = fuzz.Program(0, "matmul", "", dtypes=dtypes, layouts={"A": False, "B": True},
+    program = fuzz_programs.Program(0, "matmul", "", dtypes=dtypes, layouts={"A": False, "B": True},
                            tiles=(16, 16, 32), epilogue=("acc",))
     a = np.full((1, 3), 127.0)
     b = np.full((1, 3), -128.0)  # stored [N, K], read as B.T
-    assert fuzz.evaluate(program, {"A": a, "B": b, "C": np.zeros((1, 1))}, {})[0, 0] == -48768
+    assert fuzz_programs.evaluate(program, {"A": a, "B": b, "C": np.zeros((1, 1))}, {})[0, 0] == -48768
     # 2^31 + 1 wraps as the integer mma does.
-    wide = fuzz.evaluate(program, {"A": np.full((1, 1), 2.0 ** 31 + 1), "B": np.ones((1, 1)),
+    wide = fuzz_programs.evaluate(program, {"A": np.full((1, 1), 2.0 ** 31 + 1), "B": np.ones((1, 1)),
                                    "C": np.zeros((1, 1))}, {})
     assert wide[0, 0] == -2.0 ** 31 + 1
 
@@ -122,17 +122,17 @@ def test_evaluate_batches_selects_and_applies_math():
             ("math", "abs", ("acc",)), ("c",))
     program = _program(tree)
     program.batched = True
-    got = fuzz.evaluate(program, {"A": a, "B": b, "C": c}, {})
+    got = fuzz_programs.evaluate(program, {"A": a, "B": b, "C": c}, {})
     acc = a @ b
     assert np.array_equal(got, np.where((acc > 0) | (acc == -12), np.abs(acc), c))
-    gelu = fuzz.evaluate(_program(("math", "gelu", ("acc",))),
+    gelu = fuzz_programs.evaluate(_program(("math", "gelu", ("acc",))),
                          {"A": np.array([[1.0]]), "B": np.array([[1.0]]), "C": c[0]}, {})
     assert abs(gelu[0, 0] - 0.8413447460685429) < 1e-7  # 1 * Phi(1)
 
 
 def test_generated_kernels_cover_the_new_parts():
     rng = random.Random(7)
-    programs = [fuzz.generate_matmul(rng, i) for i in range(500)]
+    programs = [fuzz_programs.generate_matmul(rng, i) for i in range(500)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
             "compile_time_if", "pingpong", "warpgroup_rows_128", "cluster",
@@ -140,7 +140,7 @@ def test_generated_kernels_cover_the_new_parts():
     # Split-K's slices take one tile a block: never persistent or in a cluster.
     for program in programs:
         if "wgmma_split_k" in program.features:
-            assert program.hopper_options in fuzz.SPLIT_SCHEDULES or \
+            assert program.hopper_options in fuzz_programs.SPLIT_SCHEDULES or \
                 program.hopper_options.get("warpgroup_rows") == 128
     assert any("misaligned_copy_words" in p.features for p in programs)
     assert any("misaligned_store_rows" in p.features for p in programs)
@@ -154,10 +154,10 @@ def test_batched_clusters_generated_compile_and_assemble():
     sm_90a with the cluster, and ptxas assembles them: the first generated batched
     program given a schedule (so on the wgmma path) that compiles without it, under both
     cluster schedules."""
-    clusters = [s for s in fuzz.HOPPER_SCHEDULES if s.get("cluster")]
+    clusters = [s for s in fuzz_programs.HOPPER_SCHEDULES if s.get("cluster")]
     assert {s.get("persistent", False) for s in clusters} == {False, True}
     rng = random.Random(5)
-    wgmma = (p for p in (fuzz.generate_matmul(rng, i) for i in range(400))
+    wgmma = (p for p in (fuzz_programs.generate_matmul(rng, i) for i in range(400))
              if p.batched and p.hopper_options and "int8" not in p.features)
     program = next(p for p in wgmma
                    if fuzz.run_program(dataclasses.replace(p, hopper_options={})).outcome
@@ -175,7 +175,7 @@ def test_a_schedule_error_is_a_failure_not_a_clean_error(monkeypatch):
     caret, but it is a bug: the fuzzer counts it as a failure."""
     import tilec.kernel
     from tilec.analysis.hazards import HazardError
-    program = fuzz.Program(5, "matmul", "x = 1\n")
+    program = fuzz_programs.Program(5, "matmul", "x = 1\n")
 
     def refuse(filename, text):
         raise HazardError("deadlock", Loc(program.filename, 1, 1), "x = 1")
@@ -188,7 +188,7 @@ def test_one_stage_wgmma_programs_are_generated_and_no_longer_a_known_class():
     """Class 7 (one-stage warp-specialized kernels deadlocked in the schedule check) is
     fixed: the generator still makes such programs, and no known class claims them."""
     rng = random.Random(4)
-    programs = [fuzz.generate_matmul(rng, i) for i in range(600)]
+    programs = [fuzz_programs.generate_matmul(rng, i) for i in range(600)]
     one_stage = [p for p in programs if "wgmma_one_stage" in p.features]
     assert one_stage and all(p.options["stages"] == 1 and p.hopper_options is not None
                              for p in one_stage)

@@ -66,7 +66,7 @@ def test_the_mma_sync_families_take_the_block(dtype, fallback):
 
 
 def test_the_fuzzer_gives_llvm_kernels_no_hopper_schedule():
-    from tilec.tools.fuzz import _wgmma_takes
+    from tilec.tools.fuzz_programs import _wgmma_takes
     assert _wgmma_takes((128, 128, 64), {})
     assert not _wgmma_takes((128, 128, 64), {"backend": "llvm"})
 
