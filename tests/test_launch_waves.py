@@ -2,6 +2,7 @@
 (tilec/tools/explain_launch.py): how a launch's blocks fall onto the SMs."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,61 @@ def test_without_a_gpu_the_waves_are_counted_on_the_targets_usual_part(monkeypat
     monkeypatch.setattr(driver, "has_gpu", lambda: False)
     assert explain_launch.multiprocessors("sm_90a") == (132, "an H100 SXM's or H200's")
     assert explain_launch.multiprocessors("sm_80") == (108, "an A100's")
+
+
+SIZES = [dict(M=1000, N=1003, K=77), dict(M=4096, N=4104, K=512), dict(M=64, N=8192, K=256)]
+CONFIGS = [
+    ("matmul.py", dict(arch="sm_80")),
+    ("matmul.py", dict(arch="sm_86", BM=128, BN=256, BK=32, stages=2)),
+    ("matmul.py", dict(arch="sm_90", split_k=4)),
+    ("matmul.py", dict(arch="sm_90a", BM=128, BN=256, BK=64, stages=3)),
+    ("matmul.py", dict(arch="sm_90a", BM=128, BN=256, BK=64, stages=3, persistent=True)),
+    ("matmul.py", dict(arch="sm_90a", BM=128, BN=256, BK=64, stages=3, cluster=2)),
+    ("matmul.py", dict(arch="sm_90a", BM=128, BN=256, BK=64, stages=3, cluster=2,
+                       persistent=True)),
+    ("matmul.py", dict(arch="sm_90a", BM=128, BN=256, BK=64, stages=3, persistent=True,
+                       stream_k=True)),
+    ("matmul.py", dict(arch="sm_90a", BM=128, BN=128, BK=64, stages=4, split_k=3)),
+    ("matmul.py", dict(arch="sm_90a", BM=64, BN=128, BK=64, stages=4, blocks_per_sm=2)),
+    ("matmul.py", dict(arch="sm_90a", BM=64, BN=256, BK=64, stages=4, persistent=True,
+                       consumers="pingpong")),
+    ("matmul.py", dict(arch="sm_90a", BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128)),
+    ("bmm.py", dict(arch="sm_90a", BM=128, BN=256, BK=64, stages=3, persistent=True)),
+    ("bmm.py", dict(arch="sm_80")),
+    ("sgemm.py", dict(arch="sm_86")),
+    ("int8_gemm.py", dict(arch="sm_80")),
+    ("fp8_gemm.py", dict(arch="sm_90a")),
+    ("w8a16.py", dict(arch="sm_80")),
+]
+
+
+@pytest.mark.parametrize("sizes", SIZES, ids=lambda s: "x".join(map(str, s.values())))
+@pytest.mark.parametrize("sample, options", CONFIGS,
+                         ids=[f"{s}-{'-'.join(f'{k}={v}' for k, v in o.items())}"
+                              for s, o in CONFIGS])
+def test_every_launch_falls_into_waves_that_cover_its_tiles(sample, options, sizes):
+    """Across the schedules: blocks resident (at least one), a plain grid's blocks the tiles
+    times the slices, a persistent grid at most a wave of them and at most one a tile but
+    under stream-K (tiles rounded up to whole clusters), and waves that hold every block."""
+    from tilec.tools.explain_launch import launch_of
+    (fn,) = load_file(SAMPLES / sample).values()
+    options = dict(options)
+    consts = {name: options.pop(name) for name in ("BM", "BN", "BK") if name in options}
+    sizes = dict(sizes, **({"Bt": 3} if "Bt" in fn.signature.symbols else {}))
+    compiled = fn.compile(**options, **consts, **sizes)
+    axes = grid_size(fn.lower(**consts), sizes)
+    launch = launch_of(compiled, axes, compiled.rendered.threads, 128, sms=H100)
+    assert launch.residency.blocks >= 1
+    # Clusters pair M tiles: a grid may round any axis up to whole clusters, no more.
+    rounded = math.prod(-(-axis // launch.cluster) * launch.cluster for axis in axes)
+    if launch.persistent:
+        assert launch.blocks <= H100[0] * launch.residency.blocks
+        if not launch.stream_k:
+            assert launch.blocks <= rounded
+    else:
+        assert launch.blocks % launch.split == 0
+        assert launch.tiles * launch.split <= launch.blocks <= rounded * launch.split
+    waves = launch.waves
+    assert 0 < waves.last <= waves.per_wave
+    assert (waves.count - 1) * waves.per_wave < waves.work <= waves.count * waves.per_wave
+    assert launch_text(compiled, axes, compiled.rendered.threads, 128, sms=H100)
