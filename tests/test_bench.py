@@ -502,6 +502,23 @@ def test_the_sample_is_retyped_and_its_tiling_described():
                                                "persistent cluster 2 TMA-store epilogue")
 
 
+def test_the_config_column_counts_a_warp_specialized_launchs_waves():
+    """The launch's tile axes (PreparedLaunch.tile_axes) give the waves of a kernel whose
+    residency is as compiled: 4096x4104 in 128x256 tiles leaves a fifth wave 12% full, in
+    persistent 128x128 tiles 8 whole rounds; mma.sync kernels say nothing of waves."""
+    h100 = (132, "an H100's")
+    wide = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", BM=128, BN=256, BK=64,
+                                                     stages=3)
+    assert bench.describe_compiled(wide, None, (32, 17), h100).endswith(
+        "TMA-store epilogue, 5 waves (the last 12% full)")
+    narrow = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", **contenders.NARROW_TILE)
+    assert bench.describe_compiled(narrow, None, (32, 33), h100).endswith(
+        "persistent TMA-store epilogue, 8 full rounds of tiles")
+    ampere = bench.sample_kernel("f16").compile(arch="sm_80")
+    assert bench.describe_compiled(ampere, None, (32, 33), h100) == \
+        bench.describe_compiled(ampere)
+
+
 # -- output ------------------------------------------------------------------------------------
 
 def fake_report() -> Report:
@@ -861,13 +878,13 @@ def test_tilec_compiles_the_tf32_rows_as_f32_with_tf32_math(monkeypatch):
     class Kernel:
         def prepare(self, a, b, c, **kwargs):
             prepared.append(kwargs)
-            return SimpleNamespace(compiled=None, packing=None)
+            return SimpleNamespace(compiled=None, packing=None, tile_axes=None)
 
     contender = bench.TilecContender({}, {"stages": 4})
     asked = []
     monkeypatch.setattr(contender, "kernel",
                         lambda dtype, out, batched=False: asked.append((dtype, out)) or Kernel())
-    monkeypatch.setattr(contenders, "describe_compiled", lambda compiled, packing: "")
+    monkeypatch.setattr(contenders, "describe_compiled", lambda compiled, packing, axes: "")
     contender.prepare(Case(4096, 4096, 4096, "tf32"), [(None, None)], [None])
     assert asked == [("f32", "f32")]
     assert prepared == [dict(BM=128, BN=256, BK=64, stages=4, warps=(2, 4), f32_math="tf32")]

@@ -11,7 +11,8 @@ from tilec.cli import main
 from tilec.kernel import load_file
 from tilec.launch.binding import grid_size
 from tilec.target.occupancy import SM_LIMITS, Waves, resident_blocks
-from tilec.tools import explain_launch
+from tilec.launch import waves as launch_waves
+from tilec.launch.waves import launch_of
 from tilec.tools.explain_launch import launch_text
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -99,7 +100,7 @@ def test_an_mma_sync_kernel_takes_its_residency_from_its_registers():
 
 
 def test_cli_explain_prints_the_launch_only_when_every_size_is_given(capsys, monkeypatch):
-    monkeypatch.setattr(explain_launch, "multiprocessors", lambda arch: H100)
+    monkeypatch.setattr(launch_waves, "multiprocessors", lambda arch: H100)
     flags = ["explain", str(SAMPLES / "matmul.py"), "--arch", "sm_90a", "--const",
              "BM=128", "BN=256", "BK=64", "--stages", "3", "--no-ptxas"]
     assert main(flags + ["--shape", "M=2048", "--shape", "N=2056", "--shape", "K=2048"]) == 0
@@ -113,8 +114,8 @@ def test_cli_explain_prints_the_launch_only_when_every_size_is_given(capsys, mon
 def test_without_a_gpu_the_waves_are_counted_on_the_targets_usual_part(monkeypatch):
     import tilec.runtime.driver as driver
     monkeypatch.setattr(driver, "has_gpu", lambda: False)
-    assert explain_launch.multiprocessors("sm_90a") == (132, "an H100 SXM's or H200's")
-    assert explain_launch.multiprocessors("sm_80") == (108, "an A100's")
+    assert launch_waves.multiprocessors("sm_90a") == (132, "an H100 SXM's or H200's")
+    assert launch_waves.multiprocessors("sm_80") == (108, "an A100's")
 
 
 SIZES = [dict(M=1000, N=1003, K=77), dict(M=4096, N=4104, K=512), dict(M=64, N=8192, K=256)]
@@ -151,7 +152,6 @@ def test_every_launch_falls_into_waves_that_cover_its_tiles(sample, options, siz
     """Across the schedules: blocks resident (at least one), a plain grid's blocks the tiles
     times the slices, a persistent grid at most a wave of them and at most one a tile but
     under stream-K (tiles rounded up to whole clusters), and waves that hold every block."""
-    from tilec.tools.explain_launch import launch_of
     (fn,) = load_file(SAMPLES / sample).values()
     options = dict(options)
     consts = {name: options.pop(name) for name in ("BM", "BN", "BK") if name in options}

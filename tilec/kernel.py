@@ -276,6 +276,7 @@ class PreparedLaunch:
         packing = PackPlan() if packing is None else packing
         self.compiled = compiled
         self.function = loaded_function(compiled)
+        self.tile_axes = tuple(sizes)  # the program's grid (tilec.launch.waves reads it)
         self.grid = _launch_grid(sizes, compiled.kernel)
         self.empty = 0 in sizes
         self.block = (compiled.rendered.threads, 1, 1)

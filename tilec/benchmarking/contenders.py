@@ -11,6 +11,7 @@ from tilec.benchmarking.cases import EXACT_OUTPUT, TILEC_DTYPES, Case
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
 from tilec.families.products import family_of
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
+from tilec.launch.waves import Launch, launch_of
 from tilec.target.occupancy import SM_LIMITS, Waves
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
@@ -472,11 +473,16 @@ PRODUCT_WORDS = {"wgmma": "wgmma+TMA", "wgmma8": "wgmma+TMA 8-bit", "mma": "mma.
                  "int8": "mma.sync .s8", "fp8": "mma.sync .e4m3"}
 
 
-def describe_compiled(compiled: Any, packing: Any = None) -> str:
+def describe_compiled(compiled: Any, packing: Any = None,
+                      tile_axes: Optional[Sequence[int]] = None,
+                      sms: Optional[tuple[int, str]] = None) -> str:
     """``128x128x32 mma.sync warps 2x4 stages 3``: the tiling and instruction family the
     compiler chose, and what the launch
     packs (``packing``: a :class:`tilec.launch.packing.PackPlan`), e.g. ``, A packed to stride
-    4096 (rows were 2-byte aligned)``."""
+    4096 (rows were 2-byte aligned)``. Given the launch's ``tile_axes``, a warp-specialized
+    kernel (whose residency is as compiled) says how its blocks fall into waves on the GPU's
+    SMs (``sms``: the count and whose, default the GPU's): ``, 5 waves (the last 12%
+    full)``."""
     schedule = compiled.kernel.schedule
     plan = schedule.tiling
     stages = schedule.stages if schedule.pipeline is not None else compiled.options.stages
@@ -506,7 +512,16 @@ def describe_compiled(compiled: Any, packing: Any = None) -> str:
         text += " tf32"
     if packing:
         text += ", " + ", ".join(packing.describe())
+    if tile_axes is not None and roles is not None:
+        text += ", " + _waves_summary(launch_of(compiled, tile_axes, 0, 0, sms))
     return text
+
+
+def _waves_summary(launch: Launch) -> str:
+    waves, noun = launch.waves, "rounds of tiles" if launch.persistent else "waves"
+    if waves.last == waves.per_wave or waves.count == 0:
+        return f"{waves.count} full {noun}"
+    return f"{waves.count} {noun} (the last {waves.last / waves.per_wave:.0%} full)"
 
 
 def sample_kernel(dtype: str, out: str = "f32", batched: bool = False) -> Any:
@@ -585,8 +600,9 @@ class TilecContender(Contender):
                             kwargs=kwargs, progress=self.progress)
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
-        return (lambda i: launches[i]()), (describe_compiled(launches[0].compiled,
-                                                             launches[0].packing)
+        first = launches[0]
+        return (lambda i: launches[i]()), (describe_compiled(first.compiled, first.packing,
+                                                             first.tile_axes)
                                            + f", C {self.out_dtype(case)}")
 
 

@@ -101,8 +101,9 @@ class TilecEpilogue(TilecContender):
         kwargs = {**tuned, **fixed}
         launches = [kernel.prepare(a, b, c, bias, **kwargs)
                     for (a, b, bias), c in zip(inputs, outputs)]
-        return (lambda i: launches[i]()), (describe_compiled(launches[0].compiled,
-                                                             launches[0].packing)
+        first = launches[0]
+        return (lambda i: launches[i]()), (describe_compiled(first.compiled, first.packing,
+                                                             first.tile_axes)
                                            + f", C {self.out_dtype(case)}, epilogue fused")
 
 

@@ -107,7 +107,8 @@ class TilecW8A16(TilecContender):
         first = launches[0]
         # A converted W is in the packing's description; else W stays int8 in the kernel.
         in_registers = "W" not in first.packing.names
-        return (lambda i: launches[i]()), (describe_compiled(first.compiled, first.packing)
+        return (lambda i: launches[i]()), (describe_compiled(first.compiled, first.packing,
+                                                             first.tile_axes)
                                            + (", W int8 in shared memory, f16 in registers"
                                               if in_registers else ""))
 
