@@ -62,7 +62,7 @@ def test_one_tile_a_block_leaves_a_nearly_empty_fifth_wave_at_4096x4104():
     compiled, axes = compile_sample(arch="sm_90a", BM=128, BN=256, BK=64, stages=3,
                                     M=4096, N=4104, K=4096)
     assert axes == [32, 17]
-    text = launch_text(compiled, axes, 384, 168, sms=H100)
+    text = launch_text(compiled, axes, 168, sms=H100)
     assert text == ("544 output tiles (32 x 17): 544 blocks, one a tile, 1 resident an SM "
                     "(as compiled) on 132 SMs (an H100's): 5 waves, the last 16 of 132 "
                     "(12% of the GPU busy while it runs)")
@@ -71,12 +71,12 @@ def test_one_tile_a_block_leaves_a_nearly_empty_fifth_wave_at_4096x4104():
 def test_persistent_blocks_count_rounds_of_tiles():
     compiled, axes = compile_sample(arch="sm_90a", BM=128, BN=128, BK=64, stages=4,
                                     persistent=True, M=4096, N=4104, K=4096)
-    assert launch_text(compiled, axes, 384, 168, sms=H100) == (
+    assert launch_text(compiled, axes, 168, sms=H100) == (
         "1056 output tiles (32 x 33) over 132 persistent blocks, 1 resident an SM (as "
         "compiled) on 132 SMs (an H100's): 8 full rounds of tiles")
     streamed, axes = compile_sample(arch="sm_90a", BM=128, BN=256, BK=64, stages=3,
                                     persistent=True, stream_k=True, M=4096, N=4104, K=4096)
-    text = launch_text(streamed, axes, 384, 168, sms=H100)
+    text = launch_text(streamed, axes, 168, sms=H100)
     assert "5 rounds of tiles, the last 16 of 132" in text
     assert text.endswith("stream-K shares the last round's K steps among all the blocks")
 
@@ -85,7 +85,7 @@ def test_split_k_counts_its_slices_as_blocks_of_one_wave():
     compiled, axes = compile_sample(arch="sm_90a", BM=128, BN=128, BK=64, stages=4,
                                     split_k=4, M=512, N=512, K=65536)
     assert axes == [4, 4]  # the lowered program's grid: the slices come from the pass
-    text = launch_text(compiled, axes, 384, 168, sms=H100)
+    text = launch_text(compiled, axes, 168, sms=H100)
     assert text.startswith("16 output tiles (4 x 4): 64 blocks, 4 a tile (split-K)")
     assert text.endswith("one wave, 64 of 132 (48% of the GPU busy while it runs)")
 
@@ -93,7 +93,7 @@ def test_split_k_counts_its_slices_as_blocks_of_one_wave():
 def test_an_mma_sync_kernel_takes_its_residency_from_its_registers():
     compiled, axes = compile_sample(arch="sm_80", BM=128, BN=128, BK=32, M=4096, N=4096,
                                     K=4096)
-    text = launch_text(compiled, axes, 128, 236, sms=(108, "an A100's"))
+    text = launch_text(compiled, axes, 236, sms=(108, "an A100's"))
     assert text == ("1024 output tiles (32 x 32): 1024 blocks, one a tile, 2 resident an SM "
                     "(registers) on 108 SMs (an A100's): 5 waves, the last 160 of 216 "
                     "(74% of the GPU busy while it runs)")
@@ -158,7 +158,7 @@ def test_every_launch_falls_into_waves_that_cover_its_tiles(sample, options, siz
     sizes = dict(sizes, **({"Bt": 3} if "Bt" in fn.signature.symbols else {}))
     compiled = fn.compile(**options, **consts, **sizes)
     axes = grid_size(fn.lower(**consts), sizes)
-    launch = launch_of(compiled, axes, compiled.rendered.threads, 128, sms=H100)
+    launch = launch_of(compiled, axes, 128, sms=H100)
     assert launch.residency.blocks >= 1
     # Clusters pair M tiles: a grid may round any axis up to whole clusters, no more.
     rounded = math.prod(-(-axis // launch.cluster) * launch.cluster for axis in axes)
@@ -172,4 +172,4 @@ def test_every_launch_falls_into_waves_that_cover_its_tiles(sample, options, siz
     waves = launch.waves
     assert 0 < waves.last <= waves.per_wave
     assert (waves.count - 1) * waves.per_wave < waves.work <= waves.count * waves.per_wave
-    assert launch_text(compiled, axes, compiled.rendered.threads, 128, sms=H100)
+    assert launch_text(compiled, axes, 128, sms=H100)

@@ -402,15 +402,11 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
     if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
             case.N % aligned_rows or case.K % aligned_rows:
         return config
-
-    def tiles(tile: dict[str, Any]) -> int:
-        return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
-
-    wide = Waves(tiles(config), ONE_WAVE)
+    wide = Waves(_tiles(case, config), ONE_WAVE)
     if wide.count < 2 or wide.last > LAST_WAVE_SHARE * ONE_WAVE:
         return config
     # Time in waves of 128x256 tiles: a narrow wave takes half of a wide one, at its rate.
-    narrow = Waves(tiles(NARROW_TILE), ONE_WAVE).count / 2 / NARROW_TILE_RATE
+    narrow = Waves(_tiles(case, NARROW_TILE), ONE_WAVE).count / 2 / NARROW_TILE_RATE
     return dict(NARROW_TILE) if wide.count >= NARROW_TILE_GAIN * narrow else config
 
 
@@ -444,9 +440,6 @@ def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     better by SPLIT_GAIN."""
     from tilec.options import MAX_SPLIT_K
 
-    def tiles(tile: dict[str, Any]) -> int:
-        return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
-
     if case.batched or config.get("persistent"):
         return config
     tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 else \
@@ -454,17 +447,23 @@ def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)
     # were not measured to pay.
     most = min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // MIN_SLICE_STEPS,
-               ONE_WAVE // tiles(tile))
-    best_fill, best = _wave_fill(tiles(config)) * SPLIT_GAIN, 1
+               ONE_WAVE // _tiles(case, tile))
+    best_fill, best = _wave_fill(_tiles(case, config)) * SPLIT_GAIN, 1
     for splits in range(2, most + 1):
-        if _wave_fill(tiles(tile) * splits) > best_fill:
-            best_fill, best = _wave_fill(tiles(tile) * splits), splits
+        if _wave_fill(_tiles(case, tile) * splits) > best_fill:
+            best_fill, best = _wave_fill(_tiles(case, tile) * splits), splits
     return dict(tile, split_k=best) if best > 1 else config
+
+
+def _tiles(case: Case, tile: dict[str, Any]) -> int:
+    """Output tiles of ``tile``'s BM x BN one product of the case has (ragged edges
+    included)."""
+    return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
 
 
 def _large_tiles(case: Case) -> int:
     """Output tiles of 128x256, the large tiles, the case has (ragged edges included)."""
-    return -(-case.M // 128) * -(-case.N // 256) * case.batch
+    return _tiles(case, dict(BM=128, BN=256)) * case.batch
 
 
 # How the config column names the instruction family a row ran on.
@@ -513,7 +512,7 @@ def describe_compiled(compiled: Any, packing: Any = None,
     if packing:
         text += ", " + ", ".join(packing.describe())
     if tile_axes is not None and roles is not None:
-        text += ", " + _waves_summary(launch_of(compiled, tile_axes, 0, 0, sms))
+        text += ", " + _waves_summary(launch_of(compiled, tile_axes, 0, sms))
     return text
 
 

@@ -52,12 +52,12 @@ class Launch:
         return Waves(self.blocks, self.sms * self.residency.blocks)
 
 
-def launch_of(compiled: Any, tile_axes: Sequence[int], threads: int, registers: int,
+def launch_of(compiled: Any, tile_axes: Sequence[int], registers: int,
               sms: Optional[tuple[int, str]] = None) -> Launch:
     """The launch over ``tile_axes`` (the program's grid, as
-    :func:`tilec.launch.binding.grid_size` evaluates it on the lowered kernel). ``threads``
-    and ``registers`` a thread (ptxas's count, or the estimate) set the residency of a
-    kernel that does not fix it; ``sms``: the SM count and whose it is (default
+    :func:`tilec.launch.binding.grid_size` evaluates it on the lowered kernel). The block's
+    threads and ``registers`` a thread (ptxas's count, or the estimate) set the residency of
+    a kernel that does not fix it; ``sms``: the SM count and whose it is (default
     :func:`multiprocessors`)."""
     kernel, arch = compiled.kernel, compiled.options.arch
     count, whose = sms if sms is not None else multiprocessors(arch)
@@ -66,7 +66,8 @@ def launch_of(compiled: Any, tile_axes: Sequence[int], threads: int, registers: 
     if roles is not None:
         residency = Residency(roles.blocks_per_sm, "as compiled")
     else:
-        residency = resident_blocks(arch, threads, registers, compiled.rendered.smem_bytes)
+        residency = resident_blocks(arch, compiled.rendered.threads, registers,
+                                    compiled.rendered.smem_bytes)
     return Launch(tuple(tile_axes), math.prod(grid), residency, count, whose,
                   persistent=roles is not None and roles.persistent,
                   stream_k=roles is not None and roles.stream_k,

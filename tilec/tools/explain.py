@@ -245,8 +245,6 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     launch = ""
     if tile_axes is not None:
         launch = launch_text(compiled, list(tile_axes),
-                             hierarchy.threads * hierarchy.tile_groups
-                             + hierarchy.producer_threads,
                              report.registers if report is not None else registers.estimate)
     return Explanation(
         kernel=compiled.name,

@@ -13,11 +13,11 @@ from tilec.launch.waves import launch_of
 from tilec.target.occupancy import Waves
 
 
-def launch_text(compiled: Compiled, tile_axes: Sequence[int], threads: int, registers: int,
+def launch_text(compiled: Compiled, tile_axes: Sequence[int], registers: int,
                 sms: Optional[tuple[int, str]] = None) -> str:
     """:func:`launch_of` in words: blocks, residency and waves (a persistent grid's rounds
     of tiles)."""
-    launch = launch_of(compiled, tile_axes, threads, registers, sms)
+    launch = launch_of(compiled, tile_axes, registers, sms)
     residency = launch.residency
     on = (f"{residency.blocks} resident an SM ({residency.limit}) on {launch.sms} SMs "
           f"({launch.whose})")
