@@ -81,6 +81,23 @@ def test_persistent_blocks_count_rounds_of_tiles():
     assert text.endswith("stream-K shares the last round's K steps among all the blocks")
 
 
+def test_a_persistent_cluster_walks_whole_pairs_of_m_tiles():
+    """33 M tiles in clusters of 2 walk as 34: 544 pairs over 66 clusters' places, 9
+    rounds, where the 1056 tiles alone would fill 8 (H200, 4104x4096x4096, 128x128: 258.7
+    against 239.0 us without the cluster, ncu at locked clocks)."""
+    compiled, axes = compile_sample(arch="sm_90a", BM=128, BN=128, BK=64, stages=4,
+                                    persistent=True, cluster=2, M=4104, N=4096, K=4096)
+    launch = launch_of(compiled, axes, 168, sms=H100)
+    assert (launch.tiles, launch.walked, launch.blocks) == (1056, 1088, 132)
+    assert launch_text(compiled, axes, 168, sms=H100) == (
+        "1056 output tiles (33 x 32) over 132 persistent blocks (M tiles rounded up to "
+        "clusters of 2), 1 resident an SM (as compiled) on 132 SMs (an H100's): 9 rounds of "
+        "tiles, the last 32 of 132 (24% of the GPU busy while it runs)")
+    even, axes = compile_sample(arch="sm_90a", BM=128, BN=128, BK=64, stages=4,
+                                persistent=True, cluster=2, M=4096, N=4104, K=4096)
+    assert launch_text(even, axes, 168, sms=H100).endswith("8 full rounds of tiles")
+
+
 def test_split_k_counts_its_slices_as_blocks_of_one_wave():
     compiled, axes = compile_sample(arch="sm_90a", BM=128, BN=128, BK=64, stages=4,
                                     split_k=4, M=512, N=512, K=65536)

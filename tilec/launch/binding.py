@@ -213,6 +213,18 @@ def launch_cluster(compiled_kernel: Kernel) -> Optional[tuple[int, int, int]]:
     return (roles.cluster, 1, 1)
 
 
+def whole_cluster_tiles(sizes: Sequence[int], compiled_kernel: Kernel) -> int:
+    """The tiles a persistent kernel's blocks walk over its tile axes ``sizes``: a cluster's
+    blocks walk pairs of M tiles together (backend.ptx._tile_loop), a batched grid's within
+    each batch, so the M axis counts in whole clusters, the last pair's second block idle
+    where the M tiles are odd."""
+    roles = compiled_kernel.schedule.roles
+    cluster = roles.cluster if roles is not None else 1
+    m_axis = folded_axes(require_grid(compiled_kernel))[0]
+    return -(-sizes[m_axis] // cluster) * cluster * math.prod(
+        size for axis, size in enumerate(sizes) if axis != m_axis)
+
+
 def launch_grid(sizes: list[int], compiled_kernel: Kernel,
                 multiprocessors: Optional[int] = None) -> tuple[int, int, int]:
     """The CUDA grid for the compiled kernel (``sizes``: its tile axes, as
@@ -231,13 +243,9 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
             # Stream-K shares K steps, not tiles, so every SM gets a share even where the
             # tiles are fewer than the SMs (a deep K over a few tiles: split-K's case).
             return (multiprocessors * roles.blocks_per_sm, 1, 1)
-        # A cluster's blocks walk pairs of M tiles together (backend.ptx._tile_loop), a
-        # batched grid's within each batch: whole clusters, at most one a pair of tiles.
+        # Whole clusters, at most one a pair of tiles.
         cluster = roles.cluster
-        grid_op = require_grid(compiled_kernel)
-        m_axis = folded_axes(grid_op)[0]
-        pairs = -(-sizes[m_axis] // cluster) * math.prod(
-            size for axis, size in enumerate(sizes) if axis != m_axis)
+        pairs = whole_cluster_tiles(sizes, compiled_kernel) // cluster
         clusters = min(pairs, multiprocessors * roles.blocks_per_sm // cluster)
         return (clusters * cluster, 1, 1)
     grid_op = require_grid(compiled_kernel)

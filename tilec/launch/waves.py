@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from tilec.ir.core import require_grid
-from tilec.launch.binding import launch_grid
+from tilec.launch.binding import launch_grid, whole_cluster_tiles
 from tilec.target.occupancy import SM_LIMITS, Residency, Waves, resident_blocks
 
 
@@ -28,7 +28,8 @@ def multiprocessors(arch: str) -> tuple[int, str]:
 class Launch:
     """A launch over ``tile_axes`` on ``sms`` SMs (``whose``): its ``blocks``, how many an
     SM holds, and whether they persist over the tiles (``split``: blocks a tile, split-K's
-    slices)."""
+    slices; ``walked``: the tiles a persistent grid's blocks walk, its clusters' idle
+    places past an odd M included)."""
 
     tile_axes: tuple[int, ...]
     blocks: int
@@ -39,6 +40,7 @@ class Launch:
     stream_k: bool
     split: int
     cluster: int
+    walked: int
 
     @property
     def tiles(self) -> int:
@@ -48,7 +50,7 @@ class Launch:
     def waves(self) -> Waves:
         """Waves of blocks, or a persistent grid's rounds of tiles."""
         if self.persistent:
-            return Waves(self.tiles, self.blocks)
+            return Waves(self.walked, self.blocks)
         return Waves(self.blocks, self.sms * self.residency.blocks)
 
 
@@ -68,8 +70,11 @@ def launch_of(compiled: Any, tile_axes: Sequence[int], registers: int,
     else:
         residency = resident_blocks(arch, compiled.rendered.threads, registers,
                                     compiled.rendered.smem_bytes)
+    persistent = roles is not None and roles.persistent
     return Launch(tuple(tile_axes), math.prod(grid), residency, count, whose,
-                  persistent=roles is not None and roles.persistent,
+                  persistent=persistent,
                   stream_k=roles is not None and roles.stream_k,
                   split=require_grid(kernel).attrs.get("split_k") or 1,
-                  cluster=roles.cluster if roles is not None else 1)
+                  cluster=roles.cluster if roles is not None else 1,
+                  walked=whole_cluster_tiles(tile_axes, kernel) if persistent
+                  else math.prod(tile_axes))

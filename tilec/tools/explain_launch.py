@@ -22,9 +22,11 @@ def launch_text(compiled: Compiled, tile_axes: Sequence[int], registers: int,
     on = (f"{residency.blocks} resident an SM ({residency.limit}) on {launch.sms} SMs "
           f"({launch.whose})")
     tiles_text = f"{launch.tiles} output tiles ({' x '.join(map(str, launch.tile_axes))})"
+    rounded = f" (M tiles rounded up to clusters of {launch.cluster})"
     if launch.persistent:
         rounds = launch.waves
-        text = (f"{tiles_text} over {launch.blocks} persistent blocks, {on}: "
+        walked = rounded if launch.walked > launch.tiles else ""
+        text = (f"{tiles_text} over {launch.blocks} persistent blocks{walked}, {on}: "
                 f"{_waves_text(rounds, 'round', 'rounds of tiles')}")
         if launch.stream_k and rounds.last < launch.blocks:
             text += "; stream-K shares the last round's K steps among all the blocks"
@@ -32,7 +34,7 @@ def launch_text(compiled: Compiled, tile_axes: Sequence[int], registers: int,
     what = (f"{launch.blocks} blocks, {launch.split} a tile (split-K)" if launch.split > 1
             else f"{launch.blocks} blocks, one a tile")
     if launch.cluster > 1 and launch.blocks > launch.tiles * launch.split:
-        what += f" (M tiles rounded up to clusters of {launch.cluster})"
+        what += rounded
     return f"{tiles_text}: {what}, {on}: {_waves_text(launch.waves, 'wave', 'waves')}"
 
 
