@@ -114,6 +114,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
             --cluster) options+=("$1" "$2"); shift 2 ;;
             --consumers) options+=("$1" "$2"); shift 2 ;;
             --warpgroup-rows) options+=("$1" "$2"); shift 2 ;;
+            --raster-group) options+=("$1" "$2"); shift 2 ;;
             *) consts+=("$1"); shift ;;
         esac
     done
@@ -204,6 +205,15 @@ if [ "$cc" = 9.0 ]; then
     # by 4096 rows of A: repacked at launch to a 1024-element pitch, then read by TMA.
     sanitize memcheck samples/matmul.py "M=4096,N=1000,K=256" --arch sm_90a \
         --const BM=128 BN=256 BK=64 --stages 3
+    # The bench's schedules for such a B below 8192 rows of A: read in place, each box
+    # multicast to a cluster of two persistent blocks (M = 300: an odd count of M tiles), in
+    # 256x128 tiles of 128-row warpgroups and in 128x128 tiles.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "M=300,N=1000,K=256" BM=256 BN=128 BK=64 --stages 3 \
+            --warpgroup-rows 128 --persistent --raster-group 16 --cluster 2
+    done
+    hopper memcheck matmul bf16 "M=300,N=1000,K=256" BM=128 BN=128 BK=64 --stages 4 \
+        --persistent --raster-group 16 --cluster 2
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"

@@ -1007,11 +1007,11 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
 
 @pytest.mark.parametrize("shape, narrow", [
     # 128x256 tiles' last wave nearly empty, 128x128 ones filling theirs: half-width tiles.
-    ((4096, 4104, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
-    ((2048, 2056, 2048), True),  # 144 (12 in the second), 272 (3 waves)
+    ((4096, 4160, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
+    ((2048, 2112, 2048), True),  # 144 (12 in the second), 272 (3 waves)
     ((2048, 2304, 2048), True),  # the tiled class alike: 144 (12), 288 (3 waves)
     # The last wave fuller, or whole: the wide tiles.
-    ((3072, 3080, 3072), False),  # 312 (48 in the third: 36%)
+    ((3072, 3136, 3072), False),  # 312 (48 in the third: 36%)
     ((4104, 4096, 4096), False),  # 528: 4 whole waves
     ((4096, 4096, 4096), False),  # 512 (116 in the fourth)
     # A nearly empty last wave whose narrow tiles gain too little: 544 wide, 1088 narrow
@@ -1040,6 +1040,38 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     assert contenders.tuned_config(Case(*shape, "f16"), "sm_90") != contenders.NARROW_TILE
     assert contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm") != \
         contenders.NARROW_TILE
+
+
+@pytest.mark.parametrize("shape, tile", [
+    # B's rows 16-byte aligned, off 128-byte lines, over more than a wave of wide tiles: a
+    # cluster of 2 shares B's boxes, in the tile whose rounds the tiles fill best.
+    ((4096, 4104, 4096), (256, 128)),  # 528 tiles: 4 whole rounds
+    ((2048, 2056, 2048), (128, 128)),  # 272: 2 rounds and 6%, against 1 and 3% or 9%
+    ((3072, 3080, 3072), (128, 128)),  # 600: 91% of 5 rounds
+    ((6144, 6152, 4096), (256, 128)),  # 1176: 99% of 9
+    ((8192, 8200, 8192), (128, 256)),  # 2112: 16 whole rounds
+    # B's rows on whole lines, or off 16 bytes (packed anyway), or one wave of wide tiles.
+    ((4104, 4096, 4096), None),
+    ((4096, 4160, 4096), None),
+    ((4096, 4100, 4096), None),
+    ((4095, 4097, 4093), None),
+    ((1536, 1544, 1536), None),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
+def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
+    from tilec.options import Options
+    for dtype in ("f16", "bf16"):
+        config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
+        assert (config.get("cluster", 1) == 2) == (tile is not None), (dtype, config)
+        if tile is not None:
+            assert (config["BM"], config["BN"]) == tile
+            assert {key: config[key] for key in contenders.MULTICAST} == contenders.MULTICAST
+            Options(arch="sm_90a", **{key: value for key, value in config.items()
+                                      if key not in ("BM", "BN", "BK")})
+    # Batched rows, other targets and the llvm backend launch no clusters.
+    for config in (contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                   contenders.tuned_config(Case(*shape, "f16"), "sm_90"),
+                   contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+        assert config.get("cluster", 1) == 1
 
 
 @pytest.mark.parametrize("c_dtype, dtype, out", [("inputs", "f16", "f16"),

@@ -696,6 +696,28 @@ def test_sm_90a_repacks_an_n_major_b_whose_rows_are_off_128_byte_lines(m, n, k, 
         assert entry.row_stride * 2 % 128 == 0 and entry.row_stride >= n
 
 
+@pytest.mark.parametrize("m, cluster, packed", [
+    (4096, 1, True),
+    (4096, 2, False),   # the pair shares each B box: in place below twice PITCH_MIN_ROWS
+    (8192, 2, True),
+])
+def test_a_cluster_that_multicasts_b_repacks_it_only_over_twice_the_rows(m, cluster, packed):
+    kernel = sample("matmul").lower()
+    plan = plan_packing(kernel, matmul_args(m, 4104, 4096), "auto", written_params(kernel),
+                        arch="sm_90a", cluster=cluster)
+    assert plan.names == (("B",) if packed else ())
+
+
+def test_a_cluster_shares_no_a_box_so_an_m_major_a_keeps_the_threshold():
+    kernel = sample("matmul").lower()
+    tensors = matmul_args(4104, 4096, 4096)
+    tensors["A"] = arg("A", (4104, 4096), (1, 4104))  # M-major, rows 8208 bytes apart
+    for cluster in (1, 2):
+        plan = plan_packing(kernel, tensors, "auto", written_params(kernel), arch="sm_90a",
+                            cluster=cluster)
+        assert plan.names == ("A",)
+
+
 def test_a_repacked_b_gives_the_kernel_its_aligned_pitch():
     kernel = sample("matmul").lower()
     plan = plan_packing(kernel, matmul_args(4096, 1000, 512), "auto",

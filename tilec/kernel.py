@@ -163,7 +163,7 @@ class TileFunction:
         options = Options(**option_args, spec=spec_for(bound))
         packing = PackPlan() if 0 in sizes else plan_packing(
             kernel, bound.tensors, options.pack, written_params(kernel), options.arch,
-            options.backend)
+            options.backend, options.cluster)
         compiled = compile_kernel(kernel, packing.options(options), source_key=self._key)
         return PreparedLaunch(compiled, bound, sizes, stream, packing)
 
@@ -202,7 +202,7 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
         if 0 not in sizes:
             options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
             packing = plan_packing(kernel, device_args, options.pack, written, options.arch,
-                                   options.backend)
+                                   options.backend, options.cluster)
             compiled = compile_kernel(kernel, packing.options(options), source_key=source_key)
             # Pooled scratch may go back once the launches are queued: see ScratchPool.
             with pooled_scratch(packing) as scratch:

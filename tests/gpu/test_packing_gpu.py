@@ -188,6 +188,30 @@ def test_an_n_major_b_off_128_byte_lines_is_repacked_on_sm_90a():
     assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
 
 
+@pytest.mark.parametrize("m, tile, packed", [
+    (4096, dict(BM=128, BN=128, BK=64, stages=4), False),
+    (4104, dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128), False),  # odd M tiles
+    (8192, dict(BM=128, BN=256, BK=64, stages=3), True),
+], ids=["128x128", "256x128", "128x256-8192-rows"])
+def test_a_cluster_reads_a_b_off_128_byte_lines_in_place_below_8192_rows(m, tile, packed):
+    """The bench's schedules for such a B (N = 1000): clusters of two persistent blocks
+    multicast each B box, so "auto" leaves B in place below twice PITCH_MIN_ROWS rows of A;
+    the product follows either way."""
+    if current_device().compute_capability != (9, 0):
+        pytest.skip("the TMA path (sm_90a) needs compute capability 9.0")
+    n, k = 1000, 512
+    rng = np.random.default_rng(5)
+    a = DeviceArray(rng.standard_normal((m, k)).astype(np.float16))
+    b = DeviceArray(rng.standard_normal((k, n)).astype(np.float16))
+    c = nan_output(m, n)
+    launch = sample("matmul").prepare(a, b, c, arch="sm_90a", persistent=True,
+                                      raster_group=16, cluster=2, **tile)
+    assert launch.packing.names == (("B",) if packed else ())
+    assert launch.compiled.kernel.schedule.roles.cluster == 2
+    launch()
+    assert rel_error(c.values(), a.values() @ b.values()) < TOLERANCE["f16"]
+
+
 def test_pack_off_copies_elements_and_is_still_right():
     m, n, k = 257, 263, 135
     rng = np.random.default_rng(3)

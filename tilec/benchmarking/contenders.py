@@ -372,8 +372,56 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
         # 0.976 / 0.964 one tile a block (f16 / bf16).
         del config["persistent"]
     if family == "wgmma":
-        config = _sliced(case, _narrower_for_the_last_wave(case, config))
+        config = _sliced(case, _multicast_for_rows_off_lines(case, config)
+                         or _narrower_for_the_last_wave(case, config))
     return config
+
+
+# B's rows 16-byte aligned but not whole 128-byte lines apart (N = 4104 f16: rows 8208 bytes
+# apart): every 128-byte row of a B box straddles two lines. ncu, H200, 128x128 persistent at
+# 4096x4104x4096, locked clocks: 27.5M L2 read requests in place against 11.7M with B
+# repacked, 278.3 against 237.7 us (and the repacking 19.3 us more). A cluster of 2 along M
+# multicasts each B box to both blocks: 15.9M requests, 238.0 us, no repacking
+# (packing.PITCH_MIN_ROWS doubles for a multicast B). H200, f16, one call, TFLOP/s: the
+# tuned configuration before (128x256, or 128x128 persistent by the last-wave rule, B
+# repacked from 4096 rows) / cluster 2 persistent raster 16 with 128x256, 256x128 in
+# 128-row warpgroups, 128x128 (cuBLAS):
+#   4096x4104x4096  623.2 / 608.9  675.7  677.5 (728.9)
+#   2048x2056x2048  365.4 / 361.1  353.2  440.3 (550.5)
+#   3072x3080x3072  484.6 / 543.1  515.1  600.9 (716.1)
+#   6144x6152x4096  608.1 / 661.1  675.5  625.6 (703.5)
+#   8192x8200x8192  651.5 / 662.4 (B repacked)  648.9  589.6 (651.1)
+# The tile: the best rate (MULTICAST_TILES, against 128x256's, fitted to those rows) times
+# the share of its rounds the tiles fill, the M tiles counted in whole clusters; it picks
+# the best or a tile within 1% of it on each row above (benchmarks/NOTES.md, session 19).
+MULTICAST_TILES = (
+    (dict(BM=128, BN=256, BK=64, stages=3), 1.0),
+    (dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128), 0.97),
+    (dict(BM=128, BN=128, BK=64, stages=4), 0.92),
+)
+MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
+MULTICAST_MIN_SIDE = 2048  # M and K at least this: the measured rows' (shallower K unmeasured)
+
+
+def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
+    """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
+    128-byte lines, the wide tiles make more than one wave and M and K are at least
+    MULTICAST_MIN_SIDE, or None."""
+    itemsize = DType.parse(case.dtype).bytes
+    row = case.N * itemsize
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or row % 16 or \
+            row % 128 == 0 or case.K * itemsize % 16 or _large_tiles(case) <= ONE_WAVE or \
+            min(case.M, case.K) < MULTICAST_MIN_SIDE:
+        return None
+    cluster = MULTICAST["cluster"]
+
+    def speed(entry: tuple[dict[str, Any], float]) -> float:
+        tile, rate = entry
+        pairs = -(-(-(-case.M // tile["BM"])) // cluster)
+        return rate * Waves(pairs * cluster * -(-case.N // tile["BN"]), ONE_WAVE).fill
+
+    tile, _ = max(MULTICAST_TILES, key=speed)
+    return {**tile, **MULTICAST}
 
 
 # Half-width tiles where the 128x256 tiles' last wave would run nearly empty: 4096x4104x4096

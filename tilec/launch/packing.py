@@ -72,6 +72,12 @@ DEQUANTIZE_MIN_ROWS = 1024
 # (cuBLAS 727.8 / 729.5); below the threshold the copy did not pay, 2048x2056x2048 301.1
 # against 323.3, 1024x1000x16384 396.1 against 382.0; and a k-major A lost, 4096x4096x4104
 # 642.5 against 689.2 (benchmarks/NOTES.md, session 17).
+# A cluster's blocks share each B box (TMA multicasts it, Options.cluster), so B's straddled
+# lines cost them a cluster's share of what they cost one block, and the copy pays only
+# over that many times the rows. H200, f16, cluster 2, persistent, in place against
+# repacked, one call: 4096x4104x4096 (128x128) 677.5 against 631.6 TFLOP/s, 6144x6152x4096
+# (128x256) 661.1 against 608.0, 8192x8200x8192 (128x256) 646.7 against 662.4
+# (benchmarks/NOTES.md, session 19).
 PITCH_MIN_ROWS = 4096
 # Threads per block of the pack kernel.
 PACK_THREADS = 256
@@ -262,13 +268,14 @@ def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
 
 def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
                  written: Sequence[str] = (), arch: Optional[str] = None,
-                 backend: str = "ptx") -> PackPlan:
+                 backend: str = "ptx", cluster: int = 1) -> PackPlan:
     """Which of the kernel's operand tensors to pack, for these arguments.
 
     ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
     (pointer, dtype, shape, strides); ``policy`` is :attr:`Options.pack`; ``written`` names
-    the parameters the kernel stores to, never packed; ``arch`` and ``backend`` the target
-    and the backend (Options.arch, Options.backend). A tensor is packed
+    the parameters the kernel stores to, never packed; ``arch``, ``backend`` and
+    ``cluster`` the target, the backend and the blocks sharing each B load (Options.arch,
+    Options.backend, Options.cluster). A tensor is packed
     when its widest aligned vector (:func:`tilec.launch.binding.tensor_spec`) is shorter than
     16 bytes, it is 2-D (or a batch of matrices copied as one 2-D array:
     :func:`_pack_batches`) and not empty, and, under "auto", what is copied holds at least
@@ -282,7 +289,7 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
             continue
         entry = _pack_tensor(tensors[name], policy,
                              convert_to(kernel, tensors, name, policy, arch, backend),
-                             repitch(kernel, tensors, name, policy, arch, backend))
+                             repitch(kernel, tensors, name, policy, arch, backend, cluster))
         if entry is not None:
             packed[name] = entry
     padded = []
@@ -319,8 +326,9 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     dtype = dict(_converted_weights(kernel)).get(name)
     if dtype is None or name not in tensors:
         return None
-    partner_rows, in_registers, _ = _operand_reads(kernel, tensors, name)
-    if not in_registers:
+    reads = _operand_reads(kernel, tensors, name)
+    partner_rows = reads.partner_rows
+    if not reads.in_registers:
         return dtype.short, "registers convert only a k-contiguous operand B"
     stored = next(p.type.dtype for p in kernel.params if p.name == name)
     if stored in FP8_DTYPES and arch not in FP8_ARCHS:  # cvt.rn.f16x2.e4m3x2: sm_89 on
@@ -333,13 +341,14 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
 
 
 def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
-            arch: Optional[str], backend: str = "ptx") -> Optional[str]:
+            arch: Optional[str], backend: str = "ptx", cluster: int = 1) -> Optional[str]:
     """Why a launch packs operand ``name`` though its rows are aligned, or None: on a target
     whose wgmma family reads operands through TMA (sm_90a, the PTX backend), rows 16-byte
     aligned but not a whole number of 128-byte lines apart, under "always", or under "auto"
     when the operand is stored M- or N-major (its k not contiguous) and :data:`PITCH_MIN_ROWS`
     rows of the other operand re-read it (the copy, one read and one write of the tensor,
-    then costs less than the boxes straddling lines)."""
+    then costs less than the boxes straddling lines), ``cluster`` times as many for an
+    operand B that a cluster of that many blocks shares."""
     arg = tensors[name]
     if policy == "off" or WGMMA.target_problem(arch, backend) is not None \
             or len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
@@ -351,7 +360,8 @@ def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
     if pitch % ROW_ALIGN_BYTES == 0 or arg.shape[1 - spec.contiguous_dim] == 1:
         return None
     reads = _operand_reads(kernel, tensors, name)
-    if policy == "auto" and (reads.k_major or reads.partner_rows < PITCH_MIN_ROWS):
+    least = PITCH_MIN_ROWS * (cluster if reads.operand_b else 1)
+    if policy == "auto" and (reads.k_major or reads.partner_rows < least):
         return None
     return f"rows {pitch} bytes apart, not whole 128-byte lines"
 
@@ -364,15 +374,17 @@ def _converted_weights(kernel: Kernel) -> tuple:
 class OperandReads(NamedTuple):
     """How the ``@`` operands read one tensor: the most rows (or columns) of the other
     operand that re-read it; whether every read could convert it in registers (operand B, k
-    contiguous); whether every read has k, the contracted dim, contiguous."""
+    contiguous); whether every read has k, the contracted dim, contiguous; whether every
+    read is as operand B."""
 
     partner_rows: int
     in_registers: bool
     k_major: bool
+    operand_b: bool
 
 
 def _operand_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> OperandReads:
-    rows, in_registers, k_major = 0, True, True
+    rows, in_registers, k_major, operand_b = 0, True, True, True
     for dot in kernel.walk():
         if dot.name != "tile.dot":
             continue
@@ -388,11 +400,12 @@ def _operand_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> Ope
             tile_contiguous = (None if contiguous is None
                                else 1 - contiguous if source.transposed else contiguous)
             in_registers &= role == 1 and tile_contiguous == 0
+            operand_b &= role == 1
             k_major &= tile_contiguous == 1 - role  # A's tile is [M, K], B's [K, N]
             shape = tuple(tensors[partner.name].shape[-2:])
             view = shape[::-1] if partner.transposed else shape
             rows = max(rows, view[0] if role == 1 else view[1])
-    return OperandReads(rows, in_registers, k_major)
+    return OperandReads(rows, in_registers, k_major, operand_b)
 
 
 def _loaded_tensor(value: Value) -> Optional[Value]:
@@ -549,7 +562,7 @@ def _alignment(value: int) -> int:
 
 def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
                      written: Sequence[str] = (), arch: Optional[str] = None,
-                     backend: str = "ptx") -> tuple[PackPlan, Spec]:
+                     backend: str = "ptx", cluster: int = 1) -> tuple[PackPlan, Spec]:
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
     the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
@@ -562,7 +575,7 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
             shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
             tensors[param.name] = ArrayArg(param.name, 0, param.type.dtype.short, shape,
                                            c_strides(shape), device=0)
-    plan = plan_packing(kernel, tensors, policy, written, arch, backend)
+    plan = plan_packing(kernel, tensors, policy, written, arch, backend, cluster)
     return plan, plan.spec(spec_for(Bound(tensors, {}, dict(sizes))))
 
 

@@ -128,7 +128,8 @@ def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, A
     of these sizes: what ``tilec run`` stages host arrays as."""
     from tilec.launch.packing import row_major_launch as plan
     return plan(kernel, sizes, options.get("pack", Options.pack), written_params(kernel),
-                options.get("arch", Options.arch), options.get("backend", Options.backend))
+                options.get("arch", Options.arch), options.get("backend", Options.backend),
+                options.get("cluster", Options.cluster))
 
 
 def _note_launch_packing(fn: TileFunction, consts, sizes, options) -> None:
