@@ -639,6 +639,20 @@ def test_cli_explain_shows_the_packing_and_pack_off(capsys):
     assert "packed at launch" not in capsys.readouterr().out  # sizes unknown: not said
 
 
+def test_cli_explain_says_why_a_b_off_128_byte_lines_is_read_in_place(capsys):
+    from tilec.cli import main
+    args = ["explain", str(SAMPLES / "matmul.py"), "--arch", "sm_90a", "--const",
+            "BM=128", "BN=128", "BK=64", "--stages", "4", "--persistent", "--shape",
+            "M=4096,N=4104,K=4096", "--no-ptxas"]
+    assert main(args) == 0
+    assert ("sizes: B packed to stride 4160 (rows 8208 bytes apart, not whole 128-byte "
+            "lines)\n") in capsys.readouterr().out
+    assert main(args + ["--cluster", "2"]) == 0
+    assert ("sizes: none; B read in place (rows 8208 bytes apart, not whole 128-byte lines, "
+            "re-read by 4096 rows: repacked from 8192, a cluster of 2 sharing each box)\n"
+            ) in capsys.readouterr().out
+
+
 def test_cli_explain_says_odd_k_int8_operands_are_packed(capsys):
     from tilec.cli import main
     ragged = ["explain", str(SAMPLES / "int8_gemm.py"), "--shape", "M=1000,N=1003,K=77",
@@ -683,6 +697,11 @@ def test_sm_90a_repacks_an_n_major_b_whose_rows_are_off_128_byte_lines(m, n, k, 
     tensors = matmul_args(m, n, k)
     plan = plan_packing(kernel, tensors, "auto", written_params(kernel), arch="sm_90a")
     assert plan.describe() == packed
+    # Rows off lines but too few re-reading them: read in place, and said so; a k-major
+    # operand's boxes lose nothing to the pitch, so nothing is said.
+    assert plan.in_place == ((f"B read in place (rows {2 * n} bytes apart, not whole 128-byte "
+                              f"lines, re-read by {m} rows: repacked from 4096)",)
+                             if (m, n, k) == (2048, 2056, 2048) else ())
     # Other targets, the llvm backend (no TMA) and "off" read B in place; "always" repacks
     # whatever the rows re-reading it.
     for arch, backend in (("sm_90", "ptx"), ("sm_80", "ptx"), ("sm_90a", "llvm")):
@@ -706,6 +725,10 @@ def test_a_cluster_that_multicasts_b_repacks_it_only_over_twice_the_rows(m, clus
     plan = plan_packing(kernel, matmul_args(m, 4104, 4096), "auto", written_params(kernel),
                         arch="sm_90a", cluster=cluster)
     assert plan.names == (("B",) if packed else ())
+    # What explain says of a B left in place.
+    assert plan.in_place == (() if packed else (
+        "B read in place (rows 8208 bytes apart, not whole 128-byte lines, re-read by 4096 "
+        "rows: repacked from 8192, a cluster of 2 sharing each box)",))
 
 
 def test_a_cluster_shares_no_a_box_so_an_m_major_a_keeps_the_threshold():

@@ -214,6 +214,9 @@ class PackPlan:
     tensors: tuple[PackedTensor, ...] = ()
     # Reduction symbols the launch rounds up, each with the size the kernel is launched with.
     padded: tuple[tuple[str, int], ...] = ()
+    # Operands whose rows are off 128-byte lines but read in place, each with why, in words:
+    # what explain says beside the packed ones.
+    in_place: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.tensors)
@@ -283,15 +286,18 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     converted (:func:`convert_to`), aligned or not."""
     if policy == "off":
         return PackPlan()
-    packed = {}
+    packed, in_place = {}, []
     for name in operand_tensors(kernel):
         if name in written or name not in tensors:
             continue
+        pitch = repitch(kernel, tensors, name, policy, arch, backend, cluster)
         entry = _pack_tensor(tensors[name], policy,
                              convert_to(kernel, tensors, name, policy, arch, backend),
-                             repitch(kernel, tensors, name, policy, arch, backend, cluster))
+                             pitch.why if pitch is not None and pitch.repack else None)
         if entry is not None:
             packed[name] = entry
+        elif pitch is not None:
+            in_place.append(f"{name} read in place ({pitch.why})")
     padded = []
     reductions = paddable_reductions(kernel, tuple(packed)) if packed else ()
     for symbol, step in reductions:
@@ -305,7 +311,7 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
             if found:
                 packed[name] = packed[name].padded(found[0], whole)
         padded.append((symbol, whole))
-    return PackPlan(tuple(packed.values()), tuple(padded))
+    return PackPlan(tuple(packed.values()), tuple(padded), tuple(in_place))
 
 
 def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
@@ -340,9 +346,19 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     return None
 
 
+class Pitch(NamedTuple):
+    """An operand whose rows are 16-byte aligned but not whole 128-byte lines apart, on a
+    target that reads it through TMA: whether the launch repacks it, and why in words."""
+
+    repack: bool
+    why: str
+
+
 def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
-            arch: Optional[str], backend: str = "ptx", cluster: int = 1) -> Optional[str]:
-    """Why a launch packs operand ``name`` though its rows are aligned, or None: on a target
+            arch: Optional[str], backend: str = "ptx", cluster: int = 1) -> Optional[Pitch]:
+    """Whether a launch packs operand ``name`` though its rows are aligned, or None where
+    the question does not arise (k-major operands among them: their boxes lose nothing
+    measurable to the pitch): on a target
     whose wgmma family reads operands through TMA (sm_90a, the PTX backend), rows 16-byte
     aligned but not a whole number of 128-byte lines apart, under "always", or under "auto"
     when the operand is stored M- or N-major (its k not contiguous) and :data:`PITCH_MIN_ROWS`
@@ -359,11 +375,19 @@ def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
     pitch = arg.strides[1 - spec.contiguous_dim] * arg.itemsize
     if pitch % ROW_ALIGN_BYTES == 0 or arg.shape[1 - spec.contiguous_dim] == 1:
         return None
+    why = f"rows {pitch} bytes apart, not whole 128-byte lines"
+    if policy == "always":
+        return Pitch(True, why)
     reads = _operand_reads(kernel, tensors, name)
-    least = PITCH_MIN_ROWS * (cluster if reads.operand_b else 1)
-    if policy == "auto" and (reads.k_major or reads.partner_rows < least):
+    if reads.k_major:
         return None
-    return f"rows {pitch} bytes apart, not whole 128-byte lines"
+    shared = reads.operand_b and cluster > 1
+    least = PITCH_MIN_ROWS * (cluster if shared else 1)
+    if reads.partner_rows >= least:
+        return Pitch(True, why)
+    sharing = f", a cluster of {cluster} sharing each box" if shared else ""
+    return Pitch(False, f"{why}, re-read by {reads.partner_rows} rows: repacked from "
+                        f"{least}{sharing}")
 
 
 @functools.lru_cache(maxsize=256)  # per lowered kernel: plain calls plan on every launch

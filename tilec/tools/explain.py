@@ -198,6 +198,9 @@ class Explanation:
     # What a launch on row-major arrays of the given sizes packs (PackPlan.describe());
     # None when the sizes are not known.
     packing: Optional[tuple[str, ...]] = None
+    # The operands it reads in place though their rows are off 128-byte lines, and why
+    # (PackPlan.in_place).
+    in_place: tuple[str, ...] = ()
     # How the consumers write C (schedule.epilogue: warp-specialized kernels, and mma.sync
     # ones asked for misaligned_store = rows), in words.
     epilogue: str = ""
@@ -215,12 +218,13 @@ class Explanation:
 # ----------------------------------------------------------------------------- gather
 
 def explain(compiled: Compiled, *, ptxas: bool = True,
-            packing: Optional[Sequence[str]] = None,
+            packing: Optional[Sequence[str]] = None, in_place: Sequence[str] = (),
             tile_axes: Optional[Sequence[int]] = None) -> Explanation:
     """Everything :func:`render_explanation` prints about a compiled kernel. ``ptxas``:
     run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
     packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are
-    known. ``tile_axes``: the program's grid at those sizes (the lowered kernel's
+    known, and ``in_place`` the operands it reads in place though their rows are off
+    128-byte lines (:attr:`~tilec.launch.packing.PackPlan.in_place`). ``tile_axes``: the program's grid at those sizes (the lowered kernel's
     :func:`tilec.launch.binding.grid_size`), for the launch's waves."""
     kernel = compiled.kernel
     plan: TilingPlan = kernel.schedule.tiling
@@ -268,6 +272,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         checked_trip_counts=tuple(trip_counts(stages) if kernel.schedule.roles is None
                                   else roles_trip_counts(stages)),
         packing=None if packing is None else tuple(packing),
+        in_place=tuple(in_place),
         epilogue=_epilogue_text(kernel.schedule.epilogue),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
         cluster_walk=_cluster_walk(kernel),
@@ -788,7 +793,7 @@ def render_explanation(e: Explanation) -> str:
         lines.append(f"  epilogue          {e.epilogue}")
     if e.packing is not None:
         lines.append("  packed at launch, for row-major arrays of these sizes: "
-                     + ("; ".join(e.packing) or "none"))
+                     + "; ".join((*(e.packing or ("none",)), *e.in_place)))
     if e.launch:
         lines.append(f"  launch            {e.launch}")
 

@@ -38,16 +38,17 @@ def run(args: argparse.Namespace) -> int:
     sound = True
     for index, fn in enumerate(select_functions(args.file, args.kernel)):
         consts, sizes, options = constants(fn, args), shapes(fn, args), compile_options(args)
-        packing, tile_axes = None, None
+        packing, in_place, tile_axes = None, (), None
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
             lowered = fn.lower(**consts)
             plan, spec = row_major_launch(lowered, sizes, options)
             compiled = fn.compile(spec=spec, **options, **consts)
-            packing, tile_axes = plan.describe(), grid_size(lowered, sizes)
+            packing, in_place = plan.describe(), plan.in_place
+            tile_axes = grid_size(lowered, sizes)
         else:
             compiled = fn.compile(**options, **consts, **sizes)
         explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing,
-                              tile_axes=tile_axes)
+                              in_place=in_place, tile_axes=tile_axes)
         sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
         sound &= not explanation.hazard
     return 0 if sound else 1
