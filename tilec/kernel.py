@@ -142,8 +142,8 @@ class TileFunction:
 
     def prepare(self, *args: Any, stream=None, **kwargs: Any) -> "PreparedLaunch":
         """Bind GPU arrays once and return a callable that only launches: the cheapest way
-        to run the same kernel on the same buffers again (benchmarks, graphs)."""
-        from tilec.launch.packing import PackPlan, plan_packing
+        to run the same kernel on the same buffers again (benchmarks, graphs). Under
+        ``peel=True`` it may be a :class:`PeeledLaunch` of two."""
         from tilec.runtime import current_device
         params = {p.name for p in self.signature.params}
         call_kwargs = {k: v for k, v in kwargs.items() if k in params}
@@ -159,8 +159,40 @@ class TileFunction:
                             "host arrays")
         option_args.setdefault("arch", target_arch(current_device().compute_capability))
         check_device_runs(option_args["arch"])
+        return self._launch_on(kernel, bound, option_args, consts, stream)
+
+    def _launch_on(self, kernel: Kernel, bound, option_args: dict[str, Any],
+                   consts: dict[str, Any], stream):
+        """The prepared launch of ``kernel`` (lowered with ``consts``) on device arguments,
+        peeled in two under peel=True where that gains something."""
+        peel = self._peel(kernel, bound, option_args)
+        if peel is None:
+            return self._prepared(kernel, bound, option_args, stream)
+        from tilec.launch.peeling import peeled_bounds, remainder_settings
+        main, rest = peeled_bounds(kernel, bound, peel)
+        rest_options, rest_consts = remainder_settings(peel, option_args, consts)
+        return PeeledLaunch(peel, self._prepared(kernel, main, option_args, stream),
+                            self._prepared(self.lower(**rest_consts), rest, rest_options,
+                                           stream))
+
+    def _peel(self, kernel: Kernel, bound, option_args: dict[str, Any]):
+        """The launch's peeled parts (tilec.launch.peeling) under peel=True, or None to
+        launch it whole: peeling would gain nothing at these sizes. A program that cannot
+        be peeled is refused, saying why."""
+        if not option_args.get("peel"):
+            return None
+        from tilec.errors import TileConfigError
+        from tilec.launch.peeling import peel_sites, plan_peel
+        sites, why = peel_sites(kernel)
+        if not sites:
+            raise TileConfigError(f"peel=True: kernel '{kernel.name}' cannot be peeled: {why}")
+        return plan_peel(sites, bound.symbols)
+
+    def _prepared(self, kernel: Kernel, bound, option_args: dict[str, Any],
+                  stream) -> "PreparedLaunch":
+        from tilec.launch.packing import PackPlan, plan_packing
         sizes = grid_size(kernel, bound.symbols)
-        options = Options(**option_args, spec=spec_for(bound))
+        options = Options(**{**option_args, "peel": False}, spec=spec_for(bound))
         packing = PackPlan() if 0 in sizes else plan_packing(
             kernel, bound.tensors, options.pack, written_params(kernel), options.arch,
             options.backend, options.cluster)
@@ -170,8 +202,28 @@ class TileFunction:
     def _run_gpu(self, values, compile_kwargs):
         option_args, consts, _ = self._split(compile_kwargs)
         kernel = self.lower(**consts)
-        written = run_on_gpu(kernel, values, option_args, source_key=self._key)
+        if option_args.get("peel"):
+            written = self._run_peeled(kernel, values, option_args, consts)
+        else:
+            written = run_on_gpu(kernel, values, option_args, source_key=self._key)
         return self._outputs(written, values)
+
+    def _run_peeled(self, kernel: Kernel, values: dict[str, Any], option_args: dict[str, Any],
+                    consts: dict[str, Any]) -> list[str]:
+        """run_on_gpu's staging around :meth:`_launch_on`'s launches (peel=True)."""
+        from tilec.runtime import HostStaging, current_device
+        bound = bind_arguments(kernel.params, kernel.symbols, [], values)
+        written = written_params(kernel)
+        check_outputs(bound, written)
+        option_args = dict(option_args)
+        option_args.setdefault("arch", target_arch(current_device().compute_capability))
+        check_device_runs(option_args["arch"])
+        with HostStaging() as staging:
+            device_args = {name: staging.to_device(arg, written=name in written)
+                           for name, arg in bound.tensors.items()}
+            self._launch_on(kernel, _with(bound, device_args), option_args, consts, None)()
+            staging.copy_back()
+        return written
 
 
 @functools.lru_cache(maxsize=256)
@@ -300,6 +352,26 @@ class PreparedLaunch:
             self.packer.launch(self.stream)
             self._launch(self.function, self.grid, self.block, self.smem_bytes, self.stream,
                          self.args, self.cluster)
+
+
+class PeeledLaunch:
+    """A launch run as two (Options.peel): the whole tiles' prepared launch, then the
+    remainder's, on the same stream. Reads as the whole tiles' launch (``compiled``,
+    ``packing``, ``tile_axes``); ``peel`` says where it was cut, ``rest`` is the
+    remainder's launch."""
+
+    def __init__(self, peel, main: PreparedLaunch, rest: PreparedLaunch):
+        self.peel = peel
+        self.main = main
+        self.rest = rest
+        self.compiled = main.compiled
+        self.packing = main.packing
+        self.tile_axes = main.tile_axes
+        self.stream = main.stream
+
+    def __call__(self) -> None:
+        self.main()
+        self.rest()
 
 
 def tile(fn=None):

@@ -145,6 +145,10 @@ class Options:
     # "rows" (mma.sync kernels, passes/row_store.py): where C's 16-bit rows are not 16-byte
     # aligned, the tile is staged in shared memory and each warp stores whole rows.
     misaligned_store: str = "elements"
+    # A launch's policy, like pack: run a grid axis's partial last tile as a launch of its
+    # own in narrow tiles, after the whole tiles' launch (tilec.launch.peeling), where the
+    # program allows it; the kernels compiled are the same either way.
+    peel: bool = False
     # Blocks per output tile along K (passes/split_k.py): each sums a slice of the K loop and
     # the last to finish adds the slices up before the epilogue. For shapes with too few
     # output tiles to fill the GPU (skinny M, small M x N with long K). On sm_90a the
@@ -211,6 +215,8 @@ class Options:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if not isinstance(self.peel, bool):
+            raise ValueError(f"peel must be True or False, got {self.peel!r}")
         if (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)
                 or not 1 <= self.split_k <= MAX_SPLIT_K):
             raise ValueError(f"split_k must be an integer from 1 to {MAX_SPLIT_K}, got "

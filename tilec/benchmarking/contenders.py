@@ -648,8 +648,10 @@ class TilecContender(Contender):
             kwargs.update(best)
         launches = [kernel.prepare(a, b, c, **kwargs) for (a, b), c in zip(inputs, outputs)]
         first = launches[0]
+        peel = getattr(first, "peel", None)  # a PeeledLaunch's cut (Options.peel)
         return (lambda i: launches[i]()), (describe_compiled(first.compiled, first.packing,
                                                              first.tile_axes)
+                                           + (f", {peel.summary()}" if peel else "")
                                            + f", C {self.out_dtype(case)}")
 
 

@@ -586,11 +586,15 @@ def _alignment(value: int) -> int:
 
 def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
                      written: Sequence[str] = (), arch: Optional[str] = None,
-                     backend: str = "ptx", cluster: int = 1) -> tuple[PackPlan, Spec]:
+                     backend: str = "ptx", cluster: int = 1,
+                     peel: Any = None) -> tuple[PackPlan, Spec]:
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
-    the kernel for. Needs a size for every symbol; for the CLI's ``run`` and ``explain``."""
+    the kernel for; with ``peel`` (a :class:`tilec.launch.peeling.Peel`), its whole tiles'
+    launch, over views of those arrays. Needs a size for every symbol; for the CLI's
+    ``run`` and ``explain``."""
     from tilec.launch.binding import spec_for
+    from tilec.launch.peeling import peeled_bounds
     from tilec.runtime.arrays import ArrayArg, c_strides
 
     tensors = {}
@@ -599,8 +603,11 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
             shape = tuple(sizes[d] if isinstance(d, str) else d for d in param.type.shape)
             tensors[param.name] = ArrayArg(param.name, 0, param.type.dtype.short, shape,
                                            c_strides(shape), device=0)
-    plan = plan_packing(kernel, tensors, policy, written, arch, backend, cluster)
-    return plan, plan.spec(spec_for(Bound(tensors, {}, dict(sizes))))
+    bound = Bound(tensors, {}, dict(sizes))
+    if peel is not None:
+        bound = peeled_bounds(kernel, bound, peel)[0]
+    plan = plan_packing(kernel, bound.tensors, policy, written, arch, backend, cluster)
+    return plan, plan.spec(spec_for(bound))
 
 
 # ------------------------------------------------------------------------------ run time

@@ -48,7 +48,7 @@ HOPPER_FLAGS = ("blocks_per_sm", "persistent", "cluster", "consumers", "warpgrou
                 "stream_k", "fp8_accumulation")
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
-                "misaligned_copy", "misaligned_store", "split_k", *HOPPER_FLAGS, "backend",
+                "peel", "misaligned_copy", "misaligned_store", "split_k", *HOPPER_FLAGS, "backend",
                 "llvm_opt")
 
 
@@ -195,6 +195,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch, and 8-bit weights converted in the K loop into "
         "16-bit scratch (default auto: when it pays; always for an 8-bit [K, N] weight)")),
+    "peel": ("--peel", dict(
+        action="store_true", default=None, help="run a grid axis's partial last tile (N = "
+        "2056 in 128-wide tiles: the last 8 columns) as a second launch of 64-wide tiles, "
+        "after the whole tiles' launch, where the program allows it")),
     "misaligned_copy": ("--misaligned-copy", dict(
         choices=MISALIGNED_COPIES, help="how copies read 16-bit operand rows too misaligned "
         "for cp.async (odd strides, left unpacked): elements (one a thread and access, the "

@@ -209,7 +209,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     # The compile flags of the other verbs, said of the tilec contender.
     arguments.add_flags(
         parser, "const", "arch", "stages", "warps", "swizzle", "raster_group", "split_k",
-        "f32_math", "pack", "misaligned_copy", "misaligned_store", *arguments.HOPPER_FLAGS,
+        "f32_math", "pack", "peel", "misaligned_copy", "misaligned_store",
+        *arguments.HOPPER_FLAGS,
         "backend", "llvm_opt",
         backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
                  "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
@@ -295,7 +296,7 @@ def _tilec_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
 # --verify; and the bench's launch flags.
 VARIANT_FLAGS = ("const", *(name for name in arguments.COMPILE_FLAGS
                             if name not in ("backend", "llvm_opt", "verify")),
-                 "pack", "misaligned_copy", "misaligned_store")
+                 "pack", "peel", "misaligned_copy", "misaligned_store")
 VARIANT_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 

@@ -123,13 +123,15 @@ def _dump(fn: TileFunction, stage: str, text: str, out: TextIO) -> None:
     out.write(f"===== {fn.name}: {what} =====\n{text.rstrip()}\n\n")
 
 
-def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, Any]):
+def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, Any],
+                     peel: Any = None):
     """(the operands a GPU launch packs, the spec it compiles for) on fresh row-major arrays
-    of these sizes: what ``tilec run`` stages host arrays as."""
+    of these sizes: what ``tilec run`` stages host arrays as; with ``peel``, of its whole
+    tiles' launch."""
     from tilec.launch.packing import row_major_launch as plan
     return plan(kernel, sizes, options.get("pack", Options.pack), written_params(kernel),
                 options.get("arch", Options.arch), options.get("backend", Options.backend),
-                options.get("cluster", Options.cluster))
+                options.get("cluster", Options.cluster), peel)
 
 
 def _note_launch_packing(fn: TileFunction, consts, sizes, options) -> None:

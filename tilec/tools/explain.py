@@ -213,19 +213,22 @@ class Explanation:
     accumulation: str = ""  # how wgmma's fp8 products are summed (Options.fp8_accumulation)
     # Given the sizes: the launch's blocks, how many an SM holds and their waves, in words.
     launch: str = ""
+    # Under peel=True, given the sizes: where the launch is cut in two, or why it is not.
+    peel: str = ""
 
 
 # ----------------------------------------------------------------------------- gather
 
 def explain(compiled: Compiled, *, ptxas: bool = True,
             packing: Optional[Sequence[str]] = None, in_place: Sequence[str] = (),
-            tile_axes: Optional[Sequence[int]] = None) -> Explanation:
+            tile_axes: Optional[Sequence[int]] = None, peel: str = "") -> Explanation:
     """Everything :func:`render_explanation` prints about a compiled kernel. ``ptxas``:
     run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
     packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are
     known, and ``in_place`` the operands it reads in place though their rows are off
     128-byte lines (:attr:`~tilec.launch.packing.PackPlan.in_place`). ``tile_axes``: the program's grid at those sizes (the lowered kernel's
-    :func:`tilec.launch.binding.grid_size`), for the launch's waves."""
+    :func:`tilec.launch.binding.grid_size`), for the launch's waves (of the whole tiles'
+    part where ``peel``, the peeling in words, cuts the launch in two)."""
     kernel = compiled.kernel
     plan: TilingPlan = kernel.schedule.tiling
     options = compiled.options
@@ -273,6 +276,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
                                   else roles_trip_counts(stages)),
         packing=None if packing is None else tuple(packing),
         in_place=tuple(in_place),
+        peel=peel,
         epilogue=_epilogue_text(kernel.schedule.epilogue),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
         cluster_walk=_cluster_walk(kernel),
@@ -794,6 +798,8 @@ def render_explanation(e: Explanation) -> str:
     if e.packing is not None:
         lines.append("  packed at launch, for row-major arrays of these sizes: "
                      + "; ".join((*(e.packing or ("none",)), *e.in_place)))
+    if e.peel:
+        lines.append(f"  peeled            {e.peel}")
     if e.launch:
         lines.append(f"  launch            {e.launch}")
 

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
               shape={"help": "sizes the kernel will see (as for compile)"})
     parser.add_argument("--no-ptxas", action="store_true",
                         help="skip ptxas's register and spill report")
-    add_flags(parser, "pack", "misaligned_copy", "misaligned_store")
+    add_flags(parser, "pack", "peel", "misaligned_copy", "misaligned_store")
     parser.set_defaults(handler=run)
     return parser
 
@@ -38,17 +38,33 @@ def run(args: argparse.Namespace) -> int:
     sound = True
     for index, fn in enumerate(select_functions(args.file, args.kernel)):
         consts, sizes, options = constants(fn, args), shapes(fn, args), compile_options(args)
-        packing, in_place, tile_axes = None, (), None
+        packing, in_place, tile_axes, peel = None, (), None, ""
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
             lowered = fn.lower(**consts)
-            plan, spec = row_major_launch(lowered, sizes, options)
+            peel, cut = _peeled(lowered, sizes) if options.get("peel") else ("", None)
+            plan, spec = row_major_launch(lowered, sizes, options, cut)
             compiled = fn.compile(spec=spec, **options, **consts)
             packing, in_place = plan.describe(), plan.in_place
-            tile_axes = grid_size(lowered, sizes)
+            part = sizes if cut is None else {**sizes, cut.site.symbol: cut.main}
+            tile_axes = grid_size(lowered, part)
         else:
             compiled = fn.compile(**options, **consts, **sizes)
         explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing,
-                              in_place=in_place, tile_axes=tile_axes)
+                              in_place=in_place, tile_axes=tile_axes, peel=peel)
         sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
         sound &= not explanation.hazard
     return 0 if sound else 1
+
+
+def _peeled(lowered, sizes: dict[str, int]):
+    """Under --peel: where a launch at ``sizes`` is cut (or why it is not), in words, and
+    the cut (a Peel) or None; the rest of the explanation is then the whole tiles' part."""
+    from tilec.launch.peeling import peel_sites, plan_peel
+    sites, why = peel_sites(lowered)
+    if not sites:
+        return f"not peeled: the program cannot be ({why})", None
+    peel = plan_peel(sites, sizes)
+    if peel is None:
+        return ("not peeled: no grid axis ends in a partial tile that narrower tiles would "
+                "take", None)
+    return f"{peel.describe()}; the rest of this explanation is the whole tiles' launch", peel

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_flags(parser, *COMPILE_FLAGS, "shape", "scalar", "seed", shape=PROBLEM_SHAPE)
     parser.add_argument("--cpu", action="store_true",
                         help="run in the CPU interpreter even when a GPU is present")
-    add_flags(parser, "pack", "misaligned_copy", "misaligned_store")
+    add_flags(parser, "pack", "peel", "misaligned_copy", "misaligned_store")
     parser.set_defaults(handler=run)
     return parser
 
