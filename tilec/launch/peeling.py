@@ -7,6 +7,10 @@ columns, and on a GPU whose SMs each take one tile at a time it can cost a whole
 session 19). Peeled, the launch runs the whole tiles as one kernel over views of the
 tensors that stop at the last whole tile, then the remainder as a second kernel over views
 that start there, compiled with a narrow tile (:data:`REMAINDER_WIDTH`) and one tile a block.
+Measured so far it does not pay: 2048x2056x2048 peeled ran at 400.7 TFLOP/s against 403.7
+whole (H100, 128x256 tiles in clusters of 2), the remainder's 16 narrow tiles, one block
+each over all of K, taking about as long as the wave they saved. It is an option (off by
+default) to experiment with; splitting the remainder along K is the next thing to measure.
 
 What a program must be, for the launches to compute what the one would (:func:`peel_site`):
 the grid axis is ``cdiv(S, C)`` for a shape symbol S and a constant C named by one of the
