@@ -39,43 +39,39 @@ def test_the_samples_peel_m_or_n(name):
     assert all(s.step == sample(name).lower().consts[s.const] for s in sites)
 
 
+# A matmul whose N axis one edit makes unpeelable: {width} of its tiles along N, {extra}
+# statements after its K loop, C stored at {c_offset}.
+UNPEELABLE = """
+@tile
+def k(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, {width}], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +{width}]
+{extra}        C[m * BM : +BM, {c_offset} : +{width}] = acc
+"""
+PLAIN = dict(width="BN", extra="", c_offset="n * BN")
 REFUSED = {
-    "N bounds a loop": ("""
-@tile
-def k(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
-        for j in range(0, N, BN):
-            acc += 1.0
-        C[m * BM : +BM, n * BN : +BN] = acc
-""", "N is used beside the grid's cdiv(N, BN)"),
-    "a tile's N offset is not n * BN": ("""
-@tile
-def k(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * 32 : +BN] = acc
-""", "the grid variable n is used other than as n * BN"),
-    "a tile half a step wide along N": ("""
-@tile
-def k(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=64, BN=64, BK=32):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        acc = zeros([BM, 32], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +32]
-        C[m * BM : +BM, n * BN : +32] = acc
-""", "B: its tile.load along N is not one 64-wide tile at the grid variable times the step"),
+    "N bounds a loop": (
+        dict(PLAIN, extra="        for j in range(0, N, BN):\n            acc += 1.0\n"),
+        "N is used beside the grid's cdiv(N, BN)"),
+    "a tile's N offset is not n * BN": (
+        dict(PLAIN, c_offset="n * 32"), "the grid variable n is used other than as n * BN"),
+    "a tile half a step wide along N": (
+        dict(PLAIN, width="32"),
+        "B: its tile.load along N is not one 64-wide tile at the grid variable times the step"),
 }
+
+
+def test_the_unedited_program_peels_both_axes():
+    sites, why = peel_sites(program(UNPEELABLE.format(**PLAIN)).lower())
+    assert [s.symbol for s in sites] == ["M", "N"] and why == ""
 
 
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_programs_that_cannot_be_peeled_along_n_say_why(case):
-    source, why = REFUSED[case]
-    sites, reasons = peel_sites(program(source).lower())
+    edits, why = REFUSED[case]
+    sites, reasons = peel_sites(program(UNPEELABLE.format(**edits)).lower())
     assert [s.symbol for s in sites] == ["M"]  # M's tiles are still whole-step tiles
     assert reasons == f"grid axis 1: {why}"
 
