@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tilec import frontend
 from tilec.compiler import Compiled, compile_kernel, source_key
@@ -202,28 +202,13 @@ class TileFunction:
     def _run_gpu(self, values, compile_kwargs):
         option_args, consts, _ = self._split(compile_kwargs)
         kernel = self.lower(**consts)
-        if option_args.get("peel"):
-            written = self._run_peeled(kernel, values, option_args, consts)
-        else:
-            written = run_on_gpu(kernel, values, option_args, source_key=self._key)
+        # A peeled launch is two prepared ones (over views of the staged arguments).
+        prepared = ((lambda bound, options: self._launch_on(kernel, bound, options, consts,
+                                                            None))
+                    if option_args.get("peel") else None)
+        written = run_on_gpu(kernel, values, option_args, source_key=self._key,
+                             prepared=prepared)
         return self._outputs(written, values)
-
-    def _run_peeled(self, kernel: Kernel, values: dict[str, Any], option_args: dict[str, Any],
-                    consts: dict[str, Any]) -> list[str]:
-        """run_on_gpu's staging around :meth:`_launch_on`'s launches (peel=True)."""
-        from tilec.runtime import HostStaging, current_device
-        bound = bind_arguments(kernel.params, kernel.symbols, [], values)
-        written = written_params(kernel)
-        check_outputs(bound, written)
-        option_args = dict(option_args)
-        option_args.setdefault("arch", target_arch(current_device().compute_capability))
-        check_device_runs(option_args["arch"])
-        with HostStaging() as staging:
-            device_args = {name: staging.to_device(arg, written=name in written)
-                           for name, arg in bound.tensors.items()}
-            self._launch_on(kernel, _with(bound, device_args), option_args, consts, None)()
-            staging.copy_back()
-        return written
 
 
 @functools.lru_cache(maxsize=256)
@@ -235,9 +220,11 @@ def written_params(kernel: Kernel) -> list[str]:
 
 
 def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, Any],
-               source_key: Optional[str] = None) -> list[str]:
+               source_key: Optional[str] = None,
+               prepared: Optional[Callable[[Any, dict[str, Any]], Any]] = None) -> list[str]:
     """Check the arguments, compile for their layout, launch, and copy host outputs back.
-    Returns the names of the parameters the kernel writes."""
+    Returns the names of the parameters the kernel writes. ``prepared``: makes the launch
+    from the staged arguments (a Bound) and the options instead (a peeled launch's two)."""
     from tilec.launch.packing import Packer, plan_packing, pooled_scratch
     from tilec.launch.split_workspace import shared_workspace, workspace_size
     from tilec.runtime import HostStaging, current_device
@@ -251,7 +238,9 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
     with HostStaging() as staging:
         device_args = {name: staging.to_device(arg, written=name in written)
                        for name, arg in bound.tensors.items()}
-        if 0 not in sizes:
+        if prepared is not None:
+            prepared(_with(bound, device_args), option_args)()
+        elif 0 not in sizes:
             options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
             packing = plan_packing(kernel, device_args, options.pack, written, options.arch,
                                    options.backend, options.cluster)

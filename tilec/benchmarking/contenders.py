@@ -407,18 +407,19 @@ def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optiona
     """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
     128-byte lines, the wide tiles make more than one wave and M and K are at least
     MULTICAST_MIN_SIDE, or None."""
+    from tilec.launch.packing import ROW_ALIGN_BYTES, VECTOR_BYTES
     itemsize = DType.parse(case.dtype).bytes
     row = case.N * itemsize
-    if case.batched or (config["BM"], config["BN"]) != (128, 256) or row % 16 or \
-            row % 128 == 0 or case.K * itemsize % 16 or _large_tiles(case) <= ONE_WAVE or \
-            min(case.M, case.K) < MULTICAST_MIN_SIDE:
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or row % VECTOR_BYTES or \
+            row % ROW_ALIGN_BYTES == 0 or case.K * itemsize % VECTOR_BYTES or \
+            _large_tiles(case) <= ONE_WAVE or min(case.M, case.K) < MULTICAST_MIN_SIDE:
         return None
     cluster = MULTICAST["cluster"]
 
     def speed(entry: tuple[dict[str, Any], float]) -> float:
         tile, rate = entry
-        pairs = -(-(-(-case.M // tile["BM"])) // cluster)
-        return rate * Waves(pairs * cluster * -(-case.N // tile["BN"]), ONE_WAVE).fill
+        m_tiles = -(-case.M // (tile["BM"] * cluster)) * cluster  # whole clusters
+        return rate * Waves(m_tiles * -(-case.N // tile["BN"]), ONE_WAVE).fill
 
     tile, _ = max(MULTICAST_TILES, key=speed)
     return {**tile, **MULTICAST}

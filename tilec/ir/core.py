@@ -223,6 +223,11 @@ def defining_op(value: Value) -> Optional[Op]:
     return value.owner if isinstance(value.owner, Op) else None
 
 
+def uses(kernel: Kernel, value: Value) -> list[tuple[Op, int]]:
+    """Every (op, operand position) in ``kernel`` that reads ``value``, in program order."""
+    return [(op, i) for op in kernel.walk() for i, v in enumerate(op.operands) if v is value]
+
+
 def computed_from(value: Value, sources: Iterable[Value]) -> bool:
     """Whether ``value`` is one of ``sources`` or computed from one (through the ops that
     define it and their operands; block arguments end the walk)."""

@@ -99,6 +99,10 @@ class TensorType:
     def rank(self) -> int:
         return len(self.shape)
 
+    def dims_of(self, symbol: str) -> list[int]:
+        """The dims whose size is the shape symbol ``symbol``."""
+        return [d for d, size in enumerate(self.shape) if size == symbol]
+
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
         return f"tensor<{self.dtype},[{dims}]>"

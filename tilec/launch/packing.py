@@ -44,7 +44,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence
 from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, SOURCES,
                                 VECTOR_BYTES, convert_entry, convert_ptx, pack_entry, pack_ptx,
                                 vector_elems)
-from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op
+from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op, uses
 from tilec.families.fp8 import FP8_ARCHS
 from tilec.families.wgmma import FAMILY as WGMMA
 from tilec.ir.types import FP8_DTYPES, TensorType
@@ -301,8 +301,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     padded = []
     reductions = paddable_reductions(kernel, tuple(packed)) if packed else ()
     for symbol, step in reductions:
-        shapes = {param.name: param.type.shape for param in kernel.params if param.name in packed}
-        dims = {name: _symbol_dims(shapes[name], symbol) for name in packed}
+        dims = {param.name: param.type.dims_of(symbol) for param in kernel.params
+                if param.name in packed}
         size = next(packed[name].shape[d[0]] for name, d in dims.items() if d)
         whole = -(-size // step) * step
         if whole == size or whole > INT32_MAX:
@@ -460,7 +460,7 @@ def paddable_reductions(kernel: Kernel,
         upper = loop.operands[1]
         symbol = next((s for s in kernel.symbols if kernel.symbol_value(s) is upper), None)
         if (symbol is None or constant_value(loop.operands[0]) != 0
-                or len(_uses(kernel, upper)) != 1):
+                or len(uses(kernel, upper)) != 1):
             continue
         step = loop.attrs["step_const"]
         tensors = [p.name for p in kernel.params if isinstance(p.type, TensorType)
@@ -476,7 +476,7 @@ def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: i
     views = [kernel.param_value(name)]
     loads = []
     while views:
-        for op, position in _uses(kernel, views.pop()):
+        for op, position in uses(kernel, views.pop()):
             if op.name == "tensor.transpose":
                 views.append(op.result)
             elif op.name == "tile.load" and position == 0:
@@ -484,26 +484,17 @@ def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: i
             else:
                 return False
     for load in loads:
-        dims = _symbol_dims(load.operands[0].type.shape, symbol)
+        dims = load.operands[0].type.dims_of(symbol)
         if load not in loop.regions[0].ops or len(dims) != 1:
             return False
         dim = dims[0]
         if load.operands[1 + dim] is not index or load.attrs["shape"][dim] != step:
             return False
         contracted = {0: 1, 1: 0}  # the dot's operand -> its contracted dim
-        for user, position in _uses(kernel, load.result):
+        for user, position in uses(kernel, load.result):
             if user.name != "tile.dot" or contracted.get(position) != dim:
                 return False
     return True
-
-
-def _uses(kernel: Kernel, value: Value) -> list[tuple[Op, int]]:
-    return [(op, i) for op in kernel.walk() for i, v in enumerate(op.operands) if v is value]
-
-
-def _symbol_dims(shape: Sequence[Any], symbol: str) -> list[int]:
-    """The dims of a tensor shape that are the shape symbol ``symbol``."""
-    return [d for d, size in enumerate(shape) if size == symbol]
 
 
 def _pack_tensor(arg: Any, policy: str, converted: Optional[tuple[str, str]] = None,

@@ -12,7 +12,7 @@ whole (H100, 128x256 tiles in clusters of 2), the remainder's 16 narrow tiles, o
 each over all of K, taking about as long as the wave they saved. It is an option (off by
 default) to experiment with; splitting the remainder along K is the next thing to measure.
 
-What a program must be, for the launches to compute what the one would (:func:`peel_site`):
+What a program must be, for the launches to compute what the one would (:func:`peel_sites`):
 the grid axis is ``cdiv(S, C)`` for a shape symbol S and a constant C named by one of the
 program's constants; S is used nowhere else; every tensor with S in its shape is read and
 written only by tile loads and stores (through transposes) whose index along S is
@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op, require_grid
+from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op, require_grid, uses
 from tilec.ir.types import TensorType
 from tilec.launch.binding import Bound
 
@@ -60,7 +60,8 @@ class Peel:
 
     def summary(self) -> str:
         """The bench's words: ``N peeled at 4096 (+8 in 64-wide tiles)``."""
-        return f"{self.site.symbol} peeled at {self.main} (+{self.rest} in {self.width}-wide tiles)"
+        return (f"{self.site.symbol} peeled at {self.main} (+{self.rest} in {self.width}-wide "
+                "tiles)")
 
     def describe(self) -> str:
         s = self.site
@@ -95,14 +96,13 @@ def _axis_site(kernel: Kernel, grid: Op, axis: int,
     const = op.operands[1].hint.split(".")[0]
     if symbol is None or not isinstance(step, int) or const not in kernel.consts:
         return None, "not cdiv(a shape symbol, a constant of the program's)"
-    if len(_uses(kernel, op.operands[0])) != 1:
+    if len(uses(kernel, op.operands[0])) != 1:
         return None, f"{symbol} is used beside the grid's cdiv({symbol}, {const})"
     index = grid.results[axis]
     offsets = []
-    for user, _ in _uses(kernel, index):
-        if user.name != "arith.mul" or sorted(
-                (constant_value(v) is not None, constant_value(v)) for v in user.operands
-                if v is not index) != [(True, step)]:
+    for user, _ in uses(kernel, index):
+        factors = [v for v in user.operands if v is not index]
+        if user.name != "arith.mul" or len(factors) != 1 or constant_value(factors[0]) != step:
             return None, (f"the grid variable {index.hint} is used other than as "
                           f"{index.hint} * {const}")
         offsets.append(user.result)
@@ -114,7 +114,7 @@ def _axis_site(kernel: Kernel, grid: Op, axis: int,
                            accessed)
         if why:
             return None, f"{param.name}: {why}"
-    stray = [v for v in offsets if any(id(op) not in accessed for op, _ in _uses(kernel, v))]
+    stray = [v for v in offsets if any(id(op) not in accessed for op, _ in uses(kernel, v))]
     if stray:
         return None, (f"{index.hint} * {const} is used other than as an index along "
                       f"{symbol}")
@@ -127,29 +127,23 @@ def _tiles_along(kernel: Kernel, tensor: Value, symbol: str, step: int,
     ``step``-wide tile at one of ``offsets``, or ""; records the accesses in ``accessed``."""
     views = [tensor]
     while views:
-        for op, position in _uses(kernel, views.pop()):
+        for op, position in uses(kernel, views.pop()):
             if op.name in VIEW_OPS:
                 views.append(op.result)
                 continue
             if op.name not in ("tile.load", "tile.store") or position != 0:
                 return f"read by {op.name}, not only by tile loads and stores"
-            shape = op.operands[0].type.shape
+            rank = op.operands[0].type.rank
             tile = op.attrs.get("shape") if op.name == "tile.load" else \
                 op.operands[-1].type.shape
-            for dim, extent in enumerate(shape):
-                if extent != symbol:
-                    continue
-                at = None if tile is None else len(tile) - len(shape) + dim
+            for dim in op.operands[0].type.dims_of(symbol):
+                at = None if tile is None else len(tile) - rank + dim
                 if not any(op.operands[1 + dim] is v for v in offsets) or \
                         at is None or at < 0 or tile[at] != step:
                     return (f"its {op.name} along {symbol} is not one {step}-wide tile at "
                             "the grid variable times the step")
             accessed.add(id(op))
     return ""
-
-
-def _uses(kernel: Kernel, value: Value) -> list[tuple[Op, int]]:
-    return [(op, i) for op in kernel.walk() for i, v in enumerate(op.operands) if v is value]
 
 
 def plan_peel(sites: tuple[PeelSite, ...], sizes: dict[str, int]) -> Optional[Peel]:
@@ -170,8 +164,7 @@ def plan_peel(sites: tuple[PeelSite, ...], sizes: dict[str, int]) -> Optional[Pe
 
 def peeled_dims(kernel: Kernel, symbol: str) -> dict[str, list[int]]:
     """The tensor parameters with ``symbol`` in their shape, each with those dims."""
-    return {param.name: [d for d, size in enumerate(param.type.shape) if size == symbol]
-            for param in kernel.params
+    return {param.name: param.type.dims_of(symbol) for param in kernel.params
             if isinstance(param.type, TensorType) and symbol in param.type.shape}
 
 

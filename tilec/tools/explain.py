@@ -226,7 +226,8 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
     run ptxas for its register report when it is on PATH. ``packing``: the launch's operand
     packing in words (:meth:`tilec.launch.packing.PackPlan.describe`), when the sizes are
     known, and ``in_place`` the operands it reads in place though their rows are off
-    128-byte lines (:attr:`~tilec.launch.packing.PackPlan.in_place`). ``tile_axes``: the program's grid at those sizes (the lowered kernel's
+    128-byte lines (:attr:`~tilec.launch.packing.PackPlan.in_place`). ``tile_axes``: the
+    program's grid at those sizes (the lowered kernel's
     :func:`tilec.launch.binding.grid_size`), for the launch's waves (of the whole tiles'
     part where ``peel``, the peeling in words, cuts the launch in two)."""
     kernel = compiled.kernel
