@@ -196,6 +196,17 @@ def _view(arg: Any, dim: int, start: int, extent: int) -> Any:
                                shape=tuple(shape))
 
 
+# The remainder's few tiles are each split along K into at most this many slices, so that
+# they fill the SMs: 2048x2056x2048's 16 remainder tiles, unsplit, took ~14 us against the
+# whole tiles' ~29 (H100; benchmarks/NOTES.md, session 19).
+MAX_REMAINDER_SPLIT = 16
+
+
+def remainder_split(tiles: int, sms: int) -> int:
+    """The remainder's split-K: its tiles times the slices within one wave of ``sms``."""
+    return max(1, min(MAX_REMAINDER_SPLIT, sms // max(tiles, 1)))
+
+
 # Schedule options the remainder's narrow launch drops: its few tiles run one a block, in
 # consumer warpgroups of 64 rows (a 64-row tile along a peeled M takes no other).
 REMAINDER_RESETS = dict(persistent=False, cluster=1, stream_k=False, split_k=1,
