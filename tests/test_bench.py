@@ -1008,8 +1008,8 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
 @pytest.mark.parametrize("shape, narrow", [
     # 128x256 tiles' last wave nearly empty, 128x128 ones filling theirs: half-width tiles.
     ((4096, 4160, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
-    ((2048, 2112, 2048), True),  # 144 (12 in the second), 272 (3 waves)
-    ((2048, 2304, 2048), True),  # the tiled class alike: 144 (12), 288 (3 waves)
+    ((2304, 2304, 2048), True),  # 162 (30 in the second), 324 (3 waves)
+    ((2048, 4608, 2048), True),  # the tiled class alike: 288 (24 in the third), 576 (5)
     # The last wave fuller, or whole: the wide tiles.
     ((3072, 3136, 3072), False),  # 312 (48 in the third: 36%)
     ((4104, 4096, 4096), False),  # 528: 4 whole waves
@@ -1046,7 +1046,7 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     # B's rows 16-byte aligned, off 128-byte lines, over more than a wave of wide tiles: a
     # cluster of 2 shares B's boxes, in the tile whose rounds the tiles fill best.
     ((4096, 4104, 4096), (256, 128)),  # 528 tiles: 4 whole rounds
-    ((2048, 2056, 2048), (128, 128)),  # 272: 2 rounds and 6%, against 1 and 3% or 9%
+    ((2200, 2200, 2048), (128, 128)),  # 324: 82% of 3 rounds, against 61% or 68% of 2
     ((3072, 3080, 3072), (128, 128)),  # 600: 91% of 5 rounds
     ((6144, 6152, 4096), (256, 128)),  # 1176: 99% of 9
     ((8192, 8200, 8192), (128, 256)),  # 2112: 16 whole rounds
@@ -1072,6 +1072,44 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
                    contenders.tuned_config(Case(*shape, "f16"), "sm_90"),
                    contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
         assert config.get("cluster", 1) == 1
+
+
+@pytest.mark.parametrize("shape, square", [
+    # 192x192 tiles in one wave where the chosen tile takes two rounds or more.
+    ((2048, 2056, 2048), True),  # 121 tiles, against 272 of 128x128 in clusters (3 rounds)
+    ((2112, 2112, 2048), True),  # 121, against 289 of 128x128 (3 rounds)
+    ((768, 6144, 4096), True),  # 128 (97% of a wave), against 4 x 48 of 128x128
+    ((2048, 2304, 16384), True),  # 132: one whole wave
+    # The wide tiles fill their one wave better, or the squares take two.
+    ((2048, 2048, 2048), False),  # 128 of 128x256 cover it exactly; 121 squares pad it
+    ((2200, 2200, 2048), False),  # 144 squares: two waves
+    ((4096, 4104, 4096), False),
+    ((4096, 4096, 4096), False),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
+def test_sm_90a_takes_192x192_tiles_where_they_make_one_wave_and_the_others_do_not(shape,
+                                                                                   square):
+    from tilec.options import Options
+    for dtype in ("f16", "bf16"):
+        config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
+        assert (config == contenders.WIDE_SQUARE_TILE) == square, (dtype, config)
+    if square:
+        assert contenders._tiles(Case(*shape, "f16"), config) <= contenders.ONE_WAVE
+        Options(arch="sm_90a", stages=config["stages"])
+    # Batched rows, other targets and the llvm backend keep their own tiles.
+    for config in (contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                   contenders.tuned_config(Case(*shape, "f16"), "sm_90"),
+                   contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+        assert (config["BM"], config["BN"]) != (192, 192)
+
+
+def test_useful_share_counts_padding_and_empty_sms():
+    # 2048x2056 in 192x192 tiles: 121 tiles padding 2112 x 2112, one round of 132 SMs.
+    share = contenders._useful_share(Case(2048, 2056, 2048, "f16"), contenders.WIDE_SQUARE_TILE)
+    assert share == pytest.approx(2048 * 2056 / (132 * 192 * 192))
+    # A cluster of 2 counts 17 M tiles of 128 as 18: 18 x 17 = 306 tiles, 3 rounds.
+    share = contenders._useful_share(Case(2100, 2100, 2048, "f16"),
+                                     dict(BM=128, BN=128, cluster=2))
+    assert share == pytest.approx(2100 * 2100 / (3 * 132 * 128 * 128))
 
 
 @pytest.mark.parametrize("c_dtype, dtype, out", [("inputs", "f16", "f16"),

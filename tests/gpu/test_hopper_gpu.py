@@ -362,13 +362,16 @@ def test_an_unaligned_c_is_staged_and_stored_by_rows(persistent):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
-@pytest.mark.parametrize("tiles", [dict(BM=256, BN=128, BK=64), dict(BM=192, BN=128, BK=64)],
-                         ids=["256x128x64", "192x128x64"])
-@pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 1024, 1024)],
+@pytest.mark.parametrize("tiles", [dict(BM=256, BN=128, BK=64), dict(BM=192, BN=128, BK=64),
+                                   dict(BM=192, BN=192, BK=64)],
+                         ids=["256x128x64", "192x128x64", "192x192x64"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 1024, 1024), (2048, 2056, 1000)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_three_and_four_consumer_warpgroups(shape, tiles, name, dtype):
     """512 and 640 threads: the consumers' setmaxnreg.inc asks for what the producer's dec
-    left of the registers the block starts with (more than that hung the GPU)."""
+    left of the registers the block starts with (more than that hung the GPU). 192x192 is
+    the bench's one-wave tile for 2048x2056 (contenders.WIDE_SQUARE_TILE): m64n192 products,
+    its last row and column of tiles mostly past M and N."""
     run_and_check(name, dtype, shape, stages=3, **tiles)
 
 

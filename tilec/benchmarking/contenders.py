@@ -74,7 +74,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
-    256, BK 64), the ring depth, the raster group and the schedule: one tile a block, a
+    256, BK 64; 192x192 too), the ring depth, the raster group and the schedule: one tile a block, a
     persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
     pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
     four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
@@ -96,9 +96,12 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     elif wgmma and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
-        tiles = [config for config in search_space(
+        # 192x192 in three consumer warpgroups: one wave where the others take two
+        # (WIDE_SQUARE_TILE); three stages beside its staging tile.
+        tiles = [config for config in [*search_space(
                      BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
-                     raster_group=(8, 16))
+                     raster_group=(8, 16)), *search_space(
+                     BM=(192,), BN=(192,), BK=(64,), stages=(3,), raster_group=(8, 16))]
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
@@ -372,8 +375,9 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
         # 0.976 / 0.964 one tile a block (f16 / bf16).
         del config["persistent"]
     if family == "wgmma":
-        config = _sliced(case, _multicast_for_rows_off_lines(case, config)
-                         or _narrower_for_the_last_wave(case, config))
+        config = _sliced(case, _square_for_whole_waves(
+            case, _multicast_for_rows_off_lines(case, config)
+            or _narrower_for_the_last_wave(case, config)))
     return config
 
 
@@ -458,6 +462,45 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
     narrow = Waves(_tiles(case, NARROW_TILE), ONE_WAVE).count / 2 / NARROW_TILE_RATE
     return dict(NARROW_TILE) if wide.count >= NARROW_TILE_GAIN * narrow else config
 
+
+
+# 192x192 tiles where they fill their waves and the chosen tile does not: 2048x2056x2048 is
+# 144 tiles of 128x256 (a second wave 9% full) or 272 of 128x128 (three rounds, the last 6%
+# full), but 121 of 192x192, one wave. H200, f16, one call (TFLOP/s; benchmarks/NOTES.md,
+# session 20): 2048x2056x2048 the tuned 128x128 persistent cluster 2 439.6, 192x192 one tile
+# a block 542.8, persistent 530.0, persistent cluster 2 533.1 (cuBLAS 547.2, whose own tile
+# there is 192x192); 2112x2112x2048 460.8 / 594.7 / 591.7 / 576.7 (591.7). Where 192x192
+# fills its waves no better, it loses: 2048^3 563.3 against 604.6 (128x256, 128 tiles),
+# 3072x3080x3072 476.1-497.0 against 595.6, 4096x4104x4096 598.3-662.8 against 667.2. At
+# one wave each, a 192x192 tile ran at 1.04 of a 128x256 one's rate a FLOP; TILE_RATES
+# counts them level. Scored by the share of the SMs' time spent on the product's own
+# elements (edge tiles' padding and empty SMs in the last round both count against).
+WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
+TILE_RATES = {(128, 256): 1.0, (192, 192): 1.0, (256, 128): 0.97, (128, 128): NARROW_TILE_RATE}
+WIDE_SQUARE_GAIN = 1.1  # 192x192 taken where its score beats the chosen tile's by this
+
+
+def _useful_share(case: Case, config: dict[str, Any]) -> float:
+    """The share of the SMs' time ``config``'s tiles spend on the product's elements: one
+    round of ONE_WAVE tiles at a time, a cluster's M tiles counted whole."""
+    cluster = config.get("cluster", 1)
+    m_tiles = -(-case.M // (config["BM"] * cluster)) * cluster
+    tiles = m_tiles * -(-case.N // config["BN"])
+    return case.M * case.N / (Waves(tiles, ONE_WAVE).count * ONE_WAVE * config["BM"]
+                              * config["BN"])
+
+
+def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config``, or WIDE_SQUARE_TILE (one tile a block) where its 192x192 tiles make one
+    wave and score WIDE_SQUARE_GAIN over ``config``'s tiles at their TILE_RATES. More than
+    one wave of them is not measured to pay yet, nor a tile the table does not rate."""
+    rate = TILE_RATES.get((config["BM"], config["BN"]))
+    if case.batched or rate is None or _tiles(case, WIDE_SQUARE_TILE) > ONE_WAVE:
+        return config
+    square = TILE_RATES[WIDE_SQUARE_TILE["BM"], WIDE_SQUARE_TILE["BN"]] * \
+        _useful_share(case, WIDE_SQUARE_TILE)
+    return dict(WIDE_SQUARE_TILE) if square >= WIDE_SQUARE_GAIN * rate * \
+        _useful_share(case, config) else config
 
 # Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
 # into slices, blocks of their own (one wave at most), where that fills more of a wave than
