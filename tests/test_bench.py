@@ -1009,7 +1009,7 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     # 128x256 tiles' last wave nearly empty, 128x128 ones filling theirs: half-width tiles.
     ((4096, 4160, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
     ((2304, 2304, 2048), True),  # 162 (30 in the second), 324 (3 waves)
-    ((2048, 4608, 2048), True),  # the tiled class alike: 288 (24 in the third), 576 (5)
+    ((1280, 4096, 2048), True),  # the tiled class alike: 160 (28 in the second), 320 (3)
     # The last wave fuller, or whole: the wide tiles.
     ((3072, 3136, 3072), False),  # 312 (48 in the third: 36%)
     ((4104, 4096, 4096), False),  # 528: 4 whole waves
@@ -1048,7 +1048,7 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     ((4096, 4104, 4096), (256, 128)),  # 528 tiles: 4 whole rounds
     ((2200, 2200, 2048), (128, 128)),  # 324: 82% of 3 rounds, against 61% or 68% of 2
     ((3072, 3080, 3072), (128, 128)),  # 600: 91% of 5 rounds
-    ((6144, 6152, 4096), (256, 128)),  # 1176: 99% of 9
+    ((6144, 6152, 4096), (192, 192)),  # 1056 squares: 8 whole rounds (WIDE_SQUARE_TILE)
     ((8192, 8200, 8192), (128, 256)),  # 2112: 16 whole rounds
     # B's rows on whole lines, or off 16 bytes (packed anyway), or one wave of wide tiles.
     ((4104, 4096, 4096), None),
@@ -1080,21 +1080,36 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
     ((2112, 2112, 2048), True),  # 121, against 289 of 128x128 (3 rounds)
     ((768, 6144, 4096), True),  # 128 (97% of a wave), against 4 x 48 of 128x128
     ((2048, 2304, 16384), True),  # 132: one whole wave
+    # Over several rounds (K from WIDE_SQUARE_MIN_K, rows 16-byte aligned): persistent, in
+    # clusters of 2 where B's rows are off 128-byte lines.
+    ((4608, 4096, 8192), True),  # 528 squares, 4 whole rounds, against 576 wide (5)
+    ((6144, 2112, 2048), True),  # 352 (3 rounds, the last 67% full), against 432 wide
+    ((4104, 4104, 4096), True),  # 484 in clusters (4 rounds, the last 67%), 561 wide (5)
+    ((4608, 4096, 1024), False),  # K too shallow for the rule
+    ((4095, 4097, 4093), False),  # rows off 16 bytes
     # The wide tiles fill their one wave better, or the squares take two.
     ((2048, 2048, 2048), False),  # 128 of 128x256 cover it exactly; 121 squares pad it
     ((2200, 2200, 2048), False),  # 144 squares: two waves
     ((4096, 4104, 4096), False),
     ((4096, 4096, 4096), False),
 ], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
-def test_sm_90a_takes_192x192_tiles_where_they_make_one_wave_and_the_others_do_not(shape,
-                                                                                   square):
+def test_sm_90a_takes_192x192_tiles_where_they_fill_their_rounds_and_others_do_not(shape,
+                                                                                    square):
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
-        assert (config == contenders.WIDE_SQUARE_TILE) == square, (dtype, config)
+        tile = {key: config[key] for key in contenders.WIDE_SQUARE_TILE if key in config}
+        assert (tile == contenders.WIDE_SQUARE_TILE) == square, (dtype, config)
     if square:
-        assert contenders._tiles(Case(*shape, "f16"), config) <= contenders.ONE_WAVE
-        Options(arch="sm_90a", stages=config["stages"])
+        case = Case(*shape, "f16")
+        if contenders._tiles(case, config) <= contenders.ONE_WAVE:
+            assert config == contenders.WIDE_SQUARE_TILE
+        else:
+            rounds = contenders.MULTICAST if contenders._rows_off_lines(case) else \
+                contenders.WIDE_SQUARE_ROUNDS
+            assert config == {**contenders.WIDE_SQUARE_TILE, **rounds}
+        Options(arch="sm_90a", **{key: value for key, value in config.items()
+                                  if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend keep their own tiles.
     for config in (contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    contenders.tuned_config(Case(*shape, "f16"), "sm_90"),

@@ -389,6 +389,20 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("schedule", [dict(persistent=True, raster_group=16),
+                                      dict(persistent=True, raster_group=16, cluster=2)],
+                         ids=["persistent", "persistent-cluster2"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_192x192_tiles_over_several_rounds(shape, schedule, name, dtype):
+    """The bench's 192x192 tiles over more than a wave (contenders.WIDE_SQUARE_ROUNDS and
+    MULTICAST): 242 and 294 tiles for at most 132 blocks, so the ring goes on across tiles;
+    2500 rows are 14 M tiles (7 pairs), the last mostly past M."""
+    run_and_check(name, dtype, shape, stages=3, BM=192, BN=192, BK=64, **schedule)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 @pytest.mark.parametrize("shape", [(640, 1024, 200), (300, 520, 200), (1000, 1003, 77),
                                    (4224, 2048, 256), (4096, 4096, 512)],
                          ids=lambda s: "x".join(map(str, s)))

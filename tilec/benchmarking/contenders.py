@@ -407,16 +407,27 @@ MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 MULTICAST_MIN_SIDE = 2048  # M and K at least this: the measured rows' (shallower K unmeasured)
 
 
+def _rows_aligned(case: Case) -> bool:
+    """Whether A's and B's rows start 16 bytes apart (TMA reads them in place)."""
+    from tilec.launch.packing import VECTOR_BYTES
+    itemsize = DType.parse(case.dtype).bytes
+    return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
+
+
+def _rows_off_lines(case: Case) -> bool:
+    """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, and M
+    and K at least MULTICAST_MIN_SIDE."""
+    from tilec.launch.packing import ROW_ALIGN_BYTES
+    return _rows_aligned(case) and case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES \
+        != 0 and min(case.M, case.K) >= MULTICAST_MIN_SIDE
+
+
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
     """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
     128-byte lines, the wide tiles make more than one wave and M and K are at least
     MULTICAST_MIN_SIDE, or None."""
-    from tilec.launch.packing import ROW_ALIGN_BYTES, VECTOR_BYTES
-    itemsize = DType.parse(case.dtype).bytes
-    row = case.N * itemsize
-    if case.batched or (config["BM"], config["BN"]) != (128, 256) or row % VECTOR_BYTES or \
-            row % ROW_ALIGN_BYTES == 0 or case.K * itemsize % VECTOR_BYTES or \
-            _large_tiles(case) <= ONE_WAVE or min(case.M, case.K) < MULTICAST_MIN_SIDE:
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
+            not _rows_off_lines(case) or _large_tiles(case) <= ONE_WAVE:
         return None
     cluster = MULTICAST["cluster"]
 
@@ -451,9 +462,7 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
     nearly empty (at most LAST_WAVE_SHARE of the SMs) and 128x128 tiles, at
     NARROW_TILE_RATE of their rate, would take NARROW_TILE_GAIN less time over their own
     waves."""
-    aligned_rows = 16 // DType.parse(case.dtype).bytes
-    if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
-            case.N % aligned_rows or case.K % aligned_rows:
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or not _rows_aligned(case):
         return config
     wide = Waves(_tiles(case, config), ONE_WAVE)
     if wide.count < 2 or wide.last > LAST_WAVE_SHARE * ONE_WAVE:
@@ -464,20 +473,36 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
 
 
 
-# 192x192 tiles where they fill their waves and the chosen tile does not: 2048x2056x2048 is
+# 192x192 tiles where they fill their rounds and the chosen tile does not: 2048x2056x2048 is
 # 144 tiles of 128x256 (a second wave 9% full) or 272 of 128x128 (three rounds, the last 6%
-# full), but 121 of 192x192, one wave. H200, f16, one call (TFLOP/s; benchmarks/NOTES.md,
-# session 20): 2048x2056x2048 the tuned 128x128 persistent cluster 2 439.6, 192x192 one tile
-# a block 542.8, persistent 530.0, persistent cluster 2 533.1 (cuBLAS 547.2, whose own tile
-# there is 192x192); 2112x2112x2048 460.8 / 594.7 / 591.7 / 576.7 (591.7). Where 192x192
-# fills its waves no better, it loses: 2048^3 563.3 against 604.6 (128x256, 128 tiles),
+# full), but 121 of 192x192, one wave. H200, f16, one call each (TFLOP/s; benchmarks/NOTES.md,
+# session 20), the tuned tile before / 192x192 (cuBLAS):
+#   2048x2056x2048   439.6 / 542.8 one tile a block, 530.0 persistent, 533.1 in clusters
+#                    (547.2; cuBLAS's own tile there is 192x192)
+#   2112x2112x2048   460.8 / 594.7, 591.7, 576.7 (591.7)
+#   6144x6152x4096   670.5 / 685.5 persistent, 727.0 persistent in clusters (712.6): 1056
+#                    tiles, 8 whole rounds
+#   2304x4224x4096   577.8 / 756.8, 756.3 (755.4): 264 tiles, 2 whole rounds
+#   3456x4224x4096   649.1 / 766.1, 766.6 (760.0): 396 tiles, 3 whole rounds
+#   and the rule's own choices, x the tile before (x cuBLAS), f16: 5120x5120x4096 1.02
+#   (0.94), 3072x3072x2048 1.12 (1.00), 8192x3080x4096 1.02 (0.90), 4104x4104x4096 1.10
+#   (0.92), 6144x2112x2048 1.19 (0.92), 4608x4096x8192 1.09 (1.01)
+# and ten more one-wave shapes 1.10-1.78x the tile before, f16 and bf16. Where 192x192 fills
+# its rounds no better it loses: 2048^3 563.3 against 604.6 (128 tiles of 128x256),
 # 3072x3080x3072 476.1-497.0 against 595.6, 4096x4104x4096 598.3-662.8 against 667.2. At
-# one wave each, a 192x192 tile ran at 1.04 of a 128x256 one's rate a FLOP; TILE_RATES
-# counts them level. Scored by the share of the SMs' time spent on the product's own
-# elements (edge tiles' padding and empty SMs in the last round both count against).
+# one wave each, a 192x192 tile ran at 1.04 of a 128x256 one's rate a FLOP (TILE_RATES).
+# Scored by the share of the SMs' time spent on the product's own elements: edge tiles'
+# padding and empty SMs in the last round both count against a tile.
 WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
-TILE_RATES = {(128, 256): 1.0, (192, 192): 1.0, (256, 128): 0.97, (128, 128): NARROW_TILE_RATE}
-WIDE_SQUARE_GAIN = 1.1  # 192x192 taken where its score beats the chosen tile's by this
+# Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
+# where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
+WIDE_SQUARE_ROUNDS = dict(persistent=True, raster_group=16)
+TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
+              (128, 128): NARROW_TILE_RATE}
+WIDE_SQUARE_GAIN = 1.05  # 192x192 taken where its score beats the chosen tile's by this
+# Over more than one wave, only where K is at least this deep (measured at 4096; shallower
+# K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
+WIDE_SQUARE_MIN_K = 2048
 
 
 def _useful_share(case: Case, config: dict[str, Any]) -> float:
@@ -491,16 +516,22 @@ def _useful_share(case: Case, config: dict[str, Any]) -> float:
 
 
 def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
-    """``config``, or WIDE_SQUARE_TILE (one tile a block) where its 192x192 tiles make one
-    wave and score WIDE_SQUARE_GAIN over ``config``'s tiles at their TILE_RATES. More than
-    one wave of them is not measured to pay yet, nor a tile the table does not rate."""
+    """``config``, or 192x192 tiles where, at their TILE_RATES, they score WIDE_SQUARE_GAIN
+    over ``config``'s: one tile a block in one wave; over more (measured only with every row
+    16-byte aligned and K from WIDE_SQUARE_MIN_K), WIDE_SQUARE_ROUNDS, and MULTICAST where B's rows are off 128-byte
+    lines. A tile the table does not rate is kept."""
     rate = TILE_RATES.get((config["BM"], config["BN"]))
-    if case.batched or rate is None or _tiles(case, WIDE_SQUARE_TILE) > ONE_WAVE:
+    if case.batched or rate is None:
         return config
-    square = TILE_RATES[WIDE_SQUARE_TILE["BM"], WIDE_SQUARE_TILE["BN"]] * \
-        _useful_share(case, WIDE_SQUARE_TILE)
-    return dict(WIDE_SQUARE_TILE) if square >= WIDE_SQUARE_GAIN * rate * \
-        _useful_share(case, config) else config
+    square = dict(WIDE_SQUARE_TILE)
+    if _tiles(case, square) > ONE_WAVE:
+        if not _rows_aligned(case) or case.K < WIDE_SQUARE_MIN_K:
+            return config
+        square.update(MULTICAST if _rows_off_lines(case) else WIDE_SQUARE_ROUNDS)
+    score = TILE_RATES[square["BM"], square["BN"]] * _useful_share(case, square)
+    return square if score >= WIDE_SQUARE_GAIN * rate * _useful_share(case, config) else \
+        config
+
 
 # Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
 # into slices, blocks of their own (one wave at most), where that fills more of a wave than
