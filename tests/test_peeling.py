@@ -10,9 +10,8 @@ import pytest
 
 from tilec.kernel import load_file
 from tilec.launch.binding import Bound
-from tilec.launch.peeling import (MAX_REMAINDER_SPLIT, REMAINDER_WIDTH, Peel, PeelSite, parts,
-                                  peel_sites, peeled_bounds, peeled_dims, plan_peel,
-                                  remainder_settings, remainder_split)
+from tilec.launch.peeling import (REMAINDER_WIDTH, Peel, PeelSite, parts, peel_sites,
+                                  peeled_bounds, peeled_dims, plan_peel, remainder_settings)
 from tilec.options import Options
 from tilec.runtime.arrays import ArrayArg, c_strides
 
@@ -218,10 +217,4 @@ def test_cli_explain_says_where_a_peeled_launch_is_cut(capsys):
 def test_peel_is_a_boolean_option():
     with pytest.raises(ValueError, match="peel must be True or False, got 'yes'"):
         Options(peel="yes")
-
-
-@pytest.mark.parametrize("tiles, split", [(16, 8), (32, 4), (66, 2), (132, 1), (400, 1),
-                                           (1, MAX_REMAINDER_SPLIT), (0, MAX_REMAINDER_SPLIT)])
-def test_the_remainders_few_tiles_split_along_k_to_fill_the_sms(tiles, split):
-    assert remainder_split(tiles, 132) == split
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -169,20 +168,12 @@ class TileFunction:
         peel = self._peel(kernel, bound, option_args)
         if peel is None:
             return self._prepared(kernel, bound, option_args, stream)
-        from tilec.errors import TileConfigError
-        from tilec.launch.peeling import peeled_bounds, remainder_settings, remainder_split
-        from tilec.runtime import current_device
+        from tilec.launch.peeling import peeled_bounds, remainder_settings
         main, rest = peeled_bounds(kernel, bound, peel)
         rest_options, rest_consts = remainder_settings(peel, option_args, consts)
-        rest_kernel = self.lower(**rest_consts)
-        split = remainder_split(math.prod(grid_size(rest_kernel, rest.symbols)),
-                                current_device().multiprocessor_count)
-        try:
-            remainder = self._prepared(rest_kernel, rest, {**rest_options, "split_k": split},
-                                       stream)
-        except TileConfigError:  # a program whose K loop takes no split runs it whole
-            remainder = self._prepared(rest_kernel, rest, rest_options, stream)
-        return PeeledLaunch(peel, self._prepared(kernel, main, option_args, stream), remainder)
+        return PeeledLaunch(peel, self._prepared(kernel, main, option_args, stream),
+                            self._prepared(self.lower(**rest_consts), rest, rest_options,
+                                           stream))
 
     def _peel(self, kernel: Kernel, bound, option_args: dict[str, Any]):
         """The launch's peeled parts (tilec.launch.peeling) under peel=True, or None to

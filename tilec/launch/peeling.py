@@ -7,10 +7,15 @@ columns, and on a GPU whose SMs each take one tile at a time it can cost a whole
 session 19). Peeled, the launch runs the whole tiles as one kernel over views of the
 tensors that stop at the last whole tile, then the remainder as a second kernel over views
 that start there, compiled with a narrow tile (:data:`REMAINDER_WIDTH`) and one tile a block.
-Measured so far it does not pay: 2048x2056x2048 peeled ran at 400.7 TFLOP/s against 403.7
-whole (H100, 128x256 tiles in clusters of 2), the remainder's 16 narrow tiles, one block
-each over all of K, taking about as long as the wave they saved. It is an option (off by
-default) to experiment with; splitting the remainder along K is the next thing to measure.
+Measured so far it does not pay enough to be chosen: 2048x2056x2048 peeled ran at 400.7
+TFLOP/s against 403.7 whole (H100, 128x256 tiles in clusters of 2), the remainder's 16
+narrow tiles, one block each over all of K, taking about as long as the wave they saved; in
+session 20, 434.0 against 402.5 (ncu at locked clocks: the whole tiles 33.6 us, the
+remainder 14.4), while 192x192 tiles, one wave of 121 with nothing to peel, ran at 1.23x the
+unpeeled launch (benchmarks/NOTES.md). Splitting the remainder's tiles along K (8 slices a
+tile, 128 blocks) did not shorten it: 14.4 us on the H100, 12.5 on an H200, with the SMs
+active half of that and the warps waiting on global loads (the slices' partial sums), so it
+was taken out again. It is an option (off by default) to experiment with.
 
 What a program must be, for the launches to compute what the one would (:func:`peel_sites`):
 the grid axis is ``cdiv(S, C)`` for a shape symbol S and a constant C named by one of the
@@ -194,17 +199,6 @@ def _view(arg: Any, dim: int, start: int, extent: int) -> Any:
     shape[dim] = extent
     return dataclasses.replace(arg, ptr=arg.ptr + start * arg.strides[dim] * arg.itemsize,
                                shape=tuple(shape))
-
-
-# The remainder's few tiles are each split along K into at most this many slices, so that
-# they fill the SMs: 2048x2056x2048's 16 remainder tiles, unsplit, took ~14 us against the
-# whole tiles' ~29 (H100; benchmarks/NOTES.md, session 19).
-MAX_REMAINDER_SPLIT = 16
-
-
-def remainder_split(tiles: int, sms: int) -> int:
-    """The remainder's split-K: its tiles times the slices within one wave of ``sms``."""
-    return max(1, min(MAX_REMAINDER_SPLIT, sms // max(tiles, 1)))
 
 
 # Schedule options the remainder's narrow launch drops: its few tiles run one a block, in
