@@ -26,7 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tilec.benchmarking.ceilings import MMA_TRIPS, MmaLoop  # noqa: E402
-from tilec.benchmarking.contenders import sample_kernel, tuned_config  # noqa: E402
+from tilec.benchmarking.contenders import sample_kernel  # noqa: E402
+from tilec.benchmarking.tuning import tuned_config  # noqa: E402
 from tilec.benchmarking.cases import Case  # noqa: E402
 
 SAMPLE_MS = 50

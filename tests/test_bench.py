@@ -20,7 +20,7 @@ import pytest
 
 from tilec.tools import bench
 from tilec.tools.bench import Case, CaseResult, Measurement, References, Report
-from tilec.benchmarking import ceilings, contenders
+from tilec.benchmarking import ceilings, contenders, tuning
 from tilec.cli import build_parser
 from tilec.tools.arguments import CommandError
 from tilec.cli import main as cli_main
@@ -511,7 +511,7 @@ def test_the_config_column_counts_a_warp_specialized_launchs_waves():
                                                      stages=3)
     assert bench.describe_compiled(wide, None, (32, 17), h100).endswith(
         "TMA-store epilogue, 5 waves (the last 12% full)")
-    narrow = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", **contenders.NARROW_TILE)
+    narrow = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", **tuning.NARROW_TILE)
     assert bench.describe_compiled(narrow, None, (32, 33), h100).endswith(
         "persistent TMA-store epilogue, 8 full rounds of tiles")
     ampere = bench.sample_kernel("f16").compile(arch="sm_80")
@@ -802,7 +802,7 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
     """The configurations the bench runs by default are ones tiling accepts: the tuned
     mma tiles for f16/bf16, the FFMA tiles for f32, short tiles for M <= 64."""
     from tilec.tools.autotune import config_problem
-    from tilec.benchmarking.contenders import tuned_config
+    from tilec.benchmarking.tuning import tuned_config
     # short, ragged, tiled, small, shallow
     shapes = [(16, 8192, 8192), (4095, 8192, 8192), (4096, 8192, 8192), (1024, 1024, 8192),
               (8192, 8192, 256)]
@@ -911,17 +911,17 @@ def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
     keeps the mma tile (its warp grid makes wgmma decline); f32 does not depend on the
     target."""
     square, short = Case(4096, 4096, 4096, "f16"), Case(16, 8192, 8192, "bf16")
-    assert contenders.tuned_config(square, "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3,
+    assert tuning.tuned_config(square, "sm_90a") == dict(BM=128, BN=256, BK=64, stages=3,
                                                              raster_group=16, persistent=True)
     # The same class, but one tile a block at most (64 tiles of 128x256): not persistent.
     one_wave = Case(2048, 2048, 2048, "bf16")
-    assert contenders.problem_class(one_wave) == contenders.problem_class(square) == "tiled"
-    assert contenders.tuned_config(one_wave, "sm_90a") == dict(BM=128, BN=256, BK=64,
+    assert tuning.problem_class(one_wave) == tuning.problem_class(square) == "tiled"
+    assert tuning.tuned_config(one_wave, "sm_90a") == dict(BM=128, BN=256, BK=64,
                                                                stages=3, raster_group=16)
-    assert contenders.tuned_config(square, "sm_90") == contenders.tuned_config(square)
-    assert contenders.tuned_config(short, "sm_90a") == contenders.tuned_config(short, "sm_80")
-    assert contenders.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \
-        contenders.tuned_config(Case(4096, 4096, 4096, "f32"))
+    assert tuning.tuned_config(square, "sm_90") == tuning.tuned_config(square)
+    assert tuning.tuned_config(short, "sm_90a") == tuning.tuned_config(short, "sm_80")
+    assert tuning.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \
+        tuning.tuned_config(Case(4096, 4096, 4096, "f32"))
 
 
 def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
@@ -970,12 +970,12 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
     grid, reading the operands unpacked (as aligned words shifted into place), all of K in
     one step of 80, C stored by rows through shared memory; a longer K keeps the 3-stage 64x64x32 kernel; the large ragged shape
     keeps wgmma's 128x256."""
-    small = contenders.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
+    small = tuning.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
     assert small == dict(BM=64, BN=128, BK=80, stages=1, warps=(2, 4), pack="off",
                          misaligned_copy="words", misaligned_store="rows")
-    longer = contenders.tuned_config(Case(1000, 1003, 500, "f16"), "sm_90a")
+    longer = tuning.tuned_config(Case(1000, 1003, 500, "f16"), "sm_90a")
     assert longer == dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
-    assert contenders.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
+    assert tuning.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
         dict(BM=128, BN=256, BK=64, stages=3)
 
 
@@ -993,16 +993,16 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
 ], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else "")
 def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     from tilec.options import Options
-    config = contenders.tuned_config(Case(*shape, "f16"), "sm_90a")
+    config = tuning.tuned_config(Case(*shape, "f16"), "sm_90a")
     assert config == expected
     if config.get("split_k", 1) > 1:
         tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
-        assert tiles * config["split_k"] <= contenders.ONE_WAVE
-        assert shape[2] // config["BK"] // config["split_k"] >= contenders.MIN_SLICE_STEPS
+        assert tiles * config["split_k"] <= tuning.ONE_WAVE
+        assert shape[2] // config["BK"] // config["split_k"] >= tuning.MIN_SLICE_STEPS
         Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"])
     # Batched rows and the llvm backend (no wgmma) are not split.
-    assert "split_k" not in contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")
-    assert "split_k" not in contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")
+    assert "split_k" not in tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")
+    assert "split_k" not in tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")
 
 
 @pytest.mark.parametrize("shape, narrow", [
@@ -1026,20 +1026,20 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
                                                                                   narrow):
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
-        config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
-        assert (config == contenders.NARROW_TILE) == narrow, (dtype, config)
+        config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
+        assert (config == tuning.NARROW_TILE) == narrow, (dtype, config)
     if narrow:
         tiles = -(-shape[0] // 128) * -(-shape[1] // 256)
-        assert 0 < tiles % contenders.ONE_WAVE <= contenders.LAST_WAVE_SHARE * \
-            contenders.ONE_WAVE
+        assert 0 < tiles % tuning.ONE_WAVE <= tuning.LAST_WAVE_SHARE * \
+            tuning.ONE_WAVE
         Options(arch="sm_90a", **{key: value for key, value in config.items()
                                   if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend keep their own tiles.
-    assert contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a") != \
-        contenders.NARROW_TILE
-    assert contenders.tuned_config(Case(*shape, "f16"), "sm_90") != contenders.NARROW_TILE
-    assert contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm") != \
-        contenders.NARROW_TILE
+    assert tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a") != \
+        tuning.NARROW_TILE
+    assert tuning.tuned_config(Case(*shape, "f16"), "sm_90") != tuning.NARROW_TILE
+    assert tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm") != \
+        tuning.NARROW_TILE
 
 
 @pytest.mark.parametrize("shape, tile", [
@@ -1060,17 +1060,17 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
 def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
-        config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
+        config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
         assert (config.get("cluster", 1) == 2) == (tile is not None), (dtype, config)
         if tile is not None:
             assert (config["BM"], config["BN"]) == tile
-            assert {key: config[key] for key in contenders.MULTICAST} == contenders.MULTICAST
+            assert {key: config[key] for key in tuning.MULTICAST} == tuning.MULTICAST
             Options(arch="sm_90a", **{key: value for key, value in config.items()
                                       if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend launch no clusters.
-    for config in (contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
-                   contenders.tuned_config(Case(*shape, "f16"), "sm_90"),
-                   contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+    for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
         assert config.get("cluster", 1) == 1
 
 
@@ -1097,32 +1097,32 @@ def test_sm_90a_takes_192x192_tiles_where_they_fill_their_rounds_and_others_do_n
                                                                                     square):
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
-        config = contenders.tuned_config(Case(*shape, dtype), "sm_90a")
-        tile = {key: config[key] for key in contenders.WIDE_SQUARE_TILE if key in config}
-        assert (tile == contenders.WIDE_SQUARE_TILE) == square, (dtype, config)
+        config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
+        tile = {key: config[key] for key in tuning.WIDE_SQUARE_TILE if key in config}
+        assert (tile == tuning.WIDE_SQUARE_TILE) == square, (dtype, config)
     if square:
         case = Case(*shape, "f16")
-        if contenders._tiles(case, config) <= contenders.ONE_WAVE:
-            assert config == contenders.WIDE_SQUARE_TILE
+        if tuning._tiles(case, config) <= tuning.ONE_WAVE:
+            assert config == tuning.WIDE_SQUARE_TILE
         else:
-            rounds = contenders.MULTICAST if contenders._rows_off_lines(case) else \
-                contenders.WIDE_SQUARE_ROUNDS
-            assert config == {**contenders.WIDE_SQUARE_TILE, **rounds}
+            rounds = tuning.MULTICAST if tuning._rows_off_lines(case) else \
+                tuning.WIDE_SQUARE_ROUNDS
+            assert config == {**tuning.WIDE_SQUARE_TILE, **rounds}
         Options(arch="sm_90a", **{key: value for key, value in config.items()
                                   if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend keep their own tiles.
-    for config in (contenders.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
-                   contenders.tuned_config(Case(*shape, "f16"), "sm_90"),
-                   contenders.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+    for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
         assert (config["BM"], config["BN"]) != (192, 192)
 
 
 def test_useful_share_counts_padding_and_empty_sms():
     # 2048x2056 in 192x192 tiles: 121 tiles padding 2112 x 2112, one round of 132 SMs.
-    share = contenders._useful_share(Case(2048, 2056, 2048, "f16"), contenders.WIDE_SQUARE_TILE)
+    share = tuning._useful_share(Case(2048, 2056, 2048, "f16"), tuning.WIDE_SQUARE_TILE)
     assert share == pytest.approx(2048 * 2056 / (132 * 192 * 192))
     # A cluster of 2 counts 17 M tiles of 128 as 18: 18 x 17 = 306 tiles, 3 rounds.
-    share = contenders._useful_share(Case(2100, 2100, 2048, "f16"),
+    share = tuning._useful_share(Case(2100, 2100, 2048, "f16"),
                                      dict(BM=128, BN=128, cluster=2))
     assert share == pytest.approx(2100 * 2100 / (3 * 132 * 128 * 128))
 
@@ -1163,7 +1163,7 @@ def test_batched_rows_run_persistent_blocks_and_compile_for_sm_90a():
     from tilec.benchmarking.contenders import sample_kernel
     for size in bench.DEFAULT_BATCHED_SIZES:
         case = Case(*size[1:], "f16", batch=size[0])
-        config = contenders.tuned_config(case, "sm_90a")
+        config = tuning.tuned_config(case, "sm_90a")
         assert config.get("persistent") is True, config
         space = bench.autotune_space(case, {}, "sm_90a")
         schedules = {(c.get("persistent", False), c.get("cluster", 1)) for c in space}
@@ -1181,29 +1181,29 @@ def test_batched_rows_run_persistent_blocks_and_compile_for_sm_90a():
 def test_batched_rows_of_a_wave_or_less_take_one_tile_a_block():
     """Up to one tile a block anyway: nothing to run ahead into."""
     for case in (Case(1000, 1003, 77, "f16", batch=2), Case(1024, 1024, 1024, "f16", batch=4)):
-        assert "persistent" not in contenders.tuned_config(case, "sm_90a"), case
+        assert "persistent" not in tuning.tuned_config(case, "sm_90a"), case
     # Other targets have no persistent blocks.
-    assert "persistent" not in contenders.tuned_config(Case(4095, 4097, 128, "f16", batch=8),
+    assert "persistent" not in tuning.tuned_config(Case(4095, 4097, 128, "f16", batch=8),
                                                        "sm_80")
 
 
 def test_batched_rows_of_whole_tiles_take_128x128_tiles_in_six_stages():
     """32x1024x1024x1024 on sm_90a: the batched tile measured best (BATCHED_TILED, raster
     group 4); the ragged batched row and the 2-D rows keep their own."""
-    assert contenders.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_90a") == \
+    assert tuning.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_90a") == \
         dict(BM=128, BN=128, BK=64, stages=6, raster_group=4, persistent=True)
-    assert contenders.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["raster_group"] == 16
-    assert contenders.tuned_config(Case(4095, 4097, 128, "f16", batch=8), "sm_90a")["BN"] == 256
-    assert contenders.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["BN"] == 256
-    assert contenders.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_80") == \
-        contenders.TUNED["mma", "tiled"]  # mma.sync's own tile
+    assert tuning.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["raster_group"] == 16
+    assert tuning.tuned_config(Case(4095, 4097, 128, "f16", batch=8), "sm_90a")["BN"] == 256
+    assert tuning.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["BN"] == 256
+    assert tuning.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_80") == \
+        tuning.TUNED["mma", "tiled"]  # mma.sync's own tile
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_the_batched_tile_assembles_cleanly_for_sm_90a(dtype, tmp_path):
     from tests.test_ptxas import assert_assembles_for_sm_90a
-    config = contenders.tuned_config(Case(1024, 1024, 1024, dtype, batch=32), "sm_90a")
+    config = tuning.tuned_config(Case(1024, 1024, 1024, dtype, batch=32), "sm_90a")
     compiled = contenders.sample_kernel(dtype, dtype, batched=True).compile(
         arch="sm_90a", Bt=32, M=1024, N=1024, K=1024, **config)
     assert compiled.kernel.schedule.roles.persistent

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from tilec.benchmarking import contenders, epilogue
+from tilec.benchmarking import epilogue, tuning
 from tilec.benchmarking.cases import Case
 from tilec.tools import bench
 from tilec.tools.arguments import CommandError
@@ -82,7 +82,7 @@ def test_tilec_runs_the_gelu_sample_in_the_products_tuned_configuration():
     assert kernel.name == "gemm_gelu"
     assert contender.unsupported(epilogue.EpilogueCase(8, 8, 8, "bf16")) == \
         "no bf16 epilogue sample"
-    tuned = contenders.tuned_config(epilogue.EpilogueCase(4096, 4096, 4096, "f16").product(),
+    tuned = tuning.tuned_config(epilogue.EpilogueCase(4096, 4096, 4096, "f16").product(),
                                     "sm_90a")
     assert {knob: tuned[knob] for knob in ("BM", "BN", "BK", "stages")} == \
         dict(BM=128, BN=256, BK=64, stages=3)

@@ -212,8 +212,9 @@ def test_the_bench_compiles_the_matmul_sample_for_e4m3_into_f16_without_spills(t
     import subprocess
 
     from tilec.benchmarking.cases import BENCH_TOLERANCE, Case
-    from tilec.benchmarking.contenders import (FP8_TUNED, CublasContender, TilecContender,
-                                               TritonContender, sample_kernel)
+    from tilec.benchmarking.contenders import (CublasContender, TilecContender, TritonContender,
+                                               sample_kernel)
+    from tilec.benchmarking.tuning import FP8_TUNED
     from tilec.options import Spec, TensorSpec
     case = Case(4096, 4096, 4096, "f8e4m3")
     assert TilecContender({}, {}).out_dtype(case) == CublasContender(None).out_dtype(case) \

@@ -330,7 +330,8 @@ def test_the_bench_compiles_the_matmul_sample_for_i8_into_i32() -> None:
     stored as it is, B given k contiguous (torch's column-major [K, N]); the tuned tile."""
     from tilec.benchmarking.cases import BENCH_TOLERANCE, Case
     from tilec.benchmarking.contenders import (CublasContender, TilecContender, TritonContender,
-                                               sample_kernel, tuned_config)
+                                               sample_kernel)
+    from tilec.benchmarking.tuning import tuned_config
     kernel = sample_kernel("i8", "i32")
     tile_ir = kernel.lower()
     assert [str(p.type) for p in tile_ir.params] == [

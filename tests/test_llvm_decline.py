@@ -218,7 +218,8 @@ def test_a_warp_specialized_kernel_reaching_the_llvm_backend_is_still_refused(mo
 
 def test_the_bench_tunes_llvm_rows_on_sm_90a_for_mma_sync():
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import LlvmTilecContender, on_wgmma, tuned_config
+    from tilec.benchmarking.contenders import LlvmTilecContender
+    from tilec.benchmarking.tuning import on_wgmma, tuned_config
     assert on_wgmma("sm_90a") and not on_wgmma("sm_90a", "llvm") and not on_wgmma("sm_90")
     for dtype in ("f16", "i8"):
         case = Case(4096, 4096, 4096, dtype)

@@ -158,7 +158,8 @@ def test_the_bench_tunes_promoted_rows_to_tiles_that_fit_and_times_cublas_alike(
     problem class leaves room for the second accumulator set, and cuBLAS runs without fast
     accumulation (the same sums)."""
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import CublasContender, tuned_config
+    from tilec.benchmarking.contenders import CublasContender
+    from tilec.benchmarking.tuning import tuned_config
     case = Case(*shape, "f8e4m3")
     config = tuned_config(case, "sm_90a", "ptx", "promoted")
     tiles = {k: config.pop(k) for k in ("BM", "BN", "BK")}

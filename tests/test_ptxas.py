@@ -323,7 +323,7 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          persistent=True),
     case("int8_gemm", "i8", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3, cluster=2),
     case("fp8_gemm", "f8e4m3", "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=3),
-    # the bench's tuned "tiled" 8-bit kernels (contenders.TUNED's wgmma8 entry)
+    # the bench's tuned "tiled" 8-bit kernels (tuning.TUNED's wgmma8 entry)
     *(case(sample, dtype, "sm_90a", DIVISIBLE, BM=128, BN=256, BK=128, stages=4,
            raster_group=8, persistent=True)
       for sample, dtype in (("int8_gemm", "i8"), ("fp8_gemm", "f8e4m3"))),
@@ -350,7 +350,7 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=256, BK=128, stages=3,
          persistent=True, stream_k=True)] + [
     # Split-K: each slice a block, the slices meeting on the consumers' barrier after the
-    # products' final wait; the bench's deep-K tiles (contenders._sliced), a fused epilogue
+    # products' final wait; the bench's deep-K tiles (tuning._sliced), a fused epilogue
     # after the meeting, and i32 slices.
     case("matmul", "f16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=4, split_k=8),
     case("matmul", "bf16", "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3, split_k=2),

@@ -162,7 +162,7 @@ def test_wgmma_after_packing_misaligned_rows(hopper, shared, dtype):
 def test_the_ragged_bench_row_matches_float64():
     """The bench's 8x4095x4097x128 f16 row in its tuned configuration (f16 C)."""
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import tuned_config
+    from tilec.benchmarking.tuning import tuned_config
     from tilec.options import target_arch
     arch = target_arch(current_device().compute_capability)
     case = Case(4095, 4097, 128, "f16", batch=8)
@@ -361,7 +361,7 @@ def test_persistent_clusters_with_misaligned_output_rows(hopper, dtype):
 def test_the_batched_bench_row_in_clusters_matches_float64(hopper, dtype):
     """The bench's 32x1024x1024x1024 row, its tuned configuration with cluster=2."""
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import tuned_config
+    from tilec.benchmarking.tuning import tuned_config
     config = dict(tuned_config(Case(1024, 1024, 1024, dtype, batch=32), "sm_90a"), cluster=2)
     a, b, c = operands(32, 1024, 1024, 1024, dtype, out=dtype)
     check(bmm(dtype, dtype), a, b, c, 2 * TOLERANCE[dtype], **config)
@@ -373,7 +373,7 @@ def test_the_batched_bench_row_in_clusters_matches_float64(hopper, dtype):
 def test_the_tuned_batched_bench_row_matches_float64(hopper, dtype):
     """The bench's 32x1024x1024x1024 row in its tuned configuration (16-bit C)."""
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import tuned_config
+    from tilec.benchmarking.tuning import tuned_config
     case = Case(1024, 1024, 1024, dtype, batch=32)
     a, b, c = operands(32, 1024, 1024, 1024, dtype, out=dtype)
     check(bmm(dtype, dtype), a, b, c, 2 * TOLERANCE[dtype], **tuned_config(case, "sm_90a"))

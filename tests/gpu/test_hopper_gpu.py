@@ -370,7 +370,7 @@ def test_an_unaligned_c_is_staged_and_stored_by_rows(persistent):
 def test_three_and_four_consumer_warpgroups(shape, tiles, name, dtype):
     """512 and 640 threads: the consumers' setmaxnreg.inc asks for what the producer's dec
     left of the registers the block starts with (more than that hung the GPU). 192x192 is
-    the bench's one-wave tile for 2048x2056 (contenders.WIDE_SQUARE_TILE): m64n192 products,
+    the bench's one-wave tile for 2048x2056 (tuning.WIDE_SQUARE_TILE): m64n192 products,
     its last row and column of tiles mostly past M and N."""
     run_and_check(name, dtype, shape, stages=3, **tiles)
 
@@ -395,7 +395,7 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_192x192_tiles_over_several_rounds(shape, schedule, name, dtype):
-    """The bench's 192x192 tiles over more than a wave (contenders.WIDE_SQUARE_ROUNDS and
+    """The bench's 192x192 tiles over more than a wave (tuning.WIDE_SQUARE_ROUNDS and
     MULTICAST): 242 and 294 tiles for at most 132 blocks, so the ring goes on across tiles;
     2500 rows are 14 M tiles (7 pairs), the last mostly past M."""
     run_and_check(name, dtype, shape, stages=3, BM=192, BN=192, BK=64, **schedule)
@@ -437,7 +437,7 @@ def test_small_ragged_problems_take_k_in_one_step(shape, name, dtype):
     mma.sync 64x128 tiles, 2x4 warps, all of K in one step of one stage, the operands read
     unpacked with element copies): K of 77, 33 and 128 in one step, ragged M and N edges."""
     from tilec.benchmarking.cases import Case as BenchCase
-    from tilec.benchmarking.contenders import tuned_config
+    from tilec.benchmarking.tuning import tuned_config
     m, n, k = shape
     config = tuned_config(BenchCase(m, n, k, dtype), ARCH)
     assert (config["stages"], config["BK"]) == (1, -(-k // 16) * 16)

@@ -239,7 +239,8 @@ def test_the_bench_kernel_matches_torch_int_mm():
     """`tilec bench --dtypes i8`'s kernel (samples/matmul.py in i8 into i32) on torch's
     column-major B, exactly torch._int_mm's result."""
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import sample_kernel, tuned_config
+    from tilec.benchmarking.contenders import sample_kernel
+    from tilec.benchmarking.tuning import tuned_config
     m = n = k = 1024
     a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
     b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda").t()  # [K, N], k-major
@@ -353,7 +354,8 @@ def test_the_bench_fp8_kernel_matches_torch_scaled_mm():
     column-major B, close to torch._scaled_mm's result and to float64."""
     needs_fp8()
     from tilec.benchmarking.cases import Case
-    from tilec.benchmarking.contenders import sample_kernel, tuned_config
+    from tilec.benchmarking.contenders import sample_kernel
+    from tilec.benchmarking.tuning import tuned_config
     m = n = k = 1024
     a, b_nk = fp8_operands(m, n, k, "f8e4m3", seed=3)
     b = b_nk.t()  # [K, N], k contiguous
@@ -374,7 +376,7 @@ WGMMA8_CONFIGS = [dict(BM=128, BN=256, BK=128, stages=3), dict(BM=128, BN=128, B
                   dict(BM=256, BN=128, BK=128, stages=3),
                   dict(BM=128, BN=256, BK=128, stages=3, persistent=True),
                   dict(BM=128, BN=256, BK=128, stages=3, cluster=2),
-                  # the bench's tuned "tiled" kernel (contenders.TUNED's wgmma8 entry)
+                  # the bench's tuned "tiled" kernel (tuning.TUNED's wgmma8 entry)
                   dict(BM=128, BN=256, BK=128, stages=4, raster_group=8, persistent=True)]
 
 

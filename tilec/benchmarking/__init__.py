@@ -6,6 +6,7 @@ array_libraries  torch or cupy behind one protocol (inputs, cuBLAS, events)
 timing           the device-event timer (read-only L2 flush) and rotation
 ceilings         the copy bandwidth and the mma.sync loop (hand-written PTX)
 triton_kernel    the Triton matmul
+tuning           tilec's tuned configuration of a case, and the --autotune space
 contenders       tilec, cuBLAS and Triton as contenders
 check_and_time   each contender checked, then timed; the sweep over the cases
 epilogue         the fused-epilogue rows (GEMM + bias + GELU): case, contenders, reference

@@ -7,7 +7,7 @@ count the product's flops alone.
 Contenders:
 
 - tilec: ``samples/gemm_gelu.py``, the epilogue fused, in the tuned configuration of the
-  plain f16 matmul of the same size (:func:`tilec.benchmarking.contenders.tuned_config`);
+  plain f16 matmul of the same size (:func:`tilec.benchmarking.tuning.tuned_config`);
 - torch: ``torch.matmul`` into C (cuBLAS), then torch's epilogue on C: ``C += bias`` and GELU
   in place (``aten.gelu_``), the unfused pair an eager model runs: C goes out and comes back
   twice more;
@@ -26,7 +26,8 @@ from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import ITEMSIZE, Case, size_text
 from tilec.benchmarking.check_and_time import run_row
 from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
-                                           describe_compiled, tuned_config)
+                                           describe_compiled)
+from tilec.benchmarking.tuning import tuned_config
 from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul_bias_gelu

@@ -28,7 +28,8 @@ from tilec.benchmarking.array_libraries import Arrays, to_float64
 from tilec.benchmarking.cases import Case, size_text
 from tilec.benchmarking.check_and_time import run_row
 from tilec.benchmarking.contenders import (Contender, Run, TilecContender, TorchOnlyContender,
-                                           describe_compiled, tuned_config)
+                                           describe_compiled)
+from tilec.benchmarking.tuning import tuned_config
 from tilec.launch.packing import DEQUANTIZE_MIN_ROWS
 from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer

@@ -107,7 +107,6 @@ from tilec.benchmarking.ceilings import (
 )
 from tilec.benchmarking.check_and_time import measure, progress_line, run_case, run_sweep
 from tilec.benchmarking.contenders import (
-    C_DTYPES,
     SAMPLE,
     Contender,
     CublasContender,
@@ -116,10 +115,10 @@ from tilec.benchmarking.contenders import (
     TilecContender,
     TritonContender,
     VariantTilecContender,
-    autotune_space,
     describe_compiled,
     sample_kernel,
 )
+from tilec.benchmarking.tuning import C_DTYPES, autotune_space
 from tilec.benchmarking.epilogue import (
     EPILOGUE_DTYPES,
     EPILOGUES,

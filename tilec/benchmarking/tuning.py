@@ -1,0 +1,541 @@
+"""The bench's tuned configurations: what tilec runs for a case when neither the command
+line nor ``--autotune`` chooses (:func:`tuned_config`), and the space ``--autotune`` searches
+(:func:`autotune_space`). The tables hold the best measured configurations per product
+family and problem class (benchmarks/NOTES.md); the rules after :func:`tuned_config` move a
+case off its table entry where a measured effect says so (rows off 128-byte lines, a nearly
+empty last wave, tiles that fill their rounds, few tiles over a deep K)."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from tilec.benchmarking.cases import Case
+from tilec.ir.types import DType
+from tilec.target.occupancy import SM_LIMITS, Waves
+
+
+def on_wgmma(arch: Optional[str], backend: str = "ptx") -> bool:
+    """Whether rows compiled for ``arch`` by ``backend`` may run on sm_90a's wgmma families:
+    the target, and a backend that emits them (the llvm backend does not: there the
+    families decline every block, and its sm_90a rows run mma.sync, tuned as on sm_90)."""
+    from tilec.families.wgmma import FAMILY as WGMMA
+    return WGMMA.target_problem(arch, backend) is None
+
+
+def autotune_space(case: Case, fixed: dict[str, Any],
+                   arch: Optional[str] = None, backend: str = "ptx") -> list[dict[str, Any]]:
+    """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
+    line (the autotuner takes those beside the space). Short M gets short block tiles; on
+    sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
+    256, BK 64; 192x192 too), the ring depth, the raster group and the schedule: one tile a block, a
+    persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
+    pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
+    four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
+    rows try the four schedules but pingpong, their clusters pairing M tiles within each
+    batch); with a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
+    from tilec.tools.autotune import search_space
+    schedules = SM90A_SCHEDULES
+    wgmma = on_wgmma(arch, backend)
+    if wgmma and FAMILY[case.dtype] in EIGHT_BIT_WGMMA and case.M > SHORT_M:
+        # 8-bit rows: wgmma8's tiles (BK 128, one 128-byte row of 8-bit elements).
+        from tilec.families.wgmma8 import FAMILY as WGMMA8
+        from tilec.options import Options
+        tiles = [config for config in search_space(
+                     BM=(128, 256), BN=(128, 256), BK=(128,), stages=(3, 4),
+                     raster_group=(8, 16))
+                 if WGMMA8.block_problem((config["BM"], config["BN"], config["BK"]),
+                                         Options(arch=arch)) is None]
+        space = [{**config, **schedule} for config in tiles for schedule in schedules]
+    elif wgmma and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
+        from tilec.families.wgmma import FAMILY as WGMMA
+        from tilec.options import Options
+        # 192x192 in three consumer warpgroups: one wave where the others take two
+        # (WIDE_SQUARE_TILE); three stages beside its staging tile.
+        tiles = [config for config in [*search_space(
+                     BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
+                     raster_group=(8, 16)), *search_space(
+                     BM=(192,), BN=(192,), BK=(64,), stages=(3,), raster_group=(8, 16))]
+                 if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
+                                        Options(arch=arch)) is None]
+        space = [{**config, **schedule} for config in tiles for schedule in schedules]
+        if not case.batched:
+            # Pingpong consumers take a warpgroup's tile each: the 64-row ones.
+            space += [{**config, **PINGPONG} for config in tiles if config["BM"] == 64]
+        # Consumer warpgroups of 128 rows (two m64 wgmmas a k step, BN = 128 so their
+        # accumulators fit): cuBLAS's 256x128 cooperative tile under the four schedules,
+        # and CUTLASS's pingpong on 128x128 tiles.
+        deep = [config for config in tiles if config["BN"] == 128 and config["BM"] >= 128
+                and WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
+                                        Options(arch=arch, **ROWS_128)) is None]
+        space += [{**config, **schedule, **ROWS_128} for config in deep if config["BM"] == 256
+                  for schedule in schedules]
+        if not case.batched:
+            space += [{**config, **PINGPONG, **ROWS_128} for config in deep
+                      if config["BM"] == 128]
+        # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
+        # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
+        # for one block of 128x256.
+    elif case.M <= 64:
+        fitting = max(16, 1 << (case.M - 1).bit_length())
+        space = search_space(BM=tuple(bm for bm in (16, 32, 64) if bm <= fitting),
+                             BN=(64, 128, 256), BK=(64, 128), stages=(3, 4),
+                             split_k=(1, 2, 4, 8))
+    else:
+        space = search_space(BM=(64, 128), BN=(128, 256), BK=(32, 64), stages=(3, 4))
+    trimmed: list[dict[str, Any]] = []
+    for config in space:
+        config = {knob: value for knob, value in config.items() if knob not in fixed}
+        if config not in trimmed:
+            trimmed.append(config)
+    return trimmed
+
+
+# mma.sync m16n8k32 on 8-bit operands: the f16 tiles with BK doubled (the same bytes a
+# row). Starting points, not yet measured; split-K (exact i32 partial sums) is not chosen
+# by default: no int8 row has been measured with it.
+EIGHT_BIT_TUNED = {
+    "tiled": dict(BM=128, BN=256, BK=128, stages=3, warps=(2, 4)),
+    "small": dict(BM=64, BN=128, BK=128, stages=3, warps=(1, 2)),
+    "shallow": dict(BM=128, BN=128, BK=128, stages=3),
+    "ragged": dict(BM=128, BN=128, BK=128, stages=3),
+    "short": dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+}
+# fp8 needs 64x32 warp tiles: ptxas spills (72 bytes at 128x256x128) with 64x64 ones,
+# where int8 does not (mma.sync .e4m3 on sm_90 takes more registers than .s8).
+FP8_TUNED = {
+    "tiled": dict(BM=128, BN=128, BK=128, stages=4, warps=(2, 4)),
+    "small": dict(BM=64, BN=128, BK=128, stages=4, warps=(1, 4)),
+    "shallow": dict(BM=128, BN=128, BK=128, stages=3, warps=(2, 4)),
+    "ragged": dict(BM=128, BN=128, BK=128, stages=3, warps=(2, 4)),
+    "short": dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 4)),
+}
+# The configurations tilec runs when neither --autotune nor the command line chooses: the
+# best measured (benchmarks/NOTES.md), per dtype family and problem class.
+TUNED = {
+    ("mma", "tiled"): dict(BM=128, BN=256, BK=128, stages=2, warps=(2, 4)),
+    # 1024^2 has 32 tiles of 128x256 for 132 SMs; 64x128 tiles: 131.5 against 89.6 TFLOP/s.
+    ("mma", "small"): dict(BM=64, BN=128, BK=64, stages=3, warps=(1, 2)),
+    # K = 256: two steps of BK=128 leave the pipeline empty; 226.8 against 198.1 TFLOP/s.
+    ("mma", "shallow"): dict(BM=128, BN=128, BK=64, stages=3),
+    ("mma", "ragged"): dict(BM=128, BN=128, BK=64, stages=3),
+    ("mma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
+    ("simt", "tiled"): dict(BM=64, BN=128, BK=32, stages=3),
+    ("simt", "small"): dict(BM=64, BN=128, BK=32, stages=3),
+    ("simt", "shallow"): dict(BM=64, BN=128, BK=32, stages=3),
+    ("simt", "ragged"): dict(BM=64, BN=128, BK=32, stages=3),
+    # Split-K: 32 output tiles of 16x256 x 4 slices (H100, autotuned: 20.6 TFLOP/s, 0.85 of
+    # the memory bound at 16x8192x8192, against 8.5 unsplit with 32x64 tiles).
+    ("simt", "short"): dict(BM=16, BN=256, BK=64, stages=3, warps=(1, 4), split_k=4),
+    # tf32 mma: tiled measured on an H100 (195 TFLOP/s at 4096 against 173 for 128x128x32);
+    # ragged and short are mma-like starting points, not yet tuned.
+    ("tf32", "tiled"): dict(BM=128, BN=256, BK=64, stages=2, warps=(2, 4)),
+    ("tf32", "small"): dict(BM=64, BN=128, BK=32, stages=3, warps=(1, 2)),
+    ("tf32", "shallow"): dict(BM=128, BN=128, BK=32, stages=3),
+    ("tf32", "ragged"): dict(BM=128, BN=128, BK=32, stages=3),
+    ("tf32", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(1, 4)),
+    # sm_90a: wgmma fed by TMA, one producer and BM / 64 consumer warpgroups. Short M keeps
+    # the mma path (its warp grid makes wgmma decline): 64-row wgmma tiles would waste most
+    # of a 16-row problem, which is memory-bound anyway.
+    # H100, C f16 (TMA-store epilogue where C's rows are aligned), TFLOP/s against cuBLAS in
+    # one run (benchmarks/NOTES.md): 4096^3 128x256x64 3 stages 0.96 (4 stages, whose
+    # staging tile does not fit, 0.88; 128x128 0.84); 1024^3 64x128x64 6 stages 0.99
+    # (128x128 0.80, 128x256 0.56); 8192x8192x256 128x128 persistent 0.96 (128x256 one tile
+    # a block 0.66: all fill and epilogue); 4095x4097x4093 128x256 3 stages 2.83.
+    # raster group 16: 4096^3 +0.6% (f16 749.9 / 743.8 against 745.2 / 739.3 in two rounds,
+    # bf16 762.5 / 761.4 against 757.4 / 756.7), 8192^3 level (one run, H100).
+    # Persistent where a block gets several tiles (tuned_config), once the ring's stage and
+    # phase were carried by the K loop instead of divided out of the iteration count every
+    # step (one run, round robin, f16 / bf16 against cuBLAS): 4096^3 0.987 / 0.987 against
+    # one tile a block 0.966 / 0.963, 8192^3 1.018 / 1.032 against 0.999 / 1.000; with
+    # cluster=2 0.973 / 0.970, 1.012 / 1.028; raster group 8 0.986 / 0.984, 1.024 / 1.013.
+    # With a cluster's raster group counting rows of tiles (backend/grid.py cluster_group),
+    # two rounds against this config in the same run: 4096^3 0.992-0.991 / 0.991 against
+    # 0.994 / 0.993-0.992; 32x1024^3 0.958 / 0.950-0.951 against 0.966-0.967 / 0.956-0.958
+    # (8192^3 swung 5-8% between rounds). Not adopted (benchmarks/NOTES.md).
+    # Batched 32x1024x1024x1024 f16 (H100, two rounds, us): 128x256x64 st3 119.5-121.3
+    # (raster 1, 8 or 16 alike), 256x128x64 st3 129, 128x128x64 st4/st5/st6 135-139,
+    # 64x128x64 st6 175, 128x256x64 st4 (direct stores: no room to stage) 210; cuBLAS
+    # 105-107: 0.88x, the per-tile fill and epilogue at 16 K steps a tile, which only a
+    # persistent kernel would hide.
+    # Persistent blocks over batches x tiles (tuned_config keeps persistent for batched
+    # rows), H100, one run per config (raster group 8), TFLOP/s f16 / bf16 against
+    # torch.bmm in that run:
+    # 32x1024x1024x1024 128x256x64 st3 persistent 625.4 / 634.6 (0.97 / 0.97), 128x128x64
+    # st4 persistent 591.3 / 596.7 (0.92 / 0.91), 128x256x64 st3 one tile a block 569.8 /
+    # 576.8 (0.89 / 0.88); torch.bmm 641.5-643.0 / 656.1-657.5. What is left: the two
+    # consumer warpgroups share each tile, so its epilogue still stalls the products (the
+    # producer only runs ahead into the next tile's loads).
+    #
+    # Pingpong consumers (two warpgroups a block, a 64x256 tile each, mainloops in turn),
+    # 64x256x64 st4 raster 16, one run: 4096^3 0.68 / 0.67, 8192^3 0.76 / 0.69 of cuBLAS
+    # (f16 / bf16; cluster 2 alike) against 0.99 / 0.99, 1.05 / 0.98 for this config in the
+    # next run; ptxas had serialized its wgmmas (C7514), since fixed, not yet re-measured.
+    #
+    # Stream-K (stream_k=True: whole tiles, then the partial wave's K steps shared evenly,
+    # split tiles meeting in a workspace), this config, one call each against the same
+    # config without it (benchmarks/NOTES.md), tilec / without, f16 / bf16: sharing the
+    # partial wave 4096^3 0.93 / 0.93, 8192^3 1.00 / 0.99, 32x1024^3 0.93 / 0.93; sharing
+    # the last two waves (CUTLASS's DP + SK) 0.69 / 0.68, 0.98 / 0.94, 0.89 / 0.89. Not
+    # chosen.
+    ("wgmma", "tiled"): dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
+                             persistent=True),
+    ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
+    ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
+    # Batched ragged rows take this too: 8x4095x4097x128 f16 (H100, two rounds, C's rows
+    # 2-byte aligned so staged and stored by rows, B packed): 128x256x64 st3 216-221 us
+    # (raster 16 the same), 128x128x64 st3/st4 and 128x128x128 st2 247-254, 64x256x64 st4
+    # 253, 64x128x64 st6 340-346; cuBLAS 401-407. Reading B in place instead of packing it
+    # (mma.sync, 2-byte copies) 690-874 us. benchmarks/NOTES.md, session 9. Persistent
+    # over batches x tiles (BATCHED_PERSISTENT; one run per config, TFLOP/s f16 / bf16):
+    # 128x256x64 st3 176.6 / 175.6 (2.04 / 2.11x torch.bmm), 128x128x64 st4 179.9 / 174.1
+    # (2.08 / 2.10), against one tile a block 156.3 / 159.2 (1.81 / 1.91).
+    ("wgmma", "ragged"): dict(BM=128, BN=256, BK=64, stages=3),
+    ("wgmma", "short"): dict(BM=16, BN=64, BK=128, stages=4, warps=(1, 4)),
+    # The 8-bit families (int8 on every target, fp8 on sm_90/sm_90a; wgmma declines 8-bit
+    # operands): EIGHT_BIT_TUNED.
+    **{("int8", problem): config for problem, config in EIGHT_BIT_TUNED.items()},
+    **{("fp8", problem): config for problem, config in FP8_TUNED.items()},
+    # sm_90a's 8-bit rows: wgmma m64nNk32 fed by TMA (the wgmma8 family), the f16 wgmma
+    # tiles with BK doubled (the same bytes a row). Starting points, not yet measured, but
+    # "tiled": persistent, raster group 8, four stages. H100, two runs in one call, x the
+    # one-tile-a-block 128x256x128 st3 kernel, 4096^3 / 8192^3: f8e4m3 1.06, 1.06 / 1.02,
+    # 1.00 (x torch._scaled_mm 1.06 / 1.07-1.09), i8 1.09, 1.09 / 1.03, 1.03; raster 16 at
+    # four stages 1.06 / 0.97-1.02, cluster 2 1.06 / 0.96-1.03, raster 8 at three stages
+    # 1.06-1.07 / 0.94-1.01 (benchmarks/NOTES.md, session 16).
+    ("wgmma8", "tiled"): dict(BM=128, BN=256, BK=128, stages=4, raster_group=8,
+                              persistent=True),
+    ("wgmma8", "small"): dict(BM=128, BN=128, BK=128, stages=4),
+    ("wgmma8", "shallow"): dict(BM=128, BN=128, BK=128, stages=4, persistent=True),
+    ("wgmma8", "ragged"): dict(BM=128, BN=256, BK=128, stages=3),
+}
+# fp8 rows with promoted accumulation (fp8_accumulation="promoted": a second accumulator
+# set, so no 128x256 tile). H100, one call, TFLOP/s at 4096^3 / 8192^3 against cuBLAS
+# without fast accumulation (1340.1 / 1321.7): 128x192 st4 persistent raster 8 1225.7 /
+# 1361.1; 128x128 st4 1168.7 / 1176.5, st5 1232.8 / 1141.4; with cluster 2 1108.4 / 1070.0;
+# 256x64 in 128-row warpgroups 949.4 / 888.6; 64x128 pingpong 834.8 / 796.0. Other problem
+# classes keep their tiles, BN at most 128 (benchmarks/NOTES.md, session 16).
+PROMOTED_TILED = dict(BM=128, BN=192, BK=128, stages=4, raster_group=8, persistent=True)
+PROMOTED_MAX_BN = 128
+# Where batched rows (which may be ragged) run persistent blocks over batches x tiles beside
+# TUNED's own persistent entries, when they have more tiles than a wave: measured in the
+# comments above ("wgmma", "ragged").
+BATCHED_PERSISTENT = {("wgmma", "ragged")}
+# Batched rows of whole tiles with more tiles than a wave (32x1024x1024x1024): 128x128x64 in
+# six stages, persistent. H100, `tilec bench --autotune` over 112 configurations: best 0.1086
+# ms against 0.1100 for the 2-D rows' 128x256x64 st3; then two rounds, one call, x torch.bmm
+# f16 / bf16: 0.98, 0.98 / 0.98, 0.98 against 0.97, 0.97 / 0.96, 0.96. The ragged batched
+# row (8x4095x4097x128) keeps 128x256: this tile ran it at 1.80x torch.bmm against 2.05x.
+# Raster group 4 (two groups of 4 x 8 tiles a 1024^2 batch) rather than 16 (the whole
+# batch), once the tile loop decoded tiles without divisions: two runs, one call, x the
+# raster-16 kernel f16 / bf16 1.007, 1.007 / 1.005, 1.006 (x torch.bmm 0.998, 0.998 / 1.000,
+# 1.001); raster 8 1.00. The 2-D rows keep 16: 4096^3 level, 8192^3 0.97-0.98.
+BATCHED_TILED = dict(BM=128, BN=128, BK=64, stages=6, raster_group=4, persistent=True)
+# The product families whose rows run on wgmma8 on sm_90a (but short M: mma.sync's tiles).
+EIGHT_BIT_WGMMA = ("int8", "fp8")
+SIXTEEN_BIT = ("f16", "bf16")
+# The block schedules sm_90a's autotuning tries for each tile: one tile a block, persistent
+# blocks, a cluster of two sharing B, and persistent clusters walking pairs of tiles.
+SM90A_SCHEDULES = ({}, {"persistent": True}, {"cluster": 2}, {"persistent": True, "cluster": 2})
+# And for 64-row tiles, pingpong consumers: two warpgroups a block, each on tiles of its own.
+PINGPONG = {"persistent": True, "consumers": "pingpong"}
+# And consumer warpgroups of 128 rows each (two m64 wgmmas a k step).
+ROWS_128 = {"warpgroup_rows": 128}
+C_DTYPES = ("inputs", "f32")
+# The product family (tilec.families.products) each bench dtype runs on.
+FAMILY = {"f16": "mma", "bf16": "mma", "f32": "simt", "tf32": "tf32", "i8": "int8",
+          "f8e4m3": "fp8"}
+# What tilec compiles each bench dtype as: the inputs' DSL dtype and the options it needs.
+TILEC_AS = {"tf32": ("f32", {"f32_math": "tf32"})}
+# Small ragged problems with K up to this take all of K in one step (mma's k of 16 rounds
+# it up): measured at K = 77.
+ONE_STEP_K = 128
+SHORT_M = 64  # M at most this: block tiles of 16 or 32 rows instead of 128
+# Fewer 128x256 output tiles than this (half an H100's SMs) and the large tiles leave most
+# of the GPU idle: "small" takes smaller ones.
+SMALL_TILES = 64
+# An H100's (and H200's) SMs: up to this many output tiles, a persistent grid gives each
+# block one tile.
+ONE_WAVE = SM_LIMITS["sm_90a"].sms
+# Fewer K steps of 128 than this and the large tiles' two-stage pipeline barely fills:
+# "shallow" takes a shorter BK and three stages.
+SHALLOW_STEPS = 4
+
+
+def problem_class(case: Case) -> str:
+    """short (M <= SHORT_M), tiled (every dim a multiple of the large tiles), small (tiled,
+    but too few large tiles to fill the GPU), shallow (tiled, but few K steps) or ragged:
+    ragged edges mask every copy and waste the edge blocks, where smaller tiles win."""
+    if case.M <= SHORT_M:
+        return "short"
+    if not (case.M % 128 == 0 and case.N % 256 == 0 and case.K % 128 == 0):
+        return "ragged"
+    if (case.M // 128) * (case.N // 256) * case.batch < SMALL_TILES:
+        return "small"
+    return "shallow" if case.K // 128 < SHALLOW_STEPS else "tiled"
+
+
+def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
+                 fp8_accumulation: str = "fast") -> dict[str, Any]:
+    """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma
+    (and its 8-bit rows on wgmma8) where the backend emits it (:func:`on_wgmma`); fp8 rows
+    summed promoted take tiles with room for the second accumulator set."""
+    family, problem = FAMILY[case.dtype], problem_class(case)
+    wgmma = on_wgmma(arch, backend)
+    if family in EIGHT_BIT_WGMMA and wgmma and problem != "short":
+        family = "wgmma8"
+    if family == "mma" and wgmma:
+        family = "wgmma"
+        if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
+            # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
+            # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
+            # 16.9; 128x128 packed 18.6 (unpacked 20.9); wgmma 64x128 packed 16.7. The pack
+            # launches cost more than the aligned copies save here.
+            if case.K <= ONE_STEP_K:
+                # All of K in one step of one stage: the loads issued at once, one barrier.
+                # 1000x1003x77 (152 configurations swept, one run): 64x128x80 with 2x4 warps
+                # 11.4 us, BK 96 11.6, BK 128 12.2, 64x64x64 in 2 stages 12.5, the 64x64x32
+                # 3-stage kernel 13.5 (cuBLAS 9.6).
+                # The misaligned rows read as words (aligned 4-byte loads + prmt, 16-byte
+                # shared vectors): 1064 -> 728 SASS instructions, 238 -> 127 registers; H100,
+                # one run: 11.3 us against 11.8 element by element and 12.5 as vectors
+                # (element loads into 16-byte vectors), cuBLAS 9.95; bench 0.88x cuBLAS
+                # (0.84x by elements). What is left is C's 2-byte stores: with them off the
+                # kernel takes 7.5 us, with C's rows 16-byte aligned 7.9.
+                # C's rows (2-byte aligned) staged in shared memory and stored a row at a
+                # time by each warp (passes/row_store.py), not scattered 2-byte pieces:
+                # H100, one run (f16 and bf16 alike): 19.3 TFLOP/s (8.0 us), 1.23x cuBLAS;
+                # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
+                return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
+                            pack="off", misaligned_copy="words", misaligned_store="rows")
+            # A deep K: wgmma's split-K where it fills the GPU (_sliced).
+            sliced = _sliced(case, dict(SPLIT_TILE))
+            if "split_k" in sliced:
+                return sliced
+            return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
+    config = dict(TUNED[family, problem])
+    if family == "wgmma8" and case.dtype != "i8" and fp8_accumulation == "promoted":
+        config = dict(PROMOTED_TILED) if problem == "tiled" else \
+            {**config, "BN": min(config["BN"], PROMOTED_MAX_BN)}
+    if case.batched and (family, problem) in BATCHED_PERSISTENT and \
+            _large_tiles(case) > ONE_WAVE:
+        config["persistent"] = True
+    if case.batched and (family, problem) == ("wgmma", "tiled") and \
+            _large_tiles(case) > ONE_WAVE:
+        config = dict(BATCHED_TILED)
+    if config.get("persistent") and problem == "tiled" and _large_tiles(case) <= ONE_WAVE:
+        # A block gets one tile at most: nothing to run ahead into, only the tile loop's
+        # cost. 2048^3 (64 tiles), one run: 0.958 / 0.946 of cuBLAS persistent against
+        # 0.976 / 0.964 one tile a block (f16 / bf16).
+        del config["persistent"]
+    if family == "wgmma":
+        config = _sliced(case, _square_for_whole_waves(
+            case, _multicast_for_rows_off_lines(case, config)
+            or _narrower_for_the_last_wave(case, config)))
+    return config
+
+
+# B's rows 16-byte aligned but not whole 128-byte lines apart (N = 4104 f16: rows 8208 bytes
+# apart): every 128-byte row of a B box straddles two lines. ncu, H200, 128x128 persistent at
+# 4096x4104x4096, locked clocks: 27.5M L2 read requests in place against 11.7M with B
+# repacked, 278.3 against 237.7 us (and the repacking 19.3 us more). A cluster of 2 along M
+# multicasts each B box to both blocks: 15.9M requests, 238.0 us, no repacking
+# (packing.PITCH_MIN_ROWS doubles for a multicast B). H200, f16, one call, TFLOP/s: the
+# tuned configuration before (128x256, or 128x128 persistent by the last-wave rule, B
+# repacked from 4096 rows) / cluster 2 persistent raster 16 with 128x256, 256x128 in
+# 128-row warpgroups, 128x128 (cuBLAS):
+#   4096x4104x4096  623.2 / 608.9  675.7  677.5 (728.9)
+#   2048x2056x2048  365.4 / 361.1  353.2  440.3 (550.5)
+#   3072x3080x3072  484.6 / 543.1  515.1  600.9 (716.1)
+#   6144x6152x4096  608.1 / 661.1  675.5  625.6 (703.5)
+#   8192x8200x8192  651.5 / 662.4 (B repacked)  648.9  589.6 (651.1)
+# The tile: the best rate (MULTICAST_TILES, against 128x256's, fitted to those rows) times
+# the share of its rounds the tiles fill, the M tiles counted in whole clusters; it picks
+# the best or a tile within 1% of it on each row above (benchmarks/NOTES.md, session 19).
+MULTICAST_TILES = (
+    (dict(BM=128, BN=256, BK=64, stages=3), 1.0),
+    (dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128), 0.97),
+    (dict(BM=128, BN=128, BK=64, stages=4), 0.92),
+)
+MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
+MULTICAST_MIN_SIDE = 2048  # M and K at least this: the measured rows' (shallower K unmeasured)
+
+
+def _rows_aligned(case: Case) -> bool:
+    """Whether A's and B's rows start 16 bytes apart (TMA reads them in place)."""
+    from tilec.launch.packing import VECTOR_BYTES
+    itemsize = DType.parse(case.dtype).bytes
+    return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
+
+
+def _rows_off_lines(case: Case) -> bool:
+    """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, and M
+    and K at least MULTICAST_MIN_SIDE."""
+    from tilec.launch.packing import ROW_ALIGN_BYTES
+    return _rows_aligned(case) and case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES \
+        != 0 and min(case.M, case.K) >= MULTICAST_MIN_SIDE
+
+
+def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
+    """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
+    128-byte lines, the wide tiles make more than one wave and M and K are at least
+    MULTICAST_MIN_SIDE, or None."""
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
+            not _rows_off_lines(case) or _large_tiles(case) <= ONE_WAVE:
+        return None
+    cluster = MULTICAST["cluster"]
+
+    def speed(entry: tuple[dict[str, Any], float]) -> float:
+        tile, rate = entry
+        m_tiles = -(-case.M // (tile["BM"] * cluster)) * cluster  # whole clusters
+        return rate * Waves(m_tiles * -(-case.N // tile["BN"]), ONE_WAVE).fill
+
+    tile, _ = max(MULTICAST_TILES, key=speed)
+    return {**tile, **MULTICAST}
+
+
+# Half-width tiles where the 128x256 tiles' last wave would run nearly empty: 4096x4104x4096
+# has 544 such tiles, 4 full waves of 132 and 16 tiles in a fifth, so the whole GPU waits
+# on 12% of it; 128x128 tiles, 1056 of them, fill 8 waves. H200, f16, one call (TFLOP/s;
+# benchmarks/NOTES.md, session 18): 4096x4104x4096 128x256 one tile a block 558.8,
+# persistent 573.7, 128x128 persistent 616.9 (cuBLAS 729.9); 2048x2056x2048 (144 tiles: 2
+# waves, the second 9% full) 329.4 / 327.0 / 367.1 (550.0). Where the last wave is fuller
+# the wide tiles keep their lead: 3072x3080x3072 (312 tiles, the third wave 36% full) 484.2
+# against 459.6, and 4104x4096x4096 (528 tiles: 4 whole waves) 745.4 against 676.6 -- a
+# 128x128 tile runs at 0.91-0.95 of a 128x256 one's rate when both fill their waves
+# (NARROW_TILE_RATE). Measured only with every row 16-byte aligned, so that TMA reads the
+# operands in place (or repacked) and stores C.
+NARROW_TILE = dict(BM=128, BN=128, BK=64, stages=4, raster_group=16, persistent=True)
+NARROW_TILE_RATE = 0.93
+LAST_WAVE_SHARE = 0.25  # the wide tiles' last wave holds at most this share of the SMs
+NARROW_TILE_GAIN = 1.1  # and the narrow tiles' waves promise at least this speed-up
+
+
+def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config``, or NARROW_TILE where ``config``'s 128x256 tiles leave their last wave
+    nearly empty (at most LAST_WAVE_SHARE of the SMs) and 128x128 tiles, at
+    NARROW_TILE_RATE of their rate, would take NARROW_TILE_GAIN less time over their own
+    waves."""
+    if case.batched or (config["BM"], config["BN"]) != (128, 256) or not _rows_aligned(case):
+        return config
+    wide = Waves(_tiles(case, config), ONE_WAVE)
+    if wide.count < 2 or wide.last > LAST_WAVE_SHARE * ONE_WAVE:
+        return config
+    # Time in waves of 128x256 tiles: a narrow wave takes half of a wide one, at its rate.
+    narrow = Waves(_tiles(case, NARROW_TILE), ONE_WAVE).count / 2 / NARROW_TILE_RATE
+    return dict(NARROW_TILE) if wide.count >= NARROW_TILE_GAIN * narrow else config
+
+
+
+# 192x192 tiles where they fill their rounds and the chosen tile does not: 2048x2056x2048 is
+# 144 tiles of 128x256 (a second wave 9% full) or 272 of 128x128 (three rounds, the last 6%
+# full), but 121 of 192x192, one wave. H200, f16, one call each (TFLOP/s; benchmarks/NOTES.md,
+# session 20), the tuned tile before / 192x192 (cuBLAS):
+#   2048x2056x2048   439.6 / 542.8 one tile a block, 530.0 persistent, 533.1 in clusters
+#                    (547.2; cuBLAS's own tile there is 192x192)
+#   2112x2112x2048   460.8 / 594.7, 591.7, 576.7 (591.7)
+#   6144x6152x4096   670.5 / 685.5 persistent, 727.0 persistent in clusters (712.6): 1056
+#                    tiles, 8 whole rounds
+#   2304x4224x4096   577.8 / 756.8, 756.3 (755.4): 264 tiles, 2 whole rounds
+#   3456x4224x4096   649.1 / 766.1, 766.6 (760.0): 396 tiles, 3 whole rounds
+#   and the rule's own choices, x the tile before (x cuBLAS), f16: 5120x5120x4096 1.02
+#   (0.94), 3072x3072x2048 1.12 (1.00), 8192x3080x4096 1.02 (0.90), 4104x4104x4096 1.10
+#   (0.92), 6144x2112x2048 1.19 (0.92), 4608x4096x8192 1.09 (1.01)
+# and ten more one-wave shapes 1.10-1.78x the tile before, f16 and bf16. Where 192x192 fills
+# its rounds no better it loses: 2048^3 563.3 against 604.6 (128 tiles of 128x256),
+# 3072x3080x3072 476.1-497.0 against 595.6, 4096x4104x4096 598.3-662.8 against 667.2. At
+# one wave each, a 192x192 tile ran at 1.04 of a 128x256 one's rate a FLOP (TILE_RATES).
+# Scored by the share of the SMs' time spent on the product's own elements: edge tiles'
+# padding and empty SMs in the last round both count against a tile.
+WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
+# Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
+# where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
+WIDE_SQUARE_ROUNDS = dict(persistent=True, raster_group=16)
+TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
+              (128, 128): NARROW_TILE_RATE}
+WIDE_SQUARE_GAIN = 1.05  # 192x192 taken where its score beats the chosen tile's by this
+# Over more than one wave, only where K is at least this deep (measured at 4096; shallower
+# K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
+WIDE_SQUARE_MIN_K = 2048
+
+
+def _useful_share(case: Case, config: dict[str, Any]) -> float:
+    """The share of the SMs' time ``config``'s tiles spend on the product's elements: one
+    round of ONE_WAVE tiles at a time, a cluster's M tiles counted whole."""
+    cluster = config.get("cluster", 1)
+    m_tiles = -(-case.M // (config["BM"] * cluster)) * cluster
+    tiles = m_tiles * -(-case.N // config["BN"])
+    return case.M * case.N / (Waves(tiles, ONE_WAVE).count * ONE_WAVE * config["BM"]
+                              * config["BN"])
+
+
+def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config``, or 192x192 tiles where, at their TILE_RATES, they score WIDE_SQUARE_GAIN
+    over ``config``'s: one tile a block in one wave; over more (measured only with every row
+    16-byte aligned and K from WIDE_SQUARE_MIN_K), WIDE_SQUARE_ROUNDS, and MULTICAST where B's rows are off 128-byte
+    lines. A tile the table does not rate is kept."""
+    rate = TILE_RATES.get((config["BM"], config["BN"]))
+    if case.batched or rate is None:
+        return config
+    square = dict(WIDE_SQUARE_TILE)
+    if _tiles(case, square) > ONE_WAVE:
+        if not _rows_aligned(case) or case.K < WIDE_SQUARE_MIN_K:
+            return config
+        square.update(MULTICAST if _rows_off_lines(case) else WIDE_SQUARE_ROUNDS)
+    score = TILE_RATES[square["BM"], square["BN"]] * _useful_share(case, square)
+    return square if score >= WIDE_SQUARE_GAIN * rate * _useful_share(case, config) else \
+        config
+
+
+# Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
+# into slices, blocks of their own (one wave at most), where that fills more of a wave than
+# the tiles alone by SPLIT_GAIN (the slices' meeting costs a partial tile's store and load
+# each), a slice keeping at least MIN_SLICE_STEPS steps. The small class's 64x128 tiles (one
+# consumer warpgroup) give way to SPLIT_TILE's two. At equal block counts the tiles run level
+# with or without a split: 1024x1024x16384, 128 blocks of 64x128 590 TFLOP/s, 128x128 split 2
+# 600.
+# H100, f16, TFLOP/s (cuBLAS), two runs in two calls: 512x512x65536 64x128 st6 (32 blocks)
+# 199 -> 128x128 split 8 515-519 (591-607), split 4 369-376; 512x1024x16384 346 -> split 4
+# 473 (402-407); 768x768x32768 (72 blocks) 410 -> split 3 530 (597), split 2 424;
+# 2048x1024x8192 128x256 (64 blocks) 420 -> split 2 585-588 (713-715); ragged 1000x1000x16384
+# mma.sync 64x64x32 161 -> split 2 375 (561); 500x600x30000 55 -> split 4 292 (466), split 6
+# (this rule's) 274-277 (468-479).
+# Kept: 1536x1024x8192 (192 blocks) 437 against split 2 431; 1024x1024x8192 544 against 494
+# (benchmarks/NOTES.md, session 17).
+SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)
+MIN_SLICE_STEPS = 64
+SPLIT_GAIN = 1.1
+
+
+def _wave_fill(blocks: int) -> float:
+    """The share of the SMs' time a grid of ``blocks`` equal blocks keeps busy."""
+    return Waves(blocks, ONE_WAVE).fill
+
+
+def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (one tile a block), or a split-K configuration whose blocks fill the waves
+    better by SPLIT_GAIN."""
+    from tilec.options import MAX_SPLIT_K
+
+    if case.batched or config.get("persistent"):
+        return config
+    tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 else \
+        {key: config[key] for key in ("BM", "BN", "BK", "stages")}
+    # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)
+    # were not measured to pay.
+    most = min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // MIN_SLICE_STEPS,
+               ONE_WAVE // _tiles(case, tile))
+    best_fill, best = _wave_fill(_tiles(case, config)) * SPLIT_GAIN, 1
+    for splits in range(2, most + 1):
+        if _wave_fill(_tiles(case, tile) * splits) > best_fill:
+            best_fill, best = _wave_fill(_tiles(case, tile) * splits), splits
+    return dict(tile, split_k=best) if best > 1 else config
+
+
+def _tiles(case: Case, tile: dict[str, Any]) -> int:
+    """Output tiles of ``tile``'s BM x BN one product of the case has (ragged edges
+    included)."""
+    return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
+
+
+def _large_tiles(case: Case) -> int:
+    """Output tiles of 128x256, the large tiles, the case has (ragged edges included)."""
+    return _tiles(case, dict(BM=128, BN=256)) * case.batch
