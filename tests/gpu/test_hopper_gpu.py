@@ -392,12 +392,13 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
 @pytest.mark.parametrize("schedule", [dict(persistent=True, raster_group=16),
                                       dict(persistent=True, raster_group=16, cluster=2)],
                          ids=["persistent", "persistent-cluster2"])
-@pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200),
+                                   (2100, 4000, 200)], ids=lambda s: "x".join(map(str, s)))
 def test_192x192_tiles_over_several_rounds(shape, schedule, name, dtype):
     """The bench's 192x192 tiles over more than a wave (tuning.WIDE_SQUARE_ROUNDS and
-    MULTICAST): 242 and 294 tiles for at most 132 blocks, so the ring goes on across tiles;
-    2500 rows are 14 M tiles (7 pairs), the last mostly past M."""
+    MULTICAST): 242, 294 and 231 tiles for at most 132 blocks, so the ring goes on across
+    tiles; 2500 rows are 14 M tiles, the last 4 rows deep; 2100 rows are 11, so in clusters
+    the last pair's second block lies wholly past M."""
     run_and_check(name, dtype, shape, stages=3, BM=192, BN=192, BK=64, **schedule)
 
 
