@@ -360,7 +360,8 @@ MULTICAST_MIN_SIDE = 2048  # M and K at least this: the measured rows' (shallowe
 
 
 def _rows_aligned(case: Case) -> bool:
-    """Whether A's and B's rows start 16 bytes apart (TMA reads them in place)."""
+    """Whether A's rows (K elements) and B's (N elements) are whole 16-byte multiples, so
+    that TMA reads them in place."""
     from tilec.launch.packing import VECTOR_BYTES
     itemsize = DType.parse(case.dtype).bytes
     return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
@@ -470,8 +471,8 @@ def _useful_share(case: Case, config: dict[str, Any]) -> float:
 def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     """``config``, or 192x192 tiles where, at their TILE_RATES, they score WIDE_SQUARE_GAIN
     over ``config``'s: one tile a block in one wave; over more (measured only with every row
-    16-byte aligned and K from WIDE_SQUARE_MIN_K), WIDE_SQUARE_ROUNDS, and MULTICAST where B's rows are off 128-byte
-    lines. A tile the table does not rate is kept."""
+    16-byte aligned and K from WIDE_SQUARE_MIN_K), WIDE_SQUARE_ROUNDS, or MULTICAST where
+    B's rows are off 128-byte lines. A tile the table does not rate is kept."""
     rate = TILE_RATES.get((config["BM"], config["BN"]))
     if case.batched or rate is None:
         return config
