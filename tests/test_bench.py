@@ -968,8 +968,8 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
 def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
     """1000x1003x77 (32 tiles of 128x256): mma.sync's 64x128 tiles, forced by their warp
     grid, reading the operands unpacked (as aligned words shifted into place), all of K in
-    one step of 80, C stored by rows through shared memory; a longer K keeps the 3-stage 64x64x32 kernel; the large ragged shape
-    keeps wgmma's 128x256."""
+    one step of 80, C stored by rows through shared memory; a longer K keeps the 3-stage
+    64x64x32 kernel; the large ragged shape keeps wgmma's 128x256."""
     small = tuning.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
     assert small == dict(BM=64, BN=128, BK=80, stages=1, warps=(2, 4), pack="off",
                          misaligned_copy="words", misaligned_store="rows")
