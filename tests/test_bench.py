@@ -1105,7 +1105,7 @@ def test_sm_90a_takes_192x192_tiles_where_they_fill_their_rounds_and_others_do_n
         if tuning._tiles(case, config) <= tuning.ONE_WAVE:
             assert config == tuning.WIDE_SQUARE_TILE
         else:
-            rounds = tuning.MULTICAST if tuning._rows_off_lines(case) else \
+            rounds = tuning.MULTICAST if tuning._b_shared_in_clusters(case) else \
                 tuning.WIDE_SQUARE_ROUNDS
             assert config == {**tuning.WIDE_SQUARE_TILE, **rounds}
         Options(arch="sm_90a", **{key: value for key, value in config.items()

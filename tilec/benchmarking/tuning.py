@@ -367,7 +367,7 @@ def _rows_aligned(case: Case) -> bool:
     return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
 
 
-def _rows_off_lines(case: Case) -> bool:
+def _b_shared_in_clusters(case: Case) -> bool:
     """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, and M
     and K at least MULTICAST_MIN_SIDE."""
     from tilec.launch.packing import ROW_ALIGN_BYTES
@@ -380,14 +380,12 @@ def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optiona
     128-byte lines, the wide tiles make more than one wave and M and K are at least
     MULTICAST_MIN_SIDE, or None."""
     if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
-            not _rows_off_lines(case) or _large_tiles(case) <= ONE_WAVE:
+            not _b_shared_in_clusters(case) or _large_tiles(case) <= ONE_WAVE:
         return None
-    cluster = MULTICAST["cluster"]
 
     def speed(entry: tuple[dict[str, Any], float]) -> float:
         tile, rate = entry
-        m_tiles = -(-case.M // (tile["BM"] * cluster)) * cluster  # whole clusters
-        return rate * Waves(m_tiles * -(-case.N // tile["BN"]), ONE_WAVE).fill
+        return rate * Waves(_tiles(case, {**tile, **MULTICAST}), ONE_WAVE).fill
 
     tile, _ = max(MULTICAST_TILES, key=speed)
     return {**tile, **MULTICAST}
@@ -460,12 +458,9 @@ WIDE_SQUARE_MIN_K = 2048
 
 def _useful_share(case: Case, config: dict[str, Any]) -> float:
     """The share of the SMs' time ``config``'s tiles spend on the product's elements: one
-    round of ONE_WAVE tiles at a time, a cluster's M tiles counted whole."""
-    cluster = config.get("cluster", 1)
-    m_tiles = -(-case.M // (config["BM"] * cluster)) * cluster
-    tiles = m_tiles * -(-case.N // config["BN"])
-    return case.M * case.N / (Waves(tiles, ONE_WAVE).count * ONE_WAVE * config["BM"]
-                              * config["BN"])
+    round of ONE_WAVE tiles at a time."""
+    return case.M * case.N / (Waves(_tiles(case, config), ONE_WAVE).count * ONE_WAVE
+                              * config["BM"] * config["BN"])
 
 
 def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
@@ -480,7 +475,7 @@ def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any
     if _tiles(case, square) > ONE_WAVE:
         if not _rows_aligned(case) or case.K < WIDE_SQUARE_MIN_K:
             return config
-        square.update(MULTICAST if _rows_off_lines(case) else WIDE_SQUARE_ROUNDS)
+        square.update(MULTICAST if _b_shared_in_clusters(case) else WIDE_SQUARE_ROUNDS)
     score = TILE_RATES[square["BM"], square["BN"]] * _useful_share(case, square)
     return square if score >= WIDE_SQUARE_GAIN * rate * _useful_share(case, config) else \
         config
@@ -531,10 +526,12 @@ def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     return dict(tile, split_k=best) if best > 1 else config
 
 
-def _tiles(case: Case, tile: dict[str, Any]) -> int:
-    """Output tiles of ``tile``'s BM x BN one product of the case has (ragged edges
-    included)."""
-    return -(-case.M // tile["BM"]) * -(-case.N // tile["BN"])
+def _tiles(case: Case, config: dict[str, Any]) -> int:
+    """Output tiles of ``config``'s BM x BN one product of the case has (ragged edges
+    included), a cluster's M tiles counted whole: the tiles its blocks walk (as
+    tilec.launch.binding.whole_cluster_tiles counts them at launch)."""
+    cluster = config.get("cluster", 1)
+    return -(-case.M // (config["BM"] * cluster)) * cluster * -(-case.N // config["BN"])
 
 
 def _large_tiles(case: Case) -> int:
