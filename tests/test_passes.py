@@ -16,8 +16,8 @@ from tilec.families.mma_sync import MMA_K, MmaLayout
 from tilec.families.products import family_of
 from tilec.target.layout import SmemLayout, Swizzle, swizzle_candidates
 from tilec.options import Options, Spec, TensorSpec
-from tilec.passes import (dequantize, double_buffer, fragments, promote_accumulation, row_store,
-                          split_k, swizzle, tiling, tma_store)
+from tilec.passes import (cse, dequantize, double_buffer, fragments, promote_accumulation,
+                          row_store, split_k, swizzle, tiling, tma_store)
 from tilec.pipeline import pipeline
 
 
@@ -25,8 +25,8 @@ def verify(kernel: Kernel, after: Optional[str] = None) -> None:
     """The verifier with the op catalogue: lowered IR holds the families' ops."""
     verify_ir(kernel, after=after, ops=op_catalogue())
 
-PASSES = [dequantize, tiling, split_k, double_buffer, swizzle, fragments, promote_accumulation,
-          tma_store, row_store]  # pipeline order
+PASSES = [cse, dequantize, tiling, split_k, double_buffer, swizzle, fragments,
+          promote_accumulation, tma_store, row_store]  # pipeline order
 
 MATMUL = '''\
 def matmul(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=32, BN=32, BK=16):
@@ -82,6 +82,34 @@ tile<f32,[32,32]>) {
 }
 '''
 
+# cse: one constant op per name (BM and BN stay apart, though both are 32), one row
+# offset per scope (the loop's is out of scope after it).
+CSED = '''\
+kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
+i32, %N: i32) consts {BK = 16, BM = 32, BN = 32} {
+  %BM = arith.constant {value = 32} : i32
+  %0 = arith.cdiv %M, %BM : i32
+  %BN = arith.constant {value = 32} : i32
+  %1 = arith.cdiv %N, %BN : i32
+  %m, %n = tile.grid %0, %1 : i32, i32
+  %acc = tile.full {shape = [32, 32], value = 0.0} : tile<f32,[32,32]>
+  %2 = arith.constant {value = 0} : i32
+  %BK = arith.constant {value = 16} : i32
+  %acc.1 = scf.for %2, %K, %BK, %acc {step_const = 16} : tile<f32,[32,32]> (%k: i32, %acc.2: \
+tile<f32,[32,32]>) {
+    %3 = arith.mul %m, %BM : i32
+    %4 = tile.load %A, %3, %k {shape = [32, 16]} : tile<f16,[32,16]>
+    %5 = arith.mul %n, %BN : i32
+    %6 = tile.load %B, %k, %5 {shape = [16, 32]} : tile<f16,[16,32]>
+    %acc.3 = tile.dot %4, %6, %acc.2 : tile<f32,[32,32]>
+    scf.yield %acc.3
+  }
+  %7 = arith.mul %m, %BM : i32
+  %8 = arith.mul %n, %BN : i32
+  tile.store %C, %7, %8, %acc.1
+}
+'''
+
 # tiling, warps=(1, 1): one-stage buffers, synchronous copies, barriers around the dot.
 TILED = '''\
 kernel @matmul(%A: tensor<f16,[M,K]>, %B: tensor<f16,[K,N]>, %C: tensor<f32,[M,N]>, %M: i32, %K: \
@@ -103,13 +131,11 @@ instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
   %sB = smem.alloc {role = B, stages = 1} : tile<f16,[1,16,32],smem,linear>
   %acc.1 = scf.for %2, %K, %BK, %acc {step_const = 16} : tile<f32,[32,32]> (%k: i32, %acc.2: \
 tile<f32,[32,32]>) {
-    %BM.1 = arith.constant {value = 32} : i32
-    %3 = arith.mul %m, %BM.1 : i32
+    %3 = arith.mul %m, %BM : i32
     %vA = smem.stage %sA, %c0 : tile<f16,[32,16],smem,linear>
     copy.global_to_shared %A, %3, %k, %vA {masked = [true, true], mode = sync, shape = [32, 16], \
 threads = 32, vec = 8}
-    %BN.1 = arith.constant {value = 32} : i32
-    %4 = arith.mul %n, %BN.1 : i32
+    %4 = arith.mul %n, %BN : i32
     %vB = smem.stage %sB, %c0 : tile<f16,[16,32],smem,linear>
     copy.global_to_shared %B, %k, %4, %vB {masked = [true, true], mode = sync, shape = [16, 32], \
 threads = 32, vec = 8}
@@ -118,10 +144,8 @@ threads = 32, vec = 8}
     gpu.barrier
     scf.yield %acc.3
   }
-  %BM.2 = arith.constant {value = 32} : i32
-  %5 = arith.mul %m, %BM.2 : i32
-  %BN.2 = arith.constant {value = 32} : i32
-  %6 = arith.mul %n, %BN.2 : i32
+  %5 = arith.mul %m, %BM : i32
+  %6 = arith.mul %n, %BN : i32
   tile.store %C, %5, %6, %acc.1
 }
 '''
@@ -151,13 +175,11 @@ instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
   %k0 = arith.add %2, %c0.1 : i32
   %p0 = arith.lt %k0, %K : pred
   %c0.2 = arith.constant {value = 0} : i32
-  %BM.1 = arith.constant {value = 32} : i32
-  %3 = arith.mul %m, %BM.1 : i32
+  %3 = arith.mul %m, %BM : i32
   %vA = smem.stage %sA, %c0.2 : tile<f16,[32,16],smem,linear>
   copy.global_to_shared %A, %3, %k0, %vA, %p0 {masked = [true, true], mode = async, shape = [32, \
 16], threads = 32, vec = 8}
-  %BN.1 = arith.constant {value = 32} : i32
-  %4 = arith.mul %n, %BN.1 : i32
+  %4 = arith.mul %n, %BN : i32
   %vB = smem.stage %sB, %c0.2 : tile<f16,[16,32],smem,linear>
   copy.global_to_shared %B, %k0, %4, %vB, %p0 {masked = [true, true], mode = async, shape = [16, \
 32], threads = 32, vec = 8}
@@ -167,22 +189,18 @@ instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
   %acc.1, %read_stage_end, %write_stage_end = scf.for %2, %K, %BK, %acc, %read_stage0, \
 %write_stage0 {step_const = 16} : tile<f32,[32,32]>, i32, i32 (%k: i32, %acc.2: tile<f32,[32,32]>, \
 %read_stage: i32, %write_stage: i32) {
-    %BM.2 = arith.constant {value = 32} : i32
-    %5 = arith.mul %m, %BM.2 : i32
-    %BN.2 = arith.constant {value = 32} : i32
-    %6 = arith.mul %n, %BN.2 : i32
+    %5 = arith.mul %m, %BM : i32
+    %6 = arith.mul %n, %BN : i32
     copy.wait {pending = 0}
     gpu.barrier
     %c16 = arith.constant {value = 16} : i32
     %k_next = arith.add %k, %c16 : i32
     %p_next = arith.lt %k_next, %K : pred
-    %BM.3 = arith.constant {value = 32} : i32
-    %7 = arith.mul %m, %BM.3 : i32
+    %7 = arith.mul %m, %BM : i32
     %vA.1 = smem.stage %sA, %write_stage : tile<f16,[32,16],smem,linear>
     copy.global_to_shared %A, %7, %k_next, %vA.1, %p_next {masked = [true, true], mode = async, \
 shape = [32, 16], threads = 32, vec = 8}
-    %BN.3 = arith.constant {value = 32} : i32
-    %8 = arith.mul %n, %BN.3 : i32
+    %8 = arith.mul %n, %BN : i32
     %vB.1 = smem.stage %sB, %write_stage : tile<f16,[16,32],smem,linear>
     copy.global_to_shared %B, %k_next, %8, %vB.1, %p_next {masked = [true, true], mode = async, \
 shape = [16, 32], threads = 32, vec = 8}
@@ -195,10 +213,8 @@ shape = [16, 32], threads = 32, vec = 8}
     scf.yield %acc.3, %next_read_stage, %next_write_stage
   }
   copy.wait {pending = 0}
-  %BM.4 = arith.constant {value = 32} : i32
-  %9 = arith.mul %m, %BM.4 : i32
-  %BN.4 = arith.constant {value = 32} : i32
-  %10 = arith.mul %n, %BN.4 : i32
+  %9 = arith.mul %m, %BM : i32
+  %10 = arith.mul %n, %BN : i32
   tile.store %C, %9, %10, %acc.1
 }
 '''
@@ -228,18 +244,14 @@ instruction = [16, 8, 16], threads = 32, dtype = f16, raster_group = 8}
   %acc.1, %read_stage_end, %write_stage_end = scf.for %2, %K, %BK, %acc, %read_stage0, \
 %write_stage0 {step_const = 16} : tile<f32,[32,32]>, i32, i32 (%k: i32, %acc.2: tile<f32,[32,32]>, \
 %read_stage: i32, %write_stage: i32) {
-    %BM.1 = arith.constant {value = 32} : i32
-    %3 = arith.mul %m, %BM.1 : i32
-    %BN.1 = arith.constant {value = 32} : i32
-    %4 = arith.mul %n, %BN.1 : i32
+    %3 = arith.mul %m, %BM : i32
+    %4 = arith.mul %n, %BN : i32
     gpu.barrier
-    %BM.2 = arith.constant {value = 32} : i32
-    %5 = arith.mul %m, %BM.2 : i32
+    %5 = arith.mul %m, %BM : i32
     %vA = smem.stage %sA, %read_stage : tile<f16,[32,16],smem,linear>
     copy.global_to_shared %A, %5, %k, %vA {masked = [true, true], mode = async, shape = [32, 16], \
 threads = 32, vec = 8}
-    %BN.2 = arith.constant {value = 32} : i32
-    %6 = arith.mul %n, %BN.2 : i32
+    %6 = arith.mul %n, %BN : i32
     %vB = smem.stage %sB, %read_stage : tile<f16,[16,32],smem,linear>
     copy.global_to_shared %B, %k, %6, %vB {masked = [true, true], mode = async, shape = [16, 32], \
 threads = 32, vec = 8}
@@ -254,10 +266,8 @@ threads = 32, vec = 8}
     scf.yield %acc.3, %next_read_stage, %next_write_stage
   }
   copy.wait {pending = 0}
-  %BM.3 = arith.constant {value = 32} : i32
-  %7 = arith.mul %m, %BM.3 : i32
-  %BN.3 = arith.constant {value = 32} : i32
-  %8 = arith.mul %n, %BN.3 : i32
+  %7 = arith.mul %m, %BM : i32
+  %8 = arith.mul %n, %BN : i32
   tile.store %C, %7, %8, %acc.1
 }
 '''
@@ -291,13 +301,11 @@ linear = {copy = 1, ldmatrix = 4}}
   %k0 = arith.add %2, %c0.1 : i32
   %p0 = arith.lt %k0, %K : pred
   %c0.2 = arith.constant {value = 0} : i32
-  %BM.1 = arith.constant {value = 32} : i32
-  %3 = arith.mul %m, %BM.1 : i32
+  %3 = arith.mul %m, %BM : i32
   %vA = smem.stage %sA, %c0.2 : tile<f16,[32,16],smem,swizzle(1,3,3)>
   copy.global_to_shared %A, %3, %k0, %vA, %p0 {masked = [true, true], mode = async, shape = [32, \
 16], threads = 32, vec = 8}
-  %BN.1 = arith.constant {value = 32} : i32
-  %4 = arith.mul %n, %BN.1 : i32
+  %4 = arith.mul %n, %BN : i32
   %vB = smem.stage %sB, %c0.2 : tile<f16,[16,32],smem,swizzle(2,3,3)>
   copy.global_to_shared %B, %k0, %4, %vB, %p0 {masked = [true, true], mode = async, shape = [16, \
 32], threads = 32, vec = 8}
@@ -307,22 +315,18 @@ linear = {copy = 1, ldmatrix = 4}}
   %acc.1, %read_stage_end, %write_stage_end = scf.for %2, %K, %BK, %acc, %read_stage0, \
 %write_stage0 {step_const = 16} : tile<f32,[32,32]>, i32, i32 (%k: i32, %acc.2: tile<f32,[32,32]>, \
 %read_stage: i32, %write_stage: i32) {
-    %BM.2 = arith.constant {value = 32} : i32
-    %5 = arith.mul %m, %BM.2 : i32
-    %BN.2 = arith.constant {value = 32} : i32
-    %6 = arith.mul %n, %BN.2 : i32
+    %5 = arith.mul %m, %BM : i32
+    %6 = arith.mul %n, %BN : i32
     copy.wait {pending = 0}
     gpu.barrier
     %c16 = arith.constant {value = 16} : i32
     %k_next = arith.add %k, %c16 : i32
     %p_next = arith.lt %k_next, %K : pred
-    %BM.3 = arith.constant {value = 32} : i32
-    %7 = arith.mul %m, %BM.3 : i32
+    %7 = arith.mul %m, %BM : i32
     %vA.1 = smem.stage %sA, %write_stage : tile<f16,[32,16],smem,swizzle(1,3,3)>
     copy.global_to_shared %A, %7, %k_next, %vA.1, %p_next {masked = [true, true], mode = async, \
 shape = [32, 16], threads = 32, vec = 8}
-    %BN.3 = arith.constant {value = 32} : i32
-    %8 = arith.mul %n, %BN.3 : i32
+    %8 = arith.mul %n, %BN : i32
     %vB.1 = smem.stage %sB, %write_stage : tile<f16,[16,32],smem,swizzle(2,3,3)>
     copy.global_to_shared %B, %k_next, %8, %vB.1, %p_next {masked = [true, true], mode = async, \
 shape = [16, 32], threads = 32, vec = 8}
@@ -335,10 +339,8 @@ shape = [16, 32], threads = 32, vec = 8}
     scf.yield %acc.3, %next_read_stage, %next_write_stage
   }
   copy.wait {pending = 0}
-  %BM.4 = arith.constant {value = 32} : i32
-  %9 = arith.mul %m, %BM.4 : i32
-  %BN.4 = arith.constant {value = 32} : i32
-  %10 = arith.mul %n, %BN.4 : i32
+  %9 = arith.mul %m, %BM : i32
+  %10 = arith.mul %n, %BN : i32
   tile.store %C, %9, %10, %acc.1
 }
 '''
@@ -372,13 +374,11 @@ tile<f32,[32,32],reg,mma_c(warps=1x1,warp_tile=32x32)>
   %k0 = arith.add %2, %c0 : i32
   %p0 = arith.lt %k0, %K : pred
   %c0.1 = arith.constant {value = 0} : i32
-  %BM.1 = arith.constant {value = 32} : i32
-  %3 = arith.mul %m, %BM.1 : i32
+  %3 = arith.mul %m, %BM : i32
   %vA = smem.stage %sA, %c0.1 : tile<f16,[32,16],smem,swizzle(1,3,3)>
   copy.global_to_shared %A, %3, %k0, %vA, %p0 {masked = [true, true], mode = async, shape = [32, \
 16], threads = 32, vec = 8}
-  %BN.1 = arith.constant {value = 32} : i32
-  %4 = arith.mul %n, %BN.1 : i32
+  %4 = arith.mul %n, %BN : i32
   %vB = smem.stage %sB, %c0.1 : tile<f16,[16,32],smem,swizzle(2,3,3)>
   copy.global_to_shared %B, %k0, %4, %vB, %p0 {masked = [true, true], mode = async, shape = [16, \
 32], threads = 32, vec = 8}
@@ -405,13 +405,11 @@ tile<f16,[16,32],reg,mma_b(warps=1x1,warp_tile=32x32)>) {
     %c16 = arith.constant {value = 16} : i32
     %k_next = arith.add %k, %c16 : i32
     %p_next = arith.lt %k_next, %K : pred
-    %BM.2 = arith.constant {value = 32} : i32
-    %5 = arith.mul %m, %BM.2 : i32
+    %5 = arith.mul %m, %BM : i32
     %vA.1 = smem.stage %sA, %write_stage : tile<f16,[32,16],smem,swizzle(1,3,3)>
     copy.global_to_shared %A, %5, %k_next, %vA.1, %p_next {masked = [true, true], mode = async, \
 shape = [32, 16], threads = 32, vec = 8}
-    %BN.2 = arith.constant {value = 32} : i32
-    %6 = arith.mul %n, %BN.2 : i32
+    %6 = arith.mul %n, %BN : i32
     %vB.1 = smem.stage %sB, %write_stage : tile<f16,[16,32],smem,swizzle(2,3,3)>
     copy.global_to_shared %B, %k_next, %6, %vB.1, %p_next {masked = [true, true], mode = async, \
 shape = [16, 32], threads = 32, vec = 8}
@@ -431,10 +429,8 @@ tile<f16,[16,32],reg,mma_b(warps=1x1,warp_tile=32x32)>
     scf.yield %acc.3, %next_read_stage, %next_write_stage, %a0_next, %b0_next
   }
   copy.wait {pending = 0}
-  %BM.3 = arith.constant {value = 32} : i32
-  %7 = arith.mul %m, %BM.3 : i32
-  %BN.3 = arith.constant {value = 32} : i32
-  %8 = arith.mul %n, %BN.3 : i32
+  %7 = arith.mul %m, %BM : i32
+  %8 = arith.mul %n, %BN : i32
   tile.store %C, %7, %8, %acc.1 {masked = [true, true]}
 }
 '''
@@ -571,12 +567,13 @@ def test_frontend_output_is_the_golden_input() -> None:
 
 
 @pytest.mark.parametrize("module, stages, before, expected", [
-    (tiling, 2, BEFORE, TILED),
+    (cse, 2, BEFORE, CSED),
+    (tiling, 2, CSED, TILED),
     (double_buffer, 2, TILED, BUFFERED),
     (double_buffer, 1, TILED, BUFFERED_ONE_STAGE),
     (swizzle, 2, BUFFERED, SWIZZLED),
     (fragments, 2, SWIZZLED, MAPPED),
-], ids=["tiling", "double_buffer-2", "double_buffer-1", "swizzle", "fragments"])
+], ids=["cse", "tiling", "double_buffer-2", "double_buffer-1", "swizzle", "fragments"])
 def test_pass_output_text(module, stages: int, before: str, expected: str) -> None:
     options = Options(warps=(1, 1), stages=stages)
     kernel = input_of(module, options)

@@ -98,7 +98,7 @@ def test_a_user_pass_changes_the_schedule_and_the_ptx_follows() -> None:
         return kernel
 
     passes = pipeline()
-    passes.insert(2, Pass("regroup", regroup))  # after tiling
+    passes.insert([p.name for p in passes].index("tiling") + 1, Pass("regroup", regroup))
     function = matmul()
     compiled = function.compile(passes=passes, verify=True, keep_ir=True)
     assert "raster_group = 2}" in compiled.asm["regroup"]

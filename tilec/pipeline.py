@@ -18,8 +18,8 @@ from tilec.ir.printer import print_kernel
 from tilec.ir.verifier import verify
 from tilec.options import Options
 
-from tilec.passes import (dequantize, double_buffer, fragments, promote_accumulation, row_store,
-                          split_k, swizzle, tiling, tma_store)
+from tilec.passes import (cse, dequantize, double_buffer, fragments, promote_accumulation,
+                          row_store, split_k, swizzle, tiling, tma_store)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ def pipeline() -> list[Pass]:
 @functools.cache  # the passes are frozen; each compile asks for the list, hits included
 def _builtin_pipeline() -> tuple[Pass, ...]:
     return (
+        # Before anything plans from the tile IR: two spellings of one expression become one
+        # op chain, which every later pass and the backend then lower once.
+        _pass(cse),
         # The launch's converted weights are typed before tiling plans their copies.
         _pass(dequantize),
         _pass(tiling),
@@ -150,8 +153,8 @@ def _run_pass(p: Pass, kernel: Kernel, options: Options) -> Kernel:
     except TileError:
         raise  # a located error in the user's program: report it as it is
     except (ValueError, IRError) as err:
-        if p.name in _BUILTIN:
-            raise
+        if p in _builtin_pipeline():
+            raise  # ours raise these with a message of their own
         raise PassError(p.name, f"raised {type(err).__name__}: {err}") from err
     except Exception as err:  # noqa: BLE001 - any failure of a user pass is reported as such
         raise PassError(p.name, f"raised {type(err).__name__}: {err}") from err
@@ -176,9 +179,6 @@ def _dump_failed(name: str, kernel: Kernel) -> str | None:
     with os.fdopen(handle, "w") as f:
         f.write(text)
     return path
-
-
-_BUILTIN = {"dequantize", "tiling", "split_k", "double_buffer", "swizzle", "fragments"}
 
 
 def register_pass(p: Pass, *, after: str) -> None:
