@@ -296,10 +296,11 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     eight_bit = kind != "float"
     bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
     # A share of tiles wgmma takes (warpgroup rows, no warp grid), where the sm_90a
-    # schedules (persistent, pingpong, cluster; split-K one tile a block) apply.
+    # schedules (persistent, pingpong, cluster; split-K one tile a block) apply; 192 for the
+    # bench's three-warpgroup squares (192x256 falls back to mma.sync).
     hopper_tile = rng.random() < 0.2
     if hopper_tile:
-        bm, bn = rng.choice((64, 128)), rng.choice((64, 128, 256))
+        bm, bn = rng.choice((64, 128, 192)), rng.choice((64, 128, 192, 256))
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
     bk = rng.choice((8, 16, 32) if compute == "f32" else (32, 64) * 4 + (16,) if eight_bit
                     else (16, 32, 64))
