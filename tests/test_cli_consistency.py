@@ -180,6 +180,15 @@ def test_the_hopper_schedule_flags_reach_every_compiling_verb(verb):
         assert arguments.compile_options(args) == {"arch": "sm_90a", **options}
 
 
+@pytest.mark.parametrize("verb", ["compile", "run", "explain", "bench"])
+def test_the_verbs_that_make_kernels_can_switch_a_pass_off(verb):
+    file = [] if verb == "bench" else [MATMUL]
+    args = build_parser().parse_args([verb, *file, "--disable", "cse", "--disable", "swizzle"])
+    assert arguments.compile_options(args)["disable"] == ("cse", "swizzle")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([verb, *file, "--disable", "no_such_pass"])
+
+
 def test_bisect_follows_a_cluster_kernel_through_every_stage(capsys):
     code, out, err = run_cli(capsys, "bisect", MATMUL, "--arch", "sm_90a", "--const", "BM=128",
                              "BN=128", "BK=64", "--cluster", "2", "--shape", "M=300,N=130,K=150")

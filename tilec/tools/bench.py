@@ -210,7 +210,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
         parser, "const", "arch", "stages", "warps", "swizzle", "raster_group", "split_k",
         "f32_math", "pack", "peel", "misaligned_copy", "misaligned_store",
         *arguments.HOPPER_FLAGS,
-        "backend", "llvm_opt",
+        "backend", "llvm_opt", "disable",
+        disable={"help": "skip a pass in tilec's kernels (every row; --variant NAME='--disable "
+                 "PASS' times both in one run)"},
         backend={"help": "llvm: add a column for tilec's kernels compiled through LLVM "
                  "(backend='llvm') beside its own PTX backend's, with the ratio of the two"},
         const={"help": "tilec constants, e.g. --const BM=128 BN=64 (or BM=128,BN=64)"},
