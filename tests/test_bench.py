@@ -827,6 +827,26 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
     assert tuned_config(Case(4095, 4097, 4093, "f16"))["BN"] == 128
 
 
+@pytest.mark.parametrize("shape, stages", [
+    ((8192, 8192, 256), 6),  # 4096 tiles of 128x128: 32 rounds over 132 SMs
+    ((16384, 8192, 128), 6),
+    ((4096, 4096, 256), 4),  # 1024 tiles: 8 rounds, where six stages measured slower
+    ((4096, 8192, 256), 4),  # 2048 tiles: just under 16 rounds
+])
+def test_a_shallow_k_over_many_rounds_gets_a_deeper_ring(shape, stages):
+    from tilec.benchmarking.tuning import SHALLOW_DEEP_RING_ROUNDS, tuned_config
+    from tilec.families.wgmma import FAMILY as WGMMA
+    from tilec.options import Options
+    config = tuned_config(Case(*shape, "f16"), "sm_90a")
+    assert config == dict(BM=128, BN=128, BK=64, stages=stages, persistent=True)
+    assert WGMMA.block_problem((128, 128, 64), Options(arch="sm_90a", stages=stages)) is None
+    assert (shape[0] // 128 * shape[1] // 128 >= SHALLOW_DEEP_RING_ROUNDS * 132) == \
+        (stages == 6)
+    # Batched rows and the 8-bit rows keep their own rings (unmeasured with six).
+    assert tuned_config(Case(*shape, "f16", batch=2), "sm_90a")["stages"] == 4
+    assert tuned_config(Case(*shape, "i8"), "sm_90a")["stages"] == 4
+
+
 # -- the tf32 dtype: f32 operands, TF32 math for every contender -----------------------------
 
 def test_tf32_is_a_bench_dtype_outside_the_default_sweep():

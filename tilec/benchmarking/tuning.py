@@ -180,6 +180,7 @@ TUNED = {
                              persistent=True),
     ("wgmma", "small"): dict(BM=64, BN=128, BK=64, stages=6),
     ("wgmma", "shallow"): dict(BM=128, BN=128, BK=64, stages=4, persistent=True),
+    # (And six stages over many rounds: SHALLOW_DEEP_RING_STAGES.)
     # Batched ragged rows take this too: 8x4095x4097x128 f16 (H100, two rounds, C's rows
     # 2-byte aligned so staged and stored by rows, B packed): 128x256x64 st3 216-221 us
     # (raster 16 the same), 128x128x64 st3/st4 and 128x128x128 st2 247-254, 64x256x64 st4
@@ -229,6 +230,15 @@ BATCHED_PERSISTENT = {("wgmma", "ragged")}
 # raster-16 kernel f16 / bf16 1.007, 1.007 / 1.005, 1.006 (x torch.bmm 0.998, 0.998 / 1.000,
 # 1.001); raster 8 1.00. The 2-D rows keep 16: 4096^3 level, 8192^3 0.97-0.98.
 BATCHED_TILED = dict(BM=128, BN=128, BK=64, stages=6, raster_group=4, persistent=True)
+# A shallow K over many rounds of tiles: six stages of 128x128x64 hold the next tile's K
+# steps (K = 256: four) while the consumers stage and store this one's C, so its loads are
+# in flight before the epilogue ends. H100, one call, x the four-stage kernel, f16 / bf16:
+# 8192x8192x256 (32 rounds of 132) 1.04 / 1.04 (x cuBLAS 1.02 / 1.02), 8192x8192x384 1.05
+# / 1.06, 16384x8192x256 (63 rounds) 1.03 / 1.04; K = 128 (two steps) 1.00 / 1.00; but
+# 4096x4096x256 (8 rounds) 0.97 / 0.97. Five stages 1.00-1.03; six in clusters of 2
+# 0.93-1.05 (benchmarks/NOTES.md, session 21).
+SHALLOW_DEEP_RING_STAGES = 6
+SHALLOW_DEEP_RING_ROUNDS = 16  # measured at 8 (slower) and 32 or more (faster)
 # The product families whose rows run on wgmma8 on sm_90a (but short M: mma.sync's tiles).
 EIGHT_BIT_WGMMA = ("int8", "fp8")
 SIXTEEN_BIT = ("f16", "bf16")
@@ -321,6 +331,9 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
     if case.batched and (family, problem) == ("wgmma", "tiled") and \
             _large_tiles(case) > ONE_WAVE:
         config = dict(BATCHED_TILED)
+    if (family, problem) == ("wgmma", "shallow") and not case.batched and \
+            _tiles(case, config) >= SHALLOW_DEEP_RING_ROUNDS * ONE_WAVE:
+        config["stages"] = SHALLOW_DEEP_RING_STAGES
     if config.get("persistent") and problem == "tiled" and _large_tiles(case) <= ONE_WAVE:
         # A block gets one tile at most: nothing to run ahead into, only the tile loop's
         # cost. 2048^3 (64 tiles), one run: 0.958 / 0.946 of cuBLAS persistent against
