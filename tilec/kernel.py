@@ -226,6 +226,7 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
     Returns the names of the parameters the kernel writes. ``prepared``: makes the launch
     from the staged arguments (a Bound) and the options instead (a peeled launch's two)."""
     from tilec.launch.packing import Packer, plan_packing, pooled_scratch
+    from tilec.launch.plans import keep_plan, kept_plan, plan_key
     from tilec.launch.split_workspace import shared_workspace, workspace_size
     from tilec.runtime import HostStaging, current_device
     bound = bind_arguments(kernel.params, kernel.symbols, [], values)
@@ -241,10 +242,17 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
         if prepared is not None:
             prepared(_with(bound, device_args), option_args)()
         elif 0 not in sizes:
-            options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
-            packing = plan_packing(kernel, device_args, options.pack, written, options.arch,
-                                   options.backend, options.cluster)
-            compiled = compile_kernel(kernel, packing.options(options), source_key=source_key)
+            key = plan_key(kernel, option_args, device_args, bound.symbols, source_key)
+            plan = kept_plan(key)
+            if plan is None:
+                options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
+                packing = plan_packing(kernel, device_args, options.pack, written,
+                                       options.arch, options.backend, options.cluster)
+                compiled = compile_kernel(kernel, packing.options(options),
+                                          source_key=source_key)
+                keep_plan(key, (packing, compiled))
+            else:
+                packing, compiled = plan
             # Pooled scratch may go back once the launches are queued: see ScratchPool.
             with pooled_scratch(packing) as scratch:
                 packer = Packer(packing, device_args, compiled.options.arch, scratch,

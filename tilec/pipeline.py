@@ -194,6 +194,12 @@ def register_pass(p: Pass, *, after: str) -> None:
 _REGISTERED: list[tuple[str, Pass]] = []
 
 
+def registered_passes() -> tuple[tuple[str, Pass], ...]:
+    """The passes register_pass added, each with the pass it follows: with the built-in list,
+    what decides the default pipeline."""
+    return tuple(_REGISTERED)
+
+
 class _CallableModule(types.ModuleType):
     """`tilec.pipeline()` is the pass list, and `tilec.pipeline.run_pipeline` etc. stay this
     module's names: the package attribute is this module, so the module is callable."""
