@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilec.tools.autotune import (NoFittingConfigError, autotune, config_problem, cuda_event_timer,
-                            describe, prune, search_space)
+from tilec.tools.autotune import (FINAL_ROUNDS, NoFittingConfigError, autotune, config_problem,
+                            cuda_event_timer, describe, prune, search_space)
 from tilec.caching.disk import DiskCache
 from tilec.errors import TileConfigError
 from tilec.kernel import load_file
@@ -241,8 +241,43 @@ def test_each_part_of_the_key_separates_results(monkeypatch, tmp_path, changed):
     autotune(harness.function, arrays(*changed.get("shapes", (256, 256, 64))), space,
              timer=harness.timer, arch=changed.get("arch", "sm_80"), cache=cache,
              kwargs=changed.get("kwargs"), progress=False)
-    assert len(harness.prepared) == len(space)
+    # Every configuration timed afresh (the finalists prepared once more).
+    assert len({repr(sorted(p.items())) for p in harness.prepared}) == len(space)
     assert len(list((tmp_path / "tuning").iterdir())) == 2
+
+
+def test_a_final_round_ranks_the_close_ones_by_their_median(monkeypatch, tmp_path, capsys):
+    """BM=128 BN=128 stages=2 looks fastest in the sweep (its first timing caught a cool
+    GPU) but is slower in every later turn; the final round picks stages=3."""
+    harness = Harness(monkeypatch)
+    timings: dict[str, list[float]] = {}
+
+    def timer(launch: FakeLaunch) -> float:
+        s = launch.settings
+        seen = timings.setdefault(describe({k: s[k] for k in s if k != "arch"}), [])
+        fast_once = (s["BM"], s["BN"], s["stages"]) == (128, 128, 2) and not seen
+        ms = 0.98 if fast_once else 1.03 if s["stages"] == 2 else harness.timer(launch)
+        seen.append(ms)
+        return ms
+
+    best = autotune(harness.function, arrays(), SPACE, timer=timer, arch="sm_80",
+                    cache=DiskCache(tmp_path))
+    assert best == config(BM=128, BN=128, stages=3)
+    err = capsys.readouterr().err
+    assert ("final round, 2 configurations within 5% of the best, 3 turns each") in err
+    finalists = {k: v for k, v in timings.items() if len(v) > 1}
+    assert sorted(len(v) for v in finalists.values()) == [1 + FINAL_ROUNDS] * 2
+    stored = DiskCache(tmp_path).get_tuning(next((tmp_path / "tuning").iterdir()).stem)
+    assert [entry["time_ms"] for entry in stored["final"]] == [1.03, 1.0]
+    assert stored["time_ms"] == 1.0
+
+
+def test_no_final_round_without_a_close_second(monkeypatch, tmp_path, capsys):
+    harness = Harness(monkeypatch)
+    autotune(harness.function, arrays(), SPACE, timer=harness.timer, arch="sm_80",
+             cache=DiskCache(tmp_path))
+    assert "final round" not in capsys.readouterr().err
+    assert len(harness.prepared) == len(SPACE)
 
 
 def test_same_shape_class_reuses_the_result(monkeypatch, tmp_path):
