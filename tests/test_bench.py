@@ -847,6 +847,11 @@ def test_a_shallow_k_over_many_rounds_gets_a_deeper_ring(shape, stages):
     assert tuned_config(Case(*shape, "i8"), "sm_90a")["stages"] == 4
 
 
+def shape_id(value) -> str:
+    """A parametrized case's id: a shape as MxNxK, anything else as itself."""
+    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
 # -- the tf32 dtype: f32 operands, TF32 math for every contender -----------------------------
 
 def test_tf32_is_a_bench_dtype_outside_the_default_sweep():
@@ -1041,7 +1046,7 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     ((4095, 4097, 4093), False),
     ((4096, 4100, 4096), False),
     ((2048, 2048, 2048), False),
-], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
+], ids=shape_id)
 def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empty(shape,
                                                                                   narrow):
     from tilec.options import Options
@@ -1076,7 +1081,7 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     ((4096, 4100, 4096), None),
     ((4095, 4097, 4093), None),
     ((1536, 1544, 1536), None),
-], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
+], ids=shape_id)
 def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
@@ -1112,7 +1117,7 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
     ((2200, 2200, 2048), False),  # 144 squares: two waves
     ((4096, 4104, 4096), False),
     ((4096, 4096, 4096), False),
-], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else str(value))
+], ids=shape_id)
 def test_sm_90a_takes_192x192_tiles_where_they_fill_their_rounds_and_others_do_not(shape,
                                                                                     square):
     from tilec.options import Options

@@ -331,12 +331,16 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
                    f"({len(pruned)} pruned)")
     timer = timer or cuda_event_timer
     call_kwargs = {k: v for k, v in kwargs.items() if k != "arch"}
+
+    def prepare(config: Config) -> Any:
+        return tile_function.prepare(*args, **{**call_kwargs, **config, "arch": arch})
+
     timed: list[tuple[Config, float]] = []
     failed: list[tuple[Config, str]] = []
     for done, config in enumerate(kept, 1):
         head = f"autotune {name} [{done}/{len(kept)}] {describe(config)}"
         try:
-            launch = tile_function.prepare(*args, **{**call_kwargs, **config, "arch": arch})
+            launch = prepare(config)
             ms = float(timer(launch))
             if not math.isfinite(ms) or ms <= 0:
                 raise ValueError(f"the timer returned {ms!r} ms")
@@ -349,8 +353,7 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
     if not timed:
         raise NoFittingConfigError(name, arch, dtype, pruned + failed)
 
-    final = _final_round(timed, lambda config: tile_function.prepare(
-        *args, **{**call_kwargs, **config, "arch": arch}), timer, name, progress)
+    final = _final_round(timed, prepare, timer, name, progress)
     best, best_ms = min(final or timed, key=lambda item: item[1])
     cache.put_tuning(key, {
         "program": name, "arch": arch, "dtype": dtype, "best": best, "time_ms": best_ms,
