@@ -51,6 +51,7 @@ from tilec.families.cp_async import ASYNC_COPY_BYTES
 from tilec.families.fp8 import FP8_ARCHS
 from tilec.families.product import ProductFamily
 from tilec.families.products import FAMILIES, family_for, family_of
+from tilec.families.wgmma_rs import FAMILY as WGMMA_RS
 from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
 
@@ -256,6 +257,20 @@ def _check_fp8_casts(kernel: Kernel, operand_casts, options: Options) -> None:
                           "tensor in f16 or f32")
 
 
+def _refuse_converted_a(kernel: Kernel, cast: Op, plan: TilingPlan, options: Options) -> None:
+    """An 8-bit A converted in the K loop is wgmma's register form (sm_90a) or nothing: the
+    mma families convert only B. The error says why wgmma_rs declined the block."""
+    stored, product = cast.operands[0].type.dtype, cast.result.type.dtype
+    why = WGMMA_RS.declined(plan.block, options, plan.operands)
+    raise located(TileConfigError, f"operand A of `@` is stored in {stored} and converted to "
+                  f"{product} in the K loop, which only wgmma's register form does (sm_90a), "
+                  f"and it declines this block: {why}", cast.loc, kernel.source_lines,
+                  f"a launch converts A to {product} first (calls, prepare and `tilec run`; "
+                  "not with pack='off'); to keep 8 bits elsewhere, quantize the weights, B "
+                  "(stored [N, K], read as W.T[k : +BK, n : +BN].to(f16)), and pass the "
+                  "activations A in f16 or bf16 (samples/w8a16.py)")
+
+
 def run(kernel: Kernel, options: Options) -> Kernel:
     kernel = clone_kernel(kernel)
     loop, dot = find_main_loop(kernel)
@@ -285,15 +300,6 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                               f"target is {options.arch}", cast.loc, kernel.source_lines,
                               f"compile for {' or '.join(FP8_ARCHS)}, or quantize the "
                               "weights to i8 (samples/w8a16.py)")
-            if stored.bytes == 1 and role == "A":
-                raise located(TileConfigError, f"operand A of `@` is stored in {stored} and "
-                              f"converted to {product} in the K loop: only the weights, "
-                              "operand B, may be 8-bit in a 16-bit product (w8a16)",
-                              cast.loc, kernel.source_lines, "a launch converts A to "
-                              f"{product} first (calls, prepare and `tilec run`; not with "
-                              "pack='off'); to keep 8 bits, quantize the weights, B "
-                              "(stored [N, K], read as W.T[k : +BK, n : +BN].to(f16)), and "
-                              "pass the activations A in f16 or bf16 (samples/w8a16.py)")
             if any(cast.result in op.operands for op in body.ops if op is not dot):
                 raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
                               "loop and used there again: the conversion happens in the "
@@ -348,10 +354,13 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                     for op_plan, adjacent in zip(operands, unit_stride)]
         plan = replace(plan, operands=tuple(operands))
     for op_plan in plan.operands:
-        if op_plan.byte_loaded and family.byte_load_op is None:
+        if op_plan.byte_loaded and not family.converts(op_plan.role):
+            cast = casts[op_plan.role]
+            if op_plan.role == "A":
+                _refuse_converted_a(kernel, cast, plan, options)
             raise located(TileConfigError, f"operand {op_plan.role} is stored in "
                           f"{op_plan.source} and converted in registers, which the "
-                          f"{family.name} family does not do", casts[op_plan.role].loc,
+                          f"{family.name} family does not do", cast.loc,
                           kernel.source_lines, "let mma.sync take the block (the default)")
     accumulator = ACCUMULATOR_DTYPES[a_type.dtype]
     if acc.type.dtype != accumulator:

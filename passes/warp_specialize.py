@@ -164,7 +164,7 @@ def _box(plan: TilingPlan, role: str, cluster: int) -> dict:
     operand a cluster shares is ``multicast``: each block loads 1/cluster of every box's
     rows into all the cluster's blocks."""
     layout = plan.operand(role).layout
-    inner = SLAB_BYTES // plan.elem_bytes
+    inner = SLAB_BYTES // plan.operand(role).stored_bytes(plan.elem_bytes)
     attrs = {"tensor": plan.operand(role).tensor, "box": [inner, layout.rows],
              "slabs": layout.cols // inner, "coords": [0, 1] if layout.transposed else [1, 0]}
     if cluster > 1 and role == SHARED_BY_CLUSTER:
@@ -238,9 +238,8 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     roles = [buffer.owner.attrs["role"] for buffer in buffers]
     # TMA writes its boxes in 128-byte swizzled slabs: the stages' layout from here on (the
     # swizzle pass may pick another of TMA's modes).
-    operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(op_plan.layout,
-                                                                     plan.elem_bytes))
-                     for op_plan in plan.operands)
+    operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(
+        op_plan.layout, op_plan.stored_bytes(plan.elem_bytes))) for op_plan in plan.operands)
     for view, buffer, role in zip(views, buffers, roles):
         layout = next(op_plan.layout for op_plan in operands if op_plan.role == role)
         buffer.type = buffer.type.with_(shape=(stages, *buffer.type.shape[1:]), layout=layout)
@@ -259,7 +258,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     tile_warpgroups = consumer_warpgroups
     if pingpong:
         consumer_warpgroups = 2
-    stage_bytes = sum(v.type.numel for v in views) * plan.elem_bytes
+    stage_bytes = sum(v.type.numel * v.type.dtype.bytes for v in views)
     blocks = options.blocks_per_sm
     share = SMEM_PER_SM // blocks - SMEM_RESERVED_PER_BLOCK - 2 * stages * BARRIER_BYTES
     if blocks > 1 and stages * stage_bytes > share:

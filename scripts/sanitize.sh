@@ -4,7 +4,8 @@
 # kind. On a compute capability 9.0 GPU, the same three tools over the Hopper path (sm_90a:
 # TMA, wgmma, warp specialization) at two ragged shapes, f16 and bf16. Run on the GPU
 # machine (scripts/gpu_check.sh calls it); logs go to $OUT/sanitize.log.
-# Exit status 1 when any run reports an error or fails its check.
+# Exit status 1 when any run reports an error or fails its check. SANITIZE_ONLY=TEXT runs
+# only the runs whose command line contains TEXT (e.g. SANITIZE_ONLY=w8a16).
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-./out}
@@ -15,9 +16,14 @@ SHAPE="M=200,N=136,K=72"
 failed=0
 runs=0
 
+only() {  # only TEXT: whether SANITIZE_ONLY (if set) selects the run TEXT describes
+    [ -z "${SANITIZE_ONLY:-}" ] || [[ "$1" == *"$SANITIZE_ONLY"* ]]
+}
+
 sanitize() {  # sanitize TOOL FILE SHAPE [tilec run options...]
     local tool=$1 file=$2 shape=$3
     shift 3
+    only "$tool $file --shape $shape $*" || return 0
     runs=$((runs + 1))
     echo "== $tool $file --shape $shape $*" >> "$LOG"
     local what="$tool $(basename "$file" .py) $*"
@@ -104,6 +110,7 @@ sample_file() {  # sample_file SAMPLE DTYPE: the sample's path, with A and B rea
 hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
     local tool=$1 sample=$2 dtype=$3 shape=$4
     shift 4
+    only "$tool samples/$sample.py --shape $shape $*" || return 0
     local file consts=() options=()
     file=$(sample_file "$sample" "$dtype")
     while [ $# -gt 0 ]; do
@@ -200,6 +207,16 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" $HOPPER_MID --split-k 3
         hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent --stream-k
+    done
+    # wgmma's register form (the wgmma_rs family): int8 weights as A, loaded and converted
+    # by the consumers while earlier wgmmas read their other register set. The w8a16
+    # sample as written (BK 128: the swap_product pass transposes it), one tile a block
+    # and persistent; the hand-swapped sample in persistent clusters of two.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" w8a16 f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=128 --stages 4
+        hopper "$tool" w8a16 f16 "$RAGGED_TURNS" BM=64 BN=128 BK=128 --stages 4 --persistent
+        hopper "$tool" w8a16_swapped f16 "$RAGGED_IN_PLACE" BW=128 BA=128 BK=128 --stages 3 \
+            --persistent --cluster 2
     done
     # A [K, N] B whose rows are 16-byte aligned but off 128-byte lines (N = 1000), re-read
     # by 4096 rows of A: repacked at launch to a 1024-element pitch, then read by TMA.

@@ -94,8 +94,11 @@ def test_a_library_without_int8_arrays_makes_the_row_n_a_for_every_contender():
 
 
 @pytest.mark.parametrize("size, block_rows, split_k, product", [
-    ((16, 8192, 8192), 16, 2, "mma"), ((48, 8192, 8192), 32, 1, "mma"),
-    ((4096, 4096, 4096), 128, 1, "wgmma"), ((1000, 1003, 77), 128, 1, "mma")])
+    ((16, 8192, 8192), 16, 2, "mma"), ((32, 8192, 8192), 32, 1, "mma"),
+    # below 1024 rows, swapped onto wgmma's register form (swap_product)
+    ((48, 8192, 8192), 64, 1, "wgmma_rs"), ((128, 8192, 8192), 128, 1, "wgmma_rs"),
+    ((512, 8192, 8192), 256, 1, "wgmma_rs"), ((1000, 1003, 77), 256, 1, "wgmma_rs"),
+    ((4096, 4096, 4096), 128, 1, "wgmma")])
 def test_tilec_runs_the_sample_in_a_configuration_that_compiles(size, block_rows, split_k,
                                                                 product):
     """As the launch compiles it: W converted to f16 first where many rows re-read it."""

@@ -26,8 +26,9 @@ MATMUL = str(ROOT / "samples" / "matmul.py")
 GEMM = str(ROOT / "samples" / "gemm_epilogue.py")
 SHAPES = {"M": 40, "N": 48, "K": 40}
 CONSTS = {"BM": 32, "BN": 32, "BK": 32}
-STAGE_NAMES = ["tile", "cse", "dequantize", "tiling", "split_k", "double_buffer", "swizzle",
-               "fragments", "promote_accumulation", "tma_store", "row_store"]
+STAGE_NAMES = ["tile", "cse", "dequantize", "swap_product", "tiling", "split_k",
+               "double_buffer", "swizzle", "fragments", "promote_accumulation", "tma_store",
+               "row_store"]
 
 
 def gemm() -> TileFunction:

@@ -54,10 +54,10 @@ def fragment_ops(family: ProductFamily) -> set[str]:
 
 def test_the_registry_lists_each_family_once_under_its_own_name() -> None:
     names = [family.name for family in FAMILIES]
-    assert names == ["wgmma", "mma", "simt", "tf32", "wgmma8", "int8", "fp8"]
+    assert names == ["wgmma", "wgmma_rs", "mma", "simt", "tf32", "wgmma8", "int8", "fp8"]
     assert all(family_named(family.name) is family for family in FAMILIES)
     assert LOAD_OPS == ("frag.ldmatrix", "frag.lds", "frag.ldtf32", "frag.ldbytes")
-    assert PRODUCT_OPS == ("wgmma.mma", "frag.mma", "frag.fma")
+    assert PRODUCT_OPS == ("wgmma.mma", "wgmma.mma_rs", "frag.mma", "frag.fma")
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -121,13 +121,17 @@ def test_the_emitters_cover_the_family_ops_and_reach_the_backend(family: Product
                          ids=["A-k-B-n", "A-m-B-k"])
 def test_the_read_enumeration_yields_lane_addresses_for_both_operands(
         family: ProductFamily, k_major: dict[str, bool]) -> None:
+    if family.converts("A") and not k_major["A"]:
+        pytest.skip(f"{family.name} reads a converted A k-contiguous only")
     plan = small_plan(family, k_major)
     elem_bytes = 2 if plan.dtype == "f16" else 4
     for op_plan in plan.operands:
         assert op_plan.k_major == k_major[op_plan.role]
         reads = list(family.operand_reads(plan, op_plan, op_plan.layout, elem_bytes))
-        # A warp's lanes for fragment loads; the 8 rows of a core matrix for wgmma's reads.
-        width = WARP_SIZE if family.load_op is not None else 8
+        # A warp's lanes for fragment loads (and wgmma_rs's A pairs); the 8 rows of a core
+        # matrix for wgmma's reads.
+        lanes_read = family.load_op is not None or family.converts(op_plan.role)
+        width = WARP_SIZE if lanes_read else 8
         assert reads and all(len(lanes) == width for lanes in reads)
         stage_bytes = op_plan.layout.size * elem_bytes
         assert all(0 <= a < stage_bytes for lanes in reads for a in lanes)

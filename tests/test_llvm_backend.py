@@ -334,6 +334,9 @@ def approximations(ptx: str) -> set[str]:
 # Samples whose ops have no LLVM emitters yet, and the refusal each gets (a sample moves to
 # CASES when its emitters land): none now.
 REFUSED_SAMPLES: dict[str, str] = {}
+# Samples that only sm_90a's wgmma families compile, which the llvm backend has no emitters
+# for: refused on sm_90a naming the PTX backend.
+WGMMA_ONLY_SAMPLES = {"w8a16_swapped": "the llvm backend emits no wgmma"}
 
 
 def _params_read_by_llvm(ir: str) -> set[int]:
@@ -459,8 +462,20 @@ def test_the_k_loops_copy_offsets_are_32_bit_products(dtype):
 
 
 def test_every_sample_is_covered():
-    covered = {sample for sample, _, _ in CASES} | set(REFUSED_SAMPLES)
+    covered = {sample for sample, _, _ in CASES} | set(REFUSED_SAMPLES) | set(
+        WGMMA_ONLY_SAMPLES)
     assert covered == {p.stem for p in SAMPLES.glob("*.py")}
+
+
+@pytest.mark.parametrize("sample", sorted(WGMMA_ONLY_SAMPLES))
+def test_wgmma_only_samples_are_refused_naming_the_ptx_backend(sample, monkeypatch):
+    from tilec.kernel import load_file
+    monkeypatch.setattr(target, "compile_ir", never_called)
+    function = next(iter(load_file(SAMPLES / f"{sample}.py").values()))
+    with pytest.raises(TileConfigError) as err:
+        function.compile(backend="llvm", arch="sm_90a")
+    assert WGMMA_ONLY_SAMPLES[sample] in str(err.value)
+    assert "backend='ptx'" in str(err.value)
 
 
 @pytest.mark.parametrize("sample", sorted(REFUSED_SAMPLES))

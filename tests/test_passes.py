@@ -17,7 +17,7 @@ from tilec.families.products import family_of
 from tilec.target.layout import SmemLayout, Swizzle, swizzle_candidates
 from tilec.options import Options, Spec, TensorSpec
 from tilec.passes import (cse, dequantize, double_buffer, fragments, promote_accumulation,
-                          row_store, split_k, swizzle, tiling, tma_store)
+                          row_store, split_k, swap_product, swizzle, tiling, tma_store)
 from tilec.pipeline import pipeline
 
 
@@ -25,7 +25,7 @@ def verify(kernel: Kernel, after: Optional[str] = None) -> None:
     """The verifier with the op catalogue: lowered IR holds the families' ops."""
     verify_ir(kernel, after=after, ops=op_catalogue())
 
-PASSES = [cse, dequantize, tiling, split_k, double_buffer, swizzle, fragments,
+PASSES = [cse, dequantize, swap_product, tiling, split_k, double_buffer, swizzle, fragments,
           promote_accumulation, tma_store, row_store]  # pipeline order
 
 MATMUL = '''\
@@ -593,8 +593,9 @@ def test_passes_never_mutate_their_input(module, stages: int, text: str) -> None
     result = module.run(kernel, options)
     assert print_kernel(kernel, locs=True) == before
     assert kernel.schedule == schedule
-    if module in (dequantize, promote_accumulation, tma_store, row_store):
-        # Nothing to convert without a launch converting weights, no fp8 wgmma sums to
+    if module in (dequantize, swap_product, promote_accumulation, tma_store, row_store):
+        # Nothing to convert without a launch converting weights, no 8-bit B to swap into
+        # wgmma's A (tests/test_swap_product.py), no fp8 wgmma sums to
         # promote, nothing to route without warp specialization (sm_90a) or misaligned_store
         # = rows: tests/test_dequantize.py, tests/test_promote_accumulation.py,
         # tests/test_tma_store.py and tests/test_row_store.py check them where they act

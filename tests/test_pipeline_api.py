@@ -21,20 +21,21 @@ def matmul():
 
 def test_the_pipeline_is_an_ordered_list_of_named_passes():
     names = [p.name for p in pipeline()]
-    assert names == ["cse", "dequantize", "tiling", "split_k", "double_buffer", "swizzle",
-                     "fragments", "promote_accumulation", "tma_store", "row_store"]
+    assert names == ["cse", "dequantize", "swap_product", "tiling", "split_k", "double_buffer",
+                     "swizzle", "fragments", "promote_accumulation", "tma_store", "row_store"]
     assert all(p.doc for p in pipeline())
     assert tilec.pipeline() is not tilec.pipeline()  # a fresh list each time: safe to edit
 
 
 def test_every_stage_has_text_and_a_time(matmul):
     compiled = matmul.compile(keep_ir=True, verify=True)
-    assert list(compiled.asm) == ["tile", "cse", "dequantize", "tiling", "split_k",
-                                  "double_buffer", "swizzle", "fragments",
+    assert list(compiled.asm) == ["tile", "cse", "dequantize", "swap_product", "tiling",
+                                  "split_k", "double_buffer", "swizzle", "fragments",
                                   "promote_accumulation", "tma_store", "row_store", "ptx"]
     assert "copy.global_to_shared" in compiled.asm["tiling"]
     assert "frag.mma" in compiled.asm["fragments"]
-    assert set(compiled.times) == {"cse", "dequantize", "tiling", "split_k", "double_buffer",
+    assert set(compiled.times) == {"cse", "dequantize", "swap_product", "tiling", "split_k",
+                                   "double_buffer",
                                    "swizzle", "fragments", "promote_accumulation", "tma_store",
                                    "row_store", "hazards", "backend"}
     assert all(t >= 0 for t in compiled.times.values())
@@ -115,11 +116,11 @@ def test_dump_dir_writes_every_stage(matmul, tmp_path, monkeypatch):
     matmul.compile(stages=2, BM=64)
     (folder,) = list(tmp_path.iterdir())
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["00-tile.ir", "01-cse.ir", "02-dequantize.ir", "03-tiling.ir",
-                     "04-split_k.ir", "05-double_buffer.ir", "06-swizzle.ir", "07-fragments.ir",
-                     "08-promote_accumulation.ir", "09-tma_store.ir", "10-row_store.ir",
-                     "11-ptx.ptx", "options.txt"]
-    assert ".entry matmul" in (folder / "11-ptx.ptx").read_text()
+    assert names == ["00-tile.ir", "01-cse.ir", "02-dequantize.ir", "03-swap_product.ir",
+                     "04-tiling.ir", "05-split_k.ir", "06-double_buffer.ir", "07-swizzle.ir",
+                     "08-fragments.ir", "09-promote_accumulation.ir", "10-tma_store.ir",
+                     "11-row_store.ir", "12-ptx.ptx", "options.txt"]
+    assert ".entry matmul" in (folder / "12-ptx.ptx").read_text()
 
 
 def test_same_input_gives_byte_identical_ptx(matmul):

@@ -127,8 +127,16 @@ def main_wfp8a16_cases() -> Iterator[Case]:
         yield case("wfp8a16", "f16", arch)  # 128x128x64, 3 stages, 2x2 warps
 
 
+def main_w8a16_swapped_cases() -> Iterator[Case]:
+    """int8 weights as A converted in registers for wgmma's register form (the wgmma_rs
+    family, sm_90a only): the sample's default tile and 128x256; no spills."""
+    yield case("w8a16_swapped", "f16", "sm_90a")  # 128x128x128, 3 stages
+    yield case("w8a16_swapped", "f16", "sm_90a", DIVISIBLE, BA=256, stages=2)
+
+
 MAIN = (list(main_matmul_cases()) + list(main_sgemm_cases()) + list(main_tf32_cases())
-        + list(main_int8_cases()) + list(main_fp8_cases()) + list(main_wfp8a16_cases()))
+        + list(main_int8_cases()) + list(main_fp8_cases()) + list(main_wfp8a16_cases())
+        + list(main_w8a16_swapped_cases()))
 
 OTHERS = [
     case("matmul", "f16", "sm_80", stages=1),
@@ -276,7 +284,9 @@ OTHERS = [
          spec=Spec(tensors=(*MISALIGNED.tensors, ("C", TensorSpec(1, 1))))),
 ]
 # The targets each sample compiles for, where not every one (fp8: sm_89 and later).
-SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}, "wfp8a16": {"sm_90", "sm_90a"}}
+SAMPLE_ARCHS = {"fp8_gemm": {"sm_90", "sm_90a"}, "wfp8a16": {"sm_90", "sm_90a"},
+                # The weights as A converted in registers: wgmma's register form only.
+                "w8a16_swapped": {"sm_90a"}}
 
 # sm_90a, the wgmma + TMA warp-specialized path: every sample, both dtypes, the tile shapes
 # and ring depths it is tuned over, ragged sizes (TMA zero-fills) and both B orientations.
@@ -356,7 +366,13 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("matmul", "bf16", "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3, split_k=2),
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=128, BN=128, BK=64, stages=4,
          split_k=3),
-    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=4)]
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=4)] + [
+    # wgmma's register form, A converted from i8 (the wgmma_rs family): alternating register
+    # sets across k16 steps and stages must not serialize the wgmmas.
+    case("w8a16_swapped", "f16", "sm_90a", shapes, **more)
+    for shapes, more in ((DIVISIBLE, {}), (RAGGED, dict(BA=256, stages=2, persistent=True)),
+                         (RAGGED, dict(BW=256, BA=64, warpgroup_rows=128)),
+                         (DIVISIBLE, dict(BK=256, stages=2, cluster=2)))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

@@ -212,7 +212,7 @@ A_TILE, W_TILE = "A[m * BM : +BM, k : +BK]", "W.T[k : +BK, n * BN : +BN]"
 
 @pytest.mark.parametrize("params, product, message", [
     ("A: i8[M, K], W: f16[N, K]", f"{A_TILE}.to(f16) @ {W_TILE}",
-     "only the weights, operand B, may be 8-bit"),
+     "which only wgmma's register form does (sm_90a)"),
     ("A: f16[M, K], W: i8[K, N]", f"{A_TILE} @ W[k : +BK, n * BN : +BN].to(f16)",
      "k must be contiguous"),
     ("A: f32[M, K], W: i8[N, K]", f"{A_TILE} @ {W_TILE}.to(f16)", "f32"),

@@ -235,7 +235,7 @@ def test_targets_without_the_conversion_are_refused_at_the_to(arch, weights) -> 
 
 @pytest.mark.parametrize("edit, line, message", [
     (dict(params="A: f8e4m3[M, K], W: f16[N, K]", product=f"{A_TILE}.to(f16) @ {W_TILE}"), 9,
-     "only the weights, operand B, may be 8-bit"),
+     "which only wgmma's register form does (sm_90a)"),
     (dict(params="A: f16[M, K], W: f8e4m3[K, N]",
           product=f"{A_TILE} @ W[k : +BK, n * BN : +BN].to(f16)"), 9, "k must be contiguous"),
     (dict(product=f"{A_TILE} @ {W_TILE}.to(f32)"), 9, "dot operands differ in dtype"),

@@ -195,7 +195,7 @@ class TileFunction:
         options = Options(**{**option_args, "peel": False}, spec=spec_for(bound))
         packing = PackPlan() if 0 in sizes else plan_packing(
             kernel, bound.tensors, options.pack, written_params(kernel), options.arch,
-            options.backend, options.cluster)
+            options.backend, options.cluster, options)
         compiled = compile_kernel(kernel, packing.options(options), source_key=self._key)
         return PreparedLaunch(compiled, bound, sizes, stream, packing)
 
@@ -247,7 +247,8 @@ def run_on_gpu(kernel: Kernel, values: dict[str, Any], option_args: dict[str, An
             if plan is None:
                 options = Options(**option_args, spec=spec_for(_with(bound, device_args)))
                 packing = plan_packing(kernel, device_args, options.pack, written,
-                                       options.arch, options.backend, options.cluster)
+                                       options.arch, options.backend, options.cluster,
+                                       options)
                 compiled = compile_kernel(kernel, packing.options(options),
                                           source_key=source_key)
                 keep_plan(key, (packing, compiled))

@@ -19,7 +19,7 @@ from tilec.ir.verifier import verify
 from tilec.options import Options
 
 from tilec.passes import (cse, dequantize, double_buffer, fragments, promote_accumulation,
-                          row_store, split_k, swizzle, tiling, tma_store)
+                          row_store, split_k, swap_product, swizzle, tiling, tma_store)
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ def _builtin_pipeline() -> tuple[Pass, ...]:
         _pass(cse),
         # The launch's converted weights are typed before tiling plans their copies.
         _pass(dequantize),
+        # After dequantize: a weight the launch converted leaves no conversion to move into
+        # wgmma's A; before tiling, which plans the swapped product.
+        _pass(swap_product),
         _pass(tiling),
         # Slicing K rewrites the loop bounds, which the copies double buffering predicates
         # on read; it needs the loop in tile form, with the plan fixed.

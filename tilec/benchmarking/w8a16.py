@@ -45,6 +45,20 @@ W8A16_SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "w8a16.py"
 # m16 granule twice), 64 columns a block, 4 stages of 128 (not tuned on a GPU yet).
 SKINNY_CONFIGS = ((16, dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 2), split_k=2)),
                   (64, dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 2))))
+# sm_90a, by the most rows each takes, below DEQUANTIZE_MIN_ROWS: BK 128, so the
+# swap_product pass computes C.T = W @ A.T and the int8 weights feed wgmma from registers
+# (the wgmma_rs family; BM is then the activation rows of a tile, BN the weight rows). H200,
+# one call, TFLOP/s against the mma.sync configuration above and torch's dequantize +
+# matmul (benchmarks/NOTES.md, session 22): 64x8192x8192 64x64 st4 229.0 (skinny 188.0);
+# 128x8192x8192 128x64 st4 persistent 398.6 (154.1, torch 46.5); 256x8192x8192 128x128 st4
+# persistent 577.9 (304.0); 512x8192x8192 256x64 st3 594.0 (360.6, torch 164.2);
+# 768x8192x8192 625.7 (354.4). Not measured below 64 rows: the skinny configurations keep
+# 32 and fewer.
+SWAPPED_CONFIGS = ((32, None),
+                   (64, dict(BM=64, BN=64, BK=128, stages=4)),
+                   (128, dict(BM=128, BN=64, BK=128, stages=4, persistent=True)),
+                   (384, dict(BM=128, BN=128, BK=128, stages=4, persistent=True)),
+                   (DEQUANTIZE_MIN_ROWS - 1, dict(BM=256, BN=64, BK=128, stages=3)))
 
 
 @dataclass(frozen=True)
@@ -71,10 +85,15 @@ def w8a16_reference(arrays: Arrays, a: Any, w: Any, scale: Any) -> Any:
 
 
 def tilec_config(case: Case, arch: Optional[str] = None) -> dict[str, Any]:
-    """The sample's configuration for a case on a target: the skinny one for its few rows;
-    where the launch converts W to f16 first (sm_90a, many rows:
+    """The sample's configuration for a case on a target: on sm_90a, below
+    :data:`DEQUANTIZE_MIN_ROWS` rows, the swapped product's (:data:`SWAPPED_CONFIGS`); the
+    skinny one for few rows; where the launch converts W to f16 first (sm_90a, many rows:
     :func:`tilec.launch.packing.convert_to`), the f16 product's tuned one; else the
     sample's defaults (128x128x64, 3 stages)."""
+    if arch == "sm_90a":
+        swapped = next((config for rows, config in SWAPPED_CONFIGS if case.M <= rows), None)
+        if swapped is not None:
+            return dict(swapped)
     skinny = next((dict(config) for rows, config in SKINNY_CONFIGS if case.M <= rows), None)
     if skinny is not None:
         return skinny
@@ -96,12 +115,14 @@ class TilecW8A16(TilecContender):
     def unsupported(self, case: Case) -> Optional[str]:
         return None if case.dtype == "f16" else f"no {case.dtype} w8a16 sample"
 
+    def config(self, case: Case) -> dict[str, Any]:
+        # --pack off keeps W in int8: the sample's own configuration, not the f16 product's.
+        return tilec_config(case, self.arch() if self.options.get("pack") != "off" else None)
+
     def prepare(self, case: Case, inputs: Sequence[tuple[Any, ...]],
                 outputs: Sequence[Any]) -> tuple[Run, str]:
         kernel = self.w8a16_kernel()
-        # --pack off keeps W in int8: the sample's own configuration, not the f16 product's.
-        arch = self.arch() if self.options.get("pack") != "off" else None
-        kwargs = {**(tilec_config(case, arch) if not self.consts else {}),
+        kwargs = {**(self.config(case) if not self.consts else {}),
                   **self.consts, **self.options}
         launches = [kernel.prepare(a, w, scale, c, **kwargs)
                     for (a, w, scale), c in zip(inputs, outputs)]

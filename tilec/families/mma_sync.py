@@ -344,19 +344,29 @@ for _fp8, _name in ((F8E4M3, "e4m3x2"), (F8E5M2, "e5m2x2")):
                                "cvt.f32.f16 {y}, {hi};", "cvt.rn.bf16x2.f32 {d}, {y}, {x};")
 
 
-def _cvt(ctx: Context, op: Op) -> None:
-    lines = CONVERT_PTX[op.operands[0].type.dtype, op.result.type.dtype]
-    out = []
-    for r in ctx.get(op.operands[0]):
-        d, x, y = ctx.w.reg("b32"), ctx.w.reg("f32"), ctx.w.reg("f32")
+def convert_registers(ctx: Context, registers: Sequence[str], source: DType, target: DType,
+                      out: Optional[Sequence[str]] = None) -> list[str]:
+    """Each 32-bit register's pair of ``source`` elements (8-bit: the low two bytes)
+    converted to a ``target`` pair (:data:`CONVERT_PTX`), into ``out`` where given (registers
+    the caller keeps), else into fresh registers; returns them."""
+    lines = CONVERT_PTX[source, target]
+    results = []
+    for i, r in enumerate(registers):
+        d = out[i] if out is not None else ctx.w.reg("b32")
+        x, y = ctx.w.reg("f32"), ctx.w.reg("f32")
         halves = {"lo": ctx.w.reg("b16"), "hi": ctx.w.reg("b16")} if any(
             "{lo}" in line for line in lines) else {}
         if any("{p}" in line for line in lines):
             halves.update(p=ctx.w.reg("b32"), q=ctx.w.reg("b32"))
         for line in lines:
             ctx.w.emit(line.format(d=d, r=r, x=x, y=y, **halves))
-        out.append(d)
-    ctx.bind(op.result, out)
+        results.append(d)
+    return results
+
+
+def _cvt(ctx: Context, op: Op) -> None:
+    ctx.bind(op.result, convert_registers(ctx, ctx.get(op.operands[0]),
+                                          op.operands[0].type.dtype, op.result.type.dtype))
 
 
 # -- the family --------------------------------------------------------------------------------

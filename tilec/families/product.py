@@ -141,6 +141,11 @@ class ProductFamily(ABC):
         the registry takes the block otherwise."""
         return self.archs is None or options.arch in self.archs
 
+    def converts(self, role: str) -> bool:
+        """Whether the family converts an 8-bit operand ``role`` in registers after loading
+        it (w8a16): B through :attr:`byte_load_op` (mma.sync), A in wgmma's register form."""
+        return role == "B" and self.byte_load_op is not None
+
     def operand_refusal(self, operands: Sequence[OperandPlan], options: "Options"
                         ) -> Optional[tuple[str, str]]:
         """Why the family, having taken the dtype, cannot read these operands (how they are

@@ -16,13 +16,14 @@ from tilec.ir.core import Op
 from tilec.ir.ops import EvaluateFn, OpDef
 from tilec.ir.schedule import TilingPlan
 
-from . import ffma, fp8, int8, mma_sync, tf32, wgmma, wgmma8
+from . import ffma, fp8, int8, mma_sync, tf32, wgmma, wgmma8, wgmma_rs
 from .product import Emitter, ProductFamily
 
 # Lookup order matters to family_for only: the first family taking a dtype (under the
 # Options.f32_math given, and the block and target for families restricted to some) wins.
-FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, mma_sync.FAMILY, ffma.FAMILY, tf32.FAMILY,
-                                       wgmma8.FAMILY, int8.FAMILY, fp8.FAMILY)
+FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, wgmma_rs.FAMILY, mma_sync.FAMILY,
+                                       ffma.FAMILY, tf32.FAMILY, wgmma8.FAMILY, int8.FAMILY,
+                                       fp8.FAMILY)
 _BY_NAME = {family.name: family for family in FAMILIES}
 
 # Each op once (the mma and tf32 families share frag.mma).

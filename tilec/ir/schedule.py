@@ -246,6 +246,19 @@ class OperandConflicts:
 
 
 @dataclass(frozen=True)
+class SwapPlan:
+    """The swap_product pass's decision on a product converting an 8-bit B in registers:
+    whether it computes the transpose (C.T = W @ A.T, the weights wgmma's A), and what that
+    is or why not."""
+
+    swapped: bool
+    why: str
+
+    def __str__(self) -> str:
+        return f"{{swapped = {str(self.swapped).lower()}, why = {self.why!r}}}"
+
+
+@dataclass(frozen=True)
 class Schedule:
     """Every decision made so far; None where the pass that makes it has not run."""
 
@@ -255,6 +268,7 @@ class Schedule:
     conflicts: tuple[OperandConflicts, ...] = ()
     roles: Optional[RolesPlan] = None
     epilogue: Optional[EpiloguePlan] = None
+    swap: Optional[SwapPlan] = None
 
     def with_(self, **changes: Any) -> "Schedule":
         return dataclasses.replace(self, **changes)
@@ -284,6 +298,8 @@ class Schedule:
     def lines(self) -> list[str]:
         """The text form, one ``#name = {...}`` line per decision (the printer's header)."""
         out = []
+        if self.swap is not None:
+            out.append(f"#swap = {self.swap}")
         if self.tiling is not None:
             out.append(f"#tiling = {self.tiling}")
             out.extend(f"#tiling.{op.role} = {op}" for op in self.tiling.operands)

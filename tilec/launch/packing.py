@@ -47,6 +47,7 @@ from tilec.backend.pack import (DESTINATION_BYTES, DESTINATIONS, ELEMENT_CLASS, 
 from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op, uses
 from tilec.families.fp8 import FP8_ARCHS
 from tilec.families.wgmma import FAMILY as WGMMA
+from tilec.families.wgmma_rs import FAMILY as WGMMA_RS
 from tilec.ir.types import FP8_DTYPES, TensorType
 from tilec.ir.views import matrix_dim, view_source
 from tilec.launch.binding import INT32_MAX, Bound, divisibility, tensor_spec
@@ -271,7 +272,8 @@ def operand_tensors(kernel: Kernel) -> tuple[str, ...]:
 
 def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
                  written: Sequence[str] = (), arch: Optional[str] = None,
-                 backend: str = "ptx", cluster: int = 1) -> PackPlan:
+                 backend: str = "ptx", cluster: int = 1,
+                 options: Optional[Options] = None) -> PackPlan:
     """Which of the kernel's operand tensors to pack, for these arguments.
 
     ``kernel`` is the frontend's tile IR; ``tensors`` maps parameter names to ArrayArgs
@@ -283,7 +285,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     16 bytes, it is 2-D (or a batch of matrices copied as one 2-D array:
     :func:`_pack_batches`) and not empty, and, under "auto", what is copied holds at least
     :data:`PACK_MIN_ELEMENTS` elements. An 8-bit weight converted in the K loop is packed
-    converted (:func:`convert_to`), aligned or not."""
+    converted (:func:`convert_to`, which reads ``options``' shaping of wgmma's blocks),
+    aligned or not."""
     if policy == "off":
         return PackPlan()
     packed, in_place = {}, []
@@ -292,7 +295,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
             continue
         pitch = repitch(kernel, tensors, name, policy, arch, backend, cluster)
         entry = _pack_tensor(tensors[name], policy,
-                             convert_to(kernel, tensors, name, policy, arch, backend),
+                             convert_to(kernel, tensors, name, policy, arch, backend,
+                                        options),
                              pitch.why if pitch is not None and pitch.repack else None)
         if entry is not None:
             packed[name] = entry
@@ -315,7 +319,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
 
 
 def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
-               arch: Optional[str], backend: str = "ptx") -> Optional[tuple[str, str]]:
+               arch: Optional[str], backend: str = "ptx",
+               options: Optional[Options] = None) -> Optional[tuple[str, str]]:
     """The 16-bit dtype a launch converts 8-bit weight ``name`` to before the kernel runs
     (``passes/dequantize.py`` types the kernel's reads so) and why, or None to read it as it
     is.
@@ -334,13 +339,25 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
         return None
     reads = _operand_reads(kernel, tensors, name)
     partner_rows = reads.partner_rows
-    if not reads.in_registers:
-        return dtype.short, "registers convert only a k-contiguous operand B"
+    # wgmma's register form reads both operands through TMA: rows 16-byte aligned as
+    # launched (the launch packs misaligned ones large enough to pay), and takes the block
+    # as ``options`` shape it; or nothing takes A.
+    shaping = dataclasses.replace(options or Options(), arch=arch, backend=backend)
+    a_in_registers = reads.a_block is not None and \
+        WGMMA_RS.target_problem(arch, backend) is None and \
+        WGMMA_RS.block_problem(reads.a_block, shaping) is None and \
+        shaping.warps is None and shaping.swizzle == "auto" and \
+        all(_rows_aligned_at_launch(tensors[t], policy) for t in (name, reads.partner))
+    if not (reads.in_registers or a_in_registers):
+        return dtype.short, ("registers convert only a k-contiguous operand B, or on sm_90a "
+                             "a k-contiguous operand A in K steps of 128")
     stored = next(p.type.dtype for p in kernel.params if p.name == name)
     if stored in FP8_DTYPES and arch not in FP8_ARCHS:  # cvt.rn.f16x2.e4m3x2: sm_89 on
         return dtype.short, f"{arch} converts no fp8 in registers"
     if policy == "always":
         return dtype.short, "pack always"
+    if a_in_registers:
+        return None  # wgmma's register form converts A: the product is on wgmma already
     if WGMMA.target_problem(arch, backend) is None and partner_rows >= DEQUANTIZE_MIN_ROWS:
         return dtype.short, f"{partner_rows} rows re-read it: the {dtype} product on wgmma"
     return None
@@ -399,16 +416,20 @@ class OperandReads(NamedTuple):
     """How the ``@`` operands read one tensor: the most rows (or columns) of the other
     operand that re-read it; whether every read could convert it in registers (operand B, k
     contiguous); whether every read has k, the contracted dim, contiguous; whether every
-    read is as operand B."""
+    read is as operand B; where every read is as operand A, k contiguous (what wgmma's
+    register form converts), the product's block (BM, BN, BK), else None."""
 
     partner_rows: int
     in_registers: bool
     k_major: bool
     operand_b: bool
+    a_block: Optional[tuple[int, int, int]]
+    partner: str  # the other operand's tensor (one of them, where several reads differ)
 
 
 def _operand_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> OperandReads:
-    rows, in_registers, k_major, operand_b = 0, True, True, True
+    rows, in_registers, k_major, operand_b, a_registers = 0, True, True, True, True
+    partner_name, bm, bn, bk = "", 0, 0, 0
     for dot in kernel.walk():
         if dot.name != "tile.dot":
             continue
@@ -424,12 +445,16 @@ def _operand_reads(kernel: Kernel, tensors: Mapping[str, Any], name: str) -> Ope
             tile_contiguous = (None if contiguous is None
                                else 1 - contiguous if source.transposed else contiguous)
             in_registers &= role == 1 and tile_contiguous == 0
+            a_registers &= role == 0 and tile_contiguous == 1
+            (bm, bk), bn = dot.operands[0].type.shape, dot.operands[1].type.shape[1]
             operand_b &= role == 1
             k_major &= tile_contiguous == 1 - role  # A's tile is [M, K], B's [K, N]
+            partner_name = partner.name
             shape = tuple(tensors[partner.name].shape[-2:])
             view = shape[::-1] if partner.transposed else shape
             rows = max(rows, view[0] if role == 1 else view[1])
-    return OperandReads(rows, in_registers, k_major, operand_b)
+    a_block = (bm, bn, bk) if a_registers and partner_name else None
+    return OperandReads(rows, in_registers, k_major, operand_b, a_block, partner_name)
 
 
 def _loaded_tensor(value: Value) -> Optional[Value]:
@@ -495,6 +520,15 @@ def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: i
             if user.name != "tile.dot" or contracted.get(position) != dim:
                 return False
     return True
+
+
+def _rows_aligned_at_launch(arg: Any, policy: str) -> bool:
+    """Whether an operand's rows are 16-byte aligned in the kernel: as passed, or once the
+    launch packs it (:func:`_pack_tensor` under ``policy``)."""
+    spec = tensor_spec(arg)
+    if spec.contiguous_dim is not None and spec.vec_elems * arg.itemsize >= VECTOR_BYTES:
+        return True
+    return _pack_tensor(arg, policy) is not None
 
 
 def _pack_tensor(arg: Any, policy: str, converted: Optional[tuple[str, str]] = None,
@@ -578,7 +612,8 @@ def _alignment(value: int) -> int:
 def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
                      written: Sequence[str] = (), arch: Optional[str] = None,
                      backend: str = "ptx", cluster: int = 1,
-                     peel: Any = None) -> tuple[PackPlan, Spec]:
+                     peel: Any = None, options: Optional[Options] = None
+                     ) -> tuple[PackPlan, Spec]:
     """For C-contiguous, 16-byte aligned arrays of the given shape-symbol sizes (what
     ``tilec run`` stages its host arrays as): what a launch packs, and the spec it compiles
     the kernel for; with ``peel`` (a :class:`tilec.launch.peeling.Peel`), its whole tiles'
@@ -597,7 +632,8 @@ def row_major_launch(kernel: Kernel, sizes: Mapping[str, int], policy: str,
     bound = Bound(tensors, {}, dict(sizes))
     if peel is not None:
         bound = peeled_bounds(kernel, bound, peel)[0]
-    plan = plan_packing(kernel, bound.tensors, policy, written, arch, backend, cluster)
+    plan = plan_packing(kernel, bound.tensors, policy, written, arch, backend, cluster,
+                        options)
     return plan, plan.spec(spec_for(bound))
 
 

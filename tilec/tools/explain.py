@@ -208,6 +208,7 @@ class Explanation:
     cluster_walk: str = ""  # how a cluster's blocks walk the tiles, in words
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
+    swap: str = ""  # the swap_product pass's decision, in words
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
     tile_loop: str = ""  # how a persistent kernel's blocks walk the tiles, in words
     accumulation: str = ""  # how wgmma's fp8 products are summed (Options.fp8_accumulation)
@@ -283,11 +284,24 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         cluster_walk=_cluster_walk(kernel),
         consumers=_consumers_text(kernel),
         declined=_wgmma_declined(plan, options),
+        swap=_swap_text(kernel),
         batch=_batch_text(kernel),
         tile_loop=_tile_loop_text(kernel),
         accumulation=_accumulation_text(kernel),
         launch=launch,
     )
+
+
+def _swap_text(kernel: Kernel) -> str:
+    """What passes/swap_product.py did with a product converting an 8-bit B: the swap, and
+    that the block tile above is C.T's; or why it left the product as written."""
+    swap = kernel.schedule.swap
+    if swap is None:
+        return ""
+    if swap.swapped:
+        return (f"{swap.why} (the block tile above is C.T's: BN x BM; "
+                "--disable swap_product keeps the product as written)")
+    return f"not swapped (the product as written, B converted in registers): {swap.why}"
 
 
 def _accumulation_text(kernel: Kernel) -> str:
@@ -378,7 +392,7 @@ def _wgmma_declined(plan: TilingPlan, options) -> str:
     applied); empty elsewhere and on the wgmma path."""
     from tilec.families.wgmma import FAMILY as WGMMA
     from tilec.families.wgmma8 import FAMILY as WGMMA8
-    if options.arch not in WGMMA.archs or plan.kind in (WGMMA.name, WGMMA8.name):
+    if options.arch not in WGMMA.archs or family_of(plan).movement == WGMMA.movement:
         return ""
     # The wgmma family of the operands' dtype: wgmma8 for 8-bit ones.
     wgmma = next((family for family in (WGMMA, WGMMA8) if plan.dtype in family.dtypes), None)
@@ -438,9 +452,9 @@ def _role(view: Value) -> str:
 
 def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
     copies = _copy_ops(kernel)
-    elem_bytes = _elem_bytes(kernel)
     mappings = []
     for op_plan in plan.operands:
+        elem_bytes = op_plan.stored_bytes(plan.elem_bytes)
         layout = op_plan.layout
         cmap = copy_map(layout.rows, layout.cols, op_plan.vec, plan.threads)
         per_row = layout.cols // op_plan.vec
@@ -504,13 +518,6 @@ def _split_sum(kernel: Kernel) -> str:
     """The dtype split-K's slices meet with (the accumulator's); f32 without split-K."""
     meeting = next((op for op in kernel.walk() if op.name == "split.reduce"), None)
     return meeting.result.type.dtype.short if meeting is not None else "f32"
-
-
-def _elem_bytes(kernel: Kernel) -> int:
-    for op in kernel.walk():
-        if op.name == "smem.alloc":
-            return op.result.type.dtype.bytes
-    return 2
 
 
 def _buffers(layout: SharedLayout) -> list[Buffer]:
@@ -773,6 +780,11 @@ def render_explanation(e: Explanation) -> str:
           _vector(c, h.converted.get(c.role, h.dtype)), c.per_thread, c.threads_per_row,
           c.rows_per_pass, COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
     for role, source in h.converted.items():
+        if family.converts(role) and family.fused_k_steps:  # wgmma's register form
+            lines.append(f"  converted         operand {role}: stored {source}, loaded by "
+                         f"each consumer thread into its wgmma A fragment ({BYTE_PAIR_READ}) "
+                         f"and converted to {h.dtype} ({BYTE_CONVERSIONS[source]}, exact)")
+            continue
         if DType.parse(source).bytes == 1:  # w8a16 (families/byte_operands.py)
             how = (f"{BYTE_PAIR_READ} (frag.ldbytes: a register's two bytes; frag.cvt: "
                    f"{BYTE_CONVERSIONS[source]}, exact)")
@@ -786,6 +798,8 @@ def render_explanation(e: Explanation) -> str:
         lines.append(f"  tile loop         {e.tile_loop}")
     if e.accumulation:
         lines.append(f"  accumulation      {e.accumulation}")
+    if e.swap:
+        lines.append(f"  swapped product   {e.swap}")
     if e.declined:
         lines.append(f"  not wgmma         {e.declined}")
     if e.cluster > 1:

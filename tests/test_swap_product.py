@@ -1,0 +1,156 @@
+"""The swap_product pass: a product converting an 8-bit B (w8a16) computed as C.T = W @ A.T so
+the weights feed wgmma's register form. Where it applies and why not elsewhere, that it
+leaves its input alone, the IR it writes, and the swapped kernels run in the executor
+against the frontend's interpreter and float64 (epilogues with vectors, C loads and
+elementwise math among them)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilec.cpu.interpreter import run_kernel
+from tilec.families.catalogue import op_catalogue
+from tilec.ir.printer import print_kernel
+from tilec.kernel import load_file
+from tilec.options import Options
+from tilec.passes import swap_product
+from tilec.pipeline import run_pipeline
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+HOPPER = Options(arch="sm_90a")
+
+
+def w8a16():
+    return load_file(SAMPLES / "w8a16.py")["w8a16"]
+
+
+EPILOGUES = '''from __future__ import annotations
+from tilec import f16, f32, i8, tile
+
+@tile
+def bias_relu(A: f16[M, K], W: i8[N, K], scale: f32[N], bias: f16[N], C: f16[M, N],
+              BM=128, BN=128, BK=128):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(f16)
+        y = acc * scale[n * BN : +BN][None, :] + bias[n * BN : +BN].to(f32)
+        C[m * BM : +BM, n * BN : +BN] = relu(y).to(f16)
+
+@tile
+def residual(A: f16[M, K], W: i8[N, K], R: f16[M, N], rowscale: f32[M], C: f32[M, N],
+             BM=64, BN=128, BK=128):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(f16)
+        r = R[m * BM : +BM, n * BN : +BN].to(f32)
+        s = rowscale[m * BM : +BM][:, None]
+        C[m * BM : +BM, n * BN : +BN] = where(r > 0.0, acc * s + r, sigmoid(acc))
+'''
+
+
+@pytest.fixture(scope="module")
+def epilogues(tmp_path_factory):
+    path = tmp_path_factory.mktemp("swap") / "epilogues.py"
+    path.write_text(EPILOGUES)
+    return load_file(path)
+
+
+def test_it_swaps_w8a16_where_the_register_form_takes_the_block() -> None:
+    kernel = run_pipeline(w8a16().lower(BK=128), HOPPER).kernel
+    assert kernel.schedule.swap.swapped
+    assert kernel.schedule.tiling.kind == "wgmma_rs"
+
+
+@pytest.mark.parametrize("consts, options, why", [
+    (dict(BK=64), HOPPER, "BK=64 is not a multiple of 128"),
+    (dict(BK=128), Options(arch="sm_90"), "wgmma needs arch sm_90a"),
+    (dict(BK=128, BM=32, BN=64), HOPPER, "BN=32 is not a multiple of 64"),
+    (dict(BK=128), Options(arch="sm_90a", warps=(2, 2)), "an explicit warp grid"),
+])
+def test_where_it_declines_it_says_why_and_keeps_the_product(consts, options, why) -> None:
+    kernel = run_pipeline(w8a16().lower(**consts), options).kernel
+    assert not kernel.schedule.swap.swapped and why in kernel.schedule.swap.why
+    assert kernel.schedule.tiling.kind == "mma"
+
+
+def test_it_can_be_disabled_and_says_nothing_of_other_products() -> None:
+    off = Options(arch="sm_90a", disable=("swap_product",))
+    kernel = run_pipeline(w8a16().lower(BK=128), off).kernel
+    assert kernel.schedule.swap is None and kernel.schedule.tiling.kind == "mma"
+    plain = load_file(SAMPLES / "matmul.py")["matmul"].lower(BK=64)
+    assert run_pipeline(plain, HOPPER).kernel.schedule.swap is None
+
+
+def test_it_leaves_its_input_alone_and_writes_the_transpose() -> None:
+    kernel = w8a16().lower(BK=128)
+    before = print_kernel(kernel)
+    swapped = swap_product.run(kernel, HOPPER)
+    assert print_kernel(kernel) == before
+    text = print_kernel(swapped)
+    assert "tile.load %W, " in text and "tensor.transpose %A" in text
+    assert "tile.reshape" in text and "tile.store %C_T" in text
+    assert "#swap = {swapped = true" in text
+
+
+def test_an_epilogue_it_cannot_transpose_is_declined(tmp_path) -> None:
+    path = tmp_path / "dot_after.py"
+    path.write_text(EPILOGUES.split("@tile")[0] + '''
+@tile
+def batched(A: f16[Bt, M, K], W: i8[N, K], C: f16[Bt, M, N], BM=128, BN=128, BK=128):
+    for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[b, m * BM : +BM, k : +BK] @ W.T[k : +BK, n * BN : +BN].to(f16)
+        C[b, m * BM : +BM, n * BN : +BN] = acc.to(f16)
+''')
+    kernel = run_pipeline(load_file(path)["batched"].lower(), HOPPER).kernel
+    assert not kernel.schedule.swap.swapped
+    assert "not a tile loaded from a 2-D tensor parameter" in kernel.schedule.swap.why
+
+
+def run_both(function, values: dict, **consts) -> tuple[dict, dict]:
+    """The frontend's interpreter and the swapped, lowered kernel in the executor, each on
+    its own copy of ``values``."""
+    reference = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    run_kernel(function.lower(**consts), reference)
+    kernel = run_pipeline(function.lower(**consts), HOPPER).kernel
+    assert kernel.schedule.swap.swapped, kernel.schedule.swap
+    run_kernel(kernel, values, ops=op_catalogue())
+    return reference, values
+
+
+def test_w8a16_swapped_matches_the_interpreter_and_float64_at_ragged_sizes() -> None:
+    rng = np.random.default_rng(21)
+    m, n, k = 150, 200, 300
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    w = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+    scale = (rng.random(n) / 64).astype(np.float32)
+    values = {"A": a, "W": w, "scale": scale, "C": np.full((m, n), np.nan, np.float16)}
+    reference, got = run_both(w8a16(), values, BK=128)
+    exact = (a.astype(np.float64) @ w.astype(np.float64).T) * scale
+    for out in (reference["C"], got["C"]):
+        assert np.linalg.norm(out - exact) / np.linalg.norm(exact) < 2e-3
+    np.testing.assert_allclose(got["C"].astype(np.float32), reference["C"].astype(np.float32),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_epilogues_with_vectors_c_loads_and_math_transpose(epilogues) -> None:
+    rng = np.random.default_rng(22)
+    m, n, k = 100, 260, 256
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    w = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+    values = {"A": a, "W": w, "scale": (rng.random(n) / 64).astype(np.float32),
+              "bias": rng.standard_normal(n).astype(np.float16),
+              "C": np.full((m, n), np.nan, np.float16)}
+    reference, got = run_both(epilogues["bias_relu"], values)
+    np.testing.assert_allclose(got["C"].astype(np.float32), reference["C"].astype(np.float32),
+                               rtol=2e-2, atol=2e-2)
+    values = {"A": a, "W": w, "R": rng.standard_normal((m, n)).astype(np.float16),
+              "rowscale": rng.random(m).astype(np.float32),
+              "C": np.full((m, n), np.nan, np.float32)}
+    reference, got = run_both(epilogues["residual"], values)
+    np.testing.assert_allclose(got["C"], reference["C"], rtol=2e-3, atol=2e-2)
