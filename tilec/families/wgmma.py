@@ -399,6 +399,18 @@ class Wgmma(ProductFamily):
         problem = self.target_problem(options.arch, options.backend)
         if problem is not None:
             return problem
+        problem = self.shaping_problem(block, options)
+        if problem is not None:
+            return problem
+        converted = [op for op in operands if op.source]
+        if converted:
+            return (f"operand {converted[0].role} is converted from {converted[0].source} in "
+                    "registers (wgmma reads its operands from shared memory as stored)")
+        return self.alignment_problem(operands)
+
+    def shaping_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
+        """Why the block's tile or the options shaping its warps rule wgmma out (None when
+        neither does)."""
         problem = self.block_problem(block, options)
         if problem is not None:
             return problem
@@ -406,12 +418,12 @@ class Wgmma(ProductFamily):
             return "an explicit warp grid (wgmma's warpgroups own 64 rows each)"
         if options.swizzle != "auto":
             return "swizzle is fixed (TMA's 128-byte swizzle is wgmma's layout)"
-        converted = [op for op in operands if op.source]
-        if converted:
-            return (f"operand {converted[0].role} is converted from {converted[0].source} in "
-                    "registers (wgmma reads its operands from shared memory as stored)")
+        return None
+
+    def alignment_problem(self, operands: Sequence[OperandPlan]) -> Optional[str]:
+        """Operands whose rows TMA cannot address (not 16-byte aligned as stored)."""
         unaligned = [op.role for op in operands
-                     if op.vec * DType.parse(self.dtypes[0]).bytes != 16]
+                     if op.vec * op.stored_bytes(DType.parse(self.dtypes[0]).bytes) != 16]
         if unaligned:
             return (f"operand{'s' if len(unaligned) > 1 else ''} {', '.join(unaligned)} "
                     "without 16-byte aligned rows (TMA cannot address them)")

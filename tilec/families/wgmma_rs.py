@@ -29,6 +29,7 @@ as the wgmma family takes it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from tilec.backend.context import Context, SmemView
@@ -37,11 +38,12 @@ from tilec.ir.ops import OpDef, require
 from tilec.ir.schedule import WARPGROUP, OperandPlan
 from tilec.ir.types import DType, TileType
 from tilec.options import Options
-from tilec.target.layout import operand_k_major
+from tilec.target.layout import WARP_SIZE, conflict_degree, operand_k_major
 
+from .byte_operands import PAIR_BYTES
 from .mma_sync import convert_registers
 from .product import ExplainShape
-from .wgmma import (ATOM_ROWS, CONSUMER_OVERHEAD, SW128_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
+from .wgmma import (CONSUMER_OVERHEAD, SW128_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
                     WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, _descriptor, _predicate,
                     _strips, _warpgroup, _wgmma_wait, descriptor_offsets, registers_at_entry)
 
@@ -58,6 +60,7 @@ SOURCE_DTYPES = ("i8", "f8e4m3", "f8e5m2")
 A_ROW_ELEMENTS = SW128_BYTES  # BK's unit: one 128-byte swizzle row of A's 8-bit elements
 
 
+@dataclass(frozen=True)
 class WgmmaRsLayout(WgmmaLayout):
     """The m64nN accumulator of the register-A form: the wgmma family's layout."""
 
@@ -230,18 +233,7 @@ class WgmmaRs(Wgmma):
         if not a.k_major:
             return ("operand A is stored with m contiguous: its 8-bit fragments are read two "
                     "adjacent k a register, so k must be contiguous ([M, K])")
-        problem = self.block_problem(block, options)
-        if problem is not None:
-            return problem
-        if options.warps is not None:
-            return "an explicit warp grid (wgmma's warpgroups own 64 rows each)"
-        if options.swizzle != "auto":
-            return "swizzle is fixed (TMA's 128-byte swizzle is wgmma's layout)"
-        unaligned = [op.role for op in operands if op.vec * op.stored_bytes(2) != 16]
-        if unaligned:
-            return (f"operand{'s' if len(unaligned) > 1 else ''} {', '.join(unaligned)} "
-                    "without 16-byte aligned rows (TMA cannot address them)")
-        return None
+        return self.shaping_problem(block, options) or self.alignment_problem(operands)
 
     def block_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
         problem = super().block_problem(block, options)
@@ -277,11 +269,13 @@ class WgmmaRs(Wgmma):
         for register in range(A_REGISTERS):
             yield [int(offsets[lane // 4 + 8 * (register % 2),
                                2 * (lane % 4) + 8 * (register // 2)])
-                   for lane in range(32)]
+                   for lane in range(WARP_SIZE)]
 
     def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
-        from tilec.target.layout import conflict_degree
-        return conflict_degree(addresses, 2 if len(addresses) == 32 else 16)
+        # A warp's 32 two-byte pairs of A (read_addresses), or the 8 sixteen-byte rows of one
+        # of B's core matrices.
+        width = PAIR_BYTES if len(addresses) == WARP_SIZE else 16
+        return conflict_degree(addresses, width)
 
     def warp_tile_text(self, h: ExplainShape) -> str:
         tm, tn = h.warp_tile

@@ -345,8 +345,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     shaping = dataclasses.replace(options or Options(), arch=arch, backend=backend)
     a_in_registers = reads.a_block is not None and \
         WGMMA_RS.target_problem(arch, backend) is None and \
-        WGMMA_RS.block_problem(reads.a_block, shaping) is None and \
-        shaping.warps is None and shaping.swizzle == "auto" and \
+        WGMMA_RS.shaping_problem(reads.a_block, shaping) is None and \
         all(_rows_aligned_at_launch(tensors[t], policy) for t in (name, reads.partner))
     if not (reads.in_registers or a_in_registers):
         return dtype.short, ("registers convert only a k-contiguous operand B, or on sm_90a "
