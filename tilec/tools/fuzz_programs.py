@@ -304,6 +304,10 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
     bk = rng.choice((8, 16, 32) if compute == "f32" else (32, 64) * 4 + (16,) if eight_bit
                     else (16, 32, 64))
+    # Weights converted in registers on wgmma's tiles: BK 128 now and then, where sm_90a
+    # swaps the product onto wgmma's register form (passes/swap_product.py).
+    if kind == "w8" and hopper_tile and rng.random() < 0.5:
+        bk = 128
     batched = rng.random() < 0.15
     features: set[str] = {kind} | ({"batched"} if batched else set())
     if kind in ("fp8", "w8") and (dtypes["A"] in FP8 or dtypes["B"] in FP8):
