@@ -13,7 +13,8 @@ conversion to move). Applies where all of these hold, else returns the kernel un
 says why in ``kernel.schedule.swap`` (only where the product converts an 8-bit B, the only
 case it is for):
 
-- the target is sm_90a with a backend emitting wgmma;
+- the target is sm_90a with a backend emitting wgmma, without clusters (they share B along
+  the grid's m axis, which the swapped B, A.T, moves along);
 - the product is ``A[m, k] @ W.T[k, n].to(dtype)``: A a 2-D tensor parameter, W a 2-D 8-bit
   one read through its transpose (k contiguous, an nn.Linear weight), the accumulator a
   zero-filled tile;
@@ -123,6 +124,15 @@ def _match(kernel: Kernel) -> tuple[Optional[_Match], str]:
                   view.operands[0]), ""
 
 
+def _cluster_problem(options: Options) -> Optional[str]:
+    # A cluster pairs blocks along the grid's first axis (m) to share B; swapped, B is A.T,
+    # whose tile moves along m.
+    if options.cluster > 1:
+        return (f"cluster={options.cluster} shares B between blocks along the grid's first "
+                "axis (m), along which the swapped product's B (A.T) moves")
+    return None
+
+
 def _epilogue_problem(kernel: Kernel, match: _Match) -> Optional[str]:
     definitions = op_definitions()
     before = kernel.body.ops[:kernel.body.ops.index(match.loop)]
@@ -170,7 +180,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     if match is None:
         return _noted(kernel, why)
     why = (WGMMA_RS.target_problem(options.arch, options.backend)
-           or _epilogue_problem(kernel, match) or _swapped_block_problem(match, kernel, options))
+           or _cluster_problem(options) or _epilogue_problem(kernel, match)
+           or _swapped_block_problem(match, kernel, options))
     if why is not None:
         return _noted(kernel, why)
     kernel = clone_kernel(kernel)

@@ -372,7 +372,13 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("w8a16_swapped", "f16", "sm_90a", shapes, **more)
     for shapes, more in ((DIVISIBLE, {}), (RAGGED, dict(BA=256, stages=2, persistent=True)),
                          (RAGGED, dict(BW=256, BA=64, warpgroup_rows=128)),
-                         (DIVISIBLE, dict(BK=256, stages=2, cluster=2)))]
+                         (DIVISIBLE, dict(BK=256, stages=2, cluster=2)))] + [
+    # The w8a16 sample as written, swapped onto the register form by swap_product, in the
+    # schedules of wgmma: split-K, stream-K, pingpong.
+    case("w8a16", "f16", "sm_90a", shapes, BK=128, **more)
+    for shapes, more in ((RAGGED, dict(split_k=2)),
+                         (DIVISIBLE, dict(persistent=True, stream_k=True)),
+                         (RAGGED, dict(BN=64, persistent=True, consumers="pingpong")))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

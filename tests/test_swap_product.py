@@ -70,11 +70,14 @@ def test_it_swaps_w8a16_where_the_register_form_takes_the_block() -> None:
     (dict(BK=128), Options(arch="sm_90"), "wgmma needs arch sm_90a"),
     (dict(BK=128, BM=32, BN=64), HOPPER, "BN=32 is not a multiple of 64"),
     (dict(BK=128), Options(arch="sm_90a", warps=(2, 2)), "an explicit warp grid"),
+    (dict(BK=128), Options(arch="sm_90a", cluster=2), "along which the swapped product's B"),
 ])
 def test_where_it_declines_it_says_why_and_keeps_the_product(consts, options, why) -> None:
-    kernel = run_pipeline(w8a16().lower(**consts), options).kernel
-    assert not kernel.schedule.swap.swapped and why in kernel.schedule.swap.why
-    assert kernel.schedule.tiling.kind == "mma"
+    kernel = w8a16().lower(**consts)
+    swap = swap_product.run(kernel, options).schedule.swap
+    assert not swap.swapped and why in swap.why
+    if options.cluster == 1:  # the kept product on mma.sync, which takes no clusters
+        assert run_pipeline(kernel, options).kernel.schedule.tiling.kind == "mma"
 
 
 def test_it_can_be_disabled_and_says_nothing_of_other_products() -> None:
@@ -154,3 +157,25 @@ def test_epilogues_with_vectors_c_loads_and_math_transpose(epilogues) -> None:
               "C": np.full((m, n), np.nan, np.float32)}
     reference, got = run_both(epilogues["residual"], values)
     np.testing.assert_allclose(got["C"], reference["C"], rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("consts, options", [
+    (dict(BK=128), dict(split_k=3)),
+    (dict(BM=128, BN=128, BK=128), dict(persistent=True, stream_k=True)),
+    (dict(BM=128, BN=64, BK=128), dict(persistent=True, consumers="pingpong")),
+    (dict(BM=256, BN=64, BK=128), dict(raster_group=4)),
+], ids=["split-k", "stream-k", "pingpong", "256x64"])
+def test_the_swapped_product_in_the_schedules_of_wgmma(consts, options) -> None:
+    """Split-K slices, stream-K parts and pingpong turns over the swapped product, in the
+    executor against float64 (one rounding per wgmma, then one to f16)."""
+    rng = np.random.default_rng(23)
+    m, n, k = 150, 300, 520
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    w = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+    scale = (rng.random(n) / 64).astype(np.float32)
+    kernel = run_pipeline(w8a16().lower(**consts), Options(arch="sm_90a", **options)).kernel
+    assert kernel.schedule.swap.swapped and kernel.schedule.tiling.kind == "wgmma_rs"
+    values = {"A": a, "W": w, "scale": scale, "C": np.full((m, n), np.nan, np.float16)}
+    run_kernel(kernel, values, ops=op_catalogue())
+    exact = (a.astype(np.float64) @ w.astype(np.float64).T) * scale
+    assert np.linalg.norm(values["C"] - exact) / np.linalg.norm(exact) < 2e-3
