@@ -467,25 +467,19 @@ def test_every_sample_is_covered():
     assert covered == {p.stem for p in SAMPLES.glob("*.py")}
 
 
-@pytest.mark.parametrize("sample", sorted(WGMMA_ONLY_SAMPLES))
-def test_wgmma_only_samples_are_refused_naming_the_ptx_backend(sample, monkeypatch):
+# Each refused sample with the arch it is refused on: sm_90, or sm_90a for the wgmma-only ones.
+REFUSALS = sorted([(sample, "sm_90", why) for sample, why in REFUSED_SAMPLES.items()]
+                  + [(sample, "sm_90a", why) for sample, why in WGMMA_ONLY_SAMPLES.items()])
+
+
+@pytest.mark.parametrize("sample, arch, why", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_samples_without_llvm_emitters_are_refused_by_name(sample, arch, why, monkeypatch):
     from tilec.kernel import load_file
     monkeypatch.setattr(target, "compile_ir", never_called)
     function = next(iter(load_file(SAMPLES / f"{sample}.py").values()))
     with pytest.raises(TileConfigError) as err:
-        function.compile(backend="llvm", arch="sm_90a")
-    assert WGMMA_ONLY_SAMPLES[sample] in str(err.value)
-    assert "backend='ptx'" in str(err.value)
-
-
-@pytest.mark.parametrize("sample", sorted(REFUSED_SAMPLES))
-def test_samples_without_llvm_emitters_are_refused_by_name(sample, monkeypatch):
-    from tilec.kernel import load_file
-    monkeypatch.setattr(target, "compile_ir", never_called)
-    function = next(iter(load_file(SAMPLES / f"{sample}.py").values()))
-    with pytest.raises(TileConfigError) as err:
-        function.compile(backend="llvm", arch="sm_90")
-    assert REFUSED_SAMPLES[sample] in str(err.value)
+        function.compile(backend="llvm", arch=arch)
+    assert why in str(err.value)
     assert "backend='ptx'" in str(err.value)
 
 
