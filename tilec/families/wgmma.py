@@ -173,7 +173,7 @@ def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int
 WGMMA_TYPES = {F16: "f16", BF16: "bf16"}
 
 
-def _warpgroup(ctx: Context) -> str:
+def warpgroup_index(ctx: Context) -> str:
     """This consumer thread's warpgroup index (tid / 128): computed once, and made
     warp-uniform where it is used (kept uniform from the kernel's entry on, it cost the
     fused 128x256 bf16 epilogue a spilled register)."""
@@ -181,7 +181,7 @@ def _warpgroup(ctx: Context) -> str:
     return ctx.warp_uniform(index)
 
 
-def _descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: int = 0) -> str:
+def operand_descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: int = 0) -> str:
     """The 64-bit descriptor of this warpgroup's piece of operand ``role`` at ``k0``: of A,
     its m64 ``strip`` (the second of a 128-row warpgroup's starts 64 rows on)."""
     layout, eb = view.buffer.layout, view.buffer.elem_bytes
@@ -198,8 +198,8 @@ def _descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: int = 0
     if start is None:
         address = view.address
         if role == "A":
-            rows = WGMMA_M * _strips(ctx)
-            address = ctx.mad(_warpgroup(ctx), d.start(rows, 0, eb), address)
+            rows = WGMMA_M * warpgroup_strips(ctx)
+            address = ctx.mad(warpgroup_index(ctx), d.start(rows, 0, eb), address)
         start = ctx.int_op("and.b32", ctx.int_op("shr.u32", address, 4), 0x3FFF)
         ctx.op_state[key] = start
     lo = ctx.int_op("add.s32", start, d.start(WGMMA_M * strip, k0, eb) >> 4)
@@ -210,7 +210,7 @@ def _descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: int = 0
     return desc
 
 
-def _strips(ctx: Context) -> int:
+def warpgroup_strips(ctx: Context) -> int:
     """The m64 instructions a warpgroup issues per k step: 2 with 128-row warpgroups."""
     return ctx.plan.warp_tile[0] // STRIP_ROWS
 
@@ -224,17 +224,18 @@ def strip_products(ctx: Context, view_a: SmemView, view_b: SmemView, acc: Sequen
     that ptxas keeps them in flight together. ``scale_d`` is the predicate register of
     ``D = A B + D`` (true), or for each strip's first instruction of a ``fresh`` product
     (``wgmma.mma {fresh}``: promoted accumulation) of ``D = A B`` (false)."""
-    accumulate = ctx.w.once("wgmma_scale_d", lambda: _predicate(ctx, True))
-    start = ctx.w.once("wgmma_scale_d_false", lambda: _predicate(ctx, False)) if fresh else None
-    strips = _strips(ctx)
+    accumulate = ctx.w.once("wgmma_scale_d", lambda: predicate_register(ctx, True))
+    start = (ctx.w.once("wgmma_scale_d_false", lambda: predicate_register(ctx, False))
+             if fresh else None)
+    strips = warpgroup_strips(ctx)
     per_strip = len(acc) // strips
     ctx.w.emit("wgmma.fence.sync.aligned;")
     for k0 in range(0, bk, k_step):
         desc_b = None  # the strips share B's; made after the first strip's A (as before)
         scale_d = start if fresh and k0 == 0 else accumulate
         for strip in range(strips):
-            desc_a = _descriptor(ctx, view_a, "A", k0, strip)
-            desc_b = desc_b or _descriptor(ctx, view_b, "B", k0)
+            desc_a = operand_descriptor(ctx, view_a, "A", k0, strip)
+            desc_b = desc_b or operand_descriptor(ctx, view_b, "B", k0)
             registers = ", ".join(acc[strip * per_strip:(strip + 1) * per_strip])
             ctx.w.emit(instruction(registers, desc_a, desc_b, scale_d))
     ctx.w.emit("wgmma.commit_group.sync.aligned;")
@@ -264,12 +265,12 @@ def _wgmma(ctx: Context, op: Op) -> None:
     ctx.bind(op.result, list(acc))
 
 
-def _wgmma_wait(ctx: Context, op: Op) -> None:
+def emit_wait(ctx: Context, op: Op) -> None:
     """``wgmma.wait``: every group but the newest ``in_flight`` has completed."""
     ctx.w.emit(f"wgmma.wait_group.sync.aligned {op.attrs['in_flight']};")
 
 
-def _predicate(ctx: Context, value: bool) -> str:
+def predicate_register(ctx: Context, value: bool) -> str:
     reg = ctx.w.reg("pred")
     ctx.w.emit(f"setp.{'ne' if value else 'eq'}.u32 {reg}, 1, 0;")
     return reg
@@ -377,7 +378,7 @@ class Wgmma(ProductFamily):
     read_name = "wgmma"
     explain_text = ExplainText("(none: wgmma reads shared memory)", "wgmma.mma_async",
                                "warpgroup", "-", "wgmma", "core matrices", ())
-    emitters = {"wgmma.mma": _wgmma, "wgmma.wait": _wgmma_wait}
+    emitters = {"wgmma.mma": _wgmma, "wgmma.wait": emit_wait}
     row_elements = SW128_BYTES // 2  # elements of one 128-byte swizzle row
 
     def op_defs(self) -> tuple[OpDef, ...]:

@@ -31,7 +31,7 @@ from tilec.target.layout import operand_k_major
 
 from .product import ExplainShape
 from .wgmma import (SW128_BYTES, WGMMA_K_BYTES, WGMMA_M, WGMMA_MMA, WGMMA_WAIT, Wgmma,
-                    WgmmaLayout, _wgmma_wait, descriptor_offsets, fresh_or_given,
+                    WgmmaLayout, descriptor_offsets, emit_wait, fresh_or_given,
                     strip_products, warpgroup_tile_text)
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class Wgmma8(Wgmma):
     granule_why = " (wgmma m64nNk32: 16 rows a warp, N a multiple of 8)"
     instruction = (WGMMA_M, 0, WGMMA8_K)
     layout = Wgmma8Layout
-    emitters = {"wgmma.mma": _wgmma8, "wgmma.wait": _wgmma_wait}
+    emitters = {"wgmma.mma": _wgmma8, "wgmma.wait": emit_wait}
     row_elements = SW128_BYTES  # 128 one-byte elements a 128-byte swizzle row
 
     def op_defs(self) -> tuple[OpDef, ...]:

@@ -44,8 +44,9 @@ from .byte_operands import PAIR_BYTES
 from .mma_sync import convert_registers
 from .product import ExplainShape
 from .wgmma import (CONSUMER_OVERHEAD, SW128_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
-                    WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, _descriptor, _predicate,
-                    _strips, _warpgroup, _wgmma_wait, descriptor_offsets, registers_at_entry)
+                    WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, descriptor_offsets, emit_wait,
+                    operand_descriptor, predicate_register, registers_at_entry,
+                    warpgroup_index, warpgroup_strips)
 
 if TYPE_CHECKING:
     from tilec.cpu.interpreter import InterpState
@@ -79,7 +80,7 @@ def _fragment_base(ctx: Context, view: SmemView) -> tuple[str, str]:
         t2 = ctx.int_op("shl.b32", ctx.int_op("and.b32", lane, 3), 1)
         # Rows of this warp in its warpgroup's strip 0, then the warpgroup's rows.
         row = ctx.mad(ctx.int_op("and.b32", warp, 3), 16, g)
-        row = ctx.mad(_warpgroup(ctx), WGMMA_M * _strips(ctx), row)
+        row = ctx.mad(warpgroup_index(ctx), WGMMA_M * warpgroup_strips(ctx), row)
         return ctx.mad(row, SW128_BYTES, t2), ctx.int_op("shl.b32", g, 4)
     offset, chunk = ctx.w.once(ctx.thread_key("wgmma_rs_lane"), lane_parts)
     return ctx.int_op("add.s32", view.address, offset), chunk
@@ -121,9 +122,9 @@ def _wgmma_rs(ctx: Context, op: Op) -> None:
     bn, bk = ctx.plan.block[1], ctx.plan.block[2]
     trans_b = 0 if operand_k_major("B", view_b.buffer.layout) else 1
     w = ctx.w
-    strips = _strips(ctx)
+    strips = warpgroup_strips(ctx)
     per_strip = len(acc) // strips
-    accumulate = w.once("wgmma_scale_d", lambda: _predicate(ctx, True))
+    accumulate = w.once("wgmma_scale_d", lambda: predicate_register(ctx, True))
     base, chunk = _fragment_base(ctx, view_a)
     for step, k0 in enumerate(range(0, bk, WGMMA_K)):
         index = step % REGISTER_SETS
@@ -132,7 +133,7 @@ def _wgmma_rs(ctx: Context, op: Op) -> None:
         for strip in range(strips):
             _load_fragment(ctx, base, chunk, k0, strip, source, product, sets[strip])
         w.emit("wgmma.fence.sync.aligned;")
-        desc_b = _descriptor(ctx, view_b, "B", k0)
+        desc_b = operand_descriptor(ctx, view_b, "B", k0)
         for strip in range(strips):
             registers = ", ".join(acc[strip * per_strip:(strip + 1) * per_strip])
             w.emit(f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{bn}k{WGMMA_K}.f32."
@@ -208,7 +209,7 @@ class WgmmaRs(Wgmma):
     name = "wgmma_rs"
     layout = WgmmaRsLayout
     product_op = PRODUCT_OP
-    emitters = {PRODUCT_OP: _wgmma_rs, "wgmma.wait": _wgmma_wait}
+    emitters = {PRODUCT_OP: _wgmma_rs, "wgmma.wait": emit_wait}
     row_elements = A_ROW_ELEMENTS
     granule_why = " (wgmma m64nNk16 with A in registers: 16 rows a warp, N a multiple of 8)"
 
