@@ -179,3 +179,11 @@ def test_the_swapped_product_in_the_schedules_of_wgmma(consts, options) -> None:
     run_kernel(kernel, values, ops=op_catalogue())
     exact = (a.astype(np.float64) @ w.astype(np.float64).T) * scale
     assert np.linalg.norm(values["C"] - exact) / np.linalg.norm(exact) < 2e-3
+
+
+def test_the_compile_summary_says_the_tile_is_c_transposed() -> None:
+    from tilec.tools.compile_command import summary
+    compiled = w8a16().compile(arch="sm_90a", BM=128, BN=64, BK=128)
+    assert "tile 64x128x128 of C.T (swapped: C.T = W @ A.T)" in summary(compiled)
+    plain = w8a16().compile(arch="sm_90a", BM=128, BN=64, BK=64)
+    assert "tile 128x64x64, " in summary(plain)

@@ -49,7 +49,9 @@ def summary(compiled: Compiled) -> str:
     rendered = compiled.rendered
     parts = [compiled.options.arch]
     if plan is not None:
-        parts.append("tile " + "x".join(str(d) for d in plan.block))
+        swapped = schedule.swap is not None and schedule.swap.swapped
+        parts.append("tile " + "x".join(str(d) for d in plan.block)
+                     + (" of C.T (swapped: C.T = W @ A.T)" if swapped else ""))
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
         if family_of(plan).f32_math == "tf32":  # not the default: say the products round
             parts.append("tf32 tensor cores")
