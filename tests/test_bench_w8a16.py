@@ -39,9 +39,10 @@ class Dequantized(bench.Contender):
         return run, f"{self.name} config"
 
 
-def test_the_default_rows_are_the_skinny_decode_step_and_4096():
+def test_the_default_rows_are_a_decode_step_512_rows_and_4096():
     cases = w8a16.w8a16_cases(None)
     assert [(c.M, c.N, c.K, c.dtype) for c in cases] == [(16, 8192, 8192, "f16"),
+                                                           (512, 8192, 8192, "f16"),
                                                            (4096, 4096, 4096, "f16")]
     assert cases[0].shape == "16x8192x8192 w8a16"
     # A f16, W int8 (half of f16's bytes), the scales f32, C f16.

@@ -34,7 +34,9 @@ from tilec.launch.packing import DEQUANTIZE_MIN_ROWS
 from tilec.benchmarking.results import CaseResult, References
 from tilec.benchmarking.timing import Timer
 
-W8A16_SIZES = ((16, 8192, 8192), (4096, 4096, 4096))  # the default sweep of --w8a16
+# The default sweep of --w8a16: a decode step, a batch of 512 rows (wgmma's register form
+# on sm_90a: passes/swap_product.py), and a square product (W converted at launch).
+W8A16_SIZES = ((16, 8192, 8192), (512, 8192, 8192), (4096, 4096, 4096))
 W8A16_SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "w8a16.py"
 # Rows with few of them (decode steps), by the most rows each configuration takes. The time
 # is reading W, so the blocks keep deep K steps in flight. 16 rows (measured on the H100,

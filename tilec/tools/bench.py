@@ -39,8 +39,8 @@ With ``--epilogue bias_gelu`` the rows are C = gelu(A @ B + bias), f16
 pair) and Triton with the epilogue fused (``tilec/benchmarking/epilogue.py``).
 
 With ``--w8a16`` the rows are weight-only quantization, C = (A @ W.T) * scale with f16 A, int8
-W [N, K] and per-channel f32 scales (``samples/w8a16.py``, default sizes 16x8192x8192 and
-4096), against torch dequantizing W to f16 then torch.matmul
+W [N, K] and per-channel f32 scales (``samples/w8a16.py``, default sizes 16x8192x8192,
+512x8192x8192 and 4096), against torch dequantizing W to f16 then torch.matmul
 (``tilec/benchmarking/w8a16.py``).
 
 Exit status: 0 when every contender passed its check, 1 when one failed or raised, 2 for a
@@ -244,7 +244,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
                         help="time weight-only quantization instead of the bare product: "
                         "C = (A @ W.T) * scale, f16 A, int8 W [N, K], f32 per-channel scales "
                         "(samples/w8a16.py) against torch dequantizing W then torch.matmul "
-                        "(default sizes: 16x8192x8192, 4096)")
+                        "(default sizes: 16x8192x8192, 512x8192x8192, 4096)")
     parser.add_argument("--variant", action="append", default=[], type=parse_variant,
                         metavar="NAME=FLAGS",
                         help="another tilec column, tilec[NAME], compiled with FLAGS (tilec's "
