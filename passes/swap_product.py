@@ -16,8 +16,8 @@ case it is for):
 - the target is sm_90a with a backend emitting wgmma, without clusters (they share B along
   the grid's m axis, which the swapped B, A.T, moves along);
 - the product is ``A[m, k] @ W.T[k, n].to(dtype)``: A a 2-D tensor parameter, W a 2-D 8-bit
-  one read through its transpose (k contiguous, an nn.Linear weight), the accumulator a
-  zero-filled tile;
+  one read through its transpose (k contiguous, an nn.Linear weight), the accumulator the
+  loop's one carried tile, filled before it;
 - after the loop, only ops it can transpose: elementwise ones, casts, broadcasts and
   reshapes, 1-D and 2-D loads and the stores;
 - the wgmma_rs family takes the swapped block (BN x BM x BK: BK a multiple of 128, the
@@ -116,10 +116,10 @@ def _match(kernel: Kernel) -> tuple[Optional[_Match], str]:
     for value in (a_val, b_val, load_w.result):
         if sum(value in op.operands for op in body.ops) != 1:
             return None, "the product's operands have other uses in the loop"
-    index = loop.regions[0].args.index(acc) - 1
+    index = body.args.index(acc) - 1 if acc in body.args else -1
     init = defining_op(loop.operands[3 + index]) if index >= 0 else None
     if init is None or init.name != "tile.full" or len(loop.results) != 1:
-        return None, "the accumulator is not one zero-filled tile"
+        return None, "the accumulator is not the loop's one tile, filled before it"
     return _Match(loop, dot, load_a, load_w, cast, init, load_a.operands[0],
                   view.operands[0]), ""
 
