@@ -33,6 +33,16 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def test_explain_with_sizes_plans_the_launch_under_every_option_given(capsys):
+    """--shape plans the launch's packing with the options as given: pingpong consumers
+    (which need --persistent, given beside them) once crashed it, when only some options
+    reached the plan."""
+    code, stdout, _ = run_cli(capsys, "explain", MATMUL, "--arch", "sm_90a", "--const", "BM=64",
+                              "BN=256", "BK=64", "--persistent", "--consumers", "pingpong",
+                              "--shape", "M=512,N=512,K=512", "--no-ptxas")
+    assert code == 0 and "pingpong" in stdout
+
+
 def write(tmp_path: Path, name: str, body: str) -> str:
     path = tmp_path / name
     path.write_text(MATMUL_HEADER + textwrap.dedent(body))

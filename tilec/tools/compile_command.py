@@ -131,12 +131,9 @@ def row_major_launch(kernel: Kernel, sizes: dict[str, int], options: dict[str, A
     of these sizes: what ``tilec run`` stages host arrays as; with ``peel``, of its whole
     tiles' launch."""
     from tilec.launch.packing import row_major_launch as plan
-    shaping = Options(**{k: v for k, v in options.items()
-                         if k in ("warpgroup_rows", "blocks_per_sm", "consumers", "warps",
-                                  "swizzle")})
-    return plan(kernel, sizes, options.get("pack", Options.pack), written_params(kernel),
-                options.get("arch", Options.arch), options.get("backend", Options.backend),
-                options.get("cluster", Options.cluster), peel, shaping)
+    given = Options(**options)
+    return plan(kernel, sizes, given.pack, written_params(kernel), given.arch, given.backend,
+                given.cluster, peel, given)
 
 
 def _note_launch_packing(fn: TileFunction, consts, sizes, options) -> None:
