@@ -44,9 +44,9 @@ from .byte_operands import PAIR_BYTES
 from .mma_sync import convert_registers
 from .product import ExplainShape
 from .wgmma import (CONSUMER_OVERHEAD, SW128_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
-                    WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, descriptor_offsets, emit_wait,
-                    operand_descriptor, predicate_register, registers_at_entry,
-                    warpgroup_index, warpgroup_strips)
+                    WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, descriptor_fields,
+                    descriptor_offsets, emit_wait, operand_descriptor, predicate_register,
+                    registers_at_entry, warpgroup_index, warpgroup_strips)
 
 if TYPE_CHECKING:
     from tilec.cpu.interpreter import InterpState
@@ -93,22 +93,25 @@ def _register_set(ctx: Context, index: int, strip: int) -> list[str]:
                       lambda: [ctx.w.reg("b32") for _ in range(A_REGISTERS)])
 
 
-def _load_fragment(ctx: Context, base: str, chunk: str, k0: int, strip: int, source: DType,
-                   product: DType, out: list[str]) -> None:
-    """One strip's A fragment at ``k0``: four ``ld.shared.u16`` (rows g and g + 8, k 2t and
-    2t + 8), each pair converted into ``out``."""
-    slab, within = divmod(k0, SW128_BYTES)  # 8-bit elements: one byte each
-    swizzled = ctx.int_op("xor.b32", chunk, within // 16 * 16)
+def _load_fragments(ctx: Context, view: SmemView, base: str, chunk: str, k0: int,
+                    sets: Sequence[list[str]], source: DType, product: DType) -> None:
+    """Each strip's A fragment at ``k0``: four ``ld.shared.u16`` (rows g and g + 8, k 2t and
+    2t + 8), each pair converted into the strip's register set. The lane's swizzled chunk
+    is computed once for the step; the rest is an immediate: where the descriptor of the
+    step's slab and rows would start (:class:`.wgmma.Descriptor`)."""
+    slab_k, within = divmod(k0, SW128_BYTES)  # 8-bit elements: one byte each
+    swizzled = ctx.int_op("xor.b32", chunk, within // 16 * 16) if within else chunk
     address = ctx.int_op("add.s32", base, swizzled)
-    rows = ctx.plan.block[0]
-    raw = []
-    for register in range(A_REGISTERS):
-        row_offset = 8 * (register % 2) * SW128_BYTES + strip * WGMMA_M * SW128_BYTES
-        immediate = slab * rows * SW128_BYTES + row_offset + 8 * (register // 2)
-        reg = ctx.w.reg("b32")
-        ctx.w.emit(f"ld.shared.u16 {reg}, [{address}+{immediate}];")
-        raw.append(reg)
-    convert_registers(ctx, raw, source, product, out)
+    fields = descriptor_fields(view.buffer.layout, "A")
+    for strip, out in enumerate(sets):
+        raw = []
+        for register in range(A_REGISTERS):
+            rows = WGMMA_M * strip + 8 * (register % 2)
+            immediate = fields.start(rows, slab_k * SW128_BYTES, 1) + 8 * (register // 2)
+            reg = ctx.w.reg("b32")
+            ctx.w.emit(f"ld.shared.u16 {reg}, [{address}+{immediate}];")
+            raw.append(reg)
+        convert_registers(ctx, raw, source, product, out)
 
 
 def _wgmma_rs(ctx: Context, op: Op) -> None:
@@ -130,8 +133,7 @@ def _wgmma_rs(ctx: Context, op: Op) -> None:
         index = step % REGISTER_SETS
         w.emit(f"wgmma.wait_group.sync.aligned {REGISTER_SETS - 1};")
         sets = [_register_set(ctx, index, strip) for strip in range(strips)]
-        for strip in range(strips):
-            _load_fragment(ctx, base, chunk, k0, strip, source, product, sets[strip])
+        _load_fragments(ctx, view_a, base, chunk, k0, sets, source, product)
         w.emit("wgmma.fence.sync.aligned;")
         desc_b = operand_descriptor(ctx, view_b, "B", k0)
         for strip in range(strips):
