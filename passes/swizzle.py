@@ -13,6 +13,11 @@ under no swizzle (1 = conflict-free), the figures ``tilec explain`` prints.
 ``options.swizzle``: "auto" searches the candidates for the fewest conflicts (ties go to
 fewer XOR bits); "off" keeps rows linear; a :class:`~tilec.target.layout.Swizzle` is used as given
 after checking that it permutes whole rows of the tile.
+
+Families whose operands TMA writes (wgmma's) take one of TMA's layouts: a slab per swizzle
+span (128, 64 or 32 bytes) the tile's rows take, the one whose reads conflict least, the
+widest on a tie; the ``tma.load`` ops filling it then move one slab a box
+(:func:`~tilec.families.tma_boxes.restage_loads`). ``options.tma_swizzle`` fixes the span.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import functools
 
 from tilec.errors import TileConfigError, located
 from tilec.families.products import family_of
+from tilec.families.tma_boxes import operand_tma_layout, restage_loads
 from tilec.ir.core import Kernel, clone_kernel
 from tilec.ir.schedule import OperandConflicts, OperandPlan, TilingPlan
 from tilec.options import Options
@@ -104,7 +110,11 @@ def _fixed_layout(plan: TilingPlan, op_plan: OperandPlan, candidates: list[SmemL
 
     if options.swizzle == "off" or isinstance(options.swizzle, Swizzle):
         raise ValueError(f"operand {op_plan.role}: {family.name} reads shared memory in "
-                         f"TMA's swizzle only (swizzle='auto')")
+                         f"TMA's swizzle only (swizzle='auto'; tma_swizzle sets its span)")
+    if options.tma_swizzle:
+        # The span asked for, or the error naming the spans that fit.
+        candidates = [operand_tma_layout(op_plan.role, op_plan.layout, elem_bytes,
+                                         options.tma_swizzle)]
     best = min(candidates, key=lambda layout: degrees(layout)[family.read_name])
     return best, degrees(best), degrees(best.with_swizzle(Swizzle()))
 
@@ -144,6 +154,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         for op in kernel.walk():
             if op.name == "smem.stage" and op.operands[0] is buffer:
                 op.result.type = op.result.type.with_(layout=layout)
+        if fixed is not None:
+            restage_loads(kernel, buffer, layout)  # TMA's boxes are one slab of the span
     kernel.schedule = kernel.schedule.with_(
         tiling=dataclasses.replace(plan, operands=tuple(new_operands)), conflicts=tuple(report))
     return kernel

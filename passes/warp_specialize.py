@@ -105,11 +105,11 @@ from tilec.families.products import family_of
 from tilec.families.stream_k import FIXUP, K_BEGIN, K_END
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
-                                SLAB_BYTES, TURN_PASS, TURN_WAIT, WAIT, barrier_type,
-                                tma_layout)
+                                TURN_PASS, TURN_WAIT, WAIT, barrier_type)
+from tilec.families.tma_boxes import operand_tma_layout
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, computed_from,
                             defining_op, find_grid, replace_uses)
-from tilec.ir.schedule import WARPGROUP, PipelinePlan, RolesPlan, TilingPlan
+from tilec.ir.schedule import WARPGROUP, OperandPlan, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.smem import BARRIER_BYTES
@@ -158,16 +158,16 @@ def _k_steps(b: Builder, loop: Op, step: int) -> Value:
 SHARED_BY_CLUSTER = "B"
 
 
-def _box(plan: TilingPlan, role: str, cluster: int) -> dict:
-    """The tma.load attributes of one operand: 128-byte boxes over the stored rows, one a
-    slab, the inner (contiguous) coordinate along the tile dim stored contiguously; the
-    operand a cluster shares is ``multicast``: each block loads 1/cluster of every box's
+def _box(operand: OperandPlan, cluster: int) -> dict:
+    """The tma.load attributes of one operand: boxes one slab of its TMA layout wide (a
+    swizzle span: :func:`~tilec.families.tma_boxes.tma_layout`) over the stored rows, the
+    inner (contiguous) coordinate along the tile dim stored contiguously; the operand a cluster shares is ``multicast``: each block loads 1/cluster of every box's
     rows into all the cluster's blocks."""
-    layout = plan.operand(role).layout
-    inner = SLAB_BYTES // plan.operand(role).stored_bytes(plan.elem_bytes)
-    attrs = {"tensor": plan.operand(role).tensor, "box": [inner, layout.rows],
+    layout = operand.layout
+    inner = layout.slab
+    attrs = {"tensor": operand.tensor, "box": [inner, layout.rows],
              "slabs": layout.cols // inner, "coords": [0, 1] if layout.transposed else [1, 0]}
-    if cluster > 1 and role == SHARED_BY_CLUSTER:
+    if cluster > 1 and operand.role == SHARED_BY_CLUSTER:
         attrs["multicast"] = cluster
     return attrs
 
@@ -236,10 +236,14 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     views = [c.operands[-1] for c in copies]
     buffers = [v.owner.operands[0] for v in views]
     roles = [buffer.owner.attrs["role"] for buffer in buffers]
-    # TMA writes its boxes in 128-byte swizzled slabs: the stages' layout from here on (the
-    # swizzle pass may pick another of TMA's modes).
-    operands = tuple(dataclasses.replace(op_plan, layout=tma_layout(
-        op_plan.layout, op_plan.stored_bytes(plan.elem_bytes))) for op_plan in plan.operands)
+    # TMA writes its boxes in swizzled slabs of the widest span the rows take: the stages'
+    # layout from here on (the swizzle pass may pick another of TMA's spans).
+    try:
+        operands = tuple(dataclasses.replace(op_plan, layout=operand_tma_layout(
+            op_plan.role, op_plan.layout, op_plan.stored_bytes(plan.elem_bytes),
+            options.tma_swizzle)) for op_plan in plan.operands)
+    except ValueError as err:
+        raise located(TileConfigError, str(err), dot.loc, kernel.source_lines) from None
     for view, buffer, role in zip(views, buffers, roles):
         layout = next(op_plan.layout for op_plan in operands if op_plan.role == role)
         buffer.type = buffer.type.with_(shape=(stages, *buffer.type.shape[1:]), layout=layout)
@@ -284,8 +288,8 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     if options.cluster > 1:
         _check_pair_shares_b(kernel, grid, copies, roles, options.cluster)
 
-    # B's stored rows are BK or BN, multiples of 64 (wgmma's block rules): a cluster's
-    # shares of a box are whole 8-row swizzle atoms, as TMA's 128-byte swizzle needs.
+    # B's stored rows are BK or BN, multiples of 16 (wgmma's block rules): a cluster's
+    # shares of a box are whole 8-row swizzle atoms, as TMA's swizzle needs.
     cluster = options.cluster
     pre = Builder(Block(), loop.loc)
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
@@ -335,7 +339,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
             p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
-                 attrs=_box(plan, role, cluster))
+                 attrs=_box(next(o for o in operands if o.role == role), cluster))
     p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
     ploop = Op("scf.for", [*producer_bounds, stage0, parity0], [], dict(loop.attrs),
                [ploop_body], loop.loc)

@@ -218,6 +218,14 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" w8a16_swapped f16 "$RAGGED_IN_PLACE" BW=128 BA=128 BK=128 --stages 3 \
             --persistent --cluster 2
     done
+    # TMA's 64- and 32-byte swizzles (SW64 / SW32 descriptors, boxes of 64 or 32 bytes): an
+    # N-major B of 208 columns and BK 32 (spans 32 and 64) in clusters of two, and the
+    # w8a16 sample at its default BK 64 (the weights' rows 64 bytes) on the register form.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=128 BN=208 BK=32 --stages 4 \
+            --persistent --cluster 2
+        hopper "$tool" w8a16 f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=64 --stages 4
+    done
     # A [K, N] B whose rows are 16-byte aligned but off 128-byte lines (N = 1000), re-read
     # by 4096 rows of A: repacked at launch to a 1024-element pitch, then read by TMA.
     sanitize memcheck samples/matmul.py "M=4096,N=1000,K=256" --arch sm_90a \

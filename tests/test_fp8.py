@@ -75,9 +75,14 @@ def test_encode_rounds_to_nearest_even_and_saturates(name: str) -> None:
 # ------------------------------------------------------------------------------ family
 
 def test_fp8_tiles_take_the_fp8_family() -> None:
+    """On sm_90 (and sm_90a with a warp grid given, which wgmma's warpgroups do not take);
+    sm_90a's own choice for the block is wgmma8 (BK 64: TMA's 64-byte swizzle)."""
     for dtype in ("f8e4m3", "f8e5m2"):
-        family = family_for(dtype, "ffma", (128, 128, 64), Options(arch="sm_90a"))
-        assert family.name == "fp8" and family.instruction == (16, 8, 32)
+        for options in (Options(arch="sm_90"), Options(arch="sm_90a", warps=(2, 4))):
+            family = family_for(dtype, "ffma", (128, 128, 64), options)
+            assert family.name == "fp8" and family.instruction == (16, 8, 32)
+        assert family_for(dtype, "ffma", (128, 128, 64), Options(arch="sm_90a")).name == \
+            "wgmma8"
 
 
 F32_OUT = """
@@ -103,7 +108,8 @@ def test_the_lowered_kernel_matches_float64_of_the_decoded_values(name: str,
                                                                   config: dict) -> None:
     kernel = run_pipeline(lowered(F32_OUT.replace("f8e4m3", name)).lower(),
                           Options(**config)).kernel
-    assert kernel.schedule.tiling.kind == "fp8"
+    # sm_90a takes the 64x64x64 block on wgmma8 (TMA's 64-byte swizzle), in one stage.
+    assert kernel.schedule.tiling.kind == ("wgmma8" if config["arch"] == "sm_90a" else "fp8")
     rng = np.random.default_rng(4)
     m, n, k = 70, 45, 100
     a = fp8.encode(rng.standard_normal((m, k)) * 4, name)
@@ -194,8 +200,9 @@ def test_a_row_major_b_is_refused() -> None:
 
 def test_the_ptx_names_isa_8_4_and_the_e4m3_mma() -> None:
     function = load_file(SAMPLES / "fp8_gemm.py")["fp8_gemm"]
-    for arch in ("sm_90", "sm_90a"):
-        ptx = function.ptx(arch=arch)
+    # sm_90a with a warp grid given: mma.sync (wgmma8 takes the sample's block otherwise).
+    for arch, options in (("sm_90", {}), ("sm_90a", {"warps": (2, 4)})):
+        ptx = function.ptx(arch=arch, **options)
         assert f".version 8.4\n.target {arch}\n" in ptx
         mmas = [line for line in ptx.splitlines() if "mma.sync" in line]
         assert mmas and all("m16n8k32.row.col.f32.e4m3.e4m3.f32" in line for line in mmas)

@@ -132,16 +132,17 @@ def test_evaluate_batches_selects_and_applies_math():
 
 def test_generated_kernels_cover_the_new_parts():
     rng = random.Random(7)
-    programs = [fuzz_programs.generate_matmul(rng, i) for i in range(500)]
+    programs = [fuzz_programs.generate_matmul(rng, i) for i in range(800)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
             "compile_time_if", "pingpong", "warpgroup_rows_128", "cluster",
-            "cluster_batched", "wgmma_split_k"} <= features
+            "cluster_batched", "wgmma_split_k", "tma_swizzle_64", "tma_swizzle_32"} <= features
     # Split-K's slices take one tile a block: never persistent or in a cluster.
     for program in programs:
         if "wgmma_split_k" in program.features:
-            assert program.hopper_options in fuzz_programs.SPLIT_SCHEDULES or \
-                program.hopper_options.get("warpgroup_rows") == 128
+            schedule = {k: v for k, v in program.hopper_options.items() if k != "tma_swizzle"}
+            assert schedule in fuzz_programs.SPLIT_SCHEDULES or \
+                schedule.get("warpgroup_rows") == 128
     assert any("misaligned_copy_words" in p.features for p in programs)
     assert any("misaligned_store_rows" in p.features for p in programs)
     fp8 = [p for p in programs if "fp8_operand" in p.features]
@@ -157,8 +158,9 @@ def test_batched_clusters_generated_compile_and_assemble():
     clusters = [s for s in fuzz_programs.HOPPER_SCHEDULES if s.get("cluster")]
     assert {s.get("persistent", False) for s in clusters} == {False, True}
     rng = random.Random(5)
-    wgmma = (p for p in (fuzz_programs.generate_matmul(rng, i) for i in range(400))
-             if p.batched and p.hopper_options and "int8" not in p.features)
+    wgmma = (p for p in (fuzz_programs.generate_matmul(rng, i) for i in range(1000))
+             if p.batched and p.hopper_options and "int8" not in p.features
+             and "tma_swizzle" not in p.hopper_options)
     program = next(p for p in wgmma
                    if fuzz.run_program(dataclasses.replace(p, hopper_options={})).outcome
                    == "compiled")

@@ -116,12 +116,13 @@ def test_an_h100_compiles_for_sm_90a_by_default() -> None:
     ("A", False, 128, 64), ("A", False, 64, 128), ("A", True, 64, 192),
     ("B", False, 64, 256), ("B", True, 128, 64), ("B", True, 256, 128),
 ])
-def test_descriptors_read_exactly_where_the_tma_layout_stores(role, transposed, rows,
-                                                              cols) -> None:
-    """The wgmma descriptor model (start, LBO, SBO, 128-byte swizzle on addresses) and the
-    shared layout TMA fills agree on every element of every k16 piece: the two are written
-    independently, so this pins both."""
-    layout = tma_layout(SmemLayout(rows, cols, transposed=transposed), 2)
+@pytest.mark.parametrize("span", [128, 64, 32])
+def test_descriptors_read_exactly_where_the_tma_layout_stores(role, transposed, rows, cols,
+                                                              span) -> None:
+    """The wgmma descriptor model (start, LBO, SBO, the span's swizzle on addresses) and the
+    shared layout TMA fills agree on every element of every k16 piece, in each of TMA's
+    swizzle spans: the two are written independently, so this pins both."""
+    layout = tma_layout(SmemLayout(rows, cols, transposed=transposed), 2, span)
     k_extent = cols if (role == "A") != transposed else rows
     mn_extent = rows if (role == "A") != transposed else cols
     for mn0, k0 in itertools.product(range(0, mn_extent, 64), range(0, k_extent, 16)):
@@ -154,6 +155,60 @@ def test_lowered_hopper_kernels_compute_the_product(sample, dtype, stages, const
     got = run_lowered(kernel, arrays, dtype)
     assert not np.isnan(got).any()
     assert relative_error(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("sample, consts, options, spans", [
+    ("matmul", {"BN": 208}, {}, {"A": 128, "B": 32}),
+    ("matmul", {"BN": 160}, {"persistent": True}, {"A": 128, "B": 64}),
+    ("matmul", {"BK": 32}, {"tma_swizzle": 64}, {"A": 64, "B": 64}),
+    ("matmul", {"BK": 16, "BN": 96}, {"tma_swizzle": 32}, {"A": 32, "B": 32}),
+    ("matmul", {"BN": 256}, {"tma_swizzle": 32}, {"A": 32, "B": 32}),
+    ("matmul_bt", {"BN": 208, "BK": 64}, {"cluster": 2}, {"A": 128, "B": 128}),
+    ("matmul_bt", {"BN": 208, "BK": 32}, {"cluster": 2, "tma_swizzle": 32},
+     {"A": 32, "B": 32}),
+    ("matmul_bt", {}, {"tma_swizzle": 64}, {"A": 64, "B": 64}),
+])
+def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spans) -> None:
+    """Rows that are not whole 128-byte spans (an N-major B of 208 or 160 columns, BK 32 or
+    16) take TMA's 64- or 32-byte swizzle, each operand the widest its rows take, or the
+    span ``tma_swizzle`` asks for: the boxes, the layout, the descriptors' layout bits and
+    SBO follow it, and the executor, reading where the descriptors point, computes the
+    product."""
+    consts = {"BM": 128, "BN": 128, "BK": 64, **consts}
+    kernel = load_sample(sample, "f16").lower(**consts)
+    result = run_pipeline(kernel, Options(arch="sm_90a", stages=3, **options), keep_ir=True)
+    lowered = result.kernel
+    assert lowered.schedule.tiling.kind == "wgmma"
+    for op_plan in lowered.schedule.tiling.operands:
+        assert op_plan.layout.slab * 2 == spans[op_plan.role], op_plan
+    boxes = {op.attrs["tensor"]: op.attrs["box"][0] * 2 for op in lowered.walk()
+             if op.name == "tma.load"}
+    assert boxes == spans
+    # The descriptors' high words: SBO (8 rows of the span, in 16-byte units) and the
+    # layout (1: 128 bytes, 2: 64, 3: 32) in bits 62-63.
+    codes = {128: 1, 64: 2, 32: 3}
+    ptx = load_sample(sample, "f16").ptx(arch="sm_90a", stages=3, **consts, **options)
+    highs = {int(word) for word in re.findall(r"mov\.b64 %rd\d+, \{%r\d+, (\d+)\};", ptx)}
+    assert highs == {span // 2 | codes[span] << 30 for span in spans.values()}
+    rng = np.random.default_rng(11)
+    arrays = random_inputs(lowered, rng)
+    if sample == "matmul_bt":
+        want = _reference({"A": arrays["A"], "B": arrays["B"].T}, "f16")
+    else:
+        want = _reference(arrays, "f16")
+    got = run_lowered(lowered, arrays)
+    assert not np.isnan(got).any()
+    assert relative_error(got, want) < 1e-5
+
+
+def test_a_tma_swizzle_the_rows_do_not_take_is_an_error_naming_the_operand() -> None:
+    kernel = load_sample("matmul", "f16").lower(BM=128, BN=208, BK=64)
+    with pytest.raises(TileConfigError) as caught:
+        run_pipeline(kernel, Options(arch="sm_90a", stages=3, tma_swizzle=64))
+    message = str(caught.value)
+    assert "operand B: rows of 208 16-bit elements (416 bytes) are not a whole number of " \
+        "64-byte TMA swizzle spans (spans that fit: 32)" in message
+    assert "matmul.py:" in message and "^" in message
 
 
 @pytest.mark.parametrize("schedule", [{}, {"cluster": 2}, {"persistent": True},
@@ -342,7 +397,10 @@ def test_setmaxnreg_asks_only_for_registers_the_block_holds(consumer_warpgroups,
 
 @pytest.mark.parametrize("options, reason", [
     (dict(swizzle="off", BM=128, BN=256, BK=64), "swizzle is fixed"),
-    (dict(BM=128, BN=128, BK=32), "BK=32 is not a multiple of 64"),
+    (dict(BM=128, BN=128, BK=64, warps=(2, 4)), "an explicit warp grid"),
+    (dict(BM=96, BN=128, BK=64), "BM=96 is not 64 to 256"),
+    (dict(BM=128, BN=128, BK=32), "BK=32 is under 64: a stage of so few k16 steps ran slower "
+                                  "on wgmma than on mma.sync"),
     (dict(BM=16, BN=64, BK=128, warps=(1, 4)), "BM=16 is not 64 to 256"),
 ])
 def test_explain_says_why_an_sm_90a_kernel_is_not_on_the_wgmma_path(options, reason) -> None:

@@ -77,9 +77,12 @@ def test_an_8_bit_fragment_register_holds_the_bytes_of_the_16_bit_one() -> None:
 
 
 def test_i8_tiles_take_the_int8_family_on_every_target() -> None:
+    """On sm_90a with a warp grid given: its own choice for the block is wgmma8."""
     for arch in ("sm_80", "sm_86", "sm_90", "sm_90a"):
-        family = family_for("i8", "ffma", (128, 128, 64), Options(arch=arch))
+        warps = {"warps": (2, 4)} if arch == "sm_90a" else {}
+        family = family_for("i8", "ffma", (128, 128, 64), Options(arch=arch, **warps))
         assert family.name == "int8" and family.instruction == (16, 8, 32)
+    assert family_for("i8", "ffma", (128, 128, 64), Options(arch="sm_90a")).name == "wgmma8"
 
 
 # ------------------------------------------------------------------------- execution
@@ -104,7 +107,7 @@ CONFIGS = [
     dict(disable=("double_buffer",)),
     # A without aligned vectors: byte-by-byte copies through registers.
     dict(spec=Spec(tensors=(("A", TensorSpec(1, 1)),))),
-    dict(arch="sm_90a"),
+    dict(arch="sm_90a", warps=(2, 2)),
 ]
 
 
@@ -172,7 +175,9 @@ def run_split(splits: int, shapes: dict[str, int], seed: int,
               **options: Any) -> tuple[dict[str, Any], np.ndarray]:
     kernel = run_pipeline(lowered(SPLIT_EPILOGUE).lower(), Options(split_k=splits, **options)
                           ).kernel
-    assert kernel.schedule.splits == splits and kernel.schedule.tiling.kind == "int8"
+    # sm_90a: wgmma8 takes the 64x64x32 block (TMA's 32-byte swizzle), its slices too.
+    family = "wgmma8" if options.get("arch") == "sm_90a" else "int8"
+    assert kernel.schedule.splits == splits and kernel.schedule.tiling.kind == family
     rng = np.random.default_rng(seed)
     m, n, k = shapes["M"], shapes["N"], shapes["K"]
     a = rng.integers(-128, 128, size=(m, k)).astype(np.int8)

@@ -297,8 +297,8 @@ def test_gelu_is_the_ptx_backends_erfc_sequence():
 @needs_ptxas
 @pytest.mark.parametrize("sample", ["matmul", "matmul_bt", "gemm_epilogue"])
 def test_sm_90a_kernels_of_the_mma_family_assemble(sample, tmp_path):
-    """sm_90a where wgmma does not apply (the default 128x128x32 tiles): the mma.sync path,
-    selected with LLVM's sm_90a cpu."""
+    """sm_90a where wgmma is not chosen (the default 128x128x32 tiles: BK 32 stays on
+    mma.sync, Wgmma.shallow_problem): the mma.sync path, selected with LLVM's sm_90a cpu."""
     fn = load_sample(sample, "f16")
     llvm = fn.compile(arch="sm_90a", backend="llvm").ptx
     assert ".target sm_90a" in llvm and "wgmma" not in llvm

@@ -378,7 +378,25 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("w8a16", "f16", "sm_90a", shapes, BK=128, **more)
     for shapes, more in ((RAGGED, dict(split_k=2)),
                          (DIVISIBLE, dict(persistent=True, stream_k=True)),
-                         (RAGGED, dict(BN=64, persistent=True, consumers="pingpong")))]
+                         (RAGGED, dict(BN=64, persistent=True, consumers="pingpong")))] + [
+    # TMA's 64- and 32-byte swizzles (descriptor layouts SW64 and SW32): tiles whose rows
+    # are not whole 128-byte spans (an N-major B of BN 208 or 160, BK 32 of f16 or 64 of
+    # 8-bit), one span forced on the tuned tile, and the w8a16 sample at its default BK 64
+    # on the register form.
+    case(sample, dtype, "sm_90a", shapes, **tiles)
+    for sample, dtype, shapes, tiles in (
+        ("matmul", "f16", RAGGED, dict(BM=128, BN=208, BK=64, stages=4)),
+        ("matmul", "bf16", DIVISIBLE, dict(BM=128, BN=160, BK=64, stages=4, persistent=True)),
+        ("matmul", "f16", RAGGED, dict(BM=128, BN=256, BK=32, stages=6, tma_swizzle=64)),
+        ("matmul_bt", "f16", RAGGED, dict(BM=128, BN=208, BK=32, stages=4, cluster=2,
+                                          tma_swizzle=32)),
+        ("gemm_epilogue", "bf16", RAGGED, dict(BM=128, BN=224, BK=64, stages=3)),
+        ("matmul", "f16", DIVISIBLE, dict(BM=128, BN=256, BK=64, stages=3, tma_swizzle=32)),
+        ("int8_gemm", "i8", RAGGED, dict(BM=128, BN=256, BK=64, stages=4)),
+        ("fp8_gemm", "f8e4m3", DIVISIBLE, dict(BM=128, BN=256, BK=64, stages=4,
+                                                persistent=True)),
+        ("w8a16", "f16", RAGGED, dict()),
+        ("w8a16_swapped", "f16", DIVISIBLE, dict(BK=32, stages=6)))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

@@ -59,16 +59,21 @@ def epilogues(tmp_path_factory):
     return load_file(path)
 
 
-def test_it_swaps_w8a16_where_the_register_form_takes_the_block() -> None:
-    kernel = run_pipeline(w8a16().lower(BK=128), HOPPER).kernel
+@pytest.mark.parametrize("bk", [128, 64, 32])
+def test_it_swaps_w8a16_where_the_register_form_takes_the_block(bk) -> None:
+    """BK 128, and the sample's default 64 and 32: W's rows 128, 64 or 32 bytes, in TMA's
+    swizzle of that span."""
+    kernel = run_pipeline(w8a16().lower(BK=bk), HOPPER).kernel
     assert kernel.schedule.swap.swapped
     assert kernel.schedule.tiling.kind == "wgmma_rs"
+    w = next(op for op in kernel.schedule.tiling.operands if op.role == "A")
+    assert w.layout.slab == min(bk, 128)  # one byte an element
 
 
 @pytest.mark.parametrize("consts, options, why", [
-    (dict(BK=64), HOPPER, "BK=64 is not a multiple of 128"),
+    (dict(BK=16), HOPPER, "BK=16 is not a multiple of 32"),
     (dict(BK=128), Options(arch="sm_90"), "wgmma needs arch sm_90a"),
-    (dict(BK=128, BM=32, BN=64), HOPPER, "BN=32 is not a multiple of 64"),
+    (dict(BK=128, BM=64, BN=32), HOPPER, "BM=32 is not 64 to 256"),
     (dict(BK=128), Options(arch="sm_90a", warps=(2, 2)), "an explicit warp grid"),
     (dict(BK=128), Options(arch="sm_90a", cluster=2), "along which the swapped product's B"),
 ])
@@ -126,14 +131,16 @@ def run_both(function, values: dict, **consts) -> tuple[dict, dict]:
     return reference, values
 
 
-def test_w8a16_swapped_matches_the_interpreter_and_float64_at_ragged_sizes() -> None:
+@pytest.mark.parametrize("bk", [128, 64, 32])
+def test_w8a16_swapped_matches_the_interpreter_and_float64_at_ragged_sizes(bk) -> None:
+    """W's rows in TMA's 128-, 64- and 32-byte swizzles."""
     rng = np.random.default_rng(21)
     m, n, k = 150, 200, 300
     a = rng.standard_normal((m, k)).astype(np.float16)
     w = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
     scale = (rng.random(n) / 64).astype(np.float32)
     values = {"A": a, "W": w, "scale": scale, "C": np.full((m, n), np.nan, np.float16)}
-    reference, got = run_both(w8a16(), values, BK=128)
+    reference, got = run_both(w8a16(), values, BK=bk)
     exact = (a.astype(np.float64) @ w.astype(np.float64).T) * scale
     for out in (reference["C"], got["C"]):
         assert np.linalg.norm(out - exact) / np.linalg.norm(exact) < 2e-3
@@ -185,5 +192,5 @@ def test_the_compile_summary_says_the_tile_is_c_transposed() -> None:
     from tilec.tools.compile_command import summary
     compiled = w8a16().compile(arch="sm_90a", BM=128, BN=64, BK=128)
     assert "tile 64x128x128 of C.T (swapped: C.T = W @ A.T)" in summary(compiled)
-    plain = w8a16().compile(arch="sm_90a", BM=128, BN=64, BK=64)
-    assert "tile 128x64x64, " in summary(plain)
+    plain = w8a16().compile(arch="sm_90a", BM=128, BN=64, BK=16)
+    assert "tile 128x64x16, " in summary(plain)

@@ -70,14 +70,16 @@ def test_the_64_row_layout_is_mma_syncs_grid_as_before() -> None:
     assert [layout.warp_origin(w) for w in range(8)] == [(16 * w, 0) for w in range(8)]
 
 
+@pytest.mark.parametrize("span", [128, 64, 32])
 @pytest.mark.parametrize("transposed", [False, True], ids=["K-major", "MN-major"])
-def test_a_descriptor_start_is_linear_in_whole_strips(transposed) -> None:
+def test_a_descriptor_start_is_linear_in_whole_strips(transposed, span) -> None:
     """The emitter adds warpgroup g's 128 rows to the stage address and strip s's 64 rows
-    with k0 to the descriptor: both operand layouts' starts must add up that way, and the
-    element offsets of the strip's descriptor are those of rows 64 s on."""
+    with k0 to the descriptor: both operand layouts' starts must add up that way, in every
+    swizzle span, and the element offsets of the strip's descriptor are those of rows 64 s
+    on."""
     stored = SmemLayout(64, 256, transposed=True) if transposed else SmemLayout(256, 64)
-    layout = tma_layout(stored, 2)
-    d = descriptor_fields(layout, "A")
+    layout = tma_layout(stored, 2, span)
+    d = descriptor_fields(layout, "A", 2)
     for g in range(2):
         for s in range(2):
             for k0 in range(0, 64, 16):
@@ -155,11 +157,11 @@ def test_what_128_row_warpgroups_do_not_fit_is_refused_at_the_product(bm, bn, op
 
 
 def test_a_block_wgmma_declines_anyway_falls_back_as_with_64_rows() -> None:
-    """sm_80 (no wgmma) and BK=32 (no 128-byte row): mma.sync, whose warps the option does
-    not concern, as consumers='pingpong' falls back."""
-    for options in ({"arch": "sm_80"}, {"BK": 32}):
-        kernel = load_sample("matmul", "f16").lower(BM=256, BN=128,
-                                                    BK=options.pop("BK", 64))
+    """sm_80 (no wgmma) and an explicit warp grid (wgmma's warpgroups own their rows):
+    mma.sync, whose warps the option does not concern, as consumers='pingpong' falls
+    back."""
+    for options in ({"arch": "sm_80"}, {"warps": (2, 4)}):
+        kernel = load_sample("matmul", "f16").lower(BM=256, BN=128, BK=64)
         kernel = run_pipeline(kernel, Options(stages=3, **{**ROWS, **options}),
                               keep_ir=True).kernel
         assert kernel.schedule.tiling.kind == "mma" and kernel.schedule.roles is None

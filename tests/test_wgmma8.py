@@ -15,7 +15,7 @@ import pytest
 from tilec.cpu.interpreter import run_kernel
 from tilec.families.catalogue import op_catalogue
 from tilec.families.products import FAMILIES, family_for
-from tilec.families.tma_boxes import SWIZZLE_128B, swizzle_128b, tma_layout
+from tilec.families.tma_boxes import SWIZZLE_128B, swizzle_128b, tma_layout, tma_swizzle
 from tilec.families.wgmma import descriptor_offsets
 from tilec.families.wgmma8 import FAMILY as WGMMA8
 from tilec.ir.schedule import OperandPlan
@@ -38,9 +38,12 @@ def operands(b_k_major: bool = True) -> tuple[OperandPlan, OperandPlan]:
 @pytest.mark.parametrize("dtype", ["i8", "f8e4m3", "f8e5m2"])
 def test_8_bit_tiles_take_wgmma8_on_sm_90a_where_it_applies(dtype: str) -> None:
     assert family_for(dtype, "ffma", (128, 256, 128), HOPPER, operands()).name == "wgmma8"
+    # BK 64 and 32: rows of 64 and 32 bytes, in TMA's 64- and 32-byte swizzles.
+    for bk in (64, 32):
+        assert family_for(dtype, "ffma", (128, 256, bk), HOPPER, operands()).name == "wgmma8"
     fallback = "int8" if dtype == "i8" else "fp8"
-    # BK 64 is half a 128-byte row of 8-bit elements; sm_90 has no wgmma.
-    assert family_for(dtype, "ffma", (128, 256, 64), HOPPER, operands()).name == fallback
+    # BK 16 is half a k32 step; sm_90 has no wgmma.
+    assert family_for(dtype, "ffma", (128, 256, 16), HOPPER, operands()).name == fallback
     assert family_for(dtype, "ffma", (128, 256, 128), Options(arch="sm_90"),
                       operands()).name == fallback
     assert family_for(dtype, "ffma", (128, 256, 128), HOPPER,
@@ -49,17 +52,22 @@ def test_8_bit_tiles_take_wgmma8_on_sm_90a_where_it_applies(dtype: str) -> None:
 
 def test_the_reasons_it_declines() -> None:
     assert "MN-major" in WGMMA8.declined((128, 256, 128), HOPPER, operands(b_k_major=False))
-    assert WGMMA8.declined((128, 256, 64), HOPPER, operands()) == (
-        "BK=64 is not a multiple of 128 (one 128-byte swizzle row)")
+    assert WGMMA8.declined((128, 256, 16), HOPPER, operands()) == (
+        "BK=16 is not a multiple of 32 (32 bytes: TMA's narrowest swizzle span, and one k "
+        "step)")
     assert WGMMA8.declined((128, 256, 128), HOPPER, operands()) is None
     assert [f.name for f in FAMILIES].index("wgmma8") < [f.name for f in FAMILIES].index("int8")
 
 
-def test_tma_swizzle_on_bytes_is_the_descriptors() -> None:
-    """TMA's SWIZZLE_128B permutes 16-byte chunks by row: on 1-byte elements the chunk is 16
-    elements (Swizzle(3, 4, 3)); the shared layout and the descriptors' byte view agree."""
+@pytest.mark.parametrize("span", [128, 64, 32])
+def test_tma_swizzle_on_bytes_is_the_descriptors(span: int) -> None:
+    """TMA's swizzles permute 16-byte chunks by row: on 1-byte elements the chunk is 16
+    elements (Swizzle(3, 4, 3) for 128 bytes); the shared layout and the descriptors' byte
+    view agree in every span."""
     assert swizzle_128b(2) == SWIZZLE_128B and str(swizzle_128b(1)) == "swizzle(3,4,3)"
-    layout = tma_layout(SmemLayout(128, 128), 1)
+    assert str(tma_swizzle(64, 1)) == "swizzle(2,4,3)" and str(tma_swizzle(32, 2)) == \
+        "swizzle(1,3,3)"
+    layout = tma_layout(SmemLayout(128, 128), 1, span)
     for k0 in (0, 32, 64, 96):
         offsets = descriptor_offsets(layout, "A", 64, k0, 64, 1)
         expected = [[layout.offset(64 + m, k0 + k) for k in range(32)] for m in range(64)]

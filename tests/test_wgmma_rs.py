@@ -61,8 +61,12 @@ def test_a_converted_a_takes_wgmma_rs_on_sm_90a_only_where_it_applies() -> None:
 
 
 def test_the_reasons_it_declines() -> None:
-    assert WGMMA_RS.declined((128, 128, 64), HOPPER, operands()) == (
-        "BK=64 is not a multiple of 128 (one 128-byte swizzle row)")
+    assert WGMMA_RS.declined((128, 128, 16), HOPPER, operands()) == (
+        "BK=16 is not a multiple of 32 (32 bytes: TMA's narrowest swizzle span, and one k "
+        "step)")
+    # 64 and 32 bytes of A a row: TMA's 64- and 32-byte swizzles.
+    assert WGMMA_RS.declined((128, 128, 64), HOPPER, operands()) is None
+    assert WGMMA_RS.declined((128, 128, 32), HOPPER, operands()) is None
     assert "k must be contiguous" in WGMMA_RS.declined((128, 128, 128), HOPPER,
                                                        operands(a_k_major=False))
     assert "needs arch sm_90a" in WGMMA_RS.declined((128, 128, 128), Options(arch="sm_90"),
@@ -77,26 +81,30 @@ def test_the_reasons_it_declines() -> None:
 
 def test_the_compile_error_names_the_declined_rule() -> None:
     with pytest.raises(TileConfigError) as err:
-        swapped().ptx(arch="sm_90a", BK=64)
+        swapped().ptx(arch="sm_90a", BK=16)
     message = str(err.value)
     assert "only wgmma's register form does (sm_90a)" in message
-    assert "BK=64 is not a multiple of 128" in message and "^" in message
+    assert "BK=16 is not a multiple of 32" in message and "^" in message
     with pytest.raises(TileConfigError, match="needs arch sm_90a"):
         swapped().ptx(arch="sm_90")
 
 
-def test_a_fragment_pairs_are_the_swizzled_layout_and_conflict_free() -> None:
-    layout = tma_layout(SmemLayout(128, 256), 1)
+@pytest.mark.parametrize("bk, span", [(128, 128), (64, 64), (32, 32)])
+def test_a_fragment_pairs_are_the_swizzled_layout_and_conflict_free(bk: int, span: int) -> None:
+    layout = tma_layout(SmemLayout(128, bk), 1)
+    assert layout.slab == span
     for m0 in (0, 64):
-        for k0 in range(0, 256, 16):
+        for k0 in range(0, bk, 16):
             offsets = a_offsets(layout, m0, k0)
             expected = [[layout.offset(m0 + m, k0 + k) for k in range(16)] for m in range(64)]
             np.testing.assert_array_equal(offsets, expected)
-    kernel = run_pipeline(swapped().lower(), HOPPER).kernel
+    kernel = run_pipeline(swapped().lower(BK=bk), HOPPER).kernel
     assert kernel.schedule.tiling.kind == "wgmma_rs"
     a = next(c for c in kernel.schedule.conflicts if c.role == "A")
-    # The ld.shared.u16 pairs: one wavefront a warp access under TMA's swizzle, 8 without.
-    assert dict(a.chosen)["wgmma"] == 1 and dict(a.linear)["wgmma"] == 8, a
+    assert a.swizzle == str(tma_layout(SmemLayout(128, bk), 1).swizzle)
+    # The ld.shared.u16 pairs: one wavefront a warp access under TMA's swizzle, 8 without
+    # (rows 128 bytes apart), 4 (64) or 2 (32).
+    assert dict(a.chosen)["wgmma"] == 1 and dict(a.linear)["wgmma"] == span // 16, a
 
 
 def run_swapped(function, consts: dict[str, Any], values: dict[str, Any],
@@ -181,7 +189,9 @@ def test_the_ptx_converts_into_alternating_register_sets() -> None:
 @pytest.mark.parametrize("arch, consts, converted, product", [
     ("sm_90a", {}, None, "wgmma_rs"),
     ("sm_90", {}, "f16", "mma"),                   # no register form: W converted at launch
-    ("sm_90a", {"BK": 64}, "f16", "wgmma"),        # A's rows not a 128-byte row: likewise
+    ("sm_90a", {"BK": 64}, None, "wgmma_rs"),      # A's rows 64 bytes: TMA's 64-byte swizzle
+    ("sm_90a", {"BK": 16}, "f16", "mma"),          # half a swizzle span: converted at launch,
+                                                   # and BK 16 of f16 stays on mma.sync
 ])
 def test_the_launch_keeps_the_weights_8_bit_where_registers_convert_them(
         arch, consts, converted, product) -> None:

@@ -33,6 +33,9 @@ CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
 # Rows of the block tile a wgmma consumer warpgroup owns (sm_90a): one m64 instruction per
 # k step, or two.
 WARPGROUP_ROWS = (64, 128)
+# TMA's swizzle span for the operands of warp-specialized (sm_90a) kernels: 0 lets the
+# swizzle pass choose (the widest the tile's rows take), else 128, 64 or 32 bytes.
+TMA_SWIZZLES = (0, 128, 64, 32)
 # How a persistent warp-specialized kernel's consumer warpgroups share the tiles (RolesPlan).
 CONSUMER_MODES = ("cooperative", "pingpong")
 # How wgmma's fp8 products are summed: Options.fp8_accumulation.
@@ -105,7 +108,7 @@ _NAMED_CHOICES = (("pack", PACK_POLICIES), ("misaligned_copy", MISALIGNED_COPIES
                   ("consumers", CONSUMER_MODES), ("fp8_accumulation", FP8_ACCUMULATIONS),
                   ("backend", BACKENDS))
 _INTEGER_CHOICES = (("blocks_per_sm", BLOCKS_PER_SM), ("cluster", CLUSTER_SIZES),
-                    ("warpgroup_rows", WARPGROUP_ROWS),
+                    ("warpgroup_rows", WARPGROUP_ROWS), ("tma_swizzle", TMA_SWIZZLES),
                     ("llvm_opt", LLVM_OPT_LEVELS))
 
 
@@ -180,6 +183,10 @@ class Options:
     # cuBLAS's 256x128 cooperative tile on two warpgroups, or pingpong on 128-row tiles.
     # Each consumer thread then holds BN f32 accumulators, so BN is at most 128 or so.
     warpgroup_rows: int = 64
+    # Warp-specialized (sm_90a) kernels: the span of TMA's swizzle for the operand tiles
+    # (TMA_SWIZZLES; 0: the swizzle pass's choice). A span the tile's rows are not a whole
+    # number of is a compile error naming the operand.
+    tma_swizzle: int = 0
     # Persistent cooperative warp-specialized (sm_90a) kernels: stream-K (CUTLASS's "DP +
     # SK" hybrid, tilec/families/stream_k.py): whole tiles for all waves but the last one or
     # two, whose (tile, K step) work is divided evenly among the blocks; a tile split across

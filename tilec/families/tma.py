@@ -7,7 +7,7 @@ mbarrier. The pipeline is a ring of ``full`` and ``empty`` barrier pairs:
 - producer, iteration i, stage s = i % S, parity p = (i / S) % 2: wait ``empty[s]`` for
   parity p ^ 1 (a fresh barrier has completed the phase before its first, so the first S
   waits pass), ``arrive.expect_tx`` on ``full[s]`` with the stage's bytes, one TMA load a
-  64-element slab of each operand completing on ``full[s]``;
+  slab of each operand (one swizzle span wide: :mod:`.tma_boxes`) completing on ``full[s]``;
 - consumers: wait ``full[s]`` for parity p (the TMA bytes have landed), compute, and one
   thread of each warpgroup arrives on ``empty[s]``.
 
@@ -19,8 +19,8 @@ by thread 0), ``mbar.arrive_expect_tx``, ``tma.load``, ``mbar.wait``, ``mbar.arr
 launcher encodes (:func:`tensor_map_box`).
 
 On the CPU, the producer region runs as a coroutine beside the consumers (one runs at a time,
-switching where a wait cannot complete), a TMA load's elements land, in TMA's 128-byte
-swizzle, when its barrier's phase completes, and a wait that can never complete is an error
+switching where a wait cannot complete), a TMA load's elements land, in TMA's swizzle,
+when its barrier's phase completes, and a wait that can never complete is an error
 naming the barrier.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from . import stream_k
 from .movement import (CompletionWords, Completions, Emitter, Event, MovementFamily, PipelineOps,
                        Tracer)
 from .staged_store import store_rows, store_tile
-from .tma_boxes import (LOAD, MAX_BOX, SLAB_BYTES, Box, box_coordinates, is_tma_store,
+from .tma_boxes import (LOAD, MAX_BOX, SPANS, Box, box_coordinates, is_tma_store,
                         tensor_map_address, thread_is, tma_layout)
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _cluster_rank(ctx: Context) -> str:
 
 
 def _load(ctx: Context, op: Op) -> None:
-    """One cp.async.bulk.tensor.2d per 64-element slab, into consecutive slabs of the stage,
+    """One cp.async.bulk.tensor.2d per slab (one swizzle span wide), into consecutive slabs of the stage,
     each completing its bytes on the stage's full barrier. A ``multicast`` load (a cluster
     of n blocks sharing the tile): this block loads rows [rank / n, (rank + 1) / n) of each
     box into the same place of every block's stage, completing on each block's barrier at
@@ -301,12 +301,14 @@ def _check_load(op: Op) -> None:
     require(_is_barriers(bars), "tma.load completes on a ring of barriers")
     box = Box.of(op)
     layout = view.type.layout
-    require(box.inner * view.type.dtype.bytes == SLAB_BYTES and box.outer <= MAX_BOX,
-            f"a box is {SLAB_BYTES} bytes wide and at most {MAX_BOX} rows")
-    require(isinstance(layout, SmemLayout) and layout == tma_layout(layout, view.type.dtype.bytes)
+    eb = view.type.dtype.bytes
+    require(box.inner * eb in SPANS and box.outer <= MAX_BOX,
+            f"a box is {', '.join(map(str, SPANS))} bytes wide and at most {MAX_BOX} rows")
+    require(isinstance(layout, SmemLayout)
+            and layout == tma_layout(layout, eb, box.inner * eb)
             and (layout.rows, layout.cols) == (box.outer, box.inner * box.slabs),
-            f"TMA fills a stage of 128-byte swizzled slabs, {box.slabs} of {box.outer} x "
-            f"{box.inner}, not {layout}")
+            f"TMA fills a stage of {box.inner * eb}-byte swizzled slabs, {box.slabs} of "
+            f"{box.outer} x {box.inner}, not {layout}")
 
 
 def _check_producer(op: Op) -> None:

@@ -2,11 +2,12 @@
 (:mod:`tilec.families.tma`) and the staged stores (:mod:`tilec.families.staged_store`) share.
 
 A box is one ``cp.async.bulk.tensor`` transfer (PTX ISA 9.7.9.25.5): ``inner x outer``
-elements of a tensor, ``inner`` one 128-byte row under CU_TENSOR_MAP_SWIZZLE_128B, laid in
-shared memory as a slab swizzled by 8-row atom; a tile is several slabs side by side. Here:
-that layout, the box an op moves (:class:`Box`) and the one the launcher encodes a tensor's
-map with (:func:`tensor_map_box`), and the PTX operands every TMA instruction takes (the
-map's address, the box's coordinates, the electing predicates).
+elements of a tensor, ``inner`` one row of the map's swizzle span (CU_TENSOR_MAP_SWIZZLE_128B,
+_64B or _32B: 128, 64 or 32 bytes), laid in shared memory as a slab swizzled by 8-row atom; a
+tile is several slabs side by side. Here: that layout in each span, the box an op moves
+(:class:`Box`) and the one the launcher encodes a tensor's map with (:func:`tensor_map_box`),
+and the PTX operands every TMA instruction takes (the map's address, the box's coordinates,
+the electing predicates).
 """
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from tilec.target.layout import SmemLayout, Swizzle
 
 LOAD, STORE = "tma.load", "tile.store"
 
-SLAB_BYTES = 128  # the inner extent of one box under the 128-byte swizzle
+SLAB_BYTES = 128  # the widest span, and the staged stores' (tma_store)
+# TMA's swizzle spans, widest first: the inner extent in bytes of one box, and of one row of
+# the 8-row atom its 16-byte chunks are permuted in (CU_TENSOR_MAP_SWIZZLE_{128B,64B,32B}).
+SPANS = (128, 64, 32)
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
 
 
@@ -28,31 +32,78 @@ MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
 SWIZZLE_128B = Swizzle(3, 3, 3)
 
 
+def tma_swizzle(span: int, elem_bytes: int) -> Swizzle:
+    """CU_TENSOR_MAP_SWIZZLE_<span>B on elements of ``elem_bytes``: byte address bits 4 up
+    (the 16-byte chunk) XOR-ed with bits 7 up, log2(span / 16) of them, whatever the
+    elements (CUTLASS's Swizzle<3,4,3>, <2,4,3>, <1,4,3> on bytes); its base the elements of
+    one chunk. With span-byte rows that XOR is the row within its 8-row atom, shifted."""
+    return Swizzle((span // 16).bit_length() - 1, (16 // elem_bytes).bit_length() - 1, 3)
+
+
 def swizzle_128b(elem_bytes: int) -> Swizzle:
-    """CU_TENSOR_MAP_SWIZZLE_128B on elements of ``elem_bytes``: the same byte permutation
-    (16-byte chunks by row modulo 8), its base the elements of one chunk (SWIZZLE_128B for
-    16-bit elements; Swizzle(3, 4, 3) for 8-bit ones)."""
-    return Swizzle(3, (16 // elem_bytes).bit_length() - 1, 3)
+    """CU_TENSOR_MAP_SWIZZLE_128B on elements of ``elem_bytes`` (SWIZZLE_128B for 16-bit
+    elements; Swizzle(3, 4, 3) for 8-bit ones)."""
+    return tma_swizzle(SLAB_BYTES, elem_bytes)
 
 
-def tma_layout(layout: SmemLayout, elem_bytes: int) -> SmemLayout:
-    """Where TMA's 128-byte swizzle puts a tile stored as ``layout``: slabs of one 128-byte
-    row width (a box each), swizzled by 8-row atom."""
-    return layout.with_swizzle(swizzle_128b(elem_bytes), slab=SLAB_BYTES // elem_bytes)
+def spans_for(layout: SmemLayout, elem_bytes: int) -> tuple[int, ...]:
+    """The swizzle spans a tile stored as ``layout`` can be loaded in, widest first: those
+    that divide its rows' bytes (each box one span wide)."""
+    return tuple(span for span in SPANS if layout.cols * elem_bytes % span == 0)
+
+
+def tma_layout(layout: SmemLayout, elem_bytes: int, span: Optional[int] = None) -> SmemLayout:
+    """Where TMA's swizzle of ``span`` bytes (default: the widest that divides the rows,
+    :func:`spans_for`) puts a tile stored as ``layout``: slabs one span wide (a box each),
+    swizzled by 8-row atom."""
+    if span is None:
+        spans = spans_for(layout, elem_bytes)
+        if not spans:
+            raise ValueError(f"TMA boxes are 32, 64 or 128 bytes wide; rows of {layout.cols} "
+                             f"{8 * elem_bytes}-bit elements are none of them a whole "
+                             "number of times")
+        span = spans[0]
+    return layout.with_swizzle(tma_swizzle(span, elem_bytes), slab=span // elem_bytes)
+
+
+def operand_tma_layout(role: str, layout: SmemLayout, elem_bytes: int,
+                       span: int = 0) -> SmemLayout:
+    """:func:`tma_layout` of operand ``role`` stored as ``layout`` in ``span`` bytes (0: the
+    widest its rows take); a ValueError naming the operand where its rows do not take it."""
+    spans = spans_for(layout, elem_bytes)
+    if span and span not in spans or not spans:
+        fits = f"spans that fit: {', '.join(map(str, spans))}" if spans else "none fits"
+        raise ValueError(f"operand {role}: rows of {layout.cols} {8 * elem_bytes}-bit elements "
+                         f"({layout.cols * elem_bytes} bytes) are not a whole number of "
+                         f"{span or min(SPANS)}-byte TMA swizzle spans ({fits})")
+    return tma_layout(layout, elem_bytes, span or spans[0])
 
 
 def staging_layout(rows: int, cols: int, elem_bytes: int) -> SmemLayout:
     """The TMA store's staging tile: ``rows x cols`` in slabs of one 128-byte swizzle row
     each, as TMA reads them."""
-    return tma_layout(SmemLayout(rows, cols), elem_bytes)
+    return tma_layout(SmemLayout(rows, cols), elem_bytes, SLAB_BYTES)
 
 
 def swizzle_mode(layout: SmemLayout, elem_bytes: int) -> int:
-    """The tensor map's swizzle span in bytes for a stage stored as ``layout`` (the
-    launcher's CU_TENSOR_MAP_SWIZZLE_*): only :func:`tma_layout`'s is made today."""
-    if layout != tma_layout(layout, elem_bytes):
-        raise ValueError(f"TMA writes 128-byte swizzled slabs, not {layout}")
-    return SLAB_BYTES
+    """The swizzle span in bytes of a stage stored as ``layout`` (the launcher's
+    CU_TENSOR_MAP_SWIZZLE_*): one slab's row."""
+    span = layout.slab * elem_bytes
+    if span not in SPANS or layout != tma_layout(layout, elem_bytes, span):
+        raise ValueError(f"TMA writes swizzled slabs 32, 64 or 128 bytes wide, not {layout}")
+    return span
+
+
+def restage_loads(kernel: Kernel, buffer: Value, layout: SmemLayout) -> None:
+    """Point the ``tma.load`` ops filling stages of ``buffer`` at ``layout`` (one of TMA's
+    layouts, :func:`tma_layout`): a box per slab of its span, as many as the rows hold. For
+    the swizzle pass, which may choose another span than the one the loads were built in."""
+    for op in kernel.walk():
+        if op.name == LOAD:
+            stage = defining_op(op.operands[3])
+            if stage is not None and stage.operands[0] is buffer:
+                op.attrs["box"] = [layout.slab, op.attrs["box"][1]]
+                op.attrs["slabs"] = layout.cols // layout.slab
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ BM / 64 warpgroups cover the block. With ``warpgroup_rows=128`` it owns 128 rows
 strips with accumulators of their own (BM / 128 warpgroups). Per stage of BK, one
 ``wgmma.mma`` op issues ``wgmma.fence``, one ``wgmma.mma_async`` per k16 step and strip,
 ``wgmma.commit_group`` and ``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
-family) in its 128-byte swizzle: 64-element slabs of 128-byte rows whose 16-byte chunks are
-XOR-ed by the row within each 8-row, 1024-byte atom, which is the descriptors' SW128
-canonical layout (PTX ISA 9.7.15.5.1.2).
+family) in one of its swizzles: slabs of 128-, 64- or 32-byte rows whose 16-byte chunks are
+XOR-ed by the row within each 8-row atom, which are the descriptors' SW128, SW64 and SW32
+canonical layouts (PTX ISA 9.7.15.5.1.2). The widest span the tile's rows take is the
+default; the swizzle pass chooses among them.
 
 Here: the accumulator layout (:class:`WgmmaLayout`: per warp exactly mma.sync's m16n8 C
 fragments along n, so the epilogue is the mma family's), the descriptor fields
@@ -34,7 +35,7 @@ from tilec.target.layout import DistributedLayout, SmemLayout, conflict_degree, 
 
 from .mma_sync import MmaLayout
 from .product import ExplainShape, ExplainText, ProductFamily, instruction_tile_text
-from .tma_boxes import tma_layout
+from .tma_boxes import spans_for, swizzle_mode, tma_layout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,8 +55,19 @@ WARPS_PER_WARPGROUP = 4
 # step, or two (128 rows, accumulators of their own, A's descriptors 64 rows apart).
 WARPGROUP_ROWS = (64, 128)
 SW128_BYTES = 128  # the 128-byte swizzle: one row of an atom
-ATOM_ROWS = 8  # rows of one swizzle atom (1024 bytes)
-DESCRIPTOR_LAYOUT_SW128 = 1  # bits 62-63 of a descriptor
+ATOM_ROWS = 8  # rows of one swizzle atom (8 x the span bytes)
+# Bits 62-63 of a descriptor, by swizzle span in bytes (PTX ISA 9.7.15.5.1.2: 0 would be
+# the unswizzled interleave layout, which TMA does not write).
+DESCRIPTOR_LAYOUTS = {128: 1, 64: 2, 32: 3}
+# The narrowest span: the unit of a tile's rows in bytes (BK of K-major operands, BN of an
+# N-major B), and one k step's bytes, which must not straddle two slabs.
+MIN_SPAN_BYTES = min(DESCRIPTOR_LAYOUTS)
+# Why 16-bit blocks of BK under 64 stay on mma.sync: a stage of BK 32 holds two k16 steps of
+# wgmma, and three such stages do not cover TMA's latency. H200, f16, one call, TFLOP/s:
+# 128x128x32 3 stages wgmma 328.7 against mma.sync 405.5 at 4096^3 (340.9 / 337.2 at 2048^3);
+# 128x128x16 6 stages 368.6 against 342.9; 128x128x64 4 stages on wgmma 672.2.
+SHALLOW_MEASURED = ("a stage of so few k16 steps ran slower on wgmma than on mma.sync "
+                    "(128x128x32, 3 stages, 4096^3 f16 on an H200: 0.81x)")
 MAX_CONSUMER_WARPGROUPS = 4
 PRODUCER_REGISTERS = 40  # setmaxnreg.dec for the producer warpgroup (CUTLASS's choice)
 REGISTER_FILE = 65536
@@ -109,9 +121,11 @@ class Descriptor:
     """The fields of one operand's descriptors, offsets in bytes from the stage start.
 
     ``start(mn0, k0)``: the byte offset of the core matrices at (mn0, k0); K-major operands
-    advance 32 bytes per k16 step inside their 128-byte rows, MN-major ones 16 rows. LBO:
-    unused by K-major SW128 (1 by convention); for MN-major, the distance between two
-    64-element slabs along mn. SBO: the distance between 8-row groups (1024 bytes)."""
+    advance 32 bytes per k16 step inside their span-wide rows (the next slab when a row is
+    used up), MN-major ones 16 rows. LBO: unused by K-major swizzled layouts (16 bytes by
+    convention); for MN-major, the distance between two slabs (a span of elements each)
+    along mn. SBO: the distance between 8-row groups (8 rows of the span). ``row_bytes`` is
+    the swizzle span."""
 
     k_major: bool
     lbo: int
@@ -121,24 +135,34 @@ class Descriptor:
 
     def start(self, mn0: int, k0: int, elem_bytes: int) -> int:
         contiguous, strided = (k0, mn0) if self.k_major else (mn0, k0)
-        slab, within = divmod(contiguous * elem_bytes, SW128_BYTES)
+        slab, within = divmod(contiguous * elem_bytes, self.row_bytes)
         return slab * self.slab_bytes + strided * self.row_bytes + within
 
+    @property
+    def layout_code(self) -> int:
+        """The descriptor's bits 62-63: its swizzle span."""
+        return DESCRIPTOR_LAYOUTS[self.row_bytes]
 
-def descriptor_fields(layout: SmemLayout, role: str) -> Descriptor:
-    """Descriptor fields for an operand stored as ``layout`` (TMA's 128-byte swizzle in
-    slabs of 128-byte rows: :func:`tilec.families.tma_boxes.tma_layout`)."""
+
+def descriptor_fields(layout: SmemLayout, role: str, elem_bytes: int) -> Descriptor:
+    """Descriptor fields for an operand stored as ``layout`` (TMA's swizzle in slabs one
+    span wide: :func:`tilec.families.tma_boxes.tma_layout`; or the same slabs unswizzled, for
+    comparison)."""
     k_major = operand_k_major(role, layout)
-    row_bytes = SW128_BYTES
+    row_bytes = layout.slab * elem_bytes
+    if row_bytes not in DESCRIPTOR_LAYOUTS:
+        raise ValueError(f"wgmma's descriptors read slabs 32, 64 or 128 bytes wide, not "
+                         f"{layout}")
     slab_bytes = layout.rows * row_bytes
     sbo = ATOM_ROWS * row_bytes
     return Descriptor(k_major, 16 if k_major else slab_bytes, sbo, slab_bytes, row_bytes)
 
 
-def swizzle_bytes(byte_offset: np.ndarray | int) -> np.ndarray | int:
-    """The 128-byte swizzle on byte offsets from a 1024-byte aligned base: bits 4-6 XOR bits
-    7-9 (the hardware's view, independent of :class:`SmemLayout`)."""
-    return byte_offset ^ ((byte_offset >> 3) & 0x70)
+def swizzle_bytes(byte_offset: np.ndarray | int, span: int = SW128_BYTES) -> np.ndarray | int:
+    """TMA's and wgmma's swizzle of ``span`` bytes on byte offsets from an atom-aligned base:
+    the 16-byte chunk bits (4 up, log2(span / 16) of them) XOR the bits from 7 up (the
+    hardware's view, independent of :class:`SmemLayout`)."""
+    return byte_offset ^ ((byte_offset >> 3) & (span - 16))
 
 
 @lru_cache(maxsize=None)
@@ -147,9 +171,10 @@ def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int
     """Element offsets (from the stage start) of the ``mn x k`` operand piece at (mn0, k0) as
     one wgmma reads it through its descriptor (k: 32 bytes, 16 of f16, 32 of 8-bit elements),
     ``[mn, k]`` for A and ``[k, mn]`` for B:
-    the canonical SW128 layout decoded from :func:`descriptor_fields` (start, LBO, SBO)."""
+    the canonical swizzled layout decoded from :func:`descriptor_fields` (start, LBO, SBO,
+    span)."""
     import numpy as np
-    d = descriptor_fields(layout, role)
+    d = descriptor_fields(layout, role, elem_bytes)
     start = d.start(mn0, k0, elem_bytes)
     m = np.arange(mn)[:, None]
     k = np.arange(WGMMA_K_BYTES // elem_bytes)[None, :]
@@ -158,12 +183,14 @@ def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int
         address = start + (m // ATOM_ROWS) * d.sbo + (m % ATOM_ROWS) * d.row_bytes \
             + k * elem_bytes
     else:
-        per_row = SW128_BYTES // elem_bytes
+        per_row = d.row_bytes // elem_bytes
         address = start + (m // per_row) * d.lbo + (k // ATOM_ROWS) * d.sbo \
             + (k % ATOM_ROWS) * d.row_bytes + (m % per_row) * elem_bytes
-    # The descriptors say SW128 (the emitter refuses anything else); an unswizzled layout is
-    # read as the same slabs without it, for the swizzle pass's and explain's comparison.
-    offsets = (swizzle_bytes(address) if layout.swizzle.bits else address) // elem_bytes
+    # The descriptors say the span's swizzle (the emitter refuses anything else); an
+    # unswizzled layout is read as the same slabs without it, for the swizzle pass's and
+    # explain's comparison.
+    offsets = (swizzle_bytes(address, d.row_bytes) if layout.swizzle.bits else address) \
+        // elem_bytes
     offsets = offsets if role == "A" else offsets.T
     offsets.flags.writeable = False
     return offsets
@@ -185,9 +212,8 @@ def operand_descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: 
     """The 64-bit descriptor of this warpgroup's piece of operand ``role`` at ``k0``: of A,
     its m64 ``strip`` (the second of a 128-row warpgroup's starts 64 rows on)."""
     layout, eb = view.buffer.layout, view.buffer.elem_bytes
-    if layout != tma_layout(layout, eb):
-        raise ValueError(f"wgmma's descriptors read 128-byte swizzled slabs, not {layout}")
-    d = descriptor_fields(layout, role)
+    swizzle_mode(layout, eb)  # refuses a layout TMA does not write
+    d = descriptor_fields(layout, role, eb)
     w = ctx.w
 
     # The stage's address in 16-byte units (14 bits), plus this warpgroup's rows of A (64,
@@ -204,7 +230,7 @@ def operand_descriptor(ctx: Context, view: SmemView, role: str, k0: int, strip: 
         ctx.op_state[key] = start
     lo = ctx.int_op("add.s32", start, d.start(WGMMA_M * strip, k0, eb) >> 4)
     lo = ctx.int_op("or.b32", lo, (d.lbo >> 4) << 16)
-    hi = (d.sbo >> 4) | (DESCRIPTOR_LAYOUT_SW128 << 30)
+    hi = (d.sbo >> 4) | (d.layout_code << 30)
     desc = w.reg("b64")
     w.emit(f"mov.b64 {desc}, {{{lo}, {hi}}};")
     return desc
@@ -379,7 +405,14 @@ class Wgmma(ProductFamily):
     explain_text = ExplainText("(none: wgmma reads shared memory)", "wgmma.mma_async",
                                "warpgroup", "-", "wgmma", "core matrices", ())
     emitters = {"wgmma.mma": _wgmma, "wgmma.wait": emit_wait}
-    row_elements = SW128_BYTES // 2  # elements of one 128-byte swizzle row
+    # BK's and BN's units: the elements of MIN_SPAN_BYTES (TMA's narrowest swizzle span, and
+    # one k16 step), so that K-major rows (BK) and an N-major B's rows (BN) are whole slabs.
+    bk_unit = MIN_SPAN_BYTES // 2
+    bn_unit = MIN_SPAN_BYTES // 2
+    # Blocks of a shallower BK go to mma.sync unless tma_swizzle asks for wgmma: measured
+    # slower on wgmma (SHALLOW_MEASURED). The 8-bit families have no such floor: wgmma8 at BK
+    # 64 ran fp8 2.8x and int8 1.05x mma.sync's 128x128x64, the register form w8a16 1.15-1.22x.
+    preferred_min_bk: Optional[int] = 64
 
     def op_defs(self) -> tuple[OpDef, ...]:
         return (WGMMA_MMA, WGMMA_WAIT)
@@ -407,7 +440,16 @@ class Wgmma(ProductFamily):
         if converted:
             return (f"operand {converted[0].role} is converted from {converted[0].source} in "
                     "registers (wgmma reads its operands from shared memory as stored)")
-        return self.alignment_problem(operands)
+        return self.shallow_problem(block, options) or self.alignment_problem(operands)
+
+    def shallow_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
+        """Why a block wgmma could take is left to mma.sync as slower on wgmma (None when it
+        is not): a BK under :attr:`preferred_min_bk` with TMA's span left to the compiler."""
+        bk = block[2]
+        if self.preferred_min_bk is None or bk >= self.preferred_min_bk or options.tma_swizzle:
+            return None
+        return (f"BK={bk} is under {self.preferred_min_bk}: {SHALLOW_MEASURED} "
+                "(tma_swizzle=64 or 32 keeps such a block on wgmma)")
 
     def shaping_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
         """Why the block's tile or the options shaping its warps rule wgmma out (None when
@@ -418,7 +460,8 @@ class Wgmma(ProductFamily):
         if options.warps is not None:
             return "an explicit warp grid (wgmma's warpgroups own 64 rows each)"
         if options.swizzle != "auto":
-            return "swizzle is fixed (TMA's 128-byte swizzle is wgmma's layout)"
+            return ("swizzle is fixed (wgmma reads TMA's swizzled layouts; tma_swizzle sets "
+                    "their span)")
         return None
 
     def alignment_problem(self, operands: Sequence[OperandPlan]) -> Optional[str]:
@@ -448,12 +491,13 @@ class Wgmma(ProductFamily):
         if bm % rows:
             return (f"BM={bm} is not a multiple of the {rows} rows a consumer warpgroup owns "
                     "(warpgroup_rows)")
-        # B may be stored N-major, in slabs of 64 columns (one 128-byte swizzle row).
-        if bn % 64 or bn > WGMMA_N_MAX:
-            return f"BN={bn} is not a multiple of 64 up to {WGMMA_N_MAX}"
-        if bk % self.row_elements:
-            return (f"BK={bk} is not a multiple of {self.row_elements} (one 128-byte swizzle "
-                    "row)")
+        # B may be stored N-major, its rows BN long, in slabs of one swizzle span.
+        if bn % self.bn_unit or bn > WGMMA_N_MAX:
+            return (f"BN={bn} is not a multiple of {self.bn_unit} up to {WGMMA_N_MAX} "
+                    f"({MIN_SPAN_BYTES} bytes: TMA's narrowest swizzle span)")
+        if bk % self.bk_unit:
+            return (f"BK={bk} is not a multiple of {self.bk_unit} ({MIN_SPAN_BYTES} bytes: "
+                    "TMA's narrowest swizzle span, and one k step)")
         # ptxas allocates for the whole block at entry (setmaxnreg moves registers later but
         # does not raise that cap): the consumers' accumulators must fit it, or C7602.
         # Pingpong's block has two consumer warpgroups whatever the tile.
@@ -493,7 +537,10 @@ class Wgmma(ProductFamily):
         return min(MAX_SETMAXNREG, left // consumer_threads // 8 * 8)
 
     def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int) -> list[SmemLayout]:
-        return [tma_layout(op_plan.layout, elem_bytes)]
+        """TMA's layouts in each span the operand's rows take, widest first (on equal reads
+        the swizzle pass keeps the first: fewer, wider boxes)."""
+        return [tma_layout(op_plan.layout, elem_bytes, span)
+                for span in spans_for(op_plan.layout, elem_bytes)]
 
     def fragment_registers(self, warp_rows: int, warp_cols: int) -> int:
         return 0  # both operands stay in shared memory

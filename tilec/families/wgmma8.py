@@ -4,15 +4,14 @@ operands read from shared memory through descriptors, fed by TMA, in the warp-sp
 pipeline of the wgmma family.
 
 Everything but the instruction is the wgmma family's (:mod:`.wgmma`): the accumulator
-layout (m64nN's is the same for k32), the descriptors of TMA's 128-byte swizzle (a k32 step
-of 8-bit elements is 32 bytes of a 128-byte row, as a k16 step of f16), the warpgroups and
-registers. What differs:
+layout (m64nN's is the same for k32), the descriptors of TMA's swizzles (a k32 step of
+8-bit elements is 32 bytes of a row, as a k16 step of f16), the warpgroups and registers. What differs:
 
 - 8-bit wgmma has no transpose bits (PTX ISA 9.7.15.5, "wgmma.mma_async": ``imm-trans-a``
   and ``imm-trans-b`` exist for .f16/.bf16 only), so both operands must be stored K-major:
   A as [M, K] and B as [N, K] (``B.T``). Otherwise, and where the wgmma family declines the
   block, the mma.sync families take it (:mod:`.int8`, :mod:`.fp8`);
-- BK is a multiple of 128 (one 128-byte swizzle row of 8-bit elements);
+- BK is a multiple of 32 (one k32 step: 32 bytes, TMA's narrowest swizzle span);
 - the CPU semantics: integers summed exactly and wrapped to int32 (no ``.satfinite``), fp8
   products summed in float64 with one f32 rounding per instruction.
 """
@@ -30,7 +29,7 @@ from tilec.options import Options
 from tilec.target.layout import operand_k_major
 
 from .product import ExplainShape
-from .wgmma import (SW128_BYTES, WGMMA_K_BYTES, WGMMA_M, WGMMA_MMA, WGMMA_WAIT, Wgmma,
+from .wgmma import (MIN_SPAN_BYTES, WGMMA_K_BYTES, WGMMA_M, WGMMA_MMA, WGMMA_WAIT, Wgmma,
                     WgmmaLayout, descriptor_offsets, emit_wait, fresh_or_given,
                     strip_products, warpgroup_tile_text)
 
@@ -118,7 +117,8 @@ class Wgmma8(Wgmma):
     instruction = (WGMMA_M, 0, WGMMA8_K)
     layout = Wgmma8Layout
     emitters = {"wgmma.mma": _wgmma8, "wgmma.wait": emit_wait}
-    row_elements = SW128_BYTES  # 128 one-byte elements a 128-byte swizzle row
+    bk_unit = MIN_SPAN_BYTES  # one-byte elements
+    preferred_min_bk = None
 
     def op_defs(self) -> tuple[OpDef, ...]:
         from dataclasses import replace

@@ -23,9 +23,9 @@ commit group and converts into one of :data:`REGISTER_SETS` register sets, after
 conversion of step j + 1 runs while step j's product does. A ``wgmma.fence`` orders the
 conversion's register writes before the wgmma reading them.
 
-Requires A stored K-major ([M, K], k contiguous: a register's two bytes are adjacent) in
-TMA's 128-byte swizzle, so BK is a multiple of 128 (one 128-byte row of 8-bit elements); B
-as the wgmma family takes it.
+Requires A stored K-major ([M, K], k contiguous: a register's two bytes are adjacent) in one
+of TMA's swizzles (BK a multiple of 32: 32 bytes, the narrowest span, which is also an even
+number of k16 steps for the register sets); B as the wgmma family takes it.
 """
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ from tilec.target.layout import WARP_SIZE, conflict_degree, operand_k_major
 from .byte_operands import PAIR_BYTES
 from .mma_sync import convert_registers
 from .product import ExplainShape
-from .wgmma import (CONSUMER_OVERHEAD, SW128_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
+from .tma_boxes import swizzle_mode
+from .wgmma import (CONSUMER_OVERHEAD, MIN_SPAN_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
                     WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, descriptor_fields,
                     descriptor_offsets, emit_wait, operand_descriptor, predicate_register,
                     registers_at_entry, warpgroup_index, warpgroup_strips)
@@ -54,11 +55,10 @@ if TYPE_CHECKING:
 PRODUCT_OP = "wgmma.mma_rs"
 A_REGISTERS = 4  # .b32 registers of one m64k16 A fragment a thread (8 halves)
 # Register sets of A fragments: step j converts into set j % REGISTER_SETS while the wgmma of
-# step j - 1 runs. Divides a stage's k16 steps (BK / 16, a multiple of 8), so the sets follow
+# step j - 1 runs. Divides a stage's k16 steps (BK / 16, a multiple of 2), so the sets follow
 # each other across stages too.
 REGISTER_SETS = 2
 SOURCE_DTYPES = ("i8", "f8e4m3", "f8e5m2")
-A_ROW_ELEMENTS = SW128_BYTES  # BK's unit: one 128-byte swizzle row of A's 8-bit elements
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,12 @@ class WgmmaRsLayout(WgmmaLayout):
 
 # -- the emitter ---------------------------------------------------------------------------
 
-def _fragment_base(ctx: Context, view: SmemView) -> tuple[str, str]:
+def _fragment_base(ctx: Context, view: SmemView, span: int) -> tuple[str, str]:
     """This lane's byte address of its first A byte pair in the stage (row ``l / 4`` of its
-    warp's 16, k ``2 (l % 4)``, unswizzled) and ``16 (l / 4)``: the 16-byte chunk a k16 step
-    reads is XOR-ed by the row within the 8-row atom, so ``(row % 8) * 16 ^ step's chunk``."""
+    warp's 16, k ``2 (l % 4)``, unswizzled, rows ``span`` bytes apart) and the swizzle's XOR
+    of its row: the 16-byte chunk a k16 step reads is XOR-ed by the row's address bits from
+    7 up (:func:`.wgmma.swizzle_bytes`), the same for rows 8 apart, so ``((l / 4) * span / 8)
+    & (span - 16)`` XOR the step's chunk."""
     def lane_parts() -> tuple[str, str]:
         lane, warp = ctx.lane_warp()
         g = ctx.int_op("shr.u32", lane, 2)
@@ -81,8 +83,12 @@ def _fragment_base(ctx: Context, view: SmemView) -> tuple[str, str]:
         # Rows of this warp in its warpgroup's strip 0, then the warpgroup's rows.
         row = ctx.mad(ctx.int_op("and.b32", warp, 3), 16, g)
         row = ctx.mad(warpgroup_index(ctx), WGMMA_M * warpgroup_strips(ctx), row)
-        return ctx.mad(row, SW128_BYTES, t2), ctx.int_op("shl.b32", g, 4)
-    offset, chunk = ctx.w.once(ctx.thread_key("wgmma_rs_lane"), lane_parts)
+        offset = ctx.mad(row, span, t2)
+        chunk = ctx.int_op("shl.b32", g, span.bit_length() - 4)
+        if span < 128:  # g < 8: g * 16 needs no mask
+            chunk = ctx.int_op("and.b32", chunk, span - 16)
+        return offset, chunk
+    offset, chunk = ctx.w.once(ctx.thread_key(("wgmma_rs_lane", span)), lane_parts)
     return ctx.int_op("add.s32", view.address, offset), chunk
 
 
@@ -93,21 +99,21 @@ def _register_set(ctx: Context, index: int, strip: int) -> list[str]:
                       lambda: [ctx.w.reg("b32") for _ in range(A_REGISTERS)])
 
 
-def _load_fragments(ctx: Context, view: SmemView, base: str, chunk: str, k0: int,
+def _load_fragments(ctx: Context, view: SmemView, base: str, chunk: str, k0: int, span: int,
                     sets: Sequence[list[str]], source: DType, product: DType) -> None:
     """Each strip's A fragment at ``k0``: four ``ld.shared.u16`` (rows g and g + 8, k 2t and
     2t + 8), each pair converted into the strip's register set. The lane's swizzled chunk
     is computed once for the step; the rest is an immediate: where the descriptor of the
     step's slab and rows would start (:class:`.wgmma.Descriptor`)."""
-    slab_k, within = divmod(k0, SW128_BYTES)  # 8-bit elements: one byte each
+    slab_k, within = divmod(k0, span)  # 8-bit elements: one byte each
     swizzled = ctx.int_op("xor.b32", chunk, within // 16 * 16) if within else chunk
     address = ctx.int_op("add.s32", base, swizzled)
-    fields = descriptor_fields(view.buffer.layout, "A")
+    fields = descriptor_fields(view.buffer.layout, "A", 1)
     for strip, out in enumerate(sets):
         raw = []
         for register in range(A_REGISTERS):
             rows = WGMMA_M * strip + 8 * (register % 2)
-            immediate = fields.start(rows, slab_k * SW128_BYTES, 1) + 8 * (register // 2)
+            immediate = fields.start(rows, slab_k * span, 1) + 8 * (register // 2)
             reg = ctx.w.reg("b32")
             ctx.w.emit(f"ld.shared.u16 {reg}, [{address}+{immediate}];")
             raw.append(reg)
@@ -128,12 +134,13 @@ def _wgmma_rs(ctx: Context, op: Op) -> None:
     strips = warpgroup_strips(ctx)
     per_strip = len(acc) // strips
     accumulate = w.once("wgmma_scale_d", lambda: predicate_register(ctx, True))
-    base, chunk = _fragment_base(ctx, view_a)
+    span = swizzle_mode(view_a.buffer.layout, 1)
+    base, chunk = _fragment_base(ctx, view_a, span)
     for step, k0 in enumerate(range(0, bk, WGMMA_K)):
         index = step % REGISTER_SETS
         w.emit(f"wgmma.wait_group.sync.aligned {REGISTER_SETS - 1};")
         sets = [_register_set(ctx, index, strip) for strip in range(strips)]
-        _load_fragments(ctx, view_a, base, chunk, k0, sets, source, product)
+        _load_fragments(ctx, view_a, base, chunk, k0, span, sets, source, product)
         w.emit("wgmma.fence.sync.aligned;")
         desc_b = operand_descriptor(ctx, view_b, "B", k0)
         for strip in range(strips):
@@ -164,7 +171,7 @@ def _check(op: Op) -> None:
 
 def a_offsets(layout, m0: int, k0: int) -> Any:
     """Element offsets (from the stage start) of the 64 x 16 piece of an 8-bit K-major A at
-    (m0, k0) in TMA's 128-byte swizzle: where the descriptor of a 32-byte k step would point
+    (m0, k0) in TMA's swizzle: where the descriptor of a 32-byte k step would point
     (:func:`.wgmma.descriptor_offsets`), the half of it this k16 step reads."""
     within = k0 % WGMMA_K_BYTES
     return descriptor_offsets(layout, "A", m0, k0 - within, WGMMA_M, 1)[:, within:within + WGMMA_K]
@@ -212,7 +219,8 @@ class WgmmaRs(Wgmma):
     layout = WgmmaRsLayout
     product_op = PRODUCT_OP
     emitters = {PRODUCT_OP: _wgmma_rs, "wgmma.wait": emit_wait}
-    row_elements = A_ROW_ELEMENTS
+    bk_unit = MIN_SPAN_BYTES  # A's one-byte elements (and an even number of k16 steps)
+    preferred_min_bk = None
     granule_why = " (wgmma m64nNk16 with A in registers: 16 rows a warp, N a multiple of 8)"
 
     def op_defs(self) -> tuple[OpDef, ...]:

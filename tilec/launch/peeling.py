@@ -35,8 +35,9 @@ from tilec.ir.core import Kernel, Op, Value, constant_value, defining_op, requir
 from tilec.ir.types import TensorType
 from tilec.launch.binding import Bound
 
-# The remainder's tile width along the peeled axis: the narrowest that wgmma's TMA boxes of
-# 128-byte rows take (64 16-bit elements), and a whole number of mma.sync tiles.
+# The remainder's tile width along the peeled axis: the narrowest whose rows are a whole
+# 128-byte TMA span (64 16-bit elements: the widest boxes), and a whole number of mma.sync
+# tiles.
 REMAINDER_WIDTH = 64
 # Ops through which a tensor reaches its loads and stores without changing what it holds.
 VIEW_OPS = ("tensor.transpose",)

@@ -58,8 +58,9 @@ class SmemLayout:
     contiguous global dimension stays contiguous in shared memory (16-byte copies).
 
     ``slab``: when not 0, the columns are stored in slabs of ``slab`` columns, one slab after
-    the other (``rows x slab`` each): TMA's 128-byte swizzle takes boxes at most 128 bytes
-    wide, and wgmma's shared-memory descriptors step from one such slab to the next.
+    the other (``rows x slab`` each): TMA's swizzles take boxes at most one span (128, 64 or
+    32 bytes) wide, and wgmma's shared-memory descriptors step from one such slab to the
+    next.
     """
 
     rows: int

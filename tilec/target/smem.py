@@ -21,9 +21,9 @@ from tilec.ir.arith import cdiv
 from tilec.ir.core import Kernel, Op
 
 SMEM_ALIGN = 128
-# Slabbed layouts are written by TMA in its 128-byte swizzle, which permutes by address bits
-# up to 1024: their stages start on 1024-byte boundaries (so does the dynamic shared memory
-# then, backend.ptx.render).
+# Slabbed layouts are written by TMA in its swizzles, which permute by address bits up to
+# 1024 (the 128-byte span's; 512 and 256 for the 64- and 32-byte spans): their stages start
+# on 1024-byte boundaries (so does the dynamic shared memory then, backend.ptx.render).
 SWIZZLE_ATOM_ALIGN = 1024
 STAGING_ALIGN = SWIZZLE_ATOM_ALIGN  # the staging tile is written in the same swizzle
 BARRIER_BYTES = 8  # one .b64 mbarrier

@@ -33,7 +33,8 @@ from tilec.ir.types import I32
 from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, CONSUMER_MODES,
                            FP8_ACCUMULATIONS,
                            F32_MATH, LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
-                           MISALIGNED_STORES, PACK_POLICIES, WARPGROUP_ROWS, Options)
+                           MISALIGNED_STORES, PACK_POLICIES, TMA_SWIZZLES, WARPGROUP_ROWS,
+                           Options)
 
 if TYPE_CHECKING:
     from tilec.kernel import TileFunction
@@ -45,7 +46,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 # The sm_90a schedule's flags (the warp-specialized wgmma kernels'), which every verb that
 # compiles takes together.
 HOPPER_FLAGS = ("blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
-                "stream_k", "fp8_accumulation")
+                "stream_k", "fp8_accumulation", "tma_swizzle")
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
                 "peel", "misaligned_copy", "misaligned_store", "split_k", *HOPPER_FLAGS, "backend",
@@ -182,6 +183,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         help="sm_90a wgmma kernels: the rows of the block tile a consumer warpgroup owns: 64 "
         "(one m64 wgmma per k step, the default) or 128 (two, BN accumulators a thread: "
         "256x128 cooperative on two warpgroups, or pingpong with BM=128)")),
+    "tma_swizzle": ("--tma-swizzle", dict(
+        type=int, choices=TMA_SWIZZLES, metavar="BYTES",
+        help="sm_90a wgmma kernels: the span of TMA's swizzle for the operand tiles, 128, 64 "
+        "or 32 bytes (default 0: the swizzle pass chooses, the widest the tile's rows take)")),
     "stream_k": ("--stream-k", dict(
         action="store_true", default=None,
         help="sm_90a persistent cooperative kernels: stream-K (whole tiles, then the last "

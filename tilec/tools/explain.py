@@ -460,7 +460,7 @@ def _hierarchy(kernel: Kernel, plan: TilingPlan) -> Hierarchy:
         per_row = layout.cols // op_plan.vec
         op = copies.get(op_plan.role)
         if op is not None and op.name == TMA_LOAD:
-            # One elected thread, one box a 128-byte-wide slab of the stored tile.
+            # One elected thread, one box a slab (a swizzle span wide) of the stored tile.
             box = Box.of(op)
             mappings.append(CopyMapping(
                 op_plan.role, op_plan.tensor, layout.rows, layout.cols, layout.transposed,
@@ -736,7 +736,8 @@ BYTE_CONVERSIONS = {
 }
 
 COPY_INSTRUCTIONS = {"async": "cp.async", "sync": "ld.global + st.shared",
-                     "tma": "TMA box (cp.async.bulk.tensor, 128B swizzle), one elected thread"}
+                     "tma": "TMA box (cp.async.bulk.tensor, {span}B swizzle), one elected "
+                            "thread"}
 
 
 def _vector(c: CopyMapping, dtype: str) -> str:
@@ -778,7 +779,8 @@ def render_explanation(e: Explanation) -> str:
          "rows/pass", "instruction"],
         [[c.role, c.tensor, f"{c.rows}x{c.cols}" + (" (transposed)" if c.transposed else ""),
           _vector(c, h.converted.get(c.role, h.dtype)), c.per_thread, c.threads_per_row,
-          c.rows_per_pass, COPY_INSTRUCTIONS[c.mode]] for c in h.copies], indent="    ")
+          c.rows_per_pass, COPY_INSTRUCTIONS[c.mode].format(span=c.vec_bytes)]
+         for c in h.copies], indent="    ")
     for role, source in h.converted.items():
         if family.converts(role) and family.fused_k_steps:  # wgmma's register form
             lines.append(f"  converted         operand {role}: stored {source}, loaded by "

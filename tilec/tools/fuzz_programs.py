@@ -297,10 +297,12 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
     # A share of tiles wgmma takes (warpgroup rows, no warp grid), where the sm_90a
     # schedules (persistent, pingpong, cluster; split-K one tile a block) apply; 192 for the
-    # bench's three-warpgroup squares (192x256 falls back to mma.sync).
+    # bench's three-warpgroup squares (192x256 falls back to mma.sync); now and then a BN
+    # whose N-major rows are 64- or 32-byte TMA spans (96, 160, 224; 208).
     hopper_tile = rng.random() < 0.2
     if hopper_tile:
-        bm, bn = rng.choice((64, 128, 192)), rng.choice((64, 128, 192, 256))
+        bm = rng.choice((64, 128, 192))
+        bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 208, 224))
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
     bk = rng.choice((8, 16, 32) if compute == "f32" else (32, 64) * 4 + (16,) if eight_bit
                     else (16, 32, 64))
@@ -447,7 +449,11 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         options["backend"] = "llvm"
         features.add("llvm")
     hopper: dict[str, Any] = {}
-    if compute != "f32" and "convert" not in dtypes and _wgmma_takes((bm, bn, bk), options):
+    # TMA's span asked for now and then (32 bytes fits every row wgmma takes; 64 may not,
+    # which is a located error): it also keeps 16-bit blocks of BK under 64 on wgmma.
+    span = {"tma_swizzle": rng.choice((64, 32))} if rng.random() < 0.15 else {}
+    if compute != "f32" and "convert" not in dtypes and \
+            _wgmma_takes((bm, bn, bk), {**options, **span}):
         split = options.get("split_k", 1) > 1
         hopper = dict(rng.choice(SPLIT_SCHEDULES if split else HOPPER_SCHEDULES))
         if split:
@@ -471,6 +477,9 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
             features.add("cluster_batched" if batched else "cluster")
         if options["stages"] == 1:
             features.add("wgmma_one_stage")
+        if span:
+            hopper.update(span)
+            features.add(f"tma_swizzle_{span['tma_swizzle']}")
     fp8 = any(dtypes[k] in FP8 for k in ("A", "B"))
     return Program(index, "matmul", text, options=options, hopper_options=hopper,
                    features=frozenset(features),
