@@ -55,12 +55,15 @@ SKINNY_CONFIGS = ((16, dict(BM=16, BN=64, BK=256, stages=4, warps=(1, 2), split_
 # 128x8192x8192 128x64 st4 persistent 398.6 (154.1, torch 46.5); 256x8192x8192 128x128 st4
 # persistent 577.9 (304.0); 512x8192x8192 256x64 st3 594.0 (360.6, torch 164.2);
 # 768x8192x8192 625.7 (354.4). Not measured below 64 rows: the skinny configurations keep
-# 32 and fewer.
+# 32 and fewer. Session 23 (TMA's 64-byte swizzle for W's 64-byte rows), the same shared
+# bytes in half-deep stages twice as many, H200, two rounds in one call: 256x64x64 st6
+# 634.6, 634.8 against 592.9, 596.0 (512 rows) and 645.4, 645.7 against 627.2, 627.7 (768);
+# but 64 rows 212.5 against 227.1, 128 rows 377.5 against 396.2, 256 rows level (571.4-574.8).
 SWAPPED_CONFIGS = ((32, None),
                    (64, dict(BM=64, BN=64, BK=128, stages=4)),
                    (128, dict(BM=128, BN=64, BK=128, stages=4, persistent=True)),
                    (384, dict(BM=128, BN=128, BK=128, stages=4, persistent=True)),
-                   (DEQUANTIZE_MIN_ROWS - 1, dict(BM=256, BN=64, BK=128, stages=3)))
+                   (DEQUANTIZE_MIN_ROWS - 1, dict(BM=256, BN=64, BK=64, stages=6)))
 
 
 @dataclass(frozen=True)
