@@ -118,7 +118,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
             --stages) options+=("$1" "$2"); shift 2 ;;
             --persistent|--stream-k) options+=("$1"); shift ;;
             --split-k) options+=("$1" "$2"); shift 2 ;;
-            --cluster) options+=("$1" "$2"); shift 2 ;;
+            --cluster|--tma-swizzle) options+=("$1" "$2"); shift 2 ;;
             --consumers) options+=("$1" "$2"); shift 2 ;;
             --warpgroup-rows) options+=("$1" "$2"); shift 2 ;;
             --raster-group) options+=("$1" "$2"); shift 2 ;;
@@ -219,11 +219,14 @@ if [ "$cc" = 9.0 ]; then
             --persistent --cluster 2
     done
     # TMA's 64- and 32-byte swizzles (SW64 / SW32 descriptors, boxes of 64 or 32 bytes): an
-    # N-major B of 208 columns and BK 32 (spans 32 and 64) in clusters of two, and the
+    # N-major B of 208 columns (32-byte slabs, A's 128) in persistent clusters of two; BK 32
+    # in 64-byte slabs (asked for: such a 16-bit block stays on mma.sync otherwise); and the
     # w8a16 sample at its default BK 64 (the weights' rows 64 bytes) on the register form.
     for tool in memcheck racecheck synccheck; do
-        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=128 BN=208 BK=32 --stages 4 \
+        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=128 BN=208 BK=64 --stages 4 \
             --persistent --cluster 2
+        hopper "$tool" matmul_bt bf16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=32 --stages 6 \
+            --tma-swizzle 64
         hopper "$tool" w8a16 f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=64 --stages 4
     done
     # A [K, N] B whose rows are 16-byte aligned but off 128-byte lines (N = 1000), re-read
