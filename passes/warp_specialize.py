@@ -108,7 +108,7 @@ from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODU
                                 TURN_PASS, TURN_WAIT, WAIT, barrier_type)
 from tilec.families.tma_boxes import operand_tma_layout
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, computed_from,
-                            defining_op, find_grid, replace_uses)
+                            find_grid, replace_uses)
 from tilec.ir.schedule import WARPGROUP, OperandPlan, PipelinePlan, RolesPlan, TilingPlan
 from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options

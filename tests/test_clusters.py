@@ -20,7 +20,7 @@ from tilec.launch.binding import launch_cluster, launch_grid
 from tilec.options import Options
 from tilec.pipeline import run_pipeline
 
-from .test_hopper import SHAPE, _reference, random_inputs, relative_error, run_lowered
+from .test_hopper import check_product
 from .test_ptxas import SAMPLES, load_sample
 
 TILE = dict(BM=128, BN=256, BK=64)
@@ -79,15 +79,8 @@ def test_the_launch_pairs_m_tiles_into_clusters():
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("sample", ["matmul", "matmul_bt"])
 def test_the_cpu_executor_computes_the_product(sample, persistent):
-    kernel = lowered(sample, BN=128, persistent=persistent)
-    arrays = random_inputs(kernel, np.random.default_rng(11))
-    if sample == "matmul_bt":
-        want = _reference({"A": arrays["A"], "B": arrays["B"].T}, "f16")
-    else:
-        want = _reference(arrays, "f16")
-    got = run_lowered(kernel, arrays)
-    assert not np.isnan(got).any()
-    assert relative_error(got, want) < 1e-5
+    check_product(sample, lowered(sample, BN=128, persistent=persistent),
+                  np.random.default_rng(11))
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])

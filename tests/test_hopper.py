@@ -20,7 +20,6 @@ from tilec.families.catalogue import op_catalogue
 from tilec.families.tma_boxes import SWIZZLE_128B, tma_layout
 from tilec.families.wgmma import WgmmaLayout, descriptor_offsets
 from tilec.ir.printer import print_kernel
-from tilec.kernel import load_file
 from tilec.options import Options, target_arch
 from tilec.pipeline import run_pipeline
 from tilec.target.layout import SmemLayout
@@ -78,6 +77,17 @@ def _reference(arrays, dtype):
 
 def relative_error(got, want) -> float:
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def check_product(sample: str, kernel, rng, dtype: str = "f16") -> None:
+    """The lowered kernel in the executor on random inputs, against float64 (matmul_bt reads
+    B as [N, K])."""
+    arrays = random_inputs(kernel, rng)
+    b = arrays["B"].T if sample == "matmul_bt" else arrays["B"]
+    want = _reference({"A": arrays["A"], "B": b}, dtype)
+    got = run_lowered(kernel, arrays, dtype)
+    assert not np.isnan(got).any()
+    assert relative_error(got, want) < 1e-5
 
 
 # -- the schedule in the IR ---------------------------------------------------------------
@@ -145,16 +155,7 @@ def test_descriptors_read_exactly_where_the_tma_layout_stores(role, transposed, 
 ])
 def test_lowered_hopper_kernels_compute_the_product(sample, dtype, stages, consts) -> None:
     kernel = compiled(sample, dtype, stages, **consts).kernel
-    rng = np.random.default_rng(7)
-    arrays = random_inputs(kernel, rng)
-    if sample == "matmul_bt":
-        arrays["B"] = np.ascontiguousarray(arrays["B"])
-        want = _reference({"A": arrays["A"], "B": arrays["B"].T}, dtype)
-    else:
-        want = _reference(arrays, dtype)
-    got = run_lowered(kernel, arrays, dtype)
-    assert not np.isnan(got).any()
-    assert relative_error(got, want) < 1e-5
+    check_product(sample, kernel, np.random.default_rng(7), dtype)
 
 
 @pytest.mark.parametrize("sample, consts, options, spans", [
@@ -190,15 +191,7 @@ def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spa
     ptx = load_sample(sample, "f16").ptx(arch="sm_90a", stages=3, **consts, **options)
     highs = {int(word) for word in re.findall(r"mov\.b64 %rd\d+, \{%r\d+, (\d+)\};", ptx)}
     assert highs == {span // 2 | codes[span] << 30 for span in spans.values()}
-    rng = np.random.default_rng(11)
-    arrays = random_inputs(lowered, rng)
-    if sample == "matmul_bt":
-        want = _reference({"A": arrays["A"], "B": arrays["B"].T}, "f16")
-    else:
-        want = _reference(arrays, "f16")
-    got = run_lowered(lowered, arrays)
-    assert not np.isnan(got).any()
-    assert relative_error(got, want) < 1e-5
+    check_product(sample, lowered, np.random.default_rng(11))
 
 
 def test_a_tma_swizzle_the_rows_do_not_take_is_an_error_naming_the_operand() -> None:
