@@ -194,6 +194,19 @@ def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spa
     check_product(sample, lowered, np.random.default_rng(11))
 
 
+def test_explain_names_the_narrow_spans_and_what_they_cost() -> None:
+    from tilec.tools.explain import explain, render_explanation
+    text = render_explanation(explain(load_sample("matmul", "f16").compile(
+        arch="sm_90a", BM=128, BN=208, BK=64), ptxas=False))
+    assert "TMA box (cp.async.bulk.tensor, 32B swizzle)" in text
+    line = next(line for line in text.splitlines() if line.startswith("  tma spans"))
+    assert "B in 32-byte slabs (rows of 208 elements)" in line and "0.5x (32-byte)" in line
+    assert "A in" not in line  # A's rows are 64 elements: 128-byte slabs
+    wide = render_explanation(explain(load_sample("matmul", "f16").compile(
+        arch="sm_90a", BM=128, BN=256, BK=64), ptxas=False))
+    assert "tma spans" not in wide
+
+
 def test_a_tma_swizzle_the_rows_do_not_take_is_an_error_naming_the_operand() -> None:
     kernel = load_sample("matmul", "f16").lower(BM=128, BN=208, BK=64)
     with pytest.raises(TileConfigError) as caught:

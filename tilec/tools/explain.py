@@ -43,7 +43,7 @@ from tilec.families.product import LanePiece
 from tilec.families.products import family_named, family_of
 from tilec.families.staged_store import STAGING_WRITES_TEXT
 from tilec.families.tma import TURN_BARRIER
-from tilec.families.tma_boxes import LOAD as TMA_LOAD, Box, staging_layout
+from tilec.families.tma_boxes import LOAD as TMA_LOAD, SLAB_BYTES, Box, staging_layout
 from tilec.families.wgmma import registers_at_entry
 from tilec.target.layout import (BANK_BYTES, WARP_SIZE, SmemLayout, Swizzle, conflict_degree,
                                  copy_map, copy_store_addresses, operand_k_major)
@@ -735,6 +735,11 @@ BYTE_CONVERSIONS = {
              "cvt.rn.bf16x2.f32)") for fp8 in ("f8e4m3", "f8e5m2")},
 }
 
+# Measured beside the 128-byte layouts (benchmarks/NOTES.md, session 23): what explain says
+# where an operand's rows take a narrower TMA swizzle span.
+NARROW_SPAN_RATE = ("read without bank conflicts, but such tiles ran at about 0.8x (64-byte) "
+                    "and 0.5x (32-byte) the rate of 128-byte slabs (f16, H200); rows of whole "
+                    "128 bytes avoid it")
 COPY_INSTRUCTIONS = {"async": "cp.async", "sync": "ld.global + st.shared",
                      "tma": "TMA box (cp.async.bulk.tensor, {span}B swizzle), one elected "
                             "thread"}
@@ -781,6 +786,13 @@ def render_explanation(e: Explanation) -> str:
           _vector(c, h.converted.get(c.role, h.dtype)), c.per_thread, c.threads_per_row,
           c.rows_per_pass, COPY_INSTRUCTIONS[c.mode].format(span=c.vec_bytes)]
          for c in h.copies], indent="    ")
+    # Operands wgmma reads through descriptors (the register form's A is read by the threads).
+    narrow = [c for c in h.copies if c.mode == "tma" and c.vec_bytes < SLAB_BYTES
+              and not family.converts(c.role)]
+    if narrow:
+        spans = ", ".join(f"{c.role} in {c.vec_bytes}-byte slabs (rows of {c.cols} "
+                          f"elements)" for c in narrow)
+        lines.append(f"  tma spans         {spans}: {NARROW_SPAN_RATE}")
     for role, source in h.converted.items():
         if family.converts(role) and family.fused_k_steps:  # wgmma's register form
             lines.append(f"  converted         operand {role}: stored {source}, loaded by "
