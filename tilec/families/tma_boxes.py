@@ -59,9 +59,9 @@ def tma_layout(layout: SmemLayout, elem_bytes: int, span: Optional[int] = None) 
     if span is None:
         spans = spans_for(layout, elem_bytes)
         if not spans:
-            raise ValueError(f"TMA boxes are 32, 64 or 128 bytes wide; rows of {layout.cols} "
-                             f"{8 * elem_bytes}-bit elements are none of them a whole "
-                             "number of times")
+            raise ValueError(f"rows of {layout.cols} {8 * elem_bytes}-bit elements "
+                             f"({layout.cols * elem_bytes} bytes) are not a whole number of "
+                             "TMA's 32-, 64- or 128-byte boxes")
         span = spans[0]
     return layout.with_swizzle(tma_swizzle(span, elem_bytes), slab=span // elem_bytes)
 

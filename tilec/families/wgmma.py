@@ -62,8 +62,9 @@ DESCRIPTOR_LAYOUTS = {128: 1, 64: 2, 32: 3}
 # The narrowest span: the unit of a tile's rows in bytes (BK of K-major operands, BN of an
 # N-major B), and one k step's bytes, which must not straddle two slabs.
 MIN_SPAN_BYTES = min(DESCRIPTOR_LAYOUTS)
-# Why 16-bit blocks of BK under 64 stay on mma.sync: a stage of BK 32 holds two k16 steps of
-# wgmma, and three such stages do not cover TMA's latency. H200, f16, one call, TFLOP/s:
+# Why 16-bit blocks of BK under 64 stay on mma.sync (the likely cause, not profiled: a stage
+# of BK 32 holds two k16 steps, and three such stages do not cover TMA's latency). H200, f16,
+# one call, TFLOP/s:
 # 128x128x32 3 stages wgmma 328.7 against mma.sync 405.5 at 4096^3 (340.9 / 337.2 at 2048^3);
 # 128x128x16 6 stages 368.6 against 342.9; 128x128x64 4 stages on wgmma 672.2.
 SHALLOW_MEASURED = ("a stage of so few k16 steps ran slower on wgmma than on mma.sync "
