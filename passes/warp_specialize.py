@@ -161,8 +161,9 @@ SHARED_BY_CLUSTER = "B"
 def _box(operand: OperandPlan, cluster: int) -> dict:
     """The tma.load attributes of one operand: boxes one slab of its TMA layout wide (a
     swizzle span: :func:`~tilec.families.tma_boxes.tma_layout`) over the stored rows, the
-    inner (contiguous) coordinate along the tile dim stored contiguously; the operand a cluster shares is ``multicast``: each block loads 1/cluster of every box's
-    rows into all the cluster's blocks."""
+    inner (contiguous) coordinate along the tile dim stored contiguously; the operand a
+    cluster shares is ``multicast``: each block loads 1/cluster of every box's rows into
+    all the cluster's blocks."""
     layout = operand.layout
     inner = layout.slab
     attrs = {"tensor": operand.tensor, "box": [inner, layout.rows],

@@ -116,11 +116,12 @@ def _cluster_rank(ctx: Context) -> str:
 
 
 def _load(ctx: Context, op: Op) -> None:
-    """One cp.async.bulk.tensor.2d per slab (one swizzle span wide), into consecutive slabs of the stage,
-    each completing its bytes on the stage's full barrier. A ``multicast`` load (a cluster
-    of n blocks sharing the tile): this block loads rows [rank / n, (rank + 1) / n) of each
-    box into the same place of every block's stage, completing on each block's barrier at
-    the same offset (``.multicast::cluster``, PTX ISA 9.7.9.25.5.1)."""
+    """One cp.async.bulk.tensor.2d per slab (one swizzle span wide), into consecutive slabs
+    of the stage, each completing its bytes on the stage's full barrier. A ``multicast``
+    load (a cluster of n blocks sharing the tile): this block loads rows [rank / n,
+    (rank + 1) / n) of each box into the same place of every block's stage, completing on
+    each block's barrier at the same offset (``.multicast::cluster``, PTX ISA
+    9.7.9.25.5.1)."""
     box = Box.of(op)
     offsets = [ctx.get(v) for v in op.operands[1:3]]
     view: SmemView = ctx.get(op.operands[3])

@@ -5,7 +5,8 @@ pipeline of the wgmma family.
 
 Everything but the instruction is the wgmma family's (:mod:`.wgmma`): the accumulator
 layout (m64nN's is the same for k32), the descriptors of TMA's swizzles (a k32 step of
-8-bit elements is 32 bytes of a row, as a k16 step of f16), the warpgroups and registers. What differs:
+8-bit elements is 32 bytes of a row, as a k16 step of f16), the warpgroups and registers.
+What differs:
 
 - 8-bit wgmma has no transpose bits (PTX ISA 9.7.15.5, "wgmma.mma_async": ``imm-trans-a``
   and ``imm-trans-b`` exist for .f16/.bf16 only), so both operands must be stored K-major:
