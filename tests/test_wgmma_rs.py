@@ -16,7 +16,7 @@ from tilec.cpu.interpreter import run_kernel
 from tilec.errors import TileConfigError
 from tilec.families.catalogue import op_catalogue
 from tilec.families.products import FAMILIES, family_for
-from tilec.families.tma_boxes import tma_layout
+from tilec.families.tma_boxes import operand_tma_layout
 from tilec.families.wgmma_rs import FAMILY as WGMMA_RS, REGISTER_SETS, a_offsets
 from tilec.ir.schedule import OperandPlan
 from tilec.compiler import compile_kernel
@@ -91,7 +91,7 @@ def test_the_compile_error_names_the_declined_rule() -> None:
 
 @pytest.mark.parametrize("bk, span", [(128, 128), (64, 64), (32, 32)])
 def test_a_fragment_pairs_are_the_swizzled_layout_and_conflict_free(bk: int, span: int) -> None:
-    layout = tma_layout(SmemLayout(128, bk), 1)
+    layout = operand_tma_layout("A", SmemLayout(128, bk), 1)
     assert layout.slab == span
     for m0 in (0, 64):
         for k0 in range(0, bk, 16):
@@ -101,7 +101,7 @@ def test_a_fragment_pairs_are_the_swizzled_layout_and_conflict_free(bk: int, spa
     kernel = run_pipeline(swapped().lower(BK=bk), HOPPER).kernel
     assert kernel.schedule.tiling.kind == "wgmma_rs"
     a = next(c for c in kernel.schedule.conflicts if c.role == "A")
-    assert a.swizzle == str(tma_layout(SmemLayout(128, bk), 1).swizzle)
+    assert a.swizzle == str(layout.swizzle)
     # The ld.shared.u16 pairs: one wavefront a warp access under TMA's swizzle, 8 without
     # (rows 128 bytes apart), 4 (64) or 2 (32).
     assert dict(a.chosen)["wgmma"] == 1 and dict(a.linear)["wgmma"] == span // 16, a

@@ -52,17 +52,10 @@ def spans_for(layout: SmemLayout, elem_bytes: int) -> tuple[int, ...]:
     return tuple(span for span in SPANS if layout.cols * elem_bytes % span == 0)
 
 
-def tma_layout(layout: SmemLayout, elem_bytes: int, span: Optional[int] = None) -> SmemLayout:
-    """Where TMA's swizzle of ``span`` bytes (default: the widest that divides the rows,
-    :func:`spans_for`) puts a tile stored as ``layout``: slabs one span wide (a box each),
-    swizzled by 8-row atom."""
-    if span is None:
-        spans = spans_for(layout, elem_bytes)
-        if not spans:
-            raise ValueError(f"rows of {layout.cols} {8 * elem_bytes}-bit elements "
-                             f"({layout.cols * elem_bytes} bytes) are not a whole number of "
-                             "TMA's 32-, 64- or 128-byte boxes")
-        span = spans[0]
+def tma_layout(layout: SmemLayout, elem_bytes: int, span: int) -> SmemLayout:
+    """Where TMA's swizzle of ``span`` bytes puts a tile stored as ``layout``: slabs one span
+    wide (a box each), swizzled by 8-row atom. Which span an operand takes:
+    :func:`operand_tma_layout`."""
     return layout.with_swizzle(tma_swizzle(span, elem_bytes), slab=span // elem_bytes)
 
 
