@@ -176,9 +176,8 @@ def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spa
     SBO follow it, and the executor, reading where the descriptors point, computes the
     product."""
     consts = {"BM": 128, "BN": 128, "BK": 64, **consts}
-    kernel = load_sample(sample, "f16").lower(**consts)
-    result = run_pipeline(kernel, Options(arch="sm_90a", stages=3, **options), keep_ir=True)
-    lowered = result.kernel
+    compiled = load_sample(sample, "f16").compile(arch="sm_90a", stages=3, **consts, **options)
+    lowered = compiled.kernel
     assert lowered.schedule.tiling.kind == "wgmma"
     for op_plan in lowered.schedule.tiling.operands:
         assert op_plan.layout.slab * 2 == spans[op_plan.role], op_plan
@@ -188,8 +187,8 @@ def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spa
     # The descriptors' high words: SBO (8 rows of the span, in 16-byte units) and the
     # layout (1: 128 bytes, 2: 64, 3: 32) in bits 62-63.
     codes = {128: 1, 64: 2, 32: 3}
-    ptx = load_sample(sample, "f16").ptx(arch="sm_90a", stages=3, **consts, **options)
-    highs = {int(word) for word in re.findall(r"mov\.b64 %rd\d+, \{%r\d+, (\d+)\};", ptx)}
+    highs = {int(word) for word in re.findall(r"mov\.b64 %rd\d+, \{%r\d+, (\d+)\};",
+                                              compiled.ptx)}
     assert highs == {span // 2 | codes[span] << 30 for span in spans.values()}
     check_product(sample, lowered, np.random.default_rng(11))
 
