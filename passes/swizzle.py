@@ -105,8 +105,7 @@ def _fixed_layout(plan: TilingPlan, op_plan: OperandPlan, candidates: list[SmemL
     family = family_of(plan)
 
     def degrees(layout: SmemLayout) -> dict[str, int]:
-        return {"copy": 1,
-                family.read_name: family.worst_read_degree(plan, op_plan, layout, elem_bytes)}
+        return {"copy": 1, family.read_name: read_conflicts(plan, op_plan, layout, elem_bytes)}
 
     if options.swizzle == "off" or isinstance(options.swizzle, Swizzle):
         raise ValueError(f"operand {op_plan.role}: {family.name} reads shared memory in "
@@ -115,7 +114,12 @@ def _fixed_layout(plan: TilingPlan, op_plan: OperandPlan, candidates: list[SmemL
         # The span asked for, or the error naming the spans that fit.
         candidates = [operand_tma_layout(op_plan.role, op_plan.layout, elem_bytes,
                                          options.tma_swizzle)]
-    best = min(candidates, key=lambda layout: degrees(layout)[family.read_name])
+    best = candidates[0]
+    for layout in candidates[1:]:
+        if degrees(best)[family.read_name] == 1:
+            break  # conflict-free: the narrower spans after it can only tie
+        if degrees(layout)[family.read_name] < degrees(best)[family.read_name]:
+            best = layout
     return best, degrees(best), degrees(best.with_swizzle(Swizzle()))
 
 

@@ -63,10 +63,19 @@ NOT_FOR_COMPILING = {"numpy", "tilec.cpu.interpreter", "tilec.cpu.executor",
                      "tilec.launch.tensor_maps"}
 
 
-@pytest.mark.parametrize("disk_cache", ["off", "miss", "hit"])
-def test_compile_imports_nothing_only_running_needs(disk_cache, tmp_path):
+# The Hopper kernels too: wgmma's conflict scores and descriptors read no numpy arrays.
+COMPILES = {"sm_80": [MATMUL], "wgmma": [MATMUL, "--arch", "sm_90a", "--const", "BK=64"],
+            "wgmma8": [str(ROOT / "samples" / "fp8_gemm.py"), "--arch", "sm_90a",
+                       "--const", "BK=128"],
+            "wgmma_rs": [str(ROOT / "samples" / "w8a16_swapped.py"), "--arch", "sm_90a"]}
+
+
+@pytest.mark.parametrize("disk_cache, kernel", [("off", "sm_80"), ("miss", "sm_80"),
+                                                ("hit", "sm_80"), ("off", "wgmma"),
+                                                ("off", "wgmma8"), ("off", "wgmma_rs")])
+def test_compile_imports_nothing_only_running_needs(disk_cache, kernel, tmp_path):
     code = ("from tilec.cli import main\n"
-            f"main(['compile', {MATMUL!r}, '-o', {os.devnull!r}])")
+            f"main(['compile', *{COMPILES[kernel]!r}, '-o', {os.devnull!r}])")
     if disk_cache != "off":
         code = ("import os\n"
                 f"os.environ.update(TILEC_DISK_CACHE='1', TILEC_CACHE_DIR={str(tmp_path)!r})\n"

@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 
     from tilec.cpu.interpreter import InterpState
 
-# numpy and the CPU model (tilec.cpu) are imported where they are used: the CPU semantics, and
-# the descriptor offsets (whose arrays they read; compiling for wgmma reads them too).
-# Compiling for the other families never runs these, and should not wait for numpy's import.
+# numpy and the CPU model (tilec.cpu) are imported where they are used: the CPU semantics and
+# the descriptor offsets' arrays they read. Compiling never runs these (the swizzle pass
+# scores the reads on ints: read_address), and should not wait for numpy's import.
 
 WGMMA_M, WGMMA_K = 64, 16  # m64nNk16 for 16-bit inputs, PTX ISA 9.7.15.5
 WGMMA_K_BYTES = 32  # one instruction's k in bytes: k16 of 16-bit inputs, k32 of 8-bit ones
@@ -166,6 +166,26 @@ def swizzle_bytes(byte_offset: np.ndarray | int, span: int = SW128_BYTES) -> np.
     return byte_offset ^ ((byte_offset >> 3) & (span - 16))
 
 
+def read_address(d: Descriptor, start: int, m: Any, k: Any, elem_bytes: int,
+                 swizzled: bool) -> Any:
+    """The byte offset (from the stage start) of element (m, k) of the piece a wgmma reads
+    through descriptor ``d`` from ``start`` (:meth:`Descriptor.start`), m along mn and k
+    along k: ints, or numpy arrays of them (:func:`descriptor_offsets`). The swizzle
+    pass scores the reads on ints, without numpy's import."""
+    if d.k_major:
+        # Core matrices: 8 rows of 16 bytes; rows a span apart, 8-row groups SBO apart.
+        address = start + (m // ATOM_ROWS) * d.sbo + (m % ATOM_ROWS) * d.row_bytes \
+            + k * elem_bytes
+    else:
+        per_row = d.row_bytes // elem_bytes
+        address = start + (m // per_row) * d.lbo + (k // ATOM_ROWS) * d.sbo \
+            + (k % ATOM_ROWS) * d.row_bytes + (m % per_row) * elem_bytes
+    # The descriptors say the span's swizzle (the emitter refuses anything else); an
+    # unswizzled layout is read as the same slabs without it, for the swizzle pass's and
+    # explain's comparison.
+    return swizzle_bytes(address, d.row_bytes) if swizzled else address
+
+
 @lru_cache(maxsize=None)
 def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int,
                        elem_bytes: int) -> np.ndarray:
@@ -176,22 +196,10 @@ def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int
     span)."""
     import numpy as np
     d = descriptor_fields(layout, role, elem_bytes)
-    start = d.start(mn0, k0, elem_bytes)
     m = np.arange(mn)[:, None]
     k = np.arange(WGMMA_K_BYTES // elem_bytes)[None, :]
-    if d.k_major:
-        # Core matrices: 8 rows of 16 bytes; rows 128 bytes apart, 8-row groups SBO apart.
-        address = start + (m // ATOM_ROWS) * d.sbo + (m % ATOM_ROWS) * d.row_bytes \
-            + k * elem_bytes
-    else:
-        per_row = d.row_bytes // elem_bytes
-        address = start + (m // per_row) * d.lbo + (k // ATOM_ROWS) * d.sbo \
-            + (k % ATOM_ROWS) * d.row_bytes + (m % per_row) * elem_bytes
-    # The descriptors say the span's swizzle (the emitter refuses anything else); an
-    # unswizzled layout is read as the same slabs without it, for the swizzle pass's and
-    # explain's comparison.
-    offsets = (swizzle_bytes(address, d.row_bytes) if layout.swizzle.bits else address) \
-        // elem_bytes
+    offsets = read_address(d, d.start(mn0, k0, elem_bytes), m, k, elem_bytes,
+                           bool(layout.swizzle.bits)) // elem_bytes
     offsets = offsets if role == "A" else offsets.T
     offsets.flags.writeable = False
     return offsets
@@ -554,19 +562,20 @@ class Wgmma(ProductFamily):
             return
         role = op_plan.role
         extent = plan.block[0] if role == "A" else plan.block[1]
-        offsets = descriptor_offsets(layout, role, 0, k0, extent, elem_bytes)
+        d = descriptor_fields(layout, role, elem_bytes)
+        start, swizzled = d.start(0, k0, elem_bytes), bool(layout.swizzle.bits)
         per_row = 16 // elem_bytes
         k_extent = WGMMA_K_BYTES // elem_bytes
-        grid = offsets if role == "A" else offsets.T  # [mn, k]
-        k_major = operand_k_major(role, layout)
-        if k_major:
+        if d.k_major:
             for m0 in range(0, extent, ATOM_ROWS):
                 for kc in range(0, k_extent, per_row):
-                    yield [int(grid[m0 + r, kc]) * elem_bytes for r in range(ATOM_ROWS)]
+                    yield [read_address(d, start, m0 + r, kc, elem_bytes, swizzled)
+                           for r in range(ATOM_ROWS)]
         else:
             for mc in range(0, extent, per_row):
                 for k in range(0, k_extent, ATOM_ROWS):
-                    yield [int(grid[mc, k + r]) * elem_bytes for r in range(ATOM_ROWS)]
+                    yield [read_address(d, start, mc, k + r, elem_bytes, swizzled)
+                           for r in range(ATOM_ROWS)]
 
     def read_access(self, role: str, layout: SmemLayout) -> str:
         return "wgmma descriptor (" + ("K" if operand_k_major(role, layout) else "MN") \

@@ -47,7 +47,7 @@ from .tma_boxes import swizzle_mode
 from .wgmma import (CONSUMER_OVERHEAD, MIN_SPAN_BYTES, WGMMA_K, WGMMA_K_BYTES, WGMMA_M,
                     WGMMA_TYPES, WGMMA_WAIT, Wgmma, WgmmaLayout, descriptor_fields,
                     descriptor_offsets, emit_wait, operand_descriptor, predicate_register,
-                    registers_at_entry, warpgroup_index, warpgroup_strips)
+                    read_address, registers_at_entry, warpgroup_index, warpgroup_strips)
 
 if TYPE_CHECKING:
     from tilec.cpu.interpreter import InterpState
@@ -276,10 +276,13 @@ class WgmmaRs(Wgmma):
             return
         if warp_index:
             return
-        offsets = a_offsets(layout, 0, k0)
+        # a_offsets' elements (bytes: A is 8-bit), on ints: compiling needs no numpy.
+        d = descriptor_fields(layout, "A", 1)
+        within = k0 % WGMMA_K_BYTES
+        start, swizzled = d.start(0, k0 - within, 1), bool(layout.swizzle.bits)
         for register in range(A_REGISTERS):
-            yield [int(offsets[lane // 4 + 8 * (register % 2),
-                               2 * (lane % 4) + 8 * (register // 2)])
+            yield [read_address(d, start, lane // 4 + 8 * (register % 2),
+                                within + 2 * (lane % 4) + 8 * (register // 2), 1, swizzled)
                    for lane in range(WARP_SIZE)]
 
     def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
