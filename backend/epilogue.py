@@ -174,7 +174,7 @@ def element_addresses(ctx, op: Op, offsets, dims: list[int], layout: Distributed
     base, coords = state["base"], state["coords"]
     row_bases, predicates = state["row_bases"], state["predicates"]
     combined, seen = state["combined"], state["seen"]
-    relative = layout.register_offsets()
+    relative = layout.cached_offsets()
     result = []
     for index in ctx.indices(len(relative)):
         access = element_access(relative[index], dims, unit, eb, masked)

@@ -78,7 +78,7 @@ class SimtLayout(DistributedLayout):
 
     @property
     def regs_per_thread(self) -> int:
-        return len(self._offsets())
+        return len(self.cached_offsets())
 
 
 def _runs(count: int, spacing: int) -> list[int]:

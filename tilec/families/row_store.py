@@ -143,7 +143,7 @@ def _stage(ctx: Context, op: Op) -> Optional[str]:
     staging = ctx.int_op("add.s32", ctx.smem_base(), state["staging"])
     row0, col0 = c_thread_coords(ctx, layout)
     base = ctx.mad(row0, pitch, ctx.mad(col0, eb, staging))
-    offsets = layout.register_offsets()
+    offsets = layout.cached_offsets()
     for index in ctx.indices(len(offsets)):
         if index % 2:
             continue

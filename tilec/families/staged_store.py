@@ -49,7 +49,7 @@ def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str
         # Each warpgroup stages its own tile (tma_store placed one copy a warpgroup).
         staging = ctx.mad(block_warpgroup(ctx), ctx.smem.of(op).stage_bytes, staging)
     _write_staging(ctx, op, staging)
-    if ctx.active is not None and ctx.active.stop < len(layout.register_offsets()):
+    if ctx.active is not None and ctx.active.stop < len(layout.cached_offsets()):
         return None
     return staging
 
@@ -123,7 +123,7 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
                                                                  chunk_bit), 1), 4)
     base = ctx.int_op("add.s32", ctx.mad(row, row_bytes, staging), low)
     xor = ctx.int_op("shl.b32", ctx.int_op("and.b32", row_bits, 6), 4)
-    offsets = layout.register_offsets()
+    offsets = layout.cached_offsets()
     moved: dict[int, str] = {}
     for index in ctx.indices(len(offsets)):
         if index % 8:
@@ -185,7 +185,7 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
         thread_chunk = ctx.int_op("shr.u32", col0, swizzle.base)
         xor = ctx.int_op("shl.b32", ctx.int_op("xor.b32", row_bits, thread_chunk), shift)
     chunks: dict[int, str] = {}
-    offsets = layout.register_offsets()
+    offsets = layout.cached_offsets()
     for index in ctx.indices(len(offsets)):
         if index % 2:
             continue
@@ -308,7 +308,7 @@ def _last_store_read(ctx: Context, leader: str) -> None:
 def register_slabs(layout: DistributedLayout, inner: int) -> list[int]:
     """The slab (``inner`` columns wide) each of a thread's registers falls in, in register
     order: what the slabs-in-turn store writes a slab at a time."""
-    return [col // inner for _, col in layout.register_offsets()]
+    return [col // inner for _, col in layout.cached_offsets()]
 
 
 def _store_slabs_in_turn(ctx: Context, op: Op) -> None:

@@ -144,10 +144,12 @@ class DistributedLayout:
         """Tile coordinate of accumulator register ``reg`` of ``lane`` in ``warp``."""
         row0, col0 = self.warp_origin(warp)
         lr, lc = divmod(lane, self.lane_grid[1])
-        row, col = self._offsets()[reg]
+        row, col = self.cached_offsets()[reg]
         return (row0 + lr * self.lane_step[0] + row, col0 + lc * self.lane_step[1] + col)
 
-    def _offsets(self) -> list[tuple[int, int]]:
+    def cached_offsets(self) -> tuple[tuple[int, int], ...]:
+        """:meth:`register_offsets`, computed once per layout: the backend reads them for
+        every chunk of an epilogue's registers."""
         return _cached_offsets(self)
 
     @property
@@ -160,8 +162,8 @@ class DistributedLayout:
 
 
 @functools.lru_cache(maxsize=None)
-def _cached_offsets(layout: DistributedLayout) -> list[tuple[int, int]]:
-    return layout.register_offsets()
+def _cached_offsets(layout: DistributedLayout) -> tuple[tuple[int, int], ...]:
+    return tuple(layout.register_offsets())
 
 
 # ---------------------------------------------------------------------------------------
