@@ -1,6 +1,7 @@
 """TMA-store epilogue: the warp-specialized consumers write their output tile into a shared
-staging tile, and one thread stores it to global memory with TMA, a box per 64-column slab
-(``cp.async.bulk.tensor`` shared -> global, PTX ISA 9.7.9.25.5.2).
+staging tile, and one thread stores it to global memory with TMA, a box per slab one swizzle
+span wide (``cp.async.bulk.tensor`` shared -> global, PTX ISA 9.7.9.25.5.2): 128 bytes where
+the tile's rows are whole 128-byte lines, else 64 or 32 (a 16-bit BN of 96 or 208).
 
 Direct stores from the accumulator layout write each row in 16-byte pieces (f16: four
 threads of two elements), scattered over 8 rows per instruction; TMA writes whole 128-byte
@@ -10,21 +11,24 @@ Requires: warp specialization's schedule (``schedule.roles``) and the fragments 
 stored value in the accumulator layout).
 
 Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with its box
-(``box = [64, BM]``, ``slabs = BN / 64``, ``coords = [1, 0]``: the column offset is the
-inner coordinate), ``staging_buffers = 2`` where a 16-bit tile's whole staging does not fit
-beside the ring but two one-slab buffers do (the slabs then go out in turn, one written
-while the one before is stored), and its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four
-8x8 matrices of 16-bit pairs where a thread's registers form them and it holds at most 64,
-else ``pairs``, st.shared a register pair at a time: :func:`tilec.families.staged_store.staging_writes`);
-the backend (:mod:`tilec.families.staged_store`) lays the staging tile out in
-TMA's 128-byte swizzle (:func:`~tilec.families.tma_boxes.tma_layout`), so each thread's writes of
-a row pair are conflict-free. ``schedule.epilogue`` says which way the tile goes, and why
-not TMA when it does not: only 8-bit and 16-bit outputs and i32 ones (an f32 tile of
-128x256 would need 128 KiB beside the ring; an i32 one is staged when it fits, in 8-byte
-writes of a register pair; an 8-bit one, an fp8 or i8 output, in 2-byte writes), a 2-D output (or one batch of a 3-D one, through a 3-D map) stored where
-TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one store, and room
-in shared memory. The CPU semantics are the
-store's own: TMA skips out-of-bounds elements as the masked store does.
+(``box = [S, BM]``, ``slabs = BN / S``, ``coords = [1, 0]``: the column offset is the inner
+coordinate; S the columns of the widest span BN's bytes take); ``staging_buffers = 2`` where
+a 16-bit tile's whole staging does not fit beside the ring but two one-slab buffers do (the
+slabs then go out in turn, one written while the one before is stored); and its staging
+writes (``writes``: ``stmatrix``, one stmatrix.x4 of four 8x8 matrices of 16-bit pairs where
+a thread's registers form them and it holds at most 64, else ``pairs``, st.shared a register
+pair at a time: :func:`tilec.families.staged_store.staging_writes`). The backend
+(:mod:`tilec.families.staged_store`) lays the staging tile out in TMA's swizzle of that span
+(:func:`~tilec.families.tma_boxes.tma_layout`), so each thread's writes of a row pair are
+conflict-free; the row stores (``via = "rows"``) read 128-byte slabs only.
+
+``schedule.epilogue`` says which way the tile goes, and why not TMA when it does not: only
+8-bit and 16-bit outputs and i32 ones (an f32 tile of 128x256 would need 128 KiB beside the
+ring; an i32 one is staged when it fits, in 8-byte writes of a register pair; an 8-bit one,
+an fp8 or i8 output, in 2-byte writes), a 2-D output (or one batch of a 3-D one, through a
+3-D map) stored where TMA can address it (unit-stride rows, 16-byte aligned: the launch
+spec), one store, and room in shared memory. The CPU semantics are the store's own: TMA
+skips out-of-bounds elements as the masked store does.
 
 Unit-stride rows that are not 16-byte aligned (C of 4095x4097: 2-byte aligned rows) are
 staged all the same, marked ``via = "rows"`` (no tensor map): after the staging writes the
@@ -44,13 +48,13 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec.families.staged_store import register_slabs, staging_writes
-from tilec.families.tma_boxes import SLAB_BYTES, SWIZZLE_128B, swizzle_128b
+from tilec.families.tma_boxes import SLAB_BYTES, SWIZZLE_128B, spans_for, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
 from tilec.ir.types import I32, TileType
 from tilec.ir.views import view_source
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
-from tilec.target.layout import DistributedLayout
+from tilec.target.layout import DistributedLayout, SmemLayout
 from tilec.target.smem import place, total_with_staging
 
 NAME = "tma_store"
@@ -152,11 +156,17 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     elem_bytes = store.operands[-1].type.dtype.bytes
     # A pingpong kernel's warpgroups each stage a tile of their own.
     copies = 2 if kernel.schedule.roles.pingpong else 1
-    inner = SLAB_BYTES // elem_bytes
-    if problem is None and bn % inner:
-        # The staging tile is laid out, and stored, a 128-byte box of columns at a time.
-        problem = (f"BN = {bn} is not a whole number of {inner}-column slabs (TMA's 128-byte "
-                   f"swizzle rows of {store.operands[-1].type.dtype})")
+    # The staging tile is laid out, and stored, a box of columns a swizzle span wide at a
+    # time: the widest span its rows take (the row stores read 128-byte slabs only).
+    spans = spans_for(SmemLayout(bm, bn), elem_bytes) if via == "tma" else \
+        tuple(span for span in (SLAB_BYTES,) if bn * elem_bytes % span == 0)
+    span = spans[0] if spans else SLAB_BYTES
+    inner = span // elem_bytes
+    if problem is None and not spans:
+        unit = ("32 bytes, TMA's narrowest swizzle span" if via == "tma" else
+                "128 bytes, the swizzle rows the row stores read")
+        problem = (f"BN = {bn} columns of {store.operands[-1].type.dtype} "
+                   f"({bn * elem_bytes} bytes) are not a whole number of {unit}")
     staging = bm * bn * elem_bytes * copies
     buffers = 0  # the whole tile staged at once
     if problem is None:
@@ -184,7 +194,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0],
                        writes=writes, **copies_attr, **buffers_attr)
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
-        via, staging, (inner, bm), bn // inner, writes=writes, buffers=buffers))
+        via, staging, (inner, bm), bn // inner, writes=writes, buffers=buffers, span=span))
     return kernel
 
 

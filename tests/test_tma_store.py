@@ -12,7 +12,8 @@ import pytest
 
 from tilec.cpu.interpreter import run_kernel
 from tilec.families.catalogue import op_catalogue
-from tilec.families.tma_boxes import is_tma_store, staging_layout
+from tilec.families.tma_boxes import (SPANS, atom_row_shift, is_tma_store, staging_layout,
+                                      tensor_map_box)
 from tilec.families.wgmma import WgmmaLayout
 from tilec.kernel import load_file
 from tilec.ir.printer import print_kernel
@@ -138,17 +139,27 @@ def test_an_8_bit_output_is_staged_two_bytes_a_write(tmp_path):
     np.testing.assert_array_equal(c, exact.astype(np.int8))
 
 
-def test_an_8_bit_tile_that_is_not_whole_slabs_keeps_its_direct_stores():
-    """An 8-bit C slab is 128 columns (one 128-byte swizzle row): BN = 192 would stage a
-    slab and a half, its second half past the staging tile (on the GPU: an illegal address
-    in the 128x192 promoted fp8 kernel with an e4m3 C), so it stays direct and says why."""
+def test_an_8_bit_tile_of_192_columns_is_staged_in_64_byte_slabs():
+    """BN = 192 of an 8-bit C is a slab and a half of 128 bytes (staged so, its second half
+    went past the staging tile: an illegal address on the GPU in the 128x192 promoted fp8
+    kernel with an e4m3 C); it is three 64-byte slabs, a box each."""
     function = load_file(Path("i8_out.py"), text=I8_OUT)["f"]
     kernel = run_pipeline(function.lower(BN=192), Options(arch="sm_90a", stages=4),
                           keep_ir=True).kernel
     plan = kernel.schedule.epilogue
+    assert (plan.via, plan.span, plan.box, plan.slabs) == ("tma", 64, (64, 128), 3)
+    assert plan.staging_bytes == 128 * 192
+
+
+def test_an_8_bit_tile_that_is_not_whole_spans_keeps_its_direct_stores():
+    function = load_file(Path("i8_out.py"), text=I8_OUT)["f"]
+    kernel = run_pipeline(function.lower(BN=48), Options(arch="sm_90a", stages=4),
+                          keep_ir=True).kernel
+    plan = kernel.schedule.epilogue
     assert plan.via == "direct"
-    assert "BN = 192 is not a whole number of 128-column slabs" in plan.reason
-    assert "st.shared.b16" not in function.ptx(arch="sm_90a", stages=4, BN=192)
+    assert plan.reason == ("BN = 48 columns of i8 (48 bytes) are not a whole number of 32 "
+                           "bytes, TMA's narrowest swizzle span")
+    assert "st.shared.b16" not in function.ptx(arch="sm_90a", stages=4, BN=48)
 
 
 def test_the_verifier_refuses_boxes_that_do_not_cover_the_tile():
@@ -347,26 +358,32 @@ def test_a_128x128_tile_is_staged_by_stmatrix_and_a_128x256_one_by_pairs():
     assert large.schedule.epilogue.writes == "pairs"
 
 
+@pytest.mark.parametrize("span", SPANS)
 @pytest.mark.parametrize("bm, bn, rows", [(128, 128, 64), (128, 256, 64), (256, 128, 64),
-                                          (256, 128, 128)])
-def test_stmatrix_lane_addresses_follow_the_staging_swizzle(bm, bn, rows):
+                                          (256, 128, 128), (128, 96, 64)])
+def test_stmatrix_lane_addresses_follow_the_staging_swizzle(bm, bn, rows, span):
     """Lane t of a warp gives stmatrix the address of row t % 8 of matrix t / 8 of each run
     (tilec.families.staged_store._stage_by_stmatrix's arithmetic): that row's chunk, where
-    staging_layout places the matrix row's first element, for every run of every warp."""
+    staging_layout places the matrix row's first element, for every run of every warp, in
+    each span's swizzle (the row's XOR (r % 8) >> atom_row_shift, its bits above the
+    lane's lowest per run: none in 32 bytes)."""
+    if bn * 2 % span:
+        pytest.skip(f"{bn} 16-bit columns are not whole {span}-byte spans")
     layout = WgmmaLayout("C", (bm * 4 // rows, 1), (rows // 4, bn))
-    staging = staging_layout(bm, bn, 2)
+    staging = staging_layout(bm, bn, 2, span)
     offsets = layout.register_offsets()
+    high = span // 16 - 2
     for warp in range(layout.warps[0]):
         warp_row, _ = layout.warp_origin(warp)
         for lane in range(32):
             row, chunk_bit = warp_row + (lane & 15), lane >> 4
-            row_bits = row & 7
-            base = row * 128 + (((row_bits ^ chunk_bit) & 1) << 4)
+            row_bits = (row & 7) >> atom_row_shift(span)
+            base = row * span + (((row_bits ^ chunk_bit) & 1) << 4)
             for start in range(0, len(offsets), 8):
                 r, c = offsets[start]
-                slab, within = divmod(c, 64)
-                moved = ((row_bits & 6) << 4) ^ ((within >> 3) << 4)
-                address = base + moved + (slab * bm + r) * 128
+                slab, within = divmod(c, span // 2)
+                moved = ((row_bits & high) << 4) ^ ((within >> 3) << 4)
+                address = base + moved + (slab * bm + r) * span
                 matrix_row = warp_row + r + 8 * ((lane >> 3) & 1) + (lane & 7)
                 matrix_col = c + 8 * (lane >> 4)
                 assert address == 2 * staging.offset(matrix_row, matrix_col), (warp, lane, r, c)
@@ -469,24 +486,26 @@ def test_the_i32_staging_writes_register_pairs_with_st_shared_v2():
         "cp.async.bulk.tensor.2d.global")
 
 
-def test_the_i32_staging_addresses_are_tmas_swizzle_for_every_thread():
+@pytest.mark.parametrize("span", SPANS)
+def test_the_i32_staging_addresses_are_tmas_swizzle_for_every_thread(span):
     """The staging writes' arithmetic (tilec.families.staged_store._stage_registers) for 4-byte
-    elements, for every thread and register pair: base (row0 * 32 + col0 % 4) * 4, the
-    thread's XOR ((row0 % 8) ^ col0 / 4) << 4, the register's chunk XORed in, its slab, row
-    and low column as the immediate; each pair lands where TMA's swizzle puts its element,
-    and the pair's two elements are the 8 contiguous bytes v2.b32 writes."""
+    elements, for every thread and register pair: base (row0 * S + col0 % 4) * 4 (S the
+    span's columns), the thread's XOR (row XOR ^ col0 / 4) << 4, the register's chunk XORed
+    in, its slab, row and low column as the immediate; each pair lands where TMA's swizzle
+    puts its element, and the pair's two elements are the 8 contiguous bytes v2.b32
+    writes."""
     kernel = i32_lowered()
     layout = store_of(kernel).operands[-1].type.layout
     assert addressing_problem(layout, 4) is None
     rows, cols = 128, 128
-    staging = staging_layout(rows, cols, 4)
-    inner = 32
+    staging = staging_layout(rows, cols, 4, span)
+    inner = span // 4
     written = set()
     for warp in range(layout.warps[0] * layout.warps[1]):
         for lane in range(32):
             row0, col0 = layout.c_coord(warp, lane, 0)
             base = (row0 * inner + (col0 & 3)) * 4
-            xor = ((row0 & 7) ^ (col0 >> 2)) << 4
+            xor = (((row0 & 7) >> atom_row_shift(span)) ^ (col0 >> 2)) << 4
             for index, (r, c) in enumerate(layout.register_offsets()):
                 if index % 2:
                     continue
@@ -550,3 +569,96 @@ def test_i32_tma_store_kernels_assemble_without_spills(tmp_path, options):
     compiled = i32_out().compile(arch="sm_90a", spec=I32_ALIGNED, **{**I32_TILE, **options})
     assert compiled.kernel.schedule.epilogue.via == "tma"
     assert_assembles_for_sm_90a(compiled.ptx, tmp_path, "i32")
+
+
+# -- rows that are not whole 128-byte lines: staged in 64- or 32-byte slabs ----------------
+
+def narrow(bn: int, **options):
+    """The f16-out matmul at 128 x ``bn``, lowered for sm_90a (three stages, aligned)."""
+    return run_pipeline(f16_out().lower(BM=128, BN=bn, BK=64),
+                        Options(arch="sm_90a", stages=3, spec=ALIGNED, **options),
+                        keep_ir=True).kernel
+
+
+@pytest.mark.parametrize("bn, span", [(256, 128), (192, 128), (224, 64), (160, 64), (96, 64),
+                                      (208, 32), (80, 32)])
+def test_a_16_bit_tile_is_staged_in_the_widest_span_its_rows_take(bn, span):
+    kernel = narrow(bn)
+    plan = kernel.schedule.epilogue
+    inner = span // 2
+    assert (plan.via, plan.span, plan.box, plan.slabs) == ("tma", span, (inner, 128), bn // inner)
+    store = store_of(kernel)
+    assert (store.attrs["box"], store.attrs["slabs"]) == ([inner, 128], bn // inner)
+    # The launcher encodes C's map in the same span, a box a slab.
+    assert tensor_map_box(kernel, "C") == (inner, 128, span)
+    assert str(plan).endswith(f"{bn // inner} boxes of {inner}x128}}")
+    assert (f", {span}-byte swizzle" in str(plan)) == (span != 128)
+
+
+def test_explain_names_the_staging_span():
+    from tilec.tools.explain import explain, render_explanation
+    text = render_explanation(explain(f16_out().compile(arch="sm_90a", stages=3, spec=ALIGNED,
+                                                        BM=128, BN=208, BK=64), ptxas=False))
+    assert "TMA's 32-byte swizzle) -> 13 TMA stores of 16x128" in text
+    assert "slab16,swizzle(1,3,3) (TMA store staging)" in text
+
+
+@pytest.mark.parametrize("span, eb", [(span, eb) for span in SPANS for eb in (1, 2)])
+def test_the_pair_writes_land_where_tmas_swizzle_puts_their_elements(span, eb):
+    """tilec.families.staged_store._stage_by_pairs's arithmetic for 8- and 16-bit elements:
+    base (row0 * S + col0) * eb (S the span's columns), the thread's XOR (its row's, (row0 %
+    8) >> atom_row_shift) << 4, the register's chunk XORed in, its slab, row and low column
+    as the immediate: every register pair of every thread at staging_layout's place of its
+    first element, the second element next to it, each element once."""
+    rows, cols = 128, 192
+    layout = WgmmaLayout("C", (8, 1), (16, cols))
+    assert addressing_problem(layout, eb) is None
+    staging = staging_layout(rows, cols, eb, span)
+    inner, per_chunk = span // eb, 16 // eb
+    written = set()
+    for warp in range(8):
+        for lane in range(32):
+            row0, col0 = layout.c_coord(warp, lane, 0)
+            base = (row0 * inner + col0) * eb
+            xor = ((row0 & 7) >> atom_row_shift(span)) << 4
+            for index, (r, c) in enumerate(layout.register_offsets()):
+                if index % 2:
+                    continue
+                slab, within = divmod(c, inner)
+                address = base + (xor ^ ((within // per_chunk) << 4)) + (
+                    (slab * rows + r) * inner + within % per_chunk) * eb
+                row, col = layout.c_coord(warp, lane, index)
+                assert address == eb * staging.offset(row, col)
+                assert address + eb == eb * staging.offset(row, col + 1)
+                written.add(address)
+    assert len(written) == rows * cols // 2
+
+
+@pytest.mark.parametrize("bn, options", [
+    (208, {}), (96, {}), (224, dict(persistent=True)), (160, dict(cluster=2)),
+    (96, dict(persistent=True, consumers="pingpong", BM=64))],
+    ids=["208-pairs-32B", "96-stmatrix-64B", "224-persistent-64B", "160-cluster-64B",
+         "96-pingpong-64B"])
+def test_narrow_span_staging_kernels_assemble_and_compute_the_product(tmp_path, bn, options):
+    options = dict(options)
+    bm = options.pop("BM", 128)
+    kernel = run_pipeline(f16_out().lower(BM=bm, BN=bn, BK=64),
+                          Options(arch="sm_90a", stages=3, spec=ALIGNED, **options),
+                          keep_ir=True).kernel
+    assert kernel.schedule.epilogue.via == "tma" and kernel.schedule.epilogue.span < 128
+    ptx = f16_out().compile(arch="sm_90a", stages=3, spec=ALIGNED, BM=bm, BN=bn, BK=64,
+                            **options).ptx
+    assert_assembles_for_sm_90a(ptx, tmp_path, f"narrow_{bn}")
+    assert_computes_the_product(kernel, 200, 3 * bn + 40, 150, seed=bn)
+
+
+def test_an_i32_tile_of_8_odd_columns_is_staged_in_32_byte_slabs(tmp_path):
+    compiled = i32_out().compile(arch="sm_90a", spec=I32_ALIGNED, stages=3,
+                                 **{**I32_TILE, "BN": 96})
+    plan = compiled.kernel.schedule.epilogue
+    assert (plan.via, plan.span, plan.box, plan.slabs) == ("tma", 128, (32, 128), 3)
+    compiled = i32_out().compile(arch="sm_90a", spec=I32_ALIGNED, stages=3,
+                                 **{**I32_TILE, "BN": 80})
+    plan = compiled.kernel.schedule.epilogue
+    assert (plan.via, plan.span, plan.box, plan.slabs) == ("tma", 64, (16, 128), 5)
+    assert_assembles_for_sm_90a(compiled.ptx, tmp_path, "i32_80")

@@ -1,5 +1,6 @@
 """Stores through a staging tile (sm_90 warp-specialized kernels): the consumers write
-their accumulator registers into shared memory in TMA's 128-byte swizzle (stmatrix, or
+their accumulator registers into shared memory in TMA's swizzle of the store's span (128
+bytes, or 64 or 32 where the tile's rows are not whole 128-byte lines; stmatrix, or
 st.shared a register pair at a time), meet, and the tile goes out as TMA boxes
 (``tile.store {via = tma}``, ``cp.async.bulk.tensor`` from shared memory, PTX ISA
 9.7.9.25.5.2), or, where C's rows are not 16-byte aligned, as rows the consumers copy
@@ -16,14 +17,14 @@ from tilec.ir.core import Op
 from tilec.target.layout import DistributedLayout
 
 from .row_store import StagedRows, copy_rows_out
-from .tma_boxes import (SWIZZLE_128B, Box, block_warpgroup, box_coordinates, swizzle_128b,
-                        tensor_map_address, thread_is)
+from .tma_boxes import (SLAB_BYTES, Box, atom_row_shift, block_warpgroup, box_coordinates,
+                        tensor_map_address, thread_is, tma_swizzle)
 
 
 def _stage_registers(ctx: Context, op: Op, reuse_wait: str = "") -> Optional[str]:
     """The staging part of a store through shared memory, emitted a chunk of registers at a
-    time: each thread writes its register pairs into the staging tile, in TMA's 128-byte
-    swizzle. Returns the staging tile's address after the last chunk (None before it).
+    time: each thread writes its register pairs into the staging tile, in TMA's swizzle of
+    the box's span. Returns the staging tile's address after the last chunk (None before it).
     ``reuse_wait``: what a persistent kernel's leader waits for before the next tile's
     first write overwrites the staging tile (then all consumers meet); the wait after the
     last tile is the store's (:func:`_last_store_read`)."""
@@ -112,17 +113,19 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
     packed into four 16-bit pairs and written by one stmatrix.x4, where the separate writes
     took four st.shared.b32. Lane t gives the address of row t % 8 of matrix t / 8: the
     matrix's row r + 8 ((t / 8) % 2) + t % 8 of the warp's tile, its chunk c / 8 + t / 16,
-    in TMA's 128-byte swizzle (chunk ^ row % 8): the chunk's lowest bit is the lane's, the
-    rest XORs per run of registers."""
+    in TMA's swizzle (chunk ^ the row's XOR, :func:`_row_xor`): the chunk's lowest bit is
+    the lane's, the rest XORs per run of registers."""
     w = ctx.w
     row, chunk_bit = _stmatrix_lane_coords(ctx, layout, keep)
-    row_bits = ctx.int_op("and.b32", row, 7)
     row_bytes = box.inner * 2
+    row_bits = _row_xor(ctx, row, row_bytes)
     # The thread's part: its row, and its chunk's lowest bit after the swizzle's XOR.
     low = ctx.int_op("shl.b32", ctx.int_op("and.b32", ctx.int_op("xor.b32", row_bits,
                                                                  chunk_bit), 1), 4)
     base = ctx.int_op("add.s32", ctx.mad(row, row_bytes, staging), low)
-    xor = ctx.int_op("shl.b32", ctx.int_op("and.b32", row_bits, 6), 4)
+    # The XOR's other bits (none in a 32-byte span: one run of registers is its two chunks).
+    high = row_bytes // 16 - 2
+    xor = ctx.int_op("shl.b32", ctx.int_op("and.b32", row_bits, high), 4) if high else None
     offsets = layout.cached_offsets()
     moved: dict[int, str] = {}
     for index in ctx.indices(len(offsets)):
@@ -132,7 +135,8 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
         slab, within = divmod(c, box.inner)
         chunk = within >> 3  # even: the run's first chunk
         if chunk not in moved:
-            moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4))
+            moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4)) \
+                if xor else base
         packed = []
         for pair in range(4):
             register = w.reg("b32")
@@ -164,15 +168,13 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
                     rows: int, staging: str, eb: int, keep: bool, buffers: int = 0) -> None:
     """Each register pair written on its own (st.shared.b16 of two packed 8-bit values,
     st.shared.b32 of two 16-bit ones, st.shared.v2.b32 of two 32-bit ones), in TMA's
-    128-byte swizzle."""
+    swizzle of the box's span."""
     w = ctx.w
-    # Where the thread's coordinates live is a matter of ptxas's 168-register budget with
-    # a fused epilogue (gemm_epilogue at 128x256): one tile a block spilled keeping them
-    # from the entry (48 bytes), a persistent block spilled recomputing them (8 bytes).
-    row0, col0 = c_thread_coords(ctx, layout, keep=keep)
-    swizzle = swizzle_128b(eb)  # a chunk is 16 bytes: 16, 8 or 4 elements
+    span = box.inner * eb
+    row0, col0 = c_thread_coords(ctx, layout, keep=KEEP_COORDINATES[keep, span < SLAB_BYTES])
+    swizzle = tma_swizzle(span, eb)  # a chunk is 16 bytes: 16, 8 or 4 elements
     shift = swizzle.base + (eb.bit_length() - 1)
-    row_bits = ctx.int_op("and.b32", row0, (1 << SWIZZLE_128B.bits) - 1)
+    row_bits = _row_xor(ctx, row0, span)
     if (layout.lane_grid[1] - 1) * layout.lane_step[1] < 1 << swizzle.base:
         base = ctx.mad(ctx.mad(row0, box.inner, col0), eb, staging)
         xor = ctx.int_op("shl.b32", row_bits, shift)
@@ -201,6 +203,27 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
         for line in write(chunks[chunk], immediate, regs[index], regs[index + 1],
                           *(w.reg(cls) for cls in scratch)):
             w.emit(line)
+
+
+# Where a thread's coordinates live for its pair writes, by (persistent, narrow span: 64 or
+# 32 bytes): kept from the kernel's entry, or recomputed from %tid at the staging. A matter
+# of ptxas's 168-register budget in the fused epilogues (gemm_epilogue, ptxas 13.0, f16 C):
+# at 128x256 one tile a block spilled 48 bytes keeping them, a persistent block 8
+# recomputing them (since level); at 128x208 and 128x224 (narrow) one tile a block spilled
+# 8 bytes recomputing them, and 128x208 persistent 8 keeping them. Neither spills at BN 96
+# or 160, nor gemm_gelu at any of these.
+KEEP_COORDINATES = {(False, False): False, (True, False): True,
+                    (False, True): True, (True, True): False}
+
+
+def _row_xor(ctx: Context, row: str, span: int) -> str:
+    """The 16-byte chunk XOR of row ``row`` in TMA's ``span``-byte swizzle (the row's index
+    in its 8-row atom, shifted: :func:`~tilec.families.tma_boxes.atom_row_shift`). The
+    staging writes' rows keep their index modulo 8 (the tma_store pass checked), so a
+    thread's XOR is its first row's."""
+    shift = atom_row_shift(span)
+    shifted = ctx.int_op("shr.u32", row, shift) if shift else row
+    return ctx.int_op("and.b32", shifted, (7 >> shift))
 
 
 def _slot(slab: int, buffers: int) -> int:

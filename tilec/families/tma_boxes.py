@@ -72,10 +72,19 @@ def operand_tma_layout(role: str, layout: SmemLayout, elem_bytes: int,
     return tma_layout(layout, elem_bytes, span or spans[0])
 
 
-def staging_layout(rows: int, cols: int, elem_bytes: int) -> SmemLayout:
-    """The TMA store's staging tile: ``rows x cols`` in slabs of one 128-byte swizzle row
-    each, as TMA reads them."""
-    return tma_layout(SmemLayout(rows, cols), elem_bytes, SLAB_BYTES)
+def staging_layout(rows: int, cols: int, elem_bytes: int, span: int = SLAB_BYTES
+                   ) -> SmemLayout:
+    """The TMA store's staging tile: ``rows x cols`` in slabs of one ``span``-byte swizzle
+    row each, as TMA reads them."""
+    return tma_layout(SmemLayout(rows, cols), elem_bytes, span)
+
+
+def atom_row_shift(span: int) -> int:
+    """How far a row's index in its 8-row atom is shifted right to give the 16-byte chunk
+    XOR of TMA's ``span``-byte swizzle (:func:`tma_swizzle`: address bits 7 up of rows
+    ``span`` bytes long): 0 for 128 bytes (row % 8), 1 for 64 ((row % 8) / 2, two bits), 2
+    for 32 ((row % 8) / 4, one bit)."""
+    return (SLAB_BYTES // span).bit_length() - 1
 
 
 def swizzle_mode(layout: SmemLayout, elem_bytes: int) -> int:
@@ -131,8 +140,8 @@ def tensor_map_box(kernel: Kernel, tensor: str) -> tuple[int, int, int]:
             outer = box.outer // op.attrs.get("multicast", 1)
             return box.inner, outer, swizzle_mode(view.layout, view.dtype.bytes)
         if is_tma_store(op) and op.attrs["tensor"] == tensor:
-            box = Box.of(op)
-            return box.inner, box.outer, SLAB_BYTES
+            box = Box.of(op)  # a slab of the staging tile: one swizzle span wide
+            return box.inner, box.outer, box.inner * op.operands[-1].type.dtype.bytes
     raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' with TMA")
 
 

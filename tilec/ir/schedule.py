@@ -196,12 +196,12 @@ class RolesPlan:
 @dataclass(frozen=True)
 class EpiloguePlan:
     """How the consumers write their output tile: ``via = "tma"``, into a ``staging_bytes``
-    shared tile (TMA's 128-byte swizzled slabs) that one thread stores with TMA, a box of
-    ``box`` (inner, outer elements) per slab; or ``via = "direct"``, each thread storing its
-    own registers to global memory, for the ``reason`` given; or ``via = "rows"``, staged
-    as for TMA, then stored a row at a time by the consumers (C's rows not 16-byte
-    aligned: TMA cannot address them); or ``via = "block_rows"``, an mma.sync kernel's
-    tile staged in padded rows and stored a row at a time by the whole block
+    shared tile (TMA's swizzled slabs, ``span`` bytes wide) that one thread stores with TMA,
+    a box of ``box`` (inner, outer elements) per slab; or ``via = "direct"``, each thread
+    storing its own registers to global memory, for the ``reason`` given; or ``via =
+    "rows"``, staged as for TMA, then stored a row at a time by the consumers (C's rows not
+    16-byte aligned: TMA cannot address them); or ``via = "block_rows"``, an mma.sync
+    kernel's tile staged in padded rows and stored a row at a time by the whole block
     (passes/row_store.py)."""
 
     via: str
@@ -215,13 +215,17 @@ class EpiloguePlan:
     # "tma" only: 0, the whole tile staged at once; else the slabs go out in turn through
     # this many one-slab buffers (passes/tma_store.py: the whole tile did not fit).
     buffers: int = 0
+    # The staging tile's swizzle span in bytes ("tma" and "rows"): a slab's row, a box's
+    # inner extent. 128 where the tile's rows take it; "tma" also 64 or 32.
+    span: int = 128
 
     def __str__(self) -> str:
         written = f", writes = {self.writes}" if self.writes else ""
         if self.via == "tma":
             turns = f" ({self.buffers} one-slab buffers in turn)" if self.buffers else ""
-            return (f"{{via = tma, staging = {self.staging_bytes} bytes{turns}{written}, "
-                    f"{self.slabs} boxes of {self.box[0]}x{self.box[1]}}}")
+            narrow = f", {self.span}-byte swizzle" if self.span != 128 else ""
+            return (f"{{via = tma, staging = {self.staging_bytes} bytes{turns}{written}"
+                    f"{narrow}, {self.slabs} boxes of {self.box[0]}x{self.box[1]}}}")
         if self.via in ("rows", "block_rows"):
             return f"{{via = {self.via}, staging = {self.staging_bytes} bytes{written}}}"
         return f"{{via = direct, reason = {self.reason!r}}}"

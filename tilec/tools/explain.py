@@ -407,14 +407,14 @@ def _epilogue_text(plan) -> str:
         return ""
     if plan.via == "tma" and plan.buffers:
         return (f"registers -> {plan.buffers} one-slab staging buffers sC in shared memory "
-                f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's 128-byte swizzle), the "
+                f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's {plan.span}-byte swizzle), the "
                 f"{plan.slabs} slabs in turn, each stored by TMA ({plan.box[0]}x{plan.box[1]}, "
                 "one thread) while the next is written into the other buffer: the whole "
                 f"{plan.box[1]}x{plan.box[0] * plan.slabs} tile's staging does not fit beside "
                 "the ring")
     if plan.via == "tma":
         return (f"registers -> staging tile sC in shared memory "
-                f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's 128-byte "
+                f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's {plan.span}-byte "
                 f"swizzle) -> {plan.slabs} TMA stores of {plan.box[0]}x{plan.box[1]} "
                 "(cp.async.bulk.tensor, one thread; TMA clips the tile at the edges)")
     if plan.via == "rows":
@@ -536,10 +536,12 @@ def _buffers(layout: SharedLayout) -> list[Buffer]:
             staged = "staging"
             if "staging_buffers" in op.attrs:  # one slab a buffer, the slabs in turn
                 cols, staged = op.attrs["box"][0], "staging, a slab a buffer"
-            layout_text = staging_layout(rows, cols, value.dtype.bytes)
             if op.attrs["via"] == "block_rows":  # passes/row_store.py: padded rows
                 layout_text = f"rows of {op.attrs['pitch']} B"
                 store = "the block's row stores"
+            else:  # TMA's swizzled slabs, a box's inner extent (a span) wide
+                span = op.attrs["box"][0] * value.dtype.bytes
+                layout_text = staging_layout(rows, cols, value.dtype.bytes, span)
             buffers.append(Buffer("sC", "staging", placed.stages, rows, cols, value.dtype.short,
                                   value.dtype.bytes, placed.stage_bytes, placed.offset,
                                   placed.align, f"{layout_text} ({store} {staged})"))
