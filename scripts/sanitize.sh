@@ -229,6 +229,16 @@ if [ "$cc" = 9.0 ]; then
             --tma-swizzle 64
         hopper "$tool" w8a16 f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=64 --stages 4
     done
+    # TMA stores from 64- and 32-byte staging slabs (C's rows not whole 128-byte lines):
+    # pair writes in 32-byte slabs one tile a block, stmatrix in 64-byte slabs persistent,
+    # and 64-byte slabs in persistent clusters of two.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=208 BK=64 --stages 4
+        hopper "$tool" gemm_epilogue bf16 "$RAGGED_TURNS" BM=128 BN=96 BK=64 --stages 4 \
+            --persistent
+        hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=160 BK=64 --stages 3 \
+            --persistent --cluster 2
+    done
     # A [K, N] B whose rows are 16-byte aligned but off 128-byte lines (N = 1000), re-read
     # by 4096 rows of A: repacked at launch to a 1024-element pitch, then read by TMA.
     sanitize memcheck samples/matmul.py "M=4096,N=1000,K=256" --arch sm_90a \
