@@ -230,12 +230,13 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" w8a16 f16 "$RAGGED_IN_PLACE" BM=128 BN=128 BK=64 --stages 4
     done
     # TMA stores from 64- and 32-byte staging slabs (C's rows not whole 128-byte lines):
-    # pair writes in 32-byte slabs one tile a block, stmatrix in 64-byte slabs persistent,
-    # and 64-byte slabs in persistent clusters of two.
+    # pair writes in 32-byte slabs one tile a block, stmatrix in 64-byte slabs persistent
+    # (256 tiles: blocks reuse the staging tile), and 64-byte slabs in persistent clusters
+    # of two. C's rows 16-byte aligned (N = 520, 1504), so TMA, not the row stores.
     for tool in memcheck racecheck synccheck; do
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=208 BK=64 --stages 4
-        hopper "$tool" gemm_epilogue bf16 "$RAGGED_TURNS" BM=128 BN=96 BK=64 --stages 4 \
-            --persistent
+        hopper "$tool" gemm_epilogue bf16 "M=2000,N=1504,K=200" BM=128 BN=96 BK=64 \
+            --stages 4 --persistent
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=160 BK=64 --stages 3 \
             --persistent --cluster 2
     done
