@@ -205,6 +205,21 @@ def test_the_subcommand_parses_every_flag():
     assert args.handler is bench.run
 
 
+@pytest.mark.parametrize("dtypes", [["i8"], ["f16", "f8e4m3"]])
+def test_batched_sizes_of_8_bit_rows_are_refused_before_the_gpu_is_sought(dtypes, capsys):
+    """torch._int_mm and torch._scaled_mm take matrices: a batched i8 or fp8 row has no
+    reference (it failed inside the input arrays' making). Said with the arguments, on a
+    machine with or without a GPU; batched 16-bit rows and 2-D 8-bit ones pass the check."""
+    argv = ["bench", "--dtypes", *dtypes, "--sizes", "4096", "32x1024x1024x1024"]
+    assert cli_main(argv) == 1
+    assert ("the " + dtypes[-1] + " rows are 2-D products MxNxK (their cuBLAS references, "
+            "torch._int_mm and torch._scaled_mm, take matrices), not 32x1024x1024x1024"
+            ) in capsys.readouterr().err
+    for accepted in (["--dtypes", "f16", "--sizes", "32x1024x1024x1024"],
+                     ["--dtypes", *dtypes, "--sizes", "4096"]):
+        bench._check_sweep_args(build_parser().parse_args(["bench", *accepted]))
+
+
 def test_an_unknown_constant_names_the_samples_constants():
     args = build_parser().parse_args(["bench", "--const", "BQ=3"])
     with pytest.raises(CommandError, match=r"no constant BQ \(its constants: BM, BN, BK\)"):

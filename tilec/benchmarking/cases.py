@@ -43,6 +43,8 @@ DEFAULT_SIZES = ((1024,) * 3, (2048,) * 3, (4096,) * 3, (8192,) * 3,
 # default sweep's f16 only (BATCHED_DTYPES); --sizes takes them as BtxMxNxK.
 DEFAULT_BATCHED_SIZES = ((32, 1024, 1024, 1024), (8, 4095, 4097, 128))
 BATCHED_DTYPES = ("f16",)
+# Never batched: their cuBLAS references (torch._int_mm, torch._scaled_mm) take matrices.
+TWO_D_DTYPES = ("i8", "f8e4m3")
 SKINNY_RATIO = 16  # a shape is skinny when its longest side is 16x its shortest or more
 
 # Rotation: enough input sets to cover 3x the L2 cache, at least two, at most MAX_SETS.

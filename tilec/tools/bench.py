@@ -82,6 +82,7 @@ from tilec.benchmarking.cases import (
     MIN_SETS,
     SKINNY_RATIO,
     TILEC_DTYPES,
+    TWO_D_DTYPES,
     Case,
     Size,
     parse_sizes,
@@ -341,6 +342,18 @@ def _variant_contenders(args: argparse.Namespace, consts: dict[str, Any],
     return variants
 
 
+def _check_sweep_args(args: argparse.Namespace) -> None:
+    """Batched sizes take the dtypes whose references have a batched form (torch.bmm):
+    torch._int_mm and torch._scaled_mm, the i8 and f8e4m3 rows' cuBLAS, take matrices."""
+    two_d = [dtype for dtype in args.dtypes or () if dtype in TWO_D_DTYPES]
+    batched = [size for group in args.sizes or () for size in group if len(size) == 4]
+    if two_d and batched:
+        raise CommandError(f"the {', '.join(two_d)} rows are 2-D products MxNxK (their "
+                           "cuBLAS references, torch._int_mm and torch._scaled_mm, take "
+                           f"matrices), not {'x'.join(map(str, batched[0]))}; batched sizes "
+                           "take f16, bf16, f32 or tf32")
+
+
 def _check_epilogue_args(args: argparse.Namespace) -> None:
     """The epilogue rows are f16 and run the tuned configurations."""
     if args.dtypes and list(args.dtypes) != list(EPILOGUE_DTYPES):
@@ -385,9 +398,7 @@ def _software(arrays: Arrays, timer_name: str) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
-    if not has_gpu():
-        print(f"tilec bench: no GPU ({gpu_unavailable_reason()})", file=sys.stderr)
-        return 2
+    # The arguments first: a mistake in them is said on any machine.
     epilogue = getattr(args, "epilogue", None)
     w8a16 = getattr(args, "w8a16", False)
     if w8a16:
@@ -397,7 +408,11 @@ def run(args: argparse.Namespace) -> int:
         _check_epilogue_args(args)
         cases = list(epilogue_cases(args.sizes, epilogue))
     else:
+        _check_sweep_args(args)
         cases = sweep(args.sizes, args.dtypes)
+    if not has_gpu():
+        print(f"tilec bench: no GPU ({gpu_unavailable_reason()})", file=sys.stderr)
+        return 2
     consts, options = _tilec_settings(args)
     plot = args.plot
     if plot is not None:
