@@ -12,23 +12,22 @@ stored value in the accumulator layout).
 
 Produces: the ``tile.store`` of the consumers' tile marked ``via = "tma"`` with its box
 (``box = [S, BM]``, ``slabs = BN / S``, ``coords = [1, 0]``: the column offset is the inner
-coordinate; S the columns of the widest span BN's bytes take); ``staging_buffers = 2`` where
-a 16-bit tile's whole staging does not fit beside the ring but two one-slab buffers do (the
-slabs then go out in turn, one written while the one before is stored); and its staging
-writes (``writes``: ``stmatrix``, one stmatrix.x4 of four 8x8 matrices of 16-bit pairs where
-a thread's registers form them and it holds at most 64, else ``pairs``, st.shared a register
-pair at a time: :func:`tilec.families.staged_store.staging_writes`). The backend
-(:mod:`tilec.families.staged_store`) lays the staging tile out in TMA's swizzle of that span
-(:func:`~tilec.families.tma_boxes.tma_layout`), so each thread's writes of a row pair are
-conflict-free; the row stores (``via = "rows"``) read 128-byte slabs only.
+coordinate; S the columns of the widest span BN's bytes take); ``staging_buffers = 2``
+where a 16- or 32-bit tile's whole staging does not fit beside the ring but two one-slab
+buffers do (the slabs then go out in turn, one written while the one before is stored); and
+its staging writes (``writes``: ``stmatrix``, one stmatrix.x4 of four 8x8 matrices of 16-bit
+pairs where a thread's registers form them and it holds at most 64, else ``pairs``,
+st.shared a register pair at a time: :func:`tilec.families.staged_store.staging_writes`).
+The backend (:mod:`tilec.families.staged_store`) lays the staging tile out in TMA's swizzle
+of that span (:func:`~tilec.families.tma_boxes.tma_layout`), so each thread's writes of a
+row pair are conflict-free; the row stores (``via = "rows"``) read 128-byte slabs only.
 
-``schedule.epilogue`` says which way the tile goes, and why not TMA when it does not: only
-8-bit and 16-bit outputs and i32 ones (an f32 tile of 128x256 would need 128 KiB beside the
-ring; an i32 one is staged when it fits, in 8-byte writes of a register pair; an 8-bit one,
-an fp8 or i8 output, in 2-byte writes), a 2-D output (or one batch of a 3-D one, through a
-3-D map) stored where TMA can address it (unit-stride rows, 16-byte aligned: the launch
-spec), one store, and room in shared memory. The CPU semantics are the store's own: TMA
-skips out-of-bounds elements as the masked store does.
+``schedule.epilogue`` says which way the tile goes, and why not TMA when it does not: a 2-D
+output (or one batch of a 3-D one, through a 3-D map) of 8-, 16- or 32-bit elements (f32 or
+i32 in 8-byte writes of a register pair; an fp8 or i8 output in 2-byte writes) stored where
+TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one store, and room
+in shared memory for the tile or, for 16- and 32-bit tiles, two of its slabs. The CPU
+semantics are the store's own: TMA skips out-of-bounds elements as the masked store does.
 
 Unit-stride rows that are not 16-byte aligned (C of 4095x4097: 2-byte aligned rows) are
 staged all the same, marked ``via = "rows"`` (no tensor map): after the staging writes the
@@ -51,19 +50,13 @@ from tilec.families.staged_store import register_slabs, staging_writes
 from tilec.families.tma_boxes import SLAB_BYTES, SWIZZLE_128B, spans_for, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
-from tilec.ir.types import I32, TileType
+from tilec.ir.types import TileType
 from tilec.ir.views import view_source
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.layout import DistributedLayout, SmemLayout
 from tilec.target.smem import place, total_with_staging
 
 NAME = "tma_store"
-
-# 32-bit outputs staged and TMA-stored: i32 (int8 products' exact sums, whose tile is
-# written as i32 or not at all). f32 outputs of 16-bit products stay direct (their staging
-# would crowd out the ring of the tiles they run with).
-STAGED_32_BIT = (I32,)
-
 
 def addressing_problem(layout: DistributedLayout, elem_bytes: int = 2) -> Optional[str]:
     """Why the backend's staging writes cannot use their cheap form for this accumulator
@@ -105,9 +98,6 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if not isinstance(layout, DistributedLayout) or layout.operand != "C":
         return "the stored tile is not in the accumulator layout"
     elem_bytes = vtype.dtype.bytes
-    if elem_bytes == 4 and vtype.dtype not in STAGED_32_BIT:
-        return (f"C is {vtype.dtype}: TMA stores here take 16-bit tiles (an f32 tile's "
-                "staging would crowd out the ring)")
     if elem_bytes != 2 and not aligned:
         return (f"C is {vtype.dtype} and its rows are not 16-byte aligned: TMA cannot store "
                 "them, and the row stores take 16-bit tiles")
@@ -175,7 +165,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         limit = SMEM_PER_SM // kernel.schedule.roles.blocks_per_sm - SMEM_RESERVED_PER_BLOCK
         if used + staging > limit:
             slab_buffers = SLAB_BUFFERS * bm * inner * elem_bytes
-            if via == "tma" and copies == 1 and elem_bytes == SLABS_IN_TURN_BYTES \
+            if via == "tma" and copies == 1 and elem_bytes in SLABS_IN_TURN_BYTES \
                     and _slabs_in_turn(store, bn // inner, inner) \
                     and used + slab_buffers <= limit:
                 staging, buffers = slab_buffers, SLAB_BUFFERS
@@ -198,13 +188,17 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     return kernel
 
 
-# Where the whole tile's staging does not fit (128x256 f16 beside four stages of its ring),
+# Where the whole tile's staging does not fit (128x256 f16 beside four stages of its ring,
+# 128x256 f32 beside three),
 # its slabs go out in turn through this many one-slab buffers: the consumers write slab s
 # into buffer s % 2 while slab s - 1's TMA store reads the other.
 SLAB_BUFFERS = 2
-# Measured on 16-bit tiles only: an i32 tile that does not fit whole (the int8 rows' 128x256
-# beside three stages) keeps its direct stores, the kernel its speed was measured with.
-SLABS_IN_TURN_BYTES = 2
+# The element sizes whose tiles go out in turn (an 8-bit tile's 128x256 fits whole). 32-bit
+# ones too: the f32 C of 16-bit products and the int8 rows' i32 C at 128x256 (128 KiB whole,
+# beside three or four stages: direct stores before), H200, one call, x the direct stores:
+# f16 / bf16 with C f32 1.03 / 1.03 at 4096^3, 1.11 / 1.11 at 8192^3; i8 1.04 and 1.07
+# (benchmarks/NOTES.md, session 24).
+SLABS_IN_TURN_BYTES = (2, 4)
 
 
 def _slabs_in_turn(store: Op, slabs: int, inner: int) -> bool:

@@ -240,6 +240,12 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" BM=128 BN=160 BK=64 --stages 3 \
             --persistent --cluster 2
     done
+    # An f32 C through TMA stores: 128x256 beside three stages, its eight 32-column slabs in
+    # turn through two buffers, one tile a block and persistent (2000x1500: 16 x 6 tiles).
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 "$RAGGED_TURNS" BM=128 BN=256 BK=64 --stages 3 --persistent
+        hopper "$tool" matmul_bt bf16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3
+    done
     # A [K, N] B whose rows are 16-byte aligned but off 128-byte lines (N = 1000), re-read
     # by 4096 rows of A: repacked at launch to a 1024-element pitch, then read by TMA.
     sanitize memcheck samples/matmul.py "M=4096,N=1000,K=256" --arch sm_90a \

@@ -326,7 +326,10 @@ def test_explain_describes_the_tma_copies_the_ring_and_the_register_split() -> N
     assert "box 64 x 128 (128 B rows)" in text and "TMA box (cp.async.bulk.tensor" in text
     assert "a producer warpgroup of 128 threads" in text and "384 threads" in text
     assert "1024 B" in text and "mbarrier, 2 arrival(s) a phase" in text
-    assert "st.shared" not in text and "wgmma descriptor (MN-major)" in text
+    # TMA writes the stages (no st.shared copies); the f32 C's slabs go out in turn.
+    copies, epilogue = text.split("  epilogue ", 1)
+    assert "st.shared" not in copies and "wgmma descriptor (MN-major)" in text
+    assert epilogue.startswith(" " * 9 + "registers -> 2 one-slab staging buffers sC")
     assert "the producer warpgroup gives up to 40, the consumers take 232" in text
     assert "runs of 9, 1, 2, 3, 4, 5 K-loop iterations" in text
     assert "note: the backend declared" not in text  # the barriers are counted too

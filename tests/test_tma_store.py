@@ -61,7 +61,6 @@ def test_a_16_bit_output_goes_through_shared_memory_and_tma():
 
 
 @pytest.mark.parametrize("function, options, reason", [
-    (lambda: load_sample("matmul", "f16"), dict(BM=128, BN=256, BK=64), "C is f32"),
     # Two slabs: nothing to take in turn.
     (f16_out, dict(BM=256, BN=128, stages=4, warpgroup_rows=128), "does not fit beside the ring"),
     (f16_out, dict(spec=Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
@@ -90,15 +89,30 @@ def test_a_tile_whose_staging_does_not_fit_goes_out_a_slab_at_a_time():
         "writes = pairs, 4 boxes of 64x128}" in print_kernel(kernel)
 
 
-def test_an_i32_tile_that_does_not_fit_whole_keeps_its_direct_stores():
-    """The int8 rows' 128x256 i32 tile beside three stages of BK=128: 128 KiB of staging
-    does not fit; the slabs in turn are measured on 16-bit tiles only."""
-    spec = Spec(tensors=(("A", TensorSpec(1, 16)), ("B", TensorSpec(0, 16)),
-                         ("C", TensorSpec(1, 4))))
-    kernel = run_pipeline(sample_kernel("i8", "i32").lower(BM=128, BN=256, BK=128),
+I8_K_MAJOR_B = Spec(tensors=(("A", TensorSpec(1, 16)), ("B", TensorSpec(0, 16)),
+                              ("C", TensorSpec(1, 4))))
+
+
+@pytest.mark.parametrize("function, bk, spec", [
+    (lambda: sample_kernel("i8", "i32"), 128, I8_K_MAJOR_B),  # the int8 rows' i32 C
+    (lambda: load_sample("matmul", "f16"), 64, ALIGNED)])  # the matmul sample's f32 C
+def test_a_32_bit_tile_that_does_not_fit_whole_goes_out_a_slab_at_a_time(function, bk, spec):
+    """128x256 of 4-byte elements beside three stages: 128 KiB of staging does not fit
+    whole, two one-slab buffers of 128 rows x 32 columns do: eight slabs in turn."""
+    kernel = run_pipeline(function().lower(BM=128, BN=256, BK=bk),
                           Options(arch="sm_90a", stages=3, spec=spec), keep_ir=True).kernel
     plan = kernel.schedule.epilogue
-    assert plan.via == "direct" and "131072-byte staging tile does not fit" in plan.reason
+    assert (plan.via, plan.staging_bytes, plan.buffers, plan.slabs, plan.box) == \
+        ("tma", 32768, 2, 8, (32, 128))
+
+
+def test_a_32_bit_tile_of_an_odd_count_of_slabs_that_does_not_fit_stays_direct():
+    """128x208 f32 (13 slabs of 64 bytes) beside three stages: too big whole, and an odd
+    count of slabs cannot take turns in two buffers."""
+    kernel = run_pipeline(load_sample("matmul", "f16").lower(BM=128, BN=208, BK=64),
+                          Options(arch="sm_90a", stages=3, spec=ALIGNED), keep_ir=True).kernel
+    plan = kernel.schedule.epilogue
+    assert plan.via == "direct" and "106496-byte staging tile does not fit" in plan.reason
 
 
 # An int8 product whose C keeps the i32 sums' low bytes (acc.to(i8) wraps): an 8-bit output.
