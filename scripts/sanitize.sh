@@ -141,7 +141,10 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
     { echo "-- the plan of the next run (tilec explain): $(grep -m1 'warp tile' <<< "$plan" |
           sed 's/^ *//')"
       grep -E "packed at launch|producer tma.load|epilogue  " <<< "$plan"; } >> "$LOG"
-    sanitize "$tool" "$file" "$shape" --arch sm_90a --const "${consts[@]}" "${options[@]}"
+    # Selected above by the run as written here (the sanitize line names a retyped sample's
+    # temporary file and the flags in their tilec run form).
+    SANITIZE_ONLY='' sanitize "$tool" "$file" "$shape" --arch sm_90a --const "${consts[@]}" \
+        "${options[@]}"
 }
 
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
