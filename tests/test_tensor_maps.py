@@ -266,13 +266,15 @@ def test_kernel_arguments_fill_each_tensor_map_in_its_abi_position(recorded):
     abi = kernel_abi(compiled.kernel)
     args = kernel_arguments(compiled.kernel, bound, bound.tensors)
     maps = [i for i, p in enumerate(abi) if p.role == "tensor_map"]
-    assert [abi[i].name for i in maps] == ["A_tensor_map", "B_tensor_map"]
+    assert [abi[i].name for i in maps] == ["A_tensor_map", "B_tensor_map", "C_tensor_map"]
     assert [i for i, a in enumerate(args) if type(a) is BlobArg] == maps
-    assert [args[i] for i in maps] == [bytes([1]) * 128, bytes([2]) * 128]
+    assert [args[i] for i in maps] == [bytes([n]) * 128 for n in (1, 2, 3)]
     assert all(args[i].param_type == TENSOR_MAP for i in maps)
-    # Storage order, inner first: A [M, K] row-major, B [K, N] row-major.
+    # Storage order, inner first: A [M, K] row-major, B [K, N] row-major; C [M, N] f32, the
+    # TMA store's map, a box a 32-column slab.
     assert recorded == [("f16", 0xA0000, (K, M), (2 * K,), (64, 128), 128),
-                        ("f16", 0xB0000, (N, K), (2 * N,), (64, 64), 128)]
+                        ("f16", 0xB0000, (N, K), (2 * N,), (64, 64), 128),
+                        ("f32", 0xC0000, (N, M), (4 * N,), (32, 128), 128)]
     # The ordinary parameters are as before.
     assert args[abi.index(next(p for p in abi if p.name == "A_ptr"))] == 0xA0000
 
@@ -349,14 +351,14 @@ def test_prepared_launches_encode_once_plain_launches_every_call(fake, recorded,
     prepared = PreparedLaunch(compiled, bound, sizes, None)
     prepared()
     prepared()
-    assert len(recorded) == 2  # one map per operand, built with the argument list
+    assert len(recorded) == 3  # one map per tensor, built with the argument list
     params = launched_params(fake, abi)
     maps = [i for i, p in enumerate(abi) if p.role == "tensor_map"]
-    assert [params[i][1] for i in maps] == [bytes([1]) * 128, bytes([2]) * 128]
+    assert [params[i][1] for i in maps] == [bytes([n]) * 128 for n in (1, 2, 3)]
     assert all(params[i][0] % TENSOR_MAP.align == 0 for i in maps)
 
     launch_compiled(compiled, bound, bound.tensors, sizes)
     launch_compiled(compiled, bound, bound.tensors, sizes)
-    assert len(recorded) == 6  # two more a call
-    assert [launched_params(fake, abi)[i][1] for i in maps] == [bytes([5]) * 128,
-                                                                 bytes([6]) * 128]
+    assert len(recorded) == 9  # three more a call
+    assert [launched_params(fake, abi)[i][1] for i in maps] == [bytes([n]) * 128
+                                                                 for n in (7, 8, 9)]
