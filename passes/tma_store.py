@@ -147,9 +147,11 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     # A pingpong kernel's warpgroups each stage a tile of their own.
     copies = 2 if kernel.schedule.roles.pingpong else 1
     # The staging tile is laid out, and stored, a box of columns a swizzle span wide at a
-    # time: the widest span its rows take (the row stores read 128-byte slabs only).
-    spans = spans_for(SmemLayout(bm, bn), elem_bytes) if via == "tma" else \
-        tuple(span for span in (SLAB_BYTES,) if bn * elem_bytes % span == 0)
+    # time: the widest span its rows take.
+    if via == "tma":
+        spans = spans_for(SmemLayout(bm, bn), elem_bytes)
+    else:  # the row stores read 128-byte slabs only
+        spans = (SLAB_BYTES,) if bn * elem_bytes % SLAB_BYTES == 0 else ()
     span = spans[0] if spans else SLAB_BYTES
     inner = span // elem_bytes
     if problem is None and not spans:
