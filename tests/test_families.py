@@ -194,3 +194,44 @@ def test_a_shared_product_op_is_emitted_by_the_plan_family() -> None:
                                         family_named("tf32").emitters["frag.mma"])
     assert EMITTERS["frag.lds"] is family_named("simt").emitters["frag.lds"]
 
+
+
+def _lowered_plan(sample: str, name: str, dtype: str, **options):
+    from pathlib import Path
+    from tilec.kernel import load_file
+    from tilec.pipeline import run_pipeline
+    path = Path(__file__).resolve().parents[1] / "samples" / sample
+    text = path.read_text().replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
+    consts = {k: options.pop(k) for k in ("BM", "BN", "BK")}
+    kernel = run_pipeline(load_file(path, text=text)[name].lower(**consts),
+                          Options(arch="sm_90", stages=2, **options), keep_ir=True).kernel
+    return kernel.schedule.tiling
+
+
+@pytest.mark.parametrize("sample, name, dtype, options", [
+    ("matmul.py", "matmul", "f16", {}), ("matmul_bt.py", "matmul_bt", "bf16", {}),
+    ("matmul.py", "matmul", "f32", {"f32_math": "tf32"}),
+    ("matmul_bt.py", "matmul_bt", "f32", {"f32_math": "tf32"})],
+    ids=["mma-B-n", "mma-B-k", "tf32-B-n", "tf32-B-k"])
+@pytest.mark.parametrize("tile, warps", [((128, 128, 64), (2, 2)), ((64, 256, 32), (1, 4)),
+                                         ((128, 64, 128), (4, 1))], ids=str)
+def test_the_worst_read_degree_scored_a_bank_class_at_a_time_is_every_reads(
+        sample, name, dtype, options, tile, warps) -> None:
+    """The ldmatrix families score one piece of each bank class (SmemLayout.bank_class):
+    the same worst degree as every read of the enumeration, under every swizzle the pass
+    tries (tf32's word reads of an mn-contiguous operand are scored whole)."""
+    from tilec.target.layout import swizzle_candidates
+    bm, bn, bk = tile
+    plan = _lowered_plan(sample, name, dtype, BM=bm, BN=bn, BK=bk, warps=warps, **options)
+    family = family_of(plan)
+    assert family.name == ("tf32" if options else "mma")
+    for op_plan in plan.operands:
+        eb = op_plan.stored_bytes(plan.elem_bytes)
+        for swizzle in swizzle_candidates(eb, family.swizzle_units):
+            if swizzle.bits and swizzle.period > op_plan.layout.size:
+                continue
+            layout = op_plan.layout.with_swizzle(swizzle)
+            every = max(family.read_degree(op_plan.k_major, lanes)
+                        for lanes in family.operand_reads(plan, op_plan, layout, eb))
+            assert family.worst_read_degree(plan, op_plan, layout, eb) == every, \
+                (op_plan.role, str(swizzle))

@@ -129,3 +129,28 @@ def test_swizzle_removes_ldmatrix_conflicts_on_a_64_wide_tile():
     args = ("A", True, 0, 0, 2)
     assert L.conflict_degree(M.ldmatrix_addresses(linear, *args), 16) == 8
     assert L.conflict_degree(M.ldmatrix_addresses(swizzled, *args), 16) == 1
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4])
+@pytest.mark.parametrize("cols", [16, 32, 64, 128, 256])
+def test_anchors_of_one_bank_class_move_a_pattern_by_whole_lines(elem_bytes, cols):
+    """SmemLayout.bank_class's contract, the swizzle pass's pruning rests on it: a pattern
+    of coordinates anchored at any two points of one class has its element offsets moved
+    by one constant, a whole number of 128-byte lines, under every swizzle candidate."""
+    rows = 64
+    pattern = [(r, c) for r in range(8) for c in range(0, min(cols, 16 // elem_bytes * 2), 4)]
+    for swizzle in L.swizzle_candidates(elem_bytes, (16, 32)):
+        layout = L.SmemLayout(rows, cols, swizzle)
+        if swizzle.bits and swizzle.period > layout.size:
+            continue
+        by_class: dict[int, tuple[int, int]] = {}
+        for row, col in itertools.product(range(0, rows - 8, 4), range(0, cols, 8)):
+            if col + max(c for _, c in pattern) >= cols:
+                continue
+            anchor = layout.bank_class(row, col, elem_bytes)
+            first = by_class.setdefault(anchor, (row, col))
+            moved = [layout.offset(row + r, col + c) - layout.offset(first[0] + r, first[1] + c)
+                     for r, c in pattern]
+            assert len(set(moved)) == 1, (str(swizzle), first, (row, col))
+            assert moved[0] * elem_bytes % 128 == 0
+    assert L.SmemLayout(rows, cols, slab=8).bank_class(0, 0, elem_bytes) is None

@@ -151,13 +151,23 @@ def _ldmatrix_lane_coords(operand: str, k_major: bool, row_elems: int
 
 
 def ldmatrix_reads(plan: TilingPlan, role: str, layout: SmemLayout, warp_index: int, k0: int,
-                   elem_bytes: int) -> Iterator[list[int]]:
-    """Lane byte addresses of the ldmatrix.x4 of every piece of one warp's slice at ``k0``."""
+                   elem_bytes: int, classes: Optional[set[int]] = None
+                   ) -> Iterator[list[int]]:
+    """Lane byte addresses of the ldmatrix.x4 of every piece of one warp's slice at ``k0``.
+    ``classes``: a set kept over calls; a piece whose anchor's bank class
+    (:meth:`SmemLayout.bank_class`) is in it is skipped, its conflicts those of one already
+    yielded (the swizzle pass's worst degree: a 128-row tile's pieces are a few classes)."""
     k_major = operand_k_major(role, layout)
     extent = operand_extent(role, plan.warp_tile)
     for mn0 in range(0, extent, LDMATRIX_PIECE):
-        yield ldmatrix_addresses(layout, role, k_major, warp_index * extent + mn0, k0,
-                                 elem_bytes)
+        mn = warp_index * extent + mn0
+        if classes is not None:
+            anchor = layout.bank_class(*operand_storage_coord(k_major, mn, k0), elem_bytes)
+            if anchor in classes:
+                continue
+            if anchor is not None:
+                classes.add(anchor)
+        yield ldmatrix_addresses(layout, role, k_major, mn, k0, elem_bytes)
 
 
 def _order_mask(role: str, index: int) -> int:
@@ -657,7 +667,21 @@ class MmaSync(ProductFamily):
         if self.byte_loaded(op_plan):  # ld.shared.u16, two bytes a lane
             return max(conflict_degree(addresses, byte_operands.PAIR_BYTES)
                        for addresses in self.operand_reads(plan, op_plan, layout, elem_bytes))
-        return super().worst_read_degree(plan, op_plan, layout, elem_bytes)
+        if not self.reads_by_ldmatrix(op_plan, layout):
+            return super().worst_read_degree(plan, op_plan, layout, elem_bytes)
+        # operand_reads' pieces, each bank class scored once.
+        classes: set[int] = set()
+        return max(self.read_degree(op_plan.k_major, addresses)
+                   for warp_index in range(warps_along(op_plan.role, plan.warps))
+                   for k0 in range(0, plan.block[2], self.k_step)
+                   for addresses in ldmatrix_reads(plan, op_plan.role, layout, warp_index, k0,
+                                                   elem_bytes, classes))
+
+    def reads_by_ldmatrix(self, op_plan: OperandPlan, layout: SmemLayout) -> bool:
+        """Whether :meth:`read_addresses` of the operand stored as ``layout`` are
+        :func:`ldmatrix_reads`' pieces, which :meth:`worst_read_degree` scores a bank class
+        at a time (the byte loads have their own reads)."""
+        return True
 
     def byte_loaded(self, op_plan: OperandPlan) -> bool:
         """Whether the operand is stored in 8 bits and read by frag.ldbytes."""

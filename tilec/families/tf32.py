@@ -321,6 +321,9 @@ class Tf32(MmaSync):
     def read_access(self, role: str, layout: SmemLayout) -> str:
         return "ldmatrix.x4" if operand_k_major(role, layout) else "ld.shared.b32"
 
+    def reads_by_ldmatrix(self, op_plan: OperandPlan, layout: SmemLayout) -> bool:
+        return operand_k_major(op_plan.role, layout)  # else ld.shared.b32 words
+
     def read_degree(self, k_major: bool, addresses: Sequence[int]) -> int:
         return conflict_degree(addresses, 16 if k_major else BANK_BYTES)
 

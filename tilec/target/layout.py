@@ -97,6 +97,17 @@ class SmemLayout:
     def size(self) -> int:
         return self.rows * self.cols
 
+    def bank_class(self, row: int, col: int, elem_bytes: int) -> int | None:
+        """The class of storage (row, col) as the anchor of an access pattern: patterns of
+        the same shape whose anchors share a class hit the same banks in the same way (their
+        offsets differ by a multiple of a whole number of 128-byte lines and of the
+        swizzle's period, so every address moves by the same whole lines). None where
+        offsets are not linear in (row, col) (slabs): no two anchors are known alike."""
+        if self.slab:
+            return None
+        period = max(self.swizzle.period, LINE_BYTES // elem_bytes)
+        return (row * self.cols + col) % period
+
     def with_swizzle(self, swizzle: Swizzle, slab: int | None = None) -> "SmemLayout":
         return SmemLayout(self.rows, self.cols, swizzle, self.transposed,
                           self.slab if slab is None else slab)
