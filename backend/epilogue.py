@@ -12,7 +12,7 @@ from tilec.ir.types import DType
 from tilec.target.layout import DistributedLayout
 
 from .compute import INT_REGISTERS
-from .context import Context, TensorRegs, c_thread_coords
+from .context import Context, c_thread_coords
 from .copies import STORE_VIAS
 
 # A float element's global load/store instruction suffix and register class, by its bytes
