@@ -39,13 +39,13 @@ KERNELS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("sm_90a wgmma8 e4m3 128x256x128 st4 persistent", "fp8_gemm.py", "fp8_gemm",
      dict(arch="sm_90a", BM=128, BN=256, BK=128, stages=4, persistent=True, raster_group=8)),
 )
-PREFIXES = ("tilec.", "passes.", "backend.", "tilec")
+PREFIX = "tilec"  # the passes and the backend are tilec.passes and tilec.backend
 
 
 def clear_memos() -> None:
     """Every functools cache of tilec's modules (passes and backend among them)."""
     for name, module in list(sys.modules.items()):
-        if not name.startswith(PREFIXES):
+        if name != PREFIX and not name.startswith(PREFIX + "."):
             continue
         for value in list(vars(module).values()):
             if callable(getattr(value, "cache_clear", None)) \
