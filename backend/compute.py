@@ -76,6 +76,11 @@ F32_UNARY: dict[str, tuple[str, ...]] = {
 }
 # The scratch registers a sequence of F32_UNARY may name, by kind, allocated only when named.
 _SCRATCH = {"t": "f32", "u": "f32", "v": "f32", "p": "pred"}
+# The scratch registers each unary op's lines name, in _SCRATCH's order: looked up per
+# element of an epilogue (a 128x256 tile's GELU: 128 a thread), so found once per op.
+UNARY_SCRATCH = {name: tuple((s, kind) for s, kind in _SCRATCH.items()
+                             if any(f"{{{s}}}" in line for line in lines))
+                 for name, lines in F32_UNARY.items()}
 
 # where(x compare y, a, b): setp then selp (PTX ISA 9.7.3 setp, selp). The comparisons are
 # ordered (false when x or y is NaN) but for !=, which is the unordered neu (true with a
@@ -196,10 +201,9 @@ def _binary(ctx: Context, op: Op) -> None:
 def _unary(ctx: Context, op: Op) -> None:
     def combine(wide: list[str]) -> str:
         d = ctx.w.reg("f32")
-        lines = F32_UNARY[op.name]
-        scratch = {name: ctx.w.reg(kind) if any(f"{{{name}}}" in line for line in lines)
-                   else "" for name, kind in _SCRATCH.items()}
-        for line in lines:
+        scratch = dict.fromkeys(_SCRATCH, "")
+        scratch.update((name, ctx.w.reg(kind)) for name, kind in UNARY_SCRATCH[op.name])
+        for line in F32_UNARY[op.name]:
             ctx.w.emit(line.format(d=d, a=wide[0], **scratch))
         return d
     _map(ctx, op, combine)
