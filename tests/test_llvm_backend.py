@@ -538,7 +538,7 @@ def test_options_are_checked():
 
 def test_compile_time_is_recorded():
     """LLVM's own time (parsing, the pipeline, PTX emission) for the matmul sample, printed
-    for the report (benchmarks/llvm_compile_time.py measures it properly)."""
+    for the report (benchmarks/bench_llvm_compile.py measures it properly)."""
     fn = load_sample("matmul", "f16")
     result = fn.compile(backend="llvm", keep_ir=True, BK=64)
     assert 0 < result.times["llvm"] <= result.times["backend"]
