@@ -500,40 +500,6 @@ def test_the_i32_staging_writes_register_pairs_with_st_shared_v2():
         "cp.async.bulk.tensor.2d.global")
 
 
-@pytest.mark.parametrize("span", SPANS)
-def test_the_i32_staging_addresses_are_tmas_swizzle_for_every_thread(span):
-    """The staging writes' arithmetic (tilec.families.staged_store._stage_registers) for 4-byte
-    elements, for every thread and register pair: base (row0 * S + col0 % 4) * 4 (S the
-    span's columns), the thread's XOR (row XOR ^ col0 / 4) << 4, the register's chunk XORed
-    in, its slab, row and low column as the immediate; each pair lands where TMA's swizzle
-    puts its element, and the pair's two elements are the 8 contiguous bytes v2.b32
-    writes."""
-    kernel = i32_lowered()
-    layout = store_of(kernel).operands[-1].type.layout
-    assert addressing_problem(layout, 4) is None
-    rows, cols = 128, 128
-    staging = staging_layout(rows, cols, 4, span)
-    inner = span // 4
-    written = set()
-    for warp in range(layout.warps[0] * layout.warps[1]):
-        for lane in range(32):
-            row0, col0 = layout.c_coord(warp, lane, 0)
-            base = (row0 * inner + (col0 & 3)) * 4
-            xor = (((row0 & 7) >> atom_row_shift(span)) ^ (col0 >> 2)) << 4
-            for index, (r, c) in enumerate(layout.register_offsets()):
-                if index % 2:
-                    continue
-                slab, within = divmod(c, inner)
-                address = base + (xor ^ ((within >> 2) << 4)) + (
-                    (slab * rows + r) * inner + (within & 3)) * 4
-                row, col = layout.c_coord(warp, lane, index)
-                assert address == 4 * staging.offset(row, col)
-                assert address + 4 == 4 * staging.offset(row, col + 1)
-                assert address % 8 == 0
-                written.add(address)
-    assert len(written) == rows * cols // 2  # every pair of the tile, once
-
-
 def test_a_layout_whose_pairs_would_carry_into_the_threads_chunk_is_refused():
     """With 4-byte elements a thread's first column (0, 2, 4 or 6) may set chunk bit 0 only
     where no register pair's chunk does: a pair at columns 4-5 (chunk 1) of a thread at
@@ -617,24 +583,33 @@ def test_explain_names_the_staging_span():
     assert "slab16,swizzle(1,3,3) (TMA store staging)" in text
 
 
-@pytest.mark.parametrize("span, eb", [(span, eb) for span in SPANS for eb in (1, 2)])
+def _pair_layout(eb: int):
+    """(layout, rows, cols) of a C tile staged by pair writes: 128x192 over eight warps of
+    wgmma's accumulators (8- and 16-bit), the i32 kernel's 128x128 tile (32-bit)."""
+    if eb == 4:
+        return store_of(i32_lowered()).operands[-1].type.layout, 128, 128
+    return WgmmaLayout("C", (8, 1), (16, 192)), 128, 192
+
+
+@pytest.mark.parametrize("span, eb", [(span, eb) for span in SPANS for eb in (1, 2, 4)])
 def test_the_pair_writes_land_where_tmas_swizzle_puts_their_elements(span, eb):
-    """tilec.families.staged_store._stage_by_pairs's arithmetic for 8- and 16-bit elements:
-    base (row0 * S + col0) * eb (S the span's columns), the thread's XOR (its row's, (row0 %
-    8) >> atom_row_shift) << 4, the register's chunk XORed in, its slab, row and low column
-    as the immediate: every register pair of every thread at staging_layout's place of its
-    first element, the second element next to it, each element once."""
-    rows, cols = 128, 192
-    layout = WgmmaLayout("C", (8, 1), (16, cols))
+    """tilec.families.staged_store._stage_by_pairs's arithmetic, for every thread and
+    register pair: base (row0 * S + col0 % C) * eb (S the span's columns, C a 16-byte
+    chunk's), the thread's XOR (its row's, (row0 % 8) >> atom_row_shift, ^ col0 / C: 4-byte
+    elements' first column may reach the next chunk) << 4, the register's chunk XORed in,
+    its slab, row and low column as the immediate. Each pair lands where staging_layout
+    puts its first element, the second next to it, aligned for its one write (v2.b32 of
+    32-bit pairs), each element once."""
+    layout, rows, cols = _pair_layout(eb)
     assert addressing_problem(layout, eb) is None
     staging = staging_layout(rows, cols, eb, span)
     inner, per_chunk = span // eb, 16 // eb
     written = set()
-    for warp in range(8):
+    for warp in range(layout.warps[0] * layout.warps[1]):
         for lane in range(32):
             row0, col0 = layout.c_coord(warp, lane, 0)
-            base = (row0 * inner + col0) * eb
-            xor = ((row0 & 7) >> atom_row_shift(span)) << 4
+            base = (row0 * inner + col0 % per_chunk) * eb
+            xor = (((row0 & 7) >> atom_row_shift(span)) ^ (col0 // per_chunk)) << 4
             for index, (r, c) in enumerate(layout.register_offsets()):
                 if index % 2:
                     continue
@@ -644,8 +619,9 @@ def test_the_pair_writes_land_where_tmas_swizzle_puts_their_elements(span, eb):
                 row, col = layout.c_coord(warp, lane, index)
                 assert address == eb * staging.offset(row, col)
                 assert address + eb == eb * staging.offset(row, col + 1)
+                assert address % (2 * eb) == 0
                 written.add(address)
-    assert len(written) == rows * cols // 2
+    assert len(written) == rows * cols // 2  # every pair of the tile, once
 
 
 @pytest.mark.parametrize("bn, options", [
