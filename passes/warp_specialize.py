@@ -245,8 +245,9 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             options.tma_swizzle)) for op_plan in plan.operands)
     except ValueError as err:
         raise located(TileConfigError, str(err), dot.loc, kernel.source_lines) from None
+    by_role = {op_plan.role: op_plan for op_plan in operands}
     for view, buffer, role in zip(views, buffers, roles):
-        layout = next(op_plan.layout for op_plan in operands if op_plan.role == role)
+        layout = by_role[role].layout
         buffer.type = buffer.type.with_(shape=(stages, *buffer.type.shape[1:]), layout=layout)
         buffer.owner.attrs["stages"] = stages
         view.type = view.type.with_(layout=layout)
@@ -340,7 +341,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
             p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
-                 attrs=_box(next(o for o in operands if o.role == role), cluster))
+                 attrs=_box(by_role[role], cluster))
     p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
     ploop = Op("scf.for", [*producer_bounds, stage0, parity0], [], dict(loop.attrs),
                [ploop_body], loop.loc)
