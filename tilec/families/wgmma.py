@@ -54,7 +54,6 @@ WARPS_PER_WARPGROUP = 4
 # The rows a consumer warpgroup owns (Options.warpgroup_rows): one m64 instruction per k
 # step, or two (128 rows, accumulators of their own, A's descriptors 64 rows apart).
 WARPGROUP_ROWS = (64, 128)
-SW128_BYTES = 128  # the 128-byte swizzle: one row of an atom
 ATOM_ROWS = 8  # rows of one swizzle atom (8 x the span bytes)
 # Bits 62-63 of a descriptor, by swizzle span in bytes (PTX ISA 9.7.15.5.1.2: 0 would be
 # the unswizzled interleave layout, which TMA does not write).
@@ -159,7 +158,7 @@ def descriptor_fields(layout: SmemLayout, role: str, elem_bytes: int) -> Descrip
     return Descriptor(k_major, 16 if k_major else slab_bytes, sbo, slab_bytes, row_bytes)
 
 
-def swizzle_bytes(byte_offset: np.ndarray | int, span: int = SW128_BYTES) -> np.ndarray | int:
+def swizzle_bytes(byte_offset: np.ndarray | int, span: int) -> np.ndarray | int:
     """TMA's and wgmma's swizzle of ``span`` bytes on byte offsets from an atom-aligned base:
     the 16-byte chunk bits (4 up, log2(span / 16) of them) XOR the bits from 7 up (the
     hardware's view, independent of :class:`SmemLayout`)."""
