@@ -196,33 +196,31 @@ def test_a_shared_product_op_is_emitted_by_the_plan_family() -> None:
 
 
 
-def _lowered_plan(sample: str, name: str, dtype: str, **options):
-    from pathlib import Path
-    from tilec.kernel import load_file
+def _lowered_plan(sample: str, dtype: str, **options) -> TilingPlan:
+    """The tiling plan of a sample read as ``dtype``, lowered for sm_90 (mma.sync)."""
     from tilec.pipeline import run_pipeline
-    path = Path(__file__).resolve().parents[1] / "samples" / sample
-    text = path.read_text().replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
+
+    from .test_ptxas import load_sample
     consts = {k: options.pop(k) for k in ("BM", "BN", "BK")}
-    kernel = run_pipeline(load_file(path, text=text)[name].lower(**consts),
+    kernel = run_pipeline(load_sample(sample, dtype).lower(**consts),
                           Options(arch="sm_90", stages=2, **options), keep_ir=True).kernel
     return kernel.schedule.tiling
 
 
-@pytest.mark.parametrize("sample, name, dtype, options", [
-    ("matmul.py", "matmul", "f16", {}), ("matmul_bt.py", "matmul_bt", "bf16", {}),
-    ("matmul.py", "matmul", "f32", {"f32_math": "tf32"}),
-    ("matmul_bt.py", "matmul_bt", "f32", {"f32_math": "tf32"})],
+@pytest.mark.parametrize("sample, dtype, options", [
+    ("matmul", "f16", {}), ("matmul_bt", "bf16", {}), ("matmul", "f32", {"f32_math": "tf32"}),
+    ("matmul_bt", "f32", {"f32_math": "tf32"})],
     ids=["mma-B-n", "mma-B-k", "tf32-B-n", "tf32-B-k"])
 @pytest.mark.parametrize("tile, warps", [((128, 128, 64), (2, 2)), ((64, 256, 32), (1, 4)),
                                          ((128, 64, 128), (4, 1))], ids=str)
 def test_the_worst_read_degree_scored_a_bank_class_at_a_time_is_every_reads(
-        sample, name, dtype, options, tile, warps) -> None:
+        sample, dtype, options, tile, warps) -> None:
     """The ldmatrix families score one piece of each bank class (SmemLayout.bank_class):
     the same worst degree as every read of the enumeration, under every swizzle the pass
     tries (tf32's word reads of an mn-contiguous operand are scored whole)."""
     from tilec.target.layout import swizzle_candidates
     bm, bn, bk = tile
-    plan = _lowered_plan(sample, name, dtype, BM=bm, BN=bn, BK=bk, warps=warps, **options)
+    plan = _lowered_plan(sample, dtype, BM=bm, BN=bn, BK=bk, warps=warps, **options)
     family = family_of(plan)
     assert family.name == ("tf32" if options else "mma")
     for op_plan in plan.operands:
