@@ -14,7 +14,7 @@ import pytest
 from tilec.kernel import load_file
 from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
-from ..test_tma_store import I8_OUT
+from ..test_tma_store import I8_OUT, i32_out
 from .test_hopper_gpu import ARCH, Case, sample
 from .test_int8_fp8_gpu import exact, operands
 
@@ -80,17 +80,13 @@ def test_an_8_bit_c_goes_out_from_narrow_slabs_exactly(shape, bn, span):
     assert np.array_equal(c.cpu().numpy(), wrapped)
 
 
-I32_OUT = I8_OUT.replace("C: i8[M, N]", "C: i32[M, N]").replace("acc.to(i8)", "acc")
-
-
 @pytest.mark.parametrize("bn, span", [(80, 64), (96, 128)])
 @pytest.mark.parametrize("persistent", [False, True])
 def test_an_i32_c_goes_out_from_narrow_slabs_exactly(bn, span, persistent):
     m, n, k = 1000, 1000, 384
     a, b = operands(m, n, k, seed=bn + persistent)
     c = torch.full((m, n), -7, dtype=torch.int32, device="cuda")
-    function = load_file(Path("i32_out.py"), text=I32_OUT)["f"]
-    launch = function.prepare(a, b, c, arch=ARCH, BM=128, BN=bn, BK=128, stages=3,
+    launch = i32_out().prepare(a, b, c, arch=ARCH, BM=128, BN=bn, BK=128, stages=3,
                               persistent=persistent)
     plan = launch.compiled.kernel.schedule.epilogue
     assert (plan.via, plan.span) == ("tma", span)
