@@ -262,6 +262,15 @@ if [ "$cc" = 9.0 ]; then
     done
     hopper memcheck matmul bf16 "M=300,N=1000,K=256" BM=128 BN=128 BK=64 --stages 4 \
         --persistent --raster-group 16 --cluster 2
+    # The bench's whole-round tiles (tuning.WHOLE_ROUND_TILES) in persistent clusters of two
+    # over several rounds: 2100 rows are 17 M tiles of 128 (11 of 192), so the last pair's
+    # second block lies past M; 378 (264) tiles for 132 blocks.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "M=2100,N=4000,K=200" BM=128 BN=192 BK=64 --stages 4 \
+            --persistent --raster-group 16 --cluster 2
+    done
+    hopper memcheck matmul bf16 "M=2100,N=4000,K=200" BM=192 BN=192 BK=64 --stages 3 \
+        --persistent --raster-group 16 --cluster 2
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"

@@ -970,6 +970,9 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     space = bench.autotune_space(Case(4096, 4096, 4096, "bf16"), {}, "sm_90a")
     blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
     assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
+    # And the tiles for whole rounds, in their own stages.
+    assert {(c["BM"], c["BN"], c["stages"]) for c in space if c["BN"] == 192} == \
+        {(tile["BM"], tile["BN"], tile["stages"]) for tile in tuning.WHOLE_ROUND_TILES}
     assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
     assert {c["stages"] for c in space} == {3, 4, 6}
     assert {c["raster_group"] for c in space} == {8, 16}
@@ -1114,47 +1117,55 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
         assert config.get("cluster", 1) == 1
 
 
-@pytest.mark.parametrize("shape, square", [
-    # 192x192 tiles in one wave where the chosen tile takes two rounds or more.
-    ((2048, 2056, 2048), True),  # 121 tiles, against 272 of 128x128 in clusters (3 rounds)
-    ((2112, 2112, 2048), True),  # 121, against 289 of 128x128 (3 rounds)
-    ((768, 6144, 4096), True),  # 128 (97% of a wave), against 4 x 48 of 128x128
-    ((2048, 2304, 16384), True),  # 132: one whole wave
-    # Over several rounds (K from WIDE_SQUARE_MIN_K, rows 16-byte aligned): persistent, in
+SQUARE, ROW = (192, 192), (128, 192)  # tuning.WIDE_SQUARE_TILE, tuning.WIDE_ROW_TILE
+
+
+@pytest.mark.parametrize("shape, tile", [
+    # 192x192 or 128x192 tiles in one wave where the chosen tile takes two rounds or more,
+    # or leaves most of the wave idle.
+    ((2048, 2056, 2048), SQUARE),  # 121 tiles, against 272 of 128x128 in clusters (3 rounds)
+    ((2112, 2112, 2048), SQUARE),  # 121, against 289 of 128x128 (3 rounds)
+    ((768, 6144, 4096), SQUARE),  # 128 (97% of a wave), against 4 x 48 of 128x128
+    ((2048, 2304, 16384), SQUARE),  # 132: one whole wave
+    ((1536, 2112, 4096), ROW),  # 12 x 11 = 132, against 108 of 128x256 (and 121 squares)
+    ((1024, 3072, 4096), ROW),  # 128, against 96 of 128x256
+    # Over several rounds (K from WHOLE_ROUND_MIN_K, rows 16-byte aligned): persistent, in
     # clusters of 2 where B's rows are off 128-byte lines.
-    ((4608, 4096, 8192), True),  # 528 squares, 4 whole rounds, against 576 wide (5)
-    ((6144, 2112, 2048), True),  # 352 (3 rounds, the last 67% full), against 432 wide
-    ((4104, 4104, 4096), True),  # 484 in clusters (4 rounds, the last 67%), 561 wide (5)
-    ((4608, 4096, 1024), False),  # K too shallow for the rule
-    ((4095, 4097, 4093), False),  # rows off 16 bytes
-    # The wide tiles fill their one wave better, or the squares take two.
-    ((2048, 2048, 2048), False),  # 128 of 128x256 cover it exactly; 121 squares pad it
-    ((2200, 2200, 2048), False),  # 144 squares: two waves
-    ((4096, 4104, 4096), False),
-    ((4096, 4096, 4096), False),
+    ((4608, 4096, 8192), SQUARE),  # 528 squares, 4 whole rounds, against 576 wide (5)
+    ((4104, 4104, 4096), SQUARE),  # 484 in clusters (4 rounds, the last 67%), 561 wide (5)
+    ((6144, 2112, 2048), ROW),  # 528: 4 whole rounds, against 352 squares (the last 67%)
+    ((3072, 2056, 4096), ROW),  # 264 in clusters: 2 whole rounds, against 216 wide (2)
+    ((4608, 4096, 1024), None),  # K too shallow for the rule
+    ((4095, 4097, 4093), None),  # rows off 16 bytes
+    # The wide tiles fill their one wave better, or the others take two.
+    ((2048, 2048, 2048), None),  # 128 of 128x256 cover it exactly; 121 squares pad it
+    ((2200, 2200, 2048), None),  # 144 squares, 216 of 128x192: two waves
+    ((4096, 4104, 4096), None),
+    ((4096, 4096, 4096), None),
 ], ids=shape_id)
-def test_sm_90a_takes_192x192_tiles_where_they_fill_their_rounds_and_others_do_not(shape,
-                                                                                    square):
+def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(
+        shape, tile):
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
-        tile = {key: config[key] for key in tuning.WIDE_SQUARE_TILE if key in config}
-        assert (tile == tuning.WIDE_SQUARE_TILE) == square, (dtype, config)
-    if square:
+        chosen = next((candidate for candidate in tuning.WHOLE_ROUND_TILES
+                       if candidate.items() <= config.items()), None)
+        assert (chosen and (chosen["BM"], chosen["BN"])) == tile, (dtype, config)
+    if tile:
         case = Case(*shape, "f16")
         if tuning._tiles(case, config) <= tuning.ONE_WAVE:
-            assert config == tuning.WIDE_SQUARE_TILE
+            assert config == chosen
         else:
             rounds = tuning.MULTICAST if tuning._b_shared_in_clusters(case) else \
-                tuning.WIDE_SQUARE_ROUNDS
-            assert config == {**tuning.WIDE_SQUARE_TILE, **rounds}
+                tuning.WHOLE_ROUNDS
+            assert config == {**chosen, **rounds}
         Options(arch="sm_90a", **{key: value for key, value in config.items()
                                   if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend keep their own tiles.
     for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
-        assert (config["BM"], config["BN"]) != (192, 192)
+        assert (config["BM"], config["BN"]) not in (SQUARE, ROW)
 
 
 def test_useful_share_counts_padding_and_empty_sms():

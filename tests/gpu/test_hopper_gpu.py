@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tilec.benchmarking import tuning
 from tilec.kernel import load_file
 from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
 
@@ -392,14 +393,27 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
 @pytest.mark.parametrize("schedule", [dict(persistent=True, raster_group=16),
                                       dict(persistent=True, raster_group=16, cluster=2)],
                          ids=["persistent", "persistent-cluster2"])
+@pytest.mark.parametrize("tile", tuning.WHOLE_ROUND_TILES,
+                         ids=lambda tile: f"{tile['BM']}x{tile['BN']}")
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200),
                                    (2100, 4000, 200)], ids=lambda s: "x".join(map(str, s)))
-def test_192x192_tiles_over_several_rounds(shape, schedule, name, dtype):
-    """The bench's 192x192 tiles over more than a wave (tuning.WIDE_SQUARE_ROUNDS and
-    MULTICAST): 242, 294 and 231 tiles for at most 132 blocks, so the ring goes on across
-    tiles; 2500 rows are 14 M tiles, the last 4 rows deep; 2100 rows are 11, so in clusters
-    the last pair's second block lies wholly past M."""
-    run_and_check(name, dtype, shape, stages=3, BM=192, BN=192, BK=64, **schedule)
+def test_whole_round_tiles_over_several_rounds(shape, tile, schedule, name, dtype):
+    """The bench's 192x192 and 128x192 tiles over more than a wave (tuning.WHOLE_ROUNDS
+    and MULTICAST): 242, 294 and 231 squares (352, 693 and 693 128x192 tiles) for at most 132
+    blocks, so the ring goes on across tiles; 2500 rows are 14 M tiles of 192, the last 4
+    rows deep; 2100 rows are 11 of 192 (17 of 128), so in clusters the last pair's second
+    block lies wholly past M."""
+    run_and_check(name, dtype, shape, **tile, **schedule)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 2056, 1000), (1536, 2112, 520)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_128x192_tiles_one_a_block(shape, name, dtype):
+    """tuning.WIDE_ROW_TILE one tile a block, as the bench runs it in one wave: N 2056 is 11
+    tiles of 192, the last 136 columns past N; 1536x2112 is 12 x 11 = 132 tiles."""
+    run_and_check(name, dtype, shape, **tuning.WIDE_ROW_TILE)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -438,9 +452,8 @@ def test_small_ragged_problems_take_k_in_one_step(shape, name, dtype):
     mma.sync 64x128 tiles, 2x4 warps, all of K in one step of one stage, the operands read
     unpacked with element copies): K of 77, 33 and 128 in one step, ragged M and N edges."""
     from tilec.benchmarking.cases import Case as BenchCase
-    from tilec.benchmarking.tuning import tuned_config
     m, n, k = shape
-    config = tuned_config(BenchCase(m, n, k, dtype), ARCH)
+    config = tuning.tuned_config(BenchCase(m, n, k, dtype), ARCH)
     assert (config["stages"], config["BK"]) == (1, -(-k // 16) * 16)
     function = sample(name, dtype)
     case = Case(name, dtype, m, n, k)

@@ -26,9 +26,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
-    256, BK 64; 192x192 too), the ring depth, the raster group and the schedule: one tile a block, a
-    persistent block, a cluster of two sharing B, persistent clusters, or (64-row tiles)
-    pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
+    256, BK 64; 192x192 and 128x192 too), the ring depth, the raster group and the
+    schedule: one tile a block, a persistent block, a cluster of two sharing B, persistent
+    clusters, or (64-row tiles) pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
     four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
     rows try the four schedules but pingpong, their clusters pairing M tiles within each
     batch); with a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
@@ -48,12 +48,13 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     elif wgmma and FAMILY[case.dtype] == "mma" and case.M > SHORT_M:
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
-        # 192x192 in three consumer warpgroups: one wave where the others take two
-        # (WIDE_SQUARE_TILE); three stages beside its staging tile.
+        # And the tiles that fill whole rounds where the others do not (WHOLE_ROUND_TILES:
+        # 192x192 in three consumer warpgroups, 128x192), in their stages.
         tiles = [config for config in [*search_space(
                      BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
-                     raster_group=(8, 16)), *search_space(
-                     BM=(192,), BN=(192,), BK=(64,), stages=(3,), raster_group=(8, 16))]
+                     raster_group=(8, 16)), *(config for tile in WHOLE_ROUND_TILES
+                                              for config in search_space(
+                     **{key: (value,) for key, value in tile.items()}, raster_group=(8, 16)))]
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
@@ -340,9 +341,13 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
         # 0.976 / 0.964 one tile a block (f16 / bf16).
         del config["persistent"]
     if family == "wgmma":
-        config = _sliced(case, _square_for_whole_waves(
-            case, _multicast_for_rows_off_lines(case, config)
-            or _narrower_for_the_last_wave(case, config)))
+        config = _multicast_for_rows_off_lines(case, config) or \
+            _narrower_for_the_last_wave(case, config)
+        # Slices that fill a wave come first (2048x1024x8192: 128 blocks, 64 tiles of
+        # 128x256 split in two, against 96 tiles of 128x192).
+        sliced = _sliced(case, config)
+        config = sliced if "split_k" in sliced else \
+            _sliced(case, _tile_for_whole_waves(case, config))
     return config
 
 
@@ -458,15 +463,34 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
 # Scored by the share of the SMs' time spent on the product's own elements: edge tiles'
 # padding and empty SMs in the last round both count against a tile.
 WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
+# 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole
+# 128-byte lines, where 128x144 or 192x176 rows are 32-byte slabs and ran at 0.61-0.87 of
+# the tuned tile) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
+# = 528 of them, 4 whole rounds. H200, one call, persistent raster 16, f16 TFLOP/s: 724.0
+# against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256 (cuBLAS
+# 705.9); over their own rounds' fill they ran at 0.95 (6144x2112x2048), 0.98 (5120^2 x
+# 4096) and 1.01 (4096^3) of a 128x256 tile's rate. The rule's choices, one call, x the
+# configuration before (x cuBLAS), f16 / bf16 (benchmarks/NOTES.md, session 25):
+#   one wave   1024x3072x4096 1.19 / 1.22 (1.00 / 1.00), 1536x2048x4096 1.19 / 1.23 (1.00),
+#              2048x1536x2048 1.18 / 1.19 (1.00), 1536x2112x4096 1.19 / 1.22 (1.01),
+#              1024x2056x4096 1.25 / 1.25 (0.77 / 0.75)
+#   rounds     1536x4096x4096 1.28 / 1.29 (1.01), 2048x3072x4096 1.29 (1.01), 1024x6144x4096
+#              1.29 / 1.30 (1.02), 3072x2112x4096 1.29 / 1.30 (1.01), 1536x4104x4096 1.13
+#              (0.78 / 0.76), 6144x2112x2048 1.11 / 1.12 (1.02 / 1.03)
+#   clusters   3072x2056x4096 1.27 (1.00), 8200x4104x4096 1.05 (0.96 / 0.97), 6144x2056x4096
+#              1.08 / 1.09 (1.00 / 1.01)
+WIDE_ROW_TILE = dict(BM=128, BN=192, BK=64, stages=4)
+# The tiles that may fill the rounds better than the chosen one.
+WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE)
 # Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
 # where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
-WIDE_SQUARE_ROUNDS = dict(persistent=True, raster_group=16)
+WHOLE_ROUNDS = dict(persistent=True, raster_group=16)
 TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
-              (128, 128): NARROW_TILE_RATE}
-WIDE_SQUARE_GAIN = 1.05  # 192x192 taken where its score beats the chosen tile's by this
-# Over more than one wave, only where K is at least this deep (measured at 4096; shallower
-# K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
-WIDE_SQUARE_MIN_K = 2048
+              (128, 128): NARROW_TILE_RATE, (128, 192): 0.97}
+WHOLE_ROUND_GAIN = 1.05  # a WHOLE_ROUND_TILES tile taken where it scores this over the chosen
+# Over more than one wave, only where K is at least this deep (measured at 2048 and deeper;
+# shallower K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
+WHOLE_ROUND_MIN_K = 2048
 
 
 def _useful_share(case: Case, config: dict[str, Any]) -> float:
@@ -476,22 +500,34 @@ def _useful_share(case: Case, config: dict[str, Any]) -> float:
                               * config["BM"] * config["BN"])
 
 
-def _square_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
-    """``config``, or 192x192 tiles where, at their TILE_RATES, they score WIDE_SQUARE_GAIN
-    over ``config``'s: one tile a block in one wave; over more (measured only with every row
-    16-byte aligned and K from WIDE_SQUARE_MIN_K), WIDE_SQUARE_ROUNDS, or MULTICAST where
-    B's rows are off 128-byte lines. A tile the table does not rate is kept."""
+def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """``tile`` with its schedule for the case: one tile a block in one wave; over more
+    (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
+    WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
+    if _tiles(case, tile) <= ONE_WAVE:
+        return dict(tile)
+    if not _rows_aligned(case) or case.K < WHOLE_ROUND_MIN_K:
+        return None
+    return {**tile, **(MULTICAST if _b_shared_in_clusters(case) else WHOLE_ROUNDS)}
+
+
+def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """``config``, or the tile of WHOLE_ROUND_TILES (:func:`_scheduled`) that scores best at
+    its TILE_RATES times its :func:`_useful_share`, where that is WHOLE_ROUND_GAIN over
+    ``config``'s score. A tile the table does not rate is kept."""
     rate = TILE_RATES.get((config["BM"], config["BN"]))
     if case.batched or rate is None:
         return config
-    square = dict(WIDE_SQUARE_TILE)
-    if _tiles(case, square) > ONE_WAVE:
-        if not _rows_aligned(case) or case.K < WIDE_SQUARE_MIN_K:
-            return config
-        square.update(MULTICAST if _b_shared_in_clusters(case) else WIDE_SQUARE_ROUNDS)
-    score = TILE_RATES[square["BM"], square["BN"]] * _useful_share(case, square)
-    return square if score >= WIDE_SQUARE_GAIN * rate * _useful_share(case, config) else \
-        config
+
+    def score(tile: dict[str, Any]) -> float:
+        return TILE_RATES[tile["BM"], tile["BN"]] * _useful_share(case, tile)
+    scheduled = (_scheduled(case, tile) for tile in WHOLE_ROUND_TILES)
+    candidates = [tile for tile in scheduled if tile is not None]
+    if not candidates:
+        return config
+    best = max(candidates, key=score)
+    return best if score(best) >= WHOLE_ROUND_GAIN * rate * _useful_share(case, config) \
+        else config
 
 
 # Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
