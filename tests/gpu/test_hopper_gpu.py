@@ -408,12 +408,15 @@ def test_whole_round_tiles_over_several_rounds(shape, tile, schedule, name, dtyp
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("cluster", [1, 2], ids=["alone", "cluster2"])
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 2056, 1000), (1536, 2112, 520)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_128x192_tiles_one_a_block(shape, name, dtype):
-    """tuning.WIDE_ROW_TILE one tile a block, as the bench runs it in one wave: N 2056 is 11
-    tiles of 192, the last 136 columns past N; 1536x2112 is 12 x 11 = 132 tiles."""
-    run_and_check(name, dtype, shape, **tuning.WIDE_ROW_TILE)
+def test_128x192_tiles_one_a_block(shape, cluster, name, dtype):
+    """tuning.WIDE_ROW_TILE one tile a block, as the bench runs it in one wave, alone or in
+    clusters of 2 sharing B (where B's rows are off 128-byte lines: N 2056): N 2056 is 11
+    tiles of 192, the last 136 columns past N; 1536x2112 is 12 x 11 = 132 tiles; 1000 rows
+    are 8 M tiles, the last 104 rows deep."""
+    run_and_check(name, dtype, shape, cluster=cluster, **tuning.WIDE_ROW_TILE)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

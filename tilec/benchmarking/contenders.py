@@ -113,9 +113,13 @@ def describe_compiled(compiled: Any, packing: Any = None,
 
 
 def _waves_summary(launch: Launch) -> str:
-    waves, noun = launch.waves, "rounds of tiles" if launch.persistent else "waves"
+    waves = launch.waves
+    noun = ("round" if waves.count == 1 else "rounds") + " of tiles" if launch.persistent \
+        else ("wave" if waves.count == 1 else "waves")
     if waves.last == waves.per_wave or waves.count == 0:
         return f"{waves.count} full {noun}"
+    if waves.count == 1:
+        return f"1 {noun}, {waves.last / waves.per_wave:.0%} full"
     return f"{waves.count} {noun} (the last {waves.last / waves.per_wave:.0%} full)"
 
 

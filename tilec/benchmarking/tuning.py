@@ -372,9 +372,19 @@ MULTICAST_TILES = (
     (dict(BM=128, BN=256, BK=64, stages=3), 1.0),
     (dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128), 0.97),
     (dict(BM=128, BN=128, BK=64, stages=4), 0.92),
+    # 128x192 (session 25, one call, f16 TFLOP/s, x the tile it replaces): 1536x3080x4096
+    # 552.0 against 407.4 for 128x128 persistent without a cluster (M under the rule's
+    # 2048 then), 4608x3080x4096 665.7 / 659.2 (128x128), 2048x6152x4096 724.0 / 688.6 and
+    # 4096x6152x4096 724.7 / 678.4 (256x128), 5120x6152x4096 721.1 / 710.6 (192x192).
+    (dict(BM=128, BN=192, BK=64, stages=4), 0.97),
 )
 MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
-MULTICAST_MIN_SIDE = 2048  # M and K at least this: the measured rows' (shallower K unmeasured)
+# M and K at least these: the measured rows'. M from 1024 (session 25, H200, f16, one call,
+# TFLOP/s, the cluster against the same tile without): 1536x4104x4096 128x192 persistent
+# 710.6 / 547.8 (cuBLAS 709.0), 1536x2056x4096 128x192 one tile a block 656.7 / 527.7
+# (654.6), 1024x2056x4096 473.2 / 465.4 (604.9). Shallower K unmeasured.
+MULTICAST_MIN_M = 1024
+MULTICAST_MIN_K = 2048
 
 
 def _rows_aligned(case: Case) -> bool:
@@ -386,17 +396,17 @@ def _rows_aligned(case: Case) -> bool:
 
 
 def _b_shared_in_clusters(case: Case) -> bool:
-    """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, and M
-    and K at least MULTICAST_MIN_SIDE."""
+    """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, M at
+    least MULTICAST_MIN_M and K at least MULTICAST_MIN_K."""
     from tilec.launch.packing import ROW_ALIGN_BYTES
     return _rows_aligned(case) and case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES \
-        != 0 and min(case.M, case.K) >= MULTICAST_MIN_SIDE
+        != 0 and case.M >= MULTICAST_MIN_M and case.K >= MULTICAST_MIN_K
 
 
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
     """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
-    128-byte lines, the wide tiles make more than one wave and M and K are at least
-    MULTICAST_MIN_SIDE, or None."""
+    128-byte lines, the wide tiles make more than one wave and M and K are deep enough
+    (:func:`_b_shared_in_clusters`), or None."""
     if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
             not _b_shared_in_clusters(case) or _large_tiles(case) <= ONE_WAVE:
         return None
@@ -500,15 +510,27 @@ def _useful_share(case: Case, config: dict[str, Any]) -> float:
                               * config["BM"] * config["BN"])
 
 
+# The tiles that run their one wave in clusters of 2 where B's rows are off 128-byte lines.
+# H200, f16, one call each, TFLOP/s, one tile a block in clusters / alone (cuBLAS): 128x192
+# at 1536x2056x4096 656.7 / 527.7 (654.6), 1024x2056x4096 473.2 / 465.4 (604.9); but
+# 192x192 at 2048x2056x2048 536.8 / 542.2 (545.5), 2304x2056x4096 690.6 / 687.1 (693.4)
+# (benchmarks/NOTES.md, session 25).
+ONE_WAVE_CLUSTER_TILES = {(128, 192)}
+
+
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """``tile`` with its schedule for the case: one tile a block in one wave; over more
+    """``tile`` with its schedule for the case: one tile a block in one wave (in clusters of
+    2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
-    if _tiles(case, tile) <= ONE_WAVE:
-        return dict(tile)
+    shared = _b_shared_in_clusters(case)
+    one_wave = {**tile, "cluster": 2} if shared and \
+        (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
+    if _tiles(case, one_wave) <= ONE_WAVE:
+        return one_wave
     if not _rows_aligned(case) or case.K < WHOLE_ROUND_MIN_K:
         return None
-    return {**tile, **(MULTICAST if _b_shared_in_clusters(case) else WHOLE_ROUNDS)}
+    return {**tile, **(MULTICAST if shared else WHOLE_ROUNDS)}
 
 
 def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
