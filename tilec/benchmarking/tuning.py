@@ -365,18 +365,18 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
 #   3072x3080x3072  484.6 / 543.1  515.1  600.9 (716.1)
 #   6144x6152x4096  608.1 / 661.1  675.5  625.6 (703.5)
 #   8192x8200x8192  651.5 / 662.4 (B repacked)  648.9  589.6 (651.1)
-# The tile: the best rate (MULTICAST_TILES, against 128x256's, fitted to those rows) times
-# the share of its rounds the tiles fill, the M tiles counted in whole clusters; it picks
-# the best or a tile within 1% of it on each row above (benchmarks/NOTES.md, session 19).
+# The tile: the best rate (TILE_RATES, against 128x256's, fitted to those rows) times the
+# share of its rounds the tiles fill, the M tiles counted in whole clusters; it picks the best
+# or a tile within 1% of it on each row above (benchmarks/NOTES.md, session 19).
 MULTICAST_TILES = (
-    (dict(BM=128, BN=256, BK=64, stages=3), 1.0),
-    (dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128), 0.97),
-    (dict(BM=128, BN=128, BK=64, stages=4), 0.92),
+    dict(BM=128, BN=256, BK=64, stages=3),
+    dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128),
+    dict(BM=128, BN=128, BK=64, stages=4),
     # 128x192 (session 25, one call, f16 TFLOP/s, x the tile it replaces): 1536x3080x4096
     # 552.0 against 407.4 for 128x128 persistent without a cluster (M under the rule's
     # 2048 then), 4608x3080x4096 665.7 / 659.2 (128x128), 2048x6152x4096 724.0 / 688.6 and
     # 4096x6152x4096 724.7 / 678.4 (256x128), 5120x6152x4096 721.1 / 710.6 (192x192).
-    (dict(BM=128, BN=192, BK=64, stages=4), 0.97),
+    dict(BM=128, BN=192, BK=64, stages=4),
 )
 MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # M and K at least these: the measured rows'. M from 1024 (session 25, H200, f16, one call,
@@ -411,12 +411,11 @@ def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optiona
             not _b_shared_in_clusters(case) or _large_tiles(case) <= ONE_WAVE:
         return None
 
-    def speed(entry: tuple[dict[str, Any], float]) -> float:
-        tile, rate = entry
-        return rate * Waves(_tiles(case, {**tile, **MULTICAST}), ONE_WAVE).fill
+    def speed(tile: dict[str, Any]) -> float:
+        return TILE_RATES[tile["BM"], tile["BN"]] * \
+            Waves(_tiles(case, {**tile, **MULTICAST}), ONE_WAVE).fill
 
-    tile, _ = max(MULTICAST_TILES, key=speed)
-    return {**tile, **MULTICAST}
+    return {**max(MULTICAST_TILES, key=speed), **MULTICAST}
 
 
 # Half-width tiles where the 128x256 tiles' last wave would run nearly empty: 4096x4104x4096
