@@ -74,13 +74,21 @@ F32_UNARY: dict[str, tuple[str, ...]] = {
                   "selp.f32 {t}, {u}, {t}, {p};",
                   "mul.f32 {d}, {a}, {t};"),
 }
+
+
+def _names_in(lines: tuple[str, ...], names: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The (name, register class) of ``names`` that ``lines`` name, in ``names``' order."""
+    return tuple((name, cls) for name, cls in names.items()
+                 if any(f"{{{name}}}" in line for line in lines))
+
+
 # The scratch registers a sequence of F32_UNARY may name, by kind, allocated only when named.
 _SCRATCH = {"t": "f32", "u": "f32", "v": "f32", "p": "pred"}
 # The scratch registers each unary op's lines name, in _SCRATCH's order: looked up per
 # element of an epilogue (a 128x256 tile's GELU: 128 a thread), so found once per op.
-UNARY_SCRATCH = {name: tuple((s, kind) for s, kind in _SCRATCH.items()
-                             if any(f"{{{s}}}" in line for line in lines))
-                 for name, lines in F32_UNARY.items()}
+UNARY_SCRATCH = {name: _names_in(lines, _SCRATCH) for name, lines in F32_UNARY.items()}
+# And each op's lines as one template, formatted once per element (GELU's are 23 lines).
+UNARY_TEMPLATE = {name: "\n".join(lines) for name, lines in F32_UNARY.items()}
 
 # where(x compare y, a, b): setp then selp (PTX ISA 9.7.3 setp, selp). The comparisons are
 # ordered (false when x or y is NaN) but for !=, which is the unordered neu (true with a
@@ -106,6 +114,10 @@ NARROW = {F16: ("cvt.rn.f16.f32 {d}, {a};",), BF16: ("cvt.rn.bf16.f32 {d}, {a};"
 # they may name, by class, each made once per kernel.
 _CONVERT_SCRATCH = {"pair": "b32", "half": "b16", "high": "b16"}
 _CONVERT_ZEROS = {"zero16": "b16", "zero32": "f32"}
+# The scratch registers and zeros each sequence names: looked up per element converted.
+_CONVERSION_NAMES = {lines: (_names_in(lines, _CONVERT_SCRATCH),
+                             _names_in(lines, _CONVERT_ZEROS))
+                     for lines in (*WIDEN.values(), *NARROW.values())}
 
 
 # Integer tiles (i32 accumulators, i8 data): the register class an element lives in and its
@@ -155,11 +167,9 @@ def _narrow(ctx: Context, reg: str, dtype: DType) -> str:
 
 def _emit_conversion(ctx: Context, lines: tuple[str, ...], d: str, a: str) -> None:
     """One WIDEN or NARROW sequence, its scratch registers allocated where it names them."""
-    def named_in(name: str) -> bool:
-        return any(f"{{{name}}}" in line for line in lines)
-    named = {name: ctx.w.reg(cls) for name, cls in _CONVERT_SCRATCH.items() if named_in(name)}
-    named.update({name: _zero(ctx, cls) for name, cls in _CONVERT_ZEROS.items()
-                  if named_in(name)})
+    scratch, zeros = _CONVERSION_NAMES[lines]
+    named = {name: ctx.w.reg(cls) for name, cls in scratch}
+    named.update((name, _zero(ctx, cls)) for name, cls in zeros)
     for line in lines:
         ctx.w.emit(line.format(d=d, a=a, **named))
 
@@ -201,10 +211,9 @@ def _binary(ctx: Context, op: Op) -> None:
 def _unary(ctx: Context, op: Op) -> None:
     def combine(wide: list[str]) -> str:
         d = ctx.w.reg("f32")
-        scratch = dict.fromkeys(_SCRATCH, "")
-        scratch.update((name, ctx.w.reg(kind)) for name, kind in UNARY_SCRATCH[op.name])
-        for line in F32_UNARY[op.name]:
-            ctx.w.emit(line.format(d=d, a=wide[0], **scratch))
+        scratch = {name: ctx.w.reg(kind) for name, kind in UNARY_SCRATCH[op.name]}
+        for line in UNARY_TEMPLATE[op.name].format(d=d, a=wide[0], **scratch).split("\n"):
+            ctx.w.emit(line)
         return d
     _map(ctx, op, combine)
 
