@@ -196,14 +196,14 @@ def test_a_shared_product_op_is_emitted_by_the_plan_family() -> None:
 
 
 
-def _lowered_plan(sample: str, dtype: str, **options) -> TilingPlan:
-    """The tiling plan of a sample read as ``dtype``, lowered for sm_90 (mma.sync)."""
+def _lowered_plan(sample: str, dtype: str, arch: str = "sm_90", **options) -> TilingPlan:
+    """The tiling plan of a sample read as ``dtype``, lowered for ``arch`` (sm_90: mma.sync)."""
     from tilec.pipeline import run_pipeline
 
     from .test_ptxas import load_sample
     consts = {k: options.pop(k) for k in ("BM", "BN", "BK")}
     kernel = run_pipeline(load_sample(sample, dtype).lower(**consts),
-                          Options(arch="sm_90", stages=2, **options), keep_ir=True).kernel
+                          Options(arch=arch, stages=2, **options), keep_ir=True).kernel
     return kernel.schedule.tiling
 
 
@@ -233,3 +233,60 @@ def test_the_worst_read_degree_scored_a_bank_class_at_a_time_is_every_reads(
                         for lanes in family.operand_reads(plan, op_plan, layout, eb))
             assert family.worst_read_degree(plan, op_plan, layout, eb) == every, \
                 (op_plan.role, str(swizzle))
+
+
+@pytest.mark.parametrize("sample, dtype", [("matmul", "f16"), ("matmul_bt", "bf16"),
+                                           ("fp8_gemm", "f8e4m3")],
+                         ids=["wgmma-B-n", "wgmma-B-k", "wgmma8-B-k"])
+@pytest.mark.parametrize("tile", [(128, 256, 64), (128, 192, 64), (192, 192, 64),
+                                  (128, 96, 128), (64, 208, 64)], ids=str)
+def test_wgmmas_worst_read_degree_from_one_piece_along_mn_is_every_reads(sample, dtype, tile):
+    """wgmma scores the first core matrices along mn of each k chunk (the rest start whole
+    swizzle periods later, wgmma.repeats_along_mn): the same worst degree as every read,
+    in every span the operand's rows take, swizzled or not (the explain comparison)."""
+    bm, bn, bk = tile
+    plan = _lowered_plan(sample, dtype, arch="sm_90a", BM=bm, BN=bn, BK=bk)
+    assert family_of(plan).name in ("wgmma", "wgmma8")
+    _assert_worst_degree_is_every_reads(plan)
+
+
+@pytest.mark.parametrize("tile", [(128, 128, 128), (64, 128, 64)], ids=str)
+def test_wgmma_rs_scores_its_a_pairs_whole_and_b_a_piece_along_n(tile):
+    """The register form reads A as byte pairs into registers, not as core matrices: its
+    worst degree is every pair read's, B's from one piece along n, as wgmma's."""
+    from tilec.kernel import load_file
+    from tilec.pipeline import run_pipeline
+
+    from .test_ptxas import SAMPLES
+    bw, ba, bk = tile
+    function = load_file(SAMPLES / "w8a16_swapped.py")["w8a16_swapped"]
+    plan = run_pipeline(function.lower(BW=bw, BA=ba, BK=bk), Options(arch="sm_90a", stages=2),
+                        keep_ir=True).kernel.schedule.tiling
+    assert family_of(plan).name == "wgmma_rs"
+    _assert_worst_degree_is_every_reads(plan)
+
+
+def _assert_worst_degree_is_every_reads(plan: TilingPlan) -> None:
+    from tilec.families import wgmma
+    family = family_of(plan)
+    for op_plan in plan.operands:
+        eb = op_plan.stored_bytes(plan.elem_bytes)
+        for candidate in family.layout_candidates(op_plan, eb):
+            for layout in (candidate, candidate.with_swizzle(Swizzle(0))):
+                d = wgmma.descriptor_fields(layout, op_plan.role, eb)
+                assert wgmma.repeats_along_mn(d), (op_plan.role, str(layout))
+                every = max(family.read_degree(op_plan.k_major, rows)
+                            for rows in family.operand_reads(plan, op_plan, layout, eb))
+                assert family.worst_read_degree(plan, op_plan, layout, eb) == every, \
+                    (op_plan.role, str(layout))
+
+
+def test_wgmmas_pieces_along_mn_repeat_only_a_whole_number_of_periods_apart():
+    """The condition the one-piece scoring rests on: SBO (K-major) or LBO (MN-major) a
+    multiple of 8 rows of the span; otherwise every piece is scored."""
+    from tilec.families.wgmma import Descriptor, repeats_along_mn
+    assert repeats_along_mn(Descriptor(True, 16, 1024, 8192, 128))
+    assert repeats_along_mn(Descriptor(False, 8192, 1024, 8192, 128))
+    assert repeats_along_mn(Descriptor(False, 2048, 256, 2048, 32))
+    assert not repeats_along_mn(Descriptor(True, 16, 512, 8192, 128))
+    assert not repeats_along_mn(Descriptor(False, 8192 + 128, 1024, 8192, 128))

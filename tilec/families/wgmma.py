@@ -185,6 +185,34 @@ def read_address(d: Descriptor, start: int, m: Any, k: Any, elem_bytes: int,
     return swizzle_bytes(address, d.row_bytes) if swizzled else address
 
 
+def core_matrices(d: Descriptor, layout: SmemLayout, k0: int, extent: int,
+                  elem_bytes: int) -> Iterator[list[int]]:
+    """The 16-byte row addresses of each core matrix (8 rows) a wgmma reads through ``d`` at
+    ``k0``, over ``extent`` elements along mn."""
+    start, swizzled = d.start(0, k0, elem_bytes), bool(layout.swizzle.bits)
+    per_row = 16 // elem_bytes
+    k_extent = WGMMA_K_BYTES // elem_bytes
+    if d.k_major:
+        for m0 in range(0, extent, ATOM_ROWS):
+            for kc in range(0, k_extent, per_row):
+                yield [read_address(d, start, m0 + r, kc, elem_bytes, swizzled)
+                       for r in range(ATOM_ROWS)]
+    else:
+        for mc in range(0, extent, per_row):
+            for k in range(0, k_extent, ATOM_ROWS):
+                yield [read_address(d, start, mc, k + r, elem_bytes, swizzled)
+                       for r in range(ATOM_ROWS)]
+
+
+def repeats_along_mn(d: Descriptor) -> bool:
+    """Whether the core matrices along mn repeat the first ones' bank pattern: each piece
+    starts SBO (K-major: 8 rows) or LBO (MN-major: a slab) after the one before, and
+    :func:`swizzle_bytes` of a span XORs the 16-byte chunk bits with the bits of the row
+    within 8 rows of the span, so offsets a multiple of 8 spans apart (a multiple of 128
+    bytes: whole lines of the 32 banks) swizzle alike."""
+    return (d.sbo if d.k_major else d.lbo) % (ATOM_ROWS * d.row_bytes) == 0
+
+
 @lru_cache(maxsize=None)
 def descriptor_offsets(layout: SmemLayout, role: str, mn0: int, k0: int, mn: int,
                        elem_bytes: int) -> np.ndarray:
@@ -558,23 +586,24 @@ class Wgmma(ProductFamily):
         """The core matrices (8 rows of 16 bytes) one warpgroup's wgmma reads at ``k0``: eight
         16-byte row addresses each, the unit the tensor core fetches."""
         if warp_index:
-            return
-        role = op_plan.role
-        extent = plan.block[0] if role == "A" else plan.block[1]
-        d = descriptor_fields(layout, role, elem_bytes)
-        start, swizzled = d.start(0, k0, elem_bytes), bool(layout.swizzle.bits)
-        per_row = 16 // elem_bytes
-        k_extent = WGMMA_K_BYTES // elem_bytes
-        if d.k_major:
-            for m0 in range(0, extent, ATOM_ROWS):
-                for kc in range(0, k_extent, per_row):
-                    yield [read_address(d, start, m0 + r, kc, elem_bytes, swizzled)
-                           for r in range(ATOM_ROWS)]
-        else:
-            for mc in range(0, extent, per_row):
-                for k in range(0, k_extent, ATOM_ROWS):
-                    yield [read_address(d, start, mc, k + r, elem_bytes, swizzled)
-                           for r in range(ATOM_ROWS)]
+            return iter(())
+        extent = plan.block[0] if op_plan.role == "A" else plan.block[1]
+        return core_matrices(descriptor_fields(layout, op_plan.role, elem_bytes), layout, k0,
+                             extent, elem_bytes)
+
+    def worst_read_degree(self, plan: TilingPlan, op_plan: OperandPlan, layout: SmemLayout,
+                          elem_bytes: int) -> int:
+        """The worst degree of :meth:`read_addresses`, from the first piece along mn of each
+        k chunk: the next ones start SBO (K-major) or LBO (MN-major) bytes later, whole
+        swizzle periods (:func:`repeats_along_mn`), so their rows hit the banks alike. An
+        operand a subfamily reads otherwise (wgmma_rs's A, into registers) is scored whole."""
+        d = descriptor_fields(layout, op_plan.role, elem_bytes)
+        if self.converts(op_plan.role) or not repeats_along_mn(d):
+            return super().worst_read_degree(plan, op_plan, layout, elem_bytes)
+        piece = ATOM_ROWS if d.k_major else 16 // elem_bytes
+        return max(self.read_degree(op_plan.k_major, addresses)
+                   for k0 in range(0, plan.block[2], self.k_step)
+                   for addresses in core_matrices(d, layout, k0, piece, elem_bytes))
 
     def read_access(self, role: str, layout: SmemLayout) -> str:
         return "wgmma descriptor (" + ("K" if operand_k_major(role, layout) else "MN") \
