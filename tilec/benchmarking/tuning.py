@@ -473,7 +473,7 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
 # padding and empty SMs in the last round both count against a tile.
 WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole
-# 128-byte lines, where 128x144 or 192x176 rows are 32-byte slabs and ran at 0.61-0.87 of
+# 128-byte lines, where 128x144 or 192x176 rows are 32-byte slabs and ran at 0.61-0.91 of
 # the tuned tile) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
 # = 528 of them, 4 whole rounds. H200, one call, persistent raster 16, f16 TFLOP/s: 724.0
 # against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256 (cuBLAS
