@@ -597,8 +597,9 @@ class Wgmma(ProductFamily):
         k chunk: the next ones start SBO (K-major) or LBO (MN-major) bytes later, whole
         swizzle periods (:func:`repeats_along_mn`), so their rows hit the banks alike. An
         operand a subfamily reads otherwise (wgmma_rs's A, into registers) is scored whole."""
-        d = descriptor_fields(layout, op_plan.role, elem_bytes)
-        if self.converts(op_plan.role) or not repeats_along_mn(d):
+        d = None if self.converts(op_plan.role) else \
+            descriptor_fields(layout, op_plan.role, elem_bytes)
+        if d is None or not repeats_along_mn(d):
             return super().worst_read_degree(plan, op_plan, layout, elem_bytes)
         piece = ATOM_ROWS if d.k_major else 16 // elem_bytes
         return max(self.read_degree(op_plan.k_major, addresses)
