@@ -28,8 +28,8 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
     256, BK 64; 192x192 and 128x192 too), the ring depth, the raster group and the
     schedule: one tile a block, a persistent block, a cluster of two sharing B, persistent
-    clusters, or (64-row tiles) pingpong consumers; and with consumer warpgroups of 128 rows, 256x128 tiles under the
-    four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
+    clusters, or (64-row tiles) pingpong consumers; and with consumer warpgroups of 128
+    rows, 256x128 tiles under the four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
     rows try the four schedules but pingpong, their clusters pairing M tiles within each
     batch); with a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
     from tilec.tools.autotune import search_space
@@ -351,6 +351,25 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
     return config
 
 
+# 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole
+# 128-byte lines, where 128x144 or 192x176 rows are 32-byte slabs and ran at 0.61-0.91 of
+# the tuned tile) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
+# = 528 of them, 4 whole rounds. H200, one call, persistent raster 16, f16 TFLOP/s: 724.0
+# against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256 (cuBLAS
+# 705.9); over their own rounds' fill they ran at 0.95 (6144x2112x2048), 0.98 (5120^2 x
+# 4096) and 1.01 (4096^3) of a 128x256 tile's rate. The rule's choices, one call, x the
+# configuration before (x cuBLAS), f16 / bf16 (benchmarks/NOTES.md, session 25):
+#   one wave   1024x3072x4096 1.19 / 1.22 (1.00 / 1.00), 1536x2048x4096 1.19 / 1.23 (1.00),
+#              2048x1536x2048 1.18 / 1.19 (1.00), 1536x2112x4096 1.19 / 1.22 (1.01),
+#              1024x2056x4096 1.25 / 1.25 (0.77 / 0.75)
+#   rounds     1536x4096x4096 1.28 / 1.29 (1.01), 2048x3072x4096 1.29 (1.01), 1024x6144x4096
+#              1.29 / 1.30 (1.02), 3072x2112x4096 1.29 / 1.30 (1.01), 1536x4104x4096 1.13
+#              (0.78 / 0.76), 6144x2112x2048 1.11 / 1.12 (1.02 / 1.03)
+#   clusters   3072x2056x4096 1.27 (1.00), 8200x4104x4096 1.05 (0.96 / 0.97), 6144x2056x4096
+#              1.08 / 1.09 (1.00 / 1.01)
+WIDE_ROW_TILE = dict(BM=128, BN=192, BK=64, stages=4)
+
+
 # B's rows 16-byte aligned but not whole 128-byte lines apart (N = 4104 f16: rows 8208 bytes
 # apart): every 128-byte row of a B box straddles two lines. ncu, H200, 128x128 persistent at
 # 4096x4104x4096, locked clocks: 27.5M L2 read requests in place against 11.7M with B
@@ -376,7 +395,7 @@ MULTICAST_TILES = (
     # 552.0 against 407.4 for 128x128 persistent without a cluster (M under the rule's
     # 2048 then), 4608x3080x4096 665.7 / 659.2 (128x128), 2048x6152x4096 724.0 / 688.6 and
     # 4096x6152x4096 724.7 / 678.4 (256x128), 5120x6152x4096 721.1 / 710.6 (192x192).
-    dict(BM=128, BN=192, BK=64, stages=4),
+    WIDE_ROW_TILE,
 )
 MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # M and K at least these: the measured rows'. M from 1024 (session 25, H200, f16, one call,
@@ -472,23 +491,6 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
 # Scored by the share of the SMs' time spent on the product's own elements: edge tiles'
 # padding and empty SMs in the last round both count against a tile.
 WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
-# 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole
-# 128-byte lines, where 128x144 or 192x176 rows are 32-byte slabs and ran at 0.61-0.91 of
-# the tuned tile) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
-# = 528 of them, 4 whole rounds. H200, one call, persistent raster 16, f16 TFLOP/s: 724.0
-# against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256 (cuBLAS
-# 705.9); over their own rounds' fill they ran at 0.95 (6144x2112x2048), 0.98 (5120^2 x
-# 4096) and 1.01 (4096^3) of a 128x256 tile's rate. The rule's choices, one call, x the
-# configuration before (x cuBLAS), f16 / bf16 (benchmarks/NOTES.md, session 25):
-#   one wave   1024x3072x4096 1.19 / 1.22 (1.00 / 1.00), 1536x2048x4096 1.19 / 1.23 (1.00),
-#              2048x1536x2048 1.18 / 1.19 (1.00), 1536x2112x4096 1.19 / 1.22 (1.01),
-#              1024x2056x4096 1.25 / 1.25 (0.77 / 0.75)
-#   rounds     1536x4096x4096 1.28 / 1.29 (1.01), 2048x3072x4096 1.29 (1.01), 1024x6144x4096
-#              1.29 / 1.30 (1.02), 3072x2112x4096 1.29 / 1.30 (1.01), 1536x4104x4096 1.13
-#              (0.78 / 0.76), 6144x2112x2048 1.11 / 1.12 (1.02 / 1.03)
-#   clusters   3072x2056x4096 1.27 (1.00), 8200x4104x4096 1.05 (0.96 / 0.97), 6144x2056x4096
-#              1.08 / 1.09 (1.00 / 1.01)
-WIDE_ROW_TILE = dict(BM=128, BN=192, BK=64, stages=4)
 # The tiles that may fill the rounds better than the chosen one.
 WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE)
 # Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
