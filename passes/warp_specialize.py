@@ -100,6 +100,7 @@ two blocks multicast B tiles of two batches.
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 from tilec.families.products import family_of
 from tilec.families.stream_k import FIXUP, K_BEGIN, K_END
@@ -167,10 +168,23 @@ def _box(operand: OperandPlan, cluster: int) -> dict:
     layout = operand.layout
     inner = layout.slab
     attrs = {"tensor": operand.tensor, "box": [inner, layout.rows],
-             "slabs": layout.cols // inner, "coords": [0, 1] if layout.transposed else [1, 0]}
+             "slabs": layout.slabs, "coords": [0, 1] if layout.transposed else [1, 0]}
     if cluster > 1 and operand.role == SHARED_BY_CLUSTER:
         attrs["multicast"] = cluster
     return attrs
+
+
+def _tma_operands(plan: TilingPlan, options: Options, pad: bool) -> tuple[OperandPlan, ...]:
+    """The operands' plans with the layouts TMA writes them in (operand_tma_layout: the
+    span tma_swizzle asks for, or its choice, padded slabs where ``pad`` allows)."""
+    return tuple(dataclasses.replace(op_plan, layout=operand_tma_layout(
+        op_plan.role, op_plan.layout, op_plan.stored_bytes(plan.elem_bytes),
+        options.tma_swizzle, pad)) for op_plan in plan.operands)
+
+
+def _stage_bytes(operands: Sequence[OperandPlan], plan: TilingPlan) -> int:
+    """One stage of every operand, padded slabs stored (and loaded) whole."""
+    return sum(o.layout.size * o.stored_bytes(plan.elem_bytes) for o in operands)
 
 
 def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -> None:
@@ -237,12 +251,14 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     views = [c.operands[-1] for c in copies]
     buffers = [v.owner.operands[0] for v in views]
     roles = [buffer.owner.attrs["role"] for buffer in buffers]
-    # TMA writes its boxes in swizzled slabs of the widest span the rows take: the stages'
-    # layout from here on (the swizzle pass may pick another of TMA's spans).
+    blocks = options.blocks_per_sm
+    share = SMEM_PER_SM // blocks - SMEM_RESERVED_PER_BLOCK - 2 * stages * BARRIER_BYTES
+    # TMA writes its boxes in swizzled slabs: the stages' layout from here on (the swizzle
+    # pass may pick another of TMA's whole spans).
     try:
-        operands = tuple(dataclasses.replace(op_plan, layout=operand_tma_layout(
-            op_plan.role, op_plan.layout, op_plan.stored_bytes(plan.elem_bytes),
-            options.tma_swizzle)) for op_plan in plan.operands)
+        operands = _tma_operands(plan, options, pad=True)
+        if stages * _stage_bytes(operands, plan) > share:
+            operands = _tma_operands(plan, options, pad=False)
     except ValueError as err:
         raise located(TileConfigError, str(err), dot.loc, kernel.source_lines) from None
     by_role = {op_plan.role: op_plan for op_plan in operands}
@@ -264,14 +280,19 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     tile_warpgroups = consumer_warpgroups
     if pingpong:
         consumer_warpgroups = 2
-    stage_bytes = sum(v.type.numel * v.type.dtype.bytes for v in views)
-    blocks = options.blocks_per_sm
-    share = SMEM_PER_SM // blocks - SMEM_RESERVED_PER_BLOCK - 2 * stages * BARRIER_BYTES
-    if blocks > 1 and stages * stage_bytes > share:
-        raise located(TileConfigError, f"{blocks} blocks per SM leave each "
-                      f"{share} bytes of shared memory; {stages} stages of this tile need "
-                      f"{stages * stage_bytes}", dot.loc, kernel.source_lines,
-                      "use fewer stages, a smaller tile, or blocks_per_sm=1")
+    stage_bytes = _stage_bytes(operands, plan)
+    if stages * stage_bytes > share:
+        padded = [f"{o.role}'s {o.layout.slab * o.stored_bytes(plan.elem_bytes)}-byte"
+                  for o in operands if o.layout.padded]
+        raise located(TileConfigError, (f"{blocks} blocks per SM leave each" if blocks > 1
+                                        else "a block has")
+                      + f" {share} bytes of shared memory; {stages} stages of this tile need "
+                      f"{stages * stage_bytes}"
+                      + (f" ({' and '.join(padded)} slabs padded)" if padded else ""),
+                      dot.loc, kernel.source_lines,
+                      "use fewer stages, a smaller tile"
+                      + (", or blocks_per_sm=1" if blocks > 1 else "")
+                      + (", or a tma_swizzle the rows are whole spans of" if padded else ""))
 
     # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
     # made per tile (_views_per_tile).

@@ -159,8 +159,12 @@ def test_lowered_hopper_kernels_compute_the_product(sample, dtype, stages, const
 
 
 @pytest.mark.parametrize("sample, consts, options, spans", [
-    ("matmul", {"BN": 208}, {}, {"A": 128, "B": 32}),
-    ("matmul", {"BN": 160}, {"persistent": True}, {"A": 128, "B": 64}),
+    ("matmul", {"BN": 208}, {"tma_swizzle": 32}, {"A": 32, "B": 32}),
+    ("matmul", {"BN": 160}, {"persistent": True, "tma_swizzle": 64}, {"A": 64, "B": 64}),
+    ("matmul", {"BN": 208}, {}, {"A": 128, "B": 128}),  # B padded: 4 slabs, 48 columns
+    ("matmul", {"BN": 160}, {"persistent": True}, {"A": 128, "B": 128}),
+    ("matmul", {"BN": 144}, {"persistent": True, "cluster": 2}, {"A": 128, "B": 128}),
+    ("matmul", {"BN": 208}, {"tma_swizzle": 64}, {"A": 64, "B": 64}),  # 6.5 slabs of 64 B
     ("matmul", {"BK": 32}, {"tma_swizzle": 64}, {"A": 64, "B": 64}),
     ("matmul", {"BK": 16, "BN": 96}, {"tma_swizzle": 32}, {"A": 32, "B": 32}),
     ("matmul", {"BN": 256}, {"tma_swizzle": 32}, {"A": 32, "B": 32}),
@@ -170,10 +174,11 @@ def test_lowered_hopper_kernels_compute_the_product(sample, dtype, stages, const
     ("matmul_bt", {}, {"tma_swizzle": 64}, {"A": 64, "B": 64}),
 ])
 def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spans) -> None:
-    """Rows that are not whole 128-byte spans (an N-major B of 208 or 160 columns, BK 32 or
-    16) take TMA's 64- or 32-byte swizzle, each operand the widest its rows take, or the
-    span ``tma_swizzle`` asks for: the boxes, the layout, the descriptors' layout bits and
-    SBO follow it, and the executor, reading where the descriptors point, computes the
+    """Rows that are not whole 128-byte spans (an N-major B of 208, 160 or 144 columns, BK
+    32 or 16) take 128-byte slabs where they run along mn (the last padded), else the
+    widest span K-major rows take, or the span ``tma_swizzle`` asks for (padded where the
+    rows are not whole spans of it): the boxes, the layout, the descriptors' layout bits
+    and SBO follow it, and the executor, reading where the descriptors point, computes the
     product."""
     consts = {"BM": 128, "BN": 128, "BK": 64, **consts}
     compiled = load_sample(sample, "f16").compile(arch="sm_90a", stages=3, **consts, **options)
@@ -196,23 +201,60 @@ def test_each_tma_swizzle_span_computes_the_product(sample, consts, options, spa
 def test_explain_names_the_narrow_spans_and_what_they_cost() -> None:
     from tilec.tools.explain import explain, render_explanation
     text = render_explanation(explain(load_sample("matmul", "f16").compile(
-        arch="sm_90a", BM=128, BN=208, BK=64), ptxas=False))
+        arch="sm_90a", BM=128, BN=208, BK=64, tma_swizzle=32), ptxas=False))
     assert "TMA box (cp.async.bulk.tensor, 32B swizzle)" in text
     line = next(line for line in text.splitlines() if line.startswith("  tma spans"))
     assert "B in 32-byte slabs (rows of 208 elements)" in line and "0.5x (32-byte)" in line
-    assert "A in" not in line  # A's rows are 64 elements: 128-byte slabs
+    assert "A in 32-byte slabs (rows of 64 elements)" in line  # asked for: tma_swizzle=32
+    padded = render_explanation(explain(load_sample("matmul", "f16").compile(
+        arch="sm_90a", BM=128, BN=208, BK=64), ptxas=False))
+    line = next(line for line in padded.splitlines() if line.startswith("  tma spans"))
+    assert line.startswith("  tma spans         B in 128-byte slabs, the last padded (rows of "
+                           "208 elements, 256 loaded): TMA loads the last box whole")
+    assert "A in" not in line  # A's rows are 64 elements: whole 128-byte slabs
     wide = render_explanation(explain(load_sample("matmul", "f16").compile(
         arch="sm_90a", BM=128, BN=256, BK=64), ptxas=False))
     assert "tma spans" not in wide
 
 
-def test_a_tma_swizzle_the_rows_do_not_take_is_an_error_naming_the_operand() -> None:
+def test_padded_slabs_are_stored_and_loaded_whole() -> None:
+    """B's 144 columns in 128-byte slabs: three boxes of 64 columns a stage, the last 48
+    past the tile; the ring, the barrier's transaction bytes and the launch's shared memory
+    count them, and where real columns (the next tile's) land in the padding the product
+    is still its own."""
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=4, BM=128, BN=144,
+                                                    BK=64)
+    kernel = compiled.kernel
+    layout = next(o.layout for o in kernel.schedule.tiling.operands if o.role == "B")
+    assert (layout.slab, layout.slabs, layout.stored_cols, layout.size) == (64, 3, 192, 64 * 192)
+    assert str(layout) == "slab64,pad48,swizzle(3,3,3)"
+    loads = {op.attrs["tensor"]: (op.attrs["box"], op.attrs["slabs"]) for op in kernel.walk()
+             if op.name == "tma.load"}
+    assert loads == {"A": ([64, 128], 1), "B": ([64, 64], 3)}
+    expected = {op.attrs["bytes"] for op in kernel.walk() if op.name == "mbar.arrive_expect_tx"}
+    assert expected == {128 * 64 * 2 + 64 * 192 * 2}
+    assert compiled.ptx.count("cp.async.bulk.tensor.2d") == 4
+    check_product("matmul", kernel, np.random.default_rng(5))
+    rng = np.random.default_rng(6)
+    wide = dict(M=150, N=500, K=200)  # four N tiles: each one's padding is the next's columns
+    arrays = random_inputs(kernel, rng, wide)
+    got = run_lowered(kernel, arrays)
+    assert relative_error(got, _reference(arrays, "f16")) < 1e-5
+
+
+def test_padded_slabs_that_do_not_fit_the_ring_fall_back_or_are_an_error() -> None:
+    """Five stages of 128x208: B's padded slabs would need 245760 bytes, more than a block
+    has; chosen by the compiler the rows take their whole 32-byte spans instead, asked for
+    (tma_swizzle=128) the error names the padding and the way out."""
     kernel = load_sample("matmul", "f16").lower(BM=128, BN=208, BK=64)
+    lowered = run_pipeline(kernel, Options(arch="sm_90a", stages=5), keep_ir=True).kernel
+    layout = next(o.layout for o in lowered.schedule.tiling.operands if o.role == "B")
+    assert (layout.slab, layout.padded) == (16, False)
     with pytest.raises(TileConfigError) as caught:
-        run_pipeline(kernel, Options(arch="sm_90a", stages=3, tma_swizzle=64))
+        run_pipeline(kernel, Options(arch="sm_90a", stages=5, tma_swizzle=128))
     message = str(caught.value)
-    assert "operand B: rows of 208 16-bit elements (416 bytes) are not a whole number of " \
-        "64-byte TMA swizzle spans (spans that fit: 32)" in message
+    assert "5 stages of this tile need 245760 (B's 128-byte slabs padded)" in message
+    assert "a tma_swizzle the rows are whole spans of" in message
     assert "matmul.py:" in message and "^" in message
 
 

@@ -84,11 +84,14 @@ class SharedBuffer:
     def __init__(self, ttype: TileType):
         stages, rows, cols = ttype.shape
         self.stages = stages
-        self.stage_size = rows * cols
+        # TMA's padded slabs (SmemLayout.size) are stored whole.
+        self.stage_size = ttype.layout.size if isinstance(ttype.layout, SmemLayout) \
+            else rows * cols
         # NaN marks what no copy wrote yet; integer tiles (i8) have no NaN and start as 0.
         unwritten = np.nan if ttype.dtype.is_float else 0
         self.storage = np.full(stages * self.stage_size, unwritten, storage_dtype(ttype.dtype))
-        self.value = self.storage.reshape(ttype.shape)
+        # The op's value, of its type's shape (the stages go through :meth:`image`).
+        self.value = self.storage[:stages * rows * cols].reshape(ttype.shape)
         self._images: dict[tuple[int, SmemLayout, tuple[int, ...]], np.ndarray] = {}
 
     def image(self, stage: int, layout: SmemLayout, shape: tuple[int, ...]) -> np.ndarray:

@@ -307,7 +307,7 @@ def _check_load(op: Op) -> None:
             f"a box is {', '.join(map(str, SPANS))} bytes wide and at most {MAX_BOX} rows")
     require(isinstance(layout, SmemLayout)
             and layout == tma_layout(layout, eb, box.inner * eb)
-            and (layout.rows, layout.cols) == (box.outer, box.inner * box.slabs),
+            and (layout.rows, layout.slabs) == (box.outer, box.slabs),
             f"TMA fills a stage of {box.inner * eb}-byte swizzled slabs, {box.slabs} of "
             f"{box.outer} x {box.inner}, not {layout}")
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 from tilec.backend.context import Context
 from tilec.ir.core import Kernel, Op, Value, defining_op
-from tilec.target.layout import SmemLayout, Swizzle
+from tilec.target.layout import SmemLayout, Swizzle, operand_k_major
 
 LOAD, STORE = "tma.load", "tile.store"
 
@@ -25,6 +25,7 @@ SLAB_BYTES = 128  # the widest span, and the staged stores' (tma_store)
 # the 8-row atom its 16-byte chunks are permuted in (CU_TENSOR_MAP_SWIZZLE_{128B,64B,32B}).
 SPANS = (128, 64, 32)
 MAX_BOX = 256  # cuTensorMapEncodeTiled's limit on each box dim
+CHUNK_BYTES = 16  # a swizzle's unit, and a row of wgmma's core matrices
 
 
 # CU_TENSOR_MAP_SWIZZLE_128B on 16-bit elements: 16-byte chunk c of 128-byte row r lands at
@@ -59,17 +60,36 @@ def tma_layout(layout: SmemLayout, elem_bytes: int, span: int) -> SmemLayout:
     return layout.with_swizzle(tma_swizzle(span, elem_bytes), slab=span // elem_bytes)
 
 
+# Rows along mn (an N-major B) that are not whole 128-byte lines: stored in 128-byte slabs,
+# the last padded, rather than in the narrower spans they are whole numbers of: the
+# narrow slabs' wgmma kernels ran at 0.5-0.9 of the padded ones' rate. H200, f16, one call
+# each, TFLOP/s, narrow / padded at the same schedule (benchmarks/NOTES.md, session 26):
+# 128x144 (32-byte slabs) one tile a block 244.9 / 345.3 at 1024x2056x4096, 280.5 / 405.6
+# at 1536x3080x4096, 389.8 / 570.3 at 1024x2304x8192; in persistent clusters of 2, 128x176
+# (32-byte) 424.0 / 555.2 at 3072x3080x3072, 359.7 / 624.9 at 1024x2304x8192; 128x160
+# (64-byte) 559.1 / 588.7 and 570.2 / 666.3; 128x224 (64-byte) 581.5 / 588.1, 661.3 / 671.9
+# at 4096^3.
 def operand_tma_layout(role: str, layout: SmemLayout, elem_bytes: int,
-                       span: int = 0) -> SmemLayout:
-    """:func:`tma_layout` of operand ``role`` stored as ``layout`` in ``span`` bytes (0: the
-    widest its rows take); a ValueError naming the operand where its rows do not take it."""
+                       span: int = 0, pad: bool = True) -> SmemLayout:
+    """:func:`tma_layout` of operand ``role`` stored as ``layout`` in ``span`` bytes. A span
+    its rows are not a whole number of pads their last slab: TMA loads that box whole (the
+    columns past the tile, or zeros past the tensor). 0 chooses: rows along mn not whole
+    128-byte lines are padded to 128-byte slabs where ``pad``
+    allows, others take the widest whole span (K-major rows whole spans of BK: padding
+    would load the next K step's columns). A ValueError naming the operand where its rows
+    do not take the span (not whole 16-byte chunks: wgmma's core matrices' rows)."""
     spans = spans_for(layout, elem_bytes)
-    if span and span not in spans or not spans:
+    row_bytes = layout.cols * elem_bytes
+    if span and row_bytes % CHUNK_BYTES or not span and not spans:
         fits = f"spans that fit: {', '.join(map(str, spans))}" if spans else "none fits"
         raise ValueError(f"operand {role}: rows of {layout.cols} {8 * elem_bytes}-bit elements "
-                         f"({layout.cols * elem_bytes} bytes) are not a whole number of "
-                         f"{span or min(SPANS)}-byte TMA swizzle spans ({fits})")
-    return tma_layout(layout, elem_bytes, span or spans[0])
+                         f"({row_bytes} bytes) are not a whole number of "
+                         f"{CHUNK_BYTES if span else min(SPANS)}-byte "
+                         f"{'chunks' if span else 'TMA swizzle spans'} ({fits})")
+    if not span:
+        padded = pad and spans[0] < SLAB_BYTES and not operand_k_major(role, layout)
+        span = SLAB_BYTES if padded else spans[0]
+    return tma_layout(layout, elem_bytes, span)
 
 
 def staging_layout(rows: int, cols: int, elem_bytes: int, span: int = SLAB_BYTES
@@ -105,7 +125,7 @@ def restage_loads(kernel: Kernel, buffer: Value, layout: SmemLayout) -> None:
             stage = defining_op(op.operands[3])
             if stage is not None and stage.operands[0] is buffer:
                 op.attrs["box"] = [layout.slab, op.attrs["box"][1]]
-                op.attrs["slabs"] = layout.cols // layout.slab
+                op.attrs["slabs"] = layout.slabs
 
 
 @dataclass(frozen=True)

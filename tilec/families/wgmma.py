@@ -574,7 +574,10 @@ class Wgmma(ProductFamily):
 
     def layout_candidates(self, op_plan: OperandPlan, elem_bytes: int) -> list[SmemLayout]:
         """TMA's layouts in each span the operand's rows take, widest first (on equal reads
-        the swizzle pass keeps the first: fewer, wider boxes)."""
+        the swizzle pass keeps the first: fewer, wider boxes); padded slabs stay (the ring
+        was sized, and its loads' bytes counted, for them)."""
+        if op_plan.layout.padded:
+            return [op_plan.layout]
         return [tma_layout(op_plan.layout, elem_bytes, span)
                 for span in spans_for(op_plan.layout, elem_bytes)]
 

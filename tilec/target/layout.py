@@ -60,7 +60,8 @@ class SmemLayout:
     ``slab``: when not 0, the columns are stored in slabs of ``slab`` columns, one slab after
     the other (``rows x slab`` each): TMA's swizzles take boxes at most one span (128, 64 or
     32 bytes) wide, and wgmma's shared-memory descriptors step from one such slab to the
-    next.
+    next. Slabs are stored whole: where ``cols`` is not a multiple of ``slab`` the last one
+    is padded (a TMA box fills it whole; the tile's columns are its first ones).
     """
 
     rows: int
@@ -94,8 +95,23 @@ class SmemLayout:
         return self.offset(j, i) if self.transposed else self.offset(i, j)
 
     @property
+    def stored_cols(self) -> int:
+        """The columns storage holds: ``cols``, up to whole slabs."""
+        return -(-self.cols // self.slab) * self.slab if self.slab else self.cols
+
+    @property
+    def slabs(self) -> int:
+        """How many slabs the columns take, the last maybe padded (1 without slabs)."""
+        return self.stored_cols // self.slab if self.slab else 1
+
+    @property
+    def padded(self) -> bool:
+        return self.stored_cols != self.cols
+
+    @property
     def size(self) -> int:
-        return self.rows * self.cols
+        """Elements of storage, padding included."""
+        return self.rows * self.stored_cols
 
     def bank_class(self, row: int, col: int, elem_bytes: int) -> int | None:
         """The class of storage (row, col) as the anchor of an access pattern: patterns of
@@ -113,8 +129,9 @@ class SmemLayout:
                           self.slab if slab is None else slab)
 
     def __str__(self) -> str:
+        pad = f"pad{self.stored_cols - self.cols}," if self.padded else ""
         return (("T," if self.transposed else "") + (f"slab{self.slab}," if self.slab else "")
-                + str(self.swizzle))
+                + pad + str(self.swizzle))
 
 
 class DistributedLayout:

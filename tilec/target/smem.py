@@ -19,6 +19,7 @@ from typing import Optional
 
 from tilec.ir.arith import cdiv
 from tilec.ir.core import Kernel, Op
+from tilec.target.layout import SmemLayout
 
 SMEM_ALIGN = 128
 # Slabbed layouts are written by TMA in its swizzles, which permute by address bits up to
@@ -83,7 +84,11 @@ def _placement(op: Op) -> Optional[tuple[str, int, int, int]]:
     """(kind, stage bytes, stages, alignment) of what ``op`` allocates, None if nothing."""
     if op.name == "smem.alloc":
         rtype = op.result.type
-        stage_bytes = rtype.shape[1] * rtype.shape[2] * rtype.dtype.bytes
+        layout = rtype.layout
+        # Stored whole: a padded last slab (tilec.target.layout.SmemLayout) included.
+        elements = layout.size if isinstance(layout, SmemLayout) else \
+            rtype.shape[1] * rtype.shape[2]
+        stage_bytes = elements * rtype.dtype.bytes
         return "ring", stage_bytes, rtype.shape[0], smem_align(rtype.layout)
     if op.name == "mbar.alloc":
         return "barriers", BARRIER_BYTES, op.result.type.shape[0], BARRIER_BYTES
