@@ -271,6 +271,12 @@ if [ "$cc" = 9.0 ]; then
     done
     hopper memcheck matmul bf16 "M=2100,N=4000,K=200" BM=192 BN=192 BK=64 --stages 3 \
         --persistent --raster-group 16 --cluster 2
+    # 128x144 tiles, B's last 128-byte slab padded: each box of it loads 48 columns past the
+    # tile, and past N = 4000 (28 N tiles, the last 32 columns deep) zeros, in clusters.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 "M=2100,N=4000,K=200" BM=128 BN=144 BK=64 --stages 4 \
+            --persistent --raster-group 16 --cluster 2
+    done
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"
