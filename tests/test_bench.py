@@ -979,7 +979,8 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
     assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
     # And the tiles for whole rounds, in their own stages.
-    assert {(c["BM"], c["BN"], c["stages"]) for c in space if c["BN"] in (192, 144)} == \
+    assert {(c["BM"], c["BN"], c["stages"]) for c in space
+            if c["BN"] in (192, 144, 160, 176, 208, 224, 240)} == \
         {(tile["BM"], tile["BN"], tile["stages"]) for tile in tuning.WHOLE_ROUND_TILES}
     assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
     assert {c["stages"] for c in space} == {3, 4, 6}
@@ -1128,7 +1129,7 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
 
 
 SQUARE, ROW = (192, 192), (128, 192)  # tuning.WIDE_SQUARE_TILE, tuning.WIDE_ROW_TILE
-PADDED = (128, 144)  # tuning.PADDED_TILE: B's last slab padded, in persistent clusters
+PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.PADDED_TILES: B's last slab padded
 
 
 @pytest.mark.parametrize("shape, tile", [
@@ -1154,11 +1155,15 @@ PADDED = (128, 144)  # tuning.PADDED_TILE: B's last slab padded, in persistent c
     ((2200, 2200, 2048), ROW),  # 216 in clusters: 82% of 2 rounds (the multicast rule's)
     ((4096, 4104, 4096), None),
     ((4096, 4096, 4096), None),
-    # 128x144 where its N tiles are whole, B's rows on lines and K from PADDED_TILE_MIN_K.
+    # Padded tiles where their N tiles are whole, B's rows on lines and K from
+    # PADDED_TILE_MIN_K, in persistent clusters.
     ((1024, 2304, 8192), PADDED),  # 8 x 16 = 128 (97% of a wave), against 96 of 128x192
     ((2048, 1152, 4096), PADDED),  # 16 x 8 = 128
     ((1024, 4608, 4096), PADDED),  # 256: 2 rounds 97% full, against 288 of 128x128 (3)
-    ((1024, 2304, 2048), ROW),  # K too shallow for it
+    ((1024, 2560, 8192), PADDED_160),  # 8 x 16 = 128, against 112 of 128x192
+    ((4096, 1280, 4096), PADDED_160),  # 256: 2 rounds, against 320 of 128x128 (3)
+    ((1024, 3840, 4096), None),  # 128x240's 128 tiles, against 120 of 128x256: too little
+    ((1024, 2304, 2048), ROW),  # K too shallow for them
     ((1536, 1536, 4096), ROW),  # N 10.7 tiles of 144: measured slower
     ((2048, 2304, 4096), SQUARE),  # 132 squares: one whole wave
     ((1536, 3080, 4096), ROW),  # B's rows off lines: measured slower
@@ -1173,7 +1178,7 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
         assert (chosen and (chosen["BM"], chosen["BN"])) == tile, (dtype, config)
     if tile:
         case = Case(*shape, "f16")
-        if tile == PADDED:
+        if tile in (PADDED, PADDED_160):
             assert config == {**chosen, **tuning.MULTICAST}
             layout = next(o.layout for o in load_sample("matmul", "f16").compile(
                 arch="sm_90a", **config).kernel.schedule.tiling.operands if o.role == "B")
@@ -1193,7 +1198,7 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
     for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
-        assert (config["BM"], config["BN"]) not in (SQUARE, ROW, PADDED)
+        assert (config["BM"], config["BN"]) not in (SQUARE, ROW, PADDED, PADDED_160)
 
 
 def test_useful_share_counts_padding_and_empty_sms():

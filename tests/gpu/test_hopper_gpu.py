@@ -398,12 +398,12 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200),
                                    (2100, 4000, 200)], ids=lambda s: "x".join(map(str, s)))
 def test_whole_round_tiles_over_several_rounds(shape, tile, schedule, name, dtype):
-    """The bench's 192x192, 128x192 and 128x144 tiles over more than a wave
-    (tuning.WHOLE_ROUNDS and MULTICAST): 242, 294 and 231 squares (352, 693 and 693 128x192
-    tiles, 476, 952 and 952 of 128x144, B's last slab padded) for at most 132 blocks, so the
-    ring goes on across tiles; 2500 rows are 14 M tiles of 192, the last 4 rows deep; 2100
-    rows are 11 of 192 (17 of 128), so in clusters the last pair's second block lies wholly
-    past M."""
+    """The bench's 192x192, 128x192 and padded tiles (128x144 to 128x240, B's last slab
+    padded) over more than a wave (tuning.WHOLE_ROUNDS and MULTICAST): 242, 294 and 231
+    squares (352, 693 and 693 128x192 tiles, 476, 952 and 952 of 128x144) for at most 132
+    blocks, so the ring goes on across tiles; 2500 rows are 14 M tiles of 192, the last 4
+    rows deep; 2100 rows are 11 of 192 (17 of 128), so in clusters the last pair's second
+    block lies wholly past M."""
     run_and_check(name, dtype, shape, **tile, **schedule)
 
 
@@ -424,6 +424,8 @@ def test_128x192_tiles_one_a_block(shape, cluster, name, dtype):
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 @pytest.mark.parametrize("tile", [
     dict(BM=128, BN=144, stages=4), dict(BM=128, BN=80, stages=4),
+    dict(BM=128, BN=160, stages=4, persistent=True, cluster=2),
+    dict(BM=128, BN=240, stages=3, persistent=True, cluster=2),
     dict(BM=192, BN=176, stages=3), dict(BM=128, BN=208, stages=3, persistent=True),
     dict(BM=128, BN=224, stages=3, persistent=True, cluster=2),
     dict(BM=64, BN=144, stages=4, persistent=True, consumers="pingpong"),

@@ -491,34 +491,49 @@ def _narrower_for_the_last_wave(case: Case, config: dict[str, Any]) -> dict[str,
 # Scored by the share of the SMs' time spent on the product's own elements: edge tiles'
 # padding and empty SMs in the last round both count against a tile.
 WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
-# 128x144 tiles, B in 128-byte slabs the last padded (tma_boxes.operand_tma_layout), in
-# persistent clusters of 2 sharing B, where they fill a round the others leave a quarter
-# empty: 1024x2304 is 128 of them (97% of a wave) against 96 of 128x192. H200, f16, one call
-# each, TFLOP/s, against the tuned tile (cuBLAS; benchmarks/NOTES.md, session 26):
-#   1024x2304x8192  675.6 / 594.2 128x192 (670.7); alone 570.3, one tile a block
-#   1024x2304x4096  604.6 / 538.8 128x192 (636.4)
-#   2048x1152x8192  695.4 / 598.3 128x192 (673.7)
-#   1024x4608x4096  641.2 / 546.1 128x128 persistent, 3 rounds the last 18% full (666.6)
-#   1024x4608x8192  671.3 / 564.3 128x128 persistent (699.3); bf16 670.2 / 574.0 (710.1)
-#   2048x1152x4096  598.6 / 536.9 128x192 (596.2); bf16 605.2 / 539.7 (605.2)
+# 128-row tiles whose B rows are not whole 128-byte lines (BN 144 to 240), B in 128-byte
+# slabs the last padded (tma_boxes.operand_tma_layout), in persistent clusters of 2 sharing
+# B, where N is whole tiles of them and they fill a round the others leave emptier:
+# 1024x2304 is 128 tiles of 128x144 (97% of a wave) against 96 of 128x192. H200, f16, one
+# call each, TFLOP/s, against the tuned tile (cuBLAS; benchmarks/NOTES.md, session 26):
+#   128x144  1024x2304x8192  675.6 / 594.2 128x192 (670.7); alone 570.3, one tile a block
+#            1024x2304x4096  604.6 / 538.8 128x192 (636.4)
+#            2048x1152x8192  695.4 / 598.3 128x192 (673.7)
+#            2048x1152x4096  598.6 / 536.9 128x192 (596.2); bf16 605.2 / 539.7 (605.2)
+#            1024x4608x4096  641.2 / 546.1 128x128 persistent, 3 rounds the last 18% (666.6)
+#            1024x4608x8192  671.3 / 564.3 128x128 persistent (699.3); bf16 670.2 / 574.0
+#   128x160  1024x2560x8192  709.4 / 642.8 128x192, 85% of a wave (705.7)
+#            2048x1280x4096  633.1 / 584.1 128x192 (649.7)
+#            4096x1280x4096  702.7 / 584.3 128x128 persistent, 3 rounds the last 42% (712.8)
+#            2048x2560x4096  701.2 / 594.1 128x128 persistent (712.4)
+#            1024x5120x4096  700.5 / 597.9 128x128 persistent (711.7)
+#            1280x3840x8192  683.1 / 582.9 128x128 persistent (716.8)
+#   128x176  1024x2816x4096  637.5 / 626.7 128x192, 91% (624.0)
+#   128x208  1024x3328x4096  641.0 / 603.7 128x256, 79% (602.9)
+#   128x224  1024x3584x4096  671.1 / 636.1 128x256, 85% (640.9)
+#   128x240  1024x3840x4096  667.5 / 665.3 128x256, 91% (673.3)
 # With a ragged last N tile they lose or barely win (the edge tiles cost a whole tile's
-# time for a part of its columns): 1536x1536x4096 520.2 / 537.8 (N 10.7 tiles of 144),
+# time for a part of its columns): 128x144 at 1536x1536x4096 520.2 / 537.8 (N 10.7 tiles),
 # 1536x1536x8192 568.7 / 600.4, 2048x1024x4096 454.2 / 480.6 (7.1 tiles), 1024x2048x4096
-# 493.9 / 481.5 (14.2 tiles). At a fuller round: 2048x2304x4096 609.5 / 708.9 (192x192's
-# one full wave); with B's rows off 128-byte lines, where a padded box reads across more
-# lines: 1536x3080x4096 530.5 / 541.4 (128x192, 2 rounds the last 55% full),
-# 3072x3080x3072 569.8 / 600.3, 4104x4104x4096 536.8 / 667.1. So: whole N tiles, B's rows
-# on lines, K from PADDED_TILE_MIN_K (measured 4096 and 8192), at about 0.8 of a 128x256
-# tile's rate (0.81-0.84 fitted to the rows won).
-PADDED_TILE = dict(BM=128, BN=144, BK=64, stages=4)
+# 493.9 / 481.5 (14.2 tiles); 128x160 at 1024x2816x4096 402.9 / 626.7 (17.6 tiles). At a
+# fuller round: 2048x2304x4096 609.5 / 708.9 (192x192's one full wave); with B's rows off
+# 128-byte lines, where a padded box reads across more lines: 1536x3080x4096 530.5 / 541.4
+# (128x192, 2 rounds the last 55% full), 3072x3080x3072 569.8 / 600.3, 4104x4104x4096
+# 536.8 / 667.1. So: whole N tiles, B's rows on lines, K from PADDED_TILE_MIN_K (measured
+# 4096 and 8192), at the TILE_RATES fitted to the rows above (0.81-0.94 of a 128x256 tile's
+# rate, the less padding the faster), a little under.
+PADDED_TILES = tuple(dict(BM=128, BN=bn, BK=64, stages=4 if bn < 192 else 3)
+                     for bn in (144, 160, 176, 208, 224, 240))
 PADDED_TILE_MIN_K = 4096
 # The tiles that may fill the rounds better than the chosen one.
-WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, PADDED_TILE)
+WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES)
 # Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
 # where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
 WHOLE_ROUNDS = dict(persistent=True, raster_group=16)
 TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
-              (128, 128): NARROW_TILE_RATE, (128, 192): 0.97, (128, 144): 0.8}
+              (128, 128): NARROW_TILE_RATE, (128, 192): 0.97, (128, 144): 0.8,
+              (128, 160): 0.86, (128, 176): 0.88, (128, 208): 0.85, (128, 224): 0.9,
+              (128, 240): 0.92}
 WHOLE_ROUND_GAIN = 1.05  # a WHOLE_ROUND_TILES tile taken where it scores this over the chosen
 # Over more than one wave, only where K is at least this deep (measured at 2048 and deeper;
 # shallower K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
@@ -541,14 +556,14 @@ ONE_WAVE_CLUSTER_TILES = {(128, 192)}
 
 
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """``tile`` with its schedule for the case: PADDED_TILE in MULTICAST where it pays
+    """``tile`` with its schedule for the case: PADDED_TILES in MULTICAST where they pay
     (:func:`_padded_tile_pays`); one tile a block in one wave (in clusters of
     2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
     shared = _b_shared_in_clusters(case)
-    if (tile["BM"], tile["BN"]) == (PADDED_TILE["BM"], PADDED_TILE["BN"]):
-        return {**tile, **MULTICAST} if _padded_tile_pays(case) else None
+    if tile in PADDED_TILES:
+        return {**tile, **MULTICAST} if _padded_tile_pays(case, tile) else None
     one_wave = {**tile, "cluster": 2} if shared and \
         (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
     if _tiles(case, one_wave) <= ONE_WAVE:
@@ -558,11 +573,11 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     return {**tile, **(MULTICAST if shared else WHOLE_ROUNDS)}
 
 
-def _padded_tile_pays(case: Case) -> bool:
-    """Where PADDED_TILE was measured to pay: whole N tiles, every row 16-byte aligned, B's
-    on 128-byte lines, M from MULTICAST_MIN_M and K from PADDED_TILE_MIN_K."""
+def _padded_tile_pays(case: Case, tile: dict[str, Any]) -> bool:
+    """Where PADDED_TILES were measured to pay: whole N tiles, every row 16-byte aligned,
+    B's on 128-byte lines, M from MULTICAST_MIN_M and K from PADDED_TILE_MIN_K."""
     from tilec.launch.packing import ROW_ALIGN_BYTES
-    return case.N % PADDED_TILE["BN"] == 0 and _rows_aligned(case) \
+    return case.N % tile["BN"] == 0 and _rows_aligned(case) \
         and case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES == 0 \
         and case.M >= MULTICAST_MIN_M and case.K >= PADDED_TILE_MIN_K
 
