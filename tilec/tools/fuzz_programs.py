@@ -657,6 +657,14 @@ EVALUATION_TOLERANCE = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-4, "i8": 1e-4,
                         "f8e4m3": 1e-4, "f8e5m2": 1e-4, "i32": 0.0}
 
 
+# The largest 8-bit float input: over e5m2's whole range (to 57344) the products reached 3e9,
+# an f16 C overflowed wherever they did not cancel, and the few finite outputs left were
+# differences of such sums, whose f32 rounding EVALUATION_TOLERANCE does not bound (seed 84,
+# program 515: 0.028 with no pass run). Values to 8, like the other dtypes' normal inputs,
+# keep the outputs finite and the comparison meaningful.
+FP8_INPUT_MAX = 8.0
+
+
 def _inputs(program: Program, name: str, shape: list[int], rng: np.random.Generator
             ) -> tuple[np.ndarray, np.ndarray]:
     """Random host data for one tensor: (its exact values in float64, the array to pass)."""
@@ -671,7 +679,9 @@ def _inputs(program: Program, name: str, shape: list[int], rng: np.random.Genera
     if dtype in FP8:
         bits = rng.integers(0, 256, size=shape).astype(np.uint8)
         values = fp8.decode(bits, dtype)  # the input quantization only
-        bits = np.where(np.isfinite(values), bits, 0).astype(np.uint8)  # no NaN or inf
+        # No NaN or inf, and nothing above FP8_INPUT_MAX (those codes read as zeros).
+        keep = np.isfinite(values) & (np.abs(values) <= FP8_INPUT_MAX)
+        bits = np.where(keep, bits, 0).astype(np.uint8)
         return fp8.decode(bits, dtype).astype(np.float64), bits
     values = _round(rng.standard_normal(shape), dtype)
     return values, (_bf16_bits(values) if dtype == "bf16" else
