@@ -379,14 +379,22 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     for shapes, more in ((RAGGED, dict(split_k=2)),
                          (DIVISIBLE, dict(persistent=True, stream_k=True)),
                          (RAGGED, dict(BN=64, persistent=True, consumers="pingpong")))] + [
-    # TMA's 64- and 32-byte swizzles (descriptor layouts SW64 and SW32): tiles whose rows
-    # are not whole 128-byte spans (an N-major B of BN 208 or 160, BK 32 of f16 or 64 of
+    # TMA's 64- and 32-byte swizzles (descriptor layouts SW64 and SW32) and padded 128-byte
+    # slabs: tiles whose rows are not whole 128-byte spans (an N-major B of BN 208, 160, 144
+    # or 240, padded unless tma_swizzle asks for a narrow span; BK 32 of f16 or 64 of
     # 8-bit), one span forced on the tuned tile, and the w8a16 sample at its default BK 64
     # on the register form.
     case(sample, dtype, "sm_90a", shapes, **tiles)
     for sample, dtype, shapes, tiles in (
         ("matmul", "f16", RAGGED, dict(BM=128, BN=208, BK=64, stages=4)),
         ("matmul", "bf16", DIVISIBLE, dict(BM=128, BN=160, BK=64, stages=4, persistent=True)),
+        ("matmul", "f16", RAGGED, dict(BM=128, BN=208, BK=64, stages=4, tma_swizzle=32)),
+        ("matmul", "bf16", DIVISIBLE, dict(BM=128, BN=160, BK=64, stages=4, persistent=True,
+                                           tma_swizzle=64)),
+        ("gemm_epilogue", "f16", DIVISIBLE, dict(BM=128, BN=144, BK=64, stages=4,
+                                                 persistent=True, raster_group=16, cluster=2)),
+        ("matmul", "bf16", RAGGED, dict(BM=128, BN=240, BK=64, stages=3, persistent=True,
+                                        cluster=2)),
         ("matmul", "f16", RAGGED, dict(BM=128, BN=256, BK=32, stages=6, tma_swizzle=64)),
         ("matmul_bt", "f16", RAGGED, dict(BM=128, BN=208, BK=32, stages=4, cluster=2,
                                           tma_swizzle=32)),
