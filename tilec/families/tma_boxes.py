@@ -61,8 +61,9 @@ def tma_layout(layout: SmemLayout, elem_bytes: int, span: int) -> SmemLayout:
 
 
 # Rows along mn (an N-major B) that are not whole 128-byte lines: stored in 128-byte slabs,
-# the last padded, rather than in the narrower spans they are whole numbers of: the
-# narrow slabs' wgmma kernels ran at 0.5-0.9 of the padded ones' rate. H200, f16, one call
+# the last padded, rather than in the narrower spans they are whole numbers of: the narrow
+# slabs' wgmma kernels ran at 0.57-0.78 (32-byte) and 0.86-0.99 (64-byte) of the padded
+# ones' rate. H200, f16, one call
 # each, TFLOP/s, narrow / padded at the same schedule (benchmarks/NOTES.md, session 26):
 # 128x144 (32-byte slabs) one tile a block 244.9 / 345.3 at 1024x2056x4096, 280.5 / 405.6
 # at 1536x3080x4096, 389.8 / 570.3 at 1024x2304x8192; in persistent clusters of 2, 128x176
@@ -74,10 +75,10 @@ def operand_tma_layout(role: str, layout: SmemLayout, elem_bytes: int,
     """:func:`tma_layout` of operand ``role`` stored as ``layout`` in ``span`` bytes. A span
     its rows are not a whole number of pads their last slab: TMA loads that box whole (the
     columns past the tile, or zeros past the tensor). 0 chooses: rows along mn not whole
-    128-byte lines are padded to 128-byte slabs where ``pad``
-    allows, others take the widest whole span (K-major rows whole spans of BK: padding
-    would load the next K step's columns). A ValueError naming the operand where its rows
-    do not take the span (not whole 16-byte chunks: wgmma's core matrices' rows)."""
+    128-byte lines are padded to 128-byte slabs where ``pad`` allows, others take the
+    widest whole span (K-major rows whole spans of BK: padding would load the next K
+    step's columns). A ValueError naming the operand where its rows do not take the span
+    (not whole 16-byte chunks: wgmma's core matrices' rows)."""
     spans = spans_for(layout, elem_bytes)
     row_bytes = layout.cols * elem_bytes
     if span and row_bytes % CHUNK_BYTES or not span and not spans:
