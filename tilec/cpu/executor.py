@@ -58,6 +58,7 @@ from tilec.cpu.interpreter import InterpState, SemanticsFn, TensorRef, storage_d
 from tilec.ir.core import Op
 from tilec.ir.types import TileType
 from tilec.target.layout import WARP_SIZE, DistributedLayout, SmemLayout
+from tilec.target.smem import stage_elements
 
 __all__ = ["SEMANTICS", "Fragment", "SharedBuffer", "SharedWrite", "MovementFamily",
            "BlockState", "block_state", "share_block_state", "logical_offsets", "register_map",
@@ -84,9 +85,7 @@ class SharedBuffer:
     def __init__(self, ttype: TileType):
         stages, rows, cols = ttype.shape
         self.stages = stages
-        # TMA's padded slabs (SmemLayout.size) are stored whole.
-        self.stage_size = ttype.layout.size if isinstance(ttype.layout, SmemLayout) \
-            else rows * cols
+        self.stage_size = stage_elements(ttype)  # TMA's padded slabs stored whole
         # NaN marks what no copy wrote yet; integer tiles (i8) have no NaN and start as 0.
         unwritten = np.nan if ttype.dtype.is_float else 0
         self.storage = np.full(stages * self.stage_size, unwritten, storage_dtype(ttype.dtype))

@@ -19,6 +19,7 @@ from typing import Optional
 
 from tilec.ir.arith import cdiv
 from tilec.ir.core import Kernel, Op
+from tilec.ir.types import TileType
 from tilec.target.layout import SmemLayout
 
 SMEM_ALIGN = 128
@@ -80,15 +81,19 @@ class SharedLayout:
         return max([SMEM_ALIGN] + [p.align for p in self.buffers.values() if p.kind == "ring"])
 
 
+def stage_elements(ring: TileType) -> int:
+    """The elements one stage of a shared ring (``[stages, rows, cols]``) stores: its
+    layout's, a padded last slab (SmemLayout.size) included."""
+    if isinstance(ring.layout, SmemLayout):
+        return ring.layout.size
+    return ring.shape[1] * ring.shape[2]
+
+
 def _placement(op: Op) -> Optional[tuple[str, int, int, int]]:
     """(kind, stage bytes, stages, alignment) of what ``op`` allocates, None if nothing."""
     if op.name == "smem.alloc":
         rtype = op.result.type
-        layout = rtype.layout
-        # Stored whole: a padded last slab (tilec.target.layout.SmemLayout) included.
-        elements = layout.size if isinstance(layout, SmemLayout) else \
-            rtype.shape[1] * rtype.shape[2]
-        stage_bytes = elements * rtype.dtype.bytes
+        stage_bytes = stage_elements(rtype) * rtype.dtype.bytes
         return "ring", stage_bytes, rtype.shape[0], smem_align(rtype.layout)
     if op.name == "mbar.alloc":
         return "barriers", BARRIER_BYTES, op.result.type.shape[0], BARRIER_BYTES
