@@ -414,12 +414,17 @@ def _rows_aligned(case: Case) -> bool:
     return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
 
 
+def _b_rows_on_lines(case: Case) -> bool:
+    """Whether B's rows (N elements) are whole 128-byte lines apart."""
+    from tilec.launch.packing import ROW_ALIGN_BYTES
+    return case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES == 0
+
+
 def _b_shared_in_clusters(case: Case) -> bool:
     """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, M at
     least MULTICAST_MIN_M and K at least MULTICAST_MIN_K."""
-    from tilec.launch.packing import ROW_ALIGN_BYTES
-    return _rows_aligned(case) and case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES \
-        != 0 and case.M >= MULTICAST_MIN_M and case.K >= MULTICAST_MIN_K
+    return _rows_aligned(case) and not _b_rows_on_lines(case) \
+        and case.M >= MULTICAST_MIN_M and case.K >= MULTICAST_MIN_K
 
 
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
@@ -561,9 +566,9 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
-    shared = _b_shared_in_clusters(case)
     if tile in PADDED_TILES:
         return {**tile, **MULTICAST} if _padded_tile_pays(case, tile) else None
+    shared = _b_shared_in_clusters(case)
     one_wave = {**tile, "cluster": 2} if shared and \
         (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
     if _tiles(case, one_wave) <= ONE_WAVE:
@@ -576,9 +581,7 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
 def _padded_tile_pays(case: Case, tile: dict[str, Any]) -> bool:
     """Where PADDED_TILES were measured to pay: whole N tiles, every row 16-byte aligned,
     B's on 128-byte lines, M from MULTICAST_MIN_M and K from PADDED_TILE_MIN_K."""
-    from tilec.launch.packing import ROW_ALIGN_BYTES
-    return case.N % tile["BN"] == 0 and _rows_aligned(case) \
-        and case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES == 0 \
+    return case.N % tile["BN"] == 0 and _rows_aligned(case) and _b_rows_on_lines(case) \
         and case.M >= MULTICAST_MIN_M and case.K >= PADDED_TILE_MIN_K
 
 
