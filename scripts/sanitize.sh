@@ -264,19 +264,17 @@ if [ "$cc" = 9.0 ]; then
         --persistent --raster-group 16 --cluster 2
     # The bench's whole-round tiles (tuning.WHOLE_ROUND_TILES) in persistent clusters of two
     # over several rounds: 2100 rows are 17 M tiles of 128 (11 of 192), so the last pair's
-    # second block lies past M; 378 (264) tiles for 132 blocks.
+    # second block lies past M; 378 (264) tiles for 132 blocks. 128x144's B has its last
+    # 128-byte slab padded: each box of it loads 48 columns past the tile, and past N = 4000
+    # (28 N tiles, the last 32 columns deep) zeros.
     for tool in memcheck racecheck synccheck; do
         hopper "$tool" gemm_epilogue f16 "M=2100,N=4000,K=200" BM=128 BN=192 BK=64 --stages 4 \
+            --persistent --raster-group 16 --cluster 2
+        hopper "$tool" matmul f16 "M=2100,N=4000,K=200" BM=128 BN=144 BK=64 --stages 4 \
             --persistent --raster-group 16 --cluster 2
     done
     hopper memcheck matmul bf16 "M=2100,N=4000,K=200" BM=192 BN=192 BK=64 --stages 3 \
         --persistent --raster-group 16 --cluster 2
-    # 128x144 tiles, B's last 128-byte slab padded: each box of it loads 48 columns past the
-    # tile, and past N = 4000 (28 N tiles, the last 32 columns deep) zeros, in clusters.
-    for tool in memcheck racecheck synccheck; do
-        hopper "$tool" matmul f16 "M=2100,N=4000,K=200" BM=128 BN=144 BK=64 --stages 4 \
-            --persistent --raster-group 16 --cluster 2
-    done
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"
