@@ -211,7 +211,8 @@ class Shaping(NamedTuple):
 WGMMA_SHAPING = {
     "warpgroup_rows": Shaping(64, "sets the rows of a wgmma consumer warpgroup",
                               "use warpgroup_rows=64, or a BM that is a multiple of the rows "
-                              "with a BN whose accumulators fit (BN <= 128)"),
+                              "with a BN whose accumulators fit (BN <= 192 with two"
+                              " consumer warpgroups)"),
     "blocks_per_sm": Shaping(1, "halves a wgmma block's registers and shared memory",
                              "use blocks_per_sm=1, or a tile whose accumulators fit half the "
                              "registers (64x128 on one consumer warpgroup)"),

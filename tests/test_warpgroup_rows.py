@@ -144,7 +144,8 @@ def test_options_take_64_or_128_rows() -> None:
     (64, 128, {}, "BM=64 is not a multiple of the 128 rows"),
     (128, 256, {}, "needs about 282 registers a consumer thread"),
     (64, 128, PINGPONG, "BM=64 is not a multiple of the 128 rows"),
-    (128, 192, PINGPONG, "needs about 218 registers a consumer thread, more than the 168"),
+    # ptxas spilled pingpong's 128x208 (C7512).
+    (128, 208, PINGPONG, "needs about 234 registers a consumer thread, more than setmaxnreg"),
 ])
 def test_what_128_row_warpgroups_do_not_fit_is_refused_at_the_product(bm, bn, options,
                                                                       words) -> None:
@@ -154,6 +155,21 @@ def test_what_128_row_warpgroups_do_not_fit_is_refused_at_the_product(bm, bn, op
     message = str(caught.value)
     assert words in message and "warpgroup_rows=128" in message and "^" in message
     assert "matmul.py:" in message and "hint" in message
+
+
+@pytest.mark.parametrize("bm, bn, words", [
+    (256, 192, None), (256, 176, None),
+    # ptxas 13.0 spilled it (C7512) under setmaxnreg's 232.
+    (256, 208, "256x208 in 128-row warpgroups needs about 234 registers a consumer thread, "
+               "more than setmaxnreg gives it (232)"),
+])
+def test_the_accumulators_fit_what_setmaxnreg_gives_not_what_the_block_starts_with(
+        bm, bn, words) -> None:
+    """A 384-thread block starts with 168 registers a thread; ptxas compiles each m64nN
+    wgmma within that and the warpgroup's 2 x N/2 accumulators within setmaxnreg.inc's 232
+    (256x192: 192 accumulators, no spill)."""
+    from tilec.families.wgmma import FAMILY
+    assert FAMILY.block_problem((bm, bn, 64), Options(**ROWS)) == words
 
 
 def test_a_block_wgmma_declines_anyway_falls_back_as_with_64_rows() -> None:

@@ -72,7 +72,8 @@ MAX_CONSUMER_WARPGROUPS = 4
 PRODUCER_REGISTERS = 40  # setmaxnreg.dec for the producer warpgroup (CUTLASS's choice)
 REGISTER_FILE = 65536
 MAX_SETMAXNREG = 240  # a consumer never needs more; setmaxnreg takes 24..256
-# Registers a consumer needs beside its accumulators (ptxas 13.0: 154 for m64n256 tiles).
+# Registers a consumer needs beside its accumulators (ptxas 13.0: 154 for one m64n256, 218
+# for 256x192 in 128-row warpgroups, and spills at 234 for 256x208 under setmaxnreg's 232).
 CONSUMER_OVERHEAD = 26
 
 
@@ -534,18 +535,22 @@ class Wgmma(ProductFamily):
         if bk % self.bk_unit:
             return (f"BK={bk} is not a multiple of {self.bk_unit} ({MIN_SPAN_BYTES} bytes: "
                     "TMA's narrowest swizzle span, and one k step)")
-        # ptxas allocates for the whole block at entry (setmaxnreg moves registers later but
-        # does not raise that cap): the consumers' accumulators must fit it, or C7602.
-        # Pingpong's block has two consumer warpgroups whatever the tile.
+        # ptxas compiles each wgmma within the registers a thread starts with (setmaxnreg
+        # does not raise that cap for one instruction: C7602, "Insufficient registers (128)"
+        # for m64n256 in a 512-thread block), and fits the whole warpgroup's accumulators in
+        # what setmaxnreg.inc gives (256x192 in 128-row warpgroups: 192 accumulators, no
+        # spill at 168 on entry; 256x208 spilled, C7512). Pingpong's block has two consumer
+        # warpgroups whatever the tile.
         warpgroups = 2 if options.consumers == "pingpong" else bm // rows
         threads = WARPGROUP * (warpgroups + 1)
         blocks = options.blocks_per_sm
         at_entry = registers_at_entry(threads, blocks)
+        one_instruction = bn * WGMMA_M // WARPGROUP + CONSUMER_OVERHEAD
+        if one_instruction > at_entry:
+            return (f"{bm}x{bn}'s m64n{bn} products need about {one_instruction} registers a "
+                    f"consumer thread, more than the {at_entry} a {threads}-thread block "
+                    "starts with" + (f" at {blocks} blocks per SM" if blocks > 1 else ""))
         needed = bn * rows // WARPGROUP + CONSUMER_OVERHEAD  # f32 accumulators + the rest
-        if needed > at_entry:
-            return (f"{bm}x{bn} needs about {needed} registers a consumer "
-                    f"thread, more than the {at_entry} a {threads}-thread block starts with"
-                    + (f" at {blocks} blocks per SM" if blocks > 1 else ""))
         given = self.consumer_registers(warpgroups, blocks)
         if needed > given:
             return (f"{bm}x{bn} in {rows}-row warpgroups needs about {needed} registers a "
