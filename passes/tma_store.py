@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.staged_store import register_slabs, staging_writes
+from tilec.families.staged_store import STRIP_ROWS, register_units, staging_writes
 from tilec.families.tma_boxes import SLAB_BYTES, SWIZZLE_128B, spans_for, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
@@ -161,6 +161,9 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                    f"({bn * elem_bytes} bytes) are not a whole number of {unit}")
     staging = bm * bn * elem_bytes * copies
     buffers = 0  # the whole tile staged at once
+    # 128-row warpgroups hold two m64 strips' registers, one after the other: slabs taking
+    # turns go out a slab of a strip at a time (staged_store.register_units).
+    strips = getattr(store.operands[-1].type.layout, "strips", 1)
     if problem is None:
         # The ring and its barriers, and the staging tile after them as the backend places it.
         used = total_with_staging(place(kernel), 0)
@@ -168,7 +171,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         if used + staging > limit:
             slab_buffers = SLAB_BUFFERS * bm * inner * elem_bytes
             if via == "tma" and copies == 1 and elem_bytes in SLABS_IN_TURN_BYTES \
-                    and _slabs_in_turn(store, bn // inner, inner) \
+                    and _slabs_in_turn(store, bn // inner, inner, strips) \
                     and used + slab_buffers <= limit:
                 staging, buffers = slab_buffers, SLAB_BUFFERS
             else:
@@ -182,11 +185,16 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     tensor = {"tensor": _stored_param(kernel, store).name} if via == "tma" else {}
     copies_attr = {"staging_copies": copies} if copies > 1 else {}
     buffers_attr = {"staging_buffers": buffers} if buffers else {}
+    strips = strips if buffers else 1
+    strips_attr = {"strips": strips} if strips > 1 else {}
+    box_rows = bm if strips == 1 else STRIP_ROWS
     writes = staging_writes(store.operands[-1].type.layout, elem_bytes)
-    store.attrs.update(via=via, **tensor, box=[inner, bm], slabs=bn // inner, coords=[1, 0],
-                       writes=writes, **copies_attr, **buffers_attr)
+    store.attrs.update(via=via, **tensor, box=[inner, box_rows], slabs=bn // inner,
+                       coords=[1, 0], writes=writes, **copies_attr, **buffers_attr,
+                       **strips_attr)
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
-        via, staging, (inner, bm), bn // inner, writes=writes, buffers=buffers, span=span))
+        via, staging, (inner, box_rows), bn // inner, writes=writes, buffers=buffers,
+        span=span, strips=strips))
     return kernel
 
 
@@ -203,12 +211,13 @@ SLAB_BUFFERS = 2
 SLABS_IN_TURN_BYTES = (2, 4)
 
 
-def _slabs_in_turn(store: Op, slabs: int, inner: int) -> bool:
-    """Whether the tile can go out a slab at a time through SLAB_BUFFERS buffers: more slabs
-    than buffers, an even count (each tile's first slab then finds buffer 0 free), and each
-    thread's registers in slab order (a slab's registers one run of indices, the slabs
-    ascending), so the writes of one slab end before the next one's begin."""
-    if slabs <= SLAB_BUFFERS or slabs % SLAB_BUFFERS:
+def _slabs_in_turn(store: Op, slabs: int, inner: int, strips: int) -> bool:
+    """Whether the tile can go out a slab (of a strip, with 128-row warpgroups) at a time
+    through SLAB_BUFFERS buffers: more units than buffers, and each thread's registers in
+    unit order (a unit's registers one run of indices, the units ascending), so the writes
+    of one unit end before the next one's begin. An odd count costs a persistent block one
+    more meeting a tile (staged_store._store_slabs_in_turn)."""
+    if slabs * strips <= SLAB_BUFFERS:
         return False
-    order = register_slabs(store.operands[-1].type.layout, inner)
+    order = register_units(store.operands[-1].type.layout, inner, slabs, strips)
     return order == sorted(order)

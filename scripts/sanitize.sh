@@ -275,6 +275,16 @@ if [ "$cc" = 9.0 ]; then
     done
     hopper memcheck matmul bf16 "M=2100,N=4000,K=200" BM=192 BN=192 BK=64 --stages 3 \
         --persistent --raster-group 16 --cluster 2
+    # Slabs in turn through two buffers, persistent blocks writing them again for the next
+    # tile: 256x144 in 128-row warpgroups, C's 9 slabs a strip at a time (18 units); 128x208
+    # beside four stages, 13 slabs, an odd count: the leader waits for the last store's
+    # read before the next tile's first write.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "M=2100,N=4000,K=200" BM=256 BN=144 BK=64 --stages 3 \
+            --warpgroup-rows 128 --persistent --raster-group 16
+        hopper "$tool" gemm_epilogue f16 "M=2100,N=4000,K=200" BM=128 BN=208 BK=64 --stages 4 \
+            --persistent
+    done
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"

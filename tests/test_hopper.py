@@ -233,7 +233,7 @@ def test_padded_slabs_are_stored_and_loaded_whole() -> None:
     assert loads == {"A": ([64, 128], 1), "B": ([64, 64], 3)}
     expected = {op.attrs["bytes"] for op in kernel.walk() if op.name == "mbar.arrive_expect_tx"}
     assert expected == {128 * 64 * 2 + 64 * 192 * 2}
-    assert compiled.ptx.count("cp.async.bulk.tensor.2d") == 4
+    assert compiled.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == 4
     check_product("matmul", kernel, np.random.default_rng(5))
     rng = np.random.default_rng(6)
     wide = dict(M=150, N=500, K=200)  # four N tiles: each one's padding is the next's columns

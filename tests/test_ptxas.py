@@ -404,7 +404,16 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
         ("fp8_gemm", "f8e4m3", DIVISIBLE, dict(BM=128, BN=256, BK=64, stages=4,
                                                 persistent=True)),
         ("w8a16", "f16", RAGGED, dict()),
-        ("w8a16_swapped", "f16", DIVISIBLE, dict(BK=32, stages=6)))]
+        ("w8a16_swapped", "f16", DIVISIBLE, dict(BK=32, stages=6)))] + [
+    # 256-row tiles in 128-row warpgroups up to BN 192: 2 x 96 accumulators a thread under
+    # setmaxnreg's 232 (the block starts with 168), C in 3, 9 or 5 slabs taking turns (an
+    # odd count) beside the ring.
+    case(sample, dtype, "sm_90a", shapes, BM=256, BK=64, stages=3, warpgroup_rows=128, **more)
+    for sample, dtype, shapes, more in (
+        ("gemm_epilogue", "f16", RAGGED, dict(BN=192, persistent=True)),
+        ("matmul", "bf16", DIVISIBLE, dict(BN=144, persistent=True, cluster=2)),
+        ("gemm_epilogue", "bf16", RAGGED, dict(BN=160)),
+        ("matmul_bt", "f16", RAGGED, dict(BN=176, persistent=True)))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

@@ -106,13 +106,25 @@ def test_a_32_bit_tile_that_does_not_fit_whole_goes_out_a_slab_at_a_time(functio
         ("tma", 32768, 2, 8, (32, 128))
 
 
-def test_a_32_bit_tile_of_an_odd_count_of_slabs_that_does_not_fit_stays_direct():
-    """128x208 f32 (13 slabs of 64 bytes) beside three stages: too big whole, and an odd
-    count of slabs cannot take turns in two buffers."""
-    kernel = run_pipeline(load_sample("matmul", "f16").lower(BM=128, BN=208, BK=64),
-                          Options(arch="sm_90a", stages=3, spec=ALIGNED), keep_ir=True).kernel
-    plan = kernel.schedule.epilogue
-    assert plan.via == "direct" and "106496-byte staging tile does not fit" in plan.reason
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_odd_count_of_slabs_takes_turns_too(persistent):
+    """128x208 f32 (13 slabs of 64 bytes) beside three stages: too big whole, so the slabs
+    take turns in two buffers. The tile's last slab goes out of buffer 0, which the next
+    tile's first slab writes: a persistent block's leader waits for that store's read and
+    the consumers meet first, once a tile (a block of one tile has no next one)."""
+    function = load_sample("matmul", "f16")
+    compiled_kernel = function.compile(arch="sm_90a", stages=3, BM=128, BN=208, BK=64,
+                                       persistent=persistent, spec=ALIGNED)
+    plan = compiled_kernel.kernel.schedule.epilogue
+    assert (plan.via, plan.buffers, plan.slabs, plan.box) == ("tma", 2, 13, (16, 128))
+    ptx = compiled_kernel.ptx
+    epilogue = ptx[ptx.index("setmaxnreg.inc"):]
+    waits = epilogue.count("cp.async.bulk.wait_group.read 0;")
+    # One before each slab's store, one after the last tile; persistent: one before the
+    # tile's first write.
+    assert waits == 13 + 1 + persistent
+    first_write = re.search(r"st\.shared\.v2\.b32", epilogue).start()
+    assert ("cp.async.bulk.wait_group.read 0;" in epilogue[:first_write]) == persistent
 
 
 # An int8 product whose C keeps the i32 sums' low bytes (acc.to(i8) wraps): an 8-bit output.

@@ -1,7 +1,8 @@
 """TMA stores from 64- and 32-byte staging slabs on a compute capability 9.0 GPU
 (arch="sm_90a", passes/tma_store.py): C tiles whose rows are not whole 128-byte lines (16-bit
-BN 96, 160, 208, 224; 8-bit BN 96 and 192; i32 BN 80) are staged in TMA's swizzle of the
-widest span their rows take and stored a box a slab. A staging write that missed TMA's
+BN 96, 144, 160, 176, 208, 224; 8-bit BN 96 and 192; i32 BN 80) are staged in TMA's swizzle
+of the widest span their rows take and stored a box a slab, or (beside a ring too deep for
+the whole tile) a slab at a time through two buffers. A staging write that missed TMA's
 swizzle would put elements in the wrong place: wrong numbers here, not an error. Ragged
 edges check that TMA clips each narrow box at the tensor's bounds."""
 from __future__ import annotations
@@ -36,6 +37,12 @@ TILES = [
     (dict(BM=128, BN=160, BK=64, stages=3, cluster=2), 64),
     (dict(BM=128, BN=208, BK=64, stages=3, persistent=True, cluster=2), 32),
     (dict(BM=64, BN=96, BK=64, stages=4, persistent=True, consumers="pingpong"), 64),
+    # 256-row tiles in 128-row warpgroups: the slabs take turns a strip (64 rows of each
+    # warpgroup) at a time, odd counts of them too (9, 5 and 11 slabs).
+    (dict(BM=256, BN=144, BK=64, stages=3, warpgroup_rows=128, persistent=True), 32),
+    (dict(BM=256, BN=160, BK=64, stages=3, warpgroup_rows=128), 64),
+    (dict(BM=256, BN=176, BK=64, stages=3, warpgroup_rows=128, persistent=True, cluster=2),
+     32),
 ]
 
 

@@ -133,6 +133,7 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
             continue
         r, c = offsets[index]
         slab, within = divmod(c, box.inner)
+        slab = _unit(r, slab, box, buffers)
         chunk = within >> 3  # even: the run's first chunk
         if chunk not in moved:
             moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4)) \
@@ -193,6 +194,7 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
             continue
         r, c = offsets[index]
         slab, within = divmod(c, box.inner)
+        slab = _unit(r, slab, box, buffers)
         chunk = within >> swizzle.base
         if chunk not in chunks:
             moved = ctx.int_op("xor.b32", xor, chunk << shift)
@@ -226,10 +228,24 @@ def _row_xor(ctx: Context, row: str, span: int) -> str:
     return ctx.int_op("and.b32", shifted, (7 >> shift))
 
 
-def _slot(slab: int, buffers: int) -> int:
-    """Where slab ``slab`` sits in the staging tile: its own place where the whole tile is
-    staged (``buffers`` 0), else one-slab buffer ``slab % buffers``."""
-    return slab % buffers if buffers else slab
+def _slot(unit: int, buffers: int) -> int:
+    """Where slab (or unit) ``unit`` sits in the staging tile: its own place where the whole
+    tile is staged (``buffers`` 0), else one-slab buffer ``unit % buffers``."""
+    return unit % buffers if buffers else unit
+
+
+# The rows of one m64 instruction's accumulators: a strip of a 128-row warpgroup's tile.
+STRIP_ROWS = 64
+
+
+def _unit(row: int, slab: int, box: Box, buffers: int) -> int:
+    """The staging unit of the register at ``row`` (of the thread's tile) in ``slab``: the
+    slab where the whole tile is staged or the slabs take turns a slab at a time; with
+    128-row warpgroups taking turns (``box.strips`` 2), a slab of one strip, the strips'
+    slabs in order (:func:`register_units`)."""
+    if not buffers or box.strips == 1:
+        return slab
+    return row // STRIP_ROWS % box.strips * box.slabs + slab
 
 
 def _write_8_bit_pair(address: str, immediate: int, first: str, second: str, packed: str,
@@ -299,22 +315,30 @@ def store_tile(ctx: Context, op: Op) -> None:
 READ_WAIT = "cp.async.bulk.wait_group.read"
 
 
-def _issue_boxes(ctx: Context, op: Op, leader: str, staging: str, slabs: Sequence[int]
+def _issue_boxes(ctx: Context, op: Op, leader: str, staging: str, units: Sequence[int]
                  ) -> None:
-    """The leader's TMA stores of ``slabs`` (a box each) from the staging tile at
-    ``staging``, their bulk group committed."""
+    """The leader's TMA stores of ``units`` (slabs, or with strips a slab of one strip: a
+    box of each warpgroup's 64 rows of it) from the staging tile at ``staging``, their bulk
+    group committed."""
     w = ctx.w
     box = Box.of(op)
-    slab_bytes = box.inner * box.outer * op.operands[-1].type.dtype.bytes
+    value = op.operands[-1]
+    rows, eb = value.type.shape[0], value.type.dtype.bytes
+    slot_bytes = box.inner * rows * eb  # a slab of the tile's rows
     buffers = op.attrs.get("staging_buffers", 0)
     tensor_map = tensor_map_address(ctx, op.attrs["tensor"])
     coords = [ctx.get(v) for v in op.operands[1:3]]
     inner, outer = coords[box.coords[0]], coords[box.coords[1]]
-    for slab in slabs:
+    for unit in units:
+        strip, slab = divmod(unit, box.slabs)
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
-        dims, coordinates = box_coordinates(ctx, op.operands[0], x, outer)
-        w.emit(f"@{leader} cp.async.bulk.tensor.{dims}.global.shared::cta.bulk_group "
-               f"[{tensor_map}, {coordinates}], [{staging}+{_slot(slab, buffers) * slab_bytes}];")
+        # Strip s of each warpgroup: its rows 64 s to 64 s + 63, a box of them.
+        for first in range(strip * box.outer, rows, box.outer * box.strips):
+            y = outer if first == 0 else ctx.int_op("add.s32", outer, first)
+            dims, coordinates = box_coordinates(ctx, op.operands[0], x, y)
+            address = _slot(unit, buffers) * slot_bytes + first * box.inner * eb
+            w.emit(f"@{leader} cp.async.bulk.tensor.{dims}.global.shared::cta.bulk_group "
+                   f"[{tensor_map}, {coordinates}], [{staging}+{address}];")
     w.emit(f"@{leader} cp.async.bulk.commit_group;")
 
 
@@ -328,10 +352,14 @@ def _last_store_read(ctx: Context, leader: str) -> None:
         ctx.after_tiles.append(lambda: ctx.w.emit(f"@{leader} {READ_WAIT} 0;"))
 
 
-def register_slabs(layout: DistributedLayout, inner: int) -> list[int]:
-    """The slab (``inner`` columns wide) each of a thread's registers falls in, in register
-    order: what the slabs-in-turn store writes a slab at a time."""
-    return [col // inner for _, col in layout.cached_offsets()]
+def register_units(layout: DistributedLayout, inner: int, slabs: int, strips: int = 1
+                   ) -> list[int]:
+    """The staging unit each of a thread's registers falls in, in register order: its slab
+    (``inner`` columns wide), and with ``strips`` m64 strips (128-row warpgroups, whose
+    registers are strip 0's then strip 1's) the strip's slabs after the earlier strips':
+    what the slabs-in-turn store writes a unit at a time."""
+    return [row // STRIP_ROWS % strips * slabs + col // inner
+            for row, col in layout.cached_offsets()]
 
 
 def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
@@ -340,25 +368,35 @@ def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
     after its last register the consumers fence their writes for the async proxy, the
     leader waits until the previous slab's store has read the other buffer, all meet, and
     the leader stores the slab. The next slab is then written into that other buffer while
-    this one is read. An even slab count (the pass checked) leaves buffer 0 free for the
-    next tile's first slab, one meeting a slab, none before the tile."""
+    this one is read. With 128-row warpgroups (``strips`` 2) the units are a slab of one
+    strip: 64 rows of each warpgroup, a box each. An even unit count leaves buffer 0 free
+    for a persistent block's next tile's first unit (the tile's last went out of buffer 1);
+    after an odd one the leader waits for that last store's read and the consumers meet
+    before the next tile's first write."""
     w = ctx.w
-    slab_of = register_slabs(op.operands[-1].type.layout, Box.of(op).inner)
+    box = Box.of(op)
+    units = box.slabs * box.strips
+    unit_of = register_units(op.operands[-1].type.layout, box.inner, box.slabs, box.strips)
     leader = thread_is(ctx, None, 0)
+    first_chunk = ctx.active is None or ctx.active.start == 0
+    if first_chunk and units % op.attrs["staging_buffers"] \
+            and ctx.kernel.schedule.roles.persistent:
+        w.emit(f"@{leader} {READ_WAIT} 0;")
+        w.emit(_consumers_meet(ctx))
     staging = ctx.int_op("add.s32", ctx.smem_base(), ctx.smem.of(op).offset)
     saved = ctx.active
-    for slab, indices in itertools.groupby(ctx.indices(len(slab_of)), key=slab_of.__getitem__):
+    for unit, indices in itertools.groupby(ctx.indices(len(unit_of)), key=unit_of.__getitem__):
         indices = list(indices)
         ctx.active = range(indices[0], indices[-1] + 1)
         _write_staging(ctx, op, staging)
         ctx.active = saved
-        if indices[-1] + 1 < len(slab_of) and slab_of[indices[-1] + 1] == slab:
-            continue  # the slab's other registers come in a later chunk
+        if indices[-1] + 1 < len(unit_of) and unit_of[indices[-1] + 1] == unit:
+            continue  # the unit's other registers come in a later chunk
         w.emit("fence.proxy.async.shared::cta;")
         w.emit(f"@{leader} {READ_WAIT} 0;")
         w.emit(_consumers_meet(ctx))
-        _issue_boxes(ctx, op, leader, staging, [slab])
-    if ctx.active is None or ctx.active.stop >= len(slab_of):
+        _issue_boxes(ctx, op, leader, staging, [unit])
+    if ctx.active is None or ctx.active.stop >= len(unit_of):
         _last_store_read(ctx, leader)
 
 

@@ -140,11 +140,14 @@ class Box:
     outer: int
     slabs: int
     coords: tuple[int, int]
+    # A store whose slabs take turns with 128-row warpgroups: its units are a slab of one of
+    # this many m64 strips, a box of ``outer`` (64) rows per warpgroup (staged_store).
+    strips: int = 1
 
     @classmethod
     def of(cls, op: Op) -> "Box":
         return cls(op.attrs["box"][0], op.attrs["box"][1], op.attrs["slabs"],
-                   tuple(op.attrs["coords"]))
+                   tuple(op.attrs["coords"]), op.attrs.get("strips", 1))
 
     def bytes(self, elem_bytes: int) -> int:
         return self.inner * self.outer * self.slabs * elem_bytes

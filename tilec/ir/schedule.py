@@ -218,14 +218,20 @@ class EpiloguePlan:
     # The staging tile's swizzle span in bytes ("tma" and "rows"): a slab's row, a box's
     # inner extent. 128 where the tile's rows take it; "tma" also 64 or 32.
     span: int = 128
+    # Slabs in turn with 128-row warpgroups: each slab goes out a strip (64 rows of each
+    # warpgroup, a box each) at a time, strip 0's slabs first.
+    strips: int = 1
 
     def __str__(self) -> str:
         written = f", writes = {self.writes}" if self.writes else ""
         if self.via == "tma":
             turns = f" ({self.buffers} one-slab buffers in turn)" if self.buffers else ""
             narrow = f", {self.span}-byte swizzle" if self.span != 128 else ""
+            boxes = (f"{self.slabs} slabs in {self.strips} strips, a box of "
+                     f"{self.box[0]}x{self.box[1]} a warpgroup's strip" if self.strips > 1
+                     else f"{self.slabs} boxes of {self.box[0]}x{self.box[1]}")
             return (f"{{via = tma, staging = {self.staging_bytes} bytes{turns}{written}"
-                    f"{narrow}, {self.slabs} boxes of {self.box[0]}x{self.box[1]}}}")
+                    f"{narrow}, {boxes}}}")
         if self.via in ("rows", "block_rows"):
             return f"{{via = {self.via}, staging = {self.staging_bytes} bytes{written}}}"
         return f"{{via = direct, reason = {self.reason!r}}}"
