@@ -978,11 +978,13 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     space = bench.autotune_space(Case(4096, 4096, 4096, "bf16"), {}, "sm_90a")
     blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
     assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
-    # And the tiles for whole rounds, in their own stages.
-    assert {(c["BM"], c["BN"], c["stages"]) for c in space
+    # And the tiles for whole rounds, in their own stages (and warpgroups).
+    assert {(c["BM"], c["BN"], c["stages"], c.get("warpgroup_rows")) for c in space
             if c["BN"] in (192, 144, 160, 176, 208, 224, 240)} == \
-        {(tile["BM"], tile["BN"], tile["stages"]) for tile in tuning.WHOLE_ROUND_TILES}
-    assert all(WGMMA.block_problem(block, Options(arch="sm_90a")) is None for block in blocks)
+        {(tile["BM"], tile["BN"], tile["stages"], tile.get("warpgroup_rows"))
+         for tile in tuning.WHOLE_ROUND_TILES}
+    assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]), Options(
+        arch="sm_90a", warpgroup_rows=c.get("warpgroup_rows", 64))) is None for c in space)
     assert {c["stages"] for c in space} == {3, 4, 6}
     assert {c["raster_group"] for c in space} == {8, 16}
     # Each tile under the four schedules: one tile a block or persistent, alone or in pairs.
@@ -994,12 +996,16 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
                 and "warpgroup_rows" not in c]
     assert pingpong and {c["BM"] for c in pingpong} == {64}
     assert all(c["persistent"] for c in pingpong)
-    # Consumer warpgroups of 128 rows: 256x128 under the four schedules, 128x128 pingpong.
+    # Consumer warpgroups of 128 rows: 256x128 and the strip tiles (256x144 to 256x176)
+    # under the four schedules, 128x128 pingpong.
     deep = [c for c in space if c.get("warpgroup_rows") == 128]
     assert {(c["BM"], c["BN"], c.get("consumers")) for c in deep} == \
-        {(256, 128, None), (128, 128, "pingpong")}
-    assert {(c.get("persistent", False), c.get("cluster", 1)) for c in deep
-            if c["BM"] == 256} == {(False, 1), (True, 1), (False, 2), (True, 2)}
+        {(256, 128, None), (256, 144, None), (256, 160, None), (256, 176, None),
+         (128, 128, "pingpong")}
+    for bn in (128, 144, 160, 176):
+        assert {(c.get("persistent", False), c.get("cluster", 1)) for c in deep
+                if (c["BM"], c["BN"]) == (256, bn)} == \
+            {(False, 1), (True, 1), (False, 2), (True, 2)}
     assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]),
                                    Options(arch="sm_90a", warpgroup_rows=128)) is None
                for c in deep)
@@ -1098,8 +1104,9 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     # B's rows 16-byte aligned, off 128-byte lines, over more than a wave of wide tiles: a
     # cluster of 2 shares B's boxes, in the tile whose rounds the tiles fill best.
     ((4096, 4104, 4096), (256, 128)),  # 528 tiles: 4 whole rounds
-    ((2200, 2200, 2048), (128, 192)),  # 216: 82% of 2 rounds (128x128: 324, 82% of 3)
-    ((3072, 3080, 3072), (128, 128)),  # 600: 91% of 5 rounds
+    ((2200, 2200, 2048), (256, 176)),  # 117: 89% of a round (128x192: 216, 82% of 2)
+    ((3072, 3080, 3072), (256, 144)),  # 264: 2 whole rounds (128x128: 600, 91% of 5)
+    ((3072, 3000, 3072), (192, 192)),  # 256 squares, 97% of 2 rounds (256x144: 252, 95%)
     ((1536, 4104, 4096), (128, 192)),  # 264: 2 whole rounds (M from MULTICAST_MIN_M)
     ((1024, 4104, 4096), (256, 128)),  # 132: one whole round
     ((6144, 6152, 4096), (192, 192)),  # 1056 squares: 8 whole rounds (WIDE_SQUARE_TILE)
@@ -1130,6 +1137,7 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
 
 SQUARE, ROW = (192, 192), (128, 192)  # tuning.WIDE_SQUARE_TILE, tuning.WIDE_ROW_TILE
 PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.PADDED_TILES: B's last slab padded
+STRIP, STRIP_160 = (256, 144), (256, 160)  # of tuning.STRIP_TILES: 128-row warpgroups
 
 
 @pytest.mark.parametrize("shape, tile", [
@@ -1152,7 +1160,7 @@ PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.PADDED_TILES: B's last 
     ((4095, 4097, 4093), None),  # rows off 16 bytes
     # The wide tiles fill their one wave better, or the others take two.
     ((2048, 2048, 2048), None),  # 128 of 128x256 cover it exactly; 121 squares pad it
-    ((2200, 2200, 2048), ROW),  # 216 in clusters: 82% of 2 rounds (the multicast rule's)
+    ((2200, 2200, 2048), (256, 176)),  # 117 in clusters, 89% of a wave, against 216 (2)
     ((4096, 4104, 4096), None),
     ((4096, 4096, 4096), None),
     # Padded tiles where their N tiles are whole, B's rows on lines and K from
@@ -1166,7 +1174,14 @@ PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.PADDED_TILES: B's last 
     ((1024, 2304, 2048), ROW),  # K too shallow for them
     ((1536, 1536, 4096), ROW),  # N 10.7 tiles of 144: measured slower
     ((2048, 2304, 4096), SQUARE),  # 132 squares: one whole wave
-    ((1536, 3080, 4096), ROW),  # B's rows off lines: measured slower
+    # 256-row strip tiles where B's rows are off lines (shared in clusters) and they fill
+    # whole rounds: 6 x 22 = 132 of 256x144 against 204 of 128x192 (2 rounds, the last 55%).
+    ((1536, 3080, 4096), STRIP),
+    ((1536, 3168, 8192), STRIP),
+    ((3072, 3080, 4096), STRIP),  # 264: 2 whole rounds, against 600 of 128x128 (5)
+    ((2560, 2056, 4096), STRIP_160),  # 10 x 13 = 130, against 220 of 128x192 (2)
+    ((1536, 3072, 4096), SQUARE),  # B's rows on lines: strips not measured, not taken
+    ((1024, 2056, 4096), ROW),  # 4 x 15 = 60 strips: under half a wave
 ], ids=shape_id)
 def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(
         shape, tile):
@@ -1178,7 +1193,10 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
         assert (chosen and (chosen["BM"], chosen["BN"])) == tile, (dtype, config)
     if tile:
         case = Case(*shape, "f16")
-        if tile in (PADDED, PADDED_160):
+        if tile in (STRIP, STRIP_160):
+            assert config == {**chosen, **tuning.MULTICAST}
+            assert tuning._b_shared_in_clusters(case)
+        elif tile in (PADDED, PADDED_160):
             assert config == {**chosen, **tuning.MULTICAST}
             layout = next(o.layout for o in load_sample("matmul", "f16").compile(
                 arch="sm_90a", **config).kernel.schedule.tiling.operands if o.role == "B")
@@ -1198,7 +1216,8 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
     for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
-        assert (config["BM"], config["BN"]) not in (SQUARE, ROW, PADDED, PADDED_160)
+        assert (config["BM"], config["BN"]) not in (SQUARE, ROW, PADDED, PADDED_160, STRIP,
+                                                    STRIP_160)
 
 
 def test_useful_share_counts_padding_and_empty_sms():

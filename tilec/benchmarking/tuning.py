@@ -6,7 +6,7 @@ case off its table entry where a measured effect says so (rows off 128-byte line
 empty last wave, tiles that fill their rounds, few tiles over a deep K)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from tilec.benchmarking.cases import Case
 from tilec.ir.types import DType
@@ -49,12 +49,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
         # And the tiles that fill whole rounds where the others do not (WHOLE_ROUND_TILES:
-        # 192x192 in three consumer warpgroups, 128x192), in their stages.
+        # 192x192 in three consumer warpgroups, 128x192, the padded ones), in their stages.
         tiles = [config for config in [*search_space(
                      BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
-                     raster_group=(8, 16)), *(config for tile in WHOLE_ROUND_TILES
-                                              for config in search_space(
-                     **{key: (value,) for key, value in tile.items()}, raster_group=(8, 16)))]
+                     raster_group=(8, 16)), *_searched(WHOLE_ROUND_TILES, ROWS_128)]
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
@@ -72,6 +70,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         if not case.batched:
             space += [{**config, **PINGPONG, **ROWS_128} for config in deep
                       if config["BM"] == 128]
+        # And the 256-row strip tiles (STRIP_TILES) under the four schedules.
+        space += [{**config, **schedule} for config in _searched(STRIP_TILES)
+                  for schedule in schedules]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
         # for one block of 128x256.
@@ -88,6 +89,19 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         if config not in trimmed:
             trimmed.append(config)
     return trimmed
+
+
+def _searched(tiles: Sequence[dict[str, Any]], but: Optional[dict[str, Any]] = None
+              ) -> list[dict[str, Any]]:
+    """Each of ``tiles`` (but those with all of ``but``'s knobs) in each raster group of the
+    autotune space, as search_space writes a configuration, its other knobs kept."""
+    from tilec.tools.autotune import search_space
+    blocks = ("BM", "BN", "BK", "stages")
+    return [{**config, **{knob: value for knob, value in tile.items() if knob not in blocks}}
+            for tile in tiles
+            if not but or any(tile.get(knob) != value for knob, value in but.items())
+            for config in search_space(**{knob: (tile[knob],) for knob in blocks},
+                                       raster_group=(8, 16))]
 
 
 # mma.sync m16n8k32 on 8-bit operands: the f16 tiles with BK doubled (the same bytes a
@@ -530,15 +544,32 @@ WIDE_SQUARE_TILE = dict(BM=192, BN=192, BK=64, stages=3)
 PADDED_TILES = tuple(dict(BM=128, BN=bn, BK=64, stages=4 if bn < 192 else 3)
                      for bn in (144, 160, 176, 208, 224, 240))
 PADDED_TILE_MIN_K = 4096
+# 256-row tiles of 144 to 176 columns in 128-row warpgroups (two m64 strips of accumulators
+# a thread, up to 176 under setmaxnreg's 232 registers; C's slabs go out a strip at a time
+# beside the ring), in persistent clusters of 2 sharing B where B's rows are off 128-byte
+# lines: they fill whole rounds where the 128-row tiles leave the last one part empty, as
+# cuBLAS's 288x128 (its M is our N) does. H200, f16, one call, TFLOP/s, against the tuned
+# tile (cuBLAS; benchmarks/NOTES.md, session 27):
+#   256x144  1536x3080x4096  678.1 / 551.3 128x192, 2 rounds the last 55% full (710.7):
+#            132 tiles, one whole wave
+#            1536x3168x4096  714.3 / 582.4 128x192 (741.9)
+#            3072x3080x3072  653.0 / 606.0 128x128 persistent, 5 rounds (722.0): 264 tiles
+#   256x160  1536x3080x4096  649.4 (persistent, no cluster), 1536x3168x4096 697.1
+#   256x176  1536x3080x4096  608.6; 4096^3 728.3 / 764.6 128x256 (767.0)
+# Where they fill no better they lose: 4104x4104x4096 545.6 / 678.3 192x192 (731.2),
+# 1024x2056x4096 322.0 / 474.4 128x192 (612.5). TILE_RATES fitted to the rows above, a
+# little under (0.9, 0.95, 0.98).
+STRIP_TILES = tuple(dict(BM=256, BN=bn, BK=64, stages=3, warpgroup_rows=128)
+                    for bn in (144, 160, 176))
 # The tiles that may fill the rounds better than the chosen one.
-WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES)
+WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES, *STRIP_TILES)
 # Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
 # where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
 WHOLE_ROUNDS = dict(persistent=True, raster_group=16)
 TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
               (128, 128): NARROW_TILE_RATE, (128, 192): 0.97, (128, 144): 0.8,
               (128, 160): 0.86, (128, 176): 0.88, (128, 208): 0.85, (128, 224): 0.9,
-              (128, 240): 0.92}
+              (128, 240): 0.92, (256, 144): 0.89, (256, 160): 0.92, (256, 176): 0.95}
 WHOLE_ROUND_GAIN = 1.05  # a WHOLE_ROUND_TILES tile taken where it scores this over the chosen
 # Over more than one wave, only where K is at least this deep (measured at 2048 and deeper;
 # shallower K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
@@ -562,12 +593,15 @@ ONE_WAVE_CLUSTER_TILES = {(128, 192)}
 
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     """``tile`` with its schedule for the case: PADDED_TILES in MULTICAST where they pay
-    (:func:`_padded_tile_pays`); one tile a block in one wave (in clusters of
+    (:func:`_padded_tile_pays`), STRIP_TILES where B is shared in clusters (the only case
+    measured); one tile a block in one wave (in clusters of
     2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
     if tile in PADDED_TILES:
         return {**tile, **MULTICAST} if _padded_tile_pays(case, tile) else None
+    if tile in STRIP_TILES:
+        return {**tile, **MULTICAST} if _b_shared_in_clusters(case) else None
     shared = _b_shared_in_clusters(case)
     one_wave = {**tile, "cluster": 2} if shared and \
         (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
