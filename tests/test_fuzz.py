@@ -135,7 +135,7 @@ def test_generated_kernels_cover_the_new_parts():
     programs = [fuzz_programs.generate_matmul(rng, i) for i in range(800)]
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
-            "compile_time_if", "pingpong", "warpgroup_rows_128", "cluster",
+            "compile_time_if", "pingpong", "warpgroup_rows_128", "strip_tile", "cluster",
             "cluster_batched", "wgmma_split_k", "tma_swizzle_64",
             "tma_swizzle_32"} <= features
     # Split-K's slices take one tile a block: never persistent or in a cluster.

@@ -298,9 +298,14 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # A share of tiles wgmma takes (warpgroup rows, no warp grid), where the sm_90a
     # schedules (persistent, pingpong, cluster; split-K one tile a block) apply; 192 for the
     # bench's three-warpgroup squares (192x256 falls back to mma.sync); now and then a BN
-    # whose N-major rows are 64- or 32-byte TMA spans (96, 160, 224; 208).
+    # whose N-major rows are 64- or 32-byte TMA spans (96, 160, 224; 208); and the bench's
+    # 256-row strip tiles (BN 144 to 192, 128-row warpgroups: C's slabs in turn a strip at
+    # a time, odd counts of them).
     hopper_tile = rng.random() < 0.2
-    if hopper_tile:
+    strip_tile = hopper_tile and rng.random() < 0.15
+    if strip_tile:
+        bm, bn = 256, rng.choice((144, 160, 176, 192))
+    elif hopper_tile:
         bm = rng.choice((64, 128, 192))
         bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 208, 224))
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
@@ -310,6 +315,8 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # swaps the product onto wgmma's register form (passes/swap_product.py).
     if kind == "w8" and hopper_tile and rng.random() < 0.5:
         bk = 128
+    elif strip_tile and not eight_bit:
+        bk = 64  # wgmma's 16-bit blocks (a shallower one stays on mma.sync)
     batched = rng.random() < 0.15
     features: set[str] = {kind} | ({"batched"} if batched else set())
     if kind in ("fp8", "w8") and (dtypes["A"] in FP8 or dtypes["B"] in FP8):
@@ -452,22 +459,24 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # TMA's span asked for now and then (32 bytes fits every row wgmma takes; 64 may not,
     # which is a located error): it also keeps 16-bit blocks of BK under 64 on wgmma.
     span = {"tma_swizzle": rng.choice((64, 32))} if rng.random() < 0.15 else {}
+    strip_rows = {"warpgroup_rows": 128} if strip_tile else {}
     if compute != "f32" and "convert" not in dtypes and \
-            _wgmma_takes((bm, bn, bk), {**options, **span}):
+            _wgmma_takes((bm, bn, bk), {**options, **span, **strip_rows}):
         split = options.get("split_k", 1) > 1
         hopper = dict(rng.choice(SPLIT_SCHEDULES if split else HOPPER_SCHEDULES))
         if split:
             features.add("wgmma_split_k")
         elif bm == 64 and rng.random() < 0.3:  # two consumer warpgroups of 64 rows each
             hopper = dict(PINGPONG)
-        if bm == 128 and bn <= 128 and rng.random() < 0.4:
+        if bm == 128 and bn <= 128 and rng.random() < 0.4 or strip_tile:
             # A consumer warpgroup of 128 rows (two m64 wgmmas a k step): the tile's one
-            # warpgroup, or pingpong's two each on a 128-row tile of its own.
-            rows = dict(rng.choice((hopper, hopper if split else PINGPONG)),
+            # warpgroup, or pingpong's two each on a 128-row tile of its own; a strip
+            # tile's two.
+            rows = dict(rng.choice((hopper, hopper if split or strip_tile else PINGPONG)),
                         warpgroup_rows=128)
             if _wgmma_takes((bm, bn, bk), {**options, **rows}):
                 hopper = rows
-                features.add("warpgroup_rows_128")
+                features.add("strip_tile" if strip_tile else "warpgroup_rows_128")
         if hopper.get("consumers") == "pingpong":
             features.add("pingpong")
         if hopper.get("persistent") and batched:
