@@ -127,6 +127,41 @@ def test_an_odd_count_of_slabs_takes_turns_too(persistent):
     assert ("cp.async.bulk.wait_group.read 0;" in epilogue[:first_write]) == persistent
 
 
+def test_128_row_warpgroups_take_turns_a_strip_at_a_time(tmp_path):
+    """256x144 f16 in 128-row warpgroups beside three stages: a thread's registers are strip
+    0's (its rows 0-63 of each warpgroup's 128) then strip 1's, so the 9 slabs go out a
+    strip at a time, 18 units each a 16x64 box per warpgroup: 36 TMA stores a tile, each
+    from its warpgroup's 64 rows of a one-slab buffer of all 256. The schedule, explain and
+    ptxas say so."""
+    from tilec.tools.explain import explain, render_explanation
+    compiled_kernel = f16_out().compile(arch="sm_90a", stages=3, BM=256, BN=144, BK=64,
+                                        warpgroup_rows=128, persistent=True, spec=ALIGNED)
+    kernel = compiled_kernel.kernel
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.buffers, plan.slabs, plan.strips, plan.box, plan.staging_bytes) \
+        == ("tma", 2, 9, 2, (16, 64), 2 * 256 * 16 * 2)
+    assert "9 slabs in 2 strips, a box of 16x64 a warpgroup's strip" in print_kernel(kernel)
+    store = store_of(kernel)
+    assert (store.attrs["box"], store.attrs["strips"]) == ([16, 64], 2)
+    ptx = compiled_kernel.ptx
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group "
+                        r"\[[^]]*\], \[%r\d+\+(\d+)\];", ptx)
+    assert len(stores) == 36
+    # Unit u (strip u // 9, slab u % 9) in buffer u % 2 (8 KiB of 256 rows x 32 bytes); its
+    # warpgroups' boxes at rows 64 s and 128 + 64 s of it.
+    expected = [(u % 2) * 8192 + (first * 32) for u in range(18)
+                for first in range(u // 9 * 64, 256, 128)]
+    assert [int(offset) for offset in stores] == expected
+    # An even count of units: no wait before the next tile's first write beyond the
+    # stores' own (one before each unit's store, one after the last tile).
+    epilogue = ptx[ptx.index("setmaxnreg.inc"):]
+    assert epilogue.count("cp.async.bulk.wait_group.read 0;") == 18 + 1
+    text = render_explanation(explain(compiled_kernel, ptxas=False))
+    assert "9 slabs of each of the 2 64-row strips of the 128-row warpgroups in turn" in text
+    assert "the whole 256x144 tile's staging does not fit" in text
+    assert_assembles_for_sm_90a(ptx, tmp_path, "strips")
+
+
 # An int8 product whose C keeps the i32 sums' low bytes (acc.to(i8) wraps): an 8-bit output.
 I8_OUT = """from __future__ import annotations
 

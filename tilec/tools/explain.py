@@ -279,7 +279,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         packing=None if packing is None else tuple(packing),
         in_place=tuple(in_place),
         peel=peel,
-        epilogue=_epilogue_text(kernel.schedule.epilogue),
+        epilogue=_epilogue_text(kernel.schedule.epilogue, kernel.schedule.tiling),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
         cluster_walk=_cluster_walk(kernel),
         consumers=_consumers_text(kernel),
@@ -402,15 +402,19 @@ def _wgmma_declined(plan: TilingPlan, options) -> str:
     return f"the {plan.kind} family multiplies: {reason}" if reason else ""
 
 
-def _epilogue_text(plan) -> str:
+def _epilogue_text(plan, tiling) -> str:
     if plan is None:
         return ""
     if plan.via == "tma" and plan.buffers:
+        rows = tiling.block[0] if tiling is not None else plan.box[1]
+        units = (f"{plan.slabs} slabs of each of the {plan.strips} 64-row strips of the "
+                 f"128-row warpgroups in turn, each stored by TMA ({plan.box[0]}x"
+                 f"{plan.box[1]} a warpgroup" if plan.strips > 1 else
+                 f"{plan.slabs} slabs in turn, each stored by TMA ({plan.box[0]}x{plan.box[1]}")
         return (f"registers -> {plan.buffers} one-slab staging buffers sC in shared memory "
                 f"({STAGING_WRITES_TEXT[plan.writes]}; TMA's {plan.span}-byte swizzle), the "
-                f"{plan.slabs} slabs in turn, each stored by TMA ({plan.box[0]}x{plan.box[1]}, "
-                "one thread) while the next is written into the other buffer: the whole "
-                f"{plan.box[1]}x{plan.box[0] * plan.slabs} tile's staging does not fit beside "
+                f"{units}, one thread) while the next is written into the other buffer: the "
+                f"whole {rows}x{plan.box[0] * plan.slabs} tile's staging does not fit beside "
                 "the ring")
     if plan.via == "tma":
         return (f"registers -> staging tile sC in shared memory "
