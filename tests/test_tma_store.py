@@ -114,7 +114,7 @@ def test_an_odd_count_of_slabs_takes_turns_too(persistent):
     the consumers meet first, once a tile (a block of one tile has no next one)."""
     function = load_sample("matmul", "f16")
     compiled_kernel = function.compile(arch="sm_90a", stages=3, BM=128, BN=208, BK=64,
-                                       persistent=persistent, spec=ALIGNED)
+                                       persistent=persistent, spec=ALIGNED, verify=True)
     plan = compiled_kernel.kernel.schedule.epilogue
     assert (plan.via, plan.buffers, plan.slabs, plan.box) == ("tma", 2, 13, (16, 128))
     ptx = compiled_kernel.ptx
@@ -135,7 +135,8 @@ def test_128_row_warpgroups_take_turns_a_strip_at_a_time(tmp_path):
     ptxas say so."""
     from tilec.tools.explain import explain, render_explanation
     compiled_kernel = f16_out().compile(arch="sm_90a", stages=3, BM=256, BN=144, BK=64,
-                                        warpgroup_rows=128, persistent=True, spec=ALIGNED)
+                                        warpgroup_rows=128, persistent=True, spec=ALIGNED,
+                                        verify=True)
     kernel = compiled_kernel.kernel
     plan = kernel.schedule.epilogue
     assert (plan.via, plan.buffers, plan.slabs, plan.strips, plan.box, plan.staging_bytes) \

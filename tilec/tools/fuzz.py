@@ -325,7 +325,9 @@ def write_failures(summary: Summary, folder: Path) -> None:
 def _write_group(folder: Path, failures: list[tuple[Program, Result, str]]) -> None:
     for program, result, how in failures:
         (folder / program.filename).write_text(program.text)
-        note = [f"# {how}", f"# options: {program.options}", result.detail, *result.ptxas,
+        # The sm_90a schedule too: a failure there is reproduced only with it.
+        note = [f"# {how}", f"# options: {program.options}",
+                f"# sm_90a options: {program.hopper_options}", result.detail, *result.ptxas,
                 result.cpu or ""]
         (folder / (program.filename + ".txt")).write_text("\n".join(note) + "\n")
 
