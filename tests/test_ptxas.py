@@ -65,7 +65,10 @@ class Case:
         return f"{self.sample}-{self.dtype}-{self.arch}-{settings}"
 
     def ptx(self) -> str:
-        return load_sample(self.sample, self.dtype).ptx(arch=self.arch, **dict(self.options))
+        # verify: the IR's invariants after every pass (a staged store's boxes in strips once
+        # broke one that only the fuzzer's verified compiles caught).
+        return load_sample(self.sample, self.dtype).ptx(arch=self.arch, verify=True,
+                                                        **dict(self.options))
 
 
 def case(sample: str, dtype: str, arch: str, *shapes: tuple[tuple[str, int], ...],
