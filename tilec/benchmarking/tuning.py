@@ -6,7 +6,7 @@ case off its table entry where a measured effect says so (rows off 128-byte line
 empty last wave, tiles that fill their rounds, few tiles over a deep K)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional
 
 from tilec.benchmarking.cases import Case
 from tilec.ir.types import DType
@@ -52,7 +52,8 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         # 192x192 in three consumer warpgroups, 128x192, the padded ones), in their stages.
         tiles = [config for config in [*search_space(
                      BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
-                     raster_group=(8, 16)), *_searched(WHOLE_ROUND_TILES, ROWS_128)]
+                     raster_group=(8, 16)),
+                     *_searched(t for t in WHOLE_ROUND_TILES if t not in STRIP_TILES)]
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
@@ -91,15 +92,13 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     return trimmed
 
 
-def _searched(tiles: Sequence[dict[str, Any]], but: Optional[dict[str, Any]] = None
-              ) -> list[dict[str, Any]]:
-    """Each of ``tiles`` (but those with all of ``but``'s knobs) in each raster group of the
-    autotune space, as search_space writes a configuration, its other knobs kept."""
+def _searched(tiles: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each of ``tiles`` in each raster group of the autotune space, as search_space writes
+    a configuration, its other knobs kept."""
     from tilec.tools.autotune import search_space
     blocks = ("BM", "BN", "BK", "stages")
     return [{**config, **{knob: value for knob, value in tile.items() if knob not in blocks}}
             for tile in tiles
-            if not but or any(tile.get(knob) != value for knob, value in but.items())
             for config in search_space(**{knob: (tile[knob],) for knob in blocks},
                                        raster_group=(8, 16))]
 

@@ -132,8 +132,8 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
         if index % 8:
             continue
         r, c = offsets[index]
-        slab, within = divmod(c, box.inner)
-        slab = _unit(r, slab, box, buffers)
+        within = c % box.inner
+        unit = _unit(r, c, box.inner, box.slabs, box.strips)
         chunk = within >> 3  # even: the run's first chunk
         if chunk not in moved:
             moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4)) \
@@ -144,7 +144,7 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
             w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
                    f"{regs[index + 2 * pair + 1]}}};")
             packed.append(register)
-        immediate = (_slot(slab, buffers) * rows + r) * row_bytes
+        immediate = (_slot(unit, buffers) * rows + r) * row_bytes
         w.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{moved[chunk]}+{immediate}], "
                f"{{{', '.join(packed)}}};")
 
@@ -193,14 +193,14 @@ def _stage_by_pairs(ctx: Context, layout: DistributedLayout, regs: list[str], bo
         if index % 2:
             continue
         r, c = offsets[index]
-        slab, within = divmod(c, box.inner)
-        slab = _unit(r, slab, box, buffers)
+        within = c % box.inner
+        unit = _unit(r, c, box.inner, box.slabs, box.strips)
         chunk = within >> swizzle.base
         if chunk not in chunks:
             moved = ctx.int_op("xor.b32", xor, chunk << shift)
             chunks[chunk] = ctx.int_op("add.s32", base, moved)
         low = within & ((1 << swizzle.base) - 1)
-        immediate = ((_slot(slab, buffers) * rows + r) * box.inner + low) * eb
+        immediate = ((_slot(unit, buffers) * rows + r) * box.inner + low) * eb
         write, scratch = STAGING_WRITES[eb]
         for line in write(chunks[chunk], immediate, regs[index], regs[index + 1],
                           *(w.reg(cls) for cls in scratch)):
@@ -238,14 +238,12 @@ def _slot(unit: int, buffers: int) -> int:
 STRIP_ROWS = 64
 
 
-def _unit(row: int, slab: int, box: Box, buffers: int) -> int:
-    """The staging unit of the register at ``row`` (of the thread's tile) in ``slab``: the
-    slab where the whole tile is staged or the slabs take turns a slab at a time; with
-    128-row warpgroups taking turns (``box.strips`` 2), a slab of one strip, the strips'
-    slabs in order (:func:`register_units`)."""
-    if not buffers or box.strips == 1:
-        return slab
-    return row // STRIP_ROWS % box.strips * box.slabs + slab
+def _unit(row: int, col: int, inner: int, slabs: int, strips: int) -> int:
+    """The staging unit of element (``row``, ``col``) of a thread's tile: its slab
+    (``inner`` columns wide), and with ``strips`` m64 strips (slabs taking turns with
+    128-row warpgroups, whose registers are strip 0's then strip 1's) the strip's slabs
+    after the earlier strips'."""
+    return row // STRIP_ROWS % strips * slabs + col // inner
 
 
 def _write_8_bit_pair(address: str, immediate: int, first: str, second: str, packed: str,
@@ -354,12 +352,9 @@ def _last_store_read(ctx: Context, leader: str) -> None:
 
 def register_units(layout: DistributedLayout, inner: int, slabs: int, strips: int = 1
                    ) -> list[int]:
-    """The staging unit each of a thread's registers falls in, in register order: its slab
-    (``inner`` columns wide), and with ``strips`` m64 strips (128-row warpgroups, whose
-    registers are strip 0's then strip 1's) the strip's slabs after the earlier strips':
-    what the slabs-in-turn store writes a unit at a time."""
-    return [row // STRIP_ROWS % strips * slabs + col // inner
-            for row, col in layout.cached_offsets()]
+    """The staging unit (:func:`_unit`) each of a thread's registers falls in, in register
+    order: what the slabs-in-turn store writes a unit at a time."""
+    return [_unit(row, col, inner, slabs, strips) for row, col in layout.cached_offsets()]
 
 
 def _store_slabs_in_turn(ctx: Context, op: Op) -> None:
