@@ -81,6 +81,17 @@ def test_persistent_blocks_count_rounds_of_tiles():
     assert text.endswith("stream-K shares the last round's K steps among all the blocks")
 
 
+def test_a_persistent_grid_smaller_than_the_gpu_says_the_sms_it_leaves_idle():
+    """88 tiles make a grid of 88 blocks: one round, but on 88 of 132 SMs (it said "88 of
+    88 (100%)", which hid the idle third that stream-K or smaller tiles would fill)."""
+    compiled, axes = compile_sample(arch="sm_90a", BM=128, BN=192, BK=64, stages=4,
+                                    persistent=True, M=1024, N=2056, K=4096)
+    launch = launch_of(compiled, axes, 168, sms=H100)
+    assert (launch.tiles, launch.blocks) == (88, 88)
+    assert launch_text(compiled, axes, 168, sms=H100).endswith(
+        "one round, 88 of 132 (67% of the GPU busy while it runs)")
+
+
 def test_a_persistent_cluster_walks_whole_pairs_of_m_tiles():
     """33 M tiles in clusters of 2 walk as 34: 544 pairs over 66 clusters' places, 9
     rounds, where the 1056 tiles alone would fill 8 (H200, 4104x4096x4096, 128x128: 258.7

@@ -48,9 +48,13 @@ class Launch:
 
     @property
     def waves(self) -> Waves:
-        """Waves of blocks, or a persistent grid's rounds of tiles."""
+        """Waves of blocks, or a persistent grid's rounds of tiles (one round over the SMs
+        where there are fewer tiles than places: the grid is then as small as the tiles,
+        and the SMs it leaves idle are the round's lost share)."""
         if self.persistent:
-            return Waves(self.walked, self.blocks)
+            places = self.blocks if self.walked > self.blocks else \
+                self.sms * self.residency.blocks
+            return Waves(self.walked, max(places, self.blocks))
         return Waves(self.blocks, self.sms * self.residency.blocks)
 
 
