@@ -285,6 +285,16 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" gemm_epilogue f16 "M=2100,N=4000,K=200" BM=128 BN=208 BK=64 --stages 4 \
             --persistent
     done
+    # The cluster tiles (tuning.CLUSTER_TILES) as the bench runs them: 192x176 beside four
+    # stages (B's last slab padded, C's 11 slabs in turn: an odd count), 256x64 in 128-row
+    # warpgroups; 2100 rows are 11 M tiles of 192 and 9 of 256, so the last pair's second
+    # block lies past M.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 "M=2100,N=4000,K=200" BM=192 BN=176 BK=64 --stages 4 \
+            --persistent --raster-group 16 --cluster 2
+        hopper "$tool" matmul f16 "M=2100,N=4000,K=200" BM=256 BN=64 BK=64 --stages 4 \
+            --warpgroup-rows 128 --persistent --raster-group 16 --cluster 2
+    done
     # An fp8 output of wgmma8: e4m3 C staged two bytes a write and TMA-stored (N = 528: its
     # rows 16-byte aligned), persistent blocks reusing the staging tile.
     FP8_OUT="$SAMPLE_DIR/fp8_out.py"

@@ -980,7 +980,8 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
     # And the tiles for whole rounds, in their own stages (and warpgroups).
     assert {(c["BM"], c["BN"], c["stages"], c.get("warpgroup_rows")) for c in space
-            if c["BN"] in (192, 144, 160, 176, 208, 224, 240)} == \
+            if c["BN"] in (192, 144, 160, 176, 208, 224, 240) or c["BN"] == 64 and
+            c["BM"] == 256} == \
         {(tile["BM"], tile["BN"], tile["stages"], tile.get("warpgroup_rows"))
          for tile in tuning.WHOLE_ROUND_TILES}
     assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]), Options(
@@ -1001,8 +1002,8 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     deep = [c for c in space if c.get("warpgroup_rows") == 128]
     assert {(c["BM"], c["BN"], c.get("consumers")) for c in deep} == \
         {(256, 128, None), (256, 144, None), (256, 160, None), (256, 176, None),
-         (128, 128, "pingpong")}
-    for bn in (128, 144, 160, 176):
+         (256, 64, None), (128, 128, "pingpong")}
+    for bn in (128, 144, 160, 176, 64):
         assert {(c.get("persistent", False), c.get("cluster", 1)) for c in deep
                 if (c["BM"], c["BN"]) == (256, bn)} == \
             {(False, 1), (True, 1), (False, 2), (True, 2)}
@@ -1138,6 +1139,7 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
 SQUARE, ROW = (192, 192), (128, 192)  # tuning.WIDE_SQUARE_TILE, tuning.WIDE_ROW_TILE
 PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.PADDED_TILES: B's last slab padded
 STRIP, STRIP_160 = (256, 144), (256, 160)  # of tuning.STRIP_TILES: 128-row warpgroups
+PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.CLUSTER_TILES, in persistent clusters
 
 
 @pytest.mark.parametrize("shape, tile", [
@@ -1153,7 +1155,10 @@ STRIP, STRIP_160 = (256, 144), (256, 160)  # of tuning.STRIP_TILES: 128-row warp
     # Over several rounds (K from WHOLE_ROUND_MIN_K, rows 16-byte aligned): persistent, in
     # clusters of 2 where B's rows are off 128-byte lines.
     ((4608, 4096, 8192), SQUARE),  # 528 squares, 4 whole rounds, against 576 wide (5)
-    ((4104, 4104, 4096), SQUARE),  # 484 in clusters (4 rounds, the last 67%), 561 wide (5)
+    ((4104, 4104, 4096), PADDED_WIDE),  # 528: 4 whole rounds, against 484 squares (the
+    # last 67% full) and 561 wide (5)
+    ((4104, 3136, 2048), PADDED_WIDE),  # B's rows on lines alike: 374, against 352 squares
+    ((4096, 4224, 4096), None),  # 128x128's 8 whole rounds: 192x176 measured 0.98 of them
     ((6144, 2112, 2048), ROW),  # 528: 4 whole rounds, against 352 squares (the last 67%)
     ((3072, 2056, 4096), ROW),  # 264 in clusters: 2 whole rounds, against 216 wide (2)
     ((4608, 4096, 1024), None),  # K too shallow for the rule
@@ -1181,7 +1186,9 @@ STRIP, STRIP_160 = (256, 144), (256, 160)  # of tuning.STRIP_TILES: 128-row warp
     ((3072, 3080, 4096), STRIP),  # 264: 2 whole rounds, against 600 of 128x128 (5)
     ((2560, 2056, 4096), STRIP_160),  # 10 x 13 = 130, against 220 of 128x192 (2)
     ((1536, 3072, 4096), SQUARE),  # B's rows on lines: strips not measured, not taken
-    ((1024, 2056, 4096), ROW),  # 4 x 15 = 60 strips: under half a wave
+    ((1024, 2056, 4096), TALL),  # 4 x 33 = 132, against 88 of 128x192 (and 60 strips)
+    ((2048, 1024, 4096), TALL),  # 8 x 16 = 128, against 96 of 128x192
+    ((2048, 2112, 4096), SQUARE),  # 121 squares, 92% of a wave: 256x64 measured 0.87
 ], ids=shape_id)
 def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(
         shape, tile):
@@ -1196,6 +1203,8 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
         if tile in (STRIP, STRIP_160):
             assert config == {**chosen, **tuning.MULTICAST}
             assert tuning._b_shared_in_clusters(case)
+        elif tile in (PADDED_WIDE, TALL):  # in clusters whether B's rows are on lines or not
+            assert config == {**chosen, **tuning.MULTICAST}
         elif tile in (PADDED, PADDED_160):
             assert config == {**chosen, **tuning.MULTICAST}
             layout = next(o.layout for o in load_sample("matmul", "f16").compile(

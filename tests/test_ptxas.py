@@ -416,7 +416,13 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
         ("gemm_epilogue", "f16", RAGGED, dict(BN=192, persistent=True)),
         ("matmul", "bf16", DIVISIBLE, dict(BN=144, persistent=True, cluster=2)),
         ("gemm_epilogue", "bf16", RAGGED, dict(BN=160)),
-        ("matmul_bt", "f16", RAGGED, dict(BN=176, persistent=True)))]
+        ("matmul_bt", "f16", RAGGED, dict(BN=176, persistent=True)))] + [
+    # The bench's cluster tiles (tuning.CLUSTER_TILES) as it runs them: 192x176 beside four
+    # stages (B's last slab padded, C's 11 slabs in turn), 256x64 in 128-row warpgroups.
+    case(sample, dtype, "sm_90a", shapes, **tile, persistent=True, raster_group=16, cluster=2)
+    for sample, dtype, shapes, tile in (
+        ("gemm_epilogue", "f16", RAGGED, dict(BM=192, BN=176, BK=64, stages=4)),
+        ("matmul", "bf16", RAGGED, dict(BM=256, BN=64, BK=64, stages=4, warpgroup_rows=128)))]
 # ptxas's diagnostics that a wgmma kernel is slower than written: serialized wgmma (C7515,
 # C7511, C7519, C7514: a non-wgmma instruction reading the accumulators inside a pipeline
 # stage, or any other reason ptxas gives), setmaxnreg ignored (C7508) or short of registers

@@ -53,7 +53,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         tiles = [config for config in [*search_space(
                      BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
                      raster_group=(8, 16)),
-                     *_searched(t for t in WHOLE_ROUND_TILES if t not in STRIP_TILES)]
+                     *_searched(t for t in WHOLE_ROUND_TILES if "warpgroup_rows" not in t)]
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
@@ -71,8 +71,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         if not case.batched:
             space += [{**config, **PINGPONG, **ROWS_128} for config in deep
                       if config["BM"] == 128]
-        # And the 256-row strip tiles (STRIP_TILES) under the four schedules.
-        space += [{**config, **schedule} for config in _searched(STRIP_TILES)
+        # And the whole-round tiles in 128-row warpgroups (STRIP_TILES, 256x64) under the
+        # four schedules.
+        space += [{**config, **schedule} for config in
+                  _searched(t for t in WHOLE_ROUND_TILES if "warpgroup_rows" in t)
                   for schedule in schedules]
         # Not searched: blocks_per_sm=2 (64x128 tiles, the largest whose accumulators fit
         # half the registers) ran at 377-394 TFLOP/s at 4096^2 f16 on an H100, against 593
@@ -365,8 +367,8 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole
-# 128-byte lines, where 128x144 or 192x176 rows are 32-byte slabs and ran at 0.61-0.91 of
-# the tuned tile) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
+# 128-byte lines, where 128x144 or 192x176 rows were 32-byte slabs then and ran at 0.61-0.91
+# of the tuned tile; padded, 192x176 is a CLUSTER_TILES tile now) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
 # = 528 of them, 4 whole rounds. H200, one call, persistent raster 16, f16 TFLOP/s: 724.0
 # against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256 (cuBLAS
 # 705.9); over their own rounds' fill they ran at 0.95 (6144x2112x2048), 0.98 (5120^2 x
@@ -560,15 +562,35 @@ PADDED_TILE_MIN_K = 4096
 # little under (0.9, 0.95, 0.98).
 STRIP_TILES = tuple(dict(BM=256, BN=bn, BK=64, stages=3, warpgroup_rows=128)
                     for bn in (144, 160, 176))
+# Tiles taken in persistent clusters of 2 wherever they fill the rounds better (B's rows on
+# 128-byte lines or off them alike), K from MULTICAST_MIN_K: 192x176 in four stages (B's
+# rows padded to 192 in the ring; cuBLAS's own tile at 4104^2, whose M is our N: 528 tiles,
+# 4 whole rounds, against 484 of 192x192, the last round 67% full), and 256x64 in 128-row
+# warpgroups (cuBLAS's 64x256 in 1x2 clusters, in its column-major view) where the wider
+# tiles leave a third of their one wave empty. H200, f16, one call each, TFLOP/s, x the
+# tuned tile before (x cuBLAS now; benchmarks/NOTES.md, session 28):
+#   192x176  4104x4104x4096 690.0 1.03 (0.95), 4104x4224x4096 1.04 (0.96), 4104x2056x4096
+#            1.04 (0.95), 4096x3080x4096 1.03 (0.99), 4104x3136x2048 1.03 (1.03),
+#            4104x6152x4096 1.03 (0.94), 8192x2056x4096 1.02 (0.98), 4096x3168x8192 1.04
+#            (1.00), 4104x3000x4096 1.02 (0.94), 8192x3136x4096 1.03 (0.97); three stages
+#            0.98-1.00 of four; not taken at 4096x4224x4096 (0.98 of 128x128's 8 rounds).
+#   256x64   1024x2056x4096 533.6 1.12 (0.88), 512x4104x4096 1.10, 1024x2100x4096 1.14,
+#            2048x1024x4096 1.10, 2048x1000x2048 1.11, 1024x2056x8192 1.12, 512x4096x2048
+#            1.09 (0.85-0.87 where cuBLAS is not itself slow); five stages 0.99-1.20 of four;
+#            where it fills no better it loses (4104^2: 0.59).
+CLUSTER_TILES = (dict(BM=192, BN=176, BK=64, stages=4),
+                 dict(BM=256, BN=64, BK=64, stages=4, warpgroup_rows=128))
 # The tiles that may fill the rounds better than the chosen one.
-WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES, *STRIP_TILES)
+WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES, *STRIP_TILES,
+                     *CLUSTER_TILES)
 # Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
 # where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
 WHOLE_ROUNDS = dict(persistent=True, raster_group=16)
 TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
               (128, 128): NARROW_TILE_RATE, (128, 192): 0.97, (128, 144): 0.8,
               (128, 160): 0.86, (128, 176): 0.88, (128, 208): 0.85, (128, 224): 0.9,
-              (128, 240): 0.92, (256, 144): 0.89, (256, 160): 0.92, (256, 176): 0.95}
+              (128, 240): 0.92, (256, 144): 0.89, (256, 160): 0.92, (256, 176): 0.95,
+              (192, 176): 0.97, (256, 64): 0.7}
 WHOLE_ROUND_GAIN = 1.05  # a WHOLE_ROUND_TILES tile taken where it scores this over the chosen
 # Over more than one wave, only where K is at least this deep (measured at 2048 and deeper;
 # shallower K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
@@ -593,7 +615,8 @@ ONE_WAVE_CLUSTER_TILES = {(128, 192)}
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     """``tile`` with its schedule for the case: PADDED_TILES in MULTICAST where they pay
     (:func:`_padded_tile_pays`), STRIP_TILES where B is shared in clusters (the only case
-    measured); one tile a block in one wave (in clusters of
+    measured); CLUSTER_TILES in MULTICAST (over more than one wave only with every row
+    16-byte aligned); one tile a block in one wave (in clusters of
     2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
@@ -601,6 +624,12 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
         return {**tile, **MULTICAST} if _padded_tile_pays(case, tile) else None
     if tile in STRIP_TILES:
         return {**tile, **MULTICAST} if _b_shared_in_clusters(case) else None
+    if tile in CLUSTER_TILES:
+        clustered = {**tile, **MULTICAST}
+        if case.K < MULTICAST_MIN_K or \
+                (_tiles(case, clustered) > ONE_WAVE and not _rows_aligned(case)):
+            return None
+        return clustered
     shared = _b_shared_in_clusters(case)
     one_wave = {**tile, "cluster": 2} if shared and \
         (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
