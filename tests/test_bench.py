@@ -955,7 +955,7 @@ def test_f32_rows_of_tilec_with_tf32_math_are_checked_with_the_tf32_tolerance():
 
 
 def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
-    """The tuned tiles on an H100: 128x256x64 in 3 stages for wgmma, persistent; short M
+    """The tuned tiles on an H100: 128x256x64 in 3 stages for wgmma, persistent; 16-row M
     keeps the mma tile (its warp grid makes wgmma decline); f32 does not depend on the
     target."""
     square, short = Case(4096, 4096, 4096, "f16"), Case(16, 8192, 8192, "bf16")
@@ -972,6 +972,28 @@ def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
         tuning.tuned_config(Case(4096, 4096, 4096, "f32"))
 
 
+@pytest.mark.parametrize("shape, expected", [
+    # One M tile as deep as M where its blocks are enough (tuning.SHORT_TILES).
+    ((64, 12288, 4096), dict(BM=64, BN=128, BK=64, stages=6)),  # wgmma: 96 blocks
+    ((48, 8192, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
+    ((64, 4096, 11008), dict(BM=64, BN=128, BK=64, stages=6, split_k=2)),  # 32 tiles x 2
+    ((32, 12288, 4096), dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 4))),  # 192 blocks
+    # Too few blocks for the deeper tile, or 16 rows: TUNED's 16-row tile.
+    ((64, 2048, 4096), None),  # 16 blocks of 64x128
+    ((32, 4096, 11008), None),  # 64 blocks of 32x64, under a wave
+    ((16, 8192, 8192), None),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else "")
+def test_sm_90a_gives_short_m_one_tile_as_deep_as_m(shape, expected):
+    for dtype in ("f16", "bf16"):
+        config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
+        assert config == (expected or tuning.TUNED["wgmma", "short"]), dtype
+    # The mma.sync targets, the llvm backend and batched rows keep TUNED's short tile.
+    for config in (tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm"),
+                   tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")):
+        assert (config["BM"], config["BN"]) == (16, 64)
+
+
 def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     from tilec.families.wgmma import FAMILY as WGMMA
     from tilec.options import Options
@@ -979,9 +1001,10 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
     assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
     # And the tiles for whole rounds, in their own stages (and warpgroups).
+    whole_round = {(256, 64, 4, None), (128, 128, 6, None)}
     assert {(c["BM"], c["BN"], c["stages"], c.get("warpgroup_rows")) for c in space
-            if c["BN"] in (192, 144, 160, 176, 208, 224, 240) or c["BN"] == 64 and
-            c["BM"] == 256} == \
+            if c["BN"] in (192, 144, 160, 176, 208, 224, 240) or
+            (c["BM"], c["BN"], c["stages"], c.get("consumers")) in whole_round} == \
         {(tile["BM"], tile["BN"], tile["stages"], tile.get("warpgroup_rows"))
          for tile in tuning.WHOLE_ROUND_TILES}
     assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]), Options(
@@ -1042,7 +1065,12 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
     # Few tiles over a deep K: slices of at least MIN_SLICE_STEPS steps fill one wave.
     ((512, 512, 65536), dict(BM=128, BN=128, BK=64, stages=4, split_k=8)),  # 16 tiles
     ((768, 768, 32768), dict(BM=128, BN=128, BK=64, stages=4, split_k=3)),  # 36: 108 blocks
-    ((2048, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3, split_k=2)),  # the tiled tile
+    ((2048, 1000, 8192), dict(BM=128, BN=256, BK=64, stages=3, split_k=2)),  # the tiled tile
+    # ... but where 128x128 tiles fill the wave unsplit (B's rows on lines): ONE_WAVE_TILES.
+    ((2048, 1024, 8192), dict(BM=128, BN=128, BK=64, stages=6)),
+    ((512, 4096, 11008), dict(BM=128, BN=128, BK=64, stages=6)),
+    # M up to M_KEEPS_TILE splits the small class's own 64x128 tile (B bounds it).
+    ((128, 4096, 11008), dict(BM=64, BN=128, BK=64, stages=6, split_k=2)),
     ((1000, 1000, 16384), dict(BM=128, BN=128, BK=64, stages=4, split_k=2)),  # ragged
     # The tiles fill the SMs already, or the slices would be too short: no split.
     ((1024, 1024, 16384), dict(BM=64, BN=128, BK=64, stages=6)),  # 128 blocks
@@ -1187,7 +1215,8 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.CLUSTER_TILES, in persistent
     ((2560, 2056, 4096), STRIP_160),  # 10 x 13 = 130, against 220 of 128x192 (2)
     ((1536, 3072, 4096), SQUARE),  # B's rows on lines: strips not measured, not taken
     ((1024, 2056, 4096), TALL),  # 4 x 33 = 132, against 88 of 128x192 (and 60 strips)
-    ((2048, 1024, 4096), TALL),  # 8 x 16 = 128, against 96 of 128x192
+    ((2048, 1000, 4096), TALL),  # 8 x 16 = 128, against 96 of 128x192
+    ((2048, 1024, 4096), (128, 128)),  # B's rows on lines: ONE_WAVE_TILES' 128 tiles
     ((2048, 2112, 4096), SQUARE),  # 121 squares, 92% of a wave: 256x64 measured 0.87
 ], ids=shape_id)
 def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(

@@ -29,9 +29,10 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     256, BK 64; 192x192 and 128x192 too), the ring depth, the raster group and the
     schedule: one tile a block, a persistent block, a cluster of two sharing B, persistent
     clusters, or (64-row tiles) pingpong consumers; and with consumer warpgroups of 128
-    rows, 256x128 tiles under the four schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched
-    rows try the four schedules but pingpong, their clusters pairing M tiles within each
-    batch); with a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
+    rows, 256x128 tiles and the whole-round ones (256x64, 256x144 to 256x176) under the four
+    schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched rows try
+    the four schedules but pingpong, their clusters pairing M tiles within each batch); with
+    a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
     from tilec.tools.autotune import search_space
     schedules = SM90A_SCHEDULES
     wgmma = on_wgmma(arch, backend)
@@ -148,9 +149,10 @@ TUNED = {
     ("tf32", "shallow"): dict(BM=128, BN=128, BK=32, stages=3),
     ("tf32", "ragged"): dict(BM=128, BN=128, BK=32, stages=3),
     ("tf32", "short"): dict(BM=32, BN=128, BK=32, stages=4, warps=(1, 4)),
-    # sm_90a: wgmma fed by TMA, one producer and BM / 64 consumer warpgroups. Short M keeps
+    # sm_90a: wgmma fed by TMA, one producer and BM / 64 consumer warpgroups. 16-row M keeps
     # the mma path (its warp grid makes wgmma decline): 64-row wgmma tiles would waste most
-    # of a 16-row problem, which is memory-bound anyway.
+    # of a 16-row problem, which is memory-bound anyway; deeper short M takes one M tile as
+    # deep as M (SHORT_TILES).
     # H100, C f16 (TMA-store epilogue where C's rows are aligned), TFLOP/s against cuBLAS in
     # one run (benchmarks/NOTES.md): 4096^3 128x256x64 3 stages 0.96 (4 stages, whose
     # staging tile does not fit, 0.88; 128x128 0.84); 1024^3 64x128x64 6 stages 0.99
@@ -338,6 +340,8 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
                 return sliced
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
+    if (family, problem) == ("wgmma", "short") and not case.batched:
+        return _short_tile(case, config)
     if family == "wgmma8" and case.dtype != "i8" and fp8_accumulation == "promoted":
         config = dict(PROMOTED_TILED) if problem == "tiled" else \
             {**config, "BN": min(config["BN"], PROMOTED_MAX_BN)}
@@ -359,19 +363,54 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
         config = _multicast_for_rows_off_lines(case, config) or \
             _narrower_for_the_last_wave(case, config)
         # Slices that fill a wave come first (2048x1024x8192: 128 blocks, 64 tiles of
-        # 128x256 split in two, against 96 tiles of 128x192).
+        # 128x256 split in two, against 96 tiles of 128x192), but for ONE_WAVE_TILES'
+        # unsplit tiles where they fill it as well (:func:`_tile_for_whole_waves`).
+        whole = _tile_for_whole_waves(case, config)
         sliced = _sliced(case, config)
-        config = sliced if "split_k" in sliced else \
-            _sliced(case, _tile_for_whole_waves(case, config))
+        if "split_k" in sliced and not _one_wave_tile(case, whole):
+            return sliced
+        config = _sliced(case, whole)
     return config
 
 
-# 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole
-# 128-byte lines, where 128x144 or 192x176 rows were 32-byte slabs then and ran at 0.61-0.91
-# of the tuned tile; padded, 192x176 is a CLUSTER_TILES tile now) where they fill their rounds or their one wave better: 6144x2112 is 48 x 11
-# = 528 of them, 4 whole rounds. H200, one call, persistent raster 16, f16 TFLOP/s: 724.0
-# against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256 (cuBLAS
-# 705.9); over their own rounds' fill they ran at 0.95 (6144x2112x2048), 0.98 (5120^2 x
+# Short M on sm_90a (TUNED's 16-row tiles past 16 rows): one M tile as deep as M, so B,
+# whose bytes bound these products, streams through once rather than once per 16-row tile;
+# the 64-row one on wgmma, split along K where its tiles fill under a wave (_sliced, the
+# tile kept). H200, f16, one call, TFLOP/s against the 16x64x128 tile (cuBLAS):
+#   32x64x128  32x12288x4096 104.3 / 85.6 (105.2); 64x128 99.4
+#   64x128x64  64x12288x4096 211.0 / 119.3 (212.1); 64x96 211.5, 64x64 187.5
+#              64x4096x11008 split 2 186.7 / 125.9 (187.3); unsplit 142.8, 64x64 184.6
+#              48x8192x4096 144.8 / 91.3 (150.5), 64x14336x4096 222.6 / 110.6 (225.4),
+#              128x2048x8192 (M 128: the small class's tile, split) 207.1 / 153.0 unsplit
+# 16 rows keep TUNED's (16x8192x8192: 59.9, against 59.0 for 32x64x128 and 49.2 for 64x128;
+# benchmarks/NOTES.md, session 28), and so does a product too narrow for the deeper tile's
+# blocks (split or not) to make the entry's least count, each streaming its B columns alone:
+# 32x4096x11008 (64 blocks of 32x64) 82.0 against 89.0, 24x8192x8192 (128) 88.4 / 88.1,
+# 64x2048x4096 (16 of 64x128) 63.9 / 75.4.
+SHORT_TILES = ((32, dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 4)), ONE_WAVE + 1),
+               (SHORT_M, dict(BM=64, BN=128, BK=64, stages=6), ONE_WAVE // 4))
+SHORT_TUNED_ROWS = 16
+
+
+def _short_tile(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """TUNED's short tile for M up to SHORT_TUNED_ROWS, else the first of SHORT_TILES as
+    deep as M (the wgmma one split along K by :func:`_sliced`, its tile kept) where its
+    blocks make the entry's least count."""
+    if case.M <= SHORT_TUNED_ROWS:
+        return config
+    tile, least = next((dict(tile), least) for rows, tile, least in SHORT_TILES
+                       if case.M <= rows)
+    if "warps" not in tile:
+        tile = _sliced(case, tile, keep_tile=True)
+    return tile if _tiles(case, tile) * tile.get("split_k", 1) >= least else config
+
+
+# 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
+# lines, where 128x144 or 192x176 rows were 32-byte slabs then and ran at 0.61-0.91 of the tuned
+# tile; padded, 192x176 is a CLUSTER_TILES tile now) where they fill their rounds or their one wave
+# better: 6144x2112 is 48 x 11 = 528 of them, 4 whole rounds. H200, one call, persistent raster 16,
+# f16 TFLOP/s: 724.0 against 654.2 for 192x192 (3 rounds, the last 67% full) and 571.8 for 128x256
+# (cuBLAS 705.9); over their own rounds' fill they ran at 0.95 (6144x2112x2048), 0.98 (5120^2 x
 # 4096) and 1.01 (4096^3) of a 128x256 tile's rate. The rule's choices, one call, x the
 # configuration before (x cuBLAS), f16 / bf16 (benchmarks/NOTES.md, session 25):
 #   one wave   1024x3072x4096 1.19 / 1.22 (1.00 / 1.00), 1536x2048x4096 1.19 / 1.23 (1.00),
@@ -580,9 +619,21 @@ STRIP_TILES = tuple(dict(BM=256, BN=bn, BK=64, stages=3, warpgroup_rows=128)
 #            where it fills no better it loses (4104^2: 0.59).
 CLUSTER_TILES = (dict(BM=192, BN=176, BK=64, stages=4),
                  dict(BM=256, BN=64, BK=64, stages=4, warpgroup_rows=128))
+# Tiles taken only where they make one wave, one tile a block, B's rows on 128-byte lines:
+# 128x128 in six stages where it fills the wave better, unsplit, than the wide tiles do split
+# along K (the slices' meeting costs them 17-20%). H200, f16, one call, TFLOP/s, x the tuned
+# configuration before (x cuBLAS; benchmarks/NOTES.md, session 28): 512x4096x4096 (128
+# tiles) 622.8, 1.19 x 256x64 in clusters and 1.29 x 128x192 (0.99); 512x4096x11008 732.0,
+# 1.12 x 128x256 split 2 (0.99); 256x8192x8192 703.6, 1.17 x 128x256 split 2 (1.00); four
+# stages 0.94-1.00 of six. Then on shapes it was not fitted to: 2048x1024x8192 1.16 x
+# 128x256 split 2 (0.99), 1024x2048x4096 1.17 x 256x64 in clusters (0.99), 2048x1024x2048
+# 1.13 (0.99), 512x4096x1024 1.18 x 128x192 (1.00), 1024x2048x1024 1.19 (0.99),
+# 192x8192x4096 1.04 (0.81). B's rows off lines, one tile a block alone, it lost:
+# 2048x1000x4096 0.86 x 256x64 in clusters.
+ONE_WAVE_TILES = (dict(BM=128, BN=128, BK=64, stages=6),)
 # The tiles that may fill the rounds better than the chosen one.
 WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES, *STRIP_TILES,
-                     *CLUSTER_TILES)
+                     *CLUSTER_TILES, *ONE_WAVE_TILES)
 # Over more than one wave: persistent blocks walking raster groups, in clusters of 2 sharing B
 # where B's rows are off 128-byte lines (as _multicast_for_rows_off_lines).
 WHOLE_ROUNDS = dict(persistent=True, raster_group=16)
@@ -624,6 +675,9 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
         return {**tile, **MULTICAST} if _padded_tile_pays(case, tile) else None
     if tile in STRIP_TILES:
         return {**tile, **MULTICAST} if _b_shared_in_clusters(case) else None
+    if tile in ONE_WAVE_TILES:
+        return dict(tile) if _tiles(case, tile) <= ONE_WAVE and _b_rows_on_lines(case) \
+            else None
     if tile in CLUSTER_TILES:
         clustered = {**tile, **MULTICAST}
         if case.K < MULTICAST_MIN_K or \
@@ -638,6 +692,11 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     if not _rows_aligned(case) or case.K < WHOLE_ROUND_MIN_K:
         return None
     return {**tile, **(MULTICAST if shared else WHOLE_ROUNDS)}
+
+
+def _one_wave_tile(case: Case, config: dict[str, Any]) -> bool:
+    """Whether ``config`` is one of ONE_WAVE_TILES as :func:`_scheduled` gives it."""
+    return any(config == _scheduled(case, tile) for tile in ONE_WAVE_TILES)
 
 
 def _padded_tile_pays(case: Case, tile: dict[str, Any]) -> bool:
@@ -684,6 +743,11 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)
 MIN_SLICE_STEPS = 64
 SPLIT_GAIN = 1.1
+# But up to this M the small class's 64x128 tiles are split themselves: B's bytes bound the
+# product, and 128-row tiles would halve the blocks streaming them. H200, f16, one call:
+# 128x4096x11008 64x128 st6 split 2 362.2 TFLOP/s against 301.3 unsplit (cuBLAS 365.8;
+# benchmarks/NOTES.md, session 28).
+M_KEEPS_TILE = 128
 
 
 def _wave_fill(blocks: int) -> float:
@@ -691,14 +755,16 @@ def _wave_fill(blocks: int) -> float:
     return Waves(blocks, ONE_WAVE).fill
 
 
-def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+def _sliced(case: Case, config: dict[str, Any], keep_tile: bool = False) -> dict[str, Any]:
     """``config`` (one tile a block), or a split-K configuration whose blocks fill the waves
-    better by SPLIT_GAIN."""
+    better by SPLIT_GAIN (in SPLIT_TILE where ``config``'s is smaller, unless
+    ``keep_tile``, as M of at most M_KEEPS_TILE rows does)."""
     from tilec.options import MAX_SPLIT_K
 
     if case.batched or config.get("persistent"):
         return config
-    tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 else \
+    keep_tile = keep_tile or case.M <= M_KEEPS_TILE
+    tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 and not keep_tile else \
         {key: config[key] for key in ("BM", "BN", "BK", "stages")}
     # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)
     # were not measured to pay.
