@@ -298,16 +298,16 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # A share of tiles wgmma takes (warpgroup rows, no warp grid), where the sm_90a
     # schedules (persistent, pingpong, cluster; split-K one tile a block) apply; 192 for the
     # bench's three-warpgroup squares (192x256 falls back to mma.sync); now and then a BN
-    # whose N-major rows are 64- or 32-byte TMA spans (96, 160, 224; 208); and the bench's
-    # 256-row strip tiles (BN 144 to 192, 128-row warpgroups: C's slabs in turn a strip at
-    # a time, odd counts of them).
+    # whose N-major rows are 64- or 32-byte TMA spans (96, 160, 176, 224; 208: 192x176 is
+    # the bench's, its B padded); and the bench's 256-row tiles in 128-row warpgroups (BN 144
+    # to 192: C's slabs in turn a strip at a time, odd counts of them; and 256x64).
     hopper_tile = rng.random() < 0.2
     strip_tile = hopper_tile and rng.random() < 0.15
     if strip_tile:
-        bm, bn = 256, rng.choice((144, 160, 176, 192))
+        bm, bn = 256, rng.choice((64, 144, 160, 176, 192))
     elif hopper_tile:
         bm = rng.choice((64, 128, 192))
-        bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 208, 224))
+        bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 176, 208, 224))
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
     bk = rng.choice((8, 16, 32) if compute == "f32" else (32, 64) * 4 + (16,) if eight_bit
                     else (16, 32, 64))
