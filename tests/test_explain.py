@@ -222,6 +222,26 @@ def test_cli_explain_options_reach_the_compiler(capsys) -> None:
     assert "sA[(it+1)%2]" in out
 
 
+def test_cli_explain_names_the_passes_switched_off(capsys) -> None:
+    """--disable shows in the header, and a warp-specialized kernel without the tma_store
+    pass says its epilogue stores each thread's registers because the pass is off (it said
+    nothing); mma.sync kernels, which never store by TMA, say nothing of it."""
+    hopper = ["explain", MATMUL, "--arch", "sm_90a", "--const", "BM=128,BN=256,BK=64",
+              "--stages", "3", "--shape", "M=1024,N=1024,K=512", "--no-ptxas"]
+    assert main(hopper) == 0
+    out = capsys.readouterr().out
+    assert "passes off" not in out
+    assert "epilogue          registers -> 2 one-slab staging buffers sC" in out
+    assert main([*hopper, "--disable", "tma_store"]) == 0
+    out = capsys.readouterr().out
+    assert "raster group 8, passes off: tma_store" in out
+    assert "epilogue          each thread stores its registers (st.global): the tma_store " \
+        "pass is off" in out
+    assert main(["explain", MATMUL, "--disable", "tma_store", "--no-ptxas"]) == 0
+    out = capsys.readouterr().out
+    assert "passes off: tma_store" in out and "epilogue " not in out
+
+
 def test_cli_explain_reports_an_unknown_kernel(capsys) -> None:
     assert main(["explain", MATMUL, "--kernel", "nope", "--no-ptxas"]) == 1
     assert "has no tile function 'nope'" in capsys.readouterr().err

@@ -55,6 +55,7 @@ from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, DType
 from tilec.ir.views import view_source
 from tilec.passes.promote_accumulation import partial_registers
 from tilec.passes.row_store import REASON_PREFIX as ROW_STORE_PREFIX
+from tilec.passes.tma_store import NAME as TMA_STORE_PASS
 from tilec.passes.tiling import REGISTER_OVERHEAD, registers_estimate
 
 # The static shared memory a block gets without opting in (cuFuncSetAttribute).
@@ -264,7 +265,10 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
                  f"raster group {options.raster_group}"
                  # The PTX is LLVM's: say so, and at which level of its pipeline.
                  + (f", backend llvm (LLVM -O{options.llvm_opt})"
-                    if options.backend == "llvm" else "")),
+                    if options.backend == "llvm" else "")
+                 # Passes switched off: what the rest of the report shows is without them.
+                 + (f", passes off: {', '.join(options.disable)}" if options.disable
+                    else "")),
         hierarchy=hierarchy,
         schedule=schedule(kernel, stages, bool(options.pipeline_fragments)),
         shared=SharedMemory(tuple(buffers), layout.total, compiled.rendered.smem_bytes,
@@ -279,7 +283,8 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         packing=None if packing is None else tuple(packing),
         in_place=tuple(in_place),
         peel=peel,
-        epilogue=_epilogue_text(kernel.schedule.epilogue, kernel.schedule.tiling),
+        epilogue=_epilogue_text(kernel.schedule.epilogue, kernel.schedule.tiling,
+                                options.disable if kernel.schedule.roles else ()),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
         cluster_walk=_cluster_walk(kernel),
         consumers=_consumers_text(kernel),
@@ -402,9 +407,13 @@ def _wgmma_declined(plan: TilingPlan, options) -> str:
     return f"the {plan.kind} family multiplies: {reason}" if reason else ""
 
 
-def _epilogue_text(plan, tiling) -> str:
+def _epilogue_text(plan, tiling, disabled: tuple[str, ...] = ()) -> str:
+    """The epilogue's stores (``disabled``: the passes switched off in a kernel whose
+    epilogue the tma_store pass would plan)."""
     if plan is None:
-        return ""
+        # The pass that plans it switched off: each thread's own stores, said so.
+        return (f"each thread stores its registers (st.global): the {TMA_STORE_PASS} pass "
+                "is off") if TMA_STORE_PASS in disabled else ""
     if plan.via == "tma" and plan.buffers:
         rows = tiling.block[0] if tiling is not None else plan.box[1]
         units = (f"{plan.slabs} slabs of each of the {plan.strips} 64-row strips of the "
