@@ -537,6 +537,10 @@ def test_the_config_column_counts_a_warp_specialized_launchs_waves():
         "TMA-store epilogue, 1 wave, 97% full")
     assert bench.describe_compiled(narrow, None, (11, 12), h100).endswith(
         "persistent TMA-store epilogue, 1 full round of tiles")
+    # Fewer tiles than SMs: the persistent grid is as small as the tiles, and its one round
+    # leaves the other SMs idle (88 of 132; it said "1 full round").
+    assert bench.describe_compiled(narrow, None, (8, 11), h100).endswith(
+        "persistent TMA-store epilogue, 1 round of tiles, 67% full")
     ampere = bench.sample_kernel("f16").compile(arch="sm_80")
     assert bench.describe_compiled(ampere, None, (32, 33), h100) == \
         bench.describe_compiled(ampere)
