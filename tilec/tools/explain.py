@@ -440,7 +440,8 @@ def _epilogue_text(plan, tiling, disabled: tuple[str, ...] = ()) -> str:
                 "the block stores it a row at a time (st.global.b16, 64 contiguous bytes a "
                 "warp instruction; C's rows are not 16-byte aligned)")
     if plan.via == "direct" and plan.reason.startswith(ROW_STORE_PREFIX):
-        return f"each thread stores its registers (st.global): not by rows, as {plan.reason[len(ROW_STORE_PREFIX):]}"
+        why = plan.reason[len(ROW_STORE_PREFIX):]
+        return f"each thread stores its registers (st.global): not by rows, as {why}"
     return f"each thread stores its registers (st.global): not through TMA, as {plan.reason}"
 
 
@@ -521,9 +522,10 @@ def _consumers_text(kernel: Kernel) -> str:
     return (f"pingpong: {roles.consumer_warpgroups} warpgroups each compute whole {bm}x{bn} "
             "tiles, taking the block's tiles in turn (warpgroup w: its tiles w, w + 2, ...); "
             "each waits for its turn before its mainloop and passes it on once the mainloop's "
-            "products are complete (ws.turn_wait / ws.turn_pass: bar.sync / bar.arrive on named barriers "
-            f"{TURN_BARRIER} + w, both warpgroups counted), so one's epilogue runs under the "
-            "other's products; a stage goes back from the one warpgroup whose tile it holds"
+            "products are complete (ws.turn_wait / ws.turn_pass: bar.sync / bar.arrive on named "
+            f"barriers {TURN_BARRIER} + w, both warpgroups counted), so one's epilogue runs "
+            "under the other's products; a stage goes back from the one warpgroup whose tile "
+            "it holds"
             ", and each stages its own tile for the store")
 
 
