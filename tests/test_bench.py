@@ -1221,6 +1221,7 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.CLUSTER_TILES, in persistent
     ((1024, 2056, 4096), TALL),  # 4 x 33 = 132, against 88 of 128x192 (and 60 strips)
     ((2048, 1000, 4096), TALL),  # 8 x 16 = 128, against 96 of 128x192
     ((2048, 1024, 4096), (128, 128)),  # B's rows on lines: ONE_WAVE_TILES' 128 tiles
+    ((2048, 1024, 512), ROW),  # K under ONE_WAVE_MIN_K: 128x128 not measured there
     ((2048, 2112, 4096), SQUARE),  # 121 squares, 92% of a wave: 256x64 measured 0.87
 ], ids=shape_id)
 def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(

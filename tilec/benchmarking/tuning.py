@@ -629,8 +629,9 @@ CLUSTER_TILES = (dict(BM=192, BN=176, BK=64, stages=4),
 # 128x256 split 2 (0.99), 1024x2048x4096 1.17 x 256x64 in clusters (0.99), 2048x1024x2048
 # 1.13 (0.99), 512x4096x1024 1.18 x 128x192 (1.00), 1024x2048x1024 1.19 (0.99),
 # 192x8192x4096 1.04 (0.81). B's rows off lines, one tile a block alone, it lost:
-# 2048x1000x4096 0.86 x 256x64 in clusters.
+# 2048x1000x4096 0.86 x 256x64 in clusters. Measured from K = ONE_WAVE_MIN_K.
 ONE_WAVE_TILES = (dict(BM=128, BN=128, BK=64, stages=6),)
+ONE_WAVE_MIN_K = 1024
 # The tiles that may fill the rounds better than the chosen one.
 WHOLE_ROUND_TILES = (WIDE_SQUARE_TILE, WIDE_ROW_TILE, *PADDED_TILES, *STRIP_TILES,
                      *CLUSTER_TILES, *ONE_WAVE_TILES)
@@ -667,7 +668,8 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     """``tile`` with its schedule for the case: PADDED_TILES in MULTICAST where they pay
     (:func:`_padded_tile_pays`), STRIP_TILES where B is shared in clusters (the only case
     measured); CLUSTER_TILES in MULTICAST (over more than one wave only with every row
-    16-byte aligned); one tile a block in one wave (in clusters of
+    16-byte aligned); ONE_WAVE_TILES one tile a block where they make one wave, B's rows on
+    lines and K from ONE_WAVE_MIN_K; one tile a block in one wave (in clusters of
     2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
@@ -676,8 +678,8 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     if tile in STRIP_TILES:
         return {**tile, **MULTICAST} if _b_shared_in_clusters(case) else None
     if tile in ONE_WAVE_TILES:
-        return dict(tile) if _tiles(case, tile) <= ONE_WAVE and _b_rows_on_lines(case) \
-            else None
+        return dict(tile) if _tiles(case, tile) <= ONE_WAVE and _b_rows_on_lines(case) and \
+            case.K >= ONE_WAVE_MIN_K else None
     if tile in CLUSTER_TILES:
         clustered = {**tile, **MULTICAST}
         if case.K < MULTICAST_MIN_K or \
