@@ -369,7 +369,12 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("matmul", "bf16", "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3, split_k=2),
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=128, BN=128, BK=64, stages=4,
          split_k=3),
-    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=4)] + [
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=4),
+    # The bench's short-M and one-wave tiles (tuning.SHORT_TILES, ONE_WAVE_TILES): one
+    # consumer warpgroup of 64 rows split along K at 40 rows, 128x128 in six stages.
+    case("gemm_epilogue", "f16", "sm_90a", (("M", 40), ("N", 1003), ("K", 3000)), BM=64,
+         BN=128, BK=64, stages=6, split_k=2),
+    case("matmul", "bf16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=6)] + [
     # wgmma's register form, A converted from i8 (the wgmma_rs family): alternating register
     # sets across k16 steps and stages must not serialize the wgmmas.
     case("w8a16_swapped", "f16", "sm_90a", shapes, **more)
