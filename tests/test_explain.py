@@ -242,6 +242,30 @@ def test_cli_explain_names_the_passes_switched_off(capsys) -> None:
     assert "passes off: tma_store" in out and "epilogue " not in out
 
 
+def test_cli_explain_tuned_shows_the_configuration_the_bench_runs(capsys) -> None:
+    """--tuned: the bench's tuned configuration for the product at --shape's sizes (64 rows:
+    one 64x128 wgmma tile; 4104^2: 192x176 in persistent clusters of 2); flags given win;
+    a tile size given, or sizes missing, are refused at the command line."""
+    base = ["explain", MATMUL, "--arch", "sm_90a", "--tuned", "--no-ptxas"]
+    assert main([*base, "--shape", "M=64,N=12288,K=4096"]) == 0
+    out = capsys.readouterr().out
+    assert "for sm_90a: stages 6," in out and "block tile        64 x 128 x 64" in out
+    assert main([*base, "--shape", "M=4104,N=4104,K=4096", "--stages", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "for sm_90a: stages 3," in out and "block tile        192 x 176 x 64" in out
+    assert "cluster           2 blocks along M" in out
+    assert main([*base, "--shape", "M=64,N=128,K=64", "--const", "BM=64"]) == 1
+    assert "--tuned chooses the tile of 'matmul': drop --const BM" in capsys.readouterr().err
+    assert main([*base, "--shape", "M=64"]) == 1
+    assert "--tuned needs the product's sizes: --shape N=..,K=.." in capsys.readouterr().err
+
+
+def test_cli_run_tuned_runs_the_tuned_kernel_in_the_cpu_interpreter(capsys) -> None:
+    assert main(["run", MATMUL, "--tuned", "--cpu", "--arch", "sm_90a",
+                 "--shape", "M=48,N=256,K=128"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("PASS")
+
+
 def test_cli_explain_reports_an_unknown_kernel(capsys) -> None:
     assert main(["explain", MATMUL, "--kernel", "nope", "--no-ptxas"]) == 1
     assert "has no tile function 'nope'" in capsys.readouterr().err

@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tilec.options import Options
+
 from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_arguments,
                                    compile_options, constants, select_functions, shapes)
 from tilec.launch.binding import grid_size
 from tilec.tools.compile_command import row_major_launch
+from tilec.tools.tuned import HELP as TUNED_HELP, with_tuned
 
 DESCRIPTION = ("Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
                "plan, bank conflicts of every shared access, and registers (ptxas's report "
@@ -28,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
               shape={"help": "sizes the kernel will see (as for compile)"})
     parser.add_argument("--no-ptxas", action="store_true",
                         help="skip ptxas's register and spill report")
+    parser.add_argument("--tuned", action="store_true", help=TUNED_HELP)
     add_flags(parser, "pack", "peel", "misaligned_copy", "misaligned_store")
     parser.set_defaults(handler=run)
     return parser
@@ -38,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     sound = True
     for index, fn in enumerate(select_functions(args.file, args.kernel)):
         consts, sizes, options = constants(fn, args), shapes(fn, args), compile_options(args)
+        if args.tuned:
+            consts, options = with_tuned(fn, consts, options, sizes,
+                                         options.get("arch", Options().arch))
         packing, in_place, tile_axes, peel = None, (), None, ""
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
             lowered = fn.lower(**consts)

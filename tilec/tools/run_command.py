@@ -14,6 +14,7 @@ from tilec.tools.arguments import (COMPILE_FLAGS, DEFAULT_SHAPE, PROBLEM_SHAPE, 
                                    add_program_arguments, compile_options, constants, scalars,
                                    select_functions, shapes)
 from tilec.tools.checking import run_and_check
+from tilec.tools.tuned import HELP as TUNED_HELP, with_tuned
 
 DESCRIPTION = ("Run on random inputs (on the GPU, else in the CPU interpreter) and compare the "
                "outputs with a reference; exit status 1 when a check fails.")
@@ -25,27 +26,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_flags(parser, *COMPILE_FLAGS, "shape", "scalar", "seed", shape=PROBLEM_SHAPE)
     parser.add_argument("--cpu", action="store_true",
                         help="run in the CPU interpreter even when a GPU is present")
+    parser.add_argument("--tuned", action="store_true", help=TUNED_HELP)
     add_flags(parser, "pack", "peel", "misaligned_copy", "misaligned_store")
     parser.set_defaults(handler=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    from tilec.options import Options, target_arch
+    from tilec.runtime import current_device
     from tilec.runtime.driver import gpu_unavailable_reason, has_gpu
     on_gpu = not args.cpu and has_gpu()
     if args.cpu:
         where = "CPU interpreter (--cpu)"
     elif on_gpu:
-        from tilec.runtime import current_device
         device = current_device()
         where = f"GPU {device.ordinal}: {device.name} ({device.arch})"
     else:
         where = f"CPU interpreter (no GPU: {gpu_unavailable_reason()})"
     failed = False
     for fn in select_functions(args.file, args.kernel):
-        consts = constants(fn, args)
+        consts, options = constants(fn, args), compile_options(args)
         sizes = shapes(fn, args, DEFAULT_SHAPE)
         values = scalars(fn, args)
+        if args.tuned:
+            # The target the kernel will run on: the GPU's, as run_and_check picks it.
+            arch = options.get("arch") or (
+                target_arch(current_device().compute_capability) if on_gpu else Options().arch)
+            consts, options = with_tuned(fn, consts, options, sizes, arch)
         failed |= not run_and_check(fn, str(args.file), consts, sizes, values,
-                                    compile_options(args), args.seed, on_gpu, where)
+                                    options, args.seed, on_gpu, where)
     return 1 if failed else 0
