@@ -932,14 +932,15 @@ def test_tilec_compiles_the_tf32_rows_as_f32_with_tf32_math(monkeypatch):
             prepared.append(kwargs)
             return SimpleNamespace(compiled=None, packing=None, tile_axes=None)
 
-    contender = bench.TilecContender({}, {"stages": 4})
+    contender = bench.TilecContender({}, {"stages": 4, "arch": "sm_90"})
     asked = []
     monkeypatch.setattr(contender, "kernel",
                         lambda dtype, out, batched=False: asked.append((dtype, out)) or Kernel())
     monkeypatch.setattr(contenders, "describe_compiled", lambda compiled, packing, axes: "")
     contender.prepare(Case(4096, 4096, 4096, "tf32"), [(None, None)], [None])
     assert asked == [("f32", "f32")]
-    assert prepared == [dict(BM=128, BN=256, BK=64, stages=4, warps=(2, 4), f32_math="tf32")]
+    assert prepared == [dict(BM=128, BN=256, BK=64, stages=4, warps=(2, 4), f32_math="tf32",
+                             arch="sm_90")]
     assert contender.math(Case(8, 8, 8, "tf32")) == "tf32"
 
 
@@ -974,6 +975,35 @@ def test_sm_90a_runs_the_f16_and_bf16_rows_on_wgmma_except_short_m():
     assert tuning.tuned_config(short, "sm_90a") == tuning.tuned_config(short, "sm_80")
     assert tuning.tuned_config(Case(4096, 4096, 4096, "f32"), "sm_90a") == \
         tuning.tuned_config(Case(4096, 4096, 4096, "f32"))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90", "sm_90a"])
+def test_every_tuned_configuration_compiles_on_its_target(arch):
+    """The tuned configurations were measured on an H100 or H200; on an A100 (163 KiB of
+    shared memory a block) and an sm_86 GPU (99 KiB) mma.sync's 128x256x128 two-stage ring
+    (192 KiB) did not compile, nor f32's short 16x256x64 three-stage one: each now fits its
+    target (tuning._within_shared_memory), and compiles for every dtype the target takes,
+    over the problem classes."""
+    from tilec.benchmarking.contenders import EXACT_OUTPUT
+    from tilec.ir.types import DType
+    from tilec.options import Options
+    shapes = [(4096, 4096, 4096), (8192, 8192, 256), (1024, 1024, 1024), (4095, 4097, 4093),
+              (16, 8192, 8192), (64, 12288, 4096)]
+    # 8-bit operands in their samples' layout (B as [N, K], which mma.sync's 8-bit fragments
+    # read; the bench packs its [K, N] B so at launch).
+    eight_bit = {"i8": "int8_gemm", "f8e4m3": "fp8_gemm"}
+    dtypes = ["f16", "bf16", "f32", "tf32", "i8"] + (["f8e4m3"] if arch >= "sm_90" else [])
+    for dtype in dtypes:
+        source, forced = tuning.TILEC_AS.get(dtype, (dtype, {}))
+        kernel = load_sample(eight_bit[dtype], dtype) if dtype in eight_bit else \
+            bench.sample_kernel(source, EXACT_OUTPUT.get(dtype, "f32"))
+        for m, n, k in shapes:
+            config = tuning.tuned_config(Case(m, n, k, dtype), arch)
+            kernel.compile(arch=arch, **config, **forced)  # raises if it does not fit
+            if "warps" in config and "BK" in config:  # an mma.sync or FFMA ring
+                size = 4 if dtype in ("f32", "tf32") else DType.parse(dtype).bytes
+                ring = (config["BM"] + config["BN"]) * config["BK"] * size * config["stages"]
+                assert ring <= Options(arch=arch).smem_limit
 
 
 @pytest.mark.parametrize("shape, expected", [
@@ -1341,8 +1371,11 @@ def test_batched_rows_of_whole_tiles_take_128x128_tiles_in_six_stages():
     assert tuning.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["raster_group"] == 16
     assert tuning.tuned_config(Case(4095, 4097, 128, "f16", batch=8), "sm_90a")["BN"] == 256
     assert tuning.tuned_config(Case(4096, 4096, 4096, "f16"), "sm_90a")["BN"] == 256
-    assert tuning.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_80") == \
+    assert tuning.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_90") == \
         tuning.TUNED["mma", "tiled"]  # mma.sync's own tile
+    # ... its ring cut to an A100's shared memory: BK 64 in three stages (144 KiB).
+    assert tuning.tuned_config(Case(1024, 1024, 1024, "f16", batch=32), "sm_80") == \
+        {**tuning.TUNED["mma", "tiled"], "BK": 64, "stages": 3}
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")

@@ -12,7 +12,7 @@ from tilec.benchmarking.triton_kernel import TRITON_CONFIG, triton_matmul
 from tilec.families.products import family_of
 from tilec.ir.types import ACCUMULATOR_DTYPES, DType
 from tilec.launch.waves import Launch, launch_of
-from tilec.benchmarking.tuning import (EIGHT_BIT_WGMMA, FAMILY, SIXTEEN_BIT, TILEC_AS,
+from tilec.benchmarking.tuning import (SIXTEEN_BIT, TILEC_AS,
                                        autotune_space, tuned_config)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "matmul.py"
@@ -186,8 +186,9 @@ class TilecContender(Contender):
         # as the command line fixes no tile size (a half-tuned tile would not fit). What the
         # dtype means (tf32: f32_math="tf32") wins over both.
         fixed = {**self.consts, **self.options, **forced}
-        # Only the f16/bf16 rows depend on the target (wgmma on sm_90a).
-        arch = self.arch() if FAMILY[case.dtype] in ("mma", *EIGHT_BIT_WGMMA) else None
+        # The f16/bf16 and 8-bit rows depend on the target (wgmma on sm_90a), and every
+        # row's ring on its shared memory.
+        arch = self.arch()
         backend = self.options.get("backend", "ptx")
         tuned = {} if self.autotune or self.consts else tuned_config(
             case, arch, backend, self.options.get("fp8_accumulation", "fast"))

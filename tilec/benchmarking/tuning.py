@@ -305,7 +305,52 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
                  fp8_accumulation: str = "fast") -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma
     (and its 8-bit rows on wgmma8) where the backend emits it (:func:`on_wgmma`); fp8 rows
-    summed promoted take tiles with room for the second accumulator set."""
+    summed promoted take tiles with room for the second accumulator set; on a target whose
+    shared memory cannot hold a configuration's ring, a shallower one
+    (:func:`_within_shared_memory`)."""
+    return _within_shared_memory(case, _tuned(case, arch, backend, fp8_accumulation), arch,
+                                 backend)
+
+
+# The shallowest BK a ring is cut to, by element bytes: an mma.sync k step (k32 on 8-bit
+# operands, k16 on 16-bit ones), a few FFMA k steps on f32.
+LEAST_BK = {1: 32, 2: 16, 4: 8}
+TF32_BYTES = 4
+
+
+def _within_shared_memory(case: Case, config: dict[str, Any], arch: Optional[str],
+                          backend: str) -> dict[str, Any]:
+    """``config``, or its ring (BM x BK and BK x BN elements a stage) cut to ``arch``'s
+    shared memory: fewer stages, down to two, then BK halved with the stages that keep the
+    ring as deep in K, and fewer again. The mma.sync and FFMA tiles were tuned on an H100,
+    whose blocks take 227 KiB: 128x256x128 in two stages needs 192 KiB, more than an A100's
+    163 or an sm_86 GPU's 99. wgmma's rings (sm_90a) and an unknown target's stay as they
+    are."""
+    if arch is None or on_wgmma(arch, backend) or "BK" not in config:
+        return config
+    from tilec.options import Options
+    limit = Options(arch=arch).smem_limit
+    size = TF32_BYTES if case.dtype == "tf32" else DType.parse(case.dtype).bytes
+    bk, stages = config["BK"], config["stages"]
+
+    def ring(bk: int, stages: int) -> int:
+        return (config["BM"] + config["BN"]) * bk * size * stages
+
+    while ring(bk, stages) > limit:
+        if stages > 2:
+            stages -= 1
+        elif bk // 2 >= LEAST_BK[size] and bk % 2 == 0:
+            bk //= 2
+            stages = config["stages"] * config["BK"] // bk
+        else:
+            return config  # nothing fits: the compiler's error says why
+    return config if (bk, stages) == (config["BK"], config["stages"]) else \
+        {**config, "BK": bk, "stages": stages}
+
+
+def _tuned(case: Case, arch: Optional[str], backend: str,
+           fp8_accumulation: str) -> dict[str, Any]:
+    """:func:`tuned_config`'s choice, as tuned (on an H100 or H200)."""
     family, problem = FAMILY[case.dtype], problem_class(case)
     wgmma = on_wgmma(arch, backend)
     if family in EIGHT_BIT_WGMMA and wgmma and problem != "short":
