@@ -189,11 +189,18 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
              f"{MAX_REGISTERS_PER_THREAD}", hint="use more warps or a smaller block tile")
     # An operand converted in registers is stored in its own dtype (w8a16: i8 weights).
     a_bytes, b_bytes = (op.stored_bytes(plan.elem_bytes) for op in plan.operands)
-    stage_bytes = bm * bk * a_bytes + bk * bn * b_bytes
-    if stage_bytes * options.stages > options.smem_limit:
+    ring = ring_bytes(plan.block, a_bytes, b_bytes, options.stages)
+    if ring > options.smem_limit:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
-             f"{stage_bytes * options.stages} bytes of shared memory; {options.arch} allows "
+             f"{ring} bytes of shared memory; {options.arch} allows "
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
+
+
+def ring_bytes(block: tuple[int, int, int], a_bytes: int, b_bytes: int, stages: int) -> int:
+    """The shared memory of a cp.async ring (the mma.sync and FFMA kernels'): ``stages``
+    stages of a BM x BK tile of A and a BK x BN one of B, of those element bytes."""
+    bm, bn, bk = block
+    return (bm * bk * a_bytes + bk * bn * b_bytes) * stages
 
 
 class Shaping(NamedTuple):

@@ -987,6 +987,7 @@ def test_every_tuned_configuration_compiles_on_its_target(arch):
     from tilec.benchmarking.contenders import EXACT_OUTPUT
     from tilec.ir.types import DType
     from tilec.options import Options
+    from tilec.passes.tiling import ring_bytes
     shapes = [(4096, 4096, 4096), (8192, 8192, 256), (1024, 1024, 1024), (4095, 4097, 4093),
               (16, 8192, 8192), (64, 12288, 4096)]
     # 8-bit operands in their samples' layout (B as [N, K], which mma.sync's 8-bit fragments
@@ -1001,8 +1002,9 @@ def test_every_tuned_configuration_compiles_on_its_target(arch):
             config = tuning.tuned_config(Case(m, n, k, dtype), arch)
             kernel.compile(arch=arch, **config, **forced)  # raises if it does not fit
             if "warps" in config and "BK" in config:  # an mma.sync or FFMA ring
-                size = 4 if dtype in ("f32", "tf32") else DType.parse(dtype).bytes
-                ring = (config["BM"] + config["BN"]) * config["BK"] * size * config["stages"]
+                size = DType.parse(source).bytes
+                ring = ring_bytes((config["BM"], config["BN"], config["BK"]), size, size,
+                                  config["stages"])
                 assert ring <= Options(arch=arch).smem_limit
 
 

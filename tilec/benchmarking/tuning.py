@@ -315,7 +315,6 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
 # The shallowest BK a ring is cut to, by element bytes: an mma.sync k step (k32 on 8-bit
 # operands, k16 on 16-bit ones), a few FFMA k steps on f32.
 LEAST_BK = {1: 32, 2: 16, 4: 8}
-TF32_BYTES = 4
 
 
 def _within_shared_memory(case: Case, config: dict[str, Any], arch: Optional[str],
@@ -329,12 +328,13 @@ def _within_shared_memory(case: Case, config: dict[str, Any], arch: Optional[str
     if arch is None or on_wgmma(arch, backend) or "BK" not in config:
         return config
     from tilec.options import Options
+    from tilec.passes.tiling import ring_bytes
     limit = Options(arch=arch).smem_limit
-    size = TF32_BYTES if case.dtype == "tf32" else DType.parse(case.dtype).bytes
+    size = DType.parse(TILEC_AS.get(case.dtype, (case.dtype,))[0]).bytes  # tf32: f32's
     bk, stages = config["BK"], config["stages"]
 
     def ring(bk: int, stages: int) -> int:
-        return (config["BM"] + config["BN"]) * bk * size * stages
+        return ring_bytes((config["BM"], config["BN"], bk), size, size, stages)
 
     while ring(bk, stages) > limit:
         if stages > 2:
@@ -439,14 +439,14 @@ SHORT_TUNED_ROWS = 16
 
 def _short_tile(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     """TUNED's short tile for M up to SHORT_TUNED_ROWS, else the first of SHORT_TILES as
-    deep as M (the wgmma one split along K by :func:`_sliced`, its tile kept) where its
-    blocks make the entry's least count."""
+    deep as M (the wgmma one split along K by :func:`_sliced`, which keeps a short M's
+    tile) where its blocks make the entry's least count."""
     if case.M <= SHORT_TUNED_ROWS:
         return config
     tile, least = next((dict(tile), least) for rows, tile, least in SHORT_TILES
                        if case.M <= rows)
     if "warps" not in tile:
-        tile = _sliced(case, tile, keep_tile=True)
+        tile = _sliced(case, tile)
     return tile if _tiles(case, tile) * tile.get("split_k", 1) >= least else config
 
 
@@ -802,15 +802,15 @@ def _wave_fill(blocks: int) -> float:
     return Waves(blocks, ONE_WAVE).fill
 
 
-def _sliced(case: Case, config: dict[str, Any], keep_tile: bool = False) -> dict[str, Any]:
+def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (one tile a block), or a split-K configuration whose blocks fill the waves
-    better by SPLIT_GAIN (in SPLIT_TILE where ``config``'s is smaller, unless
-    ``keep_tile``, as M of at most M_KEEPS_TILE rows does)."""
+    better by SPLIT_GAIN (in SPLIT_TILE where ``config``'s is smaller, but for M of at most
+    M_KEEPS_TILE rows)."""
     from tilec.options import MAX_SPLIT_K
 
     if case.batched or config.get("persistent"):
         return config
-    keep_tile = keep_tile or case.M <= M_KEEPS_TILE
+    keep_tile = case.M <= M_KEEPS_TILE
     tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 and not keep_tile else \
         {key: config[key] for key in ("BM", "BN", "BK", "stages")}
     # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)

@@ -52,9 +52,8 @@ class Launch:
         where there are fewer tiles than places: the grid is then as small as the tiles,
         and the SMs it leaves idle are the round's lost share)."""
         if self.persistent:
-            places = self.blocks if self.walked > self.blocks else \
-                self.sms * self.residency.blocks
-            return Waves(self.walked, max(places, self.blocks))
+            return Waves(self.walked, self.blocks if self.walked > self.blocks
+                         else self.sms * self.residency.blocks)
         return Waves(self.blocks, self.sms * self.residency.blocks)
 
 

@@ -12,7 +12,6 @@ import argparse
 import sys
 
 from tilec.options import Options
-
 from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_arguments,
                                    compile_options, constants, select_functions, shapes)
 from tilec.launch.binding import grid_size
