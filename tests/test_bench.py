@@ -989,7 +989,8 @@ def test_every_tuned_configuration_compiles_on_its_target(arch):
     from tilec.options import Options
     from tilec.passes.tiling import ring_bytes
     shapes = [(4096, 4096, 4096), (8192, 8192, 256), (1024, 1024, 1024), (4095, 4097, 4093),
-              (16, 8192, 8192), (64, 12288, 4096)]
+              (16, 8192, 8192), (64, 12288, 4096), (128, 12288, 4096), (1000, 1000, 4096),
+              (512, 10240, 8192)]
     # 8-bit operands in their samples' layout (B as [N, K], which mma.sync's 8-bit fragments
     # read; the bench packs its [K, N] B so at launch).
     eight_bit = {"i8": "int8_gemm", "f8e4m3": "fp8_gemm"}
@@ -1086,8 +1087,9 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
 def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
     """1000x1003x77 (32 tiles of 128x256): mma.sync's 64x128 tiles, forced by their warp
     grid, reading the operands unpacked (as aligned words shifted into place), all of K in
-    one step of 80, C stored by rows through shared memory; a longer K keeps the 3-stage
-    64x64x32 kernel; the large ragged shape keeps wgmma's 128x256."""
+    one step of 80, C stored by rows through shared memory; a longer K, still under
+    ONE_WAVE_MIN_K, keeps the 3-stage 64x64x32 kernel (a deeper one takes the skinny tiles);
+    the large ragged shape keeps wgmma's 128x256."""
     small = tuning.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
     assert small == dict(BM=64, BN=128, BK=80, stages=1, warps=(2, 4), pack="off",
                          misaligned_copy="words", misaligned_store="rows")
@@ -1095,6 +1097,58 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
     assert longer == dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     assert tuning.tuned_config(Case(4095, 4097, 4093, "f16"), "sm_90a") == \
         dict(BM=128, BN=256, BK=64, stages=3)
+
+
+SKINNY_64x192 = dict(BM=64, BN=192, BK=64, stages=6)
+SKINNY_64x128 = dict(BM=64, BN=128, BK=64, stages=6)
+SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
+
+
+@pytest.mark.parametrize("shape, expected", [
+    # M from 65 to 256 rows: the skinny tile whose one wave spends the most on the product.
+    ((128, 12288, 4096), SKINNY_64x192),  # 128 tiles, against 192 of 64x128 (2 waves)
+    ((192, 8192, 4096), SKINNY_64x192),  # 3 x 43 = 129, against 128 half-empty 128x128
+    ((96, 12288, 4096), SKINNY_64x192),  # ragged M
+    ((128, 16384, 4096), SKINNY_128x128),  # 128, level with 64x256's 128 (the first wins)
+    ((192, 10240, 4096), dict(BM=64, BN=256, BK=64, stages=4)),  # 3 x 40 = 120
+    ((192, 12288, 4096), dict(BM=128, BN=192, BK=64, stages=4)),  # 128, 75% useful rows
+    ((128, 28672, 4096), dict(BM=128, BN=256, BK=64, stages=3)),  # the only one-wave tile
+    ((128, 6144, 4096), SKINNY_64x128),  # 96 tiles, against 64 of 64x192
+    # Split along K where the tile's blocks fill too little, the 64-row tile kept.
+    ((192, 4096, 11008), SKINNY_64x128),  # 96 blocks: split 2 would make 192
+    ((256, 2048, 8192), dict(SKINNY_64x128, split_k=2)),  # 64 tiles x 2
+    # B's rows off 128-byte lines: no 64x192, and clusters of 2 sharing B where the M
+    # tiles pair up within one wave.
+    ((200, 4000, 4096), dict(SKINNY_64x128, cluster=2)),  # 4 x 32 = 128
+    ((128, 4104, 4096), dict(SKINNY_64x128, cluster=2)),
+    ((192, 6000, 4096), dict(SKINNY_128x128, cluster=2)),  # 2 x 47 = 94
+    ((300, 3000, 8192), SKINNY_64x128),  # 5 M tiles of 64: pairs would make 144 blocks
+    # The ragged small class (under SMALL_TILES tiles of 128x256) whatever M, from
+    # ONE_WAVE_MIN_K.
+    ((1000, 1003, 4096), SKINNY_64x128),  # rows off 16 bytes: B packed, no cluster
+    ((1000, 1000, 4096), dict(SKINNY_64x128, cluster=2)),  # 16 x 8 = 128
+    ((1500, 1200, 4096), dict(SKINNY_128x128, cluster=2)),  # 12 x 10 = 120
+    ((640, 2000, 4096), SKINNY_128x128),  # 5 M tiles: no pairs
+    # K under ONE_WAVE_MIN_K: the tiles before.
+    ((128, 12288, 512), dict(BM=64, BN=128, BK=64, stages=6)),
+    ((1000, 1003, 500), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else "")
+def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expected):
+    from tilec.options import Options
+    for dtype in ("f16", "bf16"):
+        assert tuning.tuned_config(Case(*shape, dtype), "sm_90a") == expected, dtype
+    if "warps" not in expected and shape[2] >= tuning.ONE_WAVE_MIN_K:
+        assert {key: expected[key] for key in ("BM", "BN", "BK", "stages")} in \
+            tuning.SKINNY_TILES
+        blocks = tuning._tiles(Case(*shape, "f16"), expected) * expected.get("split_k", 1)
+        assert blocks <= tuning.ONE_WAVE
+        Options(arch="sm_90a", **{key: value for key, value in expected.items()
+                                  if key not in ("BM", "BN", "BK")})
+    # Batched rows, the mma.sync targets and the llvm backend keep their own tiles.
+    for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
+                   tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+        assert config.get("cluster", 1) == 1 and (config["BM"], config["BN"]) != (64, 192)
 
 
 @pytest.mark.parametrize("shape, expected", [
@@ -1131,8 +1185,10 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
 @pytest.mark.parametrize("shape, narrow", [
     # 128x256 tiles' last wave nearly empty, 128x128 ones filling theirs: half-width tiles.
     ((4096, 4160, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
-    ((2304, 2304, 2048), True),  # 162 (30 in the second), 324 (3 waves)
-    ((1280, 4096, 2048), True),  # the tiled class alike: 160 (28 in the second), 320 (3)
+    # ... unless strips make one wave (tuning.STRIP_TILES one tile a block): 9 x 14 = 126
+    # of 256x176, 5 x 26 = 130 of 256x160.
+    ((2304, 2304, 2048), False),
+    ((1280, 4096, 2048), False),
     # The last wave fuller, or whole: the wide tiles.
     ((3072, 3136, 3072), False),  # 312 (48 in the third: 36%)
     ((4104, 4096, 4096), False),  # 528: 4 whole waves
@@ -1236,9 +1292,12 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.CLUSTER_TILES, in persistent
     # PADDED_TILE_MIN_K, in persistent clusters.
     ((1024, 2304, 8192), PADDED),  # 8 x 16 = 128 (97% of a wave), against 96 of 128x192
     ((2048, 1152, 4096), PADDED),  # 16 x 8 = 128
-    ((1024, 4608, 4096), PADDED),  # 256: 2 rounds 97% full, against 288 of 128x128 (3)
+    ((1024, 4608, 4096), STRIP),  # 4 x 32 = 128 strips in one wave, against 256 of
+    # 128x144 (2 rounds, 97% full) and 288 of 128x128 (3)
     ((1024, 2560, 8192), PADDED_160),  # 8 x 16 = 128, against 112 of 128x192
-    ((4096, 1280, 4096), PADDED_160),  # 256: 2 rounds, against 320 of 128x128 (3)
+    ((4096, 1280, 4096), STRIP_160),  # 16 x 8 = 128 strips, against 256 of 128x160 (2
+    # rounds) and 320 of 128x128 (3)
+    ((512, 10240, 8192), STRIP_160),  # 2 x 64 = 128, against 320 of 128x128 (3 rounds)
     ((1024, 3840, 4096), None),  # 128x240's 128 tiles, against 120 of 128x256: too little
     ((1024, 2304, 2048), ROW),  # K too shallow for them
     ((1536, 1536, 4096), ROW),  # N 10.7 tiles of 144: measured slower
@@ -1249,7 +1308,8 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.CLUSTER_TILES, in persistent
     ((1536, 3168, 8192), STRIP),
     ((3072, 3080, 4096), STRIP),  # 264: 2 whole rounds, against 600 of 128x128 (5)
     ((2560, 2056, 4096), STRIP_160),  # 10 x 13 = 130, against 220 of 128x192 (2)
-    ((1536, 3072, 4096), SQUARE),  # B's rows on lines: strips not measured, not taken
+    ((1536, 3072, 4096), SQUARE),  # B's rows on lines: 128 squares, 97% of a wave at
+    # their rate, over 132 strips of 256x144 one a block at theirs
     ((1024, 2056, 4096), TALL),  # 4 x 33 = 132, against 88 of 128x192 (and 60 strips)
     ((2048, 1000, 4096), TALL),  # 8 x 16 = 128, against 96 of 128x192
     ((2048, 1024, 4096), (128, 128)),  # B's rows on lines: ONE_WAVE_TILES' 128 tiles
@@ -1266,9 +1326,8 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
         assert (chosen and (chosen["BM"], chosen["BN"])) == tile, (dtype, config)
     if tile:
         case = Case(*shape, "f16")
-        if tile in (STRIP, STRIP_160):
+        if tile in (STRIP, STRIP_160) and tuning._b_shared_in_clusters(case):
             assert config == {**chosen, **tuning.MULTICAST}
-            assert tuning._b_shared_in_clusters(case)
         elif tile in (PADDED_WIDE, TALL):  # in clusters whether B's rows are on lines or not
             assert config == {**chosen, **tuning.MULTICAST}
         elif tile in (PADDED, PADDED_160):

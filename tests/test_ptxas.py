@@ -374,7 +374,16 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     # consumer warpgroup of 64 rows split along K at 40 rows, 128x128 in six stages.
     case("gemm_epilogue", "f16", "sm_90a", (("M", 40), ("N", 1003), ("K", 3000)), BM=64,
          BN=128, BK=64, stages=6, split_k=2),
-    case("matmul", "bf16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=6)] + [
+    case("matmul", "bf16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=6),
+    # The skinny tiles (tuning.SKINNY_TILES): one consumer warpgroup of m64n192 in six
+    # stages, of m64n256 under a fused epilogue (with ragged edges, that one spills 8-188
+    # bytes under the 240 registers in four stages, none in three; the bench times the plain
+    # product, which does not), 64x128 one tile a block in clusters of 2.
+    case("matmul", "f16", "sm_90a", RAGGED, BM=64, BN=192, BK=64, stages=6),
+    case("gemm_epilogue", "bf16", "sm_90a", DIVISIBLE, BM=64, BN=256, BK=64, stages=4),
+    case("matmul_bt", "f16", "sm_90a", RAGGED, BM=64, BN=256, BK=64, stages=4),
+    case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=64, BN=128, BK=64, stages=6,
+         cluster=2)] + [
     # wgmma's register form, A converted from i8 (the wgmma_rs family): alternating register
     # sets across k16 steps and stages must not serialize the wgmmas.
     case("w8a16_swapped", "f16", "sm_90a", shapes, **more)

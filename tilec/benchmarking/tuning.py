@@ -357,6 +357,9 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         family = "wgmma8"
     if family == "mma" and wgmma:
         family = "wgmma"
+        skinny = _skinny(case) if SHORT_M < case.M <= SKINNY_M else None
+        if skinny is not None:
+            return skinny
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
             # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
             # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
@@ -379,10 +382,14 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
                 # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
                 return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
                             pack="off", misaligned_copy="words", misaligned_store="rows")
-            # A deep K: wgmma's split-K where it fills the GPU (_sliced).
+            # A deep K: wgmma's split-K where it fills the GPU (_sliced), else the skinny
+            # products' tiles (their M aside: these are few tiles whatever the sizes).
             sliced = _sliced(case, dict(SPLIT_TILE))
             if "split_k" in sliced:
                 return sliced
+            skinny = _skinny(case)
+            if skinny is not None:
+                return skinny
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
     if (family, problem) == ("wgmma", "short") and not case.batched:
@@ -448,6 +455,69 @@ def _short_tile(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     if "warps" not in tile:
         tile = _sliced(case, tile)
     return tile if _tiles(case, tile) * tile.get("split_k", 1) >= least else config
+
+
+# Skinny products (M from SHORT_M to SKINNY_M rows, and the ragged small class whatever its
+# sizes), K from ONE_WAVE_MIN_K: B streams through once and bounds them, so what counts is
+# keeping as much of one wave busy as the tiles allow. The tile is the one of SKINNY_TILES
+# whose tiles, one a block in one wave, spend the largest share of the SMs' time on the
+# product's own elements (:func:`_useful_share`; the first on a tie), split along K by
+# _sliced where its blocks fill the wave too little. 64x192 only where B's rows are whole
+# 128-byte lines (off them its 384-byte B rows straddle lines; 500x3000x4096: 302.6 against
+# 420.6 for 128x128); 128x96 (128 tiles at 128x12288) ran 0.86-0.92 of 64x192 and is not one.
+# H200, f16, one call, TFLOP/s, the rule's tile against the tuning before (cuBLAS;
+# benchmarks/NOTES.md, session 29):
+#   128x12288x4096  64x192 423.4 / 338.9 64x128 in two waves (443.9); 64x256 395.5
+#   128x10240x8192  64x192 431.3 / 329.4 (457.8); 64x256 394.1, 128x96 380.2
+#   192x8192x4096   64x192 529.8 / 369.4 128x128, half its M tiles empty (471.5)
+#   160x8192x8192   64x192 454.7 / 271.3 (551.0); 192x128 split 2 427.4
+#   192x4096x11008  64x128 434.9 / 379.4 128x128 split 2 (317.5)
+#   96x12288x4096   64x192 314.6 / 162.7 mma.sync 64x64 (314.9); 128x128 279.4
+#   80x8192x4096    64x128 210.2 / 97.4 (244.6); 64x192 219.3
+#   200x4000x4096   64x128 299.0 / 122.5 (317.0)
+#   1000x1003x4096  64x128 306.0 / 69.8 (102.3)
+#   500x3000x4096   128x128 420.6 / 201.6 (519.6)
+# and where the tuning already took the rule's tile: 128x16384x4096 128x128 447.0 (64x256
+# 451.2, 462.0), 128x28672x4096 128x256 486.3 (292.5), 192x12288x4096 128x192 518.0 (64x192
+# in two waves 453.1; 429.6), 256x12288x4096 128x192 666.6 (661.2). Not yet fitted to fused
+# epilogues: 64x256 in four stages spills 8-188 bytes under a fused epilogue with ragged
+# edges (ptxas 13.0; none in three stages, none for the plain product).
+SKINNY_TILES = (dict(BM=64, BN=192, BK=64, stages=6), dict(BM=64, BN=128, BK=64, stages=6),
+                dict(BM=128, BN=128, BK=64, stages=6), dict(BM=64, BN=256, BK=64, stages=4),
+                dict(BM=128, BN=192, BK=64, stages=4), dict(BM=128, BN=256, BK=64, stages=3))
+SKINNY_M = 256
+LINE_ROWS_TILES = {(64, 192)}  # skinny tiles taken only with B's rows on 128-byte lines
+
+
+def _skinny_tile(case: Case) -> Optional[dict[str, Any]]:
+    """The tile of SKINNY_TILES that makes one wave, one tile a block, with the largest
+    :func:`_useful_share` (K from ONE_WAVE_MIN_K), or None."""
+    if case.K < ONE_WAVE_MIN_K:
+        return None
+    fitting = [tile for tile in SKINNY_TILES if _tiles(case, tile) <= ONE_WAVE and
+               ((tile["BM"], tile["BN"]) not in LINE_ROWS_TILES or _b_rows_on_lines(case))]
+    return dict(max(fitting, key=lambda tile: _useful_share(case, tile))) if fitting else None
+
+
+# Where B's rows are off 128-byte lines, the skinny tile in clusters of 2 sharing B, if its M
+# tiles pair up and the pairs make one wave. H200, f16, one call, x the tile alone (session
+# 29): 1000x1000x4096 64x128 1.36 (336.4 TFLOP/s; cuBLAS 416.3), 200x3000x2048 64x128
+# 1.15, 1500x1200x4096 128x128 1.08; against it, 640x2000x4096 (5 M tiles of 128: the last
+# pair half empty) 0.89 and 300x3000x8192 (64x128: 6 M tiles in pairs, 144 blocks) 0.84.
+def _skinny(case: Case) -> Optional[dict[str, Any]]:
+    """:func:`_skinny_tile`'s tile split along K by :func:`_sliced`, or unsplit in clusters
+    of 2 sharing B where B's rows are 16-byte aligned but off 128-byte lines, its M tiles
+    pair up and the pairs still make one wave; None for batched rows (not measured) or where
+    no skinny tile makes one wave."""
+    tile = None if case.batched else _skinny_tile(case)
+    if tile is None:
+        return None
+    config = _sliced(case, tile)
+    clustered = {**config, "cluster": 2}
+    if "split_k" not in config and _rows_aligned(case) and not _b_rows_on_lines(case) and \
+            -(-case.M // config["BM"]) % 2 == 0 and _tiles(case, clustered) <= ONE_WAVE:
+        return clustered
+    return config
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
@@ -643,7 +713,11 @@ PADDED_TILE_MIN_K = 4096
 #   256x176  1536x3080x4096  608.6; 4096^3 728.3 / 764.6 128x256 (767.0)
 # Where they fill no better they lose: 4104x4104x4096 545.6 / 678.3 192x192 (731.2),
 # 1024x2056x4096 322.0 / 474.4 128x192 (612.5). TILE_RATES fitted to the rows above, a
-# little under (0.9, 0.95, 0.98).
+# little under (0.9, 0.95, 0.98). And one tile a block where they make one wave, as
+# ONE_WAVE_TILES (B's rows on lines; session 29, one call, x the tuned configuration before,
+# TFLOP/s, cuBLAS): 256x160 at 512x10240x8192 740.5, 1.22 x 128x128 persistent (743.0),
+# 512x10240x4096 1.23 (711.3), 256x20480x4096 1.27 (702.3), 768x6400x4096 1.23 (679.6),
+# 1024x5120x8192 1.05 x 128x160 in clusters (753.8), 1024x5120x4096 1.02 (713.5).
 STRIP_TILES = tuple(dict(BM=256, BN=bn, BK=64, stages=3, warpgroup_rows=128)
                     for bn in (144, 160, 176))
 # Tiles taken in persistent clusters of 2 wherever they fill the rounds better (B's rows on
@@ -711,18 +785,18 @@ ONE_WAVE_CLUSTER_TILES = {(128, 192)}
 
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     """``tile`` with its schedule for the case: PADDED_TILES in MULTICAST where they pay
-    (:func:`_padded_tile_pays`), STRIP_TILES where B is shared in clusters (the only case
-    measured); CLUSTER_TILES in MULTICAST (over more than one wave only with every row
-    16-byte aligned); ONE_WAVE_TILES one tile a block where they make one wave, B's rows on
-    lines and K from ONE_WAVE_MIN_K; one tile a block in one wave (in clusters of
+    (:func:`_padded_tile_pays`), STRIP_TILES in MULTICAST where B is shared in clusters;
+    CLUSTER_TILES in MULTICAST (over more than one wave only with every row 16-byte
+    aligned); ONE_WAVE_TILES and the other STRIP_TILES one tile a block where they make one
+    wave, B's rows on lines and K from ONE_WAVE_MIN_K; one tile a block in one wave (in clusters of
     2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
     if tile in PADDED_TILES:
         return {**tile, **MULTICAST} if _padded_tile_pays(case, tile) else None
-    if tile in STRIP_TILES:
-        return {**tile, **MULTICAST} if _b_shared_in_clusters(case) else None
-    if tile in ONE_WAVE_TILES:
+    if tile in STRIP_TILES and _b_shared_in_clusters(case):
+        return {**tile, **MULTICAST}
+    if tile in STRIP_TILES or tile in ONE_WAVE_TILES:
         return dict(tile) if _tiles(case, tile) <= ONE_WAVE and _b_rows_on_lines(case) and \
             case.K >= ONE_WAVE_MIN_K else None
     if tile in CLUSTER_TILES:
@@ -742,8 +816,10 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
 
 
 def _one_wave_tile(case: Case, config: dict[str, Any]) -> bool:
-    """Whether ``config`` is one of ONE_WAVE_TILES as :func:`_scheduled` gives it."""
-    return any(config == _scheduled(case, tile) for tile in ONE_WAVE_TILES)
+    """Whether ``config`` is one of ONE_WAVE_TILES or STRIP_TILES one tile a block in one
+    wave, as :func:`_scheduled` gives them."""
+    return not config.get("cluster") and \
+        any(config == _scheduled(case, tile) for tile in (*ONE_WAVE_TILES, *STRIP_TILES))
 
 
 def _padded_tile_pays(case: Case, tile: dict[str, Any]) -> bool:
@@ -790,11 +866,12 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)
 MIN_SLICE_STEPS = 64
 SPLIT_GAIN = 1.1
-# But up to this M the small class's 64x128 tiles are split themselves: B's bytes bound the
-# product, and 128-row tiles would halve the blocks streaming them. H200, f16, one call:
-# 128x4096x11008 64x128 st6 split 2 362.2 TFLOP/s against 301.3 unsplit (cuBLAS 365.8;
-# benchmarks/NOTES.md, session 28).
-M_KEEPS_TILE = 128
+# But up to this M (the skinny products') the 64-row tiles are split themselves: B's bytes
+# bound the product, and 128-row tiles would halve the blocks streaming them. H200, f16, one
+# call: 128x4096x11008 64x128 st6 split 2 362.2 TFLOP/s against 301.3 unsplit (cuBLAS 365.8;
+# benchmarks/NOTES.md, session 28); 192x4096x11008 64x128 unsplit (96 blocks) 434.9 against
+# 379.4 for 128x128 split 2 (session 29).
+M_KEEPS_TILE = SKINNY_M
 
 
 def _wave_fill(blocks: int) -> float:
