@@ -409,6 +409,21 @@ def test_whole_round_tiles_over_several_rounds(shape, tile, schedule, name, dtyp
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("tile", [*tuning.SKINNY_TILES, *tuning.STRIP_TILES],
+                         ids=lambda tile: f"{tile['BM']}x{tile['BN']}")
+@pytest.mark.parametrize("shape", [(96, 3000, 1100), (200, 4104, 520), (1000, 1003, 300)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_skinny_and_strip_tiles_one_a_block(shape, tile, name, dtype):
+    """tuning.SKINNY_TILES (64x192 in six stages, 64x256 in four, one consumer warpgroup)
+    and the STRIP_TILES (256 rows in 128-row warpgroups) one tile a block, as the bench runs
+    them in one wave: 96 and 200 rows leave the last M tile part empty (a 256-row one mostly
+    past M), 3000 and 1003 columns the last N tile, 1003 and 4104 put B's rows off 128-byte
+    lines, 1100 and 300 make a ragged last K step."""
+    run_and_check(name, dtype, shape, **tile)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 @pytest.mark.parametrize("cluster", [1, 2], ids=["alone", "cluster2"])
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 2056, 1000), (1536, 2112, 520)],
                          ids=lambda s: "x".join(map(str, s)))
