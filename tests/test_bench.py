@@ -1037,13 +1037,15 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     space = bench.autotune_space(Case(4096, 4096, 4096, "bf16"), {}, "sm_90a")
     blocks = {(c["BM"], c["BN"], c["BK"]) for c in space}
     assert (128, 256, 64) in blocks and (256, 128, 64) in blocks and (64, 128, 64) in blocks
-    # And the tiles for whole rounds, in their own stages (and warpgroups).
+    # And the tiles for whole rounds and the skinny products' one wave, in their own stages
+    # (and warpgroups).
     whole_round = {(256, 64, 4, None), (128, 128, 6, None)}
     assert {(c["BM"], c["BN"], c["stages"], c.get("warpgroup_rows")) for c in space
             if c["BN"] in (192, 144, 160, 176, 208, 224, 240) or
             (c["BM"], c["BN"], c["stages"], c.get("consumers")) in whole_round} == \
         {(tile["BM"], tile["BN"], tile["stages"], tile.get("warpgroup_rows"))
-         for tile in tuning.WHOLE_ROUND_TILES}
+         for tile in tuning.WHOLE_ROUND_TILES} | {(64, 192, 6, None)}
+    assert all(any(tile.items() <= c.items() for c in space) for tile in tuning.SKINNY_TILES)
     assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]), Options(
         arch="sm_90a", warpgroup_rows=c.get("warpgroup_rows", 64))) is None for c in space)
     assert {c["stages"] for c in space} == {3, 4, 6}

@@ -26,7 +26,7 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     """A small space for ``tilec bench --autotune``, without the knobs fixed on the command
     line (the autotuner takes those beside the space). Short M gets short block tiles; on
     sm_90a the f16/bf16 rows search wgmma's tiles (BM / 64 consumer warpgroups, BN up to
-    256, BK 64; 192x192 and 128x192 too), the ring depth, the raster group and the
+    256, BK 64; 192x192, 128x192 and 64x192 too), the ring depth, the raster group and the
     schedule: one tile a block, a persistent block, a cluster of two sharing B, persistent
     clusters, or (64-row tiles) pingpong consumers; and with consumer warpgroups of 128
     rows, 256x128 tiles and the whole-round ones (256x64, 256x144 to 256x176) under the four
@@ -50,11 +50,13 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         from tilec.families.wgmma import FAMILY as WGMMA
         from tilec.options import Options
         # And the tiles that fill whole rounds where the others do not (WHOLE_ROUND_TILES:
-        # 192x192 in three consumer warpgroups, 128x192, the padded ones), in their stages.
+        # 192x192 in three consumer warpgroups, 128x192, the padded ones) and the skinny
+        # products' one wave (SKINNY_TILES: 64x192), in their stages.
         tiles = [config for config in [*search_space(
                      BM=(64, 128, 256), BN=(128, 256), BK=(64,), stages=(3, 4, 6),
                      raster_group=(8, 16)),
-                     *_searched(t for t in WHOLE_ROUND_TILES if "warpgroup_rows" not in t)]
+                     *_searched(t for t in (*WHOLE_ROUND_TILES, *SKINNY_TILES)
+                                if "warpgroup_rows" not in t)]
                  if WGMMA.block_problem((config["BM"], config["BN"], config["BK"]),
                                         Options(arch=arch)) is None]
         space = [{**config, **schedule} for config in tiles for schedule in schedules]
