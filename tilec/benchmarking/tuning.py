@@ -508,7 +508,7 @@ def _skinny_tile(case: Case) -> Optional[dict[str, Any]]:
 # pair half empty) 0.89 and 300x3000x8192 (64x128: 6 M tiles in pairs, 144 blocks) 0.84.
 def _skinny(case: Case) -> Optional[dict[str, Any]]:
     """:func:`_skinny_tile`'s tile split along K by :func:`_sliced`, or unsplit in clusters
-    of 2 sharing B where B's rows are 16-byte aligned but off 128-byte lines, its M tiles
+    of 2 sharing B where :func:`_b_rows_off_lines`, its M tiles
     pair up and the pairs still make one wave; None for batched rows (not measured) or where
     no skinny tile makes one wave."""
     tile = None if case.batched else _skinny_tile(case)
@@ -516,7 +516,7 @@ def _skinny(case: Case) -> Optional[dict[str, Any]]:
         return None
     config = _sliced(case, tile)
     clustered = {**config, "cluster": 2}
-    if "split_k" not in config and _rows_aligned(case) and not _b_rows_on_lines(case) and \
+    if "split_k" not in config and _b_rows_off_lines(case) and \
             -(-case.M // config["BM"]) % 2 == 0 and _tiles(case, clustered) <= ONE_WAVE:
         return clustered
     return config
@@ -591,11 +591,17 @@ def _b_rows_on_lines(case: Case) -> bool:
     return case.N * DType.parse(case.dtype).bytes % ROW_ALIGN_BYTES == 0
 
 
+def _b_rows_off_lines(case: Case) -> bool:
+    """Whether every row is 16-byte aligned (TMA reads them in place) but B's are off
+    128-byte lines, so that a box of B straddles lines unless a cluster shares it."""
+    return _rows_aligned(case) and not _b_rows_on_lines(case)
+
+
 def _b_shared_in_clusters(case: Case) -> bool:
-    """Whether a cluster of 2 should share B: the rows aligned, B's off 128-byte lines, M at
-    least MULTICAST_MIN_M and K at least MULTICAST_MIN_K."""
-    return _rows_aligned(case) and not _b_rows_on_lines(case) \
-        and case.M >= MULTICAST_MIN_M and case.K >= MULTICAST_MIN_K
+    """Whether a cluster of 2 should share B: :func:`_b_rows_off_lines`, M at least
+    MULTICAST_MIN_M and K at least MULTICAST_MIN_K."""
+    return _b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M and \
+        case.K >= MULTICAST_MIN_K
 
 
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
