@@ -1013,10 +1013,11 @@ def test_every_tuned_configuration_compiles_on_its_target(arch):
     # One M tile as deep as M where its blocks are enough (tuning.SHORT_TILES).
     ((64, 12288, 4096), dict(BM=64, BN=128, BK=64, stages=6)),  # wgmma: 96 blocks
     ((48, 8192, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
-    ((64, 4096, 11008), dict(BM=64, BN=128, BK=64, stages=6, split_k=2)),  # 32 tiles x 2
+    # 32 tiles in four short slices each (level with two: tuning.SHORT_SLICE_STEPS).
+    ((64, 4096, 11008), dict(BM=64, BN=128, BK=64, stages=6, split_k=4)),
     ((32, 12288, 4096), dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 4))),  # 192 blocks
+    ((64, 2048, 4096), dict(BM=64, BN=128, BK=64, stages=6, split_k=4)),  # 16 tiles x 4
     # Too few blocks for the deeper tile, or 16 rows: TUNED's 16-row tile.
-    ((64, 2048, 4096), None),  # 16 blocks of 64x128
     ((32, 4096, 11008), None),  # 64 blocks of 32x64, under a wave
     ((16, 8192, 8192), None),
 ], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else "")
@@ -1154,7 +1155,8 @@ def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expect
 
 
 @pytest.mark.parametrize("shape, expected", [
-    # Few tiles over a deep K: slices of at least MIN_SLICE_STEPS steps fill one wave.
+    # Few tiles over a deep K: slices of at least MIN_SLICE_STEPS steps fill one wave, or of
+    # SHORT_SLICE_STEPS where the split tiles fill under SHORT_SLICE_TILES of it.
     ((512, 512, 65536), dict(BM=128, BN=128, BK=64, stages=4, split_k=8)),  # 16 tiles
     ((768, 768, 32768), dict(BM=128, BN=128, BK=64, stages=4, split_k=3)),  # 36: 108 blocks
     ((2048, 1000, 8192), dict(BM=128, BN=256, BK=64, stages=3, split_k=2)),  # the tiled tile
@@ -1163,7 +1165,17 @@ def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expect
     ((512, 4096, 11008), dict(BM=128, BN=128, BK=64, stages=6)),
     # M up to M_KEEPS_TILE splits the small class's own 64x128 tile (B bounds it).
     ((128, 4096, 11008), dict(BM=64, BN=128, BK=64, stages=6, split_k=2)),
-    ((1000, 1000, 16384), dict(BM=128, BN=128, BK=64, stages=4, split_k=2)),  # ragged
+    ((128, 1000, 8192), dict(BM=64, BN=128, BK=64, stages=6, split_k=8)),  # 16 tiles
+    ((300, 1000, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),  # 24 tiles
+    ((500, 1024, 8192), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),  # 32 tiles
+    # ... measured against the skinny tile alone, which fills 61% of the wave here:
+    ((300, 2000, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
+    # ... and against it in clusters of 2, where K takes no two long slices:
+    ((384, 1000, 2048), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),
+    ((1000, 1000, 4096), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),
+    ((1000, 1000, 16384), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),  # a full wave
+    # Short M: B bounds the product, and half a wave of blocks streams it.
+    ((64, 8192, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
     # The tiles fill the SMs already, or the slices would be too short: no split.
     ((1024, 1024, 16384), dict(BM=64, BN=128, BK=64, stages=6)),  # 128 blocks
     ((2048, 2048, 2048), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16)),
@@ -1177,7 +1189,7 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     if config.get("split_k", 1) > 1:
         tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
         assert tiles * config["split_k"] <= tuning.ONE_WAVE
-        assert shape[2] // config["BK"] // config["split_k"] >= tuning.MIN_SLICE_STEPS
+        assert shape[2] // config["BK"] // config["split_k"] >= tuning.SHORT_SLICE_STEPS
         Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"])
     # Batched rows and the llvm backend (no wgmma) are not split.
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")

@@ -386,7 +386,10 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
                             pack="off", misaligned_copy="words", misaligned_store="rows")
             # A deep K: wgmma's split-K where it fills the GPU (_sliced), else the skinny
             # products' tiles (their M aside: these are few tiles whatever the sizes).
-            sliced = _sliced(case, dict(SPLIT_TILE))
+            # Slices measured against the skinny tile, unsplit, where there is one.
+            skinny_tile = _skinny_tile(case)
+            sliced = _sliced(case, skinny_tile or dict(SPLIT_TILE), skinny_tile is not None
+                             and _clusters_pay(case, skinny_tile))
             if "split_k" in sliced:
                 return sliced
             skinny = _skinny(case)
@@ -440,7 +443,8 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
 # benchmarks/NOTES.md, session 28), and so does a product too narrow for the deeper tile's
 # blocks (split or not) to make the entry's least count, each streaming its B columns alone:
 # 32x4096x11008 (64 blocks of 32x64) 82.0 against 89.0, 24x8192x8192 (128) 88.4 / 88.1,
-# 64x2048x4096 (16 of 64x128) 63.9 / 75.4.
+# 64x2048x4096 (16 of 64x128, unsplit then) 63.9 / 75.4; in four short slices (session 30:
+# SHORT_SLICE_STEPS) 82.6 / 75.9 (80.3), 64x2000x4096 80.5 / 67.0 (78.0).
 SHORT_TILES = ((32, dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 4)), ONE_WAVE + 1),
                (SHORT_M, dict(BM=64, BN=128, BK=64, stages=6), ONE_WAVE // 4))
 SHORT_TUNED_ROWS = 16
@@ -514,12 +518,16 @@ def _skinny(case: Case) -> Optional[dict[str, Any]]:
     tile = None if case.batched else _skinny_tile(case)
     if tile is None:
         return None
-    config = _sliced(case, tile)
-    clustered = {**config, "cluster": 2}
-    if "split_k" not in config and _b_rows_off_lines(case) and \
-            -(-case.M // config["BM"]) % 2 == 0 and _tiles(case, clustered) <= ONE_WAVE:
-        return clustered
-    return config
+    clusters = _clusters_pay(case, tile)
+    config = _sliced(case, tile, clusters)
+    return {**config, "cluster": 2} if clusters and "split_k" not in config else config
+
+
+def _clusters_pay(case: Case, tile: dict[str, Any]) -> bool:
+    """Whether the skinny ``tile`` runs in clusters of 2 sharing B, unsplit: B's rows off
+    lines, its M tiles paired, the pairs in one wave."""
+    return _b_rows_off_lines(case) and -(-case.M // tile["BM"]) % 2 == 0 and \
+        _tiles(case, {**tile, "cluster": 2}) <= ONE_WAVE
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
@@ -776,11 +784,11 @@ WHOLE_ROUND_GAIN = 1.05  # a WHOLE_ROUND_TILES tile taken where it scores this o
 WHOLE_ROUND_MIN_K = 2048
 
 
-def _useful_share(case: Case, config: dict[str, Any]) -> float:
-    """The share of the SMs' time ``config``'s tiles spend on the product's elements: one
-    round of ONE_WAVE tiles at a time."""
-    return case.M * case.N / (Waves(_tiles(case, config), ONE_WAVE).count * ONE_WAVE
-                              * config["BM"] * config["BN"])
+def _useful_share(case: Case, config: dict[str, Any], splits: int = 1) -> float:
+    """The share of the SMs' time ``config``'s tiles, each cut into ``splits`` slices along
+    K, spend on the product's elements: one round of ONE_WAVE blocks at a time."""
+    return case.M * case.N * splits / (Waves(_tiles(case, config) * splits, ONE_WAVE).count
+                                       * ONE_WAVE * config["BM"] * config["BN"])
 
 
 # The tiles that run their one wave in clusters of 2 where B's rows are off 128-byte lines.
@@ -857,9 +865,10 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 
 
 # Split-K on sm_90a's wgmma kernels, for few tiles over a deep K: each tile's K loop is cut
-# into slices, blocks of their own (one wave at most), where that fills more of a wave than
-# the tiles alone by SPLIT_GAIN (the slices' meeting costs a partial tile's store and load
-# each), a slice keeping at least MIN_SLICE_STEPS steps. The small class's 64x128 tiles (one
+# into slices, blocks of their own (one wave at most), where that spends more of the SMs'
+# time on the product than the tiles alone by SPLIT_GAIN (the slices' meeting costs a
+# partial tile's store and load each), a slice keeping at least MIN_SLICE_STEPS steps (or
+# SHORT_SLICE_STEPS, below). The small class's 64x128 tiles (one
 # consumer warpgroup) give way to SPLIT_TILE's two. At equal block counts the tiles run level
 # with or without a split: 1024x1024x16384, 128 blocks of 64x128 590 TFLOP/s, 128x128 split 2
 # 600.
@@ -867,13 +876,42 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 # 199 -> 128x128 split 8 515-519 (591-607), split 4 369-376; 512x1024x16384 346 -> split 4
 # 473 (402-407); 768x768x32768 (72 blocks) 410 -> split 3 530 (597), split 2 424;
 # 2048x1024x8192 128x256 (64 blocks) 420 -> split 2 585-588 (713-715); ragged 1000x1000x16384
-# mma.sync 64x64x32 161 -> split 2 375 (561); 500x600x30000 55 -> split 4 292 (466), split 6
+# mma.sync 64x64x32 161 -> split 2 375 (561; the skinny tile's one wave in clusters since
+# session 30, 1.02x split 2 on an H200); 500x600x30000 55 -> split 4 292 (466), split 6
 # (this rule's) 274-277 (468-479).
 # Kept: 1536x1024x8192 (192 blocks) 437 against split 2 431; 1024x1024x8192 544 against 494
 # (benchmarks/NOTES.md, session 17).
 SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)
 MIN_SLICE_STEPS = 64
 SPLIT_GAIN = 1.1
+# Where the split tiles fill at most SHORT_SLICE_TILES of one wave, slices as short as
+# SHORT_SLICE_STEPS: the meeting's cost (each block's partial tile, the last block's sum of
+# them all) weighs less than the idle SMs; unless the tile would run in clusters of 2
+# sharing B (:func:`_clusters_pay`) and K is too shallow for two long slices: clusters beat
+# short slices at K 2048-4096. The gain is counted in useful share, against the skinny tile
+# unsplit where there is one (300x2000x4096: 80 tiles of 64x128 fill as much as 128x128
+# split 2 and ran 1.12x as fast). H200, one call, TFLOP/s, the rule's choice against the
+# long-slice rule's (cuBLAS; benchmarks/NOTES.md, session 30):
+#   128x1000x8192   64x128 split 8 119.8 / split 2 73.9 (147.9); bf16 121.1 / 73.5
+#   128x1024x11008  64x128 split 8 167.3 / split 2 124.9 (188.7)
+#   200x1024x11008  64x128 split 4 242.9 / split 2 192.0 (248.9)
+#   384x1000x11008  128x128 split 5 307.2 / split 2 199.1 (334.0)
+#   384x1024x8192   128x128 split 5 304.1 / 64x128 unsplit 236.0 (278.5)
+#   500x1024x8192   128x128 split 4 358.1 / split 2 287.1 (369.7)
+#   300x1000x4096   128x128 split 4 138.9 / 64x128 unsplit 94.5 (155.2)
+#   128x2048x4096   64x128 split 4 152.9 / unsplit 127.6 (148.5)
+#   64x1000x11008   64x128 split 10 81.1 / 16x64x128 mma.sync 38.7 (98.1)
+#   64x3000x4096    64x128 split 4 100.7 / 16x64x128 59.5 (106.9)
+# and level on 32-48 tiles (48x4096x11008 split 4 0.98 of split 2, 192x2000x2048 split 2
+# 1.01 of unsplit). Against: the tiles alone filling half a wave (64x8192x4096 split 2 164.7
+# against 190.1 unsplit), and clusters (256x1000x2048 split 2 79.0 against 86.0 for 64x128
+# in clusters; 384x1000x2048 128x128 split 2 0.80, 1000x1000x4096 0.91, 500x1000x4096
+# split 4 0.96). On 19 shapes it was not fitted to, f16, x the long-slice rule's choice:
+# 0.97 (384x1024x4096) to 1.89 (48x1000x8192), 1.00-1.02 where it drops a long split for
+# the skinny tile's one wave (1000x1024x16384, 1000x1000x16384 in clusters), 0.98 at
+# 500x2048x16384.
+SHORT_SLICE_STEPS = 16
+SHORT_SLICE_TILES = 0.4
 # But up to this M (the skinny products') the 64-row tiles are split themselves: B's bytes
 # bound the product, and 128-row tiles would halve the blocks streaming them. H200, f16, one
 # call: 128x4096x11008 64x128 st6 split 2 362.2 TFLOP/s against 301.3 unsplit (cuBLAS 365.8;
@@ -882,31 +920,39 @@ SPLIT_GAIN = 1.1
 M_KEEPS_TILE = SKINNY_M
 
 
-def _wave_fill(blocks: int) -> float:
-    """The share of the SMs' time a grid of ``blocks`` equal blocks keeps busy."""
-    return Waves(blocks, ONE_WAVE).fill
-
-
-def _sliced(case: Case, config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` (one tile a block), or a split-K configuration whose blocks fill the waves
-    better by SPLIT_GAIN (in SPLIT_TILE where ``config``'s is smaller, but for M of at most
-    M_KEEPS_TILE rows)."""
-    from tilec.options import MAX_SPLIT_K
-
+def _sliced(case: Case, config: dict[str, Any], clusters: bool = False) -> dict[str, Any]:
+    """``config`` (one tile a block), or a split-K configuration (in SPLIT_TILE where
+    ``config``'s tile is smaller, but for M of at most M_KEEPS_TILE rows) whose blocks spend
+    a larger share of the SMs' time on the product by SPLIT_GAIN, in slices of
+    MIN_SLICE_STEPS steps at least; of SHORT_SLICE_STEPS where the split tiles fill at most
+    SHORT_SLICE_TILES of a wave, unless ``config`` would run in clusters of 2 (``clusters``)
+    and K is too shallow for two long slices."""
     if case.batched or config.get("persistent"):
         return config
     keep_tile = case.M <= M_KEEPS_TILE
     tile = SPLIT_TILE if config["BM"] * config["BN"] < 128 * 128 and not keep_tile else \
         {key: config[key] for key in ("BM", "BN", "BK", "stages")}
+    short = _tiles(case, tile) <= SHORT_SLICE_TILES * ONE_WAVE and \
+        (not clusters or case.K >= 2 * MIN_SLICE_STEPS * tile["BK"])
+    splits = _splits(case, config, tile, SHORT_SLICE_STEPS if short else MIN_SLICE_STEPS)
+    return dict(tile, split_k=splits) if splits > 1 else config
+
+
+def _splits(case: Case, config: dict[str, Any], tile: dict[str, Any], min_steps: int) -> int:
+    """The slices of ``tile`` (one wave at most, each of ``min_steps`` steps at least) that
+    spend the largest share of the SMs' time on the product (:func:`_useful_share`), if
+    larger by SPLIT_GAIN than ``config``'s tiles' unsplit; else 1."""
+    from tilec.options import MAX_SPLIT_K
+
     # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)
     # were not measured to pay.
-    most = min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // MIN_SLICE_STEPS,
+    most = min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // min_steps,
                ONE_WAVE // _tiles(case, tile))
-    best_fill, best = _wave_fill(_tiles(case, config)) * SPLIT_GAIN, 1
+    best_share, best = _useful_share(case, config) * SPLIT_GAIN, 1
     for splits in range(2, most + 1):
-        if _wave_fill(_tiles(case, tile) * splits) > best_fill:
-            best_fill, best = _wave_fill(_tiles(case, tile) * splits), splits
-    return dict(tile, split_k=best) if best > 1 else config
+        if _useful_share(case, tile, splits) > best_share:
+            best_share, best = _useful_share(case, tile, splits), splits
+    return best
 
 
 def _tiles(case: Case, config: dict[str, Any]) -> int:
