@@ -211,6 +211,12 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" BM=128 BN=256 BK=64 --stages 3 \
             --persistent --stream-k
     done
+    # The tuning's short slices in the skinny six-stage tile: 16 slices of 5 steps over 65
+    # (3 of them empty), the last block adding all 16 partials before the fused epilogue.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 M=130,N=1030,K=4100 BM=64 BN=128 BK=64 --stages 6 \
+            --split-k 16
+    done
     # wgmma's register form (the wgmma_rs family): int8 weights as A, loaded and converted
     # by the consumers while earlier wgmmas read their other register set. The w8a16
     # sample as written (BK 128: the swap_product pass transposes it), one tile a block

@@ -374,6 +374,9 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     # consumer warpgroup of 64 rows split along K at 40 rows, 128x128 in six stages.
     case("gemm_epilogue", "f16", "sm_90a", (("M", 40), ("N", 1003), ("K", 3000)), BM=64,
          BN=128, BK=64, stages=6, split_k=2),
+    # ... and its short slices (tuning.SHORT_SLICE_STEPS): 16 of 5 steps, 3 of them empty.
+    case("gemm_epilogue", "bf16", "sm_90a", (("M", 130), ("N", 1030), ("K", 4100)), BM=64,
+         BN=128, BK=64, stages=6, split_k=16),
     case("matmul", "bf16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=6),
     # The skinny tiles (tuning.SKINNY_TILES): one consumer warpgroup of m64n192 in six
     # stages, of m64n256 under a fused epilogue (with ragged edges, that one spills 8-188
