@@ -487,22 +487,24 @@ def test_a_case_that_crashes_is_reported_and_the_sweep_goes_on():
 
 def test_the_autotune_space_fits_the_shape_and_leaves_out_fixed_knobs():
     general = bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})
-    assert len(general) == 16
+    assert len(general) == 17  # the tuned configuration, then 2 BM x 2 BN x 2 BK x 2 stages
+    assert general[0] == tuning.tuned_config(Case(4096, 4096, 4096, "f16"))
     assert {(c["BM"], c["BN"]) for c in general} == {(64, 128), (64, 256), (128, 128),
                                                      (128, 256)}
     assert all("split_k" not in c for c in general)  # enough output tiles without it
     skinny = bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
     assert {c["BM"] for c in skinny} == {16}
-    assert {c["split_k"] for c in skinny} == {1, 2, 4, 8}
+    assert {c.get("split_k", 1) for c in skinny} == {1, 2, 4, 8}
     fixed = bench.autotune_space(Case(40, 512, 512, "f16"), {"stages": 4, "BK": 64,
                                                              "split_k": 2})
     assert {c["BM"] for c in fixed} == {16, 32, 64}
     assert all("stages" not in c and "BK" not in c and "split_k" not in c for c in fixed)
-    assert len(fixed) == 9  # 3 BM x 3 BN, repeats dropped
+    # The tuned 16x64 tile with its warps, then 3 BM x 3 BN, repeats dropped.
+    assert len(fixed) == 10 and fixed[0] == dict(BM=16, BN=64, warps=(1, 4))
     from tilec.tools.autotune import prune
     kept, _ = prune([{"BK": 64, "stages": 4, "split_k": 2, **c} for c in fixed], "f16",
                     "sm_90")
-    assert len(kept) == 9
+    assert len(kept) == 10
 
 
 def test_the_sample_is_retyped_and_its_tiling_described():
@@ -1032,6 +1034,35 @@ def test_sm_90a_gives_short_m_one_tile_as_deep_as_m(shape, expected):
         assert (config["BM"], config["BN"]) == (16, 64)
 
 
+@pytest.mark.parametrize("shape, arch", [
+    ((4096, 4096, 4096), "sm_90a"), ((128, 1000, 8192), "sm_90a"), ((64, 3000, 4096), "sm_90a"),
+    ((1000, 1000, 4096), "sm_90a"), ((1000, 1003, 77), "sm_90a"), ((16, 8192, 8192), "sm_90a"),
+    ((4096, 4096, 4096), "sm_80"), ((1000, 1003, 77), "sm_86"),
+], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else value)
+def test_the_autotune_space_starts_with_the_tuned_configuration(shape, arch):
+    """Autotuning never ends on a configuration slower than the default: the tuned one is
+    timed first (the search's grid holds neither 4096^3's persistent raster nor the splits
+    and clusters of the few-tile rules); knobs given beside the space leave it."""
+    case = Case(*shape, "f16")
+    tuned = tuning.tuned_config(case, arch)
+    assert bench.autotune_space(case, {}, arch)[0] == tuned
+    fixed = bench.autotune_space(case, {"stages": 3}, arch)
+    assert fixed[0] == {k: v for k, v in tuned.items() if k != "stages"}
+
+
+def test_the_sm_90a_autotune_space_splits_few_tiles_along_k():
+    """Where the tiles alone leave SMs idle, SPLIT_TILE and the 64x128 tile in
+    SEARCHED_SPLITS slices: one wave at most, slices of SHORT_SLICE_STEPS steps at least."""
+    space = bench.autotune_space(Case(128, 1000, 8192, "f16"), {}, "sm_90a")
+    splits = {(c["BM"], c["BN"], c["split_k"]) for c in space if c.get("split_k", 1) > 1}
+    # 8 tiles of 128x128 (16 slices: 128 blocks of 8 steps, too short); 16 of 64x128.
+    assert splits == {(128, 128, s) for s in (2, 3, 4, 6, 8)} | \
+        {(64, 128, s) for s in (2, 3, 4, 6, 8)}
+    # A wave of tiles already, or batched rows: no splits.
+    for case in (Case(4096, 4096, 4096, "f16"), Case(128, 1000, 8192, "f16", batch=4)):
+        assert not any(c.get("split_k", 1) > 1 for c in bench.autotune_space(case, {}, "sm_90a"))
+
+
 def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     from tilec.families.wgmma import FAMILY as WGMMA
     from tilec.options import Options
@@ -1080,9 +1111,13 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     batched = bench.autotune_space(Case(1024, 1024, 1024, "f16", batch=32), {}, "sm_90a")
     assert not any(c.get("consumers") == "pingpong" for c in batched)
     assert any(c.get("warpgroup_rows") == 128 for c in batched)
-    # Short M and f32 keep their spaces; so does every dtype on other targets.
-    assert bench.autotune_space(Case(16, 8192, 8192, "f16"), {}, "sm_90a") == \
-        bench.autotune_space(Case(16, 8192, 8192, "f16"), {})
+    # Short M keeps its space, with the wgmma tiles split along K beside it; so does every
+    # dtype on other targets, without them.
+    short = Case(16, 8192, 8192, "f16")
+    extra = [c for c in bench.autotune_space(short, {}, "sm_90a")
+             if c not in bench.autotune_space(short, {})]
+    assert extra and all(c["split_k"] > 1 and (c["BM"], c["BN"]) in ((64, 128), (128, 128))
+                         for c in extra)
     assert bench.autotune_space(Case(4096, 4096, 4096, "f16"), {}, "sm_90") == \
         bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})
 

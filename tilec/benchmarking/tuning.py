@@ -32,7 +32,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     rows, 256x128 tiles and the whole-round ones (256x64, 256x144 to 256x176) under the four
     schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched rows try
     the four schedules but pingpong, their clusters pairing M tiles within each batch); with
-    a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces."""
+    a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces. On wgmma, f16 and
+    bf16 products not batched also try :func:`_split_candidates`; every space starts with
+    the tuned configuration (:func:`tuned_config`)."""
     from tilec.tools.autotune import search_space
     schedules = SM90A_SCHEDULES
     wgmma = on_wgmma(arch, backend)
@@ -89,12 +91,34 @@ def autotune_space(case: Case, fixed: dict[str, Any],
                              split_k=(1, 2, 4, 8))
     else:
         space = search_space(BM=(64, 128), BN=(128, 256), BK=(32, 64), stages=(3, 4))
+    if wgmma and FAMILY[case.dtype] == "mma" and not case.batched:
+        space += _split_candidates(case)
+    # The tuned configuration first: autotuning never ends on one slower than the default
+    # (the search's grid holds neither the split nor, at 4096^3, the persistent raster).
+    space.insert(0, tuned_config(case, arch, backend, fixed.get("fp8_accumulation", "fast")))
     trimmed: list[dict[str, Any]] = []
     for config in space:
         config = {knob: value for knob, value in config.items() if knob not in fixed}
         if config not in trimmed:
             trimmed.append(config)
     return trimmed
+
+
+# The slice counts the autotuner tries on wgmma where the tiles leave SMs idle.
+SEARCHED_SPLITS = (2, 3, 4, 6, 8, 12, 16)
+
+
+def _split_candidates(case: Case) -> list[dict[str, Any]]:
+    """SPLIT_TILE and the short and skinny products' 64x128 tile split along K in
+    SEARCHED_SPLITS slices, where the tiles alone make less than a wave: one wave at most,
+    slices of SHORT_SLICE_STEPS steps at least (as :func:`_sliced` cuts them)."""
+    candidates = []
+    for tile in (SPLIT_TILE, SHORT_TILES[-1][1]):
+        steps = -(-case.K // tile["BK"])
+        candidates += [{**tile, "split_k": splits} for splits in SEARCHED_SPLITS
+                       if _tiles(case, tile) * splits <= ONE_WAVE and
+                       steps // splits >= SHORT_SLICE_STEPS]
+    return candidates
 
 
 def _searched(tiles: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
