@@ -408,17 +408,15 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
                 # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
                 return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
                             pack="off", misaligned_copy="words", misaligned_store="rows")
-            # A deep K: wgmma's split-K where it fills the GPU (_sliced), else the skinny
-            # products' tiles (their M aside: these are few tiles whatever the sizes).
-            # Slices measured against the skinny tile, unsplit, where there is one.
-            skinny_tile = _skinny_tile(case)
-            sliced = _sliced(case, skinny_tile or dict(SPLIT_TILE), skinny_tile is not None
-                             and _clusters_pay(case, skinny_tile))
-            if "split_k" in sliced:
-                return sliced
-            skinny = _skinny(case)
+            # A deep K: the skinny products' tiles (their M aside: these are few tiles
+            # whatever the sizes), split along K (past SKINNY_M rows in SPLIT_TILE) or in
+            # clusters; else SPLIT_TILE split where it fills the GPU (_sliced).
+            skinny = _skinny(case) if case.M > SKINNY_M else None
             if skinny is not None:
                 return skinny
+            sliced = _sliced(case, dict(SPLIT_TILE))
+            if "split_k" in sliced:
+                return sliced
             return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
     config = dict(TUNED[family, problem])
     if (family, problem) == ("wgmma", "short") and not case.batched:
