@@ -112,13 +112,9 @@ def _split_candidates(case: Case) -> list[dict[str, Any]]:
     """SPLIT_TILE and the short and skinny products' 64x128 tile split along K in
     SEARCHED_SPLITS slices, where the tiles alone make less than a wave: one wave at most,
     slices of SHORT_SLICE_STEPS steps at least (as :func:`_sliced` cuts them)."""
-    candidates = []
-    for tile in (SPLIT_TILE, SHORT_TILES[-1][1]):
-        steps = -(-case.K // tile["BK"])
-        candidates += [{**tile, "split_k": splits} for splits in SEARCHED_SPLITS
-                       if _tiles(case, tile) * splits <= ONE_WAVE and
-                       steps // splits >= SHORT_SLICE_STEPS]
-    return candidates
+    return [{**tile, "split_k": splits} for tile in (SPLIT_TILE, SHORT_TILES[-1][1])
+            for splits in SEARCHED_SPLITS
+            if splits <= _most_slices(case, tile, SHORT_SLICE_STEPS)]
 
 
 def _searched(tiles: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -534,9 +530,8 @@ def _skinny_tile(case: Case) -> Optional[dict[str, Any]]:
 # pair half empty) 0.89 and 300x3000x8192 (64x128: 6 M tiles in pairs, 144 blocks) 0.84.
 def _skinny(case: Case) -> Optional[dict[str, Any]]:
     """:func:`_skinny_tile`'s tile split along K by :func:`_sliced`, or unsplit in clusters
-    of 2 sharing B where :func:`_b_rows_off_lines`, its M tiles
-    pair up and the pairs still make one wave; None for batched rows (not measured) or where
-    no skinny tile makes one wave."""
+    of 2 sharing B where :func:`_clusters_pay`; None for batched rows (not measured) or
+    where no skinny tile makes one wave."""
     tile = None if case.batched else _skinny_tile(case)
     if tile is None:
         return None
@@ -961,20 +956,24 @@ def _sliced(case: Case, config: dict[str, Any], clusters: bool = False) -> dict[
 
 
 def _splits(case: Case, config: dict[str, Any], tile: dict[str, Any], min_steps: int) -> int:
-    """The slices of ``tile`` (one wave at most, each of ``min_steps`` steps at least) that
-    spend the largest share of the SMs' time on the product (:func:`_useful_share`), if
-    larger by SPLIT_GAIN than ``config``'s tiles' unsplit; else 1."""
-    from tilec.options import MAX_SPLIT_K
-
-    # One wave at most: slices in a second wave (768x768x32768 split 4, 144 blocks: 369)
-    # were not measured to pay.
-    most = min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // min_steps,
-               ONE_WAVE // _tiles(case, tile))
+    """The slices of ``tile`` (up to :func:`_most_slices`) that spend the largest share of
+    the SMs' time on the product (:func:`_useful_share`), if larger by SPLIT_GAIN than
+    ``config``'s tiles' unsplit; else 1."""
     best_share, best = _useful_share(case, config) * SPLIT_GAIN, 1
-    for splits in range(2, most + 1):
-        if _useful_share(case, tile, splits) > best_share:
-            best_share, best = _useful_share(case, tile, splits), splits
+    for splits in range(2, _most_slices(case, tile, min_steps) + 1):
+        share = _useful_share(case, tile, splits)
+        if share > best_share:
+            best_share, best = share, splits
     return best
+
+
+def _most_slices(case: Case, tile: dict[str, Any], min_steps: int) -> int:
+    """The most slices ``tile``'s K loop may be cut into: each of ``min_steps`` steps at
+    least, all the blocks in one wave (slices in a second wave, 768x768x32768 split 4, 144
+    blocks: 369, were not measured to pay)."""
+    from tilec.options import MAX_SPLIT_K
+    return min(MAX_SPLIT_K, -(-case.K // tile["BK"]) // min_steps,
+               ONE_WAVE // _tiles(case, tile))
 
 
 def _tiles(case: Case, config: dict[str, Any]) -> int:
