@@ -1051,13 +1051,16 @@ def test_the_autotune_space_starts_with_the_tuned_configuration(shape, arch):
 
 
 def test_the_sm_90a_autotune_space_splits_few_tiles_along_k():
-    """Where the tiles alone leave SMs idle, SPLIT_TILE and the 64x128 tile in
-    SEARCHED_SPLITS slices: one wave at most, slices of SHORT_SLICE_STEPS steps at least."""
+    """Where the tiles alone leave SMs idle, SPLIT_TILES in SEARCHED_SPLITS slices: one wave
+    at most, slices of SHORT_SLICE_STEPS steps at least."""
     space = bench.autotune_space(Case(128, 1000, 8192, "f16"), {}, "sm_90a")
     splits = {(c["BM"], c["BN"], c["split_k"]) for c in space if c.get("split_k", 1) > 1}
-    # 8 tiles of 128x128 (16 slices: 128 blocks of 8 steps, too short); 16 of 64x128.
-    assert splits == {(128, 128, s) for s in (2, 3, 4, 6, 8)} | \
-        {(64, 128, s) for s in (2, 3, 4, 6, 8)}
+    # 8 tiles of 128x128 (16 slices: 128 blocks of 8 steps, too short), 16 of 64x128, 8 of
+    # 192x128 and of 256x128, 6 of 192x192: 128 steps, 8 slices at most.
+    assert splits == {(bm, bn, s) for bm, bn in ((128, 128), (64, 128), (192, 128), (256, 128),
+                                                  (192, 192)) for s in (2, 3, 4, 6, 8)}
+    assert all(c.get("warpgroup_rows") == 128 for c in space
+               if c.get("split_k", 1) > 1 and c["BM"] == 256)
     # A wave of tiles already, or batched rows: no splits.
     for case in (Case(4096, 4096, 4096, "f16"), Case(128, 1000, 8192, "f16", batch=4)):
         assert not any(c.get("split_k", 1) > 1 for c in bench.autotune_space(case, {}, "sm_90a"))
@@ -1116,7 +1119,8 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     short = Case(16, 8192, 8192, "f16")
     extra = [c for c in bench.autotune_space(short, {}, "sm_90a")
              if c not in bench.autotune_space(short, {})]
-    assert extra and all(c["split_k"] > 1 and (c["BM"], c["BN"]) in ((64, 128), (128, 128))
+    split_tiles = {(tile["BM"], tile["BN"]) for tile in tuning.SPLIT_TILES}
+    assert extra and all(c["split_k"] > 1 and (c["BM"], c["BN"]) in split_tiles
                          for c in extra)
     assert bench.autotune_space(Case(4096, 4096, 4096, "f16"), {}, "sm_90") == \
         bench.autotune_space(Case(4096, 4096, 4096, "f16"), {})
@@ -1160,7 +1164,8 @@ SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
     ((200, 4000, 4096), dict(SKINNY_64x128, cluster=2)),  # 4 x 32 = 128
     ((128, 4104, 4096), dict(SKINNY_64x128, cluster=2)),
     ((192, 6000, 4096), dict(SKINNY_128x128, cluster=2)),  # 2 x 47 = 94
-    ((300, 3000, 8192), SKINNY_64x128),  # 5 M tiles of 64: pairs would make 144 blocks
+    # 5 M tiles of 64: pairs would make 144 blocks (K from 4096, B large: TALL_TILE split).
+    ((300, 3000, 2048), SKINNY_64x128),
     # The ragged small class (under SMALL_TILES tiles of 128x256) whatever M, from
     # ONE_WAVE_MIN_K.
     ((1000, 1003, 4096), SKINNY_64x128),  # rows off 16 bytes: B packed, no cluster
@@ -1229,6 +1234,47 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     # Batched rows and the llvm backend (no wgmma) are not split.
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")
+
+
+TALL = dict(BM=192, BN=128, BK=64, stages=4)
+
+
+@pytest.mark.parametrize("shape, expected", [
+    # 192-row tiles covering M (TALL_M_FILL) over K from TALL_FIT_MIN_K, split to fill most
+    # of the wave: 4 x 8 tiles of 768x1000 in 4 slices, 2 x 16 of 384x2000.
+    ((768, 1000, 8192), dict(TALL, split_k=4)),
+    ((384, 2000, 8192), dict(TALL, split_k=4)),
+    ((768, 2000, 16384), dict(TALL, split_k=2)),
+    # Two rows of them over a large B (TALL_B_ELEMENTS), K from TALL_TWO_ROWS_MIN_K.
+    ((300, 3000, 8192), dict(TALL, split_k=2)),  # 48 tiles: 96 blocks
+    ((300, 2048, 11008), dict(TALL, split_k=4)),
+    ((384, 4104, 4096), dict(TALL, split_k=2)),
+    # Not taken: 8 slices (TALL_MAX_SPLIT) would be needed to fill the wave ...
+    ((384, 1000, 8192), dict(BM=128, BN=128, BK=64, stages=4, split_k=5)),
+    ((300, 1000, 16384), dict(BM=128, BN=128, BK=64, stages=4, split_k=5)),
+    # ... the skinny tile is 64x192 (B's rows on lines) ...
+    ((300, 4096, 4096), dict(BM=64, BN=192, BK=64, stages=6)),
+    # ... four rows of 192 use 78% of theirs, B is small, K is shallow, M is past TALL_MAX_M.
+    ((600, 2000, 8192), dict(BM=128, BN=128, BK=64, stages=6)),
+    ((384, 1024, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),
+    ((300, 3000, 2048), dict(BM=64, BN=128, BK=64, stages=6)),
+    ((1536, 1000, 8192), dict(BM=128, BN=128, BK=64, stages=6, cluster=2)),
+], ids=shape_id)
+def test_sm_90a_takes_tall_tiles_split_along_k_where_they_cover_m(shape, expected):
+    from tilec.options import Options
+    config = tuning.tuned_config(Case(*shape, "f16"), "sm_90a")
+    assert config == expected
+    if (config["BM"], config["BN"]) == (192, 128):
+        rows = -(-shape[0] // 192)
+        assert config["split_k"] <= tuning.TALL_MAX_SPLIT
+        assert tuning.TALL_WAVE_FILL * tuning.ONE_WAVE <= \
+            rows * -(-shape[1] // 128) * config["split_k"] <= tuning.ONE_WAVE
+        assert rows <= 2 or shape[0] >= tuning.TALL_M_FILL * rows * 192
+        Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"])
+    # Batched rows and the llvm backend (no wgmma) keep their own tiles.
+    for other in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                  tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+        assert other.get("BM") != 192
 
 
 @pytest.mark.parametrize("shape, narrow", [

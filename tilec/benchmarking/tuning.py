@@ -109,11 +109,10 @@ SEARCHED_SPLITS = (2, 3, 4, 6, 8, 12, 16)
 
 
 def _split_candidates(case: Case) -> list[dict[str, Any]]:
-    """SPLIT_TILE and the short and skinny products' 64x128 tile split along K in
-    SEARCHED_SPLITS slices, where the tiles alone make less than a wave: one wave at most,
-    slices of SHORT_SLICE_STEPS steps at least (as :func:`_sliced` cuts them)."""
-    return [{**tile, "split_k": splits} for tile in (SPLIT_TILE, SHORT_TILES[-1][1])
-            for splits in SEARCHED_SPLITS
+    """SPLIT_TILES split along K in SEARCHED_SPLITS slices, where the tiles alone make less
+    than a wave: one wave at most, slices of SHORT_SLICE_STEPS steps at least (as
+    :func:`_sliced` cuts them)."""
+    return [{**tile, "split_k": splits} for tile in SPLIT_TILES for splits in SEARCHED_SPLITS
             if splits <= _most_slices(case, tile, SHORT_SLICE_STEPS)]
 
 
@@ -382,6 +381,9 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         skinny = _skinny(case) if SHORT_M < case.M <= SKINNY_M else None
         if skinny is not None:
             return skinny
+        tall = _tall(case) if problem == "ragged" else None
+        if tall is not None:
+            return tall
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
             # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
             # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
@@ -545,6 +547,61 @@ def _clusters_pay(case: Case, tile: dict[str, Any]) -> bool:
     lines, its M tiles paired, the pairs in one wave."""
     return _b_rows_off_lines(case) and -(-case.M // tile["BM"]) % 2 == 0 and \
         _tiles(case, {**tile, "cluster": 2}) <= ONE_WAVE
+
+
+# A tall tile for few tiles over a deep K past the skinny products' rows: 192 rows of the
+# output in three consumer warpgroups, split along K to fill the wave. B is read once per
+# row of tiles, so covering M in fewer, fuller rows of tiles than 64- or 128-row ones
+# reads B fewer times. Taken where its rows of tiles cover M (TALL_M_FILL of their rows
+# used), K from TALL_FIT_MIN_K; or where two of them cover M and B is large
+# (TALL_B_ELEMENTS), K from TALL_TWO_ROWS_MIN_K, unless the skinny tile is wider than 128
+# columns; in both, in TALL_MAX_SPLIT slices at most, filling TALL_WAVE_FILL of a wave at
+# least. H200, f16, one call, x the tuned configuration before (x cuBLAS;
+# benchmarks/NOTES.md, session 31):
+#   covering M   768x1000x8192 split 4 1.15 (1.05), 384x2000x8192 split 4 1.14 (1.10),
+#                768x2000x8192 split 2 1.01 (0.85)
+#   two rows     300x3000x8192 split 2 1.20 (0.72; 192x192 split 4 1.32), 300x3000x16384
+#                1.48 (0.90), 300x4104x8192 1.17 (0.79), 300x2048x11008 split 4 1.06
+#                (0.94), 384x4104x4096 split 2 1.07 (1.05), 384x3000x4096 1.02 (1.00)
+#   and in an earlier call 300x2000x8192 split 4 1.09, 300x3000x4096 split 2 1.07,
+#   300x4000x4096 1.04.
+# Against it: in 8 slices (384x1000x8192 0.86, 300x1000x16384 1.01); the skinny 64x192 tile's
+# one wave (300x4096x4096 0.76); 600x2000x8192 (four rows of 192, 78% used) 0.90,
+# 640x2000x4096 0.90, 500x3000x4096 0.75, 400x2500x8192 0.85. 256x128 in 128-row warpgroups
+# split along K won only at N = 1000 (1000x1000x16384 split 4 1.19, 1024x1000x11008 1.05)
+# and lost elsewhere (1000x1024x8192 0.77, 500x4096x8192 0.82, 500x2000x8192 0.90,
+# 1000x2048x16384 0.89, 512x1000x8192 split 8 0.77): the autotuner tries it
+# (_split_candidates), the rule does not.
+TALL_TILE = dict(BM=192, BN=128, BK=64, stages=4)
+TALL_M_FILL = 0.95
+TALL_FIT_MIN_K = 8192
+TALL_B_ELEMENTS = 12_000_000
+TALL_TWO_ROWS_MIN_K = 4096
+TALL_MAX_SPLIT = 4
+TALL_WAVE_FILL = 0.7
+TALL_MAX_M = 1024  # measured from 300 to 768 rows
+
+
+def _tall(case: Case) -> Optional[dict[str, Any]]:
+    """TALL_TILE split along K where it pays, as measured: M past SKINNY_M up to
+    TALL_MAX_M, the 128x256 tiles in one wave, and its rows of tiles covering M
+    (TALL_M_FILL) with K from TALL_FIT_MIN_K, or two of them covering M with B of
+    TALL_B_ELEMENTS at least and no skinny tile wider than 128 columns, K from
+    TALL_TWO_ROWS_MIN_K; in the most slices (:func:`_most_slices`, SHORT_SLICE_STEPS steps
+    at least) up to TALL_MAX_SPLIT, the blocks filling TALL_WAVE_FILL of a wave; else
+    None."""
+    if case.batched or not SKINNY_M < case.M <= TALL_MAX_M or _large_tiles(case) > ONE_WAVE:
+        return None
+    rows = -(-case.M // TALL_TILE["BM"])
+    covers = case.K >= TALL_FIT_MIN_K and case.M >= TALL_M_FILL * rows * TALL_TILE["BM"]
+    two_rows = case.K >= TALL_TWO_ROWS_MIN_K and rows <= 2 and \
+        case.K * case.N >= TALL_B_ELEMENTS and \
+        (_skinny_tile(case) or TALL_TILE)["BN"] <= TALL_TILE["BN"]
+    splits = min(TALL_MAX_SPLIT, _most_slices(case, TALL_TILE, SHORT_SLICE_STEPS))
+    if not (covers or two_rows) or splits < 2 or \
+            _tiles(case, TALL_TILE) * splits < TALL_WAVE_FILL * ONE_WAVE:
+        return None
+    return dict(TALL_TILE, split_k=splits)
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
@@ -901,6 +958,11 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 SPLIT_TILE = dict(BM=128, BN=128, BK=64, stages=4)
 MIN_SLICE_STEPS = 64
 SPLIT_GAIN = 1.1
+# The tiles the autotuner splits along K (_split_candidates): SPLIT_TILE, the short and
+# skinny products' 64x128, TALL_TILE, 256x128 in 128-row warpgroups and 192x192 (300x3000x8192
+# in 4 slices: 1.32 x the tuned configuration before, 1.10 x TALL_TILE's 2).
+SPLIT_TILES = (SPLIT_TILE, SHORT_TILES[-1][1], TALL_TILE,
+               dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128), WIDE_SQUARE_TILE)
 # Where the split tiles fill at most SHORT_SLICE_TILES of one wave, slices as short as
 # SHORT_SLICE_STEPS: the meeting's cost (each block's partial tile, the last block's sum of
 # them all) weighs less than the idle SMs; unless the tile would run in clusters of 2
