@@ -217,6 +217,14 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" gemm_epilogue f16 M=130,N=1030,K=4100 BM=64 BN=128 BK=64 --stages 6 \
             --split-k 16
     done
+    # The tuning's tall tiles split along K: three consumer warpgroups of 64 rows, and two of
+    # 128 rows, over ragged M, N and K.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 M=300,N=1030,K=4100 BM=192 BN=128 BK=64 --stages 4 \
+            --split-k 4
+        hopper "$tool" gemm_epilogue bf16 M=1000,N=1000,K=4100 BM=256 BN=128 BK=64 \
+            --stages 3 --warpgroup-rows 128 --split-k 4
+    done
     # wgmma's register form (the wgmma_rs family): int8 weights as A, loaded and converted
     # by the consumers while earlier wgmmas read their other register set. The w8a16
     # sample as written (BK 128: the swap_product pass transposes it), one tile a block
