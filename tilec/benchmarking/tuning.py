@@ -6,6 +6,7 @@ case off its table entry where a measured effect says so (rows off 128-byte line
 empty last wave, tiles that fill their rounds, few tiles over a deep K)."""
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Iterable, Optional
 
 from tilec.benchmarking.cases import Case
@@ -329,8 +330,106 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
     summed promoted take tiles with room for the second accumulator set; on a target whose
     shared memory cannot hold a configuration's ring, a shallower one
     (:func:`_within_shared_memory`)."""
-    return _within_shared_memory(case, _tuned(case, arch, backend, fp8_accumulation), arch,
-                                 backend)
+    tuned = _tuned(case, arch, backend, fp8_accumulation)
+    fitted = _within_shared_memory(case, tuned, arch, backend)
+    if fitted is not tuned:
+        _took("_within_shared_memory")
+    return fitted
+
+
+# What each rule that may move a case off its table entry does, as :func:`tuned_rules` names
+# it (the functions and constants are this module's).
+RULES = {
+    "_skinny": "the skinny tile whose one wave spends the most on the product "
+               "(SKINNY_TILES), split along K or in clusters of 2 sharing B where that pays",
+    "_tall": "a 192-row tile split along K, whose rows of tiles read B fewer times "
+             "(TALL_TILE)",
+    "one_step_k": f"all of a shallow K (at most ONE_STEP_K = {ONE_STEP_K}) in one step, "
+                  "misaligned rows read as words and C stored by rows",
+    "few_ragged_tiles": "mma.sync's 64x64x32 tiles, the operands read in place (no pack "
+                        "launch): few ragged tiles over a K too shallow to split",
+    "_short_tile": "one M tile as deep as M (SHORT_TILES), split along K where its tiles "
+                   "fill under a wave",
+    "promoted": "fp8 summed promoted: room for the second accumulator set (PROMOTED_TILED)",
+    "batched_persistent": "persistent blocks over batches x tiles (BATCHED_PERSISTENT)",
+    "batched_tiled": "the batched rows' own tile (BATCHED_TILED)",
+    "shallow_deep_ring": "six stages over many rounds of a shallow K "
+                         "(SHALLOW_DEEP_RING_STAGES)",
+    "one_tile_a_block": "one tile a block: the tiles make one wave, so nothing to run ahead "
+                        "into",
+    "_multicast_for_rows_off_lines": "clusters of 2 sharing B, whose rows are off 128-byte "
+                                     "lines (MULTICAST_TILES)",
+    "_narrower_for_the_last_wave": "128x128 persistent tiles: the wide tiles' last wave "
+                                   "would run nearly empty (NARROW_TILE)",
+    "_tile_for_whole_waves": "a tile that fills its rounds or its one wave better "
+                             "(WHOLE_ROUND_TILES)",
+    "_sliced": "split along K: the tiles alone leave SMs idle (_sliced)",
+    "_within_shared_memory": "a shallower ring: the tuned one does not fit this target's "
+                             "shared memory",
+}
+_TRACE: ContextVar[Optional[list[str]]] = ContextVar("tuning_trace", default=None)
+
+
+def tuned_rules(case: Case, arch: Optional[str] = None, backend: str = "ptx",
+                fp8_accumulation: str = "fast") -> tuple[dict[str, Any], str, list[str]]:
+    """:func:`tuned_config`'s choice, the table entry it started from (``("wgmma",
+    "ragged")``'s key as ``wgmma ragged``) and the RULES that moved it off the entry, in
+    the order they did."""
+    trace: list[str] = []
+    token = _TRACE.set(trace)
+    try:
+        config = tuned_config(case, arch, backend, fp8_accumulation)
+    finally:
+        _TRACE.reset(token)
+    entry = _entry(case, arch, backend)
+    return config, " ".join(entry), trace
+
+
+def describe_tuned(case: Case, arch: Optional[str] = None, backend: str = "ptx",
+                   fp8_accumulation: str = "fast") -> list[str]:
+    """:func:`tuned_rules` in words, a line each: the table entry and its configuration,
+    each rule that moved the case off it, the configuration chosen."""
+    config, entry, rules = tuned_rules(case, arch, backend, fp8_accumulation)
+    family, problem = entry.split()
+    table = TUNED.get((family, problem))
+    lines = [f"{case.shape} {case.dtype} on {arch or 'any target'}: the {problem} class's "
+             f"{family} entry (TUNED), {_words(table) if table else 'none'}"]
+    lines += [f"then {rule}: {RULES[rule]}" for rule in rules]
+    if not rules:
+        lines.append("no rule moved it")
+    lines.append(f"chosen: {_words(config)}")
+    return lines
+
+
+def _words(config: dict[str, Any]) -> str:
+    """``128x256x64, stages 3, persistent, raster_group 16``."""
+    def value_words(value: Any) -> str:
+        return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    tile = "x".join(str(config[knob]) for knob in ("BM", "BN", "BK") if knob in config)
+    rest = [knob if value is True else f"{knob} {value_words(value)}"
+            for knob, value in config.items() if knob not in ("BM", "BN", "BK")]
+    return ", ".join([tile, *rest] if tile else rest)
+
+
+def _took(rule: str, config: Any = None) -> Any:
+    """Record that RULES' ``rule`` chose (in :func:`tuned_rules`); ``config`` back."""
+    assert rule in RULES, rule
+    trace = _TRACE.get()
+    if trace is not None:
+        trace.append(rule)
+    return config
+
+
+def _entry(case: Case, arch: Optional[str], backend: str) -> tuple[str, str]:
+    """The TUNED key a case starts from on a target: its product family, as the target runs
+    it, and its problem class."""
+    family, problem = FAMILY[case.dtype], problem_class(case)
+    wgmma = on_wgmma(arch, backend)
+    if family in EIGHT_BIT_WGMMA and wgmma and problem != "short":
+        family = "wgmma8"
+    if family == "mma" and wgmma:
+        family = "wgmma"
+    return family, problem
 
 
 # The shallowest BK a ring is cut to, by element bytes: an mma.sync k step (k32 on 8-bit
@@ -372,18 +471,14 @@ def _within_shared_memory(case: Case, config: dict[str, Any], arch: Optional[str
 def _tuned(case: Case, arch: Optional[str], backend: str,
            fp8_accumulation: str) -> dict[str, Any]:
     """:func:`tuned_config`'s choice, as tuned (on an H100 or H200)."""
-    family, problem = FAMILY[case.dtype], problem_class(case)
-    wgmma = on_wgmma(arch, backend)
-    if family in EIGHT_BIT_WGMMA and wgmma and problem != "short":
-        family = "wgmma8"
-    if family == "mma" and wgmma:
-        family = "wgmma"
+    family, problem = _entry(case, arch, backend)
+    if family == "wgmma":
         skinny = _skinny(case) if SHORT_M < case.M <= SKINNY_M else None
         if skinny is not None:
-            return skinny
+            return _took("_skinny", skinny)
         tall = _tall(case) if problem == "ragged" else None
         if tall is not None:
-            return tall
+            return _took("_tall", tall)
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
             # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
             # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
@@ -404,49 +499,61 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
                 # time by each warp (passes/row_store.py), not scattered 2-byte pieces:
                 # H100, one run (f16 and bf16 alike): 19.3 TFLOP/s (8.0 us), 1.23x cuBLAS;
                 # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
-                return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
-                            pack="off", misaligned_copy="words", misaligned_store="rows")
+                return _took("one_step_k", dict(
+                    BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
+                    pack="off", misaligned_copy="words", misaligned_store="rows"))
             # A deep K: the skinny products' tiles (their M aside: these are few tiles
             # whatever the sizes), split along K (past SKINNY_M rows in SPLIT_TILE) or in
             # clusters; else SPLIT_TILE split where it fills the GPU (_sliced).
             skinny = _skinny(case) if case.M > SKINNY_M else None
             if skinny is not None:
-                return skinny
+                return _took("_skinny", skinny)
             sliced = _sliced(case, dict(SPLIT_TILE))
             if "split_k" in sliced:
-                return sliced
-            return dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
+                return _took("_sliced", sliced)
+            return _took("few_ragged_tiles",
+                         dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off"))
     config = dict(TUNED[family, problem])
     if (family, problem) == ("wgmma", "short") and not case.batched:
-        return _short_tile(case, config)
+        short = _short_tile(case, config)
+        return short if short == config else _took("_short_tile", short)
     if family == "wgmma8" and case.dtype != "i8" and fp8_accumulation == "promoted":
-        config = dict(PROMOTED_TILED) if problem == "tiled" else \
-            {**config, "BN": min(config["BN"], PROMOTED_MAX_BN)}
+        config = _took("promoted", dict(PROMOTED_TILED) if problem == "tiled" else
+                       {**config, "BN": min(config["BN"], PROMOTED_MAX_BN)})
     if case.batched and (family, problem) in BATCHED_PERSISTENT and \
             _large_tiles(case) > ONE_WAVE:
-        config["persistent"] = True
+        config["persistent"] = _took("batched_persistent", True)
     if case.batched and (family, problem) == ("wgmma", "tiled") and \
             _large_tiles(case) > ONE_WAVE:
-        config = dict(BATCHED_TILED)
+        config = _took("batched_tiled", dict(BATCHED_TILED))
     if (family, problem) == ("wgmma", "shallow") and not case.batched and \
             _tiles(case, config) >= SHALLOW_DEEP_RING_ROUNDS * ONE_WAVE:
-        config["stages"] = SHALLOW_DEEP_RING_STAGES
+        config["stages"] = _took("shallow_deep_ring", SHALLOW_DEEP_RING_STAGES)
     if config.get("persistent") and problem == "tiled" and _large_tiles(case) <= ONE_WAVE:
         # A block gets one tile at most: nothing to run ahead into, only the tile loop's
         # cost. 2048^3 (64 tiles), one run: 0.958 / 0.946 of cuBLAS persistent against
         # 0.976 / 0.964 one tile a block (f16 / bf16).
+        _took("one_tile_a_block")
         del config["persistent"]
     if family == "wgmma":
-        config = _multicast_for_rows_off_lines(case, config) or \
-            _narrower_for_the_last_wave(case, config)
+        multicast = _multicast_for_rows_off_lines(case, config)
+        moved = multicast or _narrower_for_the_last_wave(case, config)
+        if moved != config:
+            _took("_multicast_for_rows_off_lines" if multicast else
+                  "_narrower_for_the_last_wave")
+        config = moved
         # Slices that fill a wave come first (2048x1024x8192: 128 blocks, 64 tiles of
         # 128x256 split in two, against 96 tiles of 128x192), but for ONE_WAVE_TILES'
         # unsplit tiles where they fill it as well (:func:`_tile_for_whole_waves`).
         whole = _tile_for_whole_waves(case, config)
         sliced = _sliced(case, config)
         if "split_k" in sliced and not _one_wave_tile(case, whole):
-            return sliced
+            return _took("_sliced", sliced)
+        if whole != config:
+            _took("_tile_for_whole_waves")
         config = _sliced(case, whole)
+        if config != whole:
+            _took("_sliced")
     return config
 
 
