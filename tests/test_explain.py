@@ -254,6 +254,12 @@ def test_cli_explain_tuned_shows_the_configuration_the_bench_runs(capsys) -> Non
     out = capsys.readouterr().out
     assert "for sm_90a: stages 3," in out and "block tile        192 x 176 x 64" in out
     assert "cluster           2 blocks along M" in out
+    # Why: the table entry, the rules that moved the case off it, what was given over it.
+    assert out.startswith("tuned: 4104x4104x4096 f16 on sm_90a: the ragged class's wgmma "
+                          "entry (TUNED), 128x256x64, stages 3\n")
+    assert "tuned: then _multicast_for_rows_off_lines: clusters of 2 sharing B" in out
+    assert "tuned: chosen: 192x176x64, stages 4, persistent, raster_group 16, cluster 2\n" \
+        "tuned: over it, as given: stages 3\n" in out
     assert main([*base, "--shape", "M=64,N=128,K=64", "--const", "BM=64"]) == 1
     assert "--tuned chooses the tile of 'matmul': drop --const BM" in capsys.readouterr().err
     assert main([*base, "--shape", "M=64"]) == 1
@@ -263,7 +269,9 @@ def test_cli_explain_tuned_shows_the_configuration_the_bench_runs(capsys) -> Non
 def test_cli_run_tuned_runs_the_tuned_kernel_in_the_cpu_interpreter(capsys) -> None:
     assert main(["run", MATMUL, "--tuned", "--cpu", "--arch", "sm_90a",
                  "--shape", "M=48,N=256,K=128"]) == 0
-    assert capsys.readouterr().out.rstrip().endswith("PASS")
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("PASS")
+    assert "tuned: 48x256x128 f16 on sm_90a: the short class's wgmma entry" in out
 
 
 def test_cli_explain_reports_an_unknown_kernel(capsys) -> None:

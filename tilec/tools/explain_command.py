@@ -16,7 +16,7 @@ from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_argumen
                                    compile_options, constants, select_functions, shapes)
 from tilec.launch.binding import grid_size
 from tilec.tools.compile_command import row_major_launch
-from tilec.tools.tuned import HELP as TUNED_HELP, with_tuned
+from tilec.tools.tuned import HELP as TUNED_HELP, tuned_note, with_tuned
 
 DESCRIPTION = ("Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
                "plan, bank conflicts of every shared access, and registers (ptxas's report "
@@ -41,9 +41,12 @@ def run(args: argparse.Namespace) -> int:
     sound = True
     for index, fn in enumerate(select_functions(args.file, args.kernel)):
         consts, sizes, options = constants(fn, args), shapes(fn, args), compile_options(args)
+        note = ""
         if args.tuned:
-            consts, options = with_tuned(fn, consts, options, sizes,
-                                         options.get("arch", Options().arch))
+            arch = options.get("arch", Options().arch)
+            given = options
+            consts, options = with_tuned(fn, consts, given, sizes, arch)
+            note = tuned_note(fn, given, sizes, arch)
         packing, in_place, tile_axes, peel = None, (), None, ""
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
             lowered = fn.lower(**consts)
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             compiled = fn.compile(**options, **consts, **sizes)
         explanation = explain(compiled, ptxas=not args.no_ptxas, packing=packing,
                               in_place=in_place, tile_axes=tile_axes, peel=peel)
-        sys.stdout.write(("\n" if index else "") + render_explanation(explanation))
+        sys.stdout.write(("\n" if index else "") + note + render_explanation(explanation))
         sound &= not explanation.hazard
     return 0 if sound else 1
 

@@ -27,7 +27,6 @@ def with_tuned(fn: TileFunction, consts: dict[str, Any], options: dict[str, Any]
                sizes: dict[str, int], arch: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``consts`` and ``options`` over the tuned configuration of ``fn``'s product on
     ``arch``: (the tile as constants, the other knobs as compile options)."""
-    from tilec.benchmarking.cases import Case
     from tilec.benchmarking.tuning import tuned_config
 
     name = fn.name
@@ -42,17 +41,38 @@ def with_tuned(fn: TileFunction, consts: dict[str, Any], options: dict[str, Any]
         raise CommandError(f"--tuned needs the product's sizes: --shape "
                            f"{','.join(f'{symbol}=..' for symbol in missing)} (the tuned "
                            "configuration depends on them)")
-    tensor = next((p for p in fn.signature.params if p.kind == "tensor"), None)
-    if tensor is None:
-        raise CommandError(f"--tuned: '{name}' has no tensor parameter to take a dtype from")
-    batch = sizes.get(tensor.dims[0], 1) if len(tensor.dims) == 3 else 1
-    case = Case(*(sizes[symbol] for symbol in PRODUCT_SIZES), str(tensor.dtype), batch)
+    case = _case(fn, sizes)
     try:
         config = tuned_config(case, arch, options.get("backend", "ptx"),
                               options.get("fp8_accumulation", "fast"))
     except KeyError:
         raise CommandError(f"--tuned: `tilec bench` has no tuned configuration for "
-                           f"{tensor.dtype} products") from None
+                           f"{case.dtype} products") from None
     tile = {knob: config[knob] for knob in TILE}
     knobs = {knob: value for knob, value in config.items() if knob not in TILE}
     return {**tile, **consts}, {**knobs, **options}
+
+
+def tuned_note(fn: TileFunction, options: dict[str, Any], sizes: dict[str, int],
+               arch: str) -> str:
+    """Why :func:`with_tuned` chose what it did (after it succeeded, given the command
+    line's ``options``): the tuning's table entry, the rules that moved the case off it, the
+    configuration, and the options given over it; ``tuned: `` lines."""
+    from tilec.benchmarking.tuning import describe_tuned
+    lines = describe_tuned(_case(fn, sizes), arch, options.get("backend", "ptx"),
+                           options.get("fp8_accumulation", "fast"))
+    given = [f"{knob} {value}" for knob, value in options.items() if knob != "arch"]
+    if given:
+        lines.append(f"over it, as given: {', '.join(given)}")
+    return "".join(f"tuned: {line}\n" for line in lines)
+
+
+def _case(fn: TileFunction, sizes: dict[str, int]):
+    """The bench case of ``fn``'s product at ``sizes``: M, N and K, the first tensor's dtype,
+    a 3-D first tensor's leading size as the batch."""
+    from tilec.benchmarking.cases import Case
+    tensor = next((p for p in fn.signature.params if p.kind == "tensor"), None)
+    if tensor is None:
+        raise CommandError(f"--tuned: '{fn.name}' has no tensor parameter to take a dtype from")
+    batch = sizes.get(tensor.dims[0], 1) if len(tensor.dims) == 3 else 1
+    return Case(*(sizes[symbol] for symbol in PRODUCT_SIZES), str(tensor.dtype), batch)
