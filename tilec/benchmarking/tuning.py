@@ -671,7 +671,10 @@ def _clusters_pay(case: Case, tile: dict[str, Any]) -> bool:
 #                1.48 (0.90), 300x4104x8192 1.17 (0.79), 300x2048x11008 split 4 1.06
 #                (0.94), 384x4104x4096 split 2 1.07 (1.05), 384x3000x4096 1.02 (1.00)
 #   and in an earlier call 300x2000x8192 split 4 1.09, 300x3000x4096 split 2 1.07,
-#   300x4000x4096 1.04.
+#   300x4000x4096 1.04; in a later one, on shapes not fitted to, 384x4104x11008 1.43,
+#   384x2000x16384 1.38, 768x1000x16384 1.38, 300x3000x11008 1.36, 300x4104x16384 1.34,
+#   300x2000x16384 1.32, 384x3000x8192 1.18, 300x4104x4096 1.10, 768x2000x11008 1.06, but
+#   300x2048x8192 0.97.
 # Against it: in 8 slices (384x1000x8192 0.86, 300x1000x16384 1.01); the skinny 64x192 tile's
 # one wave (300x4096x4096 0.76); 600x2000x8192 (four rows of 192, 78% used) 0.90,
 # 640x2000x4096 0.90, 500x3000x4096 0.75, 400x2500x8192 0.85. 256x128 in 128-row warpgroups
