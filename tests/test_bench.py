@@ -1237,20 +1237,20 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
 
 
 @pytest.mark.parametrize("case, arch, entry, rules", [
-    (Case(4096, 4096, 4096, "f16"), "sm_90a", "wgmma tiled", []),
-    (Case(300, 3000, 8192, "f16"), "sm_90a", "wgmma ragged", ["_tall"]),
-    (Case(4104, 4104, 4096, "bf16"), "sm_90a", "wgmma ragged",
+    (Case(4096, 4096, 4096, "f16"), "sm_90a", ("wgmma", "tiled"), []),
+    (Case(300, 3000, 8192, "f16"), "sm_90a", ("wgmma", "ragged"), ["_tall"]),
+    (Case(4104, 4104, 4096, "bf16"), "sm_90a", ("wgmma", "ragged"),
      ["_multicast_for_rows_off_lines", "_tile_for_whole_waves"]),
-    (Case(2048, 2048, 2048, "f16"), "sm_90a", "wgmma tiled", ["one_tile_a_block"]),
-    (Case(1000, 1003, 77, "f16"), "sm_90a", "wgmma ragged", ["one_step_k"]),
-    (Case(64, 12288, 4096, "f16"), "sm_90a", "wgmma short", ["_short_tile"]),
-    (Case(128, 1000, 8192, "f16"), "sm_90a", "wgmma ragged", ["_skinny"]),
-    (Case(4096, 4096, 4096, "f16"), "sm_86", "mma tiled", ["_within_shared_memory"]),
-    (Case(1024, 1024, 1024, "f16", batch=32), "sm_90a", "wgmma tiled", ["batched_tiled"]),
-    (Case(4096, 4096, 4096, "f8e4m3"), "sm_90a", "wgmma8 tiled", []),
+    (Case(2048, 2048, 2048, "f16"), "sm_90a", ("wgmma", "tiled"), ["one_tile_a_block"]),
+    (Case(1000, 1003, 77, "f16"), "sm_90a", ("wgmma", "ragged"), ["one_step_k"]),
+    (Case(64, 12288, 4096, "f16"), "sm_90a", ("wgmma", "short"), ["_short_tile"]),
+    (Case(128, 1000, 8192, "f16"), "sm_90a", ("wgmma", "ragged"), ["_skinny"]),
+    (Case(4096, 4096, 4096, "f16"), "sm_86", ("mma", "tiled"), ["_within_shared_memory"]),
+    (Case(1024, 1024, 1024, "f16", batch=32), "sm_90a", ("wgmma", "tiled"), ["batched_tiled"]),
+    (Case(4096, 4096, 4096, "f8e4m3"), "sm_90a", ("wgmma8", "tiled"), []),
 ], ids=lambda value: value.shape + "-" + value.dtype if isinstance(value, Case) else None)
 def test_tuned_rules_name_the_entry_and_the_rules_that_moved_the_case(case, arch, entry, rules):
-    """tuned_rules: tuned_config's choice, the TUNED entry it started from and the RULES
+    """tuned_rules: tuned_config's choice, the TUNED key it started from and the RULES
     that moved it, each a documented rule; describe_tuned says them a line each."""
     config, start, moved = tuning.tuned_rules(case, arch)
     assert config == tuning.tuned_config(case, arch)

@@ -371,26 +371,24 @@ _TRACE: ContextVar[Optional[list[str]]] = ContextVar("tuning_trace", default=Non
 
 
 def tuned_rules(case: Case, arch: Optional[str] = None, backend: str = "ptx",
-                fp8_accumulation: str = "fast") -> tuple[dict[str, Any], str, list[str]]:
-    """:func:`tuned_config`'s choice, the table entry it started from (``("wgmma",
-    "ragged")``'s key as ``wgmma ragged``) and the RULES that moved it off the entry, in
-    the order they did."""
+                fp8_accumulation: str = "fast"
+                ) -> tuple[dict[str, Any], tuple[str, str], list[str]]:
+    """:func:`tuned_config`'s choice, the TUNED key it started from (:func:`_entry`) and the
+    RULES that moved it off the entry, in the order they did."""
     trace: list[str] = []
     token = _TRACE.set(trace)
     try:
         config = tuned_config(case, arch, backend, fp8_accumulation)
     finally:
         _TRACE.reset(token)
-    entry = _entry(case, arch, backend)
-    return config, " ".join(entry), trace
+    return config, _entry(case, arch, backend), trace
 
 
 def describe_tuned(case: Case, arch: Optional[str] = None, backend: str = "ptx",
                    fp8_accumulation: str = "fast") -> list[str]:
     """:func:`tuned_rules` in words, a line each: the table entry and its configuration,
     each rule that moved the case off it, the configuration chosen."""
-    config, entry, rules = tuned_rules(case, arch, backend, fp8_accumulation)
-    family, problem = entry.split()
+    config, (family, problem), rules = tuned_rules(case, arch, backend, fp8_accumulation)
     table = TUNED.get((family, problem))
     lines = [f"{case.shape} {case.dtype} on {arch or 'any target'}: the {problem} class's "
              f"{family} entry (TUNED), {_words(table) if table else 'none'}"]
@@ -547,13 +545,12 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         # unsplit tiles where they fill it as well (:func:`_tile_for_whole_waves`).
         whole = _tile_for_whole_waves(case, config)
         sliced = _sliced(case, config)
-        if "split_k" in sliced and not _one_wave_tile(case, whole):
-            return _took("_sliced", sliced)
-        if whole != config:
+        if whole != config and ("split_k" not in sliced or _one_wave_tile(case, whole)):
             _took("_tile_for_whole_waves")
-        config = _sliced(case, whole)
-        if config != whole:
+            sliced = _sliced(case, whole)
+        if "split_k" in sliced:
             _took("_sliced")
+        config = sliced
     return config
 
 
