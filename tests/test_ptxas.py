@@ -378,8 +378,8 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("gemm_epilogue", "bf16", "sm_90a", (("M", 130), ("N", 1030), ("K", 4100)), BM=64,
          BN=128, BK=64, stages=6, split_k=16),
     case("matmul", "bf16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=6),
-    # The tall tiles split along K (tuning.TALL_TILES): three consumer warpgroups of 64
-    # rows, two of 128, under a fused epilogue with ragged edges.
+    # The tall tiles split along K: tuning.TALL_TILE (three consumer warpgroups of 64 rows)
+    # and SPLIT_TILES' 256x128 (two of 128), under a fused epilogue with ragged edges.
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=192, BN=128, BK=64, stages=4,
          split_k=4),
     case("gemm_epilogue", "bf16", "sm_90a", RAGGED, BM=256, BN=128, BK=64, stages=3,

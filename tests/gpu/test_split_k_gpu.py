@@ -113,8 +113,9 @@ HOPPER_SPLITS = [((1024, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3), 4),
                  ((512, 512, 16384), dict(BM=128, BN=128, BK=64, stages=4), 8),
                  ((60, 1000, 11008), SKINNY_TILE, 10),
                  ((130, 1030, 4100), SKINNY_TILE, 16),
-                 # The tall tiles (tuning.TALL_TILES): 192 rows in three consumer
-                 # warpgroups, 256 in two of 128 rows; ragged M, N and K.
+                 # The tall tiles: tuning.TALL_TILE, 192 rows in three consumer
+                 # warpgroups, and 256 in two of 128 rows (tuning.SPLIT_TILES);
+                 # ragged M, N and K.
                  ((300, 1030, 4100), dict(BM=192, BN=128, BK=64, stages=4), 4),
                  ((1000, 1000, 4100), dict(BM=256, BN=128, BK=64, stages=3,
                                            warpgroup_rows=128), 4)]
