@@ -127,6 +127,24 @@ def _source_tensor(kernel: Kernel, value: Value) -> tuple[str, bool]:
     return source.name, source.transposed
 
 
+def operand_plan(kernel: Kernel, options: Options, role: str, load: Op,
+                 source: str = "") -> tuple[OperandPlan, bool]:
+    """How operand ``role``, the tile ``load`` reads, is stored in shared memory, and
+    whether its tensor has a unit-stride dim (the launch spec's). The tile dim contiguous in
+    global memory stays contiguous in shared memory, so that copies move whole vectors."""
+    name, transposed_view = _source_tensor(kernel, load.operands[0])
+    param = next(p for p in kernel.params if p.name == name)
+    spec = options.spec.tensor(name, param.type.rank, param.type.dtype.bytes)
+    # A batch view reads the matrix dims of a 3-D parameter.
+    contiguous_dim = matrix_dim(param.type.rank, spec.contiguous_dim)
+    contiguous = contiguous_dim if contiguous_dim is not None else 1
+    transposed = (1 - contiguous if transposed_view else contiguous) == 0
+    rows, cols = load.result.type.shape
+    layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
+    vec = spec.vec_elems if contiguous_dim is not None else 1
+    return OperandPlan(role, name, layout, vec, source), contiguous_dim is not None
+
+
 def _choose_warps(bm: int, bn: int, family: ProductFamily,
                   options: Options) -> tuple[int, int]:
     """The warp grid: explicit, or the fewest warps (up to 8, then up to 16) whose warp tiles
@@ -328,21 +346,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     operands = []
     unit_stride = []  # per operand: a dim of unit stride (elements of a row adjacent)
     for role, load in zip("AB", loads):
-        name, transposed_view = _source_tensor(kernel, load.operands[0])
-        param = next(p for p in kernel.params if p.name == name)
-        spec = options.spec.tensor(name, param.type.rank, param.type.dtype.bytes)
-        # The logical tile dim that is contiguous in global memory stays contiguous in
-        # shared memory, so copies move whole vectors.
-        # A batch view reads the matrix dims of a 3-D parameter.
-        contiguous_dim = matrix_dim(param.type.rank, spec.contiguous_dim)
-        contiguous = contiguous_dim if contiguous_dim is not None else 1
-        contiguous_tile_dim = 1 - contiguous if transposed_view else contiguous
-        rows, cols = load.result.type.shape
-        transposed = contiguous_tile_dim == 0
-        layout = SmemLayout(cols, rows, transposed=True) if transposed else SmemLayout(rows, cols)
-        vec = spec.vec_elems if contiguous_dim is not None else 1
         source = load.result.type.dtype.short if role in casts else ""
-        if role in casts and load.result.type.dtype.bytes == 1 and transposed != (role == "B"):
+        op_plan, adjacent = operand_plan(kernel, options, role, load, source)
+        name = op_plan.tensor
+        if role in casts and load.result.type.dtype.bytes == 1 and not op_plan.k_major:
             raise located(TileConfigError, f"operand {role} of `@` is stored in "
                           f"{load.result.type.dtype} with n contiguous ('{name}' [K, N]): an "
                           "8-bit operand converted in registers is read two adjacent k "
@@ -352,8 +359,8 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           "first (calls, prepare and `tilec run`; not with pack='off'); to "
                           f"read it in 8 bits, store '{name}' as [N, K] (an nn.Linear weight) "
                           f"and read {name}.T[k : +BK, n : +BN] (samples/w8a16.py)")
-        operands.append(OperandPlan(role, name, layout, vec, source))
-        unit_stride.append(contiguous_dim is not None)
+        operands.append(op_plan)
+        unit_stride.append(adjacent)
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
     family = family_of(plan)

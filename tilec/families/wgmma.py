@@ -442,10 +442,12 @@ class Wgmma(ProductFamily):
     explain_text = ExplainText("(none: wgmma reads shared memory)", "wgmma.mma_async",
                                "warpgroup", "-", "wgmma", "core matrices", ())
     emitters = {"wgmma.mma": _wgmma, "wgmma.wait": emit_wait}
-    # BK's and BN's units: the elements of MIN_SPAN_BYTES (TMA's narrowest swizzle span, and
-    # one k16 step), so that K-major rows (BK) and an N-major B's rows (BN) are whole slabs.
+    # BK's unit: the elements of MIN_SPAN_BYTES (TMA's narrowest swizzle span, and one k16
+    # step), so that K-major rows are whole slabs. BN's: wgmma's n step where B is K-major
+    # (BN counts its rows), a slab's elements where B is N-major (its rows are BN long).
     bk_unit = MIN_SPAN_BYTES // 2
-    bn_unit = MIN_SPAN_BYTES // 2
+    bn_unit = WGMMA_N_STEP
+    n_major_bn_unit = MIN_SPAN_BYTES // 2
     # Blocks of a shallower BK go to mma.sync unless tma_swizzle asks for wgmma: measured
     # slower on wgmma (SHALLOW_MEASURED). The 8-bit families have no such floor: wgmma8 at BK
     # 64 ran fp8 2.8x and int8 1.05x mma.sync's 128x128x64, the register form w8a16 1.15-1.22x.
@@ -477,7 +479,20 @@ class Wgmma(ProductFamily):
         if converted:
             return (f"operand {converted[0].role} is converted from {converted[0].source} in "
                     "registers (wgmma reads its operands from shared memory as stored)")
-        return self.shallow_problem(block, options) or self.alignment_problem(operands)
+        return (self.shallow_problem(block, options) or self.alignment_problem(operands)
+                or self.n_major_problem(block, operands))
+
+    def n_major_problem(self, block: tuple[int, int, int],
+                        operands: Sequence[OperandPlan]) -> Optional[str]:
+        """Why an N-major B's rows, BN long, are not whole slabs of TMA's narrowest swizzle
+        span (None when they are, or B is K-major)."""
+        bn = block[1]
+        if bn % self.n_major_bn_unit == 0 or all(op.k_major for op in operands
+                                                 if op.role == "B"):
+            return None
+        return (f"BN={bn} is not a multiple of {self.n_major_bn_unit} with B stored n "
+                f"contiguous ({MIN_SPAN_BYTES} bytes, TMA's narrowest swizzle span, a row's "
+                f"unit; a k-contiguous B takes any multiple of {WGMMA_N_STEP})")
 
     def shallow_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
         """Why a block wgmma could take is left to mma.sync as slower on wgmma (None when it
@@ -528,10 +543,9 @@ class Wgmma(ProductFamily):
         if bm % rows:
             return (f"BM={bm} is not a multiple of the {rows} rows a consumer warpgroup owns "
                     "(warpgroup_rows)")
-        # B may be stored N-major, its rows BN long, in slabs of one swizzle span.
         if bn % self.bn_unit or bn > WGMMA_N_MAX:
             return (f"BN={bn} is not a multiple of {self.bn_unit} up to {WGMMA_N_MAX} "
-                    f"({MIN_SPAN_BYTES} bytes: TMA's narrowest swizzle span)")
+                    "(wgmma's n)")
         if bk % self.bk_unit:
             return (f"BK={bk} is not a multiple of {self.bk_unit} ({MIN_SPAN_BYTES} bytes: "
                     "TMA's narrowest swizzle span, and one k step)")

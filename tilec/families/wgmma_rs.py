@@ -244,7 +244,8 @@ class WgmmaRs(Wgmma):
         if not a.k_major:
             return ("operand A is stored with m contiguous: its 8-bit fragments are read two "
                     "adjacent k a register, so k must be contiguous ([M, K])")
-        return self.shaping_problem(block, options) or self.alignment_problem(operands)
+        return (self.shaping_problem(block, options) or self.alignment_problem(operands)
+                or self.n_major_problem(block, operands))
 
     def block_problem(self, block: tuple[int, int, int], options: Options) -> Optional[str]:
         problem = super().block_problem(block, options)
