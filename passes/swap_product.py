@@ -1,32 +1,41 @@
-"""Swap product: compute an 8-bit-weight product transposed, C.T = W @ A.T, so the weights
-feed wgmma from registers.
+"""Swap product: compute a product transposed, C.T = B.T @ A.T, so that wgmma takes it in
+a form the product as written cannot have.
 
-Why: a weight-only-quantized product (``samples/w8a16.py``: ``A @ W.T[k : +BK, n : +BN]
-.to(f16)``) converts its 8-bit operand B in registers, which only mma.sync can multiply:
-wgmma reads B from shared memory as stored. wgmma takes A from registers, though (its
-register form, the wgmma_rs family), so the program's transpose, where W is A, runs on
-wgmma with W still read in 8 bits: 1.6-2x the mma.sync kernel at 128-1023 rows on an H200
-(benchmarks/NOTES.md, session 22). This pass writes that transpose for the user.
+Why, for two kinds of product:
+
+- **8-bit weights converted in registers** (``samples/w8a16.py``: ``A @ W.T[k : +BK, n :
+  +BN].to(f16)``). Only mma.sync can multiply a B converted in registers: wgmma reads B from
+  shared memory as stored. wgmma takes A from registers, though (its register form, the
+  wgmma_rs family), so the transpose, where W is A, runs on wgmma with W still read in 8
+  bits: 1.6-2x the mma.sync kernel at 128-1023 rows on an H200 (benchmarks/NOTES.md,
+  session 22). Always swapped where it applies (``Options.swap_product`` "auto").
+- **Plain products** (``Options.swap_product`` "always", which the tuning asks for). wgmma's
+  m is 64 a warpgroup and its n any multiple of 8 up to 256: swapped, the block's rows (BM)
+  run along n, so a ragged M is covered with little padding (M = 300 in two tiles of 152
+  rows, not five of 64 or two of 192): 1.07-1.22x on ragged products of 300-1000 rows on an
+  H200 (benchmarks/NOTES.md, session 32).
 
 Requires: the frontend's tile IR, after dequantize (a launch that converts W leaves no
 conversion to move). Applies where all of these hold, else returns the kernel unchanged and
-says why in ``kernel.schedule.swap`` (only where the product converts an 8-bit B, the only
-case it is for):
+says why in ``kernel.schedule.swap`` (for the products it is asked to swap: 8-bit converted
+ones, and plain ones under "always"):
 
 - the target is sm_90a with a backend emitting wgmma, without clusters (they share B along
   the grid's m axis, which the swapped B, A.T, moves along);
-- the product is ``A[m, k] @ W.T[k, n].to(dtype)``: A a 2-D tensor parameter, W a 2-D 8-bit
-  one read through its transpose (k contiguous, an nn.Linear weight), the accumulator the
-  loop's one carried tile, filled before it;
+- the product is ``A[m, k] @ B[k, n]``, each operand a tile of a 2-D tensor parameter or
+  of its transpose, B converted only from 8 bits and then read as W.T (k contiguous, an
+  nn.Linear weight); the accumulator the loop's one carried tile, filled before it;
 - after the loop, only ops it can transpose: elementwise ones, casts, broadcasts and
   reshapes, 1-D and 2-D loads and the stores;
-- the wgmma_rs family takes the swapped block (BN x BM x BK: BK a multiple of 128, the
-  tiles wgmma's, 16-byte aligned rows, the registers fit; the stages hold the same bytes).
+- a wgmma family takes the swapped block (BN x BM x BK) with its operands as tiling will
+  plan them: the register form (wgmma_rs) for converted weights, the shared-memory form
+  of the product's dtype for plain products (the stages hold the same bytes).
 
-Produces: the K loop's product ``W[n, k].to(dtype) @ A.T[k, m]`` into a BN x BM accumulator;
-every 2-D tile after it transposed (shapes flipped, loads and stores through transposed
-views with their offsets swapped, a vector broadcast along the other dim). The grid is
-unchanged: block (m, n) computes the same elements of C, stored transposed.
+Produces: the K loop's product ``B.T[n, k] @ A.T[k, m]`` (``W[n, k].to(dtype) @ A.T[k,
+m]``) into a BN x BM accumulator; every 2-D tile after it transposed (shapes flipped, loads
+and stores through transposed views with their offsets swapped, a vector broadcast along
+the other dim). The grid is unchanged: block (m, n) computes the same elements of C, stored
+transposed.
 
 Before::
 
@@ -57,14 +66,15 @@ from dataclasses import replace
 from typing import Optional
 
 from tilec.families.catalogue import op_definitions
+from tilec.families.products import FAMILIES
 from tilec.families.wgmma_rs import FAMILY as WGMMA_RS
 from tilec.ir.core import Block, Builder, Kernel, Op, Value, clone_kernel, defining_op
-from tilec.ir.schedule import OperandPlan, SwapPlan
+from tilec.ir.schedule import SwapPlan
 from tilec.ir.types import TensorType, TileType
 from tilec.options import Options
-from tilec.target.layout import SmemLayout
 
 from .common import find_main_loop
+from .tiling import operand_plan
 
 NAME = "swap_product"
 # Ops after the K loop whose 2-D tiles the pass knows how to transpose, beside the
@@ -82,46 +92,66 @@ def _flipped(t: TileType) -> TileType:
 
 
 class _Match:
-    """The product's pieces: the loop, its dot, A's load, W's load and cast, the zero
-    accumulator, the tensors A and W (parameter values)."""
+    """The product's pieces: the loop, its dot, the loads of A and B, B's conversion from 8
+    bits (None for a plain product), the zero accumulator."""
 
-    def __init__(self, loop: Op, dot: Op, load_a: Op, load_w: Op, cast: Op, init: Op,
-                 a: Value, w: Value):
-        self.loop, self.dot, self.load_a, self.load_w, self.cast, self.init = (
-            loop, dot, load_a, load_w, cast, init)
-        self.a, self.w = a, w
+    def __init__(self, loop: Op, dot: Op, load_a: Op, load_b: Op, cast: Optional[Op],
+                 init: Op):
+        self.loop, self.dot, self.load_a, self.load_b, self.cast, self.init = (
+            loop, dot, load_a, load_b, cast, init)
 
 
 def _param(kernel: Kernel, value: Value) -> bool:
     return value in kernel.body.args
 
 
-def _match(kernel: Kernel) -> tuple[Optional[_Match], str]:
-    """The product's pieces, or None and why the program is not one this pass swaps ("" when
-    its B is not an 8-bit operand converted in the loop: nothing to say)."""
+def _matrix(kernel: Kernel, view: Value) -> bool:
+    """Whether ``view`` is a 2-D tensor parameter or its transpose."""
+    source = defining_op(view)
+    if source is not None and source.name == "tensor.transpose":
+        view = source.operands[0]
+    return _param(kernel, view) and len(view.type.shape) == 2
+
+
+def _loaded(value: Value) -> Optional[Op]:
+    op = defining_op(value)
+    return op if op is not None and op.name == "tile.load" else None
+
+
+def _match(kernel: Kernel, options: Options) -> tuple[Optional[_Match], str]:
+    """The product's pieces, or None and why the program is not one this pass swaps ("" for
+    a product it is not asked to swap: nothing to say)."""
     loop, dot = find_main_loop(kernel)
     a_val, b_val, acc = dot.operands
     cast = defining_op(b_val)
-    load_w = defining_op(cast.operands[0]) if cast is not None and cast.name == "tile.cast" \
-        else None
-    if load_w is None or load_w.name != "tile.load" or load_w.result.type.dtype.bytes != 1:
+    if cast is None or cast.name != "tile.cast":
+        cast = None
+    load_b = _loaded(cast.operands[0] if cast is not None else b_val)
+    converted = cast is not None and load_b is not None and \
+        load_b.result.type.dtype.bytes == 1
+    if not converted and options.swap_product != "always":
         return None, ""
-    view = defining_op(load_w.operands[0])
-    if view is None or view.name != "tensor.transpose" or not _param(kernel, view.operands[0]):
-        return None, "the weights are not read as W.T of a 2-D tensor parameter"
-    load_a = defining_op(a_val)
-    if load_a is None or load_a.name != "tile.load" or not _param(kernel, load_a.operands[0]):
+    if cast is not None and not converted:
+        return None, "operand B is converted in the K loop (wgmma reads it as stored)"
+    if converted:
+        view = defining_op(load_b.operands[0])
+        if view is None or view.name != "tensor.transpose" or \
+                not _matrix(kernel, load_b.operands[0]):
+            return None, "the weights are not read as W.T of a 2-D tensor parameter"
+    elif load_b is None or not _matrix(kernel, load_b.operands[0]):
+        return None, "operand B is not a tile loaded from a 2-D tensor parameter"
+    load_a = _loaded(a_val)
+    if load_a is None or not _matrix(kernel, load_a.operands[0]):
         return None, "operand A is not a tile loaded from a 2-D tensor parameter"
     body = loop.regions[0]
-    for value in (a_val, b_val, load_w.result):
+    for value in [a_val, b_val] + ([load_b.result] if cast is not None else []):
         if sum(value in op.operands for op in body.ops) != 1:
             return None, "the product's operands have other uses in the loop"
     index = body.args.index(acc) - 1 if acc in body.args else -1
     init = defining_op(loop.operands[3 + index]) if index >= 0 else None
     if init is None or init.name != "tile.full" or len(loop.results) != 1:
         return None, "the accumulator is not the loop's one tile, filled before it"
-    return _Match(loop, dot, load_a, load_w, cast, init, load_a.operands[0],
-                  view.operands[0]), ""
+    return _Match(loop, dot, load_a, load_b, cast, init), ""
 
 
 def _cluster_problem(options: Options) -> Optional[str]:
@@ -151,24 +181,27 @@ def _epilogue_problem(kernel: Kernel, match: _Match) -> Optional[str]:
     return None
 
 
-def _swapped_block_problem(match: _Match, kernel: Kernel, options: Options) -> Optional[str]:
-    """Why wgmma's register form would not take the swapped block (None when it does): the
-    family's own rule on the operands as tiling would plan them."""
-    bm, bk = match.load_a.result.type.shape
-    bn = match.load_w.result.type.shape[1]
-    spec_w = options.spec.tensor(_name(kernel, match.w), 2, 1)
-    spec_a = options.spec.tensor(_name(kernel, match.a), 2, match.a.type.dtype.bytes)
-    if spec_w.contiguous_dim != 1 or spec_a.contiguous_dim != 1:
-        return "W or A is not stored k-contiguous"
-    source = match.load_w.result.type.dtype.short
-    operands = (OperandPlan("A", _name(kernel, match.w), SmemLayout(bn, bk), spec_w.vec_elems,
-                            source),
-                OperandPlan("B", _name(kernel, match.a), SmemLayout(bm, bk, transposed=True),
-                            spec_a.vec_elems))
-    # Shared memory needs no check of its own: the swapped stages hold the same two tiles.
-    why = WGMMA_RS.declined((bn, bm, bk), options, operands)
+def _swapped_block_problem(kernel: Kernel, match: _Match, options: Options
+                           ) -> Optional[str]:
+    """Why wgmma would not take the swapped block (None when it does), ``match`` the swapped
+    kernel's: the family's own rule on the operands as tiling will plan them. Shared memory
+    needs no check of its own: the swapped stages hold the same two tiles."""
+    bn, bk = match.load_b.result.type.shape  # after the swap: W's (B.T's) tile, A's role
+    bm = match.load_a.result.type.shape[1]
+    source = match.load_b.result.type.dtype.short if match.cast is not None else ""
+    operands = (operand_plan(kernel, options, "A", match.load_b, source)[0],
+                operand_plan(kernel, options, "B", match.load_a)[0])
+    product = (match.cast.result if match.cast is not None else match.load_b.result).type
+    if match.cast is not None:
+        family = WGMMA_RS
+    else:
+        family = next((f for f in FAMILIES if f.movement == "tma" and f is not WGMMA_RS
+                       and product.dtype.short in f.dtypes), None)
+        if family is None:
+            return f"wgmma has no {product.dtype} product in shared memory"
+    why = family.declined((bn, bm, bk), options, operands)
     return None if why is None else \
-        f"the register form declines the swapped {bn}x{bm}x{bk} block: {why}"
+        f"{family.name} declines the swapped {bn}x{bm}x{bk} block: {why}"
 
 
 def _name(kernel: Kernel, value: Value) -> str:
@@ -176,23 +209,37 @@ def _name(kernel: Kernel, value: Value) -> str:
 
 
 def run(kernel: Kernel, options: Options) -> Kernel:
-    match, why = _match(kernel)
+    match, why = _match(kernel, options)
     if match is None:
         return _noted(kernel, why)
     why = (WGMMA_RS.target_problem(options.arch, options.backend)
-           or _cluster_problem(options) or _epilogue_problem(kernel, match)
-           or _swapped_block_problem(match, kernel, options))
+           or _cluster_problem(options) or _epilogue_problem(kernel, match))
     if why is not None:
         return _noted(kernel, why)
-    kernel = clone_kernel(kernel)
-    match, _ = _match(kernel)
+    swapped = clone_kernel(kernel)
+    match, _ = _match(swapped, options)
     _swap_loop(match)
-    _transpose_epilogue(kernel, match)
+    why = _swapped_block_problem(swapped, match, options)
+    if why is not None:
+        return _noted(kernel, why)
+    _transpose_epilogue(swapped, match)
     rows, cols = match.init.attrs["shape"]  # C.T's tile, after the swap
-    kernel.schedule = kernel.schedule.with_(swap=SwapPlan(
-        True, f"C.T = W @ A.T: each block's {rows}x{cols} tile of C.T, the weights "
-              f"{_name(kernel, match.w)} as wgmma's A, converted in registers"))
-    return kernel
+    if match.cast is not None:
+        formula = "C.T = W @ A.T"
+        role = (f"the weights {_name(swapped, _tensor(match.load_b.operands[0]))} as wgmma's "
+                "A, converted in registers")
+    else:
+        formula, role = "C.T = B.T @ A.T", f"the block's {cols} rows of C along wgmma's n"
+    swapped.schedule = swapped.schedule.with_(swap=SwapPlan(
+        True, f"{formula}: each block's {rows}x{cols} tile of C.T, {role}", formula))
+    return swapped
+
+
+def _tensor(view: Value) -> Value:
+    """The parameter a 2-D view reads (itself, or what it transposes)."""
+    source = defining_op(view)
+    return source.operands[0] if source is not None and source.name == "tensor.transpose" \
+        else view
 
 
 def _noted(kernel: Kernel, why: str) -> Kernel:
@@ -204,32 +251,39 @@ def _noted(kernel: Kernel, why: str) -> Kernel:
 
 
 def _swap_loop(match: _Match) -> None:
-    """The loop's product as W[n, k].to(dtype) @ A.T[k, m] into a flipped accumulator."""
+    """The loop's product as B.T[n, k] @ A.T[k, m] (W[n, k].to(dtype) @ A.T[k, m]) into a
+    flipped accumulator; ``match`` then names the new loads and cast."""
     body = match.loop.regions[0]
-    k_a, off_m = match.load_a.operands[2], match.load_a.operands[1]
-    k_w, off_n = match.load_w.operands[1], match.load_w.operands[2]
     b = Builder(Block(), match.dot.loc)
-    w_type = _flipped(match.load_w.result.type)
-    with b.located(match.load_w.loc):
-        w_tile = b.value("tile.load", [match.w, off_n, k_w], w_type, match.load_w.result.hint,
-                         shape=list(w_type.shape))
-    with b.located(match.cast.loc):
-        w_cast = b.value("tile.cast", [w_tile], _flipped(match.cast.result.type),
-                         match.cast.result.hint, dtype=match.cast.attrs["dtype"])
+    old = (match.load_a, match.load_b, match.cast)
+    with b.located(match.load_b.loc):
+        match.load_b = _flipped_load(b, match.load_b)
+    operand = match.load_b.result
+    if match.cast is not None:
+        with b.located(match.cast.loc):
+            operand = b.value("tile.cast", [operand], _flipped(match.cast.result.type),
+                              match.cast.result.hint, dtype=match.cast.attrs["dtype"])
+        match.cast = defining_op(operand)
     with b.located(match.load_a.loc):
-        a_t = _transposed_view(b, match.a)
-        a_type = _flipped(match.load_a.result.type)
-        a_tile = b.value("tile.load", [a_t, k_a, off_m], a_type, match.load_a.result.hint,
-                         shape=list(a_type.shape))
-    match.dot.operands = [w_cast, a_tile, match.dot.operands[2]]
+        match.load_a = _flipped_load(b, match.load_a)
+    match.dot.operands = [operand, match.load_a.result, match.dot.operands[2]]
     index = body.ops.index(match.dot)
-    kept = [op for op in body.ops[:index] if op not in (match.load_a, match.load_w, match.cast)]
+    kept = [op for op in body.ops[:index] if op not in old]
     body.ops = kept + b.block.ops + body.ops[index:]
     # The accumulator's values: its zero init, the loop's carried value and result, the dot.
     match.init.attrs["shape"] = list(reversed(match.init.attrs["shape"]))
     for value in (match.init.result, match.dot.result, match.loop.results[0],
                   *[arg for arg in body.args if _tile2d(arg)]):
         value.type = _flipped(value.type)
+
+
+def _flipped_load(b: Builder, load: Op) -> Op:
+    """``load``'s tile transposed: read through the transposed view, offsets swapped."""
+    view = _transposed_view(b, load.operands[0])
+    tile = _flipped(load.result.type)
+    value = b.value("tile.load", [view, load.operands[2], load.operands[1]], tile,
+                    load.result.hint, shape=list(tile.shape))
+    return defining_op(value)
 
 
 def _transposed_view(b: Builder, tensor: Value) -> Value:

@@ -118,7 +118,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
             --stages) options+=("$1" "$2"); shift 2 ;;
             --persistent|--stream-k) options+=("$1"); shift ;;
             --split-k) options+=("$1" "$2"); shift 2 ;;
-            --cluster|--tma-swizzle) options+=("$1" "$2"); shift 2 ;;
+            --cluster|--tma-swizzle|--swap-product) options+=("$1" "$2"); shift 2 ;;
             --consumers) options+=("$1" "$2"); shift 2 ;;
             --warpgroup-rows) options+=("$1" "$2"); shift 2 ;;
             --raster-group) options+=("$1" "$2"); shift 2 ;;
@@ -224,6 +224,15 @@ if [ "$cc" = 9.0 ]; then
             --split-k 4
         hopper "$tool" gemm_epilogue bf16 M=1000,N=1000,K=4100 BM=256 BN=128 BK=64 \
             --stages 3 --warpgroup-rows 128 --split-k 4
+    done
+    # The swapped 16-bit product (swap_product always): C.T's tiles of 152 rows of C along
+    # wgmma's n over ragged M, N and K, stored transposed by each thread; on one warpgroup,
+    # and on two split along K under a fused epilogue.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 M=300,N=1030,K=4100 BM=152 BN=64 BK=64 --stages 6 \
+            --swap-product always
+        hopper "$tool" gemm_epilogue bf16 M=300,N=1030,K=4100 BM=152 BN=128 BK=64 \
+            --stages 4 --split-k 2 --swap-product always
     done
     # wgmma's register form (the wgmma_rs family): int8 weights as A, loaded and converted
     # by the consumers while earlier wgmmas read their other register set. The w8a16

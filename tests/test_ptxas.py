@@ -392,7 +392,22 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("gemm_epilogue", "bf16", "sm_90a", DIVISIBLE, BM=64, BN=256, BK=64, stages=4),
     case("matmul_bt", "f16", "sm_90a", RAGGED, BM=64, BN=256, BK=64, stages=4),
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=64, BN=128, BK=64, stages=6,
-         cluster=2)] + [
+         cluster=2),
+    # The swapped 16-bit product (swap_product "always", tuning._swapped): C.T's tiles of
+    # 152 or 136 rows of C along wgmma's n, on one warpgroup unsplit or two split along K,
+    # stored transposed by each thread; a fused epilogue's bias along C.T's columns; a
+    # k-contiguous B (wgmma's A then K-major) at 104 rows.
+    case("matmul", "f16", "sm_90a", RAGGED, BM=152, BN=64, BK=64, stages=6,
+         swap_product="always"),
+    case("matmul", "bf16", "sm_90a", RAGGED, BM=136, BN=128, BK=64, stages=4, split_k=2,
+         swap_product="always"),
+    case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=152, BN=128, BK=64, stages=4,
+         split_k=2, swap_product="always"),
+    case("matmul_bt", "bf16", "sm_90a", DIVISIBLE, BM=104, BN=128, BK=64, stages=4,
+         swap_product="always"),
+    # A k-contiguous B takes any multiple of 8 as BN, unswapped (TMA's store of C in 8-column
+    # slabs of the 32-byte swizzle).
+    case("matmul_bt", "f16", "sm_90a", RAGGED, BM=128, BN=152, BK=64, stages=4)] + [
     # wgmma's register form, A converted from i8 (the wgmma_rs family): alternating register
     # sets across k16 steps and stages must not serialize the wgmmas.
     case("w8a16_swapped", "f16", "sm_90a", shapes, **more)

@@ -1,8 +1,9 @@
 """The swap_product pass: a product converting an 8-bit B (w8a16) computed as C.T = W @ A.T so
-the weights feed wgmma's register form. Where it applies and why not elsewhere, that it
-leaves its input alone, the IR it writes, and the swapped kernels run in the executor
-against the frontend's interpreter and float64 (epilogues with vectors, C loads and
-elementwise math among them)."""
+the weights feed wgmma's register form, and under swap_product="always" a plain 16-bit one
+as C.T = B.T @ A.T, its block rows along wgmma's n. Where it applies and why not elsewhere,
+that it leaves its input alone, the IR it writes, and the swapped kernels run in the
+executor against the frontend's interpreter and float64 (epilogues with vectors, C loads
+and elementwise math among them)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -194,3 +195,126 @@ def test_the_compile_summary_says_the_tile_is_c_transposed() -> None:
     assert "tile 64x128x128 of C.T (swapped: C.T = W @ A.T)" in summary(compiled)
     plain = w8a16().compile(arch="sm_90a", BM=128, BN=64, BK=16)
     assert "tile 128x64x16, " in summary(plain)
+
+
+# ---------------------------------------------------------------- plain 16-bit products
+
+SWAP16 = Options(arch="sm_90a", swap_product="always")
+
+
+def sample(name: str, kernel: str = ""):
+    return load_file(SAMPLES / f"{name}.py")[kernel or name]
+
+
+@pytest.mark.parametrize("name", ["matmul", "matmul_bt", "gemm_gelu"])
+def test_always_swaps_a_plain_product_its_rows_along_wgmma_n(name) -> None:
+    """152 rows, not a multiple of 64 (wgmma's m) but of 8 (its n): B read as wgmma's A, its
+    tile transposed or not as B is stored; A.T as wgmma's B, k contiguous."""
+    kernel = run_pipeline(sample(name).lower(BM=152, BN=128, BK=64), SWAP16).kernel
+    swap, plan = kernel.schedule.swap, kernel.schedule.tiling
+    assert swap.swapped and swap.formula == "C.T = B.T @ A.T", swap
+    assert plan.kind == "wgmma" and plan.block == (128, 152, 64)
+    roles = {op.role: op for op in plan.operands}
+    assert roles["A"].tensor == "B" and roles["B"].tensor == "A" and roles["B"].k_major
+    assert roles["A"].k_major == (name == "matmul_bt")
+
+
+def test_auto_leaves_plain_products_alone() -> None:
+    kernel = run_pipeline(sample("matmul").lower(BM=128, BN=128, BK=64), HOPPER).kernel
+    assert kernel.schedule.swap is None
+
+
+@pytest.mark.parametrize("consts, options, why", [
+    (dict(BM=100), SWAP16, "BN=100 is not a multiple of 8"),
+    (dict(BM=152), Options(arch="sm_90", swap_product="always"), "wgmma needs arch sm_90a"),
+    (dict(BM=152), Options(arch="sm_90a", swap_product="always", backend="llvm"),
+     "emits no wgmma"),
+    (dict(BM=128, BK=16), SWAP16, "BK=16 is under 64"),
+])
+def test_always_declines_with_the_reason_and_keeps_the_product(consts, options, why) -> None:
+    kernel = sample("matmul").lower(**{"BN": 128, "BK": 64, **consts})
+    swap = swap_product.run(kernel, options).schedule.swap
+    assert not swap.swapped and why in swap.why, swap.why
+
+
+def test_a_converted_16_bit_b_is_not_swapped(tmp_path) -> None:
+    path = tmp_path / "cast_b.py"
+    path.write_text(EPILOGUES.split("@tile")[0] + '''
+@tile
+def cast_b(A: f16[M, K], B: bf16[K, N], C: f32[M, N], BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN].to(f16)
+        C[m * BM : +BM, n * BN : +BN] = acc
+'''.replace("i8, tile", "bf16, i8, tile"))
+    swap = swap_product.run(load_file(path)["cast_b"].lower(), SWAP16).schedule.swap
+    assert not swap.swapped and "operand B is converted in the K loop" in swap.why
+
+
+def run_swapped16(function, values: dict, consts: dict, **options) -> tuple[dict, dict]:
+    """The frontend's interpreter and the swapped kernel in the executor, each on its own
+    copy of ``values``."""
+    reference = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    run_kernel(function.lower(**consts), reference)
+    kernel = run_pipeline(function.lower(**consts),
+                          Options(arch="sm_90a", swap_product="always", **options)).kernel
+    assert kernel.schedule.swap.swapped, kernel.schedule.swap
+    run_kernel(kernel, values, ops=op_catalogue())
+    return reference, values
+
+
+@pytest.mark.parametrize("name, bm, options", [
+    ("matmul", 152, {}),
+    ("matmul_bt", 104, {}),
+    ("matmul", 88, dict(split_k=2)),
+], ids=["matmul-152", "matmul_bt-104", "matmul-88-split2"])
+def test_swapped_16_bit_products_match_the_interpreter_and_float64(name, bm, options) -> None:
+    """M = 150 in tiles of 152, 104 or 88 rows (the last partial), ragged N and K."""
+    rng = np.random.default_rng(24)
+    m, n, k = 150, 136, 200
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k) if name == "matmul_bt" else (k, n)).astype(np.float16)
+    values = {"A": a, "B": b, "C": np.full((m, n), np.nan, np.float32)}
+    reference, got = run_swapped16(sample(name), values, dict(BM=bm, BN=64, BK=64),
+                                   **options)
+    b64 = b.astype(np.float64)
+    exact = a.astype(np.float64) @ (b64.T if name == "matmul_bt" else b64)
+    for out in (reference["C"], got["C"]):
+        assert np.linalg.norm(out - exact) / np.linalg.norm(exact) < 1e-5
+    np.testing.assert_allclose(got["C"], reference["C"], rtol=1e-5, atol=1e-4)
+
+
+def test_a_swapped_bias_gelu_epilogue_matches_the_interpreter() -> None:
+    rng = np.random.default_rng(25)
+    m, n, k = 100, 136, 128
+    function = sample("gemm_gelu")
+    params = [p.name for p in function.lower().params]
+    values = {"A": rng.standard_normal((m, k)).astype(np.float16),
+              "B": rng.standard_normal((k, n)).astype(np.float16),
+              "C": np.full((m, n), np.nan, np.float16)}
+    for name in params:
+        if name not in values:
+            values[name] = rng.standard_normal(n).astype(np.float16)
+    reference, got = run_swapped16(function, values, dict(BM=104, BN=64, BK=64))
+    np.testing.assert_allclose(got["C"].astype(np.float32), reference["C"].astype(np.float32),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_wgmma_takes_n_in_steps_of_8_where_b_is_k_major() -> None:
+    """BN counts a K-major B's rows (any multiple of wgmma's n step, 8); an N-major B's rows
+    are BN long, whole slabs of TMA's narrowest swizzle span (16 elements)."""
+    from tilec.families.wgmma import FAMILY as WGMMA
+    from tilec.ir.schedule import OperandPlan
+    from tilec.target.layout import SmemLayout
+    a = OperandPlan("A", "A", SmemLayout(128, 64), 8)
+    k_major = OperandPlan("B", "B", SmemLayout(152, 64, transposed=True), 8)
+    n_major = OperandPlan("B", "B", SmemLayout(64, 152), 8)
+    assert k_major.k_major and not n_major.k_major
+    assert WGMMA.declined((128, 152, 64), HOPPER, (a, k_major)) is None
+    assert "BN=152 is not a multiple of 16 with B stored n contiguous" in \
+        WGMMA.declined((128, 152, 64), HOPPER, (a, n_major))
+    assert WGMMA.declined((128, 160, 64), HOPPER,
+                          (a, OperandPlan("B", "B", SmemLayout(64, 160), 8))) is None
+    assert "BN=148 is not a multiple of 8" in WGMMA.declined((128, 148, 64), HOPPER,
+                                                            (a, k_major))

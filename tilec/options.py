@@ -28,6 +28,8 @@ MISALIGNED_COPIES = ("elements", "vectors", "words")
 # How the epilogue stores 16-bit C rows too misaligned for 4-byte stores: Options.misaligned_store.
 MISALIGNED_STORES = ("elements", "pairs", "rows")
 MAX_SPLIT_K = 64
+# Which products passes/swap_product.py computes transposed: Options.swap_product.
+SWAP_PRODUCTS = ("auto", "always")
 BLOCKS_PER_SM = (1, 2)
 CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
 # Rows of the block tile a wgmma consumer warpgroup owns (sm_90a): one m64 instruction per
@@ -106,7 +108,7 @@ class Spec:
 _NAMED_CHOICES = (("pack", PACK_POLICIES), ("misaligned_copy", MISALIGNED_COPIES),
                   ("misaligned_store", MISALIGNED_STORES), ("f32_math", F32_MATH),
                   ("consumers", CONSUMER_MODES), ("fp8_accumulation", FP8_ACCUMULATIONS),
-                  ("backend", BACKENDS))
+                  ("backend", BACKENDS), ("swap_product", SWAP_PRODUCTS))
 _INTEGER_CHOICES = (("blocks_per_sm", BLOCKS_PER_SM), ("cluster", CLUSTER_SIZES),
                     ("warpgroup_rows", WARPGROUP_ROWS), ("tma_swizzle", TMA_SWIZZLES),
                     ("llvm_opt", LLVM_OPT_LEVELS))
@@ -192,6 +194,12 @@ class Options:
     # two, whose (tile, K step) work is divided evenly among the blocks; a tile split across
     # blocks meets in a workspace before its epilogue. Evens out a partial last wave.
     stream_k: bool = False
+    # wgmma kernels (sm_90a), passes/swap_product.py: which products are computed
+    # transposed, C.T = B.T @ A.T. "auto": those converting 8-bit weights (B) in the K loop,
+    # which wgmma converts only as its A, in registers. "always": plain ones too, whose block
+    # rows (BM) then run along wgmma's n, any multiple of 8 up to 256 rather than of 64: M =
+    # 300 in two 152-row tiles rather than five of 64 or two of 192.
+    swap_product: str = "auto"
     # fp8 products on wgmma (sm_90a): "fast", the sums kept in the tensor cores' accumulator
     # for the whole K loop (cuBLAS's use_fast_accum=True: its precision is below f32's);
     # "promoted", each K step's sums started afresh and added into a separate f32

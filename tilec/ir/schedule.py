@@ -257,12 +257,13 @@ class OperandConflicts:
 
 @dataclass(frozen=True)
 class SwapPlan:
-    """The swap_product pass's decision on a product converting an 8-bit B in registers:
-    whether it computes the transpose (C.T = W @ A.T, the weights wgmma's A), and what that
-    is or why not."""
+    """The swap_product pass's decision on a product it was asked to swap (one converting
+    an 8-bit B in registers; under Options.swap_product "always", any): whether it computes
+    the transpose (C.T = B.T @ A.T, B.T wgmma's A), and what that is or why not."""
 
     swapped: bool
     why: str
+    formula: str = ""  # what the swapped kernel computes: "C.T = W @ A.T" or "C.T = B.T @ A.T"
 
     def __str__(self) -> str:
         return f"{{swapped = {str(self.swapped).lower()}, why = {self.why!r}}}"

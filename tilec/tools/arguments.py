@@ -33,7 +33,8 @@ from tilec.ir.types import I32
 from tilec.options import (ARCHS, BACKENDS, BLOCKS_PER_SM, CLUSTER_SIZES, CONSUMER_MODES,
                            FP8_ACCUMULATIONS,
                            F32_MATH, LLVM_OPT_LEVELS, MAX_SPLIT_K, MISALIGNED_COPIES,
-                           MISALIGNED_STORES, PACK_POLICIES, TMA_SWIZZLES, WARPGROUP_ROWS,
+                           MISALIGNED_STORES, PACK_POLICIES, SWAP_PRODUCTS, TMA_SWIZZLES,
+                           WARPGROUP_ROWS,
                            Options)
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 # The sm_90a schedule's flags (the warp-specialized wgmma kernels'), which every verb that
 # compiles takes together.
 HOPPER_FLAGS = ("blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
-                "stream_k", "fp8_accumulation", "tma_swizzle")
+                "stream_k", "fp8_accumulation", "tma_swizzle", "swap_product")
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
                 "peel", "misaligned_copy", "misaligned_store", "split_k", *HOPPER_FLAGS, "backend",
@@ -196,6 +197,10 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "stay in the tensor cores' accumulator, as cuBLAS's use_fast_accum=True; the default) "
         "or promoted (each K step's sums added into a separate f32 accumulator, as cuBLAS's "
         "default: more accurate, twice the accumulator registers)")),
+    "swap_product": ("--swap-product", dict(
+        choices=SWAP_PRODUCTS, help="sm_90a wgmma kernels: which products are computed as "
+        "C.T = B.T @ A.T: auto (those converting 8-bit weights in the K loop, the default) "
+        "or always (plain ones too: BM then runs along wgmma's n, any multiple of 8)")),
     "pack": ("--pack", dict(
         choices=PACK_POLICIES, help="copy matmul operands whose rows are not 16-byte aligned "
         "into aligned scratch at launch, and 8-bit weights converted in the K loop into "

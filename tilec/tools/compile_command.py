@@ -51,7 +51,7 @@ def summary(compiled: Compiled) -> str:
     if plan is not None:
         swapped = schedule.swap is not None and schedule.swap.swapped
         parts.append("tile " + "x".join(str(d) for d in plan.block)
-                     + (" of C.T (swapped: C.T = W @ A.T)" if swapped else ""))
+                     + (f" of C.T (swapped: {schedule.swap.formula})" if swapped else ""))
         parts.append(f"warps {plan.warps[0]}x{plan.warps[1]}")
         if family_of(plan).f32_math == "tf32":  # not the default: say the products round
             parts.append("tf32 tensor cores")

@@ -298,7 +298,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
 
 
 def _swap_text(kernel: Kernel) -> str:
-    """What passes/swap_product.py did with a product converting an 8-bit B: the swap, and
+    """What passes/swap_product.py did with a product it was asked to swap: the swap, and
     that the block tile above is C.T's; or why it left the product as written."""
     swap = kernel.schedule.swap
     if swap is None:
@@ -306,7 +306,7 @@ def _swap_text(kernel: Kernel) -> str:
     if swap.swapped:
         return (f"{swap.why} (the block tile above is C.T's: BN x BM; "
                 "--disable swap_product keeps the product as written)")
-    return f"not swapped (the product as written, B converted in registers): {swap.why}"
+    return f"not swapped (the product as written): {swap.why}"
 
 
 def _accumulation_text(kernel: Kernel) -> str:

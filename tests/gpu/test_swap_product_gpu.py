@@ -1,0 +1,91 @@
+"""The swapped 16-bit product (swap_product="always": C.T = B.T @ A.T, the block's rows of C
+along wgmma's n) on the GPU against a float64 reference: the bench's tuned tiles of 152 and
+136 rows (one warpgroup unsplit, two split along K), ragged M, N and K, a k-contiguous B,
+a fused bias + GELU epilogue along C.T's columns, f32 and f16 outputs; and an unswapped
+k-contiguous B of 152 columns. Every output starts as NaN, so an element never written
+fails."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tilec.kernel import load_file
+from tilec.runtime.driver import has_gpu
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
+torch = pytest.importorskip("torch")
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+SWAP = dict(arch="sm_90a", swap_product="always")
+
+
+def sample(name: str, dtype: str):
+    path = SAMPLES / f"{name}.py"
+    (function,) = load_file(path, text=re.sub(r"\bf16\b", dtype, path.read_text())).values()
+    return function
+
+
+def rel_error(out, ref) -> float:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    return float(torch.linalg.norm(out.double() - ref) / max(float(torch.linalg.norm(ref)),
+                                                            1e-30))
+
+
+def needs_sm_90():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("wgmma needs sm_90a")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape, config", [
+    ((300, 3000, 4100), dict(BM=152, BN=64, BK=64, stages=6)),
+    ((300, 3001, 8200), dict(BM=152, BN=128, BK=64, stages=4, split_k=2)),
+    ((257, 1030, 1000), dict(BM=136, BN=128, BK=64, stages=4, split_k=3)),
+    ((61, 136, 72), dict(BM=64, BN=64, BK=64, stages=3)),
+], ids=["300-152x64", "300-152x128-split2", "257-136x128-split3", "small"])
+def test_matmul(dtype, shape, config):
+    needs_sm_90()
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda").to(TORCH[dtype])
+    b = torch.randn(k, n, device="cuda").to(TORCH[dtype])
+    c = torch.full((m, n), float("nan"), device="cuda")
+    launch = sample("matmul", dtype).prepare(a, b, c, **SWAP, **config)
+    assert launch.compiled.kernel.schedule.swap.swapped
+    launch()
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["swapped-104", "unswapped-bn152"])
+def test_a_k_contiguous_b(swap):
+    """matmul_bt (B stored [N, K]): swapped, wgmma's A is K-major; unswapped, B's 152 rows
+    of k are wgmma's n."""
+    needs_sm_90()
+    m, n, k = 310, 1000, 1030
+    a = torch.randn(m, k, device="cuda").half()
+    b = torch.randn(n, k, device="cuda").half()
+    c = torch.full((m, n), float("nan"), device="cuda")
+    config = dict(BM=104, BN=128, BK=64, stages=4, **SWAP) if swap else \
+        dict(BM=128, BN=152, BK=64, stages=4, arch="sm_90a")
+    sample("matmul_bt", "f16")(a, b, c, **config)
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double().T) < TOLERANCE["f16"]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_bias_gelu_epilogue(dtype):
+    needs_sm_90()
+    m, n, k = 300, 1000, 2050
+    a = torch.randn(m, k, device="cuda").to(TORCH[dtype])
+    b = torch.randn(k, n, device="cuda").to(TORCH[dtype])
+    bias = torch.randn(n, device="cuda").to(TORCH[dtype])
+    c = torch.full((m, n), float("nan"), device="cuda").to(TORCH[dtype])
+    sample("gemm_gelu", dtype)(a, b, c, bias, BM=152, BN=128, BK=64, stages=4, split_k=2,
+                               **SWAP)
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
+    assert rel_error(c, ref) < TOLERANCE[dtype] + 4e-3  # C rounded to dtype once more
