@@ -1238,7 +1238,8 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
 
 @pytest.mark.parametrize("case, arch, entry, rules", [
     (Case(4096, 4096, 4096, "f16"), "sm_90a", ("wgmma", "tiled"), []),
-    (Case(300, 3000, 8192, "f16"), "sm_90a", ("wgmma", "ragged"), ["_tall"]),
+    (Case(384, 3000, 8192, "f16"), "sm_90a", ("wgmma", "ragged"), ["_tall"]),
+    (Case(300, 3000, 8192, "f16"), "sm_90a", ("wgmma", "ragged"), ["_swapped"]),
     (Case(4104, 4104, 4096, "bf16"), "sm_90a", ("wgmma", "ragged"),
      ["_multicast_for_rows_off_lines", "_tile_for_whole_waves"]),
     (Case(2048, 2048, 2048, "f16"), "sm_90a", ("wgmma", "tiled"), ["one_tile_a_block"]),
@@ -1273,9 +1274,10 @@ TALL = dict(BM=192, BN=128, BK=64, stages=4)
     ((768, 1000, 8192), dict(TALL, split_k=4)),
     ((384, 2000, 8192), dict(TALL, split_k=4)),
     ((768, 2000, 16384), dict(TALL, split_k=2)),
-    # Two rows of them over a large B (TALL_B_ELEMENTS), K from TALL_TWO_ROWS_MIN_K.
-    ((300, 3000, 8192), dict(TALL, split_k=2)),  # 48 tiles: 96 blocks
-    ((300, 2048, 11008), dict(TALL, split_k=4)),
+    # Two rows of them over a large B (TALL_B_ELEMENTS), K from TALL_TWO_ROWS_MIN_K, where
+    # M is a multiple of 192 (else the swapped product takes the case: _swapped).
+    ((384, 3000, 8192), dict(TALL, split_k=2)),  # 48 tiles: 96 blocks
+    ((384, 2000, 16384), dict(TALL, split_k=4)),
     ((384, 4104, 4096), dict(TALL, split_k=2)),
     # Not taken: 8 slices (TALL_MAX_SPLIT) would be needed to fill the wave ...
     ((384, 1000, 8192), dict(BM=128, BN=128, BK=64, stages=4, split_k=5)),
@@ -1303,6 +1305,40 @@ def test_sm_90a_takes_tall_tiles_split_along_k_where_they_cover_m(shape, expecte
     for other in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                   tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
         assert other.get("BM") != 192
+
+
+SWAPPED = dict(BK=64, swap_product="always")
+
+
+@pytest.mark.parametrize("shape, expected", [
+    # K 4096 (64 steps: no slice of SWAP_MIN_SLICE_STEPS in two): 64 columns on one
+    # warpgroup, one wave unsplit: 2 x 47 = 94 blocks of 152 rows (M = 300 with 4 padded).
+    ((300, 3000, 4096), dict(SWAPPED, BM=152, BN=64, stages=6)),
+    ((300, 4104, 4096), dict(SWAPPED, BM=152, BN=64, stages=6)),
+    # K 8192: 128 columns on two warpgroups split in two (2 x 24 x 2 = 96, 2 x 33 x 2 = 132).
+    ((300, 3000, 8192), dict(SWAPPED, BM=152, BN=128, stages=4, split_k=2)),
+    ((260, 4104, 8192), dict(SWAPPED, BM=136, BN=128, stages=4, split_k=2)),
+    ((320, 2048, 11008), dict(SWAPPED, BM=160, BN=128, stages=4, split_k=4)),
+    # Not taken: M a multiple of 192 (the tall tiles pad nothing), or no tall tile.
+    ((384, 3000, 8192), dict(TALL, split_k=2)),
+    ((300, 1000, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),
+], ids=shape_id)
+def test_sm_90a_swaps_the_product_where_the_tall_tiles_pad_m(shape, expected):
+    """Where the tall tile would be taken, the swapped product's rows of any multiple of 8
+    (wgmma's n) cover M with less padding; its blocks fill TALL_WAVE_FILL of one wave."""
+    config = tuning.tuned_config(Case(*shape, "f16"), "sm_90a")
+    assert config == expected
+    assert tuning.tuned_config(Case(*shape, "bf16"), "sm_90a") == expected
+    if config.get("swap_product"):
+        tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
+        blocks = tiles * config.get("split_k", 1)
+        assert tuning.TALL_WAVE_FILL * tuning.ONE_WAVE <= blocks <= tuning.ONE_WAVE
+        assert config["BM"] % 8 == 0 and config["BM"] - 8 < -(-shape[0] // -(-shape[0] //
+                                                                             config["BM"]))
+    # Batched rows and the llvm backend (no wgmma) are not swapped.
+    for other in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
+                  tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):
+        assert "swap_product" not in other
 
 
 @pytest.mark.parametrize("shape, narrow", [

@@ -342,6 +342,9 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
 RULES = {
     "_skinny": "the skinny tile whose one wave spends the most on the product "
                "(SKINNY_TILES), split along K or in clusters of 2 sharing B where that pays",
+    "_swapped": "where the tall tile would be taken, the product swapped, C.T = B.T @ A.T: "
+                "M in tiles of any multiple of 8 rows along wgmma's n (SWAP_TILES), split "
+                "along K where that fills the wave",
     "_tall": "a 192-row tile split along K, whose rows of tiles read B fewer times "
              "(TALL_TILE)",
     "one_step_k": f"all of a shallow K (at most ONE_STEP_K = {ONE_STEP_K}) in one step, "
@@ -476,7 +479,9 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             return _took("_skinny", skinny)
         tall = _tall(case) if problem == "ragged" else None
         if tall is not None:
-            return _took("_tall", tall)
+            swapped = _swapped(case, tall)
+            return _took("_swapped", swapped) if swapped is not None else \
+                _took("_tall", tall)
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
             # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
             # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
@@ -709,6 +714,69 @@ def _tall(case: Case) -> Optional[dict[str, Any]]:
             _tiles(case, TALL_TILE) * splits < TALL_WAVE_FILL * ONE_WAVE:
         return None
     return dict(TALL_TILE, split_k=splits)
+
+
+# The product swapped (passes/swap_product.py, Options.swap_product "always"), where the tall
+# tile would be taken: each block a BN x BM tile of C.T, its BM rows of C along wgmma's n,
+# any multiple of 8 up to 256, so that M is covered with less than 8 rows of padding a tile
+# (M = 300: two tiles of 152 rows, not two of 192). BN, C.T's rows (wgmma's m), 128 on two
+# consumer warpgroups or 64 on one. C.T's tile is stored transposed by each thread
+# (st.global: no TMA store of a transposed view). H200, f16, one call per M, TFLOP/s, the
+# rule's choice / the tall tile it replaces (cuBLAS; benchmarks/NOTES.md, session 32):
+#   K 4096, 64 on one warpgroup, one wave unsplit: 260x3000 271.3 / 208.2 (332.2),
+#     260x4104 353.2 / 233.5 (343.2), 300x3000 302.8 / 262.4 (366.9), 300x4104 393.0 /
+#     294.3 (382.0); 128 split 2 ran 0.92-0.98 of it, 128 unsplit (half a wave) 0.80-0.84
+#   K 8192, 128 split 2: 260x3000 360.1 / 237.4 (402.6), 260x4104 408.9 / 263.6 (397.9),
+#     300x3000 397.2 / 318.9 (443.9), 300x4104 454.8 / 345.4 (437.8); 64 unsplit ran
+#     0.87-0.96 of it
+#   in a later call, on shapes not fitted to: 257x4104x4096 348.0 / 228.2 (334.2),
+#     280x4104x11008 473.4 / 335.3 (558.7), 300x3000x16384 484.3 / 379.4 (449.3),
+#     320x2000x8192 (64 split 2) 400.6 / 340.6 (383.7), 300x2048x11008 (split 4) 423.6 /
+#     376.4 (397.7), 320x3000x8192 418.7 / 379.6 (334.4); bf16 300x3000x8192 400.0 / 333.2
+#     (446.1), 300x4104x4096 392.0 / 290.8 (378.4), 260x3000x4096 270.9 / 209.1 (331.7)
+# Elsewhere it did not pay, or was not measured: under the wave the tall tile's rows fill
+# (300x1000x4096, 48 blocks: 108.9 against 132.0 for 128x128 split 4), 450 rows where the
+# tuning runs 128x128 in clusters of 2 (450x3000x8192 433.9 / 466.4; 900x1200x4096 0.87x),
+# but 450x4104x4096 1.27x, 800x3000x4096 (200x128) 1.11x, 1000x1000x8192 (200x128 split
+# 3) 1.07x, taken by no rule yet.
+SWAP_TILES = (dict(BN=128, BK=64, stages=4), dict(BN=64, BK=64, stages=6))
+SWAP_MAX_ROWS = 256
+SWAP_MAX_SPLIT = 4
+SWAP_MIN_SLICE_STEPS = 40  # K 4096 (64 steps) unsplit, as measured; 8192 in two or three
+# The one-warpgroup tile's rate against two warpgroups' on equal shares of the wave (0.87-0.96
+# measured at K 8192); it decides ties only.
+SWAP_ONE_WARPGROUP_RATE = 0.95
+# The most of the tall tiles' rows the swapped ones may compute: M a multiple of 192 (384,
+# 768) leaves them nothing to save.
+SWAP_MAX_ROWS_SHARE = 0.9
+
+
+def _swapped(case: Case, tall: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The swapped tile of SWAP_TILES, M in the fewest tiles of at most SWAP_MAX_ROWS rows
+    or one more (SWAP_MAX_ROWS_SHARE of the ``tall`` tiles' rows at most), in up to
+    SWAP_MAX_SPLIT slices of SWAP_MIN_SLICE_STEPS steps at least, whose blocks (one wave,
+    TALL_WAVE_FILL of it at least) spend the largest share of the SMs' time on the product
+    (a one-warpgroup tile's share at SWAP_ONE_WARPGROUP_RATE); else None."""
+    fewest = -(-case.M // SWAP_MAX_ROWS)
+    steps = -(-case.K // 64)
+    tall_rows = -(-case.M // tall["BM"]) * tall["BM"]
+    best, best_score = None, 0.0
+    for count in (fewest, fewest + 1):
+        rows = (-(-case.M // count) + 7) // 8 * 8
+        if count * rows > SWAP_MAX_ROWS_SHARE * tall_rows:
+            continue
+        for tile in SWAP_TILES:
+            config = dict(BM=rows, **tile, swap_product="always")
+            rate = 1.0 if tile["BN"] == 128 else SWAP_ONE_WARPGROUP_RATE
+            for splits in range(1, SWAP_MAX_SPLIT + 1):
+                blocks = _tiles(case, config) * splits
+                if blocks > ONE_WAVE or splits > 1 and steps // splits < SWAP_MIN_SLICE_STEPS:
+                    break
+                score = _useful_share(case, config, splits) * rate
+                if blocks >= TALL_WAVE_FILL * ONE_WAVE and score > best_score:
+                    best = dict(config, split_k=splits) if splits > 1 else config
+                    best_score = score
+    return best
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
