@@ -1054,7 +1054,8 @@ def test_the_sm_90a_autotune_space_splits_few_tiles_along_k():
     """Where the tiles alone leave SMs idle, SPLIT_TILES in SEARCHED_SPLITS slices: one wave
     at most, slices of SHORT_SLICE_STEPS steps at least."""
     space = bench.autotune_space(Case(128, 1000, 8192, "f16"), {}, "sm_90a")
-    splits = {(c["BM"], c["BN"], c["split_k"]) for c in space if c.get("split_k", 1) > 1}
+    splits = {(c["BM"], c["BN"], c["split_k"]) for c in space
+              if c.get("split_k", 1) > 1 and "swap_product" not in c}
     # 8 tiles of 128x128 (16 slices: 128 blocks of 8 steps, too short), 16 of 64x128, 8 of
     # 192x128 and of 256x128, 6 of 192x192: 128 steps, 8 slices at most.
     assert splits == {(bm, bn, s) for bm, bn in ((128, 128), (64, 128), (192, 128), (256, 128),
@@ -1064,6 +1065,19 @@ def test_the_sm_90a_autotune_space_splits_few_tiles_along_k():
     # A wave of tiles already, or batched rows: no splits.
     for case in (Case(4096, 4096, 4096, "f16"), Case(128, 1000, 8192, "f16", batch=4)):
         assert not any(c.get("split_k", 1) > 1 for c in bench.autotune_space(case, {}, "sm_90a"))
+
+
+def test_the_sm_90a_autotune_space_tries_the_swapped_product_for_a_few_hundred_rows():
+    """Past SHORT_M up to SWAP_SEARCHED_MAX_M rows: the swapped tiles of SWAP_TILES, M in
+    the fewest tiles of at most 256 rows or one more, split in one wave."""
+    space = bench.autotune_space(Case(300, 3000, 8192, "f16"), {}, "sm_90a")
+    swapped = [(c["BM"], c["BN"], c.get("split_k", 1)) for c in space if "swap_product" in c]
+    # 2 x 24 tiles of 152x128 (split 2: 96 blocks), 2 x 47 of 152x64, 3 x 24 of 104x128.
+    assert sorted(swapped) == [(104, 128, 1), (152, 64, 1), (152, 128, 1), (152, 128, 2)]
+    assert space[0] == tuning.tuned_config(Case(300, 3000, 8192, "f16"), "sm_90a")
+    for case in (Case(2048, 3000, 8192, "f16"), Case(300, 3000, 8192, "f16", batch=2),
+                 Case(300, 3000, 8192, "f32")):
+        assert not any("swap_product" in c for c in bench.autotune_space(case, {}, "sm_90a"))
 
 
 def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():

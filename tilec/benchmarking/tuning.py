@@ -7,7 +7,7 @@ empty last wave, tiles that fill their rounds, few tiles over a deep K)."""
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from tilec.benchmarking.cases import Case
 from tilec.ir.types import DType
@@ -34,8 +34,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     schedules and 128x128 pingpong (the autotuner prunes what does not fit; batched rows try
     the four schedules but pingpong, their clusters pairing M tiles within each batch); with
     a backend that emits no wgmma (:func:`on_wgmma`), the mma.sync spaces. On wgmma, f16 and
-    bf16 products not batched also try :func:`_split_candidates`; every space starts with
-    the tuned configuration (:func:`tuned_config`)."""
+    bf16 products not batched also try :func:`_split_candidates`, and past SHORT_M up to
+    SWAP_SEARCHED_MAX_M rows the swapped product's tiles (:func:`_swap_configs`); every
+    space starts with the tuned configuration (:func:`tuned_config`)."""
     from tilec.tools.autotune import search_space
     schedules = SM90A_SCHEDULES
     wgmma = on_wgmma(arch, backend)
@@ -94,6 +95,8 @@ def autotune_space(case: Case, fixed: dict[str, Any],
         space = search_space(BM=(64, 128), BN=(128, 256), BK=(32, 64), stages=(3, 4))
     if wgmma and FAMILY[case.dtype] == "mma" and not case.batched:
         space += _split_candidates(case)
+        if SHORT_M < case.M <= SWAP_SEARCHED_MAX_M:
+            space += list(_swap_configs(case, SHORT_SLICE_STEPS))
     # The tuned configuration first: autotuning never ends on one slower than the default
     # (the search's grid holds neither the split nor, at 4096^3, the persistent raster).
     space.insert(0, tuned_config(case, arch, backend, fixed.get("fp8_accumulation", "fast")))
@@ -105,6 +108,9 @@ def autotune_space(case: Case, fixed: dict[str, Any],
     return trimmed
 
 
+# The most rows of C the autotuner tries the swapped product's tiles at (_swap_configs): the
+# measured range of `_swapped` and the shapes it lost or was not taken on (257-1000).
+SWAP_SEARCHED_MAX_M = 1024
 # The slice counts the autotuner tries on wgmma where the tiles leave SMs idle.
 SEARCHED_SPLITS = (2, 3, 4, 6, 8, 12, 16)
 
@@ -752,31 +758,38 @@ SWAP_MAX_ROWS_SHARE = 0.9
 
 
 def _swapped(case: Case, tall: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The swapped tile of SWAP_TILES, M in the fewest tiles of at most SWAP_MAX_ROWS rows
-    or one more (SWAP_MAX_ROWS_SHARE of the ``tall`` tiles' rows at most), in up to
-    SWAP_MAX_SPLIT slices of SWAP_MIN_SLICE_STEPS steps at least, whose blocks (one wave,
-    TALL_WAVE_FILL of it at least) spend the largest share of the SMs' time on the product
-    (a one-warpgroup tile's share at SWAP_ONE_WARPGROUP_RATE); else None."""
-    fewest = -(-case.M // SWAP_MAX_ROWS)
-    steps = -(-case.K // 64)
+    """The swapped configuration of :func:`_swap_configs` (slices of SWAP_MIN_SLICE_STEPS
+    steps at least) computing SWAP_MAX_ROWS_SHARE of the ``tall`` tiles' rows at most, whose
+    blocks (TALL_WAVE_FILL of one wave at least) spend the largest share of the SMs' time on
+    the product (a one-warpgroup tile's share at SWAP_ONE_WARPGROUP_RATE); else None."""
     tall_rows = -(-case.M // tall["BM"]) * tall["BM"]
     best, best_score = None, 0.0
+    for config in _swap_configs(case, SWAP_MIN_SLICE_STEPS):
+        splits = config.get("split_k", 1)
+        rate = 1.0 if config["BN"] == 128 else SWAP_ONE_WARPGROUP_RATE
+        score = _useful_share(case, config, splits) * rate
+        if -(-case.M // config["BM"]) * config["BM"] <= SWAP_MAX_ROWS_SHARE * tall_rows and \
+                _tiles(case, config) * splits >= TALL_WAVE_FILL * ONE_WAVE and \
+                score > best_score:
+            best, best_score = config, score
+    return best
+
+
+def _swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
+    """The swapped tiles of SWAP_TILES, M in the fewest tiles of at most SWAP_MAX_ROWS rows
+    (a multiple of 8) or one more, in up to SWAP_MAX_SPLIT slices of ``min_steps`` steps at
+    least, the blocks in one wave."""
+    fewest = -(-case.M // SWAP_MAX_ROWS)
+    steps = -(-case.K // 64)
     for count in (fewest, fewest + 1):
         rows = (-(-case.M // count) + 7) // 8 * 8
-        if count * rows > SWAP_MAX_ROWS_SHARE * tall_rows:
-            continue
         for tile in SWAP_TILES:
             config = dict(BM=rows, **tile, swap_product="always")
-            rate = 1.0 if tile["BN"] == 128 else SWAP_ONE_WARPGROUP_RATE
             for splits in range(1, SWAP_MAX_SPLIT + 1):
-                blocks = _tiles(case, config) * splits
-                if blocks > ONE_WAVE or splits > 1 and steps // splits < SWAP_MIN_SLICE_STEPS:
+                if _tiles(case, config) * splits > ONE_WAVE or \
+                        splits > 1 and steps // splits < min_steps:
                     break
-                score = _useful_share(case, config, splits) * rate
-                if blocks >= TALL_WAVE_FILL * ONE_WAVE and score > best_score:
-                    best = dict(config, split_k=splits) if splits > 1 else config
-                    best_score = score
-    return best
+                yield dict(config, split_k=splits) if splits > 1 else config
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
