@@ -6,38 +6,16 @@ k-contiguous B of 152 columns. Every output starts as NaN, so an element never w
 fails."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
-from tilec.kernel import load_file
 from tilec.runtime.driver import has_gpu
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")]
 torch = pytest.importorskip("torch")
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+from .test_split_k_gpu import TOLERANCE, TORCH, rel_error, sample  # noqa: E402
+
 SWAP = dict(arch="sm_90a", swap_product="always")
-
-
-def sample(name: str, dtype: str):
-    path = SAMPLES / f"{name}.py"
-    (function,) = load_file(path, text=re.sub(r"\bf16\b", dtype, path.read_text())).values()
-    return function
-
-
-def rel_error(out, ref) -> float:
-    assert not torch.isnan(out).any(), "some outputs were never written"
-    return float(torch.linalg.norm(out.double() - ref) / max(float(torch.linalg.norm(ref)),
-                                                            1e-30))
-
-
-def needs_sm_90():
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("wgmma needs sm_90a")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -47,8 +25,7 @@ def needs_sm_90():
     ((257, 1030, 1000), dict(BM=136, BN=128, BK=64, stages=4, split_k=3)),
     ((61, 136, 72), dict(BM=64, BN=64, BK=64, stages=3)),
 ], ids=["300-152x64", "300-152x128-split2", "257-136x128-split3", "small"])
-def test_matmul(dtype, shape, config):
-    needs_sm_90()
+def test_matmul(hopper, dtype, shape, config):
     m, n, k = shape
     a = torch.randn(m, k, device="cuda").to(TORCH[dtype])
     b = torch.randn(k, n, device="cuda").to(TORCH[dtype])
@@ -61,10 +38,9 @@ def test_matmul(dtype, shape, config):
 
 
 @pytest.mark.parametrize("swap", [True, False], ids=["swapped-104", "unswapped-bn152"])
-def test_a_k_contiguous_b(swap):
+def test_a_k_contiguous_b(hopper, swap):
     """matmul_bt (B stored [N, K]): swapped, wgmma's A is K-major; unswapped, B's 152 rows
     of k are wgmma's n."""
-    needs_sm_90()
     m, n, k = 310, 1000, 1030
     a = torch.randn(m, k, device="cuda").half()
     b = torch.randn(n, k, device="cuda").half()
@@ -77,8 +53,7 @@ def test_a_k_contiguous_b(swap):
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_bias_gelu_epilogue(dtype):
-    needs_sm_90()
+def test_bias_gelu_epilogue(hopper, dtype):
     m, n, k = 300, 1000, 2050
     a = torch.randn(m, k, device="cuda").to(TORCH[dtype])
     b = torch.randn(k, n, device="cuda").to(TORCH[dtype])
