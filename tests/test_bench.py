@@ -1336,10 +1336,21 @@ SWAPPED = dict(BK=64, swap_product="always")
     # Not taken: M a multiple of 192 (the tall tiles pad nothing), or no tall tile.
     ((384, 3000, 8192), dict(TALL, split_k=2)),
     ((300, 1000, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),
+    # Past SWAP_UNSPLIT_MIN_M: 128 columns unsplit, 4 rows of 152, 4 of 232, 5 of 200.
+    ((600, 3000, 4096), dict(SWAPPED, BM=152, BN=128, stages=4)),
+    ((900, 4104, 8192), dict(SWAPPED, BM=232, BN=128, stages=4)),
+    ((1000, 3000, 8192), dict(SWAPPED, BM=200, BN=128, stages=4)),
+    # Not taken: as many rows as 128-row tiles (4 x 256 = 1024), M a multiple of 128, K
+    # under SWAP_UNSPLIT_MIN_K, M not past SWAP_UNSPLIT_MIN_M (no tall tile either).
+    ((1000, 4096, 8192), dict(BM=128, BN=256, BK=64, stages=3)),
+    ((1024, 3000, 4096), dict(BM=128, BN=192, BK=64, stages=4, cluster=2)),
+    ((600, 3000, 2048), dict(BM=128, BN=128, BK=64, stages=6)),
+    ((450, 3000, 4096), dict(BM=128, BN=128, BK=64, stages=6, cluster=2)),
 ], ids=shape_id)
-def test_sm_90a_swaps_the_product_where_the_tall_tiles_pad_m(shape, expected):
-    """Where the tall tile would be taken, the swapped product's rows of any multiple of 8
-    (wgmma's n) cover M with less padding; its blocks fill TALL_WAVE_FILL of one wave."""
+def test_sm_90a_swaps_the_product_where_m_would_be_padded(shape, expected):
+    """Where the tall tile would be taken, or unsplit past SWAP_UNSPLIT_MIN_M rows, the
+    swapped product's rows of any multiple of 8 (wgmma's n) cover M with less padding; its
+    blocks fill TALL_WAVE_FILL of one wave."""
     config = tuning.tuned_config(Case(*shape, "f16"), "sm_90a")
     assert config == expected
     assert tuning.tuned_config(Case(*shape, "bf16"), "sm_90a") == expected
@@ -1349,6 +1360,9 @@ def test_sm_90a_swaps_the_product_where_the_tall_tiles_pad_m(shape, expected):
         assert tuning.TALL_WAVE_FILL * tuning.ONE_WAVE <= blocks <= tuning.ONE_WAVE
         assert config["BM"] % 8 == 0 and config["BM"] - 8 < -(-shape[0] // -(-shape[0] //
                                                                              config["BM"]))
+        if shape[0] > tuning.SWAP_UNSPLIT_MIN_M:
+            assert "split_k" not in config
+            assert -(-shape[0] // config["BM"]) * config["BM"] < -(-shape[0] // 128) * 128
     # Batched rows and the llvm backend (no wgmma) are not swapped.
     for other in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                   tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")):

@@ -348,9 +348,9 @@ def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
 RULES = {
     "_skinny": "the skinny tile whose one wave spends the most on the product "
                "(SKINNY_TILES), split along K or in clusters of 2 sharing B where that pays",
-    "_swapped": "where the tall tile would be taken, the product swapped, C.T = B.T @ A.T: "
-                "M in tiles of any multiple of 8 rows along wgmma's n (SWAP_TILES), split "
-                "along K where that fills the wave",
+    "_swapped": "the product swapped, C.T = B.T @ A.T, where the tall tile would be taken "
+                "or past SWAP_UNSPLIT_MIN_M rows: M in tiles of any multiple of 8 rows "
+                "along wgmma's n (SWAP_TILES), split along K where that fills the wave",
     "_tall": "a 192-row tile split along K, whose rows of tiles read B fewer times "
              "(TALL_TILE)",
     "one_step_k": f"all of a shallow K (at most ONE_STEP_K = {ONE_STEP_K}) in one step, "
@@ -488,6 +488,11 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             swapped = _swapped(case, tall)
             return _took("_swapped", swapped) if swapped is not None else \
                 _took("_tall", tall)
+        swapped = _swapped(case) if problem == "ragged" and not case.batched and \
+            case.K >= SWAP_UNSPLIT_MIN_K and SWAP_UNSPLIT_MIN_M < case.M <= SWAP_UNSPLIT_MAX_M \
+            else None
+        if swapped is not None:
+            return _took("_swapped", swapped)
         if problem == "ragged" and _large_tiles(case) < SMALL_TILES:
             # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
             # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
@@ -723,7 +728,7 @@ def _tall(case: Case) -> Optional[dict[str, Any]]:
 
 
 # The product swapped (passes/swap_product.py, Options.swap_product "always"), where the tall
-# tile would be taken: each block a BN x BM tile of C.T, its BM rows of C along wgmma's n,
+# tile would be taken, and unsplit for 513-1024 rows: each block a BN x BM tile of C.T, its BM rows of C along wgmma's n,
 # any multiple of 8 up to 256, so that M is covered with less than 8 rows of padding a tile
 # (M = 300: two tiles of 152 rows, not two of 192). BN, C.T's rows (wgmma's m), 128 on two
 # consumer warpgroups or 64 on one. C.T's tile is stored transposed by each thread
@@ -740,6 +745,32 @@ def _tall(case: Case) -> Optional[dict[str, Any]]:
 #     320x2000x8192 (64 split 2) 400.6 / 340.6 (383.7), 300x2048x11008 (split 4) 423.6 /
 #     376.4 (397.7), 320x3000x8192 418.7 / 379.6 (334.4); bf16 300x3000x8192 400.0 / 333.2
 #     (446.1), 300x4104x4096 392.0 / 290.8 (378.4), 260x3000x4096 270.9 / 209.1 (331.7)
+# Past SWAP_UNSPLIT_MIN_M rows too, up to SWAP_UNSPLIT_MAX_M, where the swapped tiles fill
+# the wave unsplit (128 columns on two warpgroups, in four to six rows of tiles), against
+# the tuned configuration before (128x192, 128x128, 128x256 or persistent 128x128; cuBLAS):
+#   600x3000x4096 465.9 / 406.3 (521.3), 600x3000x8192 543.4 / 431.9 (582.6), 600x4104x4096
+#   514.6 / 462.5 (636.7), 600x4104x8192 536.5 / 476.8 (717.1), 700x3000x4096 482.2 / 448.0
+#   (561.2), 700x3000x8192 558.3 / 482.4 (621.5), 700x4104x8192 621.7 / 501.7 (735.4),
+#   800x3000x4096 543.2 / 440.4 (604.7), 800x3000x8192 571.5 / 469.0 (683.0), 800x4104x4096
+#   626.3 / 478.9 (596.9), 800x4104x8192 713.2 / 503.7 (683.3), 900x3000x4096 568.4 / 441.7
+#   (614.9), 900x3000x8192 653.3 / 476.4 (684.7), 900x4104x8192 703.0 / 401.7 (737.9),
+#   1000x3000x4096 588.1 / 507.9 (637.9), 1000x3000x8192 671.0 / 536.3 (703.9),
+#   1000x4104x4096 637.9 / 470.1 (690.3), 1000x4104x8192 706.5 / 487.1 (745.1)
+# but at 450-500 rows, where the tuning runs 128x128 tiles or 256x64 strips in clusters of 2
+# sharing B: 450x3000x4096 389.6 / 391.8, 450x3000x8192 (split 2) 434.4 / 454.7,
+# 500x3000x8192 (256x128 split 2) 445.2 / 546.6, 500x4104x8192 560.0 / 580.6; only
+# 450x4104x4096 won (492.0 / 389.8). In a later call, on shapes not fitted to, f16:
+# 550x3000x8192 509.2 / 371.7 (538.8), 513x4104x4096 440.7 / 358.1 (564.4), 600x4096x8192
+# 692.9 / 609.9 (719.4), 600x5120x4096 595.3 / 555.4 (654.3), 800x4096x4096 631.7 / 580.9
+# (640.8), 700x5120x8192 671.2 / 660.8 (705.5), 900x3000x16384 669.4 / 498.6 (685.7); bf16
+# 800x3000x8192 557.8 / 467.4 (695.0), 700x3000x4096 480.4 / 459.5 (559.4); but where the
+# swapped tiles compute as many rows as 128-row ones (SWAP_UNSPLIT_FEWER_THAN), now left
+# alone: 1000x4096x8192 (4 x 256 rows) 719.9 / 742.1, 1024x3000x4096 581.3 / 644.6,
+# 1024x4104x8192 713.7 / 697.0, 1000x4104x4096 (bf16) 648.5 / 470.3.
+SWAP_UNSPLIT_MIN_M = 512
+SWAP_UNSPLIT_MAX_M = 1024
+SWAP_UNSPLIT_MIN_K = 4096  # measured at 4096 to 16384
+SWAP_UNSPLIT_FEWER_THAN = 128
 # Elsewhere it did not pay, or was not measured: under the wave the tall tile's rows fill
 # (300x1000x4096, 48 blocks: 108.9 against 132.0 for 128x128 split 4), 450 rows where the
 # tuning runs 128x128 in clusters of 2 (450x3000x8192 433.9 / 466.4; 900x1200x4096 0.87x),
@@ -757,18 +788,25 @@ SWAP_ONE_WARPGROUP_RATE = 0.95
 SWAP_MAX_ROWS_SHARE = 0.9
 
 
-def _swapped(case: Case, tall: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _swapped(case: Case, tall: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
     """The swapped configuration of :func:`_swap_configs` (slices of SWAP_MIN_SLICE_STEPS
-    steps at least) computing SWAP_MAX_ROWS_SHARE of the ``tall`` tiles' rows at most, whose
-    blocks (TALL_WAVE_FILL of one wave at least) spend the largest share of the SMs' time on
-    the product (a one-warpgroup tile's share at SWAP_ONE_WARPGROUP_RATE); else None."""
-    tall_rows = -(-case.M // tall["BM"]) * tall["BM"]
+    steps at least) computing SWAP_MAX_ROWS_SHARE of the ``tall`` tiles' rows at most (with
+    no ``tall`` tile: 128 columns unsplit, fewer rows than tiles of SWAP_UNSPLIT_FEWER_THAN
+    rows would compute), whose blocks (TALL_WAVE_FILL of one wave at least) spend the
+    largest share of the SMs' time on the product (a one-warpgroup tile's share at
+    SWAP_ONE_WARPGROUP_RATE); else None."""
+    # The most rows of C the swapped tiles may compute.
+    most_rows = SWAP_MAX_ROWS_SHARE * -(-case.M // tall["BM"]) * tall["BM"] \
+        if tall is not None else -(-case.M // SWAP_UNSPLIT_FEWER_THAN) * \
+        SWAP_UNSPLIT_FEWER_THAN - 1
     best, best_score = None, 0.0
     for config in _swap_configs(case, SWAP_MIN_SLICE_STEPS):
         splits = config.get("split_k", 1)
+        if tall is None and (splits > 1 or config["BN"] != 128):
+            continue
         rate = 1.0 if config["BN"] == 128 else SWAP_ONE_WARPGROUP_RATE
         score = _useful_share(case, config, splits) * rate
-        if -(-case.M // config["BM"]) * config["BM"] <= SWAP_MAX_ROWS_SHARE * tall_rows and \
+        if -(-case.M // config["BM"]) * config["BM"] <= most_rows and \
                 _tiles(case, config) * splits >= TALL_WAVE_FILL * ONE_WAVE and \
                 score > best_score:
             best, best_score = config, score
