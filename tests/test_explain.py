@@ -266,6 +266,54 @@ def test_cli_explain_tuned_shows_the_configuration_the_bench_runs(capsys) -> Non
     assert "--tuned needs the product's sizes: --shape N=..,K=.." in capsys.readouterr().err
 
 
+RESIDUAL_FIRST = """from __future__ import annotations
+from tilec import f16, f32, tile
+
+@tile
+def residual_first(A: f16[M, K], B: f16[K, N], R: f16[M, N], C: f16[M, N],
+                   BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        r = R[m * BM : +BM, n * BN : +BN].to(f32)
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = (acc + r).to(f16)
+"""
+
+
+def test_cli_tuned_takes_the_swapped_product_only_where_the_pass_swaps_it(capsys,
+                                                                         tmp_path) -> None:
+    """At 300x3000x8192 the tuning swaps the product (152-row tiles along wgmma's n): taken
+    for the matmul sample; for a program the swap_product pass leaves as written (a tile
+    read before the K loop), or with --swap-product auto given, the tuning's choice without
+    the swap, and why; a 3-D program is batched (no split, no swap); tuned options the
+    given ones cannot go with are a usage error, not a traceback."""
+    base = ["explain", "--arch", "sm_90a", "--tuned", "--no-ptxas",
+            "--shape", "M=300,N=3000,K=8192"]
+    assert main([*base, MATMUL]) == 0
+    out = capsys.readouterr().out
+    assert "tuned: then _swapped: the product swapped" in out
+    assert "tuned: chosen: 152x128x64, stages 4, swap_product always, split_k 2\n" in out
+    assert "swapped product   C.T = B.T @ A.T" in out
+    path = tmp_path / "residual_first.py"
+    path.write_text(RESIDUAL_FIRST)
+    assert main([*base, str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tuned: the swapped product the tuning chose first does not apply: "
+                          "a 2-D tile is computed before the K loop; chosen without it\n")
+    assert "tuned: then _tall: " in out and "block tile        192 x 128 x 64" in out
+    assert main([*base, MATMUL, "--swap-product", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "does not apply: swap_product is not 'always' (as given)" in out
+    assert "tuned: chosen: 192x128x64, stages 4, split_k 2\n" in out
+    assert main([*base, str(ROOT / "samples" / "bmm.py")]) == 0
+    out = capsys.readouterr().out
+    assert "tuned: 2x300x3000x8192 f16 on sm_90a" in out and "split_k" not in out
+    assert main([*base, MATMUL, "--cluster", "2"]) == 1
+    assert "--tuned chose 152x128x64, stages 4, swap_product always, split_k 2, which the " \
+        "options given (cluster 2) cannot go with: split_k" in capsys.readouterr().err
+
+
 def test_cli_run_tuned_runs_the_tuned_kernel_in_the_cpu_interpreter(capsys) -> None:
     assert main(["run", MATMUL, "--tuned", "--cpu", "--arch", "sm_90a",
                  "--shape", "M=48,N=256,K=128"]) == 0

@@ -330,13 +330,14 @@ def problem_class(case: Case) -> str:
 
 
 def tuned_config(case: Case, arch: Optional[str] = None, backend: str = "ptx",
-                 fp8_accumulation: str = "fast") -> dict[str, Any]:
+                 fp8_accumulation: str = "fast", swap: bool = True) -> dict[str, Any]:
     """The tuned configuration of a case on a target: sm_90a's f16/bf16 rows run on wgmma
     (and its 8-bit rows on wgmma8) where the backend emits it (:func:`on_wgmma`); fp8 rows
     summed promoted take tiles with room for the second accumulator set; on a target whose
     shared memory cannot hold a configuration's ring, a shallower one
-    (:func:`_within_shared_memory`)."""
-    tuned = _tuned(case, arch, backend, fp8_accumulation)
+    (:func:`_within_shared_memory`). ``swap`` False: never the swapped product (for a
+    program the swap_product pass does not swap)."""
+    tuned = _tuned(case, arch, backend, fp8_accumulation, swap)
     fitted = _within_shared_memory(case, tuned, arch, backend)
     if fitted is not tuned:
         _took("_within_shared_memory")
@@ -380,35 +381,36 @@ _TRACE: ContextVar[Optional[list[str]]] = ContextVar("tuning_trace", default=Non
 
 
 def tuned_rules(case: Case, arch: Optional[str] = None, backend: str = "ptx",
-                fp8_accumulation: str = "fast"
+                fp8_accumulation: str = "fast", swap: bool = True
                 ) -> tuple[dict[str, Any], tuple[str, str], list[str]]:
     """:func:`tuned_config`'s choice, the TUNED key it started from (:func:`_entry`) and the
     RULES that moved it off the entry, in the order they did."""
     trace: list[str] = []
     token = _TRACE.set(trace)
     try:
-        config = tuned_config(case, arch, backend, fp8_accumulation)
+        config = tuned_config(case, arch, backend, fp8_accumulation, swap)
     finally:
         _TRACE.reset(token)
     return config, _entry(case, arch, backend), trace
 
 
 def describe_tuned(case: Case, arch: Optional[str] = None, backend: str = "ptx",
-                   fp8_accumulation: str = "fast") -> list[str]:
+                   fp8_accumulation: str = "fast", swap: bool = True) -> list[str]:
     """:func:`tuned_rules` in words, a line each: the table entry and its configuration,
     each rule that moved the case off it, the configuration chosen."""
-    config, (family, problem), rules = tuned_rules(case, arch, backend, fp8_accumulation)
+    config, (family, problem), rules = tuned_rules(case, arch, backend, fp8_accumulation,
+                                                   swap)
     table = TUNED.get((family, problem))
     lines = [f"{case.shape} {case.dtype} on {arch or 'any target'}: the {problem} class's "
-             f"{family} entry (TUNED), {_words(table) if table else 'none'}"]
+             f"{family} entry (TUNED), {config_words(table) if table else 'none'}"]
     lines += [f"then {rule}: {RULES[rule]}" for rule in rules]
     if not rules:
         lines.append("no rule moved it")
-    lines.append(f"chosen: {_words(config)}")
+    lines.append(f"chosen: {config_words(config)}")
     return lines
 
 
-def _words(config: dict[str, Any]) -> str:
+def config_words(config: dict[str, Any]) -> str:
     """``128x256x64, stages 3, persistent, raster_group 16``."""
     def value_words(value: Any) -> str:
         return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
@@ -476,7 +478,7 @@ def _within_shared_memory(case: Case, config: dict[str, Any], arch: Optional[str
 
 
 def _tuned(case: Case, arch: Optional[str], backend: str,
-           fp8_accumulation: str) -> dict[str, Any]:
+           fp8_accumulation: str, swap: bool = True) -> dict[str, Any]:
     """:func:`tuned_config`'s choice, as tuned (on an H100 or H200)."""
     family, problem = _entry(case, arch, backend)
     if family == "wgmma":
@@ -485,10 +487,10 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             return _took("_skinny", skinny)
         tall = _tall(case) if problem == "ragged" else None
         if tall is not None:
-            swapped = _swapped(case, tall)
+            swapped = _swapped(case, tall) if swap else None
             return _took("_swapped", swapped) if swapped is not None else \
                 _took("_tall", tall)
-        swapped = _swapped(case) if problem == "ragged" and not case.batched and \
+        swapped = _swapped(case) if swap and problem == "ragged" and not case.batched and \
             case.K >= SWAP_UNSPLIT_MIN_K and SWAP_UNSPLIT_MIN_M < case.M <= SWAP_UNSPLIT_MAX_M \
             else None
         if swapped is not None:

@@ -44,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
         note = ""
         if args.tuned:
             arch = options.get("arch", Options().arch)
-            given = options
+            given, given_consts = options, consts
             consts, options = with_tuned(fn, consts, given, sizes, arch)
-            note = tuned_note(fn, given, sizes, arch)
+            note = tuned_note(fn, given_consts, given, sizes, arch)
         packing, in_place, tile_axes, peel = None, (), None, ""
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
             lowered = fn.lower(**consts)

@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
             # The target the kernel will run on: the GPU's, as run_and_check picks it.
             arch = options.get("arch") or (
                 target_arch(current_device().compute_capability) if on_gpu else Options().arch)
-            given = options
+            given, given_consts = options, consts
             consts, options = with_tuned(fn, consts, given, sizes, arch)
-            print(tuned_note(fn, given, sizes, arch), end="")
+            print(tuned_note(fn, given_consts, given, sizes, arch), end="")
         failed |= not run_and_check(fn, str(args.file), consts, sizes, values,
                                     options, args.seed, on_gpu, where)
     return 1 if failed else 0
