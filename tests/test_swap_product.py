@@ -318,3 +318,15 @@ def test_wgmma_takes_n_in_steps_of_8_where_b_is_k_major() -> None:
                           (a, OperandPlan("B", "B", SmemLayout(64, 160), 8))) is None
     assert "BN=148 is not a multiple of 8" in WGMMA.declined((128, 148, 64), HOPPER,
                                                             (a, k_major))
+
+
+def test_always_swaps_an_int8_product_exactly(capsys) -> None:
+    """i8 x i8 on wgmma8 (both operands k-contiguous once swapped): the swapped kernel in
+    the CPU executor is integer-exact against float64 (`tilec run --cpu` checks it)."""
+    from tilec.cli import main
+    assert main(["run", str(SAMPLES / "int8_gemm.py"), "--cpu", "--arch", "sm_90a",
+                 "--shape", "M=150,N=130,K=256", "--const", "BM=152,BN=64,BK=128",
+                 "--stages", "3", "--swap-product", "always"]) == 0
+    out = capsys.readouterr().out
+    assert "tile 64x152x128 of C.T (swapped: C.T = B.T @ A.T)" in out and "wgmma8" in out
+    assert "max abs err 0, rel Frobenius err 0 (tolerance 0) ok" in out
