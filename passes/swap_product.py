@@ -24,7 +24,8 @@ ones, and plain ones under "always"):
   the grid's m axis, which the swapped B, A.T, moves along);
 - the product is ``A[m, k] @ B[k, n]``, each operand a tile of a 2-D tensor parameter or
   of its transpose, B converted only from 8 bits and then read as W.T (k contiguous, an
-  nn.Linear weight); the accumulator the loop's one carried tile, filled before it;
+  nn.Linear weight); the accumulator the loop's one carried tile, filled before it, and
+  the loop's only 2-D tiles the operands and the product;
 - after the loop, only ops it can transpose: elementwise ones, casts, broadcasts and
   reshapes, 1-D and 2-D loads and the stores;
 - a wgmma family takes the swapped block (BN x BM x BK) with its operands as tiling will
@@ -147,6 +148,11 @@ def _match(kernel: Kernel, options: Options) -> tuple[Optional[_Match], str]:
     for value in [a_val, b_val] + ([load_b.result] if cast is not None else []):
         if sum(value in op.operands for op in body.ops) != 1:
             return None, "the product's operands have other uses in the loop"
+    product = (load_a, load_b, cast, dot)
+    other = next((op for op in body.ops if op not in product and
+                  any(_tile2d(r) for r in op.results)), None)
+    if other is not None:
+        return None, f"the K loop computes other 2-D tiles ({other.name}) than the product's"
     index = body.args.index(acc) - 1 if acc in body.args else -1
     init = defining_op(loop.operands[3 + index]) if index >= 0 else None
     if init is None or init.name != "tile.full" or len(loop.results) != 1:

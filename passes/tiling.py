@@ -170,7 +170,15 @@ def _choose_warps(bm: int, bn: int, family: ProductFamily,
 
 
 def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
+    # A block chosen for the swapped product (BM any multiple of 8) fails here when the swap
+    # was declined: say why beside the error.
+    swap = kernel.schedule.swap
+    declined = (f"swap_product='always' left the product as written: {swap.why}"
+                if options.swap_product == "always" and swap is not None and not swap.swapped
+                else "")
+
     def fail(message: str, hint: str = "") -> None:
+        hint = "; ".join(part for part in (hint, declined) if part)
         raise located(TileConfigError, message, dot.loc, kernel.source_lines, hint)
 
     bm, bn, bk = plan.block

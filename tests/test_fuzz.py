@@ -148,6 +148,11 @@ def test_generated_kernels_cover_the_new_parts():
     assert any("misaligned_store_rows" in p.features for p in programs)
     fp8 = [p for p in programs if "fp8_operand" in p.features]
     assert fp8 and all(p.archs == ("sm_90", "sm_90a") for p in fp8)
+    # The swapped product's blocks (BM any multiple of 8) only sm_90a's swap takes.
+    swapped = [p for p in programs if "swap_product" in p.features]
+    assert swapped and all(p.archs == ("sm_90a",) and
+                           p.hopper_options.get("swap_product") == "always" for p in swapped)
+    assert any(p.tiles[0] % 64 for p in swapped)
 
 
 def test_batched_clusters_generated_compile_and_assemble():

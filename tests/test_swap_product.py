@@ -330,3 +330,58 @@ def test_always_swaps_an_int8_product_exactly(capsys) -> None:
     out = capsys.readouterr().out
     assert "tile 64x152x128 of C.T (swapped: C.T = B.T @ A.T)" in out and "wgmma8" in out
     assert "max abs err 0, rel Frobenius err 0 (tolerance 0) ok" in out
+
+
+ACC_IN_LOOP = '''from __future__ import annotations
+from tilec import f16, f32, tile
+
+@tile
+def acc_in_loop(A: f16[M, K], B: f16[K, N], C: f32[M, N], BM=128, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+            acc = acc * 0.5
+        C[m * BM : +BM, n * BN : +BN] = acc
+'''
+
+
+def test_a_k_loop_computing_other_tiles_is_left_as_written(tmp_path) -> None:
+    """Found by the fuzzer: an op on the accumulator after the product, inside the K loop,
+    was left untransposed and the loop yielded the wrong type (an IR invariant broken).
+    Now declined, with the reason, and tiling's own located error follows."""
+    from tilec.errors import TileConfigError
+    path = tmp_path / "acc_in_loop.py"
+    path.write_text(ACC_IN_LOOP)
+    function = load_file(path)["acc_in_loop"]
+    swap = swap_product.run(function.lower(), SWAP16).schedule.swap
+    assert not swap.swapped and "the K loop computes other 2-D tiles (tile." in swap.why
+    with pytest.raises(TileConfigError, match="only `acc \\+= a @ b` may compute a tile"):
+        function.compile(arch="sm_90a", swap_product="always")
+    with pytest.raises(TileConfigError, match="left the product as written: the K loop"):
+        function.compile(arch="sm_90a", swap_product="always", BM=152)
+
+
+RESIDUAL_FIRST = '''from __future__ import annotations
+from tilec import f16, f32, tile
+
+@tile
+def residual_first(A: f16[M, K], B: f16[K, N], R: f16[M, N], C: f16[M, N],
+                   BM=152, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        r = R[m * BM : +BM, n * BN : +BN].to(f32)
+        acc = zeros([BM, BN], f32)
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = (acc + r).to(f16)
+'''
+
+
+def test_a_block_only_the_swap_takes_fails_saying_why_the_swap_was_declined(tmp_path):
+    from tilec.errors import TileConfigError
+    path = tmp_path / "residual_first.py"
+    path.write_text(RESIDUAL_FIRST)
+    with pytest.raises(TileConfigError) as err:
+        load_file(path)["residual_first"].compile(arch="sm_90a", swap_product="always")
+    assert "swap_product='always' left the product as written: a 2-D tile is computed " \
+        "before the K loop" in str(err.value)

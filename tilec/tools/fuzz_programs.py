@@ -308,6 +308,13 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     elif hopper_tile:
         bm = rng.choice((64, 128, 192))
         bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 176, 208, 224))
+    # The swapped product (swap_product="always") now and then on 16-bit wgmma tiles, whose
+    # BM is then any multiple of 8 (wgmma's n): compiled for sm_90a alone, where only the
+    # swap takes such a BM.
+    swap_tile = hopper_tile and not strip_tile and compute in ("f16", "bf16") and \
+        "convert" not in dtypes and rng.random() < 0.25
+    if swap_tile:
+        bm, bn = rng.choice((72, 88, 104, 136, 152, 200, 256)), rng.choice((64, 128))
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
     bk = rng.choice((8, 16, 32) if compute == "f32" else (32, 64) * 4 + (16,) if eight_bit
                     else (16, 32, 64))
@@ -315,7 +322,7 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # swaps the product onto wgmma's register form (passes/swap_product.py).
     if kind == "w8" and hopper_tile and rng.random() < 0.5:
         bk = 128
-    elif strip_tile and not eight_bit:
+    elif (strip_tile or swap_tile) and not eight_bit:
         bk = 64  # wgmma's 16-bit blocks (a shallower one stays on mma.sync)
     batched = rng.random() < 0.15
     features: set[str] = {kind} | ({"batched"} if batched else set())
@@ -460,7 +467,12 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     # which is a located error): it also keeps 16-bit blocks of BK under 64 on wgmma.
     span = {"tma_swizzle": rng.choice((64, 32))} if rng.random() < 0.15 else {}
     strip_rows = {"warpgroup_rows": 128} if strip_tile else {}
-    if compute != "f32" and "convert" not in dtypes and \
+    if swap_tile:
+        # The swapped block is BN x BM: C.T's tile.
+        if _wgmma_takes((bn, bm, bk), {**options, **span}):
+            hopper = {"swap_product": "always", **span}
+            features.add("swap_product")
+    elif compute != "f32" and "convert" not in dtypes and \
             _wgmma_takes((bm, bn, bk), {**options, **span, **strip_rows}):
         split = options.get("split_k", 1) > 1
         hopper = dict(rng.choice(SPLIT_SCHEDULES if split else HOPPER_SCHEDULES))
@@ -493,7 +505,8 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     return Program(index, "matmul", text, options=options, hopper_options=hopper,
                    features=frozenset(features),
                    dtypes=dtypes, layouts=transposed, tiles=(bm, bn, bk), epilogue=tree,
-                   reads_c=reads_c, archs=HOPPER_ARCHS if fp8 else ARCHS, batched=batched)
+                   reads_c=reads_c, archs=("sm_90a",) if swap_tile else HOPPER_ARCHS if fp8
+                   else ARCHS, batched=batched)
 
 
 # ------------------------------------------------------------------------------ mutations
