@@ -19,6 +19,8 @@ from tilec.kernel import TileFunction, load_file
 from tilec.families.products import family_of
 from tilec.passes.tiling import registers_estimate
 
+from .test_swap_product import RESIDUAL_FIRST
+
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = str(ROOT / "samples" / "matmul.py")
 SGEMM = str(ROOT / "samples" / "sgemm.py")
@@ -264,21 +266,6 @@ def test_cli_explain_tuned_shows_the_configuration_the_bench_runs(capsys) -> Non
     assert "--tuned chooses the tile of 'matmul': drop --const BM" in capsys.readouterr().err
     assert main([*base, "--shape", "M=64"]) == 1
     assert "--tuned needs the product's sizes: --shape N=..,K=.." in capsys.readouterr().err
-
-
-RESIDUAL_FIRST = """from __future__ import annotations
-from tilec import f16, f32, tile
-
-@tile
-def residual_first(A: f16[M, K], B: f16[K, N], R: f16[M, N], C: f16[M, N],
-                   BM=128, BN=128, BK=64):
-    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
-        r = R[m * BM : +BM, n * BN : +BN].to(f32)
-        acc = zeros([BM, BN], f32)
-        for k in range(0, K, BK):
-            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
-        C[m * BM : +BM, n * BN : +BN] = (acc + r).to(f16)
-"""
 
 
 def test_cli_tuned_takes_the_swapped_product_only_where_the_pass_swaps_it(capsys,
