@@ -108,10 +108,8 @@ def _param(kernel: Kernel, value: Value) -> bool:
 
 def _matrix(kernel: Kernel, view: Value) -> bool:
     """Whether ``view`` is a 2-D tensor parameter or its transpose."""
-    source = defining_op(view)
-    if source is not None and source.name == "tensor.transpose":
-        view = source.operands[0]
-    return _param(kernel, view) and len(view.type.shape) == 2
+    tensor = _tensor(view)
+    return _param(kernel, tensor) and len(tensor.type.shape) == 2
 
 
 def _loaded(value: Value) -> Optional[Op]:
@@ -197,14 +195,14 @@ def _swapped_block_problem(kernel: Kernel, match: _Match, options: Options
     source = match.load_b.result.type.dtype.short if match.cast is not None else ""
     operands = (operand_plan(kernel, options, "A", match.load_b, source)[0],
                 operand_plan(kernel, options, "B", match.load_a)[0])
-    product = (match.cast.result if match.cast is not None else match.load_b.result).type
     if match.cast is not None:
         family = WGMMA_RS
     else:
+        dtype = match.load_b.result.type.dtype
         family = next((f for f in FAMILIES if f.movement == "tma" and f is not WGMMA_RS
-                       and product.dtype.short in f.dtypes), None)
+                       and dtype.short in f.dtypes), None)
         if family is None:
-            return f"wgmma has no {product.dtype} product in shared memory"
+            return f"wgmma has no {dtype} product in shared memory"
     why = family.declined((bn, bm, bk), options, operands)
     return None if why is None else \
         f"{family.name} declines the swapped {bn}x{bm}x{bk} block: {why}"

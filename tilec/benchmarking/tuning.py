@@ -730,12 +730,13 @@ def _tall(case: Case) -> Optional[dict[str, Any]]:
 
 
 # The product swapped (passes/swap_product.py, Options.swap_product "always"), where the tall
-# tile would be taken, and unsplit for 513-1024 rows: each block a BN x BM tile of C.T, its BM rows of C along wgmma's n,
-# any multiple of 8 up to 256, so that M is covered with less than 8 rows of padding a tile
-# (M = 300: two tiles of 152 rows, not two of 192). BN, C.T's rows (wgmma's m), 128 on two
-# consumer warpgroups or 64 on one. C.T's tile is stored transposed by each thread
-# (st.global: no TMA store of a transposed view). H200, f16, one call per M, TFLOP/s, the
-# rule's choice / the tall tile it replaces (cuBLAS; benchmarks/NOTES.md, session 32):
+# tile would be taken, and unsplit for 513-1024 rows: each block a BN x BM tile of C.T, its
+# BM rows of C along wgmma's n, any multiple of 8 up to 256, so that M is covered with less
+# than 8 rows of padding a tile (M = 300: two tiles of 152 rows, not two of 192). BN, C.T's
+# rows (wgmma's m), 128 on two consumer warpgroups or 64 on one. C.T's tile is stored
+# transposed by each thread (st.global: no TMA store of a transposed view). H200, f16, one
+# call per M, TFLOP/s, the rule's choice / the tall tile it replaces (cuBLAS;
+# benchmarks/NOTES.md, session 32):
 #   K 4096, 64 on one warpgroup, one wave unsplit: 260x3000 271.3 / 208.2 (332.2),
 #     260x4104 353.2 / 233.5 (343.2), 300x3000 302.8 / 262.4 (366.9), 300x4104 393.0 /
 #     294.3 (382.0); 128 split 2 ran 0.92-0.98 of it, 128 unsplit (half a wave) 0.80-0.84
@@ -820,11 +821,11 @@ def _swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
     (a multiple of 8) or one more, in up to SWAP_MAX_SPLIT slices of ``min_steps`` steps at
     least, the blocks in one wave."""
     fewest = -(-case.M // SWAP_MAX_ROWS)
-    steps = -(-case.K // 64)
     for count in (fewest, fewest + 1):
         rows = (-(-case.M // count) + 7) // 8 * 8
         for tile in SWAP_TILES:
             config = dict(BM=rows, **tile, swap_product="always")
+            steps = -(-case.K // tile["BK"])
             for splits in range(1, SWAP_MAX_SPLIT + 1):
                 if _tiles(case, config) * splits > ONE_WAVE or \
                         splits > 1 and steps // splits < min_steps:

@@ -16,7 +16,7 @@ from tilec.tools.arguments import (COMPILE_FLAGS, add_flags, add_program_argumen
                                    compile_options, constants, select_functions, shapes)
 from tilec.launch.binding import grid_size
 from tilec.tools.compile_command import row_major_launch
-from tilec.tools.tuned import HELP as TUNED_HELP, tuned_note, with_tuned
+from tilec.tools.tuned import HELP as TUNED_HELP, with_tuned
 
 DESCRIPTION = ("Print the tile hierarchy, the copy pipeline's schedule, the shared-memory "
                "plan, bank conflicts of every shared access, and registers (ptxas's report "
@@ -44,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
         note = ""
         if args.tuned:
             arch = options.get("arch", Options().arch)
-            given, given_consts = options, consts
-            consts, options = with_tuned(fn, consts, given, sizes, arch)
-            note = tuned_note(fn, given_consts, given, sizes, arch)
+            consts, options, note = with_tuned(fn, consts, options, sizes, arch)
         packing, in_place, tile_axes, peel = None, (), None, ""
         if set(fn.signature.symbols) <= set(sizes):  # the launch's layout facts are known
             lowered = fn.lower(**consts)

@@ -14,7 +14,7 @@ from tilec.tools.arguments import (COMPILE_FLAGS, DEFAULT_SHAPE, PROBLEM_SHAPE, 
                                    add_program_arguments, compile_options, constants, scalars,
                                    select_functions, shapes)
 from tilec.tools.checking import run_and_check
-from tilec.tools.tuned import HELP as TUNED_HELP, tuned_note, with_tuned
+from tilec.tools.tuned import HELP as TUNED_HELP, with_tuned
 
 DESCRIPTION = ("Run on random inputs (on the GPU, else in the CPU interpreter) and compare the "
                "outputs with a reference; exit status 1 when a check fails.")
@@ -53,9 +53,8 @@ def run(args: argparse.Namespace) -> int:
             # The target the kernel will run on: the GPU's, as run_and_check picks it.
             arch = options.get("arch") or (
                 target_arch(current_device().compute_capability) if on_gpu else Options().arch)
-            given, given_consts = options, consts
-            consts, options = with_tuned(fn, consts, given, sizes, arch)
-            print(tuned_note(fn, given_consts, given, sizes, arch), end="")
+            consts, options, note = with_tuned(fn, consts, options, sizes, arch)
+            print(note, end="")
         failed |= not run_and_check(fn, str(args.file), consts, sizes, values,
                                     options, args.seed, on_gpu, where)
     return 1 if failed else 0

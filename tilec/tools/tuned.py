@@ -26,10 +26,11 @@ HELP = ("start from the configuration `tilec bench` runs for this product (its M
 
 
 def with_tuned(fn: TileFunction, consts: dict[str, Any], options: dict[str, Any],
-               sizes: dict[str, int], arch: str) -> tuple[dict[str, Any], dict[str, Any]]:
+               sizes: dict[str, int], arch: str
+               ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """``consts`` and ``options`` over the tuned configuration of ``fn``'s product on
-    ``arch``: (the tile as constants, the other knobs as compile options); a usage error
-    where the options given cannot go with the tuned ones."""
+    ``arch``: (the tile as constants, the other knobs as compile options, why: ``tuned: ``
+    lines); a usage error where the options given cannot go with the tuned ones."""
     from tilec.benchmarking.tuning import config_words
     name = fn.name
     if set(TILE) & set(consts):
@@ -43,7 +44,7 @@ def with_tuned(fn: TileFunction, consts: dict[str, Any], options: dict[str, Any]
         raise CommandError(f"--tuned needs the product's sizes: --shape "
                            f"{','.join(f'{symbol}=..' for symbol in missing)} (the tuned "
                            "configuration depends on them)")
-    config, _ = _tuned(fn, consts, options, sizes, arch)
+    config, unswapped = _tuned(fn, consts, options, sizes, arch)
     tile = {knob: config[knob] for knob in TILE}
     knobs = {knob: value for knob, value in config.items() if knob not in TILE}
     merged = {**knobs, **options}
@@ -54,16 +55,16 @@ def with_tuned(fn: TileFunction, consts: dict[str, Any], options: dict[str, Any]
                           if knob != "arch")
         raise CommandError(f"--tuned chose {config_words(config)}, which the options given "
                            f"({given}) cannot go with: {err}") from None
-    return {**tile, **consts}, merged
+    return {**tile, **consts}, merged, _note(fn, options, sizes, arch, unswapped)
 
 
-def tuned_note(fn: TileFunction, consts: dict[str, Any], options: dict[str, Any],
-               sizes: dict[str, int], arch: str) -> str:
-    """Why :func:`with_tuned` chose what it did (after it succeeded, given the command
-    line's ``options``): the tuning's table entry, the rules that moved the case off it, the
-    configuration, and the options given over it; ``tuned: `` lines."""
+def _note(fn: TileFunction, options: dict[str, Any], sizes: dict[str, int], arch: str,
+          unswapped: str) -> str:
+    """Why :func:`with_tuned` chose what it did, given the command line's ``options``: why
+    not the swapped product (``unswapped``, where the tuning chose it first), the tuning's
+    table entry, the rules that moved the case off it, the configuration, and the options
+    given over it; ``tuned: `` lines."""
     from tilec.benchmarking.tuning import describe_tuned
-    _, unswapped = _tuned(fn, consts, options, sizes, arch)
     lines = []
     if unswapped:
         lines.append(f"the swapped product the tuning chose first does not apply: "
