@@ -57,15 +57,16 @@ After (S = 4)::
     mbar.arrive %empty, %s_last, %ran          (%s_last from ws.ring_base and the trip count)
 
 With ``cluster = 2`` (two blocks along M, launched as a thread-block cluster) the blocks
-share B: its ``tma.load`` is ``multicast`` (each block loads half of every box's rows into
+share the operand whose tile does not move along M (B; A in the swapped product, where A is
+the program's B): its ``tma.load`` is ``multicast`` (each block loads half of every box's rows into
 both blocks' stages, completing on both blocks' full barriers), each ``mbar.arrive`` on
 ``empty`` is ``cluster``-wide (this block's barrier and the peer's: the empty count doubles),
 a ``cluster.sync`` follows the barriers' initialisation, and the producer ends with one wait
 per stage for both blocks' consumers to hand it back (the peer arrives on this block's
 barriers, which must outlive those arrivals). The pair takes consecutive tiles along the
 grid's first axis but a batch's (the M tiles of ``for m, n in grid(...)``; backend/grid.py):
-a B tile that moves along that axis (``for n, m in grid(...)``) is refused at its slice, as
-is a grid that does not fold its (M, N) tiles into CUDA's x.
+a grid where both operands' tiles move along that axis is refused at the last one's slice,
+as is a grid that does not fold its (M, N) tiles into CUDA's x.
 
 With ``consumers = "pingpong"`` (persistent only) the tile is one warpgroup's, and the
 block has two consumer warpgroups taking its tiles in turn (backend.ptx._tile_loop): each
@@ -155,22 +156,19 @@ def _k_steps(b: Builder, loop: Op, step: int) -> Value:
                                   constant(b, step)], i32, "k_steps")
 
 
-# The operand the blocks of a cluster (along M) share: B's tile depends on n and k only.
-SHARED_BY_CLUSTER = "B"
-
-
-def _box(operand: OperandPlan, cluster: int) -> dict:
+def _box(operand: OperandPlan, multicast: int = 0) -> dict:
     """The tma.load attributes of one operand: boxes one slab of its TMA layout wide (a
     swizzle span: :func:`~tilec.families.tma_boxes.tma_layout`) over the stored rows, the
-    inner (contiguous) coordinate along the tile dim stored contiguously; the operand a
-    cluster shares is ``multicast``: each block loads 1/cluster of every box's rows into
-    all the cluster's blocks."""
+    inner (contiguous) coordinate along the tile dim stored contiguously; with
+    ``multicast``, the blocks of a cluster of that many share the operand's tile
+    (:func:`_cluster_shared_role`): each loads 1/multicast of every box's rows into all of
+    them."""
     layout = operand.layout
     inner = layout.slab
     attrs = {"tensor": operand.tensor, "box": [inner, layout.rows],
              "slabs": layout.slabs, "coords": [0, 1] if layout.transposed else [1, 0]}
-    if cluster > 1 and operand.role == SHARED_BY_CLUSTER:
-        attrs["multicast"] = cluster
+    if multicast > 1:
+        attrs["multicast"] = multicast
     return attrs
 
 
@@ -202,24 +200,26 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
-def _check_pair_shares_b(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
-                         cluster: int) -> None:
-    """The blocks of a cluster take consecutive tiles along the grid's first axis but the
-    batch's (backend/grid.py folds it into CUDA's x as the M tiles), and multicast one B
-    tile to all of them: B's tile must not move along that axis. A grid written
-    ``for n, m in grid(...)`` pairs N tiles, whose B tiles differ."""
+def _cluster_shared_role(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
+                         cluster: int) -> str:
+    """The operand whose tile the blocks of a cluster share: they take consecutive tiles
+    along the grid's first axis but the batch's (backend/grid.py folds it into CUDA's x as
+    the M tiles), and TMA multicasts one tile to all of them, so it must not move along that
+    axis. B in ``A[m] @ B[n]``; A in the swapped product ``B.T[n] @ A.T[m]``
+    (passes/swap_product.py), whose A is the program's B. A grid written ``for n, m in
+    grid(...)`` pairs N tiles: the plain product's B then moves, and its A is shared."""
     paired = paired_axis(kernel, grid)
     axis_value = grid.results[paired]
-    for copy, role in zip(copies, roles):
-        if role == SHARED_BY_CLUSTER and any(computed_from(v, [axis_value]) for v in copy.operands):
-            name = axis_value.hint or f"axis {paired}"
-            raise located(TileConfigError, f"cluster={cluster} pairs the blocks of "
-                          f"consecutive tiles along grid axis {paired} ({name}), which share "
-                          f"one {SHARED_BY_CLUSTER} tile; this {SHARED_BY_CLUSTER} tile moves "
-                          "along that axis", copy.loc, kernel.source_lines,
-                          "number the M tiles by the grid's first axis, the batch's "
-                          "aside (for m, n in grid(...), for b, m, n in grid(...)), or "
-                          "compile without cluster")
+    still = [role for copy, role in zip(copies, roles)
+             if not any(computed_from(v, [axis_value]) for v in copy.operands)]
+    if not still:
+        name = axis_value.hint or f"axis {paired}"
+        raise located(TileConfigError, f"cluster={cluster} pairs the blocks of consecutive "
+                      f"tiles along grid axis {paired} ({name}), which share one operand "
+                      "tile; both operands' tiles move along that axis", copies[-1].loc,
+                      kernel.source_lines, "index one operand's tile by the other grid "
+                      "axis and k only, or compile without cluster")
+    return "B" if "B" in still else still[0]
 
 
 def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
@@ -308,11 +308,11 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       "other axis is the batch index of every batched tensor; this grid is "
                       "neither", (grid or loop).loc, kernel.source_lines,
                       "compile without cluster")
-    if options.cluster > 1:
-        _check_pair_shares_b(kernel, grid, copies, roles, options.cluster)
+    shared = (_cluster_shared_role(kernel, grid, copies, roles, options.cluster)
+              if options.cluster > 1 else None)
 
-    # B's stored rows are BK or BN, multiples of 16 (wgmma's block rules): a cluster's
-    # shares of a box are whole 8-row swizzle atoms, as TMA's swizzle needs.
+    # An operand's stored rows are BM, BN or BK, multiples of 16 (wgmma's block rules): a
+    # cluster's shares of a box are whole 8-row swizzle atoms, as TMA's swizzle needs.
     cluster = options.cluster
     pre = Builder(Block(), loop.loc)
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
@@ -362,7 +362,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
             tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
             p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
-                 attrs=_box(by_role[role], cluster))
+                 attrs=_box(by_role[role], cluster if role == shared else 0))
     p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
     ploop = Op("scf.for", [*producer_bounds, stage0, parity0], [], dict(loop.attrs),
                [ploop_body], loop.loc)

@@ -172,22 +172,40 @@ def test_an_empty_barrier_counting_one_block_is_caught():
         check_schedule(kernel)
 
 
-def test_a_grid_pairing_n_tiles_is_refused_at_the_b_tile():
-    """``for n, m in grid(...)`` folds N tiles first: the pair would take two N tiles and
-    multicast one B tile to both. Refused where B is sliced, naming the axis."""
-    from tilec.errors import TileError
+def _with_grid_line(old: str, new: str):
     from tilec.kernel import load_file
     source = SAMPLES / "matmul.py"
-    text = source.read_text(encoding="utf-8").replace(
-        "for m, n in grid(cdiv(M, BM), cdiv(N, BN)):",
-        "for n, m in grid(cdiv(N, BN), cdiv(M, BM)):")
-    swapped = load_file(source, text=text)["matmul"]
-    swapped.compile(arch="sm_90a", stages=3, **TILE)  # without a cluster it compiles
+    text = source.read_text(encoding="utf-8")
+    assert old in text
+    return load_file(source, text=text.replace(old, new))["matmul"]
+
+
+def test_a_grid_pairing_n_tiles_shares_a() -> None:
+    """``for n, m in grid(...)`` folds N tiles first: the pair takes two N tiles, whose A
+    tile is one, so A is the tile multicast (B's moves along n)."""
+    program = _with_grid_line("for m, n in grid(cdiv(M, BM), cdiv(N, BN)):",
+                              "for n, m in grid(cdiv(N, BN), cdiv(M, BM)):")
+    kernel = run_pipeline(program.lower(**{**TILE, "BN": 128}),
+                          Options(arch="sm_90a", stages=3, cluster=2)).kernel
+    loads = {op.attrs["tensor"]: op for op in ops_named(kernel, LOAD)}
+    assert loads["A"].attrs["multicast"] == 2 and "multicast" not in loads["B"].attrs
+    assert tensor_map_box(kernel, "A") == (64, 64, 128)  # half of A's 128 rows a block
+    check_schedule(kernel)
+    check_product("matmul", kernel, np.random.default_rng(5))
+
+
+def test_a_grid_where_both_tiles_move_along_the_pair_is_refused() -> None:
+    """No tile to share: both operands' tiles move along m. Refused where the last operand
+    is sliced, naming the axis."""
+    from tilec.errors import TileError
+    program = _with_grid_line("B[k : +BK, n * BN : +BN]", "B[k : +BK, (n + m) * BN : +BN]")
+    program.compile(arch="sm_90a", stages=3, **TILE)  # without a cluster it compiles
     with pytest.raises(TileError) as info:
-        swapped.compile(arch="sm_90a", stages=3, cluster=2, **TILE)
-    assert "pairs the blocks of consecutive tiles along grid axis 0 (n)" in info.value.message
+        program.compile(arch="sm_90a", stages=3, cluster=2, **TILE)
+    assert "pairs the blocks of consecutive tiles along grid axis 0 (m)" in info.value.message
+    assert "both operands' tiles move along that axis" in info.value.message
     source_line, caret = str(info.value).split("\n")[1:3]
-    assert source_line[caret.index("^"):].startswith("B[k : +BK, n * BN : +BN]")
+    assert source_line[caret.index("^"):].startswith("B[k : +BK, (n + m) * BN : +BN]")
 
 
 def test_cluster_needs_the_warp_specialized_path():

@@ -170,8 +170,9 @@ class Options:
     # looping over the output tiles, so one tile's epilogue overlaps the next one's loads.
     persistent: bool = False
     # Warp-specialized (sm_90a) kernels: blocks per thread-block cluster, along M. With 2,
-    # the two blocks of a cluster share their B tile: each loads half of it with TMA and
-    # multicasts it to both, halving B's traffic from L2. With persistent=True the pair
+    # the two blocks of a cluster share their B tile (the swapped product's A, which is B):
+    # each loads half of it with TMA and multicasts it to both, halving B's traffic from
+    # L2. With persistent=True the pair
     # walks the output tiles together, a pair of M tiles of one N column at a time.
     cluster: int = 1
     # Persistent warp-specialized (sm_90a) kernels: "cooperative", the tile's consumer

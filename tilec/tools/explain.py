@@ -207,6 +207,7 @@ class Explanation:
     epilogue: str = ""
     cluster: int = 1  # blocks per thread-block cluster
     cluster_walk: str = ""  # how a cluster's blocks walk the tiles, in words
+    cluster_shares: str = ""  # the operand tile a cluster's blocks share, in words
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
     swap: str = ""  # the swap_product pass's decision, in words
@@ -287,6 +288,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
                                 options.disable if kernel.schedule.roles else ()),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
         cluster_walk=_cluster_walk(kernel),
+        cluster_shares=_cluster_shares(kernel),
         consumers=_consumers_text(kernel),
         declined=_wgmma_declined(plan, options),
         swap=_swap_text(kernel),
@@ -322,6 +324,19 @@ def _accumulation_text(kernel: Kernel) -> str:
     return (f"promoted: each K step's wgmma group starts afresh (scale-d false) in a second "
             f"set of {n} f32 accumulators a thread, completes (wgmma.wait_group 0) and is "
             f"added into the main set ({n} add.f32 a thread a step), as cuBLAS's default")
+
+
+def _cluster_shares(kernel: Kernel) -> str:
+    """The tile the blocks of a cluster share (passes/warp_specialize.py multicasts the
+    operand whose tile does not move along the paired axis), in words; "" without one."""
+    from tilec.families.tma_boxes import LOAD
+    op = next((op for op in kernel.walk()
+               if op.name == LOAD and op.attrs.get("multicast", 1) > 1), None)
+    if op is None:
+        return ""
+    # The load's stage view is of the ring buffer, whose allocation names the operand.
+    role = op.operands[3].owner.operands[0].owner.attrs.get("role", "")
+    return f"{op.attrs['tensor']}'s tile" + (f" (the product's {role})" if role else "")
 
 
 def _cluster_walk(kernel: Kernel) -> str:
@@ -845,7 +860,8 @@ def render_explanation(e: Explanation) -> str:
         lines.append(f"  not wgmma         {e.declined}")
     if e.cluster > 1:
         lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
-                     "cuLaunchKernelEx): they share each B stage, which TMA multicasts")
+                     f"cuLaunchKernelEx): they share each stage of {e.cluster_shares}, "
+                     "which TMA multicasts")
         lines.append(f"  cluster tiles     {e.cluster_walk}")
     if e.consumers:
         lines.append(f"  consumers         {e.consumers}")
