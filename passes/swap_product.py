@@ -20,8 +20,8 @@ conversion to move). Applies where all of these hold, else returns the kernel un
 says why in ``kernel.schedule.swap`` (for the products it is asked to swap: 8-bit converted
 ones, and plain ones under "always"):
 
-- the target is sm_90a with a backend emitting wgmma, without clusters (they share B along
-  the grid's m axis, which the swapped B, A.T, moves along);
+- the target is sm_90a with a backend emitting wgmma (a cluster's blocks, paired along m,
+  then share the swapped A, the program's B: passes/warp_specialize.py);
 - the product is ``A[m, k] @ B[k, n]``, each operand a tile of a 2-D tensor parameter or
   of its transpose, B converted only from 8 bits and then read as W.T (k contiguous, an
   nn.Linear weight); the accumulator the loop's one carried tile, filled before it, and
@@ -158,15 +158,6 @@ def _match(kernel: Kernel, options: Options) -> tuple[Optional[_Match], str]:
     return _Match(loop, dot, load_a, load_b, cast, init), ""
 
 
-def _cluster_problem(options: Options) -> Optional[str]:
-    # A cluster pairs blocks along the grid's first axis (m) to share B; swapped, B is A.T,
-    # whose tile moves along m.
-    if options.cluster > 1:
-        return (f"cluster={options.cluster} shares B between blocks along the grid's first "
-                "axis (m), along which the swapped product's B (A.T) moves")
-    return None
-
-
 def _epilogue_problem(kernel: Kernel, match: _Match) -> Optional[str]:
     definitions = op_definitions()
     before = kernel.body.ops[:kernel.body.ops.index(match.loop)]
@@ -217,7 +208,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     if match is None:
         return _noted(kernel, why)
     why = (WGMMA_RS.target_problem(options.arch, options.backend)
-           or _cluster_problem(options) or _epilogue_problem(kernel, match))
+           or _epilogue_problem(kernel, match))
     if why is not None:
         return _noted(kernel, why)
     swapped = clone_kernel(kernel)

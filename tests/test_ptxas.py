@@ -405,6 +405,9 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          split_k=2, swap_product="always"),
     case("matmul_bt", "bf16", "sm_90a", DIVISIBLE, BM=104, BN=128, BK=64, stages=4,
          swap_product="always"),
+    # In clusters of 2 along m, sharing B's tile (the swapped A) through TMA multicast.
+    case("matmul", "f16", "sm_90a", RAGGED, BM=152, BN=128, BK=64, stages=4, cluster=2,
+         swap_product="always"),
     # A k-contiguous B takes any multiple of 8 as BN, unswapped (TMA's store of C in 8-column
     # slabs of the 32-byte swizzle).
     case("matmul_bt", "f16", "sm_90a", RAGGED, BM=128, BN=152, BK=64, stages=4)] + [
@@ -415,11 +418,12 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
                          (RAGGED, dict(BW=256, BA=64, warpgroup_rows=128)),
                          (DIVISIBLE, dict(BK=256, stages=2, cluster=2)))] + [
     # The w8a16 sample as written, swapped onto the register form by swap_product, in the
-    # schedules of wgmma: split-K, stream-K, pingpong.
+    # schedules of wgmma: split-K, stream-K, pingpong, a cluster sharing W.
     case("w8a16", "f16", "sm_90a", shapes, BK=128, **more)
     for shapes, more in ((RAGGED, dict(split_k=2)),
                          (DIVISIBLE, dict(persistent=True, stream_k=True)),
-                         (RAGGED, dict(BN=64, persistent=True, consumers="pingpong")))] + [
+                         (RAGGED, dict(BN=64, persistent=True, consumers="pingpong")),
+                         (RAGGED, dict(cluster=2)))] + [
     # TMA's 64- and 32-byte swizzles (descriptor layouts SW64 and SW32) and padded 128-byte
     # slabs: tiles whose rows are not whole 128-byte spans (an N-major B of BN 208, 160, 144
     # or 240, padded unless tma_swizzle asks for a narrow span; BK 32 of f16 or 64 of

@@ -13,6 +13,7 @@ import pytest
 
 from tilec.cpu.interpreter import run_kernel
 from tilec.families.catalogue import op_catalogue
+from tilec.families.tma_boxes import LOAD, tensor_map_box
 from tilec.ir.printer import print_kernel
 from tilec.kernel import load_file
 from tilec.options import Options
@@ -76,7 +77,6 @@ def test_it_swaps_w8a16_where_the_register_form_takes_the_block(bk) -> None:
     (dict(BK=128), Options(arch="sm_90"), "wgmma needs arch sm_90a"),
     (dict(BK=128, BM=64, BN=32), HOPPER, "BM=32 is not 64 to 256"),
     (dict(BK=128), Options(arch="sm_90a", warps=(2, 2)), "an explicit warp grid"),
-    (dict(BK=128), Options(arch="sm_90a", cluster=2), "along which the swapped product's B"),
 ])
 def test_where_it_declines_it_says_why_and_keeps_the_product(consts, options, why) -> None:
     kernel = w8a16().lower(**consts)
@@ -172,10 +172,12 @@ def test_epilogues_with_vectors_c_loads_and_math_transpose(epilogues) -> None:
     (dict(BM=128, BN=128, BK=128), dict(persistent=True, stream_k=True)),
     (dict(BM=128, BN=64, BK=128), dict(persistent=True, consumers="pingpong")),
     (dict(BM=256, BN=64, BK=128), dict(raster_group=4)),
-], ids=["split-k", "stream-k", "pingpong", "256x64"])
+    (dict(BK=128), dict(cluster=2)),
+], ids=["split-k", "stream-k", "pingpong", "256x64", "cluster"])
 def test_the_swapped_product_in_the_schedules_of_wgmma(consts, options) -> None:
-    """Split-K slices, stream-K parts and pingpong turns over the swapped product, in the
-    executor against float64 (one rounding per wgmma, then one to f16)."""
+    """Split-K slices, stream-K parts, pingpong turns and a cluster's pairs (sharing W, the
+    swapped A) over the swapped product, in the executor against float64 (one rounding per
+    wgmma, then one to f16)."""
     rng = np.random.default_rng(23)
     m, n, k = 150, 300, 520
     a = rng.standard_normal((m, k)).astype(np.float16)
@@ -217,6 +219,17 @@ def test_always_swaps_a_plain_product_its_rows_along_wgmma_n(name) -> None:
     roles = {op.role: op for op in plan.operands}
     assert roles["A"].tensor == "B" and roles["B"].tensor == "A" and roles["B"].k_major
     assert roles["A"].k_major == (name == "matmul_bt")
+
+
+def test_a_cluster_shares_the_swapped_a_the_programs_b() -> None:
+    """A pair of blocks along m shares B's tile, the swapped product's A: that is the
+    operand TMA multicasts, half of its box's rows a block."""
+    kernel = run_pipeline(sample("matmul").lower(BM=152, BN=128, BK=64),
+                          Options(arch="sm_90a", swap_product="always", cluster=2)).kernel
+    assert kernel.schedule.swap.swapped and kernel.schedule.roles.cluster == 2
+    loads = {op.attrs["tensor"]: op for op in kernel.walk() if op.name == LOAD}
+    assert loads["B"].attrs["multicast"] == 2 and "multicast" not in loads["A"].attrs
+    assert tensor_map_box(kernel, "B") == (64, 32, 128)  # B.T's 64 k rows, halved
 
 
 def test_auto_leaves_plain_products_alone() -> None:
@@ -268,9 +281,14 @@ def run_swapped16(function, values: dict, consts: dict, **options) -> tuple[dict
     ("matmul", 152, {}),
     ("matmul_bt", 104, {}),
     ("matmul", 88, dict(split_k=2)),
-], ids=["matmul-152", "matmul_bt-104", "matmul-88-split2"])
+    ("matmul", 152, dict(cluster=2)),
+    ("matmul_bt", 104, dict(cluster=2, persistent=True)),
+], ids=["matmul-152", "matmul_bt-104", "matmul-88-split2", "matmul-152-cluster",
+        "matmul_bt-104-cluster-persistent"])
 def test_swapped_16_bit_products_match_the_interpreter_and_float64(name, bm, options) -> None:
-    """M = 150 in tiles of 152, 104 or 88 rows (the last partial), ragged N and K."""
+    """M = 150 in tiles of 152, 104 or 88 rows (the last partial), ragged N and K; in
+    clusters of 2, the pair's second block lies past M (one M tile, or two and then a
+    persistent block's second pair)."""
     rng = np.random.default_rng(24)
     m, n, k = 150, 136, 200
     a = rng.standard_normal((m, k)).astype(np.float16)

@@ -1,9 +1,10 @@
 """The swapped 16-bit product (swap_product="always": C.T = B.T @ A.T, the block's rows of C
 along wgmma's n) on the GPU against a float64 reference: the bench's tuned tiles of 152 and
 136 rows (one warpgroup unsplit, two split along K), ragged M, N and K, a k-contiguous B,
-a fused bias + GELU epilogue along C.T's columns, f32 and f16 outputs; and an unswapped
-k-contiguous B of 152 columns. Every output starts as NaN, so an element never written
-fails."""
+a fused bias + GELU epilogue along C.T's columns, f32 and f16 outputs, clusters of 2 sharing
+B's tile (the swapped A; 450 rows: three M tiles, the last pair's second block past M);
+and an unswapped k-contiguous B of 152 columns. Every output starts as NaN, so an element
+never written fails."""
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,10 @@ SWAP = dict(arch="sm_90a", swap_product="always")
     ((300, 3001, 8200), dict(BM=152, BN=128, BK=64, stages=4, split_k=2)),
     ((257, 1030, 1000), dict(BM=136, BN=128, BK=64, stages=4, split_k=3)),
     ((61, 136, 72), dict(BM=64, BN=64, BK=64, stages=3)),
-], ids=["300-152x64", "300-152x128-split2", "257-136x128-split3", "small"])
+    ((600, 4104, 1030), dict(BM=152, BN=128, BK=64, stages=4, cluster=2)),
+    ((450, 3000, 1000), dict(BM=152, BN=128, BK=64, stages=4, cluster=2, persistent=True)),
+], ids=["300-152x64", "300-152x128-split2", "257-136x128-split3", "small", "600-cluster2",
+        "450-cluster2-persistent"])
 def test_matmul(hopper, dtype, shape, config):
     m, n, k = shape
     a = torch.randn(m, k, device="cuda").to(TORCH[dtype])
