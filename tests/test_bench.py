@@ -1071,9 +1071,12 @@ def test_the_sm_90a_autotune_space_tries_the_swapped_product_for_a_few_hundred_r
     """Past SHORT_M up to SWAP_SEARCHED_MAX_M rows: the swapped tiles of SWAP_TILES, M in
     the fewest tiles of at most 256 rows or one more, split in one wave."""
     space = bench.autotune_space(Case(300, 3000, 8192, "f16"), {}, "sm_90a")
-    swapped = [(c["BM"], c["BN"], c.get("split_k", 1)) for c in space if "swap_product" in c]
-    # 2 x 24 tiles of 152x128 (split 2: 96 blocks), 2 x 47 of 152x64, 3 x 24 of 104x128.
-    assert sorted(swapped) == [(104, 128, 1), (152, 64, 1), (152, 128, 1), (152, 128, 2)]
+    swapped = [(c["BM"], c["BN"], c.get("split_k", 1), c.get("cluster", 1))
+               for c in space if "swap_product" in c]
+    # 2 x 24 tiles of 152x128 (split 2: 96 blocks), 2 x 47 of 152x64, 3 x 24 of 104x128;
+    # the two M tiles of 152 rows unsplit in clusters of 2 too (the three of 104 are odd).
+    assert sorted(swapped) == [(104, 128, 1, 1), (152, 64, 1, 1), (152, 64, 1, 2),
+                               (152, 128, 1, 1), (152, 128, 1, 2), (152, 128, 2, 1)]
     assert space[0] == tuning.tuned_config(Case(300, 3000, 8192, "f16"), "sm_90a")
     for case in (Case(2048, 3000, 8192, "f16"), Case(300, 3000, 8192, "f16", batch=2),
                  Case(300, 3000, 8192, "f32")):
@@ -1325,20 +1328,23 @@ SWAPPED = dict(BK=64, swap_product="always")
 
 
 @pytest.mark.parametrize("shape, expected", [
-    # K 4096 (64 steps: no slice of SWAP_MIN_SLICE_STEPS in two): 64 columns on one
-    # warpgroup, one wave unsplit: 2 x 47 = 94 blocks of 152 rows (M = 300 with 4 padded).
-    ((300, 3000, 4096), dict(SWAPPED, BM=152, BN=64, stages=6)),
-    ((300, 4104, 4096), dict(SWAPPED, BM=152, BN=64, stages=6)),
-    # K 8192: 128 columns on two warpgroups split in two (2 x 24 x 2 = 96, 2 x 33 x 2 = 132).
-    ((300, 3000, 8192), dict(SWAPPED, BM=152, BN=128, stages=4, split_k=2)),
-    ((260, 4104, 8192), dict(SWAPPED, BM=136, BN=128, stages=4, split_k=2)),
+    # Two M tiles of 136-160 rows: 64 columns on one warpgroup, unsplit in clusters of 2
+    # (sharing B's tile), 2 x 47 = 94 or 2 x 65 = 130 blocks of 152 rows (M = 300 with 4
+    # padded), over K 4096 as over 8192, where 128 columns split in two fill the wave as
+    # well but share nothing.
+    ((300, 3000, 4096), dict(SWAPPED, BM=152, BN=64, stages=6, cluster=2)),
+    ((300, 4104, 4096), dict(SWAPPED, BM=152, BN=64, stages=6, cluster=2)),
+    ((300, 3000, 8192), dict(SWAPPED, BM=152, BN=64, stages=6, cluster=2)),
+    ((260, 4104, 8192), dict(SWAPPED, BM=136, BN=64, stages=6, cluster=2)),
+    # 2 x 16 tiles of 160x64 would fill a quarter of the wave: 128 columns split in four.
     ((320, 2048, 11008), dict(SWAPPED, BM=160, BN=128, stages=4, split_k=4)),
     # Not taken: M a multiple of 192 (the tall tiles pad nothing), or no tall tile.
     ((384, 3000, 8192), dict(TALL, split_k=2)),
     ((300, 1000, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),
-    # Past SWAP_UNSPLIT_MIN_M: 128 columns unsplit, 4 rows of 152, 4 of 232, 5 of 200.
-    ((600, 3000, 4096), dict(SWAPPED, BM=152, BN=128, stages=4)),
-    ((900, 4104, 8192), dict(SWAPPED, BM=232, BN=128, stages=4)),
+    # Past SWAP_UNSPLIT_MIN_M: 128 columns unsplit, 4 rows of 152 or 232 in clusters of 2,
+    # 5 of 200 alone (3 pairs would be 6 x 24 = 144 blocks, past the wave).
+    ((600, 3000, 4096), dict(SWAPPED, BM=152, BN=128, stages=4, cluster=2)),
+    ((900, 4104, 8192), dict(SWAPPED, BM=232, BN=128, stages=4, cluster=2)),
     ((1000, 3000, 8192), dict(SWAPPED, BM=200, BN=128, stages=4)),
     # Not taken: as many rows as 128-row tiles (4 x 256 = 1024), M a multiple of 128, K
     # under SWAP_UNSPLIT_MIN_K, M not past SWAP_UNSPLIT_MIN_M (no tall tile either).
@@ -1360,6 +1366,8 @@ def test_sm_90a_swaps_the_product_where_m_would_be_padded(shape, expected):
         assert tuning.TALL_WAVE_FILL * tuning.ONE_WAVE <= blocks <= tuning.ONE_WAVE
         assert config["BM"] % 8 == 0 and config["BM"] - 8 < -(-shape[0] // -(-shape[0] //
                                                                              config["BM"]))
+        if config.get("cluster"):  # whole pairs of M tiles, unsplit
+            assert -(-shape[0] // config["BM"]) % 2 == 0 and "split_k" not in config
         if shape[0] > tuning.SWAP_UNSPLIT_MIN_M:
             assert "split_k" not in config
             assert -(-shape[0] // config["BM"]) * config["BM"] < -(-shape[0] // 128) * 128

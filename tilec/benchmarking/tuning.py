@@ -351,7 +351,8 @@ RULES = {
                "(SKINNY_TILES), split along K or in clusters of 2 sharing B where that pays",
     "_swapped": "the product swapped, C.T = B.T @ A.T, where the tall tile would be taken "
                 "or past SWAP_UNSPLIT_MIN_M rows: M in tiles of any multiple of 8 rows "
-                "along wgmma's n (SWAP_TILES), split along K where that fills the wave",
+                "along wgmma's n (SWAP_TILES), split along K or paired in clusters of 2 "
+                "sharing B's tile",
     "_tall": "a 192-row tile split along K, whose rows of tiles read B fewer times "
              "(TALL_TILE)",
     "one_step_k": f"all of a shallow K (at most ONE_STEP_K = {ONE_STEP_K}) in one step, "
@@ -789,6 +790,16 @@ SWAP_ONE_WARPGROUP_RATE = 0.95
 # The most of the tall tiles' rows the swapped ones may compute: M a multiple of 192 (384,
 # 768) leaves them nothing to save.
 SWAP_MAX_ROWS_SHARE = 0.9
+# Unsplit in clusters of 2 along M, sharing B's tile (the swapped product's A), against
+# the same tile alone; it decides against split-K and the other tiles. H200, f16, one call,
+# TFLOP/s, clusters / the tuned configuration then (cuBLAS): same tile 600x4104x8192
+# (152x128) 678.6 / 542.0 (709.9), 300x3000x4096 (152x64) 359.4 / 303.2 (367.5),
+# 700x4104x8192 (176x128) 694.5 / 689.3 (727.4), 600x3000x8192 (152x128) 538.0 / 534.9
+# (584.0); 152x64 in six stages against 128 columns split in two: 300x4104x16384 650.9 /
+# 521.0 (633.9), 300x3000x8192 438.9 / 397.9 (441.8), 260x4104x8192 (136x64) 503.1 / 413.6
+# (399.1). Where the pairs round an odd count of M tiles up past the wave, they lost:
+# 800x3000x4096 (160x128, 144 blocks) 313.3 / 554.5 (benchmarks/NOTES.md, session 33).
+SWAP_CLUSTER_RATE = 1.15
 
 
 def _swapped(case: Case, tall: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
@@ -797,7 +808,7 @@ def _swapped(case: Case, tall: Optional[dict[str, Any]] = None) -> Optional[dict
     no ``tall`` tile: 128 columns unsplit, fewer rows than tiles of SWAP_UNSPLIT_FEWER_THAN
     rows would compute), whose blocks (TALL_WAVE_FILL of one wave at least) spend the
     largest share of the SMs' time on the product (a one-warpgroup tile's share at
-    SWAP_ONE_WARPGROUP_RATE); else None."""
+    SWAP_ONE_WARPGROUP_RATE, a cluster's at SWAP_CLUSTER_RATE); else None."""
     # The most rows of C the swapped tiles may compute.
     most_rows = SWAP_MAX_ROWS_SHARE * -(-case.M // tall["BM"]) * tall["BM"] \
         if tall is not None else -(-case.M // SWAP_UNSPLIT_FEWER_THAN) * \
@@ -807,7 +818,8 @@ def _swapped(case: Case, tall: Optional[dict[str, Any]] = None) -> Optional[dict
         splits = config.get("split_k", 1)
         if tall is None and (splits > 1 or config["BN"] != 128):
             continue
-        rate = 1.0 if config["BN"] == 128 else SWAP_ONE_WARPGROUP_RATE
+        rate = (1.0 if config["BN"] == 128 else SWAP_ONE_WARPGROUP_RATE) \
+            * (SWAP_CLUSTER_RATE if config.get("cluster", 1) > 1 else 1.0)
         score = _useful_share(case, config, splits) * rate
         if -(-case.M // config["BM"]) * config["BM"] <= most_rows and \
                 _tiles(case, config) * splits >= TALL_WAVE_FILL * ONE_WAVE and \
@@ -819,7 +831,8 @@ def _swapped(case: Case, tall: Optional[dict[str, Any]] = None) -> Optional[dict
 def _swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
     """The swapped tiles of SWAP_TILES, M in the fewest tiles of at most SWAP_MAX_ROWS rows
     (a multiple of 8) or one more, in up to SWAP_MAX_SPLIT slices of ``min_steps`` steps at
-    least, the blocks in one wave."""
+    least, or unsplit in clusters of 2 along M (an even count of M tiles: a pair past M
+    would idle its SM), the blocks in one wave."""
     fewest = -(-case.M // SWAP_MAX_ROWS)
     for count in (fewest, fewest + 1):
         rows = (-(-case.M // count) + 7) // 8 * 8
@@ -831,6 +844,9 @@ def _swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
                         splits > 1 and steps // splits < min_steps:
                     break
                 yield dict(config, split_k=splits) if splits > 1 else config
+            paired = dict(config, cluster=2)
+            if count % 2 == 0 and _tiles(case, paired) <= ONE_WAVE:
+                yield paired
 
 
 # 128x192 tiles (two warpgroups of m64n192, four stages; B's rows, 384 bytes, are whole 128-byte
