@@ -153,6 +153,10 @@ def test_generated_kernels_cover_the_new_parts():
     assert swapped and all(p.archs == ("sm_90a",) and
                            p.hopper_options.get("swap_product") == "always" for p in swapped)
     assert any(p.tiles[0] % 64 for p in swapped)
+    # Now and then in a cluster of two, unsplit.
+    paired = [p for p in swapped if "swap_product_cluster" in p.features]
+    assert paired and all(p.hopper_options["cluster"] == 2 and
+                          p.options.get("split_k", 1) == 1 for p in paired)
 
 
 def test_batched_clusters_generated_compile_and_assemble():

@@ -13,7 +13,7 @@ seeded ``random.Random``:
   ``if ACT == 1:``) and random options (stages 1-4, warps, swizzle, split-K, f32_math,
   misaligned_copy, misaligned_store, backend="llvm"; on sm_90a, where wgmma takes the tile, a
   persistent block, pingpong consumers, a cluster of two (persistent or not, batched too) or
-  two blocks an SM). The generator
+  two blocks an SM; the product swapped, in a cluster now and then). The generator
   keeps the epilogue as a tree, so it can evaluate the program itself (:func:`evaluate`,
   float64, i32 sums exact in int64), independently of tilec's own reference; fp8 inputs are
   decoded with tilec's fp8 tables, the only part it shares.

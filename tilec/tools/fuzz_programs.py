@@ -472,6 +472,10 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         if _wgmma_takes((bn, bm, bk), {**options, **span}):
             hopper = {"swap_product": "always", **span}
             features.add("swap_product")
+            if options.get("split_k", 1) == 1 and rng.random() < 0.5:
+                # A pair of blocks along m shares B's tile, the swapped product's A.
+                hopper["cluster"] = 2
+                features.add("swap_product_cluster")
     elif compute != "f32" and "convert" not in dtypes and \
             _wgmma_takes((bm, bn, bk), {**options, **span, **strip_rows}):
         split = options.get("split_k", 1) > 1
