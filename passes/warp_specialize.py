@@ -72,9 +72,10 @@ With ``consumers = "pingpong"`` (persistent only) the tile is one warpgroup's, a
 block has two consumer warpgroups taking its tiles in turn (backend.ptx._tile_loop): each
 stage is handed back by the one warpgroup whose tile it holds (``empty`` counts one arrival,
 times the cluster), and ``ws.turn_wait`` before the K loop and ``ws.turn_pass`` after it
-(after the products' final wait) order the warpgroups' mainloops as the producer fills the ring: a warpgroup skips the other's
-tiles' ring iterations, and waits on a stage's parity only once every earlier iteration's
-load has been issued (so it is never a whole round ahead of the barrier).
+(after the products' final wait) order the warpgroups' mainloops as the producer fills the
+ring: a warpgroup skips the other's tiles' ring iterations, and waits on a stage's parity
+only once every earlier iteration's load has been issued (so it is never a whole round
+ahead of the barrier).
 
 Iteration ``i`` of the ring counts the block's earlier tiles too (``ws.ring_base``: 0 unless
 the kernel is persistent), so stages and phases go on across a persistent block's tiles.

@@ -234,6 +234,15 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" gemm_epilogue bf16 M=300,N=1030,K=4100 BM=152 BN=128 BK=64 \
             --stages 4 --split-k 2 --swap-product always
     done
+    # Clusters of 2 split along K (a pair on one slice): 3 M tiles, so the second pair's
+    # second block lies past M and meets in a workspace slot of its own; the swapped product
+    # in clusters (sharing B's tile, the swapped A), 3 M tiles of 104 split in two.
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" gemm_epilogue f16 M=300,N=1030,K=4100 BM=128 BN=128 BK=64 --stages 4 \
+            --split-k 3 --cluster 2
+        hopper "$tool" matmul bf16 M=310,N=1030,K=4100 BM=104 BN=128 BK=64 --stages 4 \
+            --split-k 2 --cluster 2 --swap-product always
+    done
     # wgmma's register form (the wgmma_rs family): int8 weights as A, loaded and converted
     # by the consumers while earlier wgmmas read their other register set. The w8a16
     # sample as written (BK 128: the swap_product pass transposes it), one tile a block

@@ -255,12 +255,13 @@ class Options:
             # a cluster pair and pingpong's alternating warpgroups walk tiles of their own.
             raise ValueError("stream_k divides a persistent block's work in K steps: it needs "
                              "persistent=True, consumers='cooperative' and cluster=1")
-        if self.split_k > 1 and (self.persistent or self.cluster > 1):
+        if self.split_k > 1 and self.persistent:
             # Split-K's slices are blocks of their own, the last of a tile running its
             # epilogue while the others have left: a persistent block walks tiles instead
-            # (stream_k divides its K steps), and a cluster's pair must end together.
+            # (stream_k divides its K steps). A cluster's pair shares a slice: its blocks
+            # run the same K steps, and either may be its tile's last.
             raise ValueError("split_k gives each K slice a block of its own: it cannot be "
-                             "combined with persistent=True (use stream_k=True) or cluster=2")
+                             "combined with persistent=True (use stream_k=True)")
         if self.mma_order not in ("n", "m"):
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):

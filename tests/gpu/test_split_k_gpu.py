@@ -118,7 +118,11 @@ HOPPER_SPLITS = [((1024, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3), 4),
                  # ragged M, N and K.
                  ((300, 1030, 4100), dict(BM=192, BN=128, BK=64, stages=4), 4),
                  ((1000, 1000, 4100), dict(BM=256, BN=128, BK=64, stages=3,
-                                           warpgroup_rows=128), 4)]
+                                           warpgroup_rows=128), 4),
+                 # In clusters of 2 sharing B, a pair on one slice: 8 M tiles, and 3 (the
+                 # second pair's second block past M, meeting in a slot of its own).
+                 ((1000, 1000, 16384), dict(BM=128, BN=128, BK=64, stages=6, cluster=2), 2),
+                 ((300, 1030, 4100), dict(BM=128, BN=128, BK=64, stages=4, cluster=2), 3)]
 
 
 @pytest.mark.usefixtures("hopper")  # tests/gpu/conftest.py

@@ -27,8 +27,9 @@ SWAP = dict(arch="sm_90a", swap_product="always")
     ((61, 136, 72), dict(BM=64, BN=64, BK=64, stages=3)),
     ((600, 4104, 1030), dict(BM=152, BN=128, BK=64, stages=4, cluster=2)),
     ((450, 3000, 1000), dict(BM=152, BN=128, BK=64, stages=4, cluster=2, persistent=True)),
+    ((310, 3001, 8200), dict(BM=104, BN=128, BK=64, stages=4, cluster=2, split_k=2)),
 ], ids=["300-152x64", "300-152x128-split2", "257-136x128-split3", "small", "600-cluster2",
-        "450-cluster2-persistent"])
+        "450-cluster2-persistent", "310-104x128-cluster2-split2"])
 def test_matmul(hopper, dtype, shape, config):
     m, n, k = shape
     a = torch.randn(m, k, device="cuda").to(TORCH[dtype])

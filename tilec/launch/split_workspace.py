@@ -11,7 +11,6 @@ stream one after another, share one per size (:func:`shared_workspace`).
 """
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -19,7 +18,7 @@ from typing import Any, Optional, Sequence
 from tilec.backend.abi import WORKSPACE_SOURCES
 from tilec.backend.split import PARTIAL_BYTES
 from tilec.ir.core import Kernel
-from tilec.launch.binding import launch_grid
+from tilec.launch.binding import launch_grid, whole_cluster_tiles
 
 COUNTER_BYTES = 4
 SHARED_LIMIT = 4  # workspaces kept for plain calls (the most recently used)
@@ -38,7 +37,8 @@ def workspace_size(compiled_kernel: Kernel, sizes: Sequence[int],
     per SM (``multiprocessors``: the current device's where not given)."""
     splits = compiled_kernel.schedule.splits
     plan = compiled_kernel.schedule.tiling
-    tiles = math.prod(sizes)
+    # A cluster's M tiles in whole clusters: a pair's block past M has a slot too.
+    tiles = whole_cluster_tiles(sizes, compiled_kernel)
     block_elements = plan.block[0] * plan.block[1]
     roles = compiled_kernel.schedule.roles
     if roles is not None and roles.stream_k:
