@@ -1230,7 +1230,11 @@ def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expect
     # ... and against it in clusters of 2, where K takes no two long slices:
     ((384, 1000, 2048), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),
     ((1000, 1000, 4096), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),
-    ((1000, 1000, 16384), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),  # a full wave
+    # ... but where K takes two slices of SPLIT_CLUSTER_MIN_STEPS: a larger tile split in
+    # clusters, filling the wave as well (_split_in_clusters).
+    ((1000, 1000, 16384), dict(BM=128, BN=256, BK=64, stages=4, cluster=2, split_k=4)),
+    ((1000, 1000, 8192), dict(BM=128, BN=128, BK=64, stages=6, cluster=2, split_k=2)),
+    ((479, 2000, 11008), dict(BM=128, BN=128, BK=64, stages=6, cluster=2, split_k=2)),
     # Short M: B bounds the product, and half a wave of blocks streams it.
     ((64, 8192, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
     # The tiles fill the SMs already, or the slices would be too short: no split.
@@ -1247,7 +1251,11 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
         tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
         assert tiles * config["split_k"] <= tuning.ONE_WAVE
         assert shape[2] // config["BK"] // config["split_k"] >= tuning.SHORT_SLICE_STEPS
-        Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"])
+        Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"],
+                cluster=config.get("cluster", 1))
+    if config.get("cluster", 1) > 1 and config.get("split_k", 1) > 1:  # whole pairs
+        assert -(-shape[0] // config["BM"]) % 2 == 0
+        assert shape[2] // config["BK"] // config["split_k"] >= tuning.SPLIT_CLUSTER_MIN_STEPS
     # Batched rows and the llvm backend (no wgmma) are not split.
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")

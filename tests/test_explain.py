@@ -297,9 +297,9 @@ def test_cli_tuned_takes_the_swapped_product_only_where_the_pass_swaps_it(capsys
     assert main([*base, str(ROOT / "samples" / "bmm.py")]) == 0
     out = capsys.readouterr().out
     assert "tuned: 2x300x3000x8192 f16 on sm_90a" in out and "split_k" not in out
-    assert main([*base, MATMUL, "--split-k", "2"]) == 1
+    assert main([*base, MATMUL, "--blocks-per-sm", "2"]) == 1
     assert "--tuned chose 152x64x64, stages 6, swap_product always, cluster 2, which the " \
-        "options given (split_k 2) cannot go with: split_k" in capsys.readouterr().err
+        "options given (blocks_per_sm 2) cannot go with: cluster=2" in capsys.readouterr().err
 
 
 def test_cli_run_tuned_runs_the_tuned_kernel_in_the_cpu_interpreter(capsys) -> None:

@@ -353,6 +353,9 @@ RULES = {
                 "or past SWAP_UNSPLIT_MIN_M rows: M in tiles of any multiple of 8 rows "
                 "along wgmma's n (SWAP_TILES), split along K or paired in clusters of 2 "
                 "sharing B's tile",
+    "_split_in_clusters": "few tiles over a deep K: a larger tile than the skinny one, "
+                          "split along K into slices of SPLIT_CLUSTER_MIN_STEPS steps, "
+                          "in clusters of 2 sharing B (SPLIT_CLUSTER_TILES)",
     "_tall": "a 192-row tile split along K, whose rows of tiles read B fewer times "
              "(TALL_TILE)",
     "one_step_k": f"all of a shallow K (at most ONE_STEP_K = {ONE_STEP_K}) in one step, "
@@ -524,7 +527,11 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             # clusters; else SPLIT_TILE split where it fills the GPU (_sliced).
             skinny = _skinny(case) if case.M > SKINNY_M else None
             if skinny is not None:
-                return _took("_skinny", skinny)
+                split = _split_in_clusters(case, skinny) \
+                    if skinny.get("cluster") and skinny["BM"] * skinny["BN"] < 128 * 128 \
+                    else None
+                return _took("_split_in_clusters", split) if split is not None else \
+                    _took("_skinny", skinny)
             sliced = _sliced(case, dict(SPLIT_TILE))
             if "split_k" in sliced:
                 return _took("_sliced", sliced)
@@ -670,6 +677,41 @@ def _clusters_pay(case: Case, tile: dict[str, Any]) -> bool:
     lines, its M tiles paired, the pairs in one wave."""
     return _b_rows_off_lines(case) and -(-case.M // tile["BM"]) % 2 == 0 and \
         _tiles(case, {**tile, "cluster": 2}) <= ONE_WAVE
+
+
+# Few tiles over a deep K past SKINNY_M rows, where a skinny tile under 128x128 would run in
+# clusters of 2 (B's rows off lines): a larger tile split along K, each pair of blocks on one slice
+# sharing B, its pairs of M tiles whole, in slices of SPLIT_CLUSTER_MIN_STEPS steps at least,
+# spending as large a share of the SMs' time on the product. The first of
+# SPLIT_CLUSTER_TILES that does, in its most slices. H200, f16, one call, TFLOP/s, against
+# the 64x128 skinny tile in clusters then (the same tile split alone; cuBLAS):
+#   1000x1000x16384  128x256 split 4 546.4, 128x128 split 2 520.3 / 417.1 (404.6; 579.8)
+#   1000x1000x8192   128x128 split 2 447.2, 128x256 split 4 (32 steps) 421.7 / 392.3
+#                    (369.7; 499.0)
+# and not at 900x1200x4096 (128x160 split 2, 32-step slices: 0.95; benchmarks/NOTES.md,
+# session 33).
+SPLIT_CLUSTER_TILES = (dict(BM=128, BN=256, BK=64, stages=4),
+                       dict(BM=128, BN=128, BK=64, stages=6))
+SPLIT_CLUSTER_MIN_STEPS = 64
+
+
+def _split_in_clusters(case: Case, skinny: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The first tile of SPLIT_CLUSTER_TILES whose M tiles pair up, in the most slices
+    (SPLIT_CLUSTER_MIN_STEPS steps at least, the pairs in one wave) whose useful share is
+    the ``skinny`` configuration's at least; or None."""
+    from tilec.options import MAX_SPLIT_K
+    share = _useful_share(case, skinny)
+    steps = -(-case.K // skinny["BK"])
+    for tile in SPLIT_CLUSTER_TILES:
+        paired = dict(tile, cluster=2)
+        if -(-case.M // tile["BM"]) % 2:
+            continue
+        most = min(MAX_SPLIT_K, steps // SPLIT_CLUSTER_MIN_STEPS,
+                   ONE_WAVE // _tiles(case, paired))
+        for splits in range(most, 1, -1):
+            if _useful_share(case, paired, splits) >= share * (1 - 1e-9):
+                return dict(paired, split_k=splits)
+    return None
 
 
 # A tall tile for few tiles over a deep K past the skinny products' rows: 192 rows of the
