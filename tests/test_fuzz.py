@@ -138,7 +138,7 @@ def test_generated_kernels_cover_the_new_parts():
             "compile_time_if", "pingpong", "warpgroup_rows_128", "strip_tile", "cluster",
             "cluster_batched", "wgmma_split_k", "tma_swizzle_64",
             "tma_swizzle_32"} <= features
-    # Split-K's slices take one tile a block: never persistent or in a cluster.
+    # Split-K's slices take one tile a block: never persistent.
     for program in programs:
         if "wgmma_split_k" in program.features:
             schedule = {k: v for k, v in program.hopper_options.items() if k != "tma_swizzle"}
@@ -153,10 +153,9 @@ def test_generated_kernels_cover_the_new_parts():
     assert swapped and all(p.archs == ("sm_90a",) and
                            p.hopper_options.get("swap_product") == "always" for p in swapped)
     assert any(p.tiles[0] % 64 for p in swapped)
-    # Now and then in a cluster of two, unsplit.
+    # Now and then in a cluster of two.
     paired = [p for p in swapped if "swap_product_cluster" in p.features]
-    assert paired and all(p.hopper_options["cluster"] == 2 and
-                          p.options.get("split_k", 1) == 1 for p in paired)
+    assert paired and all(p.hopper_options["cluster"] == 2 for p in paired)
 
 
 def test_batched_clusters_generated_compile_and_assemble():

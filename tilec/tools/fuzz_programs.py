@@ -17,8 +17,9 @@ ARCHS = ("sm_80", "sm_86", "sm_90", "sm_90a")
 # none of them); a program gets one of these beside its other options.
 HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2},
                     {"persistent": True, "cluster": 2}, {"blocks_per_sm": 2})
-# Those a split-K program takes: its slices are blocks of their own, one tile each.
-SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2})
+# Those a split-K program takes: its slices are blocks of their own, one tile each (a
+# cluster's pair on one slice).
+SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2}, {"cluster": 2})
 PINGPONG = {"persistent": True, "consumers": "pingpong"}
 
 
@@ -472,7 +473,7 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         if _wgmma_takes((bn, bm, bk), {**options, **span}):
             hopper = {"swap_product": "always", **span}
             features.add("swap_product")
-            if options.get("split_k", 1) == 1 and rng.random() < 0.5:
+            if rng.random() < 0.5:
                 # A pair of blocks along m shares B's tile, the swapped product's A.
                 hopper["cluster"] = 2
                 features.add("swap_product_cluster")
