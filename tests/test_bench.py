@@ -1062,6 +1062,10 @@ def test_the_sm_90a_autotune_space_splits_few_tiles_along_k():
                                                   (192, 192)) for s in (2, 3, 4, 6, 8)}
     assert all(c.get("warpgroup_rows") == 128 for c in space
                if c.get("split_k", 1) > 1 and c["BM"] == 256)
+    # ... and in clusters of 2 where the M tiles pair up: the two of 64 rows.
+    paired = {(c["BM"], c["BN"], c["split_k"]) for c in space
+              if c.get("split_k", 1) > 1 and c.get("cluster") == 2 and "swap_product" not in c}
+    assert paired == {(64, 128, s) for s in (2, 3, 4, 6, 8)}
     # A wave of tiles already, or batched rows: no splits.
     for case in (Case(4096, 4096, 4096, "f16"), Case(128, 1000, 8192, "f16", batch=4)):
         assert not any(c.get("split_k", 1) > 1 for c in bench.autotune_space(case, {}, "sm_90a"))

@@ -118,9 +118,12 @@ SEARCHED_SPLITS = (2, 3, 4, 6, 8, 12, 16)
 def _split_candidates(case: Case) -> list[dict[str, Any]]:
     """SPLIT_TILES split along K in SEARCHED_SPLITS slices, where the tiles alone make less
     than a wave: one wave at most, slices of SHORT_SLICE_STEPS steps at least (as
-    :func:`_sliced` cuts them)."""
-    return [{**tile, "split_k": splits} for tile in SPLIT_TILES for splits in SEARCHED_SPLITS
-            if splits <= _most_slices(case, tile, SHORT_SLICE_STEPS)]
+    :func:`_sliced` cuts them); each alone and, where its M tiles pair up, in clusters of 2
+    (a pair on one slice, sharing B: :func:`_split_in_clusters`)."""
+    return [{**tile, "split_k": splits, **pair} for tile in SPLIT_TILES
+            for splits in SEARCHED_SPLITS
+            if splits <= _most_slices(case, tile, SHORT_SLICE_STEPS)
+            for pair in ({}, {"cluster": 2}) if not pair or -(-case.M // tile["BM"]) % 2 == 0]
 
 
 def _searched(tiles: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
