@@ -29,6 +29,17 @@ TMA can address it (unit-stride rows, 16-byte aligned: the launch spec), one sto
 in shared memory for the tile or, for 16- and 32-bit tiles, two of its slabs. The CPU
 semantics are the store's own: TMA skips out-of-bounds elements as the masked store does.
 
+A swapped product's tile (passes/swap_product.py: C.T, stored through a transposed view)
+is staged in C's rows: ``writes = "stmatrix.trans"``, each run of four 8x8 matrices of C.T
+(or a last run of two) stored transposed, so each matrix row is 8 values of one row of C, a
+16-byte chunk in TMA's swizzle (:func:`tilec.families.staged_store.transposed_stmatrix_groups`
+says which layouts), and the boxes are C's (``coords = [0, 1]``: C.T's view takes the
+column offset first). 16-bit outputs to TMA only, the whole tile staged at once; elsewhere
+the direct stores, and why. H200, f16, one call, TFLOP/s, against the direct stores (each
+thread's 2-byte elements, 8 lanes writing 16 bytes of one row of C): 300x3000x8192 445.2 /
+437.6, 600x4104x8192 694.6 / 670.6, 700x3000x8192 568.6 / 550.0, 260x4104x8192 516.9 /
+508.2 (benchmarks/NOTES.md, session 33).
+
 Unit-stride rows that are not 16-byte aligned (C of 4095x4097: 2-byte aligned rows) are
 staged all the same, marked ``via = "rows"`` (no tensor map): after the staging writes the
 consumers copy the tile out a row at a time, each warp instruction 64 contiguous bytes of
@@ -46,7 +57,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tilec.families.staged_store import STRIP_ROWS, register_units, staging_writes
+from tilec.families.staged_store import (STMATRIX_TRANS, STRIP_ROWS, register_units,
+                                        staging_writes, transposed_stmatrix_groups)
 from tilec.families.tma_boxes import SLAB_BYTES, SWIZZLE_128B, spans_for, swizzle_128b
 from tilec.ir.core import Kernel, Op, Param, clone_kernel
 from tilec.ir.schedule import EpiloguePlan
@@ -101,27 +113,56 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if elem_bytes != 2 and not aligned:
         return (f"C is {vtype.dtype} and its rows are not 16-byte aligned: TMA cannot store "
                 "them, and the row stores take 16-bit tiles")
+    if _transposed(kernel, store):
+        problem = _transposed_problem(layout, elem_bytes, aligned)
+        if problem is not None:
+            return problem
+        if view_source(kernel, store.operands[0]).batch is not None:
+            return "C.T is stored transposed, a batch of it (TMA's 3-D map is C's)"
     param = _stored_param(kernel, store)
     if param is None:
-        return ("C is not a 2-D tensor parameter or one batch of a 3-D one (a transposed view "
-                "or a vector)")
+        return "C is not a 2-D tensor parameter or one batch of a 3-D one (a vector)"
     spec = options.spec.tensor(param.name, param.type.rank, elem_bytes)
     # The rows' unit-stride dim: the last, of a matrix or of a batch of them (3-D map).
     if (spec.contiguous_dim != param.type.rank - 1
             or aligned and spec.vec_elems * elem_bytes < 16):
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
-    problem = addressing_problem(layout, elem_bytes)
-    if problem is not None:
-        return problem
+    if not _transposed(kernel, store):
+        return addressing_problem(layout, elem_bytes)
+    return None
+
+
+def _transposed(kernel: Kernel, store: Op) -> bool:
+    """Whether the store writes its tile through a transposed view (a swapped product's
+    C.T: passes/swap_product.py)."""
+    source = view_source(kernel, store.operands[0])
+    return source is not None and source.transposed
+
+
+def _transposed_problem(layout: DistributedLayout, elem_bytes: int,
+                        aligned: bool) -> Optional[str]:
+    """Why a tile stored through a transposed view cannot be staged in C's rows (None when
+    it can): stmatrix.trans moves 16-bit elements, the registers in its runs
+    (staged_store.transposed_stmatrix_groups), to TMA (the row stores read tiles as
+    stored)."""
+    if elem_bytes != 2:
+        return (f"C.T is stored transposed: staging it in C's rows takes stmatrix.trans, "
+                f"which moves 16-bit elements, not {8 * elem_bytes}-bit ones")
+    if not transposed_stmatrix_groups(layout, elem_bytes):
+        return ("C.T is stored transposed, and its registers do not fall in the runs of "
+                "four 8x8 matrices stmatrix.trans writes")
+    if not aligned:
+        return "C.T is stored transposed, and C's rows are not 16-byte aligned for TMA"
     return None
 
 
 def _stored_param(kernel: Kernel, store: Op) -> Optional[Param]:
-    """The parameter the store writes a tile of: a 2-D one, or a batch of a 3-D one (whose
-    TMA map is 3-D: tilec/launch/tensor_maps.py); None for other views and vectors."""
+    """The parameter the store writes a tile of (through a transposed view too): a 2-D one,
+    or a batch of a 3-D one (whose TMA map is 3-D: tilec/launch/tensor_maps.py); None for
+    other views and vectors."""
     source = view_source(kernel, store.operands[0])
-    if source is None or source.transposed:
+    if source is None:
         return None
     param = next(p for p in kernel.params if p.name == source.name)
     return param if param.type.rank == 2 + (source.batch is not None) else None
@@ -142,7 +183,10 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     via = "tma" if problem is None else "rows"
     if problem is not None and _store_problem(kernel, store, options, aligned=False) is None:
         problem = None
-    bm, bn, _ = kernel.schedule.tiling.block
+    # The staging tile: the stored one, or C's rows of a C.T tile stored transposed.
+    transposed = _transposed(kernel, store)
+    bm, bn = store.operands[-1].type.shape[::-1] if transposed else \
+        kernel.schedule.tiling.block[:2]
     elem_bytes = store.operands[-1].type.dtype.bytes
     # A pingpong kernel's warpgroups each stage a tile of their own.
     copies = 2 if kernel.schedule.roles.pingpong else 1
@@ -171,7 +215,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
         if used + staging > limit:
             slab_buffers = SLAB_BUFFERS * bm * inner * elem_bytes
             if via == "tma" and copies == 1 and elem_bytes in SLABS_IN_TURN_BYTES \
-                    and _slabs_in_turn(store, bn // inner, inner, strips) \
+                    and not transposed and _slabs_in_turn(store, bn // inner, inner, strips) \
                     and used + slab_buffers <= limit:
                 staging, buffers = slab_buffers, SLAB_BUFFERS
             else:
@@ -188,10 +232,12 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     strips = strips if buffers else 1
     strips_attr = {"strips": strips} if strips > 1 else {}
     box_rows = bm if strips == 1 else STRIP_ROWS
-    writes = staging_writes(store.operands[-1].type.layout, elem_bytes)
+    writes = STMATRIX_TRANS if transposed else \
+        staging_writes(store.operands[-1].type.layout, elem_bytes)
+    # C.T's view takes (n, m) offsets: n, C's column, is the box's inner coordinate.
     store.attrs.update(via=via, **tensor, box=[inner, box_rows], slabs=bn // inner,
-                       coords=[1, 0], writes=writes, **copies_attr, **buffers_attr,
-                       **strips_attr)
+                       coords=[0, 1] if transposed else [1, 0], writes=writes,
+                       **copies_attr, **buffers_attr, **strips_attr)
     kernel.schedule = kernel.schedule.with_(epilogue=EpiloguePlan(
         via, staging, (inner, box_rows), bn // inner, writes=writes, buffers=buffers,
         span=span, strips=strips))

@@ -226,8 +226,9 @@ if [ "$cc" = 9.0 ]; then
             --stages 3 --warpgroup-rows 128 --split-k 4
     done
     # The swapped 16-bit product (swap_product always): C.T's tiles of 152 rows of C along
-    # wgmma's n over ragged M, N and K, stored transposed by each thread; on one warpgroup,
-    # and on two split along K under a fused epilogue.
+    # wgmma's n over ragged M, N and K: an f32 C stored transposed by each thread, on one
+    # warpgroup; an f16 C staged transposed (stmatrix.trans) and stored with TMA, on two
+    # split along K under a fused epilogue.
     for tool in memcheck racecheck synccheck; do
         hopper "$tool" matmul f16 M=300,N=1030,K=4100 BM=152 BN=64 BK=64 --stages 6 \
             --swap-product always

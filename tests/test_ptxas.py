@@ -395,7 +395,8 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          cluster=2),
     # The swapped 16-bit product (swap_product "always", tuning._swapped): C.T's tiles of
     # 152 or 136 rows of C along wgmma's n, on one warpgroup unsplit or two split along K,
-    # stored transposed by each thread; a fused epilogue's bias along C.T's columns; a
+    # a 16-bit C staged transposed in C's rows (stmatrix.trans) and stored with TMA, an
+    # f32 one stored transposed by each thread; a fused epilogue's bias along C.T's columns; a
     # k-contiguous B (wgmma's A then K-major) at 104 rows.
     case("matmul", "f16", "sm_90a", RAGGED, BM=152, BN=64, BK=64, stages=6,
          swap_product="always"),

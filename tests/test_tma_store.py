@@ -451,6 +451,104 @@ def test_stmatrix_lane_addresses_follow_the_staging_swizzle(bm, bn, rows, span):
                 assert address == 2 * staging.offset(matrix_row, matrix_col), (warp, lane, r, c)
 
 
+# -- a swapped product's C.T tile, staged transposed in C's rows by stmatrix.trans ------------
+
+@pytest.mark.parametrize("span", SPANS)
+@pytest.mark.parametrize("n_rows, m_cols, strip_rows", [(128, 152, 64), (64, 136, 64),
+                                                       (128, 160, 64), (256, 128, 128)])
+def test_stmatrix_trans_puts_every_element_of_c_t_where_c_s_staging_holds_it(
+        span, n_rows, m_cols, strip_rows):
+    """stmatrix.trans as the PTX ISA defines it (matrix j's row i, at the address lane 8j + i
+    gives, receives the fragment's column i: element (k, i) from lane 4k + i / 2), with the
+    lane addresses of tilec.families.staged_store._stage_by_stmatrix_trans: every register
+    of every lane of every warp, element (n, m) of C.T, lands where C's staging tile (rows
+    of m, slabs of n one span wide, TMA's swizzle) holds (m, n). 152 and 136 columns end in
+    a run of two matrices (.x2); 256 rows are 128-row warpgroups (two strips a thread)."""
+    from tilec.families.staged_store import transposed_stmatrix_groups
+    if n_rows * 2 % span:
+        pytest.skip(f"{n_rows} 16-bit columns of C are not whole {span}-byte spans")
+    layout = WgmmaLayout("C", (n_rows * 4 // strip_rows, 1), (strip_rows // 4, m_cols))
+    assert transposed_stmatrix_groups(layout, 2)
+    staging = staging_layout(m_cols, n_rows, 2, span)
+    inner, row_bytes = span // 2, span
+    slab_bytes = m_cols * row_bytes
+    offsets = layout.register_offsets()
+    written = {}
+    for warp in range(layout.warps[0]):
+        warp_row, _ = layout.warp_origin(warp)
+        lanes = []
+        for lane in range(32):
+            n = warp_row + 8 * ((lane >> 3) & 1)
+            m = 8 * (lane >> 4) + (lane & 7)
+            xor = (m & 7) >> atom_row_shift(span)
+            chunk = (n % inner) >> 3
+            lanes.append(n // inner * slab_bytes + m * row_bytes + ((chunk ^ xor) << 4))
+        for start in range(0, len(offsets), 8):
+            r, c = offsets[start]
+            matrices = min(8, len(offsets) - start) // 2
+            immediate = r // inner * slab_bytes + c * row_bytes
+            for j in range(matrices):
+                for i in range(8):
+                    row_address = lanes[8 * j + i] + immediate
+                    for k in range(8):  # fragment element (k, i): lane 4k + i / 2
+                        lane, one = 4 * k + i // 2, i % 2
+                        reg = start + 2 * j + one
+                        written[warp, lane, reg] = row_address + 2 * k
+    for warp in range(layout.warps[0]):
+        for lane in range(32):
+            for reg in range(len(offsets)):
+                n, m = layout.c_coord(warp, lane, reg)
+                assert written[warp, lane, reg] == 2 * staging.offset(m, n), (warp, lane, reg)
+
+
+def swapped_f16(**options):
+    return run_pipeline(f16_out().lower(BM=152, BN=128, BK=64),
+                        Options(arch="sm_90a", stages=4, spec=ALIGNED, swap_product="always",
+                                **options), keep_ir=True).kernel
+
+
+def test_a_swapped_product_stores_c_through_tma_staged_transposed():
+    """C.T's 128x152 tile (two warpgroups of m64n152) staged as C's 152 rows of two 64-column
+    slabs, written by stmatrix.trans (nine runs of four matrices and one of two a thread),
+    stored as two boxes of C: the inner coordinate n, C.T's view's first offset."""
+    kernel = swapped_f16()
+    store = store_of(kernel)
+    assert is_tma_store(store) and store.attrs["tensor"] == "C"
+    assert (store.attrs["box"], store.attrs["slabs"], store.attrs["coords"],
+            store.attrs["writes"]) == ([64, 152], 2, [0, 1], "stmatrix.trans")
+    plan = kernel.schedule.epilogue
+    assert (plan.via, plan.staging_bytes, plan.box) == ("tma", 152 * 128 * 2, (64, 152))
+    assert tensor_map_box(kernel, "C") == (64, 152, 128)
+    text = f16_out().compile(arch="sm_90a", stages=4, spec=ALIGNED, swap_product="always",
+                             BM=152, BN=128, BK=64).ptx
+    consumers = re.split(r"^\$L_consumers_\d+:", text, maxsplit=1, flags=re.M)[1]
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16 "
+                          r"\[%r\d+\+\d+\], \{(%r\d+, ){3}%r\d+\};", consumers)) == 9
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x2\.trans\.shared\.b16 "
+                          r"\[%r\d+\+\d+\], \{%r\d+, %r\d+\};", consumers)) == 1
+    assert "st.global" not in consumers
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", consumers)) == 2
+    assert_computes_the_product(kernel, 300, 390, 200, seed=8)
+
+
+@pytest.mark.parametrize("options, why", [
+    (dict(spec=Spec(tensors=(("A", TensorSpec(1, 8)), ("B", TensorSpec(1, 8)),
+                             ("C", TensorSpec(1, 1))))), "16-byte aligned"),
+], ids=["misaligned-c"])
+def test_a_swapped_store_tma_cannot_take_goes_direct_saying_why(options, why):
+    kernel = run_pipeline(f16_out().lower(BM=152, BN=128, BK=64),
+                          Options(arch="sm_90a", stages=4, swap_product="always", **options),
+                          keep_ir=True).kernel
+    plan = kernel.schedule.epilogue
+    assert plan.via == "direct" and why in plan.reason, plan.reason
+    f32 = run_pipeline(load_sample("matmul", "f16").lower(BM=152, BN=128, BK=64),
+                       Options(arch="sm_90a", stages=4, spec=ALIGNED,
+                               swap_product="always"), keep_ir=True).kernel
+    assert f32.schedule.epilogue.via == "direct"
+    assert "stmatrix.trans, which moves 16-bit elements, not 32-bit" in \
+        f32.schedule.epilogue.reason
+
+
 def test_the_row_store_addresses_follow_the_staging_swizzle():
     """The loop's shared addresses (row r, lane l, half h of slab s): slab s, row r, chunk
     (l / 8 + 4h) ^ (r % 8), element l % 8, as staging_layout places column 64s + 32h + l."""

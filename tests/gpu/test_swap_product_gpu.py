@@ -69,3 +69,25 @@ def test_bias_gelu_epilogue(hopper, dtype):
     torch.cuda.synchronize()
     ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
     assert rel_error(c, ref) < TOLERANCE[dtype] + 4e-3  # C rounded to dtype once more
+
+
+@pytest.mark.parametrize("config", [
+    dict(BM=152, BN=128, BK=64, stages=4),
+    dict(BM=136, BN=64, BK=64, stages=6, cluster=2),
+    dict(BM=200, BN=128, BK=64, stages=4, persistent=True),
+    dict(BM=104, BN=128, BK=64, stages=4, split_k=2, cluster=2),
+], ids=["152x128", "136x64-cluster2", "200x128-persistent", "104x128-split2-cluster2"])
+def test_c_f16_goes_out_through_tma_staged_transposed(hopper, config):
+    """A 16-bit C: the C.T tile staged in C's rows by stmatrix.trans (a last run of two
+    matrices where the rows end 8 past a multiple of 16) and stored with TMA, clipped at
+    ragged M and N."""
+    m, n, k = 390, 1000, 1030
+    a = torch.randn(m, k, device="cuda").half()
+    b = torch.randn(k, n, device="cuda").half()
+    c = torch.full((m, n), float("nan"), device="cuda").half()
+    from tilec.benchmarking.contenders import sample_kernel
+    launch = sample_kernel("f16", "f16").prepare(a, b, c, **SWAP, **config)
+    assert launch.compiled.kernel.schedule.epilogue.writes == "stmatrix.trans"
+    launch()
+    torch.cuda.synchronize()
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE["f16"] + 1e-3

@@ -59,17 +59,29 @@ def _write_staging(ctx: Context, op: Op, staging: str) -> None:
     """The registers ``ctx.indices`` names into the staging tile at ``staging``, by the
     writes the tma_store pass chose."""
     value = op.operands[-1]
-    layout, eb, rows = value.type.layout, value.type.dtype.bytes, value.type.shape[0]
+    layout, eb, rows = value.type.layout, value.type.dtype.bytes, staging_rows(op)
     regs, box = ctx.get(value), Box.of(op)
     keep = ctx.kernel.schedule.roles.persistent
     buffers = op.attrs.get("staging_buffers", 0)
     if op.attrs.get("writes") == STMATRIX:
         _stage_by_stmatrix(ctx, layout, regs, box, rows, staging, keep, buffers)
+    elif op.attrs.get("writes") == STMATRIX_TRANS:
+        _stage_by_stmatrix_trans(ctx, layout, regs, box, rows, staging)
     else:
         _stage_by_pairs(ctx, layout, regs, box, rows, staging, eb, keep, buffers)
 
 
+def staging_rows(op: Op) -> int:
+    """The rows of a store's staging tile: the stored tile's, or where it is the transpose
+    of what it stores (``stmatrix.trans`` writes: a swapped product's C.T tile into C's
+    rows), its columns."""
+    shape = op.operands[-1].type.shape
+    return shape[1] if op.attrs.get("writes") == STMATRIX_TRANS else shape[0]
+
+
 STMATRIX = "stmatrix"
+# A swapped product's C.T tile written transposed, into C's rows (passes/tma_store.py).
+STMATRIX_TRANS = "stmatrix.trans"
 # The most accumulators a thread may hold for its staging writes to be stmatrix: the four
 # packed registers each write keeps live at once pushed the 128x256 fused epilogue
 # (gemm_epilogue, 128 accumulators a thread) past ptxas's 168-register budget (4 bytes of
@@ -77,6 +89,8 @@ STMATRIX = "stmatrix"
 STMATRIX_MAX_REGISTERS = 64
 # How explain and the schedule name each way of writing the staging tile.
 STAGING_WRITES_TEXT = {STMATRIX: "stmatrix.x4, four 8x8 matrices a write",
+                       STMATRIX_TRANS: "stmatrix.x4.trans, four 8x8 matrices of C.T a write, "
+                                       "each transposed into 8 rows of C",
                        "pairs": "st.shared, a register pair a write"}
 
 
@@ -86,7 +100,8 @@ def staging_writes(layout: DistributedLayout, elem_bytes: int) -> str:
     return STMATRIX if stmatrix_groups(layout, elem_bytes) else "pairs"
 
 
-def stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
+def stmatrix_groups(layout: DistributedLayout, elem_bytes: int,
+                    max_registers: Optional[int] = STMATRIX_MAX_REGISTERS) -> bool:
     """Whether a thread's 16-bit registers fall, eight at a time, on four 8x8 matrices that
     one ``stmatrix.sync.aligned.m8n8.x4`` writes (PTX ISA 9.7.14.5.16): the mma fragment's
     lane grid (8 rows of 4 lanes, a lane two neighbouring columns), warps over rows only,
@@ -97,7 +112,8 @@ def stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
     if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2):
         return False
     offsets = layout.register_offsets()
-    if layout.warps[1] != 1 or len(offsets) % 8 or len(offsets) > STMATRIX_MAX_REGISTERS:
+    if layout.warps[1] != 1 or len(offsets) % 8 or \
+            max_registers is not None and len(offsets) > max_registers:
         return False
     for start in range(0, len(offsets), 8):
         r, c = offsets[start]
@@ -146,6 +162,79 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
             packed.append(register)
         immediate = (_slot(unit, buffers) * rows + r) * row_bytes
         w.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{moved[chunk]}+{immediate}], "
+               f"{{{', '.join(packed)}}};")
+
+
+def transposed_stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
+    """Whether :func:`_stage_by_stmatrix_trans` can write this C.T tile into C's rows: 16-bit
+    registers in the mma fragment's lane grid, warps over rows only, in runs of eight at
+    (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8) (a register pair each) and a last run of
+    four at (r, c), (r + 8, c) where the columns end 8 past a multiple of 16; c a multiple
+    of 8 (a run's rows of C keep their index modulo 8, its swizzle) and r of 64 (a
+    warpgroup's strip, so a run's two 8-row halves lie in one slab of C's staging tile,
+    whatever its span)."""
+    if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2) \
+            or layout.warps[1] != 1:
+        return False
+    offsets = layout.register_offsets()
+    for start in range(0, len(offsets), 8):
+        run = list(offsets[start:start + 8])
+        r, c = run[0]
+        full = [(r + dr, c + dc + one) for dc in (0, 8) for dr in (0, 8) for one in (0, 1)]
+        if len(run) not in (4, 8) or run != full[:len(run)] or r % STRIP_ROWS or c % 8:
+            return False
+    return True
+
+
+def _stage_by_stmatrix_trans(ctx: Context, layout: DistributedLayout, regs: list[str],
+                             box: "Box", rows: int, staging: str) -> None:
+    """A swapped product's C.T tile (rows along C's n, columns along its m) into C's staging
+    tile (``rows`` rows of m, slabs ``box.inner`` wide of n), each run of eight registers
+    (four 8x8 matrices at C.T's (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8)) by one
+    stmatrix.x4.trans (a last run of four by .x2: transposed_stmatrix_groups), which
+    stores matrix row i as the fragment's column i: 8 values of n
+    in one row of m, a 16-byte chunk of C's staging tile. Lane t gives the address of
+    row t % 8 of matrix t / 8: m = c + 8 (t / 16) + t % 8, its first n the warp's first
+    row + r + 8 ((t / 8) % 2). The run's r (a multiple of 64: transposed_stmatrix_groups)
+    moves whole slabs and c whole rows, so each run's address is the lane's base and an
+    immediate; a row's swizzle XOR is its index modulo 8, the lane's t % 8."""
+    w = ctx.w
+    row_bytes = box.inner * 2
+    slab_bytes = rows * row_bytes
+
+    def lane_offset() -> str:
+        row0, _ = c_thread_coords(ctx, layout, keep=False)
+        lane = ctx.int_op("and.b32", ctx.tid(), 31)
+        # The warp's first row of C.T, and this lane's matrix's 8 of them: C's first column.
+        n = ctx.int_op("add.s32", ctx.int_op("sub.s32", row0, ctx.int_op("shr.u32", lane, 2)),
+                       ctx.int_op("shl.b32", ctx.int_op("and.b32", ctx.int_op(
+                           "shr.u32", lane, 3), 1), 3))
+        m = ctx.int_op("add.s32", ctx.int_op("shl.b32", ctx.int_op("shr.u32", lane, 4), 3),
+                       ctx.int_op("and.b32", lane, 7))
+        slab = ctx.div_const(n, box.inner, nonnegative=True)
+        chunk = ctx.int_op("shr.u32", ctx.mod_const(n, box.inner, nonnegative=True), 3)
+        swizzled = ctx.int_op("xor.b32", chunk, _row_xor(ctx, m, row_bytes))
+        return ctx.int_op("add.s32", ctx.mad(slab, slab_bytes, ctx.int_op(
+            "mul.lo.s32", m, row_bytes)), ctx.int_op("shl.b32", swizzled, 4))
+
+    # One register from the first chunk on: made afresh in each chunk, its parts stayed live
+    # across the epilogue and a fused one spilled (gemm_epilogue split in two, 152 rows).
+    base = ctx.int_op("add.s32", staging, ctx.w.once(
+        ctx.thread_key(("stmatrix.trans", layout, box.inner, rows)), lane_offset))
+    offsets = layout.cached_offsets()
+    for index in ctx.indices(len(offsets)):
+        if index % 8:
+            continue
+        r, c = offsets[index]
+        pairs = min(8, len(offsets) - index) // 2  # a last run of two matrices: .x2
+        packed = []
+        for pair in range(pairs):
+            register = w.reg("b32")
+            w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
+                   f"{regs[index + 2 * pair + 1]}}};")
+            packed.append(register)
+        immediate = r // box.inner * slab_bytes + c * row_bytes
+        w.emit(f"stmatrix.sync.aligned.m8n8.x{pairs}.trans.shared.b16 [{base}+{immediate}], "
                f"{{{', '.join(packed)}}};")
 
 
@@ -320,8 +409,7 @@ def _issue_boxes(ctx: Context, op: Op, leader: str, staging: str, units: Sequenc
     group committed."""
     w = ctx.w
     box = Box.of(op)
-    value = op.operands[-1]
-    rows, eb = value.type.shape[0], value.type.dtype.bytes
+    rows, eb = staging_rows(op), op.operands[-1].type.dtype.bytes
     slot_bytes = box.inner * rows * eb  # a slab of the tile's rows
     buffers = op.attrs.get("staging_buffers", 0)
     tensor_map = tensor_map_address(ctx, op.attrs["tensor"])

@@ -157,15 +157,21 @@ def _store(op: Op) -> None:
     require(value.rank == tensor.rank, "a store keeps the tensor's rank")
     if "slabs" in op.attrs:  # staged (passes/tma_store.py): its boxes cover the tile exactly
         inner, rows = op.attrs["box"]
+        # The boxes' inner coordinate runs along the tile's columns, or (coords [0, 1]: a
+        # C.T tile staged in C's rows) along its rows.
+        across, down = value.shape[-1], value.shape[0]
+        transposed = list(op.attrs.get("coords", [1, 0])) == [0, 1]
+        if transposed:
+            across, down = down, across
         # With strips, a slab's boxes are a warpgroup's 64-row strip each, the strips of every
         # warpgroup together the tile's rows.
         strips = op.attrs.get("strips", 1)
-        require(inner * op.attrs["slabs"] == value.shape[-1]
-                and (rows == value.shape[0] if strips == 1
-                     else value.shape[0] % (rows * strips) == 0),
+        require(inner * op.attrs["slabs"] == across
+                and (rows == down if strips == 1 else down % (rows * strips) == 0),
                 f"a staged store's {op.attrs['slabs']} boxes of {inner}x{rows}"
                 + (f" in {strips} strips" if strips > 1 else "")
-                + f" do not cover its {value.shape[0]}x{value.shape[-1]} tile")
+                + f" do not cover its {value.shape[0]}x{value.shape[-1]} tile"
+                + (" (stored transposed)" if transposed else ""))
 
 
 def _transpose_view(op: Op) -> None:
