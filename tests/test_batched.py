@@ -439,10 +439,12 @@ def test_the_persistent_tile_loop_numbers_batches_x_tiles():
 
 CLUSTER = dict(HOPPER, cluster=2)
 
-def test_a_cluster_takes_the_batch_axis_anywhere_but_refuses_pairing_n_tiles():
+def test_a_cluster_takes_the_batch_axis_anywhere_and_pairs_the_first_other_axis():
     """The pair takes the first axis but the batch's: grid(M tiles, Bt, N tiles) pairs M
-    tiles; grid(Bt, N tiles, M tiles) would pair N tiles sharing one B tile: refused at
-    B's slice."""
+    tiles, sharing B's tile; grid(Bt, N tiles, M tiles) pairs N tiles, sharing A's (B's
+    moves along n); with A's tile indexed by n too, both move along n: refused at the last
+    operand's slice."""
+    from tilec.families.tma_boxes import LOAD
     moved = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
                          "for m, b, n in grid(cdiv(M, BM), Bt, cdiv(N, BN)):")
     a, b, c = operands(3, 300, 200, 80)
@@ -451,11 +453,22 @@ def test_a_cluster_takes_the_batch_axis_anywhere_but_refuses_pairing_n_tiles():
     assert rel_error(c, float64_bmm(a, b)) < 1e-6
     swapped = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
                            "for b, n, m in grid(Bt, cdiv(N, BN), cdiv(M, BM)):")
+    kernel = bmm(swapped).compile(**CLUSTER).kernel
+    shared = {op.attrs["tensor"] for op in kernel.walk()
+              if op.name == LOAD and op.attrs.get("multicast")}
+    assert shared == {"A"}
+    c[...] = np.nan
+    run_kernel(kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert rel_error(c, float64_bmm(a, b)) < 1e-6
+    both = TEXT.replace("for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):",
+                        "for b, n, m in grid(Bt, cdiv(N, BN), cdiv(M, BM)):")
+    both = both.replace("A[b, m * BM : +BM", "A[b, (m + n) * BM : +BM")
+    assert both != swapped
     with pytest.raises(TileError) as info:
-        bmm(swapped).compile(**CLUSTER)
+        bmm(both).compile(**CLUSTER)
     assert "along grid axis 1 (n)" in info.value.message
+    assert "both operands' tiles move along that axis" in info.value.message
     assert_caret_at(info.value, 12, "B[b, k : +BK")
-
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
