@@ -113,11 +113,13 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if elem_bytes != 2 and not aligned:
         return (f"C is {vtype.dtype} and its rows are not 16-byte aligned: TMA cannot store "
                 "them, and the row stores take 16-bit tiles")
-    if _transposed(kernel, store):
+    source = view_source(kernel, store.operands[0])
+    transposed = source is not None and source.transposed
+    if transposed:
         problem = _transposed_problem(layout, elem_bytes, aligned)
         if problem is not None:
             return problem
-        if view_source(kernel, store.operands[0]).batch is not None:
+        if source.batch is not None:
             return "C.T is stored transposed, a batch of it (TMA's 3-D map is C's)"
     param = _stored_param(kernel, store)
     if param is None:
@@ -128,9 +130,7 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
             or aligned and spec.vec_elems * elem_bytes < 16):
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
-    if not _transposed(kernel, store):
-        return addressing_problem(layout, elem_bytes)
-    return None
+    return None if transposed else addressing_problem(layout, elem_bytes)
 
 
 def _transposed(kernel: Kernel, store: Op) -> bool:

@@ -123,7 +123,7 @@ def _split_candidates(case: Case) -> list[dict[str, Any]]:
     return [{**tile, "split_k": splits, **pair} for tile in SPLIT_TILES
             for splits in SEARCHED_SPLITS
             if splits <= _most_slices(case, tile, SHORT_SLICE_STEPS)
-            for pair in ({}, {"cluster": 2}) if not pair or -(-case.M // tile["BM"]) % 2 == 0]
+            for pair in ({}, {"cluster": 2}) if not pair or _m_tiles_pair(case, tile)]
 
 
 def _searched(tiles: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -678,7 +678,7 @@ def _skinny(case: Case) -> Optional[dict[str, Any]]:
 def _clusters_pay(case: Case, tile: dict[str, Any]) -> bool:
     """Whether the skinny ``tile`` runs in clusters of 2 sharing B, unsplit: B's rows off
     lines, its M tiles paired, the pairs in one wave."""
-    return _b_rows_off_lines(case) and -(-case.M // tile["BM"]) % 2 == 0 and \
+    return _b_rows_off_lines(case) and _m_tiles_pair(case, tile) and \
         _tiles(case, {**tile, "cluster": 2}) <= ONE_WAVE
 
 
@@ -702,16 +702,12 @@ def _split_in_clusters(case: Case, skinny: dict[str, Any]) -> Optional[dict[str,
     """The first tile of SPLIT_CLUSTER_TILES whose M tiles pair up, in the most slices
     (SPLIT_CLUSTER_MIN_STEPS steps at least, the pairs in one wave) whose useful share is
     the ``skinny`` configuration's at least; or None."""
-    from tilec.options import MAX_SPLIT_K
     share = _useful_share(case, skinny)
-    steps = -(-case.K // skinny["BK"])
     for tile in SPLIT_CLUSTER_TILES:
-        paired = dict(tile, cluster=2)
-        if -(-case.M // tile["BM"]) % 2:
+        if not _m_tiles_pair(case, tile):
             continue
-        most = min(MAX_SPLIT_K, steps // SPLIT_CLUSTER_MIN_STEPS,
-                   ONE_WAVE // _tiles(case, paired))
-        for splits in range(most, 1, -1):
+        paired = dict(tile, cluster=2)  # whole pairs: as many tiles as alone
+        for splits in range(_most_slices(case, tile, SPLIT_CLUSTER_MIN_STEPS), 1, -1):
             if _useful_share(case, paired, splits) >= share * (1 - 1e-9):
                 return dict(paired, split_k=splits)
     return None
@@ -890,7 +886,7 @@ def _swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
                     break
                 yield dict(config, split_k=splits) if splits > 1 else config
             paired = dict(config, cluster=2)
-            if count % 2 == 0 and _tiles(case, paired) <= ONE_WAVE:
+            if _m_tiles_pair(case, config) and _tiles(case, paired) <= ONE_WAVE:
                 yield paired
 
 
@@ -1334,6 +1330,12 @@ def _tiles(case: Case, config: dict[str, Any]) -> int:
     tilec.launch.binding.whole_cluster_tiles counts them at launch)."""
     cluster = config.get("cluster", 1)
     return -(-case.M // (config["BM"] * cluster)) * cluster * -(-case.N // config["BN"])
+
+
+def _m_tiles_pair(case: Case, tile: dict[str, Any]) -> bool:
+    """Whether ``tile``'s M tiles make whole pairs, so clusters of 2 along M leave no block
+    past M idling its SM."""
+    return -(-case.M // tile["BM"]) % 2 == 0
 
 
 def _large_tiles(case: Case) -> int:

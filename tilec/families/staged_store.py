@@ -100,27 +100,37 @@ def staging_writes(layout: DistributedLayout, elem_bytes: int) -> str:
     return STMATRIX if stmatrix_groups(layout, elem_bytes) else "pairs"
 
 
-def stmatrix_groups(layout: DistributedLayout, elem_bytes: int,
-                    max_registers: Optional[int] = STMATRIX_MAX_REGISTERS) -> bool:
-    """Whether a thread's 16-bit registers fall, eight at a time, on four 8x8 matrices that
-    one ``stmatrix.sync.aligned.m8n8.x4`` writes (PTX ISA 9.7.14.5.16): the mma fragment's
-    lane grid (8 rows of 4 lanes, a lane two neighbouring columns), warps over rows only,
-    and each run of four register pairs at (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8),
-    r a multiple of 8 and c of 16, so that each matrix row is one 16-byte chunk of the
-    staging tile and the pair of chunks shares its swizzle but for the lowest bit; and at
-    most STMATRIX_MAX_REGISTERS of them."""
-    if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2):
-        return False
+def _stmatrix_runs(layout: DistributedLayout, elem_bytes: int
+                   ) -> Optional[list[tuple[int, int, int]]]:
+    """A thread's 16-bit registers as the runs stmatrix writes them (PTX ISA 9.7.14.5.16),
+    each as (r, c, matrices): the mma fragment's lane grid (8 rows of 4 lanes, a lane two
+    neighbouring columns), warps over rows only, and runs of four register pairs at (r, c),
+    (r + 8, c), (r, c + 8), (r + 8, c + 8), the last one possibly of the first two pairs
+    alone; None where the registers do not fall so."""
+    if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2) \
+            or layout.warps[1] != 1:
+        return None
     offsets = layout.register_offsets()
-    if layout.warps[1] != 1 or len(offsets) % 8 or \
-            max_registers is not None and len(offsets) > max_registers:
-        return False
+    runs = []
     for start in range(0, len(offsets), 8):
-        r, c = offsets[start]
-        expected = [(r + dr, c + dc + one) for dc in (0, 8) for dr in (0, 8) for one in (0, 1)]
-        if r % 8 or c % 16 or offsets[start:start + 8] != expected:
-            return False
-    return True
+        run = list(offsets[start:start + 8])
+        r, c = run[0]
+        full = [(r + dr, c + dc + one) for dc in (0, 8) for dr in (0, 8) for one in (0, 1)]
+        if len(run) not in (4, 8) or run != full[:len(run)]:
+            return None
+        runs.append((r, c, len(run) // 2))
+    return runs
+
+
+def stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
+    """Whether a thread's 16-bit registers fall, eight at a time, on four 8x8 matrices that
+    one ``stmatrix.sync.aligned.m8n8.x4`` writes (:func:`_stmatrix_runs`, every run of four
+    matrices), r a multiple of 8 and c of 16, so that each matrix row is one 16-byte chunk
+    of the staging tile and the pair of chunks shares its swizzle but for the lowest bit;
+    and at most STMATRIX_MAX_REGISTERS of them."""
+    runs = _stmatrix_runs(layout, elem_bytes)
+    return runs is not None and 8 * len(runs) <= STMATRIX_MAX_REGISTERS and \
+        all(matrices == 4 and r % 8 == 0 and c % 16 == 0 for r, c, matrices in runs)
 
 
 def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str], box: "Box",
@@ -166,24 +176,13 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
 
 
 def transposed_stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
-    """Whether :func:`_stage_by_stmatrix_trans` can write this C.T tile into C's rows: 16-bit
-    registers in the mma fragment's lane grid, warps over rows only, in runs of eight at
-    (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8) (a register pair each) and a last run of
-    four at (r, c), (r + 8, c) where the columns end 8 past a multiple of 16; c a multiple
-    of 8 (a run's rows of C keep their index modulo 8, its swizzle) and r of 64 (a
-    warpgroup's strip, so a run's two 8-row halves lie in one slab of C's staging tile,
-    whatever its span)."""
-    if elem_bytes != 2 or layout.lane_grid != (8, 4) or layout.lane_step != (1, 2) \
-            or layout.warps[1] != 1:
-        return False
-    offsets = layout.register_offsets()
-    for start in range(0, len(offsets), 8):
-        run = list(offsets[start:start + 8])
-        r, c = run[0]
-        full = [(r + dr, c + dc + one) for dc in (0, 8) for dr in (0, 8) for one in (0, 1)]
-        if len(run) not in (4, 8) or run != full[:len(run)] or r % STRIP_ROWS or c % 8:
-            return False
-    return True
+    """Whether :func:`_stage_by_stmatrix_trans` can write this C.T tile into C's rows: the
+    runs of :func:`_stmatrix_runs` (a last run of two matrices where the columns end 8 past
+    a multiple of 16), c a multiple of 8 (a run's rows of C keep their index modulo 8, its
+    swizzle) and r of 64 (a warpgroup's strip, so a run's two 8-row halves lie in one slab
+    of C's staging tile, whatever its span)."""
+    runs = _stmatrix_runs(layout, elem_bytes)
+    return runs is not None and all(r % STRIP_ROWS == 0 and c % 8 == 0 for r, c, _ in runs)
 
 
 def _stage_by_stmatrix_trans(ctx: Context, layout: DistributedLayout, regs: list[str],
