@@ -34,11 +34,18 @@ HOPPER_TILES = [dict(BM=128, BN=256, BK=64, stages=3), dict(BM=128, BN=128, BK=6
 TMA_3D = "cp.async.bulk.tensor.3d"
 
 
-def bmm(dtype: str, out: str = "f32"):
-    """bmm.py with A and B read as ``dtype`` and C written as ``out``."""
+M_MAJOR_GRID = "for b, m, n in grid(Bt, cdiv(M, BM), cdiv(N, BN)):"
+
+
+def bmm(dtype: str, out: str = "f32", n_major: bool = False):
+    """bmm.py with A and B read as ``dtype`` and C written as ``out``; with ``n_major`` its
+    grid written ``for b, n, m``, so consecutive blocks walk N tiles within a batch."""
     text = SAMPLE.read_text().replace("A: f16[", f"A: {dtype}[").replace("B: f16[", f"B: {dtype}[")
     if out != "f32":
         text = text.replace("C: f32[", f"C: {out}[").replace("] = acc\n", f"] = acc.to({out})\n")
+    if n_major:
+        assert M_MAJOR_GRID in text
+        text = text.replace(M_MAJOR_GRID, "for b, n, m in grid(Bt, cdiv(N, BN), cdiv(M, BM)):")
     return load_file(SAMPLE, text=text)["bmm"]
 
 
@@ -330,6 +337,23 @@ def test_clusters_pair_m_tiles_within_each_batch(hopper, out, shape, tiles, dtyp
     options = dict(arch="sm_90a", cluster=2, **tiles)
     check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
     assert_batched_cluster(function, a, b, c, persistent, **options)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shared", ["", "B"])
+@pytest.mark.parametrize("out", ["f32", "c16"])
+def test_clusters_pair_n_tiles_of_an_n_major_grid(hopper, out, shared, dtype, persistent):
+    """``for b, n, m``: the pair takes two N tiles of one batch and multicasts their A tile;
+    1000 columns are 8 tiles of 128, 1100 are 9 (the last pair's second block past N in
+    every batch); B expanded over the batches (stride 0) as well."""
+    out = dtype if out == "c16" else out
+    function = bmm(dtype, out, n_major=True)
+    for shape in [(3, 300, 1100, 80), (4, 520, 1000, 1024)]:
+        a, b, c = operands(*shape, dtype, shared=shared, out=out)
+        options = dict(arch="sm_90a", cluster=2, **HOPPER_TILES[1])
+        check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
+        assert_batched_cluster(function, a, b, c, persistent, **options)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])

@@ -36,10 +36,18 @@ SAMPLE_FUNCTIONS = {"matmul": "matmul", "matmul_bt": "matmul_bt", "gemm_epilogue
 TMA_LOAD = "cp.async.bulk.tensor"
 
 
-def sample(name: str, dtype: str):
-    """The sample's tile function with every f16 of its source read as ``dtype``."""
+M_MAJOR_GRID = "for m, n in grid(cdiv(M, BM), cdiv(N, BN)):"
+N_MAJOR_GRID = "for n, m in grid(cdiv(N, BN), cdiv(M, BM)):"
+
+
+def sample(name: str, dtype: str, n_major: bool = False):
+    """The sample's tile function with every f16 of its source read as ``dtype``; with
+    ``n_major`` its grid written ``for n, m``, so consecutive blocks walk N tiles."""
     path = SAMPLES / f"{name}.py"
     text = re.sub(r"\bf16\b", dtype, path.read_text())
+    if n_major:
+        assert M_MAJOR_GRID in text
+        text = text.replace(M_MAJOR_GRID, N_MAJOR_GRID)
     return load_file(path, text=text)[SAMPLE_FUNCTIONS[name]]
 
 
@@ -123,9 +131,10 @@ def rerun_with_fresh_inputs(launch, case: Case) -> None:
     assert torch.equal(results[0], results[1]) and torch.equal(results[2], results[3])
 
 
-def run_and_check(name: str, dtype: str, shape: tuple[int, int, int], **options) -> None:
+def run_and_check(name: str, dtype: str, shape: tuple[int, int, int], n_major: bool = False,
+                  **options) -> None:
     """The sample on fresh inputs of ``shape`` against float64, on the TMA path."""
-    function = sample(name, dtype)
+    function = sample(name, dtype, n_major)
     case = Case(name, dtype, *shape)
     options = dict(arch=ARCH, **options)
     ref = case.reference()
@@ -386,6 +395,21 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
     of M tiles (640 and 300 rows) leaves the last cluster's second block past M, loading
     zeros and storing nothing, while its half of B still reaches its peer."""
     run_and_check(name, dtype, shape, stages=3, cluster=2, **tiles)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("schedule", [{}, dict(persistent=True), dict(split_k=2)],
+                         ids=["one-tile", "persistent", "split2"])
+@pytest.mark.parametrize("shape", [(1000, 1100, 77), (520, 300, 1030), (2048, 2304, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_clusters_over_an_n_major_grid_share_a(shape, schedule, name, dtype):
+    """``for n, m in grid(...)``: the pair takes two N tiles and multicasts their one A tile.
+    1100 and 300 columns are an odd number of 128-column tiles (9 and 3), so the last pair's
+    second block lies past N, loading zeros and storing nothing while its half of A still
+    reaches its peer; 2048x2304 gives the persistent pairs several tiles each."""
+    run_and_check(name, dtype, shape, n_major=True, stages=4, cluster=2,
+                  BM=128, BN=128, BK=64, **schedule)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
