@@ -1151,8 +1151,9 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
     """1000x1003x77 (32 tiles of 128x256): mma.sync's 64x128 tiles, forced by their warp
     grid, reading the operands unpacked (as aligned words shifted into place), all of K in
     one step of 80, C stored by rows through shared memory; a longer K, still under
-    ONE_WAVE_MIN_K, keeps the 3-stage 64x64x32 kernel (a deeper one takes the skinny tiles);
-    the large ragged shape keeps wgmma's 128x256."""
+    ONE_WAVE_MIN_K, keeps the 3-stage 64x64x32 kernel where rows are off 16 bytes (a deeper
+    one, or aligned rows, take the skinny tiles); the large ragged shape keeps wgmma's
+    128x256."""
     small = tuning.tuned_config(Case(1000, 1003, 77, "f16"), "sm_90a")
     assert small == dict(BM=64, BN=128, BK=80, stages=1, warps=(2, 4), pack="off",
                          misaligned_copy="words", misaligned_store="rows")
@@ -1426,6 +1427,62 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     assert tuning.tuned_config(Case(*shape, "f16"), "sm_90") != tuning.NARROW_TILE
     assert tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm") != \
         tuning.NARROW_TILE
+
+
+@pytest.mark.parametrize("shape, expected", [
+    # Rows 16-byte aligned, K from SKINNY_ALIGNED_MIN_K: the skinny tile of one wave.
+    ((2368, 512, 512), SKINNY_64x192),  # 37 x 3 = 111, against 148 of 64x128 (2 waves)
+    ((1685, 320, 512), SKINNY_64x128),  # 27 x 3 = 81, against 54 of 64x192
+    ((803, 320, 768), SKINNY_64x128),
+    # Rows off 16 bytes (packing would cost a launch), or K under SKINNY_ALIGNED_MIN_K:
+    # mma.sync's tiles reading the operands in place.
+    ((1000, 1003, 512), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
+    ((1000, 1000, 256), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
+], ids=shape_id)
+def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(shape,
+                                                                                expected):
+    for dtype in ("f16", "bf16"):
+        config, _, rules = tuning.tuned_rules(Case(*shape, dtype), "sm_90a")
+        assert config == expected, (dtype, config)
+        assert rules == (["_skinny"] if "warps" not in expected else ["few_ragged_tiles"])
+
+
+@pytest.mark.parametrize("shape, expected", [
+    # More than a wave of 128x256 tiles over K from 512 to under 2048, rows aligned:
+    # persistent 128x128 tiles in place of one tile a block ...
+    ((1752, 3200, 512), tuning.SHALLOW_ROUND_TILE),  # 182 wide (2 rounds, the second 38%)
+    ((5000, 2000, 768), tuning.SHALLOW_ROUND_TILE),
+    ((3797, 2560, 1024), tuning.SHALLOW_ROUND_TILE),
+    # ... or of persistent 128x256 tiles whose rounds they fill WHOLE_ROUND_GAIN better:
+    ((1536, 4096, 1024), tuning.SHALLOW_ROUND_TILE),  # 384 (97% of 3) against 192 (73% of 2)
+    # ... and 192x192 where those fill them better still: 256 (97% of 2) against 576 (87%
+    # of 5).
+    ((3000, 3000, 1024), tuning.SHALLOW_SQUARE),
+    # Persistent wide tiles filling their rounds as well are kept.
+    ((4096, 4096, 1024), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
+                              persistent=True)),
+    # One wave of wide tiles; K from WHOLE_ROUND_MIN_K or under SHALLOW_ROUNDS_MIN_K; rows
+    # off 16 bytes: other rules.
+    ((2048, 2048, 512), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16)),
+    ((3797, 2560, 2048), None),
+    ((8192, 8192, 256), None),
+    ((3797, 2561, 1024), None),
+], ids=shape_id)
+def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, expected):
+    from tilec.options import Options
+    for dtype in ("f16", "bf16"):
+        config, _, rules = tuning.tuned_rules(Case(*shape, dtype), "sm_90a")
+        taken = "_persistent_for_shallow_rounds" in rules
+        if expected is None:
+            assert not taken, (dtype, config)
+            continue
+        assert config == expected, (dtype, config)
+        assert taken == (expected in (tuning.SHALLOW_ROUND_TILE, tuning.SHALLOW_SQUARE))
+        Options(arch="sm_90a", **{key: value for key, value in config.items()
+                                  if key not in ("BM", "BN", "BK")})
+    # Batched rows keep their own tiles.
+    assert "_persistent_for_shallow_rounds" not in \
+        tuning.tuned_rules(Case(*shape, "f16", batch=2), "sm_90a")[2]
 
 
 @pytest.mark.parametrize("shape, tile", [

@@ -381,6 +381,9 @@ RULES = {
     "_tile_for_whole_waves": "a tile that fills its rounds or its one wave better "
                              "(WHOLE_ROUND_TILES)",
     "_sliced": "split along K: the tiles alone leave SMs idle (_sliced)",
+    "_persistent_for_shallow_rounds": "persistent 128x128 tiles (192x192 where they fill "
+                                      "the rounds better) over several waves of a shallow "
+                                      "K (SHALLOW_ROUND_TILE, SHALLOW_SQUARE)",
     "_within_shared_memory": "a shallower ring: the tuned one does not fit this target's "
                              "shared memory",
 }
@@ -538,6 +541,9 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             sliced = _sliced(case, dict(SPLIT_TILE))
             if "split_k" in sliced:
                 return _took("_sliced", sliced)
+            shallow = _skinny(case, SKINNY_ALIGNED_MIN_K) if _rows_aligned(case) else None
+            if shallow is not None:
+                return _took("_skinny", shallow)
             return _took("few_ragged_tiles",
                          dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off"))
     config = dict(TUNED[family, problem])
@@ -580,6 +586,9 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         if "split_k" in sliced:
             _took("_sliced")
         config = sliced
+        shallow = _persistent_for_shallow_rounds(case, config)
+        if shallow != config:
+            config = _took("_persistent_for_shallow_rounds", shallow)
     return config
 
 
@@ -645,13 +654,20 @@ SKINNY_TILES = (dict(BM=64, BN=192, BK=64, stages=6), dict(BM=64, BN=128, BK=64,
                 dict(BM=128, BN=128, BK=64, stages=6), dict(BM=64, BN=256, BK=64, stages=4),
                 dict(BM=128, BN=192, BK=64, stages=4), dict(BM=128, BN=256, BK=64, stages=3))
 SKINNY_M = 256
+# The ragged small class's few tiles over a shallower K, every row 16-byte aligned (nothing to
+# pack, so TMA reads the operands where they lie): the skinny tile too, not mma.sync's 64x64
+# tiles reading them in place. H200, f16, one call, TFLOP/s, against mma.sync 64x64x32
+# (cuBLAS; benchmarks/NOTES.md, session 34): 1685x320x512 64x128 71.0 / 48.9 (76.0),
+# 803x320x512 64x128 35.1 / 25.1 (38.4); both in four stages, and at 2368x512x512 (148 tiles
+# of 64x128: two waves) 128x128 138.6, 64x128 111.8 / 98.7 (149.8).
+SKINNY_ALIGNED_MIN_K = 512
 LINE_ROWS_TILES = {(64, 192)}  # skinny tiles taken only with B's rows on 128-byte lines
 
 
-def _skinny_tile(case: Case) -> Optional[dict[str, Any]]:
+def _skinny_tile(case: Case, min_k: Optional[int] = None) -> Optional[dict[str, Any]]:
     """The tile of SKINNY_TILES that makes one wave, one tile a block, with the largest
-    :func:`_useful_share` (K from ONE_WAVE_MIN_K), or None."""
-    if case.K < ONE_WAVE_MIN_K:
+    :func:`_useful_share` (K from ``min_k``, by default ONE_WAVE_MIN_K), or None."""
+    if case.K < (ONE_WAVE_MIN_K if min_k is None else min_k):
         return None
     fitting = [tile for tile in SKINNY_TILES if _tiles(case, tile) <= ONE_WAVE and
                ((tile["BM"], tile["BN"]) not in LINE_ROWS_TILES or _b_rows_on_lines(case))]
@@ -663,11 +679,11 @@ def _skinny_tile(case: Case) -> Optional[dict[str, Any]]:
 # 29): 1000x1000x4096 64x128 1.36 (336.4 TFLOP/s; cuBLAS 416.3), 200x3000x2048 64x128
 # 1.15, 1500x1200x4096 128x128 1.08; against it, 640x2000x4096 (5 M tiles of 128: the last
 # pair half empty) 0.89 and 300x3000x8192 (64x128: 6 M tiles in pairs, 144 blocks) 0.84.
-def _skinny(case: Case) -> Optional[dict[str, Any]]:
-    """:func:`_skinny_tile`'s tile split along K by :func:`_sliced`, or unsplit in clusters
-    of 2 sharing B where :func:`_clusters_pay`; None for batched rows (not measured) or
-    where no skinny tile makes one wave."""
-    tile = None if case.batched else _skinny_tile(case)
+def _skinny(case: Case, min_k: Optional[int] = None) -> Optional[dict[str, Any]]:
+    """:func:`_skinny_tile`'s tile (K from ``min_k``) split along K by :func:`_sliced`, or
+    unsplit in clusters of 2 sharing B where :func:`_clusters_pay`; None for batched rows
+    (not measured) or where no skinny tile makes one wave."""
+    tile = None if case.batched else _skinny_tile(case, min_k)
     if tile is None:
         return None
     clusters = _clusters_pay(case, tile)
@@ -1221,6 +1237,49 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
         return config
     best = max(candidates, key=score)
     return best if score(best) >= WHOLE_ROUND_GAIN * rate * _useful_share(case, config) \
+        else config
+
+
+# Over more than one wave of 128x256 tiles with K under WHOLE_ROUND_MIN_K, a tile's K loop
+# (8 to 31 steps) is short beside its ring's filling and its epilogue: persistent blocks
+# overlap those with the next tile's loads, and 128x128 tiles fill the rounds better. So a
+# 128-row tile one a block gives way to SHALLOW_ROUND_TILE, and a persistent one where
+# SHALLOW_ROUND_TILE fills the rounds WHOLE_ROUND_GAIN better (every row 16-byte aligned, K
+# from SHALLOW_ROUNDS_MIN_K). H200, f16, TFLOP/s, x the tuning before (cuBLAS;
+# benchmarks/NOTES.md, session 34), one tile a block before:
+#   1752x3200x512   368.4 1.30 (408.7)   2635x4032x512  446.2 1.18 (454.5)
+#   4032x2688x512   455.1 1.18 (419.4)   3797x2560x1024 570.2 1.23 (593.6)
+#   2000x3000x512   295.8 1.09 (367.1)   5000x2000x768  466.9 1.18 (550.5)
+#   8000x1024x512   451.2 1.14 (436.9)   6000x3000x1024 559.2 1.16 (606.3)
+#   2500x2504x512   284.5 1.02 (343.0)
+# persistent 128x256 before, rounds fuller by 1.33: 1536x4096x1024 544.9 1.21 (536.9),
+# 4096x1536x1024 1.22 (540.5); as full (kept): 1.03 and 1.02 at 2816x2816x512 and
+# 4096x4096x512, but 0.99 at 4096x4096x1024 and 8192x8192x1024 and 1.00-1.02 at
+# 3584x3584x1024, 1280x5120x1024 and 2304x3072x1024. 192x192 persistent ran at 1.01-1.03 of
+# 128x128's rate where their useful shares were near (SHALLOW_SQUARE_RATE), and is taken
+# where it fills the rounds WHOLE_ROUND_GAIN better than the tile chosen: 3000x3000x1024,
+# two rounds against five, 500.0, 1.32 x 128x128 persistent (544.4).
+SHALLOW_ROUND_TILE = NARROW_TILE
+SHALLOW_SQUARE = {**WIDE_SQUARE_TILE, **WHOLE_ROUNDS}
+SHALLOW_SQUARE_RATE = 1.03
+SHALLOW_ROUNDS_MIN_K = 512
+
+
+def _persistent_for_shallow_rounds(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """Where the 128x256 tiles make more than one wave over a K from SHALLOW_ROUNDS_MIN_K to
+    under WHOLE_ROUND_MIN_K and ``config`` is a 128-row tile of 128 or 256 columns, unsplit
+    and not in clusters: SHALLOW_ROUND_TILE, unless ``config`` is persistent and fills the
+    rounds nearly as well; then SHALLOW_SQUARE where it fills them better still."""
+    if case.batched or not SHALLOW_ROUNDS_MIN_K <= case.K < WHOLE_ROUND_MIN_K or \
+            _large_tiles(case) <= ONE_WAVE or not _rows_aligned(case) or \
+            (config["BM"], config["BN"]) not in ((128, 128), (128, 256)) or \
+            any(key in config for key in ("split_k", "cluster", "warps", "consumers")):
+        return config
+    narrow = _useful_share(case, SHALLOW_ROUND_TILE)
+    if not config.get("persistent") or narrow >= WHOLE_ROUND_GAIN * _useful_share(case, config):
+        config = dict(SHALLOW_ROUND_TILE)
+    square = SHALLOW_SQUARE_RATE * _useful_share(case, SHALLOW_SQUARE)
+    return dict(SHALLOW_SQUARE) if square >= WHOLE_ROUND_GAIN * _useful_share(case, config) \
         else config
 
 
