@@ -1453,12 +1453,17 @@ def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(
     ((1752, 3200, 512), tuning.SHALLOW_ROUND_TILE),  # 182 wide (2 rounds, the second 38%)
     ((5000, 2000, 768), tuning.SHALLOW_ROUND_TILE),
     ((3797, 2560, 1024), tuning.SHALLOW_ROUND_TILE),
+    # ... as full rounds but over a K under SHALLOW_OVERLAP_MAX_K (the overlap pays) ...
+    ((8000, 1024, 512), tuning.SHALLOW_ROUND_TILE),  # 252 wide (2 rounds, 95%), 504 narrow
     # ... or of persistent 128x256 tiles whose rounds they fill WHOLE_ROUND_GAIN better:
     ((1536, 4096, 1024), tuning.SHALLOW_ROUND_TILE),  # 384 (97% of 3) against 192 (73% of 2)
     # ... and 192x192 where those fill them better still: 256 (97% of 2) against 576 (87%
     # of 5).
     ((3000, 3000, 1024), tuning.SHALLOW_SQUARE),
-    # Persistent wide tiles filling their rounds as well are kept.
+    ((4800, 2752, 512), tuning.SHALLOW_SQUARE),  # 375 (95% of 3) against 836 (91% of 7)
+    # Wide tiles filling their rounds as well are kept: persistent, or one a block over a K
+    # from SHALLOW_OVERLAP_MAX_K.
+    ((1792, 4336, 1024), dict(BM=128, BN=256, BK=64, stages=3)),  # 238 against 476 (90%)
     ((4096, 4096, 1024), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                               persistent=True)),
     # One wave of wide tiles; K from WHOLE_ROUND_MIN_K or under SHALLOW_ROUNDS_MIN_K; rows

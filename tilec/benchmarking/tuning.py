@@ -1243,40 +1243,44 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 # Over more than one wave of 128x256 tiles with K under WHOLE_ROUND_MIN_K, a tile's K loop
 # (8 to 31 steps) is short beside its ring's filling and its epilogue: persistent blocks
 # overlap those with the next tile's loads, and 128x128 tiles fill the rounds better. So a
-# 128-row tile one a block gives way to SHALLOW_ROUND_TILE, and a persistent one where
-# SHALLOW_ROUND_TILE fills the rounds WHOLE_ROUND_GAIN better (every row 16-byte aligned, K
-# from SHALLOW_ROUNDS_MIN_K). H200, f16, TFLOP/s, x the tuning before (cuBLAS;
-# benchmarks/NOTES.md, session 34), one tile a block before:
-#   1752x3200x512   368.4 1.30 (408.7)   2635x4032x512  446.2 1.18 (454.5)
-#   4032x2688x512   455.1 1.18 (419.4)   3797x2560x1024 570.2 1.23 (593.6)
+# 128-row tile gives way to SHALLOW_ROUND_TILE where that fills the rounds WHOLE_ROUND_GAIN
+# better, or, as full, where it ran one tile a block over a K under SHALLOW_OVERLAP_MAX_K
+# (every row 16-byte aligned, K from SHALLOW_ROUNDS_MIN_K). H200, f16, TFLOP/s, x the tuning
+# before (cuBLAS; benchmarks/NOTES.md, session 34), one tile a block before, rounds fuller:
+#   1752x3200x512   368.4 1.30 (408.7)   3797x2560x1024 570.2 1.23 (593.6)
 #   2000x3000x512   295.8 1.09 (367.1)   5000x2000x768  466.9 1.18 (550.5)
-#   8000x1024x512   451.2 1.14 (436.9)   6000x3000x1024 559.2 1.16 (606.3)
-#   2500x2504x512   284.5 1.02 (343.0)
-# persistent 128x256 before, rounds fuller by 1.33: 1536x4096x1024 544.9 1.21 (536.9),
-# 4096x1536x1024 1.22 (540.5); as full (kept): 1.03 and 1.02 at 2816x2816x512 and
-# 4096x4096x512, but 0.99 at 4096x4096x1024 and 8192x8192x1024 and 1.00-1.02 at
-# 3584x3584x1024, 1280x5120x1024 and 2304x3072x1024. 192x192 persistent ran at 1.01-1.03 of
+#   6000x3000x1024  559.2 1.16 (606.3)   1352x4280x512  297.7 1.12 (334.8)
+#   5712x792x768    280.6 1.15 (379.0)
+# as full: 2635x4032x512 446.2 1.18 (454.5), 4032x2688x512 455.1 1.18 (419.4), 8000x1024x512
+# 451.2 1.14 (436.9), 2500x2504x512 284.5 1.02 (343.0); but K 1024: 1792x4336x1024 0.91,
+# 1224x5536x1024 1.02 (kept). Persistent 128x256 before, rounds fuller by 1.33:
+# 1536x4096x1024 544.9 1.21 (536.9), 4096x1536x1024 1.22 (540.5); as full (kept): 0.99-1.03 on
+# seven shapes from 2816x2816x512 to 8192x8192x1024. 192x192 persistent ran at 1.01-1.03 of
 # 128x128's rate where their useful shares were near (SHALLOW_SQUARE_RATE), and is taken
-# where it fills the rounds WHOLE_ROUND_GAIN better than the tile chosen: 3000x3000x1024,
-# two rounds against five, 500.0, 1.32 x 128x128 persistent (544.4).
+# where it fills the rounds WHOLE_ROUND_GAIN better than the tile chosen: 3000x3000x1024, two
+# rounds against five, 500.0, 1.32 x 128x128 persistent (544.4); 4800x2752x512 489.2, 1.29 x
+# 128x256 (561.4); 3440x2504x512 359.4, 1.14 x 128x128 persistent (406.0).
 SHALLOW_ROUND_TILE = NARROW_TILE
 SHALLOW_SQUARE = {**WIDE_SQUARE_TILE, **WHOLE_ROUNDS}
 SHALLOW_SQUARE_RATE = 1.03
 SHALLOW_ROUNDS_MIN_K = 512
+SHALLOW_OVERLAP_MAX_K = 1024
 
 
 def _persistent_for_shallow_rounds(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     """Where the 128x256 tiles make more than one wave over a K from SHALLOW_ROUNDS_MIN_K to
     under WHOLE_ROUND_MIN_K and ``config`` is a 128-row tile of 128 or 256 columns, unsplit
-    and not in clusters: SHALLOW_ROUND_TILE, unless ``config`` is persistent and fills the
-    rounds nearly as well; then SHALLOW_SQUARE where it fills them better still."""
+    and not in clusters: SHALLOW_ROUND_TILE where it fills the rounds better or ``config``
+    runs one tile a block over a K under SHALLOW_OVERLAP_MAX_K, then SHALLOW_SQUARE where
+    that fills them better still; else ``config``."""
     if case.batched or not SHALLOW_ROUNDS_MIN_K <= case.K < WHOLE_ROUND_MIN_K or \
             _large_tiles(case) <= ONE_WAVE or not _rows_aligned(case) or \
             (config["BM"], config["BN"]) not in ((128, 128), (128, 256)) or \
             any(key in config for key in ("split_k", "cluster", "warps", "consumers")):
         return config
     narrow = _useful_share(case, SHALLOW_ROUND_TILE)
-    if not config.get("persistent") or narrow >= WHOLE_ROUND_GAIN * _useful_share(case, config):
+    if narrow >= WHOLE_ROUND_GAIN * _useful_share(case, config) or \
+            (not config.get("persistent") and case.K < SHALLOW_OVERLAP_MAX_K):
         config = dict(SHALLOW_ROUND_TILE)
     square = SHALLOW_SQUARE_RATE * _useful_share(case, SHALLOW_SQUARE)
     return dict(SHALLOW_SQUARE) if square >= WHOLE_ROUND_GAIN * _useful_share(case, config) \
