@@ -50,7 +50,7 @@ from tilec.ir.views import matrix_dim, view_source
 from tilec.families.cp_async import ASYNC_COPY_BYTES
 from tilec.families.fp8 import FP8_ARCHS
 from tilec.families.product import ProductFamily
-from tilec.families.products import FAMILIES, family_for, family_of
+from tilec.families.products import FAMILIES, family_for, family_of, wgmma_declined
 from tilec.families.wgmma_rs import FAMILY as WGMMA_RS
 from tilec.target.layout import WARP_SIZE, SmemLayout
 from tilec.options import MAX_REGISTERS_PER_THREAD, MAX_THREADS, Options
@@ -178,7 +178,8 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
                 else "")
 
     def fail(message: str, hint: str = "") -> None:
-        hint = "; ".join(part for part in (hint, declined) if part)
+        hint = "; ".join(part for part in (hint, declined, _fallback_why(plan, options))
+                         if part)
         raise located(TileConfigError, message, dot.loc, kernel.source_lines, hint)
 
     bm, bn, bk = plan.block
@@ -220,6 +221,16 @@ def _check(kernel: Kernel, dot: Op, plan: TilingPlan, options: Options) -> None:
         fail(f"{options.stages} stages of {bm}x{bk} and {bk}x{bn} tiles need "
              f"{ring} bytes of shared memory; {options.arch} allows "
              f"{options.smem_limit}", hint="use fewer stages or smaller tiles")
+
+
+def _fallback_why(plan: TilingPlan, options: Options) -> str:
+    """Where a block on a wgmma target fell back to mma.sync, why wgmma declined it: said
+    beside the fallback's own error, since the block was likely chosen for wgmma (64x200
+    fails mma.sync's warp grid because wgmma wants BN=200 a multiple of 16)."""
+    reason = wgmma_declined(plan, options)
+    bm, bn, bk = plan.block
+    return f"wgmma declined the {bm}x{bn}x{bk} block ({reason}), so it fell back to " \
+        "mma.sync" if reason else ""
 
 
 def ring_bytes(block: tuple[int, int, int], a_bytes: int, b_bytes: int, stages: int) -> int:

@@ -105,6 +105,21 @@ def test_tile_configuration_errors_suggest_a_fix(kwargs, hint: str) -> None:
     assert err.hint == hint and f"hint: {hint}" in str(err)
 
 
+def test_a_block_wgmma_declines_says_why_beside_the_fallbacks_error() -> None:
+    """On sm_90a a block wgmma declines falls back to mma.sync, whose error alone would hide
+    what the user aimed at: 64x200 fails mma.sync's warp grid because wgmma wants an
+    n-contiguous B's BN a multiple of 16. The hint says so; on sm_80 it does not."""
+    err = compile_error(TileConfigError, BM=64, BN=200, BK=64, arch="sm_90a")
+    assert err.message == "the 64x200 block does not divide among 1x3 warps"
+    assert err.hint.startswith("wgmma declined the 64x200x64 block (BN=200 is not a "
+                               "multiple of 16 with B stored n contiguous")
+    assert err.hint.endswith("), so it fell back to mma.sync")
+    assert compile_error(TileConfigError, BM=64, BN=200, BK=64, arch="sm_80").hint == ""
+    # A block wgmma takes reports its own error alone (no fallback to explain).
+    err = compile_error(TileConfigError, BM=128, BN=256, BK=64, stages=9, arch="sm_90a")
+    assert "fell back" not in err.hint
+
+
 @pytest.mark.parametrize("kwargs, warp_tile", [
     (dict(BM=96, warps=(2, 2)), (48, 64)),  # 48 rows per warp: three m16 tiles
     (dict(BM=128, BN=256, BK=64, warps=(2, 4), stages=4, arch="sm_90"), (64, 64)),

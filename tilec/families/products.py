@@ -44,6 +44,23 @@ def family_of(plan: TilingPlan) -> ProductFamily:
     return _BY_NAME[plan.kind]
 
 
+# The wgmma families by the dtypes they take: 16-bit operands, 8-bit ones.
+WGMMA_FAMILIES: tuple[ProductFamily, ...] = (wgmma.FAMILY, wgmma8.FAMILY)
+
+
+def wgmma_declined(plan: TilingPlan, options: Any) -> str:
+    """Why, on a target with wgmma, the wgmma family of the plan's dtype (wgmma8's for 8-bit
+    operands) left its block to an older family: what explain and the tiling pass's errors
+    say of a fallback. '' where a TMA family computes the block, off those targets, or for a
+    dtype no wgmma family takes (f32)."""
+    family = _BY_NAME.get(plan.kind)
+    if options.arch not in wgmma.FAMILY.archs or (family is not None and
+                                                  family.movement == wgmma.FAMILY.movement):
+        return ""
+    taker = next((f for f in WGMMA_FAMILIES if plan.dtype in f.dtypes), None)
+    return (taker.declined(plan.block, options, plan.operands) or "") if taker else ""
+
+
 def family_for(dtype: str, f32_math: str = "ffma", block: Any = None,
                options: Any = None, operands: Any = ()) -> ProductFamily:
     """The family for operand tiles of ``dtype`` (``f32_math``: Options.f32_math, which
