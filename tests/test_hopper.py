@@ -467,6 +467,24 @@ def test_explain_on_the_wgmma_path_gives_no_reason() -> None:
     assert "not wgmma" not in render_explanation(explain(compiled, ptxas=False))
 
 
+def test_explain_names_the_schedule_options_a_kernel_left_to_mma_sync_ignores() -> None:
+    """persistent, consumers and the other options of the warp-specialized schedule are
+    accepted where the kernel falls back to mma.sync (a tuned configuration given over a
+    forced BK keeps them), and change nothing: explain says so; on the wgmma path, nothing."""
+    from tilec.tools.explain import explain, render_explanation
+
+    def not_applied(arch, **options) -> list[str]:
+        compiled = load_sample("matmul", "f16").compile(arch=arch, **options)
+        return [line for line in render_explanation(explain(compiled, ptxas=False))
+                .splitlines() if line.startswith("  not applied")]
+    line, = not_applied("sm_90a", persistent=True, consumers="pingpong", BK=32)
+    assert "persistent=True, consumers='pingpong': they shape sm_90a's warp-specialized" in line
+    line, = not_applied("sm_80", blocks_per_sm=2)
+    assert "blocks_per_sm=2: it shapes" in line
+    assert not_applied("sm_90a", persistent=True, BM=128, BN=256, BK=64) == []
+    assert not_applied("sm_80") == []
+
+
 @pytest.mark.parametrize("consts", [dict(BM=128, BN=256), dict(BM=256, BN=128, warpgroup_rows=128)],
                          ids=["64-row", "128-row"])
 def test_a_descriptors_take_the_warpgroup_index_broadcast_from_lane_0(consts) -> None:

@@ -5,7 +5,7 @@ version form the compile-cache key.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
 from tilec.target.layout import Swizzle
@@ -277,3 +277,25 @@ class Options:
 
     def with_(self, **changes) -> "Options":
         return replace(self, **changes)
+
+
+# The options that shape the warp-specialized sm_90a schedule (wgmma fed by TMA, a producer
+# warpgroup beside the consumers), in words: a kernel without that schedule has nothing to
+# apply them to. The llvm backend, which emits no such schedule, refuses them by name; on the
+# PTX backend a kernel left to mma.sync ignores them (explain says so) but for cluster,
+# refused where the ring is cp.async's (passes/double_buffer.py).
+SCHEDULE_OPTIONS = {
+    "persistent": "a grid of one block per SM looping over the output tiles",
+    "cluster": "clusters of blocks sharing B through TMA multicast",
+    "consumers": "consumer warpgroups that take a persistent block's tiles in turn",
+    "warpgroup_rows": "the rows each wgmma consumer warpgroup owns",
+    "stream_k": "a persistent block's work divided in K steps",
+    "blocks_per_sm": "warp-specialized blocks sharing an SM",
+}
+SCHEDULE_DEFAULTS = {f.name: f.default for f in fields(Options) if f.name in SCHEDULE_OPTIONS}
+
+
+def schedule_options_given(options: Options) -> list[str]:
+    """The SCHEDULE_OPTIONS set away from their defaults, in SCHEDULE_OPTIONS' order."""
+    return [name for name in SCHEDULE_OPTIONS
+            if getattr(options, name) != SCHEDULE_DEFAULTS[name]]

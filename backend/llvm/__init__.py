@@ -10,7 +10,7 @@ before any IR reaches LLVM (which aborts the process on an instruction the cpu l
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from tilec.errors import TileConfigError
@@ -19,7 +19,7 @@ from tilec.families.mma_sync_llvm import convertible
 from tilec.families.movements import MOVEMENT_FAMILIES
 from tilec.families.products import FAMILIES, family_of
 from tilec.ir.core import Kernel, Op
-from tilec.options import Options
+from tilec.options import SCHEDULE_DEFAULTS, SCHEDULE_OPTIONS, Options, schedule_options_given
 
 from ..abi import printable, ptx_identifier
 # The PTX backend's epilogue chunking: which ops are emitted per chunk, and how many registers.
@@ -33,20 +33,6 @@ from .emit import GENERIC_EMITTERS, bind_params
 MODULE_NAMES = frozenset({SHARED_MEMORY})
 # Ops no family owns, by what the user asked for.
 FEATURES: dict[str, str] = {}
-
-# The options that shape the warp-specialized sm_90a schedule (wgmma fed by TMA, a producer
-# warpgroup beside the consumers), in words. This backend emits no such schedule (the wgmma
-# families decline every block under it: WgmmaFamily.target_problem), so set away from its
-# default one of them would be ignored, where the user asked for it by name.
-SCHEDULE_OPTIONS = {
-    "persistent": "a grid of one block per SM looping over the output tiles",
-    "cluster": "clusters of blocks sharing B through TMA multicast",
-    "consumers": "consumer warpgroups that take a persistent block's tiles in turn",
-    "warpgroup_rows": "the rows each wgmma consumer warpgroup owns",
-    "stream_k": "a persistent block's work divided in K steps",
-    "blocks_per_sm": "warp-specialized blocks sharing an SM",
-}
-_DEFAULTS = {f.name: f.default for f in fields(Options) if f.name in SCHEDULE_OPTIONS}
 
 # The PTX backend's misaligned_store forms, in words (the llvm backend emits neither).
 MISALIGNED_STORE_WORDS = {
@@ -108,11 +94,11 @@ def check_options(options: Options) -> None:
     """TileConfigError naming the options this backend does not emit, from the options
     alone: the compiler calls it before the passes (whose errors would otherwise speak of a
     schedule this backend never builds), :func:`check_supported` again."""
-    asked = [name for name in SCHEDULE_OPTIONS if getattr(options, name) != _DEFAULTS[name]]
+    asked = schedule_options_given(options)
     if asked:
         given = ", ".join(f"{name}={getattr(options, name)!r}" for name in asked)
         what = "; ".join(SCHEDULE_OPTIONS[name] for name in asked)
-        defaults = ", ".join(f"{name}={_DEFAULTS[name]!r}" for name in asked)
+        defaults = ", ".join(f"{name}={SCHEDULE_DEFAULTS[name]!r}" for name in asked)
         raise TileConfigError(f"{given} ({what}) shape{'s' if len(asked) == 1 else ''} the "
                               "warp-specialized sm_90a schedule (wgmma fed by TMA), which the "
                               f"llvm backend does not emit; {HINT}, or leave {defaults}")

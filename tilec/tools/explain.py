@@ -40,7 +40,7 @@ from tilec.analysis.hazards import HazardError, check_schedule, schedule_stages,
 from tilec.analysis.mbarriers import trip_counts as roles_trip_counts
 from tilec.ir.core import Kernel, Op, Value, defining_op, require_grid
 from tilec.families.product import LanePiece
-from tilec.families.products import family_named, family_of
+from tilec.families.products import WGMMA_FAMILIES, family_named, family_of, wgmma_declined
 from tilec.families.staged_store import STAGING_WRITES_TEXT
 from tilec.families.tma import TURN_BARRIER
 from tilec.families.tma_boxes import LOAD as TMA_LOAD, SLAB_BYTES, Box, staging_layout
@@ -53,6 +53,7 @@ from tilec.tools.explain_schedule import BYTE_PAIR_READ, Schedule, schedule
 from tilec.ir.schedule import OperandPlan, RolesPlan, TilingPlan
 from tilec.ir.types import ACCUMULATOR_DTYPES, FP8_DTYPES, DType
 from tilec.ir.views import view_source
+from tilec.options import schedule_options_given
 from tilec.passes.promote_accumulation import partial_registers
 from tilec.passes.row_store import REASON_PREFIX as ROW_STORE_PREFIX
 from tilec.passes.tma_store import NAME as TMA_STORE_PASS
@@ -210,6 +211,7 @@ class Explanation:
     cluster_shares: str = ""  # the operand tile a cluster's blocks share, in words
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
     declined: str = ""  # why an sm_90a kernel is not on the wgmma path, in words
+    unapplied: str = ""  # options of warp-specialized kernels given to one that is not
     swap: str = ""  # the swap_product pass's decision, in words
     batch: str = ""  # how a batched program's grid axis picks its matrices, in words
     tile_loop: str = ""  # how a persistent kernel's blocks walk the tiles, in words
@@ -291,6 +293,7 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         cluster_shares=_cluster_shares(kernel),
         consumers=_consumers_text(kernel),
         declined=_wgmma_declined(plan, options),
+        unapplied=_unapplied_options(kernel, options),
         swap=_swap_text(kernel),
         batch=_batch_text(kernel),
         tile_loop=_tile_loop_text(kernel),
@@ -410,16 +413,24 @@ def _batch_text(kernel: Kernel) -> str:
 def _wgmma_declined(plan: TilingPlan, options) -> str:
     """On sm_90a, why the kernel multiplies with an older family (the rule the tiling pass
     applied); empty elsewhere and on the wgmma path."""
-    from tilec.families.wgmma import FAMILY as WGMMA
-    from tilec.families.wgmma8 import FAMILY as WGMMA8
-    if options.arch not in WGMMA.archs or family_of(plan).movement == WGMMA.movement:
-        return ""
-    # The wgmma family of the operands' dtype: wgmma8 for 8-bit ones.
-    wgmma = next((family for family in (WGMMA, WGMMA8) if plan.dtype in family.dtypes), None)
-    if wgmma is None:
+    reason = wgmma_declined(plan, options)
+    if reason:
+        return f"the {plan.kind} family multiplies: {reason}"
+    if options.arch in WGMMA_FAMILIES[0].archs and \
+            not any(plan.dtype in family.dtypes for family in WGMMA_FAMILIES):
         return f"the {plan.kind} family multiplies: wgmma here takes f16/bf16 or 8-bit operands"
-    reason = wgmma.declined(plan.block, options, plan.operands)
-    return f"the {plan.kind} family multiplies: {reason}" if reason else ""
+    return ""
+
+
+def _unapplied_options(kernel: Kernel, options) -> str:
+    """The SCHEDULE_OPTIONS given to a kernel without the warp-specialized schedule, in
+    words: they were accepted and changed nothing."""
+    given = schedule_options_given(options) if kernel.schedule.roles is None else []
+    if not given:
+        return ""
+    return (f"{', '.join(f'{name}={getattr(options, name)!r}' for name in given)}: "
+            f"{'they shape' if len(given) > 1 else 'it shapes'} sm_90a's warp-specialized "
+            "kernels (wgmma fed by TMA); this one copies with cp.async")
 
 
 def _epilogue_text(plan, tiling, disabled: tuple[str, ...] = ()) -> str:
@@ -858,6 +869,8 @@ def render_explanation(e: Explanation) -> str:
         lines.append(f"  swapped product   {e.swap}")
     if e.declined:
         lines.append(f"  not wgmma         {e.declined}")
+    if e.unapplied:
+        lines.append(f"  not applied       {e.unapplied}")
     if e.cluster > 1:
         lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
                      f"cuLaunchKernelEx): they share each stage of {e.cluster_shares}, "
