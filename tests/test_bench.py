@@ -531,7 +531,7 @@ def test_the_config_column_counts_a_warp_specialized_launchs_waves():
                                                      stages=3)
     assert bench.describe_compiled(wide, None, (32, 17), h100).endswith(
         "TMA-store epilogue, 5 waves (the last 12% full)")
-    narrow = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", **tuning.NARROW_TILE)
+    narrow = bench.sample_kernel("f16", "f16").compile(arch="sm_90a", **tuning.rounds.NARROW_TILE)
     assert bench.describe_compiled(narrow, None, (32, 33), h100).endswith(
         "persistent TMA-store epilogue, 8 full rounds of tiles")
     # One wave or round: said in the singular (2048^2 in 128x256 tiles: 128 of 132 SMs).
@@ -863,7 +863,8 @@ def test_tuned_defaults_per_dtype_family_and_shape_compile():
     ((4096, 8192, 256), 4),  # 2048 tiles: just under 16 rounds
 ])
 def test_a_shallow_k_over_many_rounds_gets_a_deeper_ring(shape, stages):
-    from tilec.benchmarking.tuning import SHALLOW_DEEP_RING_ROUNDS, tuned_config
+    from tilec.benchmarking.tuning import tuned_config
+    from tilec.benchmarking.tuning.tables import SHALLOW_DEEP_RING_ROUNDS
     from tilec.families.wgmma import FAMILY as WGMMA
     from tilec.options import Options
     config = tuned_config(Case(*shape, "f16"), "sm_90a")
@@ -984,7 +985,7 @@ def test_every_tuned_configuration_compiles_on_its_target(arch):
     """The tuned configurations were measured on an H100 or H200; on an A100 (163 KiB of
     shared memory a block) and an sm_86 GPU (99 KiB) mma.sync's 128x256x128 two-stage ring
     (192 KiB) did not compile, nor f32's short 16x256x64 three-stage one: each now fits its
-    target (tuning._within_shared_memory), and compiles for every dtype the target takes,
+    target (tuning.choose._within_shared_memory), and compiles for every dtype the target takes,
     over the problem classes."""
     from tilec.benchmarking.contenders import EXACT_OUTPUT
     from tilec.ir.types import DType
@@ -1012,10 +1013,10 @@ def test_every_tuned_configuration_compiles_on_its_target(arch):
 
 
 @pytest.mark.parametrize("shape, expected", [
-    # One M tile as deep as M where its blocks are enough (tuning.SHORT_TILES).
+    # One M tile as deep as M where its blocks are enough (tuning.skinny.SHORT_TILES).
     ((64, 12288, 4096), dict(BM=64, BN=128, BK=64, stages=6)),  # wgmma: 96 blocks
     ((48, 8192, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
-    # 32 tiles in four short slices each (level with two: tuning.SHORT_SLICE_STEPS).
+    # 32 tiles in four short slices each (level with two: tuning.split.SHORT_SLICE_STEPS).
     ((64, 4096, 11008), dict(BM=64, BN=128, BK=64, stages=6, split_k=4)),
     ((32, 12288, 4096), dict(BM=32, BN=64, BK=128, stages=4, warps=(1, 4))),  # 192 blocks
     ((64, 2048, 4096), dict(BM=64, BN=128, BK=64, stages=6, split_k=4)),  # 16 tiles x 4
@@ -1100,8 +1101,8 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
             if c["BN"] in (192, 144, 160, 176, 208, 224, 240) or
             (c["BM"], c["BN"], c["stages"], c.get("consumers")) in whole_round} == \
         {(tile["BM"], tile["BN"], tile["stages"], tile.get("warpgroup_rows"))
-         for tile in tuning.WHOLE_ROUND_TILES} | {(64, 192, 6, None)}
-    assert all(any(tile.items() <= c.items() for c in space) for tile in tuning.SKINNY_TILES)
+         for tile in tuning.rounds.WHOLE_ROUND_TILES} | {(64, 192, 6, None)}
+    assert all(any(tile.items() <= c.items() for c in space) for tile in tuning.skinny.SKINNY_TILES)
     assert all(WGMMA.block_problem((c["BM"], c["BN"], c["BK"]), Options(
         arch="sm_90a", warpgroup_rows=c.get("warpgroup_rows", 64))) is None for c in space)
     assert {c["stages"] for c in space} == {3, 4, 6}
@@ -1140,7 +1141,7 @@ def test_the_sm_90a_autotune_space_holds_only_tiles_wgmma_takes():
     short = Case(16, 8192, 8192, "f16")
     extra = [c for c in bench.autotune_space(short, {}, "sm_90a")
              if c not in bench.autotune_space(short, {})]
-    split_tiles = {(tile["BM"], tile["BN"]) for tile in tuning.SPLIT_TILES}
+    split_tiles = {(tile["BM"], tile["BN"]) for tile in tuning.autotune.SPLIT_TILES}
     assert extra and all(c["split_k"] > 1 and (c["BM"], c["BN"]) in split_tiles
                          for c in extra)
     assert bench.autotune_space(Case(4096, 4096, 4096, "f16"), {}, "sm_90") == \
@@ -1202,10 +1203,11 @@ def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expect
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
         assert tuning.tuned_config(Case(*shape, dtype), "sm_90a") == expected, dtype
-    if "warps" not in expected and shape[2] >= tuning.ONE_WAVE_MIN_K:
+    if "warps" not in expected and shape[2] >= tuning.rounds.ONE_WAVE_MIN_K:
         assert {key: expected[key] for key in ("BM", "BN", "BK", "stages")} in \
-            tuning.SKINNY_TILES
-        blocks = tuning._tiles(Case(*shape, "f16"), expected) * expected.get("split_k", 1)
+            tuning.skinny.SKINNY_TILES
+        blocks = tuning.measure.tile_count(Case(*shape, "f16"), expected) * \
+            expected.get("split_k", 1)
         assert blocks <= tuning.ONE_WAVE
         Options(arch="sm_90a", **{key: value for key, value in expected.items()
                                   if key not in ("BM", "BN", "BK")})
@@ -1255,12 +1257,13 @@ def test_sm_90a_splits_k_where_few_tiles_leave_the_sms_idle(shape, expected):
     if config.get("split_k", 1) > 1:
         tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
         assert tiles * config["split_k"] <= tuning.ONE_WAVE
-        assert shape[2] // config["BK"] // config["split_k"] >= tuning.SHORT_SLICE_STEPS
+        assert shape[2] // config["BK"] // config["split_k"] >= tuning.split.SHORT_SLICE_STEPS
         Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"],
                 cluster=config.get("cluster", 1))
     if config.get("cluster", 1) > 1 and config.get("split_k", 1) > 1:  # whole pairs
         assert -(-shape[0] // config["BM"]) % 2 == 0
-        assert shape[2] // config["BK"] // config["split_k"] >= tuning.SPLIT_CLUSTER_MIN_STEPS
+        assert shape[2] // config["BK"] // config["split_k"] >= \
+            tuning.skinny.SPLIT_CLUSTER_MIN_STEPS
     # Batched rows and the llvm backend (no wgmma) are not split.
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a")
     assert "split_k" not in tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm")
@@ -1292,7 +1295,7 @@ def test_tuned_rules_name_the_entry_and_the_rules_that_moved_the_case(case, arch
         ([f"then {rule}" for rule in rules] or ["no rule moved it"])
     assert lines[-1].startswith("chosen: ")
     # Outside tuned_rules nothing is recorded.
-    assert tuning._TRACE.get() is None
+    assert tuning.trace.TRACE.get() is None
 
 
 TALL = dict(BM=192, BN=128, BK=64, stages=4)
@@ -1326,10 +1329,10 @@ def test_sm_90a_takes_tall_tiles_split_along_k_where_they_cover_m(shape, expecte
     assert config == expected
     if (config["BM"], config["BN"]) == (192, 128):
         rows = -(-shape[0] // 192)
-        assert config["split_k"] <= tuning.TALL_MAX_SPLIT
-        assert tuning.TALL_WAVE_FILL * tuning.ONE_WAVE <= \
+        assert config["split_k"] <= tuning.swap.TALL_MAX_SPLIT
+        assert tuning.swap.TALL_WAVE_FILL * tuning.ONE_WAVE <= \
             rows * -(-shape[1] // 128) * config["split_k"] <= tuning.ONE_WAVE
-        assert rows <= 2 or shape[0] >= tuning.TALL_M_FILL * rows * 192
+        assert rows <= 2 or shape[0] >= tuning.swap.TALL_M_FILL * rows * 192
         Options(arch="sm_90a", stages=config["stages"], split_k=config["split_k"])
     # Batched rows and the llvm backend (no wgmma) keep their own tiles.
     for other in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
@@ -1376,12 +1379,12 @@ def test_sm_90a_swaps_the_product_where_m_would_be_padded(shape, expected):
     if config.get("swap_product"):
         tiles = -(-shape[0] // config["BM"]) * -(-shape[1] // config["BN"])
         blocks = tiles * config.get("split_k", 1)
-        assert tuning.TALL_WAVE_FILL * tuning.ONE_WAVE <= blocks <= tuning.ONE_WAVE
+        assert tuning.swap.TALL_WAVE_FILL * tuning.ONE_WAVE <= blocks <= tuning.ONE_WAVE
         assert config["BM"] % 8 == 0 and config["BM"] - 8 < -(-shape[0] // -(-shape[0] //
                                                                              config["BM"]))
         if config.get("cluster"):  # whole pairs of M tiles, unsplit
             assert -(-shape[0] // config["BM"]) % 2 == 0 and "split_k" not in config
-        if shape[0] > tuning.SWAP_UNSPLIT_MIN_M:
+        if shape[0] > tuning.swap.SWAP_UNSPLIT_MIN_M:
             assert "split_k" not in config
             assert -(-shape[0] // config["BM"]) * config["BM"] < -(-shape[0] // 128) * 128
     # Batched rows and the llvm backend (no wgmma) are not swapped.
@@ -1393,7 +1396,7 @@ def test_sm_90a_swaps_the_product_where_m_would_be_padded(shape, expected):
 @pytest.mark.parametrize("shape, narrow", [
     # 128x256 tiles' last wave nearly empty, 128x128 ones filling theirs: half-width tiles.
     ((4096, 4160, 4096), True),  # 544 wide tiles (16 in the fifth wave), 1056 narrow (8)
-    # ... unless strips make one wave (tuning.STRIP_TILES one tile a block): 9 x 14 = 126
+    # ... unless strips make one wave (tuning.rounds.STRIP_TILES one tile a block): 9 x 14 = 126
     # of 256x176, 5 x 26 = 130 of 256x160.
     ((2304, 2304, 2048), False),
     ((1280, 4096, 2048), False),
@@ -1414,19 +1417,19 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
-        assert (config == tuning.NARROW_TILE) == narrow, (dtype, config)
+        assert (config == tuning.rounds.NARROW_TILE) == narrow, (dtype, config)
     if narrow:
         tiles = -(-shape[0] // 128) * -(-shape[1] // 256)
-        assert 0 < tiles % tuning.ONE_WAVE <= tuning.LAST_WAVE_SHARE * \
+        assert 0 < tiles % tuning.ONE_WAVE <= tuning.rounds.LAST_WAVE_SHARE * \
             tuning.ONE_WAVE
         Options(arch="sm_90a", **{key: value for key, value in config.items()
                                   if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend keep their own tiles.
     assert tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a") != \
-        tuning.NARROW_TILE
-    assert tuning.tuned_config(Case(*shape, "f16"), "sm_90") != tuning.NARROW_TILE
+        tuning.rounds.NARROW_TILE
+    assert tuning.tuned_config(Case(*shape, "f16"), "sm_90") != tuning.rounds.NARROW_TILE
     assert tuning.tuned_config(Case(*shape, "f16"), "sm_90a", "llvm") != \
-        tuning.NARROW_TILE
+        tuning.rounds.NARROW_TILE
 
 
 @pytest.mark.parametrize("shape, expected", [
@@ -1450,17 +1453,17 @@ def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(
 @pytest.mark.parametrize("shape, expected", [
     # More than a wave of 128x256 tiles over K from 512 to under 2048, rows aligned:
     # persistent 128x128 tiles in place of one tile a block ...
-    ((1752, 3200, 512), tuning.SHALLOW_ROUND_TILE),  # 182 wide (2 rounds, the second 38%)
-    ((5000, 2000, 768), tuning.SHALLOW_ROUND_TILE),
-    ((3797, 2560, 1024), tuning.SHALLOW_ROUND_TILE),
+    ((1752, 3200, 512), tuning.rounds.SHALLOW_ROUND_TILE),  # 182 wide (2 rounds, the second 38%)
+    ((5000, 2000, 768), tuning.rounds.SHALLOW_ROUND_TILE),
+    ((3797, 2560, 1024), tuning.rounds.SHALLOW_ROUND_TILE),
     # ... as full rounds but over a K under SHALLOW_OVERLAP_MAX_K (the overlap pays) ...
-    ((8000, 1024, 512), tuning.SHALLOW_ROUND_TILE),  # 252 wide (2 rounds, 95%), 504 narrow
+    ((8000, 1024, 512), tuning.rounds.SHALLOW_ROUND_TILE),  # 252 wide (2 rounds, 95%), 504 narrow
     # ... or of persistent 128x256 tiles whose rounds they fill WHOLE_ROUND_GAIN better:
-    ((1536, 4096, 1024), tuning.SHALLOW_ROUND_TILE),  # 384 (97% of 3) against 192 (73% of 2)
+    ((1536, 4096, 1024), tuning.rounds.SHALLOW_ROUND_TILE),  # 384 (97% of 3) against 192 (73% of 2)
     # ... and 192x192 where those fill them better still: 256 (97% of 2) against 576 (87%
     # of 5).
-    ((3000, 3000, 1024), tuning.SHALLOW_SQUARE),
-    ((4800, 2752, 512), tuning.SHALLOW_SQUARE),  # 375 (95% of 3) against 836 (91% of 7)
+    ((3000, 3000, 1024), tuning.rounds.SHALLOW_SQUARE),
+    ((4800, 2752, 512), tuning.rounds.SHALLOW_SQUARE),  # 375 (95% of 3) against 836 (91% of 7)
     # Wide tiles filling their rounds as well are kept: persistent, or one a block over a K
     # from SHALLOW_OVERLAP_MAX_K.
     ((1792, 4336, 1024), dict(BM=128, BN=256, BK=64, stages=3)),  # 238 against 476 (90%)
@@ -1482,7 +1485,8 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
             assert not taken, (dtype, config)
             continue
         assert config == expected, (dtype, config)
-        assert taken == (expected in (tuning.SHALLOW_ROUND_TILE, tuning.SHALLOW_SQUARE))
+        assert taken == (expected in (tuning.rounds.SHALLOW_ROUND_TILE,
+                                      tuning.rounds.SHALLOW_SQUARE))
         Options(arch="sm_90a", **{key: value for key, value in config.items()
                                   if key not in ("BM", "BN", "BK")})
     # Batched rows keep their own tiles.
@@ -1515,7 +1519,7 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
         assert (config.get("cluster", 1) == 2) == (tile is not None), (dtype, config)
         if tile is not None:
             assert (config["BM"], config["BN"]) == tile
-            assert {key: config[key] for key in tuning.MULTICAST} == tuning.MULTICAST
+            assert {key: config[key] for key in tuning.rounds.MULTICAST} == tuning.rounds.MULTICAST
             Options(arch="sm_90a", **{key: value for key, value in config.items()
                                       if key not in ("BM", "BN", "BK")})
     # Batched rows, other targets and the llvm backend launch no clusters.
@@ -1525,10 +1529,10 @@ def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
         assert config.get("cluster", 1) == 1
 
 
-SQUARE, ROW = (192, 192), (128, 192)  # tuning.WIDE_SQUARE_TILE, tuning.WIDE_ROW_TILE
-PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.PADDED_TILES: B's last slab padded
-STRIP, STRIP_160 = (256, 144), (256, 160)  # of tuning.STRIP_TILES: 128-row warpgroups
-PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.CLUSTER_TILES, in persistent clusters
+SQUARE, ROW = (192, 192), (128, 192)  # tuning.rounds.WIDE_SQUARE_TILE, tuning.rounds.WIDE_ROW_TILE
+PADDED, PADDED_160 = (128, 144), (128, 160)  # of tuning.rounds.PADDED_TILES: B's last slab padded
+STRIP, STRIP_160 = (256, 144), (256, 160)  # of tuning.rounds.STRIP_TILES: 128-row warpgroups
+PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.rounds.CLUSTER_TILES, in persistent clusters
 
 
 @pytest.mark.parametrize("shape, tile", [
@@ -1590,28 +1594,28 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
     from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
-        chosen = next((candidate for candidate in tuning.WHOLE_ROUND_TILES
+        chosen = next((candidate for candidate in tuning.rounds.WHOLE_ROUND_TILES
                        if candidate.items() <= config.items()), None)
         assert (chosen and (chosen["BM"], chosen["BN"])) == tile, (dtype, config)
     if tile:
         case = Case(*shape, "f16")
-        if tile in (STRIP, STRIP_160) and tuning._b_shared_in_clusters(case):
-            assert config == {**chosen, **tuning.MULTICAST}
+        if tile in (STRIP, STRIP_160) and tuning.rounds.b_shared_in_clusters(case):
+            assert config == {**chosen, **tuning.rounds.MULTICAST}
         elif tile in (PADDED_WIDE, TALL):  # in clusters whether B's rows are on lines or not
-            assert config == {**chosen, **tuning.MULTICAST}
+            assert config == {**chosen, **tuning.rounds.MULTICAST}
         elif tile in (PADDED, PADDED_160):
-            assert config == {**chosen, **tuning.MULTICAST}
+            assert config == {**chosen, **tuning.rounds.MULTICAST}
             layout = next(o.layout for o in load_sample("matmul", "f16").compile(
                 arch="sm_90a", **config).kernel.schedule.tiling.operands if o.role == "B")
             assert (layout.slab, layout.stored_cols) == (64, 192)
         elif not config.get("persistent"):
             # One wave, in clusters where B's rows are off lines, but not for 192x192.
-            clustered = tuning._b_shared_in_clusters(case) and tile == ROW
+            clustered = tuning.rounds.b_shared_in_clusters(case) and tile == ROW
             assert config == ({**chosen, "cluster": 2} if clustered else chosen)
-            assert tuning._tiles(case, config) <= tuning.ONE_WAVE
+            assert tuning.measure.tile_count(case, config) <= tuning.ONE_WAVE
         else:
-            rounds = tuning.MULTICAST if tuning._b_shared_in_clusters(case) else \
-                tuning.WHOLE_ROUNDS
+            rounds = tuning.rounds.MULTICAST if tuning.rounds.b_shared_in_clusters(case) else \
+                tuning.rounds.WHOLE_ROUNDS
             assert config == {**chosen, **rounds}
         Options(arch="sm_90a", **{key: value for key, value in config.items()
                                   if key not in ("BM", "BN", "BK")})
@@ -1625,10 +1629,11 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
 
 def test_useful_share_counts_padding_and_empty_sms():
     # 2048x2056 in 192x192 tiles: 121 tiles padding 2112 x 2112, one round of 132 SMs.
-    share = tuning._useful_share(Case(2048, 2056, 2048, "f16"), tuning.WIDE_SQUARE_TILE)
+    share = tuning.measure.useful_share(Case(2048, 2056, 2048, "f16"),
+                                        tuning.rounds.WIDE_SQUARE_TILE)
     assert share == pytest.approx(2048 * 2056 / (132 * 192 * 192))
     # A cluster of 2 counts 17 M tiles of 128 as 18: 18 x 17 = 306 tiles, 3 rounds.
-    share = tuning._useful_share(Case(2100, 2100, 2048, "f16"),
+    share = tuning.measure.useful_share(Case(2100, 2100, 2048, "f16"),
                                      dict(BM=128, BN=128, cluster=2))
     assert share == pytest.approx(2100 * 2100 / (3 * 132 * 128 * 128))
 

@@ -236,6 +236,23 @@ def test_bench_extra_is_declared_and_documented():
     assert "pip install -e '.[bench]'" in README
 
 
+def test_every_package_is_installed():
+    """pyproject lists its packages by name (tilec, and passes/, backend/, grammar/ mapped
+    into tilec's namespace): a package directory left out would be missing from a wheel
+    while the editable install, which reads the tree, still finds it."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = set()
+    for name, folder in setuptools["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *relative)))
+    assert found <= listed, sorted(found - listed)
+    # And every listed one is a package directory (its mapping's longest prefix).
+    assert listed <= found, sorted(listed - found)
+
+
 @pytest.mark.skipif(has_gpu(), reason="checks the machine without a GPU")
 def test_bench_launch_without_a_gpu_exits_2_with_the_reason():
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch.py")],

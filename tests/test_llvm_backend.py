@@ -186,7 +186,7 @@ def test_both_backends_assemble_with_the_same_instruction_mix(case, arch, tmp_pa
 @needs_ptxas
 @pytest.mark.parametrize("problem", ["tiled", "small", "shallow", "short"])
 def test_fp8_tuned_tiles_do_not_spill_through_llvm(problem, tmp_path):
-    """The tiles tilec runs fp8 with (FP8_TUNED in tilec/benchmarking/tuning.py: 64x32
+    """The tiles tilec runs fp8 with (FP8_TUNED in tilec/benchmarking/tuning/tables.py: 64x32
     warp tiles, where 64x64 ones spill) do not spill through LLVM either."""
     from tilec.benchmarking.tuning import FP8_TUNED
     fn = load_sample("fp8_gemm", "f8e4m3")

@@ -363,28 +363,28 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=256, BK=128, stages=3,
          persistent=True, stream_k=True)] + [
     # Split-K: each slice a block, the slices meeting on the consumers' barrier after the
-    # products' final wait; the bench's deep-K tiles (tuning._sliced), a fused epilogue
+    # products' final wait; the bench's deep-K tiles (tuning.split._sliced), a fused epilogue
     # after the meeting, and i32 slices.
     case("matmul", "f16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=4, split_k=8),
     case("matmul", "bf16", "sm_90a", RAGGED, BM=128, BN=256, BK=64, stages=3, split_k=2),
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=128, BN=128, BK=64, stages=4,
          split_k=3),
     case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, split_k=4),
-    # The bench's short-M and one-wave tiles (tuning.SHORT_TILES, ONE_WAVE_TILES): one
+    # The bench's short-M and one-wave tiles (tuning.skinny.SHORT_TILES, ONE_WAVE_TILES): one
     # consumer warpgroup of 64 rows split along K at 40 rows, 128x128 in six stages.
     case("gemm_epilogue", "f16", "sm_90a", (("M", 40), ("N", 1003), ("K", 3000)), BM=64,
          BN=128, BK=64, stages=6, split_k=2),
-    # ... and its short slices (tuning.SHORT_SLICE_STEPS): 16 of 5 steps, 3 of them empty.
+    # ... and its short slices (tuning.split.SHORT_SLICE_STEPS): 16 of 5 steps, 3 of them empty.
     case("gemm_epilogue", "bf16", "sm_90a", (("M", 130), ("N", 1030), ("K", 4100)), BM=64,
          BN=128, BK=64, stages=6, split_k=16),
     case("matmul", "bf16", "sm_90a", DIVISIBLE, BM=128, BN=128, BK=64, stages=6),
-    # The tall tiles split along K: tuning.TALL_TILE (three consumer warpgroups of 64 rows)
+    # The tall tiles split along K: tuning.swap.TALL_TILE (three consumer warpgroups of 64 rows)
     # and SPLIT_TILES' 256x128 (two of 128), under a fused epilogue with ragged edges.
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=192, BN=128, BK=64, stages=4,
          split_k=4),
     case("gemm_epilogue", "bf16", "sm_90a", RAGGED, BM=256, BN=128, BK=64, stages=3,
          warpgroup_rows=128, split_k=4),
-    # The skinny tiles (tuning.SKINNY_TILES): one consumer warpgroup of m64n192 in six
+    # The skinny tiles (tuning.skinny.SKINNY_TILES): one consumer warpgroup of m64n192 in six
     # stages, of m64n256 under a fused epilogue (with ragged edges, that one spills 8-188
     # bytes under the 240 registers in four stages, none in three; the bench times the plain
     # product, which does not), 64x128 one tile a block in clusters of 2.
@@ -393,7 +393,7 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
     case("matmul_bt", "f16", "sm_90a", RAGGED, BM=64, BN=256, BK=64, stages=4),
     case("gemm_epilogue", "f16", "sm_90a", RAGGED, BM=64, BN=128, BK=64, stages=6,
          cluster=2),
-    # The swapped 16-bit product (swap_product "always", tuning._swapped): C.T's tiles of
+    # The swapped 16-bit product (swap_product "always", tuning.swap._swapped): C.T's tiles of
     # 152 or 136 rows of C along wgmma's n, on one warpgroup unsplit or two split along K,
     # a 16-bit C staged transposed in C's rows (stmatrix.trans) and stored with TMA, an
     # f32 one stored transposed by each thread; a fused epilogue's bias along C.T's columns; a
@@ -460,7 +460,7 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
         ("matmul", "bf16", DIVISIBLE, dict(BN=144, persistent=True, cluster=2)),
         ("gemm_epilogue", "bf16", RAGGED, dict(BN=160)),
         ("matmul_bt", "f16", RAGGED, dict(BN=176, persistent=True)))] + [
-    # The bench's cluster tiles (tuning.CLUSTER_TILES) as it runs them: 192x176 beside four
+    # The bench's cluster tiles (tuning.rounds.CLUSTER_TILES) as it runs them: 192x176 beside four
     # stages (B's last slab padded, C's 11 slabs in turn), 256x64 in 128-row warpgroups.
     case(sample, dtype, "sm_90a", shapes, **tile, persistent=True, raster_group=16, cluster=2)
     for sample, dtype, shapes, tile in (

@@ -380,7 +380,7 @@ def test_an_unaligned_c_is_staged_and_stored_by_rows(persistent):
 def test_three_and_four_consumer_warpgroups(shape, tiles, name, dtype):
     """512 and 640 threads: the consumers' setmaxnreg.inc asks for what the producer's dec
     left of the registers the block starts with (more than that hung the GPU). 192x192 is
-    the bench's one-wave tile for 2048x2056 (tuning.WIDE_SQUARE_TILE): m64n192 products,
+    the bench's one-wave tile for 2048x2056 (tuning.rounds.WIDE_SQUARE_TILE): m64n192 products,
     its last row and column of tiles mostly past M and N."""
     run_and_check(name, dtype, shape, stages=3, **tiles)
 
@@ -417,13 +417,13 @@ def test_clusters_over_an_n_major_grid_share_a(shape, schedule, name, dtype):
 @pytest.mark.parametrize("schedule", [dict(persistent=True, raster_group=16),
                                       dict(persistent=True, raster_group=16, cluster=2)],
                          ids=["persistent", "persistent-cluster2"])
-@pytest.mark.parametrize("tile", tuning.WHOLE_ROUND_TILES,
+@pytest.mark.parametrize("tile", tuning.rounds.WHOLE_ROUND_TILES,
                          ids=lambda tile: f"{tile['BM']}x{tile['BN']}")
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (4224, 2048, 256), (2500, 4000, 200),
                                    (2100, 4000, 200)], ids=lambda s: "x".join(map(str, s)))
 def test_whole_round_tiles_over_several_rounds(shape, tile, schedule, name, dtype):
     """The bench's 192x192, 128x192 and padded tiles (128x144 to 128x240, B's last slab
-    padded) over more than a wave (tuning.WHOLE_ROUNDS and MULTICAST): 242, 294 and 231
+    padded) over more than a wave (tuning.rounds.WHOLE_ROUNDS and MULTICAST): 242, 294 and 231
     squares (352, 693 and 693 128x192 tiles, 476, 952 and 952 of 128x144) for at most 132
     blocks, so the ring goes on across tiles; 2500 rows are 14 M tiles of 192, the last 4
     rows deep; 2100 rows are 11 of 192 (17 of 128), so in clusters the last pair's second
@@ -433,12 +433,12 @@ def test_whole_round_tiles_over_several_rounds(shape, tile, schedule, name, dtyp
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
-@pytest.mark.parametrize("tile", [*tuning.SKINNY_TILES, *tuning.STRIP_TILES],
+@pytest.mark.parametrize("tile", [*tuning.skinny.SKINNY_TILES, *tuning.rounds.STRIP_TILES],
                          ids=lambda tile: f"{tile['BM']}x{tile['BN']}")
 @pytest.mark.parametrize("shape", [(96, 3000, 1100), (200, 4104, 520), (1000, 1003, 300)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_skinny_and_strip_tiles_one_a_block(shape, tile, name, dtype):
-    """tuning.SKINNY_TILES (64x192 in six stages, 64x256 in four, one consumer warpgroup)
+    """tuning.skinny.SKINNY_TILES (64x192 in six stages, 64x256 in four, one consumer warpgroup)
     and the STRIP_TILES (256 rows in 128-row warpgroups) one tile a block, as the bench runs
     them in one wave: 96 and 200 rows leave the last M tile part empty (a 256-row one mostly
     past M), 3000 and 1003 columns the last N tile, 1003 and 4104 put B's rows off 128-byte
@@ -452,11 +452,11 @@ def test_skinny_and_strip_tiles_one_a_block(shape, tile, name, dtype):
 @pytest.mark.parametrize("shape", [(1000, 1003, 77), (1024, 2056, 1000), (1536, 2112, 520)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_128x192_tiles_one_a_block(shape, cluster, name, dtype):
-    """tuning.WIDE_ROW_TILE one tile a block, as the bench runs it in one wave, alone or in
+    """tuning.rounds.WIDE_ROW_TILE one tile a block, as the bench runs it in one wave, alone or in
     clusters of 2 sharing B (where B's rows are off 128-byte lines: N 2056): N 2056 is 11
     tiles of 192, the last 136 columns past N; 1536x2112 is 12 x 11 = 132 tiles; 1000 rows
     are 8 M tiles, the last 104 rows deep."""
-    run_and_check(name, dtype, shape, cluster=cluster, **tuning.WIDE_ROW_TILE)
+    run_and_check(name, dtype, shape, cluster=cluster, **tuning.rounds.WIDE_ROW_TILE)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

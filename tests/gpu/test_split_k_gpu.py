@@ -104,7 +104,7 @@ def test_plain_calls_share_a_workspace_and_agree_bit_for_bit():
 # (shape, tile, splits): a long K over few tiles (what split-K is for), 4 slices of 128
 # steps at 128x256; ragged everywhere, 3 slices that do not divide the 47 steps; K = 200 in
 # 4 steps over 7 slices, 3 of them empty; 8 slices of a 512^2 output; the short slices the
-# tuning cuts in the skinny 64x128 six-stage tile (tuning.SHORT_SLICE_STEPS): 10 slices of
+# tuning cuts in the skinny 64x128 six-stage tile (tuning.split.SHORT_SLICE_STEPS): 10 slices of
 # 18 steps (the last of 10) over a ragged M, and 16 of 5 steps over 65 (3 of them empty).
 SKINNY_TILE = dict(BM=64, BN=128, BK=64, stages=6)
 HOPPER_SPLITS = [((1024, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3), 4),
@@ -113,8 +113,8 @@ HOPPER_SPLITS = [((1024, 1024, 8192), dict(BM=128, BN=256, BK=64, stages=3), 4),
                  ((512, 512, 16384), dict(BM=128, BN=128, BK=64, stages=4), 8),
                  ((60, 1000, 11008), SKINNY_TILE, 10),
                  ((130, 1030, 4100), SKINNY_TILE, 16),
-                 # The tall tiles: tuning.TALL_TILE, 192 rows in three consumer
-                 # warpgroups, and 256 in two of 128 rows (tuning.SPLIT_TILES);
+                 # The tall tiles: tuning.swap.TALL_TILE, 192 rows in three consumer
+                 # warpgroups, and 256 in two of 128 rows (tuning.autotune.SPLIT_TILES);
                  # ragged M, N and K.
                  ((300, 1030, 4100), dict(BM=192, BN=128, BK=64, stages=4), 4),
                  ((1000, 1000, 4100), dict(BM=256, BN=128, BK=64, stages=3,
