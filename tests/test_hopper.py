@@ -479,8 +479,8 @@ def test_explain_names_the_schedule_options_a_kernel_left_to_mma_sync_ignores() 
                 .splitlines() if line.startswith("  not applied")]
     line, = not_applied("sm_90a", persistent=True, consumers="pingpong", BK=32)
     assert "persistent=True, consumers='pingpong': they shape sm_90a's warp-specialized" in line
-    line, = not_applied("sm_80", blocks_per_sm=2)
-    assert "blocks_per_sm=2: it shapes" in line
+    line, = not_applied("sm_80", blocks_per_sm=2, tma_swizzle=32)
+    assert "blocks_per_sm=2, tma_swizzle=32: they shape" in line
     assert not_applied("sm_90a", persistent=True, BM=128, BN=256, BK=64) == []
     assert not_applied("sm_80") == []
 

@@ -175,6 +175,7 @@ def never_called(*args, **kwargs):
     (dict(persistent=True, stream_k=True), "stream_k=True", {}),
     # 128x128's accumulators do not fit half the registers: the tiling pass refuses it.
     (dict(blocks_per_sm=2), "blocks_per_sm=2", dict(BM=64)),
+    (dict(tma_swizzle=64), "tma_swizzle=64", {}),
 ])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_90"])
 def test_hopper_schedule_options_are_refused_by_name(options, named, ptx_block, arch,

@@ -291,6 +291,7 @@ SCHEDULE_OPTIONS = {
     "warpgroup_rows": "the rows each wgmma consumer warpgroup owns",
     "stream_k": "a persistent block's work divided in K steps",
     "blocks_per_sm": "warp-specialized blocks sharing an SM",
+    "tma_swizzle": "the span of TMA's swizzle for the operand tiles",
 }
 SCHEDULE_DEFAULTS = {f.name: f.default for f in fields(Options) if f.name in SCHEDULE_OPTIONS}
 
