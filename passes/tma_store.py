@@ -113,13 +113,12 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
     if elem_bytes != 2 and not aligned:
         return (f"C is {vtype.dtype} and its rows are not 16-byte aligned: TMA cannot store "
                 "them, and the row stores take 16-bit tiles")
-    source = view_source(kernel, store.operands[0])
-    transposed = source is not None and source.transposed
-    if transposed:
+    transposed = _transposed_source(kernel, store)
+    if transposed is not None:
         problem = _transposed_problem(layout, elem_bytes, aligned)
         if problem is not None:
             return problem
-        if source.batch is not None:
+        if transposed.batch is not None:
             return "C.T is stored transposed, a batch of it (TMA's 3-D map is C's)"
     param = _stored_param(kernel, store)
     if param is None:
@@ -130,14 +129,14 @@ def _store_problem(kernel: Kernel, store: Op, options: Options,
             or aligned and spec.vec_elems * elem_bytes < 16):
         return (f"'{param.name}' is not known to have unit-stride, 16-byte aligned rows "
                 "(the launch spec)")
-    return None if transposed else addressing_problem(layout, elem_bytes)
+    return None if transposed is not None else addressing_problem(layout, elem_bytes)
 
 
-def _transposed(kernel: Kernel, store: Op) -> bool:
-    """Whether the store writes its tile through a transposed view (a swapped product's
-    C.T: passes/swap_product.py)."""
+def _transposed_source(kernel: Kernel, store: Op):
+    """The tensor view the store writes its tile through where that view is transposed (a
+    swapped product's C.T: passes/swap_product.py); None otherwise."""
     source = view_source(kernel, store.operands[0])
-    return source is not None and source.transposed
+    return source if source is not None and source.transposed else None
 
 
 def _transposed_problem(layout: DistributedLayout, elem_bytes: int,
@@ -184,7 +183,7 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     if problem is not None and _store_problem(kernel, store, options, aligned=False) is None:
         problem = None
     # The staging tile: the stored one, or C's rows of a C.T tile stored transposed.
-    transposed = _transposed(kernel, store)
+    transposed = _transposed_source(kernel, store) is not None
     bm, bn = store.operands[-1].type.shape[::-1] if transposed else \
         kernel.schedule.tiling.block[:2]
     elem_bytes = store.operands[-1].type.dtype.bytes

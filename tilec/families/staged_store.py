@@ -164,15 +164,20 @@ def _stage_by_stmatrix(ctx: Context, layout: DistributedLayout, regs: list[str],
         if chunk not in moved:
             moved[chunk] = ctx.int_op("add.s32", base, ctx.int_op("xor.b32", xor, chunk << 4)) \
                 if xor else base
-        packed = []
-        for pair in range(4):
-            register = w.reg("b32")
-            w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
-                   f"{regs[index + 2 * pair + 1]}}};")
-            packed.append(register)
         immediate = (_slot(unit, buffers) * rows + r) * row_bytes
-        w.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{moved[chunk]}+{immediate}], "
-               f"{{{', '.join(packed)}}};")
+        _stmatrix(w, regs[index:index + 8], f"{moved[chunk]}+{immediate}")
+
+
+def _stmatrix(w, run: list[str], address: str, trans: bool = False) -> None:
+    """One stmatrix of a run of 16-bit registers, packed in pairs, one 8x8 matrix a pair
+    (.x4 for eight registers, .x2 for four), each matrix transposed with ``trans``."""
+    packed = []
+    for pair in range(len(run) // 2):
+        register = w.reg("b32")
+        w.emit(f"mov.b32 {register}, {{{run[2 * pair]}, {run[2 * pair + 1]}}};")
+        packed.append(register)
+    w.emit(f"stmatrix.sync.aligned.m8n8.x{len(packed)}{'.trans' if trans else ''}.shared.b16 "
+           f"[{address}], {{{', '.join(packed)}}};")
 
 
 def transposed_stmatrix_groups(layout: DistributedLayout, elem_bytes: int) -> bool:
@@ -225,16 +230,9 @@ def _stage_by_stmatrix_trans(ctx: Context, layout: DistributedLayout, regs: list
         if index % 8:
             continue
         r, c = offsets[index]
-        pairs = min(8, len(offsets) - index) // 2  # a last run of two matrices: .x2
-        packed = []
-        for pair in range(pairs):
-            register = w.reg("b32")
-            w.emit(f"mov.b32 {register}, {{{regs[index + 2 * pair]}, "
-                   f"{regs[index + 2 * pair + 1]}}};")
-            packed.append(register)
         immediate = r // box.inner * slab_bytes + c * row_bytes
-        w.emit(f"stmatrix.sync.aligned.m8n8.x{pairs}.trans.shared.b16 [{base}+{immediate}], "
-               f"{{{', '.join(packed)}}};")
+        # A last run of two matrices (four registers) is an .x2.
+        _stmatrix(w, regs[index:index + 8], f"{base}+{immediate}", trans=True)
 
 
 def _stmatrix_lane_coords(ctx: Context, layout: DistributedLayout, keep: bool

@@ -332,9 +332,8 @@ def _accumulation_text(kernel: Kernel) -> str:
 def _cluster_shares(kernel: Kernel) -> str:
     """The tile the blocks of a cluster share (passes/warp_specialize.py multicasts the
     operand whose tile does not move along the paired axis), in words; "" without one."""
-    from tilec.families.tma_boxes import LOAD
     op = next((op for op in kernel.walk()
-               if op.name == LOAD and op.attrs.get("multicast", 1) > 1), None)
+               if op.name == TMA_LOAD and op.attrs.get("multicast", 1) > 1), None)
     if op is None:
         return ""
     # The load's stage view is of the ring buffer, whose allocation names the operand.
