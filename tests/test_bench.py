@@ -1437,10 +1437,13 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
     ((2368, 512, 512), SKINNY_64x192),  # 37 x 3 = 111, against 148 of 64x128 (2 waves)
     ((1685, 320, 512), SKINNY_64x128),  # 27 x 3 = 81, against 54 of 64x192
     ((803, 320, 768), SKINNY_64x128),
-    # Rows off 16 bytes (packing would cost a launch), or K under SKINNY_ALIGNED_MIN_K:
-    # mma.sync's tiles reading the operands in place.
+    ((1000, 1000, 256), {**SKINNY_64x128, "cluster": 2}),  # B's rows off 128-byte lines
+    ((2368, 512, 192), SKINNY_64x192),
+    ((1685, 320, 144), SKINNY_64x128),  # the first K past one step with A's rows aligned
+    # Rows off 16 bytes (packing would cost a launch): mma.sync's tiles reading the operands
+    # in place, whatever the K past one step.
     ((1000, 1003, 512), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
-    ((1000, 1000, 256), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
+    ((1000, 1003, 256), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
 ], ids=shape_id)
 def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(shape,
                                                                                 expected):

@@ -535,11 +535,14 @@ def test_small_ragged_problems_take_k_in_one_step(shape, name, dtype):
     ((3000, 3000, 1024), "_persistent_for_shallow_rounds"),  # 192x192 persistent, 2 rounds
     ((2368, 512, 512), "_skinny"),  # 64x192 in six stages, one wave
     ((1760, 424, 768), "_skinny"),  # 64x128 in clusters of 2 (B's rows off 128-byte lines)
+    ((2368, 512, 192), "_skinny"),  # 64x192: six stages over three K steps
+    ((1000, 1000, 256), "_skinny"),  # 64x128 in clusters of 2 over four K steps
 ], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
 def test_the_tuned_kernels_for_a_shallow_k(shape, rule, name, dtype):
-    """The tuning's choices over a K of 512 to 1024 (benchmarks/NOTES.md, session 34), as the
-    bench runs them: persistent tiles walking several rounds of a shallow K, and the skinny
-    tile where few tiles have 16-byte aligned rows; ragged M and N edges."""
+    """The tuning's choices over a K of 192 to 1024 (benchmarks/NOTES.md, sessions 34 and 35),
+    as the bench runs them: persistent tiles walking several rounds of a shallow K, and the
+    skinny tile where few tiles have 16-byte aligned rows, its ring deeper than K's steps;
+    ragged M and N edges."""
     from tilec.benchmarking.cases import Case as BenchCase
     config, _, rules = tuning.tuned_rules(BenchCase(*shape, dtype), ARCH)
     assert rule in rules, rules

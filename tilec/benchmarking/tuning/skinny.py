@@ -6,8 +6,8 @@ from typing import Any, Optional
 
 from tilec.benchmarking.cases import Case
 
-from .measure import (ONE_WAVE, SHORT_M, b_rows_off_lines, b_rows_on_lines, m_tiles_pair,
-                      tile_count, useful_share)
+from .measure import (ONE_STEP_K, ONE_WAVE, SHORT_M, b_rows_off_lines, b_rows_on_lines,
+                      m_tiles_pair, tile_count, useful_share)
 from .rounds import ONE_WAVE_MIN_K
 from .split import most_slices, _sliced
 
@@ -75,11 +75,16 @@ SKINNY_TILES = (dict(BM=64, BN=192, BK=64, stages=6), dict(BM=64, BN=128, BK=64,
                 dict(BM=128, BN=192, BK=64, stages=4), dict(BM=128, BN=256, BK=64, stages=3))
 # The ragged small class's few tiles over a shallower K, every row 16-byte aligned (nothing to
 # pack, so TMA reads the operands where they lie): the skinny tile too, not mma.sync's 64x64
-# tiles reading them in place. H200, f16, one call, TFLOP/s, against mma.sync 64x64x32
-# (cuBLAS; benchmarks/NOTES.md, session 34): 1685x320x512 64x128 71.0 / 48.9 (76.0),
+# tiles reading them in place, for every K past ONE_STEP_K (one_step_k's single step keeps
+# those). H200, f16, one call, TFLOP/s, against mma.sync 64x64x32 (cuBLAS;
+# benchmarks/NOTES.md, sessions 34 and 35): 1685x320x512 64x128 71.0 / 48.9 (76.0),
 # 803x320x512 64x128 35.1 / 25.1 (38.4); both in four stages, and at 2368x512x512 (148 tiles
-# of 64x128: two waves) 128x128 138.6, 64x128 111.8 / 98.7 (149.8).
-SKINNY_ALIGNED_MIN_K = 512
+# of 64x128: two waves) 128x128 138.6, 64x128 111.8 / 98.7 (149.8). Under K 512, the rule's
+# tile in six stages: 1685x320x448 65.1 / 45.1 (67.1), 1500x512x384 80.1 / 58.1 (81.6),
+# 1000x640x384 68.0 / 48.6 (69.5), 2000x384x320 68.6 / 51.5 (69.2), 640x640x256 31.4 / 26.2
+# (32.1), 1200x768x256 66.7 / 52.1 (67.0); 64x192 in four stages at 2368x512x256 82.9 / 62.6
+# (81.2) and 2368x512x192 64.7 / 50.5 (63.5). Four stages of 64x128 ran 0.97-1.03 of six.
+SKINNY_ALIGNED_MIN_K = ONE_STEP_K + 1
 LINE_ROWS_TILES = {(64, 192)}  # skinny tiles taken only with B's rows on 128-byte lines
 
 

@@ -26,7 +26,8 @@ RULES = {
     "one_step_k": f"all of a shallow K (at most ONE_STEP_K = {ONE_STEP_K}) in one step, "
                   "misaligned rows read as words and C stored by rows",
     "few_ragged_tiles": "mma.sync's 64x64x32 tiles, the operands read in place (no pack "
-                        "launch): few ragged tiles over a K too shallow to split",
+                        "launch): few ragged tiles over a K too shallow to split, rows "
+                        "that TMA cannot read in place",
     "_short_tile": "one M tile as deep as M (SHORT_TILES), split along K where its tiles "
                    "fill under a wave",
     "promoted": "fp8 summed promoted: room for the second accumulator set (PROMOTED_TILED)",
