@@ -198,9 +198,11 @@ def test_the_verbs_that_make_kernels_can_switch_a_pass_off(verb):
         build_parser().parse_args([verb, *file, "--disable", "no_such_pass"])
 
 
-def test_bisect_follows_a_cluster_kernel_through_every_stage(capsys):
+@pytest.mark.parametrize("schedule", [["--cluster", "2"],
+                                      ["--cluster", "4", "--persistent", "--raster-group", "3"]])
+def test_bisect_follows_a_cluster_kernel_through_every_stage(capsys, schedule):
     code, out, err = run_cli(capsys, "bisect", MATMUL, "--arch", "sm_90a", "--const", "BM=128",
-                             "BN=128", "BK=64", "--cluster", "2", "--shape", "M=300,N=130,K=150")
+                             "BN=128", "BK=64", *schedule, "--shape", "M=300,N=130,K=150")
     assert code == 0, out + err
     assert "all stages agree" in out
 

@@ -256,8 +256,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     arguments.add_program_arguments(parser, "bisect")
     shape = {**PROBLEM_SHAPE, "help": PROBLEM_SHAPE["help"] + "; the executor is slow: small "
              "shapes and tiles bisect fastest"}
-    arguments.add_flags(parser, "arch", "stages", "warps", "swizzle", "f32_math", "split_k",
-                        *arguments.HOPPER_FLAGS, "shape", "seed",
+    # raster_group too: it decides the tile loop's arithmetic (a cluster's groups of M
+    # tiles, a persistent block's walk), which the stages compute like any other.
+    arguments.add_flags(parser, "arch", "stages", "warps", "swizzle", "f32_math",
+                        "raster_group", "split_k", *arguments.HOPPER_FLAGS, "shape", "seed",
                         shape=shape,
                         arch={"help": "target whose numerics the stages follow (default: "
                               "sm_80)"})
