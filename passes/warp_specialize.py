@@ -56,14 +56,15 @@ After (S = 4)::
     wgmma.wait {in_flight = 0}
     mbar.arrive %empty, %s_last, %ran          (%s_last from ws.ring_base and the trip count)
 
-With ``cluster = 2`` (two blocks along M, launched as a thread-block cluster) the blocks
-share the operand whose tile does not move along M (B; A in the swapped product, where A is
-the program's B): its ``tma.load`` is ``multicast`` (each block loads half of every box's rows into
-both blocks' stages, completing on both blocks' full barriers), each ``mbar.arrive`` on
-``empty`` is ``cluster``-wide (this block's barrier and the peer's: the empty count doubles),
-a ``cluster.sync`` follows the barriers' initialisation, and the producer ends with one wait
-per stage for both blocks' consumers to hand it back (the peer arrives on this block's
-barriers, which must outlive those arrivals). The pair takes consecutive tiles along the
+With ``cluster = 2`` (two blocks along M, launched as a thread-block cluster; 4 alike, in
+quarters) the blocks share the operand whose tile does not move along M (B; A in the swapped
+product, where A is the program's B): its ``tma.load`` is ``multicast`` (each block loads
+1/cluster of every box's rows, whole 8-row swizzle atoms, into every block's stage,
+completing on every block's full barrier), each ``mbar.arrive`` on ``empty`` is
+``cluster``-wide (this block's barrier and each peer's: the empty count is multiplied by the
+cluster), a ``cluster.sync`` follows the barriers' initialisation, and the producer ends with
+one wait per stage for every block's consumers to hand it back (the peers arrive on this
+block's barriers, which must outlive those arrivals). The pair takes consecutive tiles along the
 grid's first axis but a batch's (the M tiles of ``for m, n in grid(...)``; backend/grid.py):
 a grid where both operands' tiles move along that axis is refused at the last one's slice,
 as is a grid that does not fold its (M, N) tiles into CUDA's x.
@@ -110,6 +111,7 @@ from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
                                 TURN_PASS, TURN_WAIT, WAIT, barrier_type)
 from tilec.families.tma_boxes import operand_tma_layout
+from tilec.families.wgmma import ATOM_ROWS
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, computed_from,
                             find_grid, replace_uses)
 from tilec.ir.schedule import WARPGROUP, OperandPlan, PipelinePlan, RolesPlan, TilingPlan
@@ -223,6 +225,22 @@ def _cluster_shared_role(kernel: Kernel, grid: Op, copies: list[Op], roles: list
     return "B" if "B" in still else still[0]
 
 
+def _check_cluster_shares(kernel: Kernel, copy: Op, operand: OperandPlan, cluster: int) -> None:
+    """Each block of a cluster loads rows [rank, rank + 1) / cluster of every box of the
+    shared ``operand`` into every block's stage (:func:`_box`); TMA swizzles whole 8-row
+    atoms, so a share must be whole atoms. An operand's stored rows are BM, BN or BK,
+    multiples of 16 (wgmma's block rules): a pair's halves always are, a cluster of 4's
+    quarters only from 32 rows."""
+    rows = operand.layout.rows
+    if rows % (ATOM_ROWS * cluster):
+        raise located(TileConfigError, f"cluster={cluster} divides the {rows} rows of "
+                      f"{operand.tensor}'s shared tile into {cluster} shares of "
+                      f"{rows / cluster:g}, but TMA's swizzle writes whole {ATOM_ROWS}-row "
+                      "atoms", copy.loc, kernel.source_lines,
+                      f"use a tile whose {operand.tensor} rows are a multiple of "
+                      f"{ATOM_ROWS * cluster}, or a smaller cluster")
+
+
 def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
     """A persistent kernel's batch ``views`` (``tensor.batch``, right after the grid among
     the kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and
@@ -311,10 +329,9 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       "compile without cluster")
     shared = (_cluster_shared_role(kernel, grid, copies, roles, options.cluster)
               if options.cluster > 1 else None)
-
-    # An operand's stored rows are BM, BN or BK, multiples of 16 (wgmma's block rules): a
-    # cluster's shares of a box are whole 8-row swizzle atoms, as TMA's swizzle needs.
     cluster = options.cluster
+    if shared is not None:
+        _check_cluster_shares(kernel, copies[roles.index(shared)], by_role[shared], cluster)
     pre = Builder(Block(), loop.loc)
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
     # Every consumer warpgroup of the cluster hands each stage back to every block.

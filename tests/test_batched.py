@@ -474,16 +474,20 @@ def test_a_cluster_takes_the_batch_axis_anywhere_and_pairs_the_first_other_axis(
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("out", ["f32", "f16"])
 @pytest.mark.parametrize("shared", ["", "A", "B"])
-def test_batched_clusters_match_float64(persistent, out, shared):
-    """cluster=2 on a batched program: 300 rows are 3 M tiles a batch (the last pair's
-    second block past M), ragged N and K, one operand with a batch stride of 0; the
-    executor against float64 and the mbarrier checker on the cluster's ring."""
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_batched_clusters_match_float64(persistent, out, shared, cluster):
+    """cluster=2 or 4 on a batched program: 300 rows are 3 M tiles a batch (the last
+    cluster's last block past M, in fours the last two), ragged N and K, one operand with a
+    batch stride of 0; the executor against float64 and the mbarrier checker on the
+    cluster's ring."""
     from tilec.analysis.hazards import check_schedule
     a, b, c = operands(3, 300, 200, 80, shared=shared)
     c = c.astype(np.float16) if out == "f16" else c
-    compiled = bmm(retyped("f16", out)).compile(**CLUSTER, persistent=persistent)
+    compiled = bmm(retyped("f16", out)).compile(**{**CLUSTER, "cluster": cluster},
+                                                persistent=persistent)
     roles = compiled.kernel.schedule.roles
-    assert (roles.cluster, roles.persistent, roles.batches) == (2, persistent, persistent)
+    assert (roles.cluster, roles.persistent, roles.batches) == (cluster, persistent,
+                                                                persistent)
     check_schedule(compiled.kernel)
     run_kernel(compiled.kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
     assert rel_error(c, float64_bmm(a, b)) < (2e-3 if out == "f16" else 1e-6)
@@ -527,7 +531,7 @@ def test_explain_says_a_cluster_pairs_m_tiles_within_each_batch():
     line = next(line for line in text.splitlines()
                 if line.strip().startswith("cluster tiles"))
     assert "8 a group (16 rows of tiles, the raster group)" in line
-    assert "a batch's M tiles pair within it" in line and "persistent" in line
+    assert "a batch's M tiles go 2 a cluster within it" in line and "persistent" in line
 
 
 def test_explain_says_the_persistent_blocks_walk_the_batches():

@@ -1,8 +1,8 @@
-"""Thread-block clusters of two blocks along M on the sm_90a path (cluster=2): the schedule
-(empty barriers counting both blocks' consumers, B multicast, the cluster barrier after the
-barriers' initialisation, the producer's tail), the PTX it becomes, the launch shape, what
-the CPU executor and the mbarrier checker make of it, and the errors for what it cannot
-take. ptxas runs on cluster kernels in tests/test_ptxas.py (HOPPER)."""
+"""Thread-block clusters of two or four blocks along M on the sm_90a path (cluster=2, 4):
+the schedule (empty barriers counting every block's consumers, B multicast, the cluster
+barrier after the barriers' initialisation, the producer's tail), the PTX it becomes, the
+launch shape, what the CPU executor and the mbarrier checker make of it, and the errors for
+what it cannot take. ptxas runs on cluster kernels in tests/test_ptxas.py (HOPPER)."""
 from __future__ import annotations
 
 import re
@@ -26,9 +26,12 @@ from .test_ptxas import SAMPLES, load_sample
 TILE = dict(BM=128, BN=256, BK=64)
 
 
-def lowered(sample="matmul", dtype="f16", stages=3, persistent=False, **consts):
+CLUSTERS = pytest.mark.parametrize("cluster", [2, 4])
+
+
+def lowered(sample="matmul", dtype="f16", stages=3, persistent=False, cluster=2, **consts):
     kernel = load_sample(sample, dtype).lower(**{**TILE, **consts})
-    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, cluster=2,
+    return run_pipeline(kernel, Options(arch="sm_90a", stages=stages, cluster=cluster,
                                         persistent=persistent)).kernel
 
 
@@ -36,56 +39,82 @@ def ops_named(kernel, name):
     return [op for op in kernel.walk() if op.name == name]
 
 
-def test_the_schedule_shares_b_between_the_two_blocks():
-    kernel = lowered()
-    assert kernel.schedule.roles.cluster == 2
+@CLUSTERS
+def test_the_schedule_shares_b_among_the_blocks(cluster):
+    kernel = lowered(cluster=cluster)
+    assert kernel.schedule.roles.cluster == cluster
     full, empty = ops_named(kernel, ALLOC)
-    assert (full.attrs["count"], empty.attrs["count"]) == (1, 4)  # 2 warpgroups x 2 blocks
+    # 2 warpgroups x the cluster's blocks
+    assert (full.attrs["count"], empty.attrs["count"]) == (1, 2 * cluster)
     loads = {op.attrs["tensor"]: op for op in ops_named(kernel, LOAD)}
-    assert "multicast" not in loads["A"].attrs and loads["B"].attrs["multicast"] == 2
-    assert all(op.attrs["cluster"] == 2 for op in ops_named(kernel, ARRIVE))
+    assert "multicast" not in loads["A"].attrs and loads["B"].attrs["multicast"] == cluster
+    assert all(op.attrs["cluster"] == cluster for op in ops_named(kernel, ARRIVE))
     assert len(ops_named(kernel, CLUSTER_SYNC)) == 1
     producer = next(op for op in kernel.walk() if op.name == "ws.producer")
     tail = [op for op in producer.regions[0].ops if op.name == WAIT]
     assert len(tail) == 3  # one wait a stage after the producer's loop
-    # The tensor map of B is one block's share of the box: half its rows.
-    assert tensor_map_box(kernel, "B") == (64, 32, 128)
+    # The tensor map of B is one block's share of the box: 1/cluster of its 64 rows.
+    assert tensor_map_box(kernel, "B") == (64, 64 // cluster, 128)
     assert tensor_map_box(kernel, "A") == (64, 128, 128)
 
 
-def test_the_ptx_multicasts_meets_the_cluster_and_arrives_remotely():
-    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2, **TILE)
+def test_a_cluster_of_four_shares_whole_swizzle_atoms():
+    """Each block loads a quarter of the shared tile's rows: B.T's 16-row tile (BN) would
+    give each 4, half a swizzle atom; refused where B is sliced, naming the rule. Its pair's
+    halves, and 32 rows in fours, are whole atoms."""
+    from tilec.errors import TileError
+    program = load_sample("matmul_bt", "f16")
+    with pytest.raises(TileError) as info:
+        program.compile(arch="sm_90a", stages=3, cluster=4, BM=64, BN=16, BK=64)
+    assert "cluster=4 divides the 16 rows of B's shared tile into 4 shares of 4" in \
+        info.value.message
+    assert "a multiple of 32, or a smaller cluster" in str(info.value)
+    program.compile(arch="sm_90a", stages=3, cluster=2, BM=64, BN=16, BK=64)
+    kernel = program.compile(arch="sm_90a", stages=3, cluster=4, BM=64, BN=32, BK=64).kernel
+    assert tensor_map_box(kernel, "B") == (64, 8, 128)
+
+
+@CLUSTERS
+def test_the_ptx_multicasts_meets_the_cluster_and_arrives_remotely(cluster):
+    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=cluster, **TILE)
     init = ptx.index("fence.mbarrier_init.release.cluster;")
     meet = ptx.index("barrier.cluster.arrive.release.aligned;")
     assert init < meet < ptx.index("barrier.cluster.wait.acquire.aligned;")
     multicasts = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::"
                             r"complete_tx::bytes\.multicast::cluster .*, %h\d+;", ptx)
-    assert len(multicasts) == 4  # B's four slabs, each block its half of the rows
+    assert len(multicasts) == 4  # B's four slabs, each block its share of the rows
+    assert all(line.endswith(("%h0;", "%h1;")) for line in multicasts)
+    assert f"mov.b16 %h0, {(1 << cluster) - 1};" in ptx  # every block of the cluster
     assert "%cluster_ctarank" in ptx
-    assert len(re.findall(r"mapa\.shared::cluster\.u32", ptx)) == 2
-    assert len(re.findall(r"mbarrier\.arrive\.shared::cluster\.b64", ptx)) == 2
+    # Each of the two hand-back sites arrives on every other block's barrier.
+    assert len(re.findall(r"mapa\.shared::cluster\.u32", ptx)) == 2 * (cluster - 1)
+    assert len(re.findall(r"mbarrier\.arrive\.shared::cluster\.b64", ptx)) == \
+        2 * (cluster - 1)
 
 
-def test_the_launch_pairs_m_tiles_into_clusters():
-    kernel = lowered()
-    assert launch_cluster(kernel) == (2, 1, 1)
-    # 5 M tiles round up to 3 clusters (the last block is past M: it stores nothing).
-    assert launch_grid([5, 4], kernel) == (6 * 4, 1, 1)
+@CLUSTERS
+def test_the_launch_groups_m_tiles_into_clusters(cluster):
+    kernel = lowered(cluster=cluster)
+    assert launch_cluster(kernel) == (cluster, 1, 1)
+    # 5 M tiles round up to whole clusters (the blocks past M store nothing).
+    assert launch_grid([5, 4], kernel) == (-(-5 // cluster) * cluster * 4, 1, 1)
     plain = run_pipeline(load_sample("matmul", "f16").lower(**TILE),
                          Options(arch="sm_90a", stages=3)).kernel
     assert launch_cluster(plain) is None and launch_grid([5, 4], plain) == (20, 1, 1)
 
 
+@CLUSTERS
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("sample", ["matmul", "matmul_bt"])
-def test_the_cpu_executor_computes_the_product(sample, persistent):
-    check_product(sample, lowered(sample, BN=128, persistent=persistent),
+def test_the_cpu_executor_computes_the_product(sample, persistent, cluster):
+    check_product(sample, lowered(sample, BN=128, persistent=persistent, cluster=cluster),
                   np.random.default_rng(11))
 
 
+@CLUSTERS
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
-def test_the_mbarrier_checker_accepts_the_cluster_protocol(persistent):
-    check_schedule(lowered(persistent=persistent))
+def test_the_mbarrier_checker_accepts_the_cluster_protocol(persistent, cluster):
+    check_schedule(lowered(persistent=persistent, cluster=cluster))
 
 
 def test_a_persistent_pair_walks_pairs_of_m_tiles():
@@ -102,6 +131,11 @@ def test_a_persistent_pair_walks_pairs_of_m_tiles():
     # 33 x 8 tiles: 17 x 8 = 136 pairs for 66 clusters (132 SMs); an odd SM count drops one.
     assert launch_grid([33, 8], kernel, multiprocessors=132) == (132, 1, 1)
     assert launch_grid([33, 8], kernel, multiprocessors=131) == (130, 1, 1)
+    # In fours: 33 M tiles are 9 clusters' worth a column, 72 for 33 clusters of 4 blocks.
+    four = lowered(persistent=True, cluster=4)
+    assert launch_grid([33, 8], four, multiprocessors=132) == (132, 1, 1)
+    assert launch_grid([5, 4], four, multiprocessors=132) == (32, 1, 1)
+    assert launch_grid([33, 8], four, multiprocessors=131) == (128, 1, 1)
     ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2,
                                            persistent=True, **TILE)
     producer = ptx[ptx.index("setmaxnreg.dec"):ptx.index("setmaxnreg.inc")]
@@ -118,6 +152,7 @@ def test_the_raster_group_counts_rows_of_tiles_not_pairs(persistent):
     """Grouped order over pairs of M tiles: raster_group=16 groups 8 pairs (16 rows of
     tiles, as without a cluster), not 16 pairs (32 rows: 13% more DRAM traffic at 4096^3)."""
     assert [cluster_group(g, 2) for g in (1, 2, 3, 8, 16)] == [1, 1, 2, 4, 8]
+    assert [cluster_group(g, 4) for g in (1, 2, 3, 8, 16)] == [1, 1, 1, 2, 4]
     compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=3, cluster=2,
                                                     persistent=persistent, raster_group=16,
                                                     **TILE)
@@ -160,15 +195,24 @@ def test_a_pair_half_past_m_keeps_the_m_mask_of_its_stores(persistent):
         return store.attrs["masked"]
     assert masks(2, 640) == [True, False]
     assert masks(2, 768) == masks(1, 640) == [False, False]
+    # In fours, 768 rows (6 tiles) leave two blocks of the second cluster past M. 1024 (two
+    # whole clusters) keeps the mask too: a launch's spec records the powers of two a size
+    # divides up to 256 (MAX_DIVISOR), so the classes of shapes it compiles for stay few,
+    # and 512 rows a cluster are past what it proves.
+    assert masks(4, 768) == masks(4, 1024) == [True, False]
 
 
-def test_an_empty_barrier_counting_one_block_is_caught():
-    """Counting only this block's consumers, a stage looks free before every consumer has
-    read it: the checker reports the refill racing the read."""
-    kernel = lowered()
+@CLUSTERS
+def test_an_empty_barrier_counting_one_block_is_caught(cluster):
+    """Counting only this block's consumers, a stage looks free before every consumer of
+    the cluster has read it: in a pair the checker reports the refill racing the read; in
+    a cluster of 4 the 8 hand-backs complete the phase four times over, and the producer's
+    parity waits lose step with it: a deadlock."""
+    kernel = lowered(cluster=cluster)
     _, empty = ops_named(kernel, ALLOC)
     empty.attrs["count"] = 2
-    with pytest.raises(HazardError, match="is refilled while consumer warpgroup"):
+    caught = "is refilled while consumer warpgroup" if cluster == 2 else "deadlock"
+    with pytest.raises(HazardError, match=caught):
         check_schedule(kernel)
 
 
@@ -215,7 +259,9 @@ def test_cluster_needs_the_warp_specialized_path():
 
 @pytest.mark.parametrize("options, message", [
     (dict(cluster=3), "cluster must be one of"),
+    (dict(cluster=8), "cluster must be one of"),
     (dict(cluster=2, blocks_per_sm=2), "cannot be combined with blocks_per_sm=2"),
+    (dict(cluster=4, blocks_per_sm=2), "cluster=4 runs with one block per SM"),
 ])
 def test_bad_cluster_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):

@@ -159,13 +159,14 @@ def test_generated_kernels_cover_the_new_parts():
 
 
 def test_batched_clusters_generated_compile_and_assemble():
-    """The generator's batched programs in clusters of two (one tile a block and
+    """The generator's batched programs in clusters of two and four (one tile a block and
     persistent, the schedules it draws: HOPPER_SCHEDULES) compile for every target,
     sm_90a with the cluster, and ptxas assembles them: the first generated batched
-    program given a schedule (so on the wgmma path) that compiles without it, under both
-    cluster schedules."""
+    program given a schedule (so on the wgmma path) that compiles without it, under every
+    cluster schedule."""
     clusters = [s for s in fuzz_programs.HOPPER_SCHEDULES if s.get("cluster")]
-    assert {s.get("persistent", False) for s in clusters} == {False, True}
+    assert {(s["cluster"], s.get("persistent", False)) for s in clusters} == \
+        {(2, False), (2, True), (4, False), (4, True)}
     rng = random.Random(5)
     wgmma = (p for p in (fuzz_programs.generate_matmul(rng, i) for i in range(1000))
              if p.batched and p.hopper_options and "int8" not in p.features

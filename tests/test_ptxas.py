@@ -320,6 +320,19 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
          persistent=True)
     for sample, dtype, shapes in (("matmul", "f16", DIVISIBLE), ("matmul_bt", "bf16", RAGGED),
                                   ("gemm_epilogue", "bf16", RAGGED))] + [
+    # Clusters of 4: a quarter of B's rows a block, multicast to four, three remote
+    # hand-backs; one tile a block, persistent, pingpong, split along K, batched, swapped.
+    case(sample, dtype, "sm_90a", shapes, BK=64, cluster=4, **more)
+    for sample, dtype, shapes, more in (
+        ("matmul", "f16", RAGGED, dict(BM=64, BN=128, stages=6)),
+        ("matmul_bt", "bf16", DIVISIBLE, dict(BM=128, BN=256, stages=3)),
+        ("gemm_epilogue", "f16", RAGGED, dict(BM=128, BN=128, stages=4, persistent=True,
+                                              raster_group=16)),
+        ("matmul", "bf16", RAGGED, dict(BM=64, BN=224, stages=5, persistent=True,
+                                        consumers="pingpong")),
+        ("matmul", "f16", RAGGED, dict(BM=64, BN=128, stages=6, split_k=2)),
+        ("bmm", "f16", RAGGED, dict(BM=128, BN=256, stages=3, persistent=True)),
+        ("matmul", "f16", RAGGED, dict(BM=152, BN=128, stages=4, swap_product="always")))] + [
     # Pingpong consumers: a 64-row tile a warpgroup, the two taking the tiles in turn
     # (named-barrier hand-over, a staging tile each), alone and in clusters of two.
     case(sample, dtype, "sm_90a", shapes, BM=64, BN=bn, BK=64, stages=stages,

@@ -186,23 +186,24 @@ def test_split_k_is_refused_beside_persistent_blocks() -> None:
 
 @pytest.mark.parametrize("m", [256, 300], ids=["pairs", "a-block-past-m"])
 @pytest.mark.parametrize("swap", [False, True], ids=["plain", "swapped"])
-def test_slices_in_clusters_agree_with_the_reference_at_every_stage(m, swap) -> None:
-    """A cluster's pair runs one slice of two M tiles, sharing B's tile (the swapped A):
-    both blocks take the same K steps and either may be its tile's last. 300 rows are 3 M
-    tiles (the executor runs the grid's tiles; on the GPU the second pair's second block,
-    past M, meets in a slot of its own: test_split_k_gpu.py)."""
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_slices_in_clusters_agree_with_the_reference_at_every_stage(m, swap, cluster) -> None:
+    """A cluster's blocks run one slice of as many M tiles, sharing B's tile (the swapped
+    A): all take the same K steps and any may be its tile's last. 300 rows are 3 M tiles
+    (the executor runs the grid's tiles; on the GPU the second pair's second block, past M,
+    meets in a slot of its own: test_split_k_gpu.py)."""
     (function,) = load_file(SAMPLES / "matmul.py").values()
     shapes = dict(M=m, N=130, K=200)
     consts = dict(BM=104 if swap else 128, BN=64, BK=64)
     swapping = dict(swap_product="always") if swap else {}
     if m == 300 and swap:
         shapes["M"] = 310  # 3 M tiles of 104
-    options = launch_options(shapes, arch="sm_90a", stages=3, split_k=3, cluster=2,
+    options = launch_options(shapes, arch="sm_90a", stages=3, split_k=3, cluster=cluster,
                              **swapping)
     report = bisect(function, consts, options, shapes)
     assert report.first_bad is None, report.table()
     last = report.stages[-1].ir
-    assert "split.reduce" in last and "multicast = 2" in last
+    assert "split.reduce" in last and f"multicast = {cluster}" in last
 
 
 # -- launch ------------------------------------------------------------------------------
@@ -227,6 +228,9 @@ def test_the_workspace_holds_a_block_tile_per_slice_and_a_counter_per_tile() -> 
     # In clusters of 2, 3 M tiles are 2 pairs: a slot and a counter for the fourth's block.
     paired = compiled_kernel(split_k=4, BM=64, BN=64, BK=64, arch="sm_90a", cluster=2)
     assert workspace_size(paired, [3, 5]).counter_bytes == 4 * 5 * 4
+    # In fours, 5 M tiles are 2 clusters: slots and counters for 8 blocks' tiles.
+    fours = compiled_kernel(split_k=4, BM=64, BN=64, BK=64, arch="sm_90a", cluster=4)
+    assert workspace_size(fours, [5, 5]).counter_bytes == 8 * 5 * 4
 
 
 def test_the_workspace_is_two_hidden_pointers_after_the_symbols() -> None:

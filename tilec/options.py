@@ -31,7 +31,7 @@ MAX_SPLIT_K = 64
 # Which products passes/swap_product.py computes transposed: Options.swap_product.
 SWAP_PRODUCTS = ("auto", "always")
 BLOCKS_PER_SM = (1, 2)
-CLUSTER_SIZES = (1, 2)  # blocks per cluster along M (sm_90a)
+CLUSTER_SIZES = (1, 2, 4)  # blocks per cluster along M (sm_90a)
 # Rows of the block tile a wgmma consumer warpgroup owns (sm_90a): one m64 instruction per
 # k step, or two.
 WARPGROUP_ROWS = (64, 128)
@@ -169,11 +169,11 @@ class Options:
     # Warp-specialized (sm_90a) kernels: a grid of one block per SM (times blocks_per_sm)
     # looping over the output tiles, so one tile's epilogue overlaps the next one's loads.
     persistent: bool = False
-    # Warp-specialized (sm_90a) kernels: blocks per thread-block cluster, along M. With 2,
-    # the two blocks of a cluster share their B tile (the swapped product's A, which is B):
-    # each loads half of it with TMA and multicasts it to both, halving B's traffic from
-    # L2. With persistent=True the pair
-    # walks the output tiles together, a pair of M tiles of one N column at a time.
+    # Warp-specialized (sm_90a) kernels: blocks per thread-block cluster, along M. With 2 or
+    # 4, the blocks of a cluster share their B tile (the swapped product's A, which is B):
+    # each loads 1/cluster of its rows with TMA and multicasts them to all, dividing B's
+    # traffic from L2 by the cluster. With persistent=True the cluster walks the output
+    # tiles together, a cluster's M tiles of one N column at a time.
     cluster: int = 1
     # Persistent warp-specialized (sm_90a) kernels: "cooperative", the tile's consumer
     # warpgroups share each tile (warpgroup_rows each); "pingpong", two consumer warpgroups
@@ -242,8 +242,8 @@ class Options:
                              f"{self.l2_prefetch!r}")
         if self.cluster > 1 and self.blocks_per_sm > 1:
             # Not run on a GPU together: refused rather than risk a hang.
-            raise ValueError("cluster=2 runs with one block per SM: it cannot be combined "
-                             "with blocks_per_sm=2")
+            raise ValueError(f"cluster={self.cluster} runs with one block per SM: it cannot "
+                             "be combined with blocks_per_sm=2")
         if self.consumers == "pingpong" and (not self.persistent or self.blocks_per_sm > 1):
             # The warpgroups alternate over a persistent block's tiles: one tile a block
             # leaves nothing to alternate over, and two blocks an SM already overlap.

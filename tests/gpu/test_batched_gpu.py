@@ -312,7 +312,7 @@ def test_persistent_wgmma_16_bit_outputs_with_misaligned_rows(hopper, dtype):
 def assert_batched_cluster(function, a, b, c, persistent, **options) -> None:
     compiled = function.prepare(a, b, c, persistent=persistent, **options).compiled
     roles = compiled.kernel.schedule.roles
-    assert roles.cluster == 2 and roles.persistent == persistent, roles
+    assert roles.cluster == options["cluster"] and roles.persistent == persistent, roles
     multicasts = [line for line in compiled.ptx.splitlines() if ".multicast::cluster" in line]
     assert multicasts and all(".3d." in line for line in multicasts)
 
@@ -335,6 +335,22 @@ def test_clusters_pair_m_tiles_within_each_batch(hopper, out, shape, tiles, dtyp
     function = bmm(dtype, out)
     a, b, c = operands(*shape, dtype, out=out)
     options = dict(arch="sm_90a", cluster=2, **tiles)
+    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
+    assert_batched_cluster(function, a, b, c, persistent, **options)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shared", ["", "B"])
+def test_clusters_of_four_group_m_tiles_within_each_batch(hopper, shared, shape, dtype,
+                                                          persistent):
+    """cluster=4 on a batched program, 16-bit C: the four multicast one batch's B tile (or,
+    with a batch stride of 0, the one matrix); 3 and 5 M tiles a batch leave one and three
+    blocks of a batch's last cluster past M."""
+    function = bmm(dtype, dtype)
+    a, b, c = operands(*shape, dtype, shared=shared, out=dtype)
+    options = dict(arch="sm_90a", cluster=4, **HOPPER_TILES[1])
     check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
     assert_batched_cluster(function, a, b, c, persistent, **options)
 

@@ -495,6 +495,24 @@ def test_persistent_clusters_walk_pairs_of_tiles(shape, name, dtype):
                   BM=128, BN=256, BK=64)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("schedule", [
+    dict(BM=64, BN=128, stages=6),
+    dict(BM=128, BN=256, stages=3, persistent=True, raster_group=16),
+    dict(BM=64, BN=224, stages=5, persistent=True, consumers="pingpong"),
+    dict(BM=64, BN=128, stages=6, split_k=2),
+], ids=["64x128", "128x256-persistent", "64x224-pingpong", "64x128-split2"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (300, 520, 1030), (2500, 2048, 512)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_clusters_of_four_blocks_share_b(shape, schedule, name, dtype):
+    """cluster=4: each block loads a quarter of every B stage's rows and multicasts them to
+    all four, handing each stage back to every block. 1000 rows are 16 tiles of 64 (8 of
+    128: two clusters, the second's last block past M), 300 are 5 of 64 (the second cluster's
+    last three past M); 2500x2048 gives the persistent clusters several tiles each."""
+    run_and_check(name, dtype, shape, cluster=4, BK=64, **schedule)
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("raster_group", [1, 3, 16])
 @pytest.mark.parametrize("shape", [(4224, 2048, 256), (1000, 1003, 77)],

@@ -171,9 +171,9 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "tiles, so one tile's epilogue overlaps the next one's loads")),
     "cluster": ("--cluster", dict(
         type=int, choices=CLUSTER_SIZES, metavar="N",
-        help="sm_90a warp-specialized kernels: blocks per thread-block cluster along M (2: "
-        "the pair loads its B tile once, multicasting each half to both; swapped, B's tile "
-        "is the product's A)")),
+        help="sm_90a warp-specialized kernels: blocks per thread-block cluster along M (2 or "
+        "4: the cluster loads its B tile once, each block a share of its rows multicast to "
+        "all; swapped, B's tile is the product's A)")),
     "consumers": ("--consumers", dict(
         choices=CONSUMER_MODES, help="sm_90a persistent kernels: cooperative (the consumer "
         "warpgroups share each tile, the default) or pingpong (two warpgroups each own a "

@@ -355,12 +355,13 @@ def _cluster_walk(kernel: Kernel) -> str:
             f"column; clusters in grouped order, {pairs} a group ({group} rows of tiles, the "
             "raster group)")
     if roles.persistent:
-        text += ("; persistent: both blocks walk the same clusters' tiles and ring "
-                 "iterations")
+        text += (f"; persistent: the {roles.cluster} blocks walk the same clusters' tiles "
+                 "and ring iterations")
     if grid.attrs.get("batch_axis") is not None:
-        text += ("; a batch's M tiles pair within it (its B tile is one batch's): an odd "
-                 "count leaves the last cluster's second block past M in every batch, "
-                 "loading its half of B for its peer and storing nothing")
+        text += (f"; a batch's M tiles go {roles.cluster} a cluster within it (its B tile "
+                 f"is one batch's): a count not a multiple of {roles.cluster} leaves the last "
+                 "cluster's last blocks past M in every batch, each loading its share of B "
+                 "for its peers and storing nothing")
     return text
 
 

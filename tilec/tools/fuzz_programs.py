@@ -16,10 +16,11 @@ ARCHS = ("sm_80", "sm_86", "sm_90", "sm_90a")
 # The sm_90a schedule knobs, tried on the warp-specialized path only (other targets take
 # none of them); a program gets one of these beside its other options.
 HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2},
-                    {"persistent": True, "cluster": 2}, {"blocks_per_sm": 2})
+                    {"persistent": True, "cluster": 2}, {"blocks_per_sm": 2}, {"cluster": 4},
+                    {"persistent": True, "cluster": 4})
 # Those a split-K program takes: its slices are blocks of their own, one tile each (a
-# cluster's pair on one slice).
-SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2}, {"cluster": 2})
+# cluster's blocks on one slice).
+SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2}, {"cluster": 2}, {"cluster": 4})
 PINGPONG = {"persistent": True, "consumers": "pingpong"}
 
 
