@@ -224,16 +224,18 @@ def _with_grid_line(old: str, new: str):
     return load_file(source, text=text.replace(old, new))["matmul"]
 
 
-def test_a_grid_pairing_n_tiles_shares_a() -> None:
-    """``for n, m in grid(...)`` folds N tiles first: the pair takes two N tiles, whose A
-    tile is one, so A is the tile multicast (B's moves along n)."""
+@CLUSTERS
+def test_a_grid_pairing_n_tiles_shares_a(cluster) -> None:
+    """``for n, m in grid(...)`` folds N tiles first: the cluster takes consecutive N tiles,
+    whose A tile is one, so A is the tile multicast (B's moves along n)."""
     program = _with_grid_line("for m, n in grid(cdiv(M, BM), cdiv(N, BN)):",
                               "for n, m in grid(cdiv(N, BN), cdiv(M, BM)):")
     kernel = run_pipeline(program.lower(**{**TILE, "BN": 128}),
-                          Options(arch="sm_90a", stages=3, cluster=2)).kernel
+                          Options(arch="sm_90a", stages=3, cluster=cluster)).kernel
     loads = {op.attrs["tensor"]: op for op in ops_named(kernel, LOAD)}
-    assert loads["A"].attrs["multicast"] == 2 and "multicast" not in loads["B"].attrs
-    assert tensor_map_box(kernel, "A") == (64, 64, 128)  # half of A's 128 rows a block
+    assert loads["A"].attrs["multicast"] == cluster and "multicast" not in loads["B"].attrs
+    # 1/cluster of A's 128 rows a block
+    assert tensor_map_box(kernel, "A") == (64, 128 // cluster, 128)
     check_schedule(kernel)
     check_product("matmul", kernel, np.random.default_rng(5))
 

@@ -173,11 +173,12 @@ def test_epilogues_with_vectors_c_loads_and_math_transpose(epilogues) -> None:
     (dict(BM=128, BN=64, BK=128), dict(persistent=True, consumers="pingpong")),
     (dict(BM=256, BN=64, BK=128), dict(raster_group=4)),
     (dict(BK=128), dict(cluster=2)),
-], ids=["split-k", "stream-k", "pingpong", "256x64", "cluster"])
+    (dict(BK=128), dict(cluster=4, persistent=True)),
+], ids=["split-k", "stream-k", "pingpong", "256x64", "cluster", "cluster4"])
 def test_the_swapped_product_in_the_schedules_of_wgmma(consts, options) -> None:
-    """Split-K slices, stream-K parts, pingpong turns and a cluster's pairs (sharing W, the
-    swapped A) over the swapped product, in the executor against float64 (one rounding per
-    wgmma, then one to f16)."""
+    """Split-K slices, stream-K parts, pingpong turns and a cluster's blocks (sharing W, the
+    swapped A; in pairs, and persistent in fours) over the swapped product, in the executor
+    against float64 (one rounding per wgmma, then one to f16)."""
     rng = np.random.default_rng(23)
     m, n, k = 150, 300, 520
     a = rng.standard_normal((m, k)).astype(np.float16)
@@ -221,15 +222,16 @@ def test_always_swaps_a_plain_product_its_rows_along_wgmma_n(name) -> None:
     assert roles["A"].k_major == (name == "matmul_bt")
 
 
-def test_a_cluster_shares_the_swapped_a_the_programs_b() -> None:
-    """A pair of blocks along m shares B's tile, the swapped product's A: that is the
-    operand TMA multicasts, half of its box's rows a block."""
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_a_cluster_shares_the_swapped_a_the_programs_b(cluster) -> None:
+    """The blocks of a cluster along m share B's tile, the swapped product's A: that is the
+    operand TMA multicasts, 1/cluster of its box's rows a block."""
     kernel = run_pipeline(sample("matmul").lower(BM=152, BN=128, BK=64),
-                          Options(arch="sm_90a", swap_product="always", cluster=2)).kernel
-    assert kernel.schedule.swap.swapped and kernel.schedule.roles.cluster == 2
+                          Options(arch="sm_90a", swap_product="always", cluster=cluster)).kernel
+    assert kernel.schedule.swap.swapped and kernel.schedule.roles.cluster == cluster
     loads = {op.attrs["tensor"]: op for op in kernel.walk() if op.name == LOAD}
-    assert loads["B"].attrs["multicast"] == 2 and "multicast" not in loads["A"].attrs
-    assert tensor_map_box(kernel, "B") == (64, 32, 128)  # B.T's 64 k rows, halved
+    assert loads["B"].attrs["multicast"] == cluster and "multicast" not in loads["A"].attrs
+    assert tensor_map_box(kernel, "B") == (64, 64 // cluster, 128)  # B.T's 64 k rows, shared
 
 
 def test_auto_leaves_plain_products_alone() -> None:

@@ -403,12 +403,14 @@ def test_clusters_of_two_blocks_share_b(shape, tiles, name, dtype):
                          ids=["one-tile", "persistent", "split2"])
 @pytest.mark.parametrize("shape", [(1000, 1100, 77), (520, 300, 1030), (2048, 2304, 256)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_clusters_over_an_n_major_grid_share_a(shape, schedule, name, dtype):
-    """``for n, m in grid(...)``: the pair takes two N tiles and multicasts their one A tile.
-    1100 and 300 columns are an odd number of 128-column tiles (9 and 3), so the last pair's
-    second block lies past N, loading zeros and storing nothing while its half of A still
-    reaches its peer; 2048x2304 gives the persistent pairs several tiles each."""
-    run_and_check(name, dtype, shape, n_major=True, stages=4, cluster=2,
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_clusters_over_an_n_major_grid_share_a(cluster, shape, schedule, name, dtype):
+    """``for n, m in grid(...)``: the cluster takes consecutive N tiles and multicasts their
+    one A tile. 1100 and 300 columns are an odd number of 128-column tiles (9 and 3), so the
+    last cluster's last blocks lie past N, loading zeros and storing nothing while their
+    share of A still reaches their peers; 2048x2304 gives the persistent clusters several
+    tiles each."""
+    run_and_check(name, dtype, shape, n_major=True, stages=4, cluster=cluster,
                   BM=128, BN=128, BK=64, **schedule)
 
 
