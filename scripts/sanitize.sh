@@ -169,6 +169,14 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" matmul bf16 "$RAGGED_IN_PLACE" $HOPPER_BIG --cluster 2
         hopper "$tool" gemm_epilogue f16 "$RAGGED_IN_PLACE" $HOPPER_MID --cluster 2
     done
+    # Clusters of four (a quarter of B's rows a block, three remote hand-backs): 300 rows
+    # are 5 M tiles of 64, the second cluster's last three blocks past M; persistent pingpong
+    # in fours over 2100 rows (33 M tiles of 64).
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=64 BN=128 BK=64 --stages 6 --cluster 4
+        hopper "$tool" gemm_epilogue bf16 "M=2100,N=1000,K=200" BM=64 BN=224 BK=64 --stages 5 \
+            --persistent --consumers pingpong --cluster 4
+    done
     for tool in racecheck synccheck; do
         hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_MID
         hopper "$tool" matmul f16 "$RAGGED_PACKED" $HOPPER_BIG
