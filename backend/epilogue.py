@@ -254,7 +254,8 @@ def _store(ctx: Context, op: Op) -> None:
                                  PtxAddresses(ctx))
     w = ctx.w
     if (eb == 2 and ctx.options.misaligned_store == "pairs"
-            and _rows_contiguous(ctx, op.operands[0]) and not _pairs_contiguous(ctx, op.operands[0])):
+            and _rows_contiguous(ctx, op.operands[0])
+            and not _pairs_contiguous(ctx, op.operands[0])):
         _store_pairs_where_aligned(ctx, op, regs, elements)
         return
     # 1-byte elements (i8) are stored one by one: a pair is a 16-bit store of two b16

@@ -11,8 +11,9 @@ The processes run this interpreter (``sys.executable``) unless ``--python`` name
 command: ``--python ~/.pyenv/shims/python`` adds a pyenv shim's own start (a shell script
 that execs the interpreter, about 0.07 s here), as a ``python -m tilec`` typed at a pyenv
 shell pays.
-They import the checkout this script sits in (``PYTHONPATH``), not an installed tilec. Modules are read from ``__pycache__`` when it is there: with PYTHONDONTWRITEBYTECODE
-set, run ``python -m compileall -q tilec passes backend`` first for the figure an installed
+They import the checkout this script sits in (``PYTHONPATH``), not an installed tilec.
+Modules are read from ``__pycache__`` when it is there: with PYTHONDONTWRITEBYTECODE set,
+run ``python -m compileall -q tilec passes backend`` first for the figure an installed
 package gives (otherwise every import compiles its source).
 """
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A small model of the PTX the pack kernel is made of (backend/pack.py's, and what LLVM
-makes of backend/llvm/pack.py's IR), to run its emitted text on the CPU, thread by thread: the pack kernel has no shared memory and no barrier, so
-its threads are independent and each can run alone to its ``ret``.
+makes of backend/llvm/pack.py's IR), to run its emitted text on the CPU, thread by thread:
+the pack kernel has no shared memory and no barrier, so its threads are independent and each
+can run alone to its ``ret``.
 
 Only the instructions the pack kernel uses are modelled (an unknown one is an error, so the
 model cannot silently skip what it does not know), on integer registers of their declared

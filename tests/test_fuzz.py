@@ -106,10 +106,11 @@ def test_evaluate_sums_int8_exactly_and_wraps_to_32_bits():
                            tiles=(16, 16, 32), epilogue=("acc",))
     a = np.full((1, 3), 127.0)
     b = np.full((1, 3), -128.0)  # stored [N, K], read as B.T
-    assert fuzz_programs.evaluate(program, {"A": a, "B": b, "C": np.zeros((1, 1))}, {})[0, 0] == -48768
+    got = fuzz_programs.evaluate(program, {"A": a, "B": b, "C": np.zeros((1, 1))}, {})
+    assert got[0, 0] == -48768
     # 2^31 + 1 wraps as the integer mma does.
-    wide = fuzz_programs.evaluate(program, {"A": np.full((1, 1), 2.0 ** 31 + 1), "B": np.ones((1, 1)),
-                                   "C": np.zeros((1, 1))}, {})
+    wide = fuzz_programs.evaluate(program, {"A": np.full((1, 1), 2.0 ** 31 + 1),
+                                            "B": np.ones((1, 1)), "C": np.zeros((1, 1))}, {})
     assert wide[0, 0] == -2.0 ** 31 + 1
 
 

@@ -120,7 +120,8 @@ def test_strided_columns_and_zero_rows_of_a_padded_k(itemsize, backend):
 @BACKENDS
 def test_a_row_shorter_than_a_vector_and_a_vector_past_the_row(backend):
     source = bits((2, 3), 1, seed=7)  # 3 bytes a row: one vector, 13 of its bytes zeros
-    out, packed = run_pack(source, 1, skew=13, backend=backend)  # the 3 bytes straddle a 16-byte boundary
+    # the 3 bytes straddle a 16-byte boundary
+    out, packed = run_pack(source, 1, skew=13, backend=backend)
     np.testing.assert_array_equal(out, expected(source, packed))
 
 

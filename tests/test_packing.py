@@ -618,7 +618,8 @@ def test_describe_compiled_mentions_the_packing():
     packing = plan("matmul", matmul_args(4095, 4097, 4093))
     assert describe_compiled(compiled) == "128x128x32 mma.sync warps 2x2 stages 3"
     assert describe_compiled(compiled, packing) == (
-        "128x128x32 mma.sync warps 2x2 stages 3, A packed to stride 4096 (rows were 2-byte aligned), "
+        "128x128x32 mma.sync warps 2x2 stages 3, "
+        "A packed to stride 4096 (rows were 2-byte aligned), "
         "B packed to stride 4160 (rows were 2-byte aligned), K padded to 4096 with zeros")
 
 

@@ -268,7 +268,8 @@ def test_cuda_array_interface_byte_strides_become_element_strides() -> None:
 def test_cuda_array_interface_uint8_bits_for_an_fp8_parameter(strides) -> None:
     """A GPU uint8 array (CuPy's, say) holds fp8 bits; it used to fail with KeyError 'u8'."""
     arg = as_array_arg(FakeCudaArray((4, 77), "|u1", strides=strides), "W", "f8e4m3", 2)
-    assert (arg.dtype, arg.shape, arg.strides) == ("f8e4m3", (4, 77), (strides or (77,))[0:1] + (1,))
+    expected_strides = (strides or (77,))[0:1] + (1,)
+    assert (arg.dtype, arg.shape, arg.strides) == ("f8e4m3", (4, 77), expected_strides)
     with pytest.raises(TypeError, match="argument 'W': expected dtype i8"):
         as_array_arg(FakeCudaArray((4, 77), "|u1"), "W", "i8", 2)
 

@@ -42,8 +42,8 @@ def swapped(activations: str = "f16", weights: str = "i8"):
 
 # 1x1x1: rows too short for TMA and too small to pack, so the launch converts W and the f16
 # product runs on mma.sync (defaults only). 1000x1003x77 and 333x517x4099: rows misaligned
-# but large enough to pack, so the launch packs both operands as they are (W in 8 bits). The large shapes: defaults only (their float64
-# reference is the slow part).
+# but large enough to pack, so the launch packs both operands as they are (W in 8 bits). The
+# large shapes: defaults only (their float64 reference is the slow part).
 CASES = [(shape, config) for shape in SHAPES for config in CONFIGS
          if not config or shape != (1, 1, 1) and shape[0] * shape[1] * shape[2] < 2 ** 31]
 

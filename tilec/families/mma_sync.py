@@ -347,7 +347,8 @@ CONVERT_PTX: dict[tuple[DType, DType], tuple[str, ...]] = {
 # above), exact: e4m3's 3 and e5m2's 2 mantissa bits fit bf16's 7, and their exponents
 # (2**-9 .. 448, 2**-16 .. 57344) bf16's range.
 for _fp8, _name in ((F8E4M3, "e4m3x2"), (F8E5M2, "e5m2x2")):
-    CONVERT_PTX[_fp8, F16] = ("mov.b32 {{{lo}, {hi}}}, {r};", f"cvt.rn.f16x2.{_name} {{d}}, {{lo}};")
+    CONVERT_PTX[_fp8, F16] = ("mov.b32 {{{lo}, {hi}}}, {r};",
+                              f"cvt.rn.f16x2.{_name} {{d}}, {{lo}};")
     CONVERT_PTX[_fp8, BF16] = ("mov.b32 {{{lo}, {hi}}}, {r};",
                                f"cvt.rn.f16x2.{_name} {{p}}, {{lo}};",
                                "mov.b32 {{{lo}, {hi}}}, {p};", "cvt.f32.f16 {x}, {lo};",

@@ -6,11 +6,11 @@ A consumer warpgroup (4 warps) owns 64 rows of the block tile and all of its BN 
 BM / 64 warpgroups cover the block. With ``warpgroup_rows=128`` it owns 128 rows, in two m64
 strips with accumulators of their own (BM / 128 warpgroups). Per stage of BK, one
 ``wgmma.mma`` op issues ``wgmma.fence``, one ``wgmma.mma_async`` per k16 step and strip,
-``wgmma.commit_group`` and ``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA (the ``tma`` movement
-family) in one of its swizzles: slabs of 128-, 64- or 32-byte rows whose 16-byte chunks are
-XOR-ed by the row within each 8-row atom, which are the descriptors' SW128, SW64 and SW32
-canonical layouts (PTX ISA 9.7.15.5.1.2). The widest span the tile's rows take is the
-default; the swizzle pass chooses among them.
+``wgmma.commit_group`` and ``wgmma.wait_group 0`` (PTX ISA 9.7.15). Operands are fed by TMA
+(the ``tma`` movement family) in one of its swizzles: slabs of 128-, 64- or 32-byte rows
+whose 16-byte chunks are XOR-ed by the row within each 8-row atom, which are the
+descriptors' SW128, SW64 and SW32 canonical layouts (PTX ISA 9.7.15.5.1.2). The widest span
+the tile's rows take is the default; the swizzle pass chooses among them.
 
 Here: the accumulator layout (:class:`WgmmaLayout`: per warp exactly mma.sync's m16n8 C
 fragments along n, so the epilogue is the mma family's), the descriptor fields

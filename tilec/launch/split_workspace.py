@@ -5,9 +5,9 @@ set back to zero by the block that reads the part).
 A workspace is two device buffers: the partial sums (4-byte f32 or i32 words, one block tile
 per output tile and slice) and one u32 counter per output tile. The counters are zeroed when
 the buffer is made, and every launch leaves them zero again (the last block of a tile resets
-its counter), so a workspace is reused without a memset per launch. Two launches must not share one at the same
-time: a prepared launch owns its workspace; plain calls, which run on the legacy default
-stream one after another, share one per size (:func:`shared_workspace`).
+its counter), so a workspace is reused without a memset per launch. Two launches must not
+share one at the same time: a prepared launch owns its workspace; plain calls, which run on
+the legacy default stream one after another, share one per size (:func:`shared_workspace`).
 """
 from __future__ import annotations
 
