@@ -5,9 +5,10 @@
 #   bash scripts/gpu_check.sh [benchmark arguments...]
 #
 # GPU_TESTS=0 skips the tests, BENCH=0 skips the benchmark, SANITIZE=0 the compute-sanitizer
-# runs (scripts/sanitize.sh), SHARDS=N and SANITIZE_BESIDE=1 as said below. Logs go to $OUT (default ./out),
-# which the device tool brings back. The exit status is the tests' if they failed, else the
-# benchmark's: a failing test must not hide the benchmark numbers, so both always run.
+# runs (scripts/sanitize.sh), SHARDS=N and SANITIZE_BESIDE=1 as said below. Logs go to $OUT
+# (default ./out), which the device tool brings back. The exit status is the tests' if they
+# failed, else the benchmark's: a failing test must not hide the benchmark numbers, so both
+# always run.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 

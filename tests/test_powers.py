@@ -88,7 +88,8 @@ def test_repeated_squaring_takes_few_multiplies(n, multiplies):
 
 
 def test_ptxas_takes_a_kernel_with_powers(tmp_path):
-    text = HEADER + """def gemm(A: f16[M, K], B: f16[K, N], C: f16[M, N], s: f32, BM=64, BN=64, BK=32):
+    text = HEADER + """def gemm(A: f16[M, K], B: f16[K, N], C: f16[M, N], s: f32,
+         BM=64, BN=64, BK=32):
     for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
         acc = zeros([BM, BN], f32)
         for k in range(0, K, BK):
