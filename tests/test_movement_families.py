@@ -16,7 +16,6 @@ from tilec.families.movement import CompletionWords, MovementFamily, PipelineOps
 from tilec.families.movements import (FAMILY_OF_OP, MOVEMENT_FAMILIES, STAGE_WRITERS,
                                       pipeline_family)
 from tilec.kernel import load_file
-from tilec.options import Options
 
 from .test_abi import SAMPLES
 

@@ -18,7 +18,6 @@ from tilec.ir.arith import wrap
 from tilec.ir.core import Op
 from tilec.ir.types import BF16, F16, F32, FP8_DTYPES, I8, I32, PRED, DType
 from tilec.target.erfc import ERFC_P
-from tilec.target.layout import DistributedLayout
 
 from ..abi import PROGRAM_ROLES, BlobParam, PointerParam, bind_program_params
 from ..context import flatten
