@@ -786,6 +786,25 @@ def test_variants_are_columns_timed_in_the_same_run_with_their_own_flags(
     assert data["rows"][0]["contenders"]["tilec[st4]"]["status"] == "ok"
 
 
+@pytest.mark.parametrize("argv, names", [
+    ([], ["tilec", "cuBLAS", "Triton"]),
+    (["--no-triton"], ["tilec", "cuBLAS"]),
+    (["--no-triton", "--variant", "st4=--stages 4", "--backend", "llvm"],
+     ["tilec", "tilec[st4]", "tilec-llvm", "cuBLAS"]),
+    (["--epilogue", "bias_gelu"], ["tilec", "torch", "Triton"]),
+    (["--epilogue", "bias_gelu", "--no-triton"], ["tilec", "torch"]),
+])
+def test_no_triton_leaves_the_triton_columns_out(monkeypatch, argv, names):
+    """--no-triton: where Triton is installed, the run times tilec and cuBLAS (or the
+    epilogue's unfused torch) only; the variant and llvm columns stay in their places."""
+    monkeypatch.setattr(bench, "_triton_version", lambda: "3.6.0")
+    args = build_parser().parse_args(["bench", *argv])
+    options = {"backend": "llvm"} if "llvm" in argv else {}
+    contenders = bench.bench_contenders(args, NumpyArrays(), {}, options)
+    assert [contender.name for contender in contenders] == names
+    assert "backend" not in options  # the tilec column stays the PTX backend's
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--variant", "a=--stages 0"], "--variant a: argument --stages"),
     (["--variant", "a=--frobnicate"], "--variant a: unrecognized arguments: --frobnicate"),

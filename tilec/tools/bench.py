@@ -257,6 +257,10 @@ def add_arguments(parser: argparse.ArgumentParser, default_sizes: Optional[Seque
     parser.add_argument("--autotune", action="store_true",
                         help="autotune tilec over a small space per shape (cached on disk)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-triton", action="store_true",
+                        help="time tilec and cuBLAS only: Triton's first call on each shape "
+                        "compiles its kernel, seconds a row, which a run comparing tilec "
+                        "variants can spare")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every number here")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="draw TFLOP/s against size (needs matplotlib)")
@@ -380,6 +384,36 @@ def _check_w8a16_args(args: argparse.Namespace) -> None:
                            "--autotune is for the matmul rows")
 
 
+def bench_contenders(args: argparse.Namespace, arrays: Arrays, consts: dict[str, Any],
+                     options: dict[str, Any]) -> list[Contender]:
+    """The run's columns: tilec (and its variants, and the llvm backend's kernels under
+    ``--backend llvm``, the tilec column staying the PTX backend's), cuBLAS, and Triton where
+    it is installed and not ``--no-triton``; or the epilogue's or w8a16's own contenders.
+    ``options`` loses the backend's keys."""
+    llvm = {key: options.pop(key) for key in ("backend", "llvm_opt") if key in options}
+    triton = _triton_version() is not None and not args.no_triton
+    if _triton_version() is None:
+        print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
+              file=sys.stderr)
+    epilogue = getattr(args, "epilogue", None)
+    if epilogue is not None:
+        contenders = epilogue_contenders(arrays, consts, options, triton)
+    elif getattr(args, "w8a16", False):
+        contenders = w8a16_contenders(arrays, consts, options)
+    else:
+        accumulation = options.get("fp8_accumulation", "fast")
+        contenders = [TilecContender(consts, options, args.autotune),
+                      *_variant_contenders(args, consts, options)]
+        if llvm.get("backend") == "llvm":
+            contenders.append(LlvmTilecContender(consts, {**options, **llvm}, args.autotune))
+        contenders.append(CublasContender(arrays, accumulation))
+        if triton:
+            contenders.append(TritonContender(arrays))
+    for contender in contenders:
+        contender.c_dtype = args.c_dtype
+    return contenders
+
+
 def _triton_version() -> Optional[str]:
     """Triton's version, or None when it is not installed (no Triton contender then)."""
     try:
@@ -429,26 +463,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     timer, timer_name = make_timer(arrays, args.quick)
     device = current_device()
-    # --backend llvm: the tilec column stays the PTX backend's; the llvm backend's kernels
-    # (the same configurations) get a column of their own.
-    llvm = {key: options.pop(key) for key in ("backend", "llvm_opt") if key in options}
-    accumulation = options.get("fp8_accumulation", "fast")
-    contenders: list[Contender] = [TilecContender(consts, options, args.autotune),
-                                   CublasContender(arrays, accumulation)]
-    if llvm.get("backend") == "llvm":
-        contenders.insert(1, LlvmTilecContender(consts, {**options, **llvm}, args.autotune))
-    contenders[1:1] = _variant_contenders(args, consts, options)
-    if _triton_version() is not None:
-        contenders.append(TritonContender(arrays))
-    else:
-        print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
-              file=sys.stderr)
-    if epilogue is not None:
-        contenders = epilogue_contenders(arrays, consts, options, _triton_version() is not None)
-    if w8a16:
-        contenders = w8a16_contenders(arrays, consts, options)
-    for contender in contenders:
-        contender.c_dtype = args.c_dtype
+    contenders = bench_contenders(args, arrays, consts, options)
     report = Report(
         device={"name": device.name, "arch": device.arch, "sms": device.multiprocessor_count,
                 "l2_bytes": arrays.l2_bytes},
