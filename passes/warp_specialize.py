@@ -103,7 +103,7 @@ two blocks multicast B tiles of two batches.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tilec.families.products import family_of
 from tilec.families.stream_k import FIXUP, K_BEGIN, K_END
@@ -258,47 +258,89 @@ def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]
     return [view for view in views if view.result in used]
 
 
-def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
-    """The warp-specialized ring for ``kernel`` (a clone the caller owns)."""
+@dataclasses.dataclass
+class _Loads:
+    """The K loop's copies into shared memory, which the producer's TMA loads replace: their
+    views and ring buffers, the operands' TMA layouts, and the operand a cluster shares."""
+    copies: list[Op]
+    views: list[Value]
+    buffers: list[Value]
+    roles: list[str]
+    operands: tuple[OperandPlan, ...] = ()
+    shared: Optional[str] = None
+
+    @property
+    def by_role(self) -> dict[str, OperandPlan]:
+        return {op_plan.role: op_plan for op_plan in self.operands}
+
+
+@dataclasses.dataclass
+class _Ring:
+    """The ring's barriers and what every role's ops need of them."""
+    stages: int
+    full: Value
+    empty: Value
+    stage_bytes: int
+    cluster: int
+
+    @property
+    def arrive_attrs(self) -> dict:
+        return {"cluster": self.cluster} if self.cluster > 1 else {}
+
+
+def _ring_share(stages: int, options: Options) -> int:
+    """The shared memory a block's ring may take: its share of the SM's, less the
+    reservation and the barriers."""
+    return (SMEM_PER_SM // options.blocks_per_sm - SMEM_RESERVED_PER_BLOCK
+            - 2 * stages * BARRIER_BYTES)
+
+
+def _ring_loads(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> _Loads:
+    """The loop's copies, their buffers given ``stages`` stages in TMA's layouts: padded
+    128-byte slabs where the ring has room for them (the swizzle pass may pick another of
+    TMA's whole spans)."""
     plan: TilingPlan = kernel.schedule.tiling
-    family = family_of(plan)
-    body = loop.regions[0]
-    iv = body.args[0]
-    lb = loop.operands[0]
-    step = loop.attrs["step_const"]
-    copies = [op for op in body.ops if op.name == COPY]
+    copies = [op for op in loop.regions[0].ops if op.name == COPY]
     views = [c.operands[-1] for c in copies]
     buffers = [v.owner.operands[0] for v in views]
-    roles = [buffer.owner.attrs["role"] for buffer in buffers]
-    blocks = options.blocks_per_sm
-    share = SMEM_PER_SM // blocks - SMEM_RESERVED_PER_BLOCK - 2 * stages * BARRIER_BYTES
-    # TMA writes its boxes in swizzled slabs: the stages' layout from here on (the swizzle
-    # pass may pick another of TMA's whole spans).
+    loads = _Loads(copies, views, buffers, [buffer.owner.attrs["role"] for buffer in buffers])
     try:
-        operands = _tma_operands(plan, options, pad=True)
-        if stages * _stage_bytes(operands, plan) > share:
-            operands = _tma_operands(plan, options, pad=False)
+        loads.operands = _tma_operands(plan, options, pad=True)
+        if stages * _stage_bytes(loads.operands, plan) > _ring_share(stages, options):
+            loads.operands = _tma_operands(plan, options, pad=False)
     except ValueError as err:
         raise located(TileConfigError, str(err), dot.loc, kernel.source_lines) from None
-    by_role = {op_plan.role: op_plan for op_plan in operands}
-    for view, buffer, role in zip(views, buffers, roles):
+    by_role = loads.by_role
+    for view, buffer, role in zip(views, buffers, loads.roles):
         layout = by_role[role].layout
         buffer.type = buffer.type.with_(shape=(stages, *buffer.type.shape[1:]), layout=layout)
         buffer.owner.attrs["stages"] = stages
         view.type = view.type.with_(layout=layout)
-    consumer_warpgroups = plan.threads // WARPGROUP
-    pingpong = options.consumers == "pingpong"
-    if pingpong and consumer_warpgroups != 1:
+    return loads
+
+
+def _consumer_warpgroups(kernel: Kernel, dot: Op, options: Options) -> tuple[int, int]:
+    """The block's consumer warpgroups, and those that compute one tile (and so hand its
+    stages back): pingpong's block has two, each on tiles of its own."""
+    plan: TilingPlan = kernel.schedule.tiling
+    tile_warpgroups = plan.threads // WARPGROUP
+    if options.consumers != "pingpong":
+        return tile_warpgroups, tile_warpgroups
+    if tile_warpgroups != 1:
         raise located(TileConfigError, "consumers='pingpong' gives each consumer warpgroup a "
                       f"whole tile, but this {plan.block[0]}-row tile takes "
-                      f"{consumer_warpgroups} warpgroups", dot.loc, kernel.source_lines,
+                      f"{tile_warpgroups} warpgroups", dot.loc, kernel.source_lines,
                       "use a tile of one warpgroup's rows (BM=64 on wgmma, or BM=128 with "
                       "warpgroup_rows=128), or consumers='cooperative'")
-    # The warpgroups that compute one tile hand its stages back; pingpong's block has two,
-    # each on tiles of its own.
-    tile_warpgroups = consumer_warpgroups
-    if pingpong:
-        consumer_warpgroups = 2
+    return 2, tile_warpgroups
+
+
+def _check_ring_fits(kernel: Kernel, dot: Op, operands: Sequence[OperandPlan], stages: int,
+                     options: Options) -> int:
+    """One stage's bytes, where ``stages`` of them fit the block's share of shared memory."""
+    plan: TilingPlan = kernel.schedule.tiling
+    blocks = options.blocks_per_sm
+    share = _ring_share(stages, options)
     stage_bytes = _stage_bytes(operands, plan)
     if stages * stage_bytes > share:
         padded = [f"{o.role}'s {o.layout.slab * o.stored_bytes(plan.elem_bytes)}-byte"
@@ -312,13 +354,16 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       "use fewer stages, a smaller tile"
                       + (", or blocks_per_sm=1" if blocks > 1 else "")
                       + (", or a tma_swizzle the rows are whole spans of" if padded else ""))
+    return stage_bytes
 
-    # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
-    # made per tile (_views_per_tile).
-    batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
-                   if op.name == "tensor.batch"]
+
+def _cluster_shared(kernel: Kernel, loop: Op, loads: _Loads, options: Options) -> Optional[str]:
+    """The operand whose tile a cluster's blocks share (None without a cluster), once the
+    grid is one a cluster can group and the shares are whole swizzle atoms."""
+    if options.cluster == 1:
+        return None
     grid = find_grid(kernel)
-    if options.cluster > 1 and (grid is None or not grid.attrs.get("raster_group")):
+    if grid is None or not grid.attrs.get("raster_group"):
         # A cluster pairs M tiles where the grid folds its (M, N) tiles into CUDA's x
         # (backend/grid.py): a 2-D grid, or a batched one whose batch views all take one
         # axis (tiling's batch_axis). The blocks of a pair then share their batch too.
@@ -327,41 +372,52 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
                       "other axis is the batch index of every batched tensor; this grid is "
                       "neither", (grid or loop).loc, kernel.source_lines,
                       "compile without cluster")
-    shared = (_cluster_shared_role(kernel, grid, copies, roles, options.cluster)
-              if options.cluster > 1 else None)
-    cluster = options.cluster
-    if shared is not None:
-        _check_cluster_shares(kernel, copies[roles.index(shared)], by_role[shared], cluster)
-    pre = Builder(Block(), loop.loc)
+    shared = _cluster_shared_role(kernel, grid, loads.copies, loads.roles, options.cluster)
+    _check_cluster_shares(kernel, loads.copies[loads.roles.index(shared)],
+                          loads.by_role[shared], options.cluster)
+    return shared
+
+
+def _barriers(pre: Builder, stages: int, stage_bytes: int, tile_warpgroups: int,
+              cluster: int) -> _Ring:
+    """The full and empty barrier rings, initialised before either role starts: every
+    consumer warpgroup of the cluster hands each stage back to every block."""
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
-    # Every consumer warpgroup of the cluster hands each stage back to every block.
     empty = pre.value(ALLOC, [], barrier_type(stages), "empty",
                       count=tile_warpgroups * cluster, role="empty")
     pre.op("gpu.barrier")
     if cluster > 1:
-        # The peer's multicasts and arrivals land in this block's barriers: both blocks'
+        # The peers' multicasts and arrivals land in this block's barriers: every block's
         # initialisations first.
         pre.op(CLUSTER_SYNC)
+    return _Ring(stages, full, empty, stage_bytes, cluster)
 
-    # Stream-K: both roles' K loops run over the unit's steps (ws.k_begin / ws.k_end, bound
-    # per unit by the tile loop), each role with its own copies of the bounds.
-    unit_bounds: list[Op] = []
-    consumer_bounds: list[Op] = []
+
+def _stream_k_bounds(loop: Op, options: Options) -> tuple[list[Op], list[Op], list[Value]]:
+    """Stream-K: both roles' K loops run over the unit's steps (ws.k_begin / ws.k_end, bound
+    per unit by the tile loop), each role with its own copies of the bounds. The producer's
+    bound ops, the consumers' (the loop takes theirs) and the producer loop's operands."""
     producer_bounds = list(loop.operands[:3])
-    if options.stream_k:
-        full_range = list(loop.operands[:3])
-        bounds = Builder(Block(), loop.loc)
-        producer_bounds[:2] = [bounds.value(K_BEGIN, full_range[::2], i32, "k_begin"),
-                               bounds.value(K_END, full_range, i32, "k_end")]
-        unit_bounds = bounds.block.ops
-        consumer = Builder(Block(), loop.loc)
-        loop.operands[:2] = [consumer.value(K_BEGIN, full_range[::2], i32, "k_begin"),
-                             consumer.value(K_END, full_range, i32, "k_end")]
-        lb = loop.operands[0]
-        consumer_bounds = consumer.block.ops
-    acc_index = body.args.index(dot.operands[2]) - 1
+    if not options.stream_k:
+        return [], [], producer_bounds
+    full_range = list(loop.operands[:3])
+    bounds = Builder(Block(), loop.loc)
+    producer_bounds[:2] = [bounds.value(K_BEGIN, full_range[::2], i32, "k_begin"),
+                           bounds.value(K_END, full_range, i32, "k_end")]
+    consumer = Builder(Block(), loop.loc)
+    loop.operands[:2] = [consumer.value(K_BEGIN, full_range[::2], i32, "k_begin"),
+                         consumer.value(K_END, full_range, i32, "k_end")]
+    return bounds.block.ops, consumer.block.ops, producer_bounds
 
-    # The producer: its own loop over the same K range, copies only.
+
+def _producer(loop: Op, loads: _Loads, ring: _Ring, unit_bounds: list[Op],
+              producer_bounds: list[Value]) -> Block:
+    """The producer's region: its own loop over the same K range, copies only, each a TMA
+    load of the stage's box completing on its full barrier once the stage is free; in a
+    cluster, the tail that waits for every block's hand-backs."""
+    body = loop.regions[0]
+    iv = body.args[0]
+    stages = ring.stages
     region = Block()
     region.ops.extend(unit_bounds)
     start = Builder(region, loop.loc)
@@ -372,34 +428,37 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     parity = ploop_body.add_arg(i32, "parity")
     p = Builder(ploop_body, loop.loc)
     free = p.value("arith.sub", [constant(p, 1), parity], i32, "parity_free")
-    p.op(WAIT, [empty, stage, free])
-    p.op(EXPECT, [full, stage], attrs={"bytes": stage_bytes})
-    for copy, view, buffer, role in zip(copies, views, buffers, roles):
+    p.op(WAIT, [ring.empty, stage, free])
+    p.op(EXPECT, [ring.full, stage], attrs={"bytes": ring.stage_bytes})
+    by_role = loads.by_role
+    for copy, view, buffer, role in zip(loads.copies, loads.views, loads.buffers, loads.roles):
         with p.located(copy.loc):
             rank = copy.operands[0].type.rank
             tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
-            p.op(LOAD, [tensor, *offsets, stage_view, full, stage],
-                 attrs=_box(by_role[role], cluster if role == shared else 0))
+            p.op(LOAD, [tensor, *offsets, stage_view, ring.full, stage],
+                 attrs=_box(by_role[role], ring.cluster if role == loads.shared else 0))
     p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
     ploop = Op("scf.for", [*producer_bounds, stage0, parity0], [], dict(loop.attrs),
                [ploop_body], loop.loc)
     ploop.results = [Value(i32, "stage_end", ploop), Value(i32, "parity_end", ploop)]
     region.ops.append(ploop)
-    if cluster > 1:
+    if ring.cluster > 1:
         tail = Builder(Block(), loop.loc)
-        _producer_tail(tail, empty, loop, step, stages)
+        _producer_tail(tail, ring.empty, loop, loop.attrs["step_const"], stages)
         region.ops.extend(tail.block.ops)
-    pre.block.ops.append(Op(PRODUCER, [], [], {}, [region], loop.loc))
-    pre.block.ops.extend(consumer_bounds)  # per unit, as what follows the producer
+    return region
 
-    # The consumers' loop: wait for the stage, compute on it, hand it back. The stage, its
-    # phase parity and (with products left in flight) the stage before are carried by the
-    # loop, each tile's first from ws.ring_base.
-    # With one stage a product group left in flight would hand its stage back one iteration
-    # late, after the producer's next load of that very stage: a deadlock (the fuzzer's
-    # class 7). One stage waits for each group instead.
-    in_flight = family.in_flight_wait is not None and stages > 1
+
+def _consumer_loop(loop: Op, dot: Op, loads: _Loads, ring: _Ring, in_flight: bool,
+                   pre: Builder) -> None:
+    """The consumers' loop in place: wait for the stage, compute on it, hand it back. The
+    stage, its phase parity and (with products left ``in_flight``) the stage before are
+    carried by the loop, each tile's first from ws.ring_base (worked out in ``pre``)."""
+    body = loop.regions[0]
+    iv = body.args[0]
+    lb = loop.operands[0]
+    stages = ring.stages
     start = Builder(pre.block, loop.loc)
     stage0, parity0 = _ring_start(start, stages)
     carried = [stage0, parity0]
@@ -414,25 +473,24 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     loop.operands.extend(carried)
     loop.results.extend(Value(i32, f"{arg.hint}_end", loop) for arg in body.args[-len(carried):])
     c = Builder(Block(), loop.loc)
-    kept = [op for op in body.ops if op not in copies and op.name != "gpu.barrier"
-            and not (op.name == "smem.stage" and op.results[0] in views)]
+    kept = [op for op in body.ops if op not in loads.copies and op.name != "gpu.barrier"
+            and not (op.name == "smem.stage" and op.results[0] in loads.views)]
     at = kept.index(dot)
     c.block.ops.extend(kept[:at])
-    c.op(WAIT, [full, stage, parity])
+    c.op(WAIT, [ring.full, stage, parity])
     read_views = [c.value("smem.stage", [buffer, stage], view.type, view.hint)
-                  for buffer, view in zip(buffers, views)]
+                  for buffer, view in zip(loads.buffers, loads.views)]
     dot.operands = [*read_views, dot.operands[2]]
     c.block.ops.append(dot)
-    arrive_attrs = {"cluster": cluster} if cluster > 1 else {}
     if in_flight:
         # This stage's products run on while the next stage's are issued; once they are
         # issued (the product waits for all groups but the newest), the previous stage is
         # read and goes back to the producer.
         dot.attrs["in_flight"] = 1
         not_first = c.value("arith.lt", [lb, iv], ScalarType(PRED), "not_first")
-        c.op(ARRIVE, [empty, previous, not_first], attrs=arrive_attrs)
+        c.op(ARRIVE, [ring.empty, previous, not_first], attrs=ring.arrive_attrs)
     else:
-        c.op(ARRIVE, [empty, stage], attrs=arrive_attrs)
+        c.op(ARRIVE, [ring.empty, stage], attrs=ring.arrive_attrs)
     yield_op = kept[-1]
     c.block.ops.extend(kept[at + 1:-1])
     flipped = c.value("arith.sub", [constant(c, 1), parity], i32, "flipped")
@@ -442,6 +500,49 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     c.block.ops.append(yield_op)
     body.ops = c.block.ops
 
+
+def _last_hand_back(after: Builder, loop: Op, ring: _Ring, in_flight_wait: str) -> None:
+    """The last stage's products finish, and the stage goes back (a persistent kernel's
+    producer fills it again for the next tile). Its index is worked out again from the ring
+    count, once per tile, rather than read from the loop's carried stage: with that register
+    live after the loop, ptxas serialized a persistent kernel's wgmmas (C7514, "non wgmma
+    instructions reading accumulator registers")."""
+    lb = loop.operands[0]
+    after.op(in_flight_wait, attrs={"in_flight": 0})
+    trips = _k_steps(after, loop, loop.attrs["step_const"])
+    base = after.value(RING_BASE, [], i32, "ring_base")
+    last_it = after.value("arith.add", [base, after.value(
+        "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it")
+    last = after.value("arith.mod", [last_it, constant(after, ring.stages)], i32, "last_stage")
+    ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
+    after.op(ARRIVE, [ring.empty, last, ran], attrs=ring.arrive_attrs)
+
+
+def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
+    """The warp-specialized ring for ``kernel`` (a clone the caller owns)."""
+    plan: TilingPlan = kernel.schedule.tiling
+    family = family_of(plan)
+    loads = _ring_loads(kernel, loop, dot, stages, options)
+    consumer_warpgroups, tile_warpgroups = _consumer_warpgroups(kernel, dot, options)
+    stage_bytes = _check_ring_fits(kernel, dot, loads.operands, stages, options)
+    # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
+    # made per tile (_views_per_tile).
+    batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
+                   if op.name == "tensor.batch"]
+    loads.shared = _cluster_shared(kernel, loop, loads, options)
+    pre = Builder(Block(), loop.loc)
+    ring = _barriers(pre, stages, stage_bytes, tile_warpgroups, options.cluster)
+    unit_bounds, consumer_bounds, producer_bounds = _stream_k_bounds(loop, options)
+    acc_index = loop.regions[0].args.index(dot.operands[2]) - 1
+    region = _producer(loop, loads, ring, unit_bounds, producer_bounds)
+    pre.block.ops.append(Op(PRODUCER, [], [], {}, [region], loop.loc))
+    pre.block.ops.extend(consumer_bounds)  # per unit, as what follows the producer
+    # With one stage a product group left in flight would hand its stage back one iteration
+    # late, after the producer's next load of that very stage: a deadlock (the fuzzer's
+    # class 7). One stage waits for each group instead.
+    in_flight = family.in_flight_wait is not None and stages > 1
+    _consumer_loop(loop, dot, loads, ring, in_flight, pre)
+
     top = kernel.body.ops
     per_tile: list[Op] = []
     if batch_views and options.persistent:
@@ -450,20 +551,8 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     index = top.index(loop)
     after = Builder(Block(), loop.loc)
     if in_flight:
-        # The last stage's products finish, and the stage goes back (a persistent kernel's
-        # producer fills it again for the next tile). Its index is worked out again from the
-        # ring count, once per tile, rather than read from the loop's carried stage: with
-        # that register live after the loop, ptxas serialized a persistent kernel's wgmmas
-        # (C7514, "non wgmma instructions reading accumulator registers").
-        after.op(family.in_flight_wait, attrs={"in_flight": 0})
-        trips = _k_steps(after, loop, step)
-        base = after.value(RING_BASE, [], i32, "ring_base")
-        last_it = after.value("arith.add", [base, after.value(
-            "arith.sub", [trips, constant(after, 1)], i32, "last_step")], i32, "last_it")
-        last = after.value("arith.mod", [last_it, constant(after, stages)], i32, "last_stage")
-        ran = after.value("arith.lt", [lb, loop.operands[1]], ScalarType(PRED), "ran")
-        after.op(ARRIVE, [empty, last, ran], attrs=arrive_attrs)
-    if pingpong:
+        _last_hand_back(after, loop, ring, family.in_flight_wait)
+    if options.consumers == "pingpong":
         # The warpgroups' mainloops in turn (their tiles' order in the ring): a warpgroup
         # waits for the ring's stages of its tile only once the other has waited for all of
         # its own, so the barrier is never a whole round behind the phase it waits for.
@@ -483,11 +572,11 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     kernel.body.ops = (top[:index] + pre.block.ops + per_tile + top[index:index + 1]
                        + after.block.ops + top[index + 1:])
     kernel.schedule = kernel.schedule.with_(
-        tiling=dataclasses.replace(plan, operands=operands),
+        tiling=dataclasses.replace(plan, operands=loads.operands),
         pipeline=PipelinePlan(stages),
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
-                        stages, options.blocks_per_sm, options.persistent, cluster,
+                        stages, options.blocks_per_sm, options.persistent, options.cluster,
                         consumers=options.consumers,
                         batches=options.persistent and bool(batch_views),
                         stream_k=options.stream_k, warpgroup_rows=options.warpgroup_rows))
