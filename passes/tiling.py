@@ -316,54 +316,62 @@ def _refuse_converted_a(kernel: Kernel, cast: Op, plan: TilingPlan, options: Opt
                   "activations A in f16 or bf16 (samples/w8a16.py)")
 
 
-def run(kernel: Kernel, options: Options) -> Kernel:
-    kernel = clone_kernel(kernel)
-    loop, dot = find_main_loop(kernel)
+def _product_loads(kernel: Kernel, loop: Op, dot: Op, options: Options
+                   ) -> tuple[list[Op], dict[str, Op]]:
+    """The K loop's tile loads of the product's operands (A's, then B's), and the
+    operands converted in registers after their load (``tile.cast``), by role; an operand
+    that is neither, or a conversion no family makes, is refused at its line."""
     body = loop.regions[0]
-    a_val, b_val, acc = dot.operands
     loads = []
-    casts: dict[str, Op] = {}  # operands converted after their fragment load, by role
-    for role, value in (("A", a_val), ("B", b_val)):
+    casts: dict[str, Op] = {}
+    for role, value in zip("AB", dot.operands[:2]):
         load = defining_op(value)
         cast = load if load is not None and load.name == "tile.cast" else None
         source = defining_op(cast.operands[0]) if cast is not None else None
         if cast is not None and source is not None and source.name == "tile.load" \
                 and source in body.ops:
-            stored, product = source.result.type.dtype, cast.result.type.dtype
-            if (stored, product) not in OPERAND_CONVERSIONS:
-                supported = ", ".join(f"{s} to {p}" for s, p in sorted(
-                    OPERAND_CONVERSIONS, key=str))
-                raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
-                              f"loop from {stored} to {product}, which is not supported "
-                              f"(converted operands: {supported})", cast.loc,
-                              kernel.source_lines, f"pass {role} in {product} (convert the "
-                              "array before the launch), or compute in the operand's dtype")
-            if stored in FP8_DTYPES and options.arch not in FP8_ARCHS:
-                raise located(TileConfigError, f"operand {role} of `@` is stored in {stored} "
-                              f"and converted to {product} in registers (cvt.rn.f16x2."
-                              f"{stored.short[2:]}x2), which needs sm_89 or later; the "
-                              f"target is {options.arch}", cast.loc, kernel.source_lines,
-                              f"compile for {' or '.join(FP8_ARCHS)}, or quantize the "
-                              "weights to i8 (samples/w8a16.py)")
-            if any(cast.result in op.operands for op in body.ops if op is not dot):
-                raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
-                              "loop and used there again: the conversion happens in the "
-                              "product's registers", cast.loc, kernel.source_lines,
-                              "use the converted tile only in `@`")
+            _check_conversion(kernel, body, dot, role, cast, source, options)
             casts[role] = cast
             load = source
         if load is None or load.name != "tile.load" or load not in body.ops:
             raise located(TileConfigError, f"operand {role} of `@` must be a tile loaded "
                           "from a tensor inside the K loop", dot.loc, kernel.source_lines)
         loads.append(load)
-    _check_fp8_casts(kernel, casts.values(), options)
-    coverage.check_k_loop(kernel, loop, loads)
+    return loads, casts
 
-    a_type, b_type = a_val.type, b_val.type
-    bm, bk = a_type.shape
-    bn = b_type.shape[1]
+
+def _check_conversion(kernel: Kernel, body: Block, dot: Op, role: str, cast: Op, source: Op,
+                      options: Options) -> None:
+    """An operand converted in the K loop: a conversion the families make, on a target that
+    has it, used only by the product."""
+    stored, product = source.result.type.dtype, cast.result.type.dtype
+    if (stored, product) not in OPERAND_CONVERSIONS:
+        supported = ", ".join(f"{s} to {p}" for s, p in sorted(OPERAND_CONVERSIONS, key=str))
+        raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
+                      f"loop from {stored} to {product}, which is not supported "
+                      f"(converted operands: {supported})", cast.loc,
+                      kernel.source_lines, f"pass {role} in {product} (convert the "
+                      "array before the launch), or compute in the operand's dtype")
+    if stored in FP8_DTYPES and options.arch not in FP8_ARCHS:
+        raise located(TileConfigError, f"operand {role} of `@` is stored in {stored} "
+                      f"and converted to {product} in registers (cvt.rn.f16x2."
+                      f"{stored.short[2:]}x2), which needs sm_89 or later; the "
+                      f"target is {options.arch}", cast.loc, kernel.source_lines,
+                      f"compile for {' or '.join(FP8_ARCHS)}, or quantize the "
+                      "weights to i8 (samples/w8a16.py)")
+    if any(cast.result in op.operands for op in body.ops if op is not dot):
+        raise located(TileConfigError, f"operand {role} of `@` is converted in the K "
+                      "loop and used there again: the conversion happens in the "
+                      "product's registers", cast.loc, kernel.source_lines,
+                      "use the converted tile only in `@`")
+
+
+def _operand_plans(kernel: Kernel, options: Options, loads: list[Op], casts: dict[str, Op]
+                   ) -> tuple[list[OperandPlan], list[bool]]:
+    """Each operand's plan, and whether its rows' elements are adjacent (a dim of unit
+    stride: its vectors may widen)."""
     operands = []
-    unit_stride = []  # per operand: a dim of unit stride (elements of a row adjacent)
+    unit_stride = []
     for role, load in zip("AB", loads):
         source = load.result.type.dtype.short if role in casts else ""
         op_plan, adjacent = operand_plan(kernel, options, role, load, source)
@@ -380,6 +388,17 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           f"and read {name}.T[k : +BK, n : +BN] (samples/w8a16.py)")
         operands.append(op_plan)
         unit_stride.append(adjacent)
+    return operands, unit_stride
+
+
+def _tiling_plan(kernel: Kernel, dot: Op, loads: list[Op], casts: dict[str, Op],
+                 options: Options) -> TilingPlan:
+    """The block's plan: its family (checked), the cp.async operands' vectors widened, and
+    the converted operands' family and accumulator checked."""
+    a_type, b_type, acc_type = (value.type for value in dot.operands)
+    bm, bk = a_type.shape
+    bn = b_type.shape[1]
+    operands, unit_stride = _operand_plans(kernel, options, loads, casts)
     plan = make_plan((bm, bn, bk), a_type.dtype.short, tuple(operands), options)
     _check(kernel, dot, plan, options)
     family = family_of(plan)
@@ -397,11 +416,19 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                           f"{family.name} family does not do", cast.loc,
                           kernel.source_lines, "let mma.sync take the block (the default)")
     accumulator = ACCUMULATOR_DTYPES[a_type.dtype]
-    if acc.type.dtype != accumulator:
+    if acc_type.dtype != accumulator:
         raise located(TileConfigError, f"the accumulator of {a_type.dtype} products must be "
                       f"{accumulator}", dot.loc, kernel.source_lines)
+    return plan
 
-    # Buffers go right before the loop; the copies replace the loads in place.
+
+def _copies_in_place(kernel: Kernel, loop: Op, dot: Op, loads: list[Op],
+                     casts: dict[str, Op], plan: TilingPlan, options: Options) -> None:
+    """A one-stage buffer per operand right before the loop, and in the loop a copy into it
+    in place of each load, the product reading the buffers between two barriers."""
+    body = loop.regions[0]
+    a_val, b_val, acc = dot.operands
+    operands = plan.operands
     pre = Builder(Block(), loop.loc)
     zero = constant(pre, 0)
     buffers = []
@@ -446,12 +473,27 @@ def run(kernel: Kernel, options: Options) -> Kernel:
                 b.block.ops.append(op)
     body.ops = b.block.ops
 
+
+def _raster_grid(kernel: Kernel, options: Options) -> None:
+    """The grid's raster group: a 2-D grid's, or a batched one's whose other two axes fold
+    as a 2-D grid's do."""
     for op in kernel.body.ops:
         if op.name == "tile.grid" and len(op.operands) == 2:
             op.attrs["raster_group"] = options.raster_group
         elif op.name == "tile.grid" and len(op.operands) == 3:
             batch = batch_axis(kernel, op)
-            if batch is not None:  # the other two axes fold as a 2-D grid's do
+            if batch is not None:
                 op.attrs.update(raster_group=options.raster_group, batch_axis=batch)
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    kernel = clone_kernel(kernel)
+    loop, dot = find_main_loop(kernel)
+    loads, casts = _product_loads(kernel, loop, dot, options)
+    _check_fp8_casts(kernel, casts.values(), options)
+    coverage.check_k_loop(kernel, loop, loads)
+    plan = _tiling_plan(kernel, dot, loads, casts, options)
+    _copies_in_place(kernel, loop, dot, loads, casts, plan, options)
+    _raster_grid(kernel, options)
     kernel.schedule = kernel.schedule.with_(tiling=plan)
     return kernel
