@@ -34,68 +34,61 @@ from . import warp_specialize
 from .common import clone_slice, constant, find_main_loop
 
 NAME = "double_buffer"
-# Movement families whose pipeline is not the cp.async shape below: their builder.
-_BUILDERS = {"tma": warp_specialize.build}
 
 
-def run(kernel: Kernel, options: Options) -> Kernel:
-    kernel = clone_kernel(kernel)
-    stages = options.stages
-    family = pipeline_family(kernel.schedule.tiling.kind)
-    ops = family.pipeline
-    loop, dot = find_main_loop(kernel)
-    if family.name in _BUILDERS:
-        return _BUILDERS[family.name](kernel, loop, dot, stages, options)
-    if options.cluster > 1:
-        raise located(TileConfigError, f"cluster={options.cluster} shares tiles between "
-                      "the blocks of a warp-specialized sm_90a kernel (wgmma fed by TMA); this "
-                      f"one copies with {family.name}", dot.loc, kernel.source_lines,
-                      "compile for arch='sm_90a' with a tile wgmma takes (BM a multiple of "
-                      "64, BK of 64), or leave cluster at 1")
-    body = loop.regions[0]
-    iv = body.args[0]
-    lb, ub, step = loop.operands[:3]
-    step_const = loop.attrs["step_const"]
-    copies = [op for op in body.ops if op.name == ops.copy]
-    views = [c.operands[-1] for c in copies]
-    buffers = [v.owner.operands[0] for v in views]
+class _Copier:
+    """The K loop's copies into shared memory, issued again by the pipeline for other K
+    offsets and stages (the loads' places in the source kept, not the loop's)."""
 
-    for buffer in buffers:
-        old: TileType = buffer.type
-        buffer.type = old.with_(shape=(stages, *old.shape[1:]))
-        buffer.owner.attrs["stages"] = stages
+    def __init__(self, family, loop: Op) -> None:
+        self.family = family
+        self.iv = loop.regions[0].args[0]
+        self.copies = [op for op in loop.regions[0].ops if op.name == family.pipeline.copy]
+        self.views = [c.operands[-1] for c in self.copies]
+        self.buffers = [v.owner.operands[0] for v in self.views]
 
-    def emit_copies(b: Builder, k: Value, stage: Value, predicate: Value | None,
-                    source_block: Block) -> None:
-        for copy, view in zip(copies, views):
-            with b.located(copy.loc):  # the load's place in the source, not the loop's
-                emit_copy(b, copy, view, k, stage, predicate, source_block)
+    def emit(self, b: Builder, k: Value, stage: Value, predicate: Value | None,
+             source_block: Block) -> None:
+        """Every operand's copy of the K offset ``k`` into ``stage``, where ``predicate``
+        (if any) holds."""
+        for copy, view in zip(self.copies, self.views):
+            with b.located(copy.loc):
+                rank = copy.operands[0].type.rank
+                # The tensor may be a view made inside the loop (B.T): re-emit it with the
+                # offsets.
+                tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), source_block,
+                                               b, {self.iv: k})
+                stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
+                                     view.hint)
+                operands = [tensor, *offsets, stage_view]
+                if predicate is not None:
+                    operands.append(predicate)
+                b.op(self.family.pipeline.copy, operands,
+                     attrs=self.family.pipelined_copy_attrs(copy))
 
-    def emit_copy(b: Builder, copy: Op, view: Value, k: Value, stage: Value,
-                  predicate: Value | None, source_block: Block) -> None:
-        rank = copy.operands[0].type.rank
-        # The tensor may be a view made inside the loop (B.T): re-emit it with the offsets.
-        tensor, *new_offsets = clone_slice(list(copy.operands[:1 + rank]), source_block, b,
-                                           {iv: k})
-        stage_view = b.value("smem.stage", [view.owner.operands[0], stage], view.type,
-                             view.hint)
-        attrs = family.pipelined_copy_attrs(copy)
-        operands = [tensor, *new_offsets, stage_view]
-        if predicate is not None:
-            operands.append(predicate)
-        b.op(ops.copy, operands, attrs=attrs)
 
-    # Prologue, before the loop: iterations 0 .. S-2.
+def _prologue(loop: Op, copier: _Copier, stages: int) -> Builder:
+    """Before the loop: the copies of iterations 0 .. S-2, a commit group each."""
+    lb, ub = loop.operands[:2]
+    step = loop.attrs["step_const"]
     pre = Builder(Block(), loop.loc)
     for s in range(stages - 1):
-        k = pre.value("arith.add", [lb, constant(pre, s * step_const)], i32, f"k{s}")
+        k = pre.value("arith.add", [lb, constant(pre, s * step)], i32, f"k{s}")
         inside = pre.value("arith.lt", [k, ub], ScalarType(PRED), f"p{s}")
-        emit_copies(pre, k, constant(pre, s), inside, body)
-        pre.op(ops.commit)
+        copier.emit(pre, k, constant(pre, s), inside, loop.regions[0])
+        pre.op(copier.family.pipeline.commit)
+    return pre
 
-    # Loop body: the dot reads stage it % S; the copy of it + S - 1 refills the stage read
-    # in the previous iteration. Both indices are carried by the loop and advanced with a
-    # wrap-around increment, so no division sits on the path to the next shared load.
+
+def _pipelined_body(loop: Op, dot: Op, copier: _Copier, stages: int, pre: Builder) -> None:
+    """The loop body: the dot reads stage it % S; the copy of it + S - 1 refills the stage
+    read in the previous iteration. Both indices are carried by the loop (their first
+    values made in ``pre``) and advanced with a wrap-around increment, so no division sits
+    on the path to the next shared load."""
+    ops = copier.family.pipeline
+    body = loop.regions[0]
+    iv = body.args[0]
+    ub = loop.operands[1]
     b = Builder(Block(), loop.loc)
     read_init = constant(pre, 0, "read_stage0")
     write_init = constant(pre, (stages - 1) % stages, "write_stage0")
@@ -103,28 +96,27 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     read_stage = body.add_arg(i32, "read_stage")
     write_stage = body.add_arg(i32, "write_stage")
     loop.results.extend([Value(i32, "read_stage_end", loop), Value(i32, "write_stage_end", loop)])
-    kept = [op for op in body.ops if op not in copies and op.name != "gpu.barrier"
-            and not (op.name == "smem.stage" and op.results[0] in views)]
+    kept = [op for op in body.ops if op not in copier.copies and op.name != "gpu.barrier"
+            and not (op.name == "smem.stage" and op.results[0] in copier.views)]
     before_dot = kept[:kept.index(dot)]
     after_dot = kept[kept.index(dot) + 1:]
     b.block.ops.extend(before_dot)
     if stages == 1:
         b.op("gpu.barrier")
-        emit_copies(b, iv, read_stage, None, body)
+        copier.emit(b, iv, read_stage, None, body)
         b.op(ops.commit)
         b.op(ops.wait, attrs={"pending": 0})
         b.op("gpu.barrier")
     else:
         b.op(ops.wait, attrs={"pending": stages - 2})
         b.op("gpu.barrier")
-        ahead = b.value("arith.add", [iv, constant(b, (stages - 1) * step_const)], i32, "k_next")
+        ahead = b.value("arith.add", [iv, constant(b, (stages - 1) * loop.attrs["step_const"])],
+                        i32, "k_next")
         inside = b.value("arith.lt", [ahead, ub], ScalarType(PRED), "p_next")
-        emit_copies(b, ahead, write_stage, inside, body)
+        copier.emit(b, ahead, write_stage, inside, body)
         b.op(ops.commit)
-    read_views = []
-    for view in views:
-        read_views.append(b.value("smem.stage", [view.owner.operands[0], read_stage], view.type,
-                                  view.hint))
+    read_views = [b.value("smem.stage", [view.owner.operands[0], read_stage], view.type,
+                          view.hint) for view in copier.views]
     dot.operands = [*read_views, dot.operands[2]]
     b.block.ops.append(dot)
     yield_op = after_dot[-1]
@@ -135,10 +127,39 @@ def run(kernel: Kernel, options: Options) -> Kernel:
     b.block.ops.append(yield_op)
     body.ops = b.block.ops
 
+
+def multistage(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> Kernel:
+    """The S-stage pipeline of commit groups (cp.async's shape; module docstring) for
+    ``kernel`` (a clone the caller owns)."""
+    family = pipeline_family(kernel.schedule.tiling.kind)
+    copier = _Copier(family, loop)
+    for buffer in copier.buffers:
+        old: TileType = buffer.type
+        buffer.type = old.with_(shape=(stages, *old.shape[1:]))
+        buffer.owner.attrs["stages"] = stages
+    pre = _prologue(loop, copier, stages)
+    _pipelined_body(loop, dot, copier, stages, pre)
     top = kernel.body.ops
     index = top.index(loop)
     drain = Builder(Block(), loop.loc)
-    drain.op(ops.wait, attrs={"pending": 0})
+    drain.op(family.pipeline.wait, attrs={"pending": 0})
     kernel.body.ops = top[:index] + pre.block.ops + [loop] + drain.block.ops + top[index + 1:]
     kernel.schedule = kernel.schedule.with_(pipeline=PipelinePlan(stages))
     return kernel
+
+
+# Each movement family's pipeline builder: TMA's is the warp-specialized ring.
+_BUILDERS = {"tma": warp_specialize.build}
+
+
+def run(kernel: Kernel, options: Options) -> Kernel:
+    kernel = clone_kernel(kernel)
+    family = pipeline_family(kernel.schedule.tiling.kind)
+    loop, dot = find_main_loop(kernel)
+    if family.name not in _BUILDERS and options.cluster > 1:
+        raise located(TileConfigError, f"cluster={options.cluster} shares tiles between "
+                      "the blocks of a warp-specialized sm_90a kernel (wgmma fed by TMA); this "
+                      f"one copies with {family.name}", dot.loc, kernel.source_lines,
+                      "compile for arch='sm_90a' with a tile wgmma takes (BM a multiple of "
+                      "64, BK of 64), or leave cluster at 1")
+    return _BUILDERS.get(family.name, multistage)(kernel, loop, dot, options.stages, options)
