@@ -799,15 +799,23 @@ def _vector(c: CopyMapping, dtype: str) -> str:
 
 
 def render_explanation(e: Explanation) -> str:
-    h = e.hierarchy
-    family = family_named(h.kind)
+    family = family_named(e.hierarchy.kind)
+    lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "",
+             *_hierarchy_lines(e.hierarchy, family), *_copy_lines(e.hierarchy, family),
+             *_note_lines(e), "", *_schedule_lines(e), "", *_shared_memory_lines(e.shared), "",
+             *_conflict_lines(e, family), "", *_register_lines(e), "", *_hazard_lines(e)]
+    return "\n".join(lines) + "\n"
+
+
+def _hierarchy_lines(h: Hierarchy, family) -> list[str]:
+    """The block, its warps, a warp's tile and the instruction; split-K's partials."""
     bm, bn, bk = h.block
     wm, wn = h.warps
     label, instruction = family.instruction_text(h)
-    lines = [f"{e.kernel} ({e.source}) for {e.arch}: {e.options}", "", "Tile hierarchy"]
     groups = (f", {h.tile_groups} warpgroups of them, each on tiles of its own"
               if h.tile_groups > 1 else "")
-    lines += [
+    lines = [
+        "Tile hierarchy",
         f"  block tile        {bm} x {bn} x {bk} (BM x BN x BK), {h.dtype} inputs, "
         f"{ACCUMULATOR_DTYPES[DType.parse(h.dtype)]} accumulator",
         f"  warp grid         {wm} x {wn} = {wm * wn} warps, {h.threads} threads"
@@ -825,7 +833,13 @@ def render_explanation(e: Explanation) -> str:
                      "workspace per tile) and runs the epilogue"
                      + ("; integer sums are exact, the same in any order" if
                         h.split_sum == "i32" else ""))
-    lines.append("  copies, global -> shared, each BK step:")
+    return lines
+
+
+def _copy_lines(h: Hierarchy, family) -> list[str]:
+    """The copies' table, TMA's narrow or padded spans, and the operands converted in
+    registers."""
+    lines = ["  copies, global -> shared, each BK step:"]
     lines += _table(
         ["operand", "tensor", "stored", "vector", "accesses/thread", "threads/row",
          "rows/pass", "instruction"],
@@ -859,40 +873,41 @@ def render_explanation(e: Explanation) -> str:
             how = f"{family.explain_text.load} (frag.cvt: cvt.rn per pair of elements)"
         lines.append(f"  converted         operand {role}: stored {source}, each fragment "
                      f"converted to {h.dtype} in registers after its {how}")
-    if e.batch:
-        lines.append(f"  batches           {e.batch}")
-    if e.tile_loop:
-        lines.append(f"  tile loop         {e.tile_loop}")
-    if e.accumulation:
-        lines.append(f"  accumulation      {e.accumulation}")
-    if e.swap:
-        lines.append(f"  swapped product   {e.swap}")
-    if e.declined:
-        lines.append(f"  not wgmma         {e.declined}")
-    if e.unapplied:
-        lines.append(f"  not applied       {e.unapplied}")
-    if e.cluster > 1:
-        lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
-                     f"cuLaunchKernelEx): they share each stage of {e.cluster_shares}, "
-                     "which TMA multicasts")
-        lines.append(f"  cluster tiles     {e.cluster_walk}")
-    if e.consumers:
-        lines.append(f"  consumers         {e.consumers}")
-    if e.epilogue:
-        lines.append(f"  epilogue          {e.epilogue}")
-    if e.packing is not None:
-        lines.append("  packed at launch, for row-major arrays of these sizes: "
-                     + "; ".join((*(e.packing or ("none",)), *e.in_place)))
-    if e.peel:
-        lines.append(f"  peeled            {e.peel}")
-    if e.launch:
-        lines.append(f"  launch            {e.launch}")
+    return lines
 
+
+# The explanation's one-line notes, in the order printed: the field and its label; "" for
+# none (where the field's own lines are made by _note_lines).
+NOTES = (("batch", "batches"), ("tile_loop", "tile loop"), ("accumulation", "accumulation"),
+         ("swap", "swapped product"), ("declined", "not wgmma"), ("unapplied", "not applied"),
+         ("cluster", ""), ("consumers", "consumers"), ("epilogue", "epilogue"),
+         ("packing", ""), ("peel", "peeled"), ("launch", "launch"))
+
+
+def _note_lines(e: Explanation) -> list[str]:
+    """The notes that apply to this kernel (NOTES), each under its label."""
+    lines = []
+    for name, label in NOTES:
+        if name == "cluster" and e.cluster > 1:
+            lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
+                         f"cuLaunchKernelEx): they share each stage of {e.cluster_shares}, "
+                         "which TMA multicasts")
+            lines.append(f"  cluster tiles     {e.cluster_walk}")
+        elif name == "packing" and e.packing is not None:
+            lines.append("  packed at launch, for row-major arrays of these sizes: "
+                         + "; ".join((*(e.packing or ("none",)), *e.in_place)))
+        elif label and getattr(e, name):
+            lines.append(f"  {label:<17} {getattr(e, name)}")
+    return lines
+
+
+def _schedule_lines(e: Explanation) -> list[str]:
+    """The pipeline's buffers and its ops before, in and after the K loop."""
     s = e.schedule
     fragments = ", next iteration's first fragments loaded early" if s.carried else ""
-    lines += ["", f"Pipeline schedule: {s.stages} stage{'s' if s.stages > 1 else ''}"
-              f"{fragments}; it = K-loop iteration, k = "
-              f"{'the slice start + ' if h.split_k > 1 else ''}it * BK"]
+    lines = [f"Pipeline schedule: {s.stages} stage{'s' if s.stages > 1 else ''}"
+             f"{fragments}; it = K-loop iteration, k = "
+             f"{'the slice start + ' if e.hierarchy.split_k > 1 else ''}it * BK"]
     lines += _table(["buffer", "shape", "stage bytes", "total bytes", "layout", "align"],
                     [[b.name, f"{b.stages}x{b.rows}x{b.cols} {b.dtype}", b.stage_bytes,
                       b.total_bytes, b.layout, f"{b.alignment} B"]
@@ -908,9 +923,12 @@ def render_explanation(e: Explanation) -> str:
     lines += _table(["when", "op", "stage", "what"], table_rows)
     if s.carried:
         lines.append(f"  loop-carried fragments: {', '.join(s.carried)}")
+    return lines
 
-    m = e.shared
-    lines += ["", "Shared memory (dynamic, one block)"]
+
+def _shared_memory_lines(m: SharedMemory) -> list[str]:
+    """The buffers' offsets and the total against the target's limit."""
+    lines = ["Shared memory (dynamic, one block)"]
     lines += _table(["buffer", "offset", "bytes", "align"],
                     [[b.name, b.offset, f"{b.total_bytes} ({b.stages} x {b.stage_bytes})",
                       f"{b.alignment} B"] for b in m.buffers])
@@ -922,10 +940,14 @@ def render_explanation(e: Explanation) -> str:
                      "(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)")
     if m.backend_bytes != m.total_bytes:
         lines.append(f"  note: the backend declared {m.backend_bytes} B")
+    return lines
 
-    lines += ["", "Bank conflicts: worst wavefronts per warp access over the minimum "
-              "(1 = conflict-free),", "  over every instance (stages x warps x accesses, or "
-              f"stages x warps x k-steps x {family.explain_text.read_pieces})"]
+
+def _conflict_lines(e: Explanation, family) -> list[str]:
+    """Each shared-memory access's worst bank conflicts."""
+    lines = ["Bank conflicts: worst wavefronts per warp access over the minimum "
+             "(1 = conflict-free),", "  over every instance (stages x warps x accesses, or "
+             f"stages x warps x k-steps x {family.explain_text.read_pieces})"]
     lines += _table(["operand", "access", "layout", "instances", "worst", "linear layout"],
                     [[c.role, c.access, c.layout, c.instances,
                       f"{c.worst} ({c.at_worst} of {c.instances})" if c.worst > 1 else c.worst,
@@ -934,11 +956,15 @@ def render_explanation(e: Explanation) -> str:
         if c.pass_figure is not None and c.pass_figure != c.worst:
             lines.append(f"  note: the swizzle pass computed {c.pass_figure} for {c.role} "
                          f"{c.access}")
+    return lines
 
+
+def _register_lines(e: Explanation) -> list[str]:
+    """The estimate, setmaxnreg's split, and ptxas's figures where it ran."""
     r = e.registers
-    lines += ["", "Registers per thread",
-              f"  estimate  {r.estimate}: {r.accumulators} accumulators + {r.fragments} "
-              f"fragments (double-buffered) + {r.overhead} addresses and indices"]
+    lines = ["Registers per thread",
+             f"  estimate  {r.estimate}: {r.accumulators} accumulators + {r.fragments} "
+             f"fragments (double-buffered) + {r.overhead} addresses and indices"]
     if r.rebalanced is not None:
         producer, consumers, entry = r.rebalanced
         lines.append(f"  setmaxnreg  the block starts with {entry} a thread; the producer "
@@ -951,12 +977,11 @@ def render_explanation(e: Explanation) -> str:
                      f"(-arch={p.arch})")
     else:
         lines.append(f"  ptxas     {e.ptxas_note}")
+    return lines
 
-    counts = ", ".join(str(n) for n in e.checked_trip_counts)
-    lines.append("")
+
+def _hazard_lines(e: Explanation) -> list[str]:
     if e.hazard:
-        lines += ["Hazard check: FAILED", *("  " + line for line in e.hazard.splitlines())]
-    else:
-        lines.append(f"Hazard check: no shared-memory race in runs of {counts} K-loop "
-                     "iterations")
-    return "\n".join(lines) + "\n"
+        return ["Hazard check: FAILED", *("  " + line for line in e.hazard.splitlines())]
+    counts = ", ".join(str(n) for n in e.checked_trip_counts)
+    return [f"Hazard check: no shared-memory race in runs of {counts} K-loop iterations"]
