@@ -286,50 +286,82 @@ def _operands(rng: random.Random, kind: str) -> tuple[dict[str, str], dict[str, 
              "acc": "f32"}, {"A": rng.random() < 0.1, "B": rng.random() < 0.9})
 
 
-def generate_matmul(rng: random.Random, index: int) -> Program:
-    """A random matmul kernel with a random epilogue and random options."""
+@dataclasses.dataclass
+class _Draw:
+    """What generate_matmul has drawn so far of one program: its operands, its block tile
+    and the families and schedules the tile is meant for."""
+    kind: str
+    dtypes: dict[str, str]
+    transposed: dict[str, bool]
+    integer_out: bool
+    bm: int = 0
+    bn: int = 0
+    bk: int = 0
+    hopper_tile: bool = False
+    strip_tile: bool = False
+    swap_tile: bool = False
+    batched: bool = False
+
+    @property
+    def compute(self) -> str:
+        """The dtype the product takes."""
+        return self.dtypes.get("convert", self.dtypes["A"])
+
+    @property
+    def eight_bit(self) -> bool:
+        return self.kind != "float"
+
+
+def _draw_operands(rng: random.Random) -> _Draw:
+    """The operands' kind and dtypes, C's and the bias's."""
     kind = rng.choice(OPERAND_KINDS)
     dtypes, transposed = _operands(rng, kind)
-    compute = dtypes.get("convert", dtypes["A"])  # the dtype the product takes
+    compute = dtypes.get("convert", dtypes["A"])
     integer_out = kind == "int8" and rng.random() < 0.5
     dtypes["C"] = "i32" if integer_out else rng.choice(("f32", "f16", "bf16"))
     dtypes["bias"] = "f32" if compute in ("f32", "i8") or compute in FP8 else rng.choice(
         ("f32", "f32", "f16"))
-    eight_bit = kind != "float"
-    bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
+    return _Draw(kind, dtypes, transposed, integer_out)
+
+
+def _draw_tile(rng: random.Random, draw: _Draw) -> None:
+    """The block tile, and whether it is one for wgmma, a 256-row strip or the swapped
+    product; then whether the program is batched."""
+    draw.bm, draw.bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
     # A share of tiles wgmma takes (warpgroup rows, no warp grid), where the sm_90a
     # schedules (persistent, pingpong, cluster; split-K one tile a block) apply; 192 for the
     # bench's three-warpgroup squares (192x256 falls back to mma.sync); now and then a BN
     # whose N-major rows are 64- or 32-byte TMA spans (96, 160, 176, 224; 208: 192x176 is
     # the bench's, its B padded); and the bench's 256-row tiles in 128-row warpgroups (BN 144
     # to 192: C's slabs in turn a strip at a time, odd counts of them; and 256x64).
-    hopper_tile = rng.random() < 0.2
-    strip_tile = hopper_tile and rng.random() < 0.15
-    if strip_tile:
-        bm, bn = 256, rng.choice((64, 144, 160, 176, 192))
-    elif hopper_tile:
-        bm = rng.choice((64, 128, 192))
-        bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 176, 208, 224))
+    draw.hopper_tile = rng.random() < 0.2
+    draw.strip_tile = draw.hopper_tile and rng.random() < 0.15
+    if draw.strip_tile:
+        draw.bm, draw.bn = 256, rng.choice((64, 144, 160, 176, 192))
+    elif draw.hopper_tile:
+        draw.bm = rng.choice((64, 128, 192))
+        draw.bn = rng.choice((64, 128, 192, 256) * 2 + (96, 160, 176, 208, 224))
     # The swapped product (swap_product="always") now and then on 16-bit wgmma tiles, whose
     # BM is then any multiple of 8 (wgmma's n): compiled for sm_90a alone, where only the
     # swap takes such a BM.
-    swap_tile = hopper_tile and not strip_tile and compute in ("f16", "bf16") and \
-        "convert" not in dtypes and rng.random() < 0.25
-    if swap_tile:
-        bm, bn = rng.choice((72, 88, 104, 136, 152, 200, 256)), rng.choice((64, 128))
+    draw.swap_tile = draw.hopper_tile and not draw.strip_tile and \
+        draw.compute in ("f16", "bf16") and "convert" not in draw.dtypes and rng.random() < 0.25
+    if draw.swap_tile:
+        draw.bm, draw.bn = rng.choice((72, 88, 104, 136, 152, 200, 256)), rng.choice((64, 128))
     # 8-bit products take k in steps of 32 (BK=16 now and then, refused cleanly).
-    bk = rng.choice((8, 16, 32) if compute == "f32" else (32, 64) * 4 + (16,) if eight_bit
-                    else (16, 32, 64))
+    draw.bk = rng.choice((8, 16, 32) if draw.compute == "f32" else (32, 64) * 4 + (16,)
+                         if draw.eight_bit else (16, 32, 64))
     # Weights converted in registers on wgmma's tiles: BK 128 now and then, where sm_90a
     # swaps the product onto wgmma's register form (passes/swap_product.py).
-    if kind == "w8" and hopper_tile and rng.random() < 0.5:
-        bk = 128
-    elif (strip_tile or swap_tile) and not eight_bit:
-        bk = 64  # wgmma's 16-bit blocks (a shallower one stays on mma.sync)
-    batched = rng.random() < 0.15
-    features: set[str] = {kind} | ({"batched"} if batched else set())
-    if kind in ("fp8", "w8") and (dtypes["A"] in FP8 or dtypes["B"] in FP8):
-        features.add("fp8_operand")
+    if draw.kind == "w8" and draw.hopper_tile and rng.random() < 0.5:
+        draw.bk = 128
+    elif (draw.strip_tile or draw.swap_tile) and not draw.eight_bit:
+        draw.bk = 64  # wgmma's 16-bit blocks (a shallower one stays on mma.sync)
+    draw.batched = rng.random() < 0.15
+
+
+def _draw_names(rng: random.Random, index: int, features: set[str]) -> dict[str, str]:
+    """The kernel's and the scalars' names: now and then an odd one."""
     names = {"kernel": f"kernel_{index}", "alpha": "alpha", "beta": "beta"}
     roll = rng.random()
     if roll < 0.02:
@@ -341,15 +373,20 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     elif roll < 0.06:
         names["alpha"] = rng.choice(("A_ptr", "dim_M", "A_stride0", "C_ptr"))
         features.add("name_like_generated")
+    return names
 
-    scalars = [names["alpha"], names["beta"]]
-    has_bias = not integer_out and rng.random() < 0.5
-    has_scale = not integer_out and rng.random() < 0.15
+
+def _draw_epilogue(rng: random.Random, draw: _Draw, scalars: list[str], features: set[str]
+                   ) -> tuple[Tree, bool, bool, bool]:
+    """The epilogue's tree (C's dtype at its root), and whether it reads a bias (of [1, N]:
+    a unit view) and a scale."""
+    has_bias = not draw.integer_out and rng.random() < 0.5
+    has_scale = not draw.integer_out and rng.random() < 0.15
     bias_row = has_bias and rng.random() < 0.25  # bias: [1, N], a unit view
     rich = rng.random() < 0.4
     tree: Tree = ("acc",)
-    if not integer_out:
-        if kind == "int8":
+    if not draw.integer_out:
+        if draw.kind == "int8":
             tree = ("to", "f32", tree)
         for _ in range(rng.randint(0, 4)):
             # where() and `tree op tree` repeat the tree: unchecked, a few steps give an
@@ -357,18 +394,26 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
             if _size(tree) > MAX_TREE_NODES:
                 break
             tree = _grow(rng, tree, has_bias, scalars, has_scale, rich)
-        if _dtype_of(tree, dtypes) != dtypes["C"]:
-            tree = ("to", dtypes["C"], tree)
-    features |= _features_of(tree, dtypes)
+        if _dtype_of(tree, draw.dtypes) != draw.dtypes["C"]:
+            tree = ("to", draw.dtypes["C"], tree)
+    features |= _features_of(tree, draw.dtypes)
     # A tensor parameter the kernel never touches is an error: declare only those read.
     has_bias, has_scale = "bias" in _leaves(tree), "scale" in _leaves(tree)
     bias_row = bias_row and has_bias
-    dtypes["scale"] = "f32"
+    draw.dtypes["scale"] = "f32"
     if has_bias:
         features.add("bias")
     if has_scale or bias_row:
         features.add("unit_view")
+    return tree, has_bias, has_scale, bias_row
 
+
+def _draw_text(rng: random.Random, draw: _Draw, names: dict[str, str], tree: Tree,
+               has_bias: bool, has_scale: bool, bias_row: bool, features: set[str]
+               ) -> tuple[str, Tree, bool]:
+    """The program's source; its tree with a compile-time branch's relu where one is taken,
+    and whether it reads C."""
+    dtypes, transposed, batched = draw.dtypes, draw.transposed, draw.batched
     b_dim = "Bt, " if batched else ""
     shape_a = "K, M" if transposed["A"] else "M, K"
     shape_b = "N, K" if transposed["B"] else "K, N"
@@ -379,9 +424,9 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     if has_scale:
         params.append("scale: f32[M, 1]")
     params += [f"{names['alpha']}: f32", f"{names['beta']}: f32",
-               f"BM={bm}", f"BN={bn}", f"BK={bk}"]
+               f"BM={draw.bm}", f"BN={draw.bn}", f"BK={draw.bk}"]
     activation = None
-    if not integer_out and rng.random() < 0.1:
+    if not draw.integer_out and rng.random() < 0.1:
         activation = rng.choice((0, 1))  # a compile-time `if ACT == 1:` adds a relu
         params.append(f"ACT={activation}")
         features.add("compile_time_if")
@@ -399,7 +444,7 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         b_ref += f".to({dtypes['convert']})"
     out = f"C[{batch}m * BM : +BM, n * BN : +BN]"
     grid_n = "cdiv(N, BN)"
-    if rng.random() < 0.02 and bm != bn:
+    if rng.random() < 0.02 and draw.bm != draw.bn:
         grid_n = "cdiv(N, BM)"
         features.add("grid_mismatch")
     k_start = "0"
@@ -414,7 +459,7 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
         structure = "plain"
     if structure == "store_cast_in_k_loop" and reads_c:
         structure = "plain"
-    if kind == "int8" and structure in ("acc_op_in_k_loop", "zeros_in_k_loop"):
+    if draw.kind == "int8" and structure in ("acc_op_in_k_loop", "zeros_in_k_loop"):
         structure = "plain"  # both are f32 arithmetic on the accumulator
     if structure != "plain":
         features.add(structure)
@@ -445,15 +490,20 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     text = ("from __future__ import annotations\n\n"
             f"from tilec import {', '.join(sorted(used) + ['tile'])}\n\n\n"
             f"@tile\ndef {names['kernel']}({', '.join(params)}):\n" + "\n".join(lines) + "\n")
+    return text, tree, reads_c
+
+
+def _draw_options(rng: random.Random, draw: _Draw, features: set[str]) -> dict[str, Any]:
+    """The compile options every target takes."""
     options: dict[str, Any] = {"stages": rng.randint(1, 4)}
-    if not hopper_tile and rng.random() < 0.3:
+    if not draw.hopper_tile and rng.random() < 0.3:
         options["warps"] = rng.choice(((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4),
                                        (4, 2), (2, 4)))
     options["swizzle"] = rng.choice(("auto", "off"))
     # A batched grid has no axis left for split-K's slices (asked for now and then).
-    if rng.random() < (0.05 if batched else 0.15 if hopper_tile else 0.3):
+    if rng.random() < (0.05 if draw.batched else 0.15 if draw.hopper_tile else 0.3):
         options["split_k"] = rng.choice((2, 3, 4))
-    if compute == "f32":
+    if draw.compute == "f32":
         options["f32_math"] = rng.choice(("ffma", "tf32"))
     if rng.random() < 0.2:
         options["misaligned_copy"] = rng.choice(("elements", "vectors", "words"))
@@ -464,12 +514,19 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
     if rng.random() < 0.1:
         options["backend"] = "llvm"
         features.add("llvm")
+    return options
+
+
+def _draw_hopper(rng: random.Random, draw: _Draw, options: dict[str, Any],
+                 features: set[str]) -> dict[str, Any]:
+    """The sm_90a schedule, where the tile is one wgmma takes."""
+    bm, bn, bk = draw.bm, draw.bn, draw.bk
     hopper: dict[str, Any] = {}
     # TMA's span asked for now and then (32 bytes fits every row wgmma takes; 64 may not,
     # which is a located error): it also keeps 16-bit blocks of BK under 64 on wgmma.
     span = {"tma_swizzle": rng.choice((64, 32))} if rng.random() < 0.15 else {}
-    strip_rows = {"warpgroup_rows": 128} if strip_tile else {}
-    if swap_tile:
+    strip_rows = {"warpgroup_rows": 128} if draw.strip_tile else {}
+    if draw.swap_tile:
         # The swapped block is BN x BM: C.T's tile.
         if _wgmma_takes((bn, bm, bk), {**options, **span}):
             hopper = {"swap_product": "always", **span}
@@ -478,41 +535,60 @@ def generate_matmul(rng: random.Random, index: int) -> Program:
                 # A pair of blocks along m shares B's tile, the swapped product's A.
                 hopper["cluster"] = 2
                 features.add("swap_product_cluster")
-    elif compute != "f32" and "convert" not in dtypes and \
-            _wgmma_takes((bm, bn, bk), {**options, **span, **strip_rows}):
-        split = options.get("split_k", 1) > 1
-        hopper = dict(rng.choice(SPLIT_SCHEDULES if split else HOPPER_SCHEDULES))
-        if split:
-            features.add("wgmma_split_k")
-        elif bm == 64 and rng.random() < 0.3:  # two consumer warpgroups of 64 rows each
-            hopper = dict(PINGPONG)
-        if bm == 128 and bn <= 128 and rng.random() < 0.4 or strip_tile:
-            # A consumer warpgroup of 128 rows (two m64 wgmmas a k step): the tile's one
-            # warpgroup, or pingpong's two each on a 128-row tile of its own; a strip
-            # tile's two.
-            rows = dict(rng.choice((hopper, hopper if split or strip_tile else PINGPONG)),
-                        warpgroup_rows=128)
-            if _wgmma_takes((bm, bn, bk), {**options, **rows}):
-                hopper = rows
-                features.add("strip_tile" if strip_tile else "warpgroup_rows_128")
-        if hopper.get("consumers") == "pingpong":
-            features.add("pingpong")
-        if hopper.get("persistent") and batched:
-            features.add("persistent_batched")
-        if hopper.get("cluster"):
-            # A batched one pairs M tiles within each batch.
-            features.add("cluster_batched" if batched else "cluster")
-        if options["stages"] == 1:
-            features.add("wgmma_one_stage")
-        if span:
-            hopper.update(span)
-            features.add(f"tma_swizzle_{span['tma_swizzle']}")
-    fp8 = any(dtypes[k] in FP8 for k in ("A", "B"))
+        return hopper
+    if draw.compute == "f32" or "convert" in draw.dtypes or \
+            not _wgmma_takes((bm, bn, bk), {**options, **span, **strip_rows}):
+        return hopper
+    split = options.get("split_k", 1) > 1
+    hopper = dict(rng.choice(SPLIT_SCHEDULES if split else HOPPER_SCHEDULES))
+    if split:
+        features.add("wgmma_split_k")
+    elif bm == 64 and rng.random() < 0.3:  # two consumer warpgroups of 64 rows each
+        hopper = dict(PINGPONG)
+    if bm == 128 and bn <= 128 and rng.random() < 0.4 or draw.strip_tile:
+        # A consumer warpgroup of 128 rows (two m64 wgmmas a k step): the tile's one
+        # warpgroup, or pingpong's two each on a 128-row tile of its own; a strip tile's two.
+        rows = dict(rng.choice((hopper, hopper if split or draw.strip_tile else PINGPONG)),
+                    warpgroup_rows=128)
+        if _wgmma_takes((bm, bn, bk), {**options, **rows}):
+            hopper = rows
+            features.add("strip_tile" if draw.strip_tile else "warpgroup_rows_128")
+    if hopper.get("consumers") == "pingpong":
+        features.add("pingpong")
+    if hopper.get("persistent") and draw.batched:
+        features.add("persistent_batched")
+    if hopper.get("cluster"):
+        # A batched one pairs M tiles within each batch.
+        features.add("cluster_batched" if draw.batched else "cluster")
+    if options["stages"] == 1:
+        features.add("wgmma_one_stage")
+    if span:
+        hopper.update(span)
+        features.add(f"tma_swizzle_{span['tma_swizzle']}")
+    return hopper
+
+
+def generate_matmul(rng: random.Random, index: int) -> Program:
+    """A random matmul kernel with a random epilogue and random options (the draws in this
+    order, so a seed makes the same programs)."""
+    draw = _draw_operands(rng)
+    _draw_tile(rng, draw)
+    features: set[str] = {draw.kind} | ({"batched"} if draw.batched else set())
+    if draw.kind in ("fp8", "w8") and (draw.dtypes["A"] in FP8 or draw.dtypes["B"] in FP8):
+        features.add("fp8_operand")
+    names = _draw_names(rng, index, features)
+    tree, has_bias, has_scale, bias_row = _draw_epilogue(
+        rng, draw, [names["alpha"], names["beta"]], features)
+    text, tree, reads_c = _draw_text(rng, draw, names, tree, has_bias, has_scale, bias_row,
+                                     features)
+    options = _draw_options(rng, draw, features)
+    hopper = _draw_hopper(rng, draw, options, features)
+    fp8 = any(draw.dtypes[k] in FP8 for k in ("A", "B"))
     return Program(index, "matmul", text, options=options, hopper_options=hopper,
-                   features=frozenset(features),
-                   dtypes=dtypes, layouts=transposed, tiles=(bm, bn, bk), epilogue=tree,
-                   reads_c=reads_c, archs=("sm_90a",) if swap_tile else HOPPER_ARCHS if fp8
-                   else ARCHS, batched=batched)
+                   features=frozenset(features), dtypes=draw.dtypes, layouts=draw.transposed,
+                   tiles=(draw.bm, draw.bn, draw.bk), epilogue=tree, reads_c=reads_c,
+                   archs=("sm_90a",) if draw.swap_tile else HOPPER_ARCHS if fp8 else ARCHS,
+                   batched=draw.batched)
 
 
 # ------------------------------------------------------------------------------ mutations
