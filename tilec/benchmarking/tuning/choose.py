@@ -151,46 +151,7 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         if swapped is not None:
             return took("_swapped", swapped)
         if problem == "ragged" and large_tiles(case) < SMALL_TILES:
-            # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
-            # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
-            # 16.9; 128x128 packed 18.6 (unpacked 20.9); wgmma 64x128 packed 16.7. The pack
-            # launches cost more than the aligned copies save here.
-            if case.K <= ONE_STEP_K:
-                # All of K in one step of one stage: the loads issued at once, one barrier.
-                # 1000x1003x77 (152 configurations swept, one run): 64x128x80 with 2x4 warps
-                # 11.4 us, BK 96 11.6, BK 128 12.2, 64x64x64 in 2 stages 12.5, the 64x64x32
-                # 3-stage kernel 13.5 (cuBLAS 9.6).
-                # The misaligned rows read as words (aligned 4-byte loads + prmt, 16-byte
-                # shared vectors): 1064 -> 728 SASS instructions, 238 -> 127 registers; H100,
-                # one run: 11.3 us against 11.8 element by element and 12.5 as vectors
-                # (element loads into 16-byte vectors), cuBLAS 9.95; bench 0.88x cuBLAS
-                # (0.84x by elements). What is left is C's 2-byte stores: with them off the
-                # kernel takes 7.5 us, with C's rows 16-byte aligned 7.9.
-                # C's rows (2-byte aligned) staged in shared memory and stored a row at a
-                # time by each warp (passes/row_store.py), not scattered 2-byte pieces:
-                # H100, one run (f16 and bf16 alike): 19.3 TFLOP/s (8.0 us), 1.23x cuBLAS;
-                # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
-                return took("one_step_k", dict(
-                    BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
-                    pack="off", misaligned_copy="words", misaligned_store="rows"))
-            # A deep K: the skinny products' tiles (their M aside: these are few tiles
-            # whatever the sizes), split along K (past SKINNY_M rows in SPLIT_TILE) or in
-            # clusters; else SPLIT_TILE split where it fills the GPU (_sliced).
-            skinny = _skinny(case) if case.M > SKINNY_M else None
-            if skinny is not None:
-                split = _split_in_clusters(case, skinny) \
-                    if skinny.get("cluster") and skinny["BM"] * skinny["BN"] < 128 * 128 \
-                    else None
-                return took("_split_in_clusters", split) if split is not None else \
-                    took("_skinny", skinny)
-            sliced = _sliced(case, dict(SPLIT_TILE))
-            if "split_k" in sliced:
-                return took("_sliced", sliced)
-            shallow = _skinny(case, SKINNY_ALIGNED_MIN_K) if rows_aligned(case) else None
-            if shallow is not None:
-                return took("_skinny", shallow)
-            return took("few_ragged_tiles",
-                         dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off"))
+            return _few_ragged_tiles(case)
     config = dict(TUNED[family, problem])
     if (family, problem) == ("wgmma", "short") and not case.batched:
         short = _short_tile(case, config)
@@ -214,24 +175,78 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         took("one_tile_a_block")
         del config["persistent"]
     if family == "wgmma":
-        multicast = _multicast_for_rows_off_lines(case, config)
-        moved = multicast or _narrower_for_the_last_wave(case, config)
-        if moved != config:
-            took("_multicast_for_rows_off_lines" if multicast else
-                  "_narrower_for_the_last_wave")
-        config = moved
-        # Slices that fill a wave come first (2048x1024x8192: 128 blocks, 64 tiles of
-        # 128x256 split in two, against 96 tiles of 128x192), but for ONE_WAVE_TILES'
-        # unsplit tiles where they fill it as well (:func:`_tile_for_whole_waves`).
-        whole = _tile_for_whole_waves(case, config)
-        sliced = _sliced(case, config)
-        if whole != config and ("split_k" not in sliced or one_wave_tile(case, whole)):
-            took("_tile_for_whole_waves")
-            sliced = _sliced(case, whole)
-        if "split_k" in sliced:
-            took("_sliced")
-        config = sliced
-        shallow = _persistent_for_shallow_rounds(case, config)
-        if shallow != config:
-            config = took("_persistent_for_shallow_rounds", shallow)
+        config = _wgmma_refinements(case, config)
+    return config
+
+
+def _few_ragged_tiles(case: Case) -> dict[str, Any]:
+    """A ragged product of few tiles on wgmma's target: all of a shallow K in one step,
+    the skinny tile (split along K or in clusters), SPLIT_TILE split, the skinny tile over
+    aligned rows, else mma.sync's in-place tiles."""
+    # A few tiles and K steps (1000x1003x77), H100, one run, f16 C: mma.sync's
+    # 64x64x32 tiles reading the misaligned operands in place 13.4 us; packed first
+    # 16.9; 128x128 packed 18.6 (unpacked 20.9); wgmma 64x128 packed 16.7. The pack
+    # launches cost more than the aligned copies save here.
+    if case.K <= ONE_STEP_K:
+        # All of K in one step of one stage: the loads issued at once, one barrier.
+        # 1000x1003x77 (152 configurations swept, one run): 64x128x80 with 2x4 warps
+        # 11.4 us, BK 96 11.6, BK 128 12.2, 64x64x64 in 2 stages 12.5, the 64x64x32
+        # 3-stage kernel 13.5 (cuBLAS 9.6).
+        # The misaligned rows read as words (aligned 4-byte loads + prmt, 16-byte
+        # shared vectors): 1064 -> 728 SASS instructions, 238 -> 127 registers; H100,
+        # one run: 11.3 us against 11.8 element by element and 12.5 as vectors
+        # (element loads into 16-byte vectors), cuBLAS 9.95; bench 0.88x cuBLAS
+        # (0.84x by elements). What is left is C's 2-byte stores: with them off the
+        # kernel takes 7.5 us, with C's rows 16-byte aligned 7.9.
+        # C's rows (2-byte aligned) staged in shared memory and stored a row at a
+        # time by each warp (passes/row_store.py), not scattered 2-byte pieces:
+        # H100, one run (f16 and bf16 alike): 19.3 TFLOP/s (8.0 us), 1.23x cuBLAS;
+        # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
+        return took("one_step_k", dict(
+            BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
+            pack="off", misaligned_copy="words", misaligned_store="rows"))
+    # A deep K: the skinny products' tiles (their M aside: these are few tiles
+    # whatever the sizes), split along K (past SKINNY_M rows in SPLIT_TILE) or in
+    # clusters; else SPLIT_TILE split where it fills the GPU (_sliced).
+    skinny = _skinny(case) if case.M > SKINNY_M else None
+    if skinny is not None:
+        split = _split_in_clusters(case, skinny) \
+            if skinny.get("cluster") and skinny["BM"] * skinny["BN"] < 128 * 128 \
+            else None
+        return took("_split_in_clusters", split) if split is not None else \
+            took("_skinny", skinny)
+    sliced = _sliced(case, dict(SPLIT_TILE))
+    if "split_k" in sliced:
+        return took("_sliced", sliced)
+    shallow = _skinny(case, SKINNY_ALIGNED_MIN_K) if rows_aligned(case) else None
+    if shallow is not None:
+        return took("_skinny", shallow)
+    return took("few_ragged_tiles",
+                 dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off"))
+
+
+def _wgmma_refinements(case: Case, config: dict[str, Any]) -> dict[str, Any]:
+    """A wgmma entry's tile moved where its rounds or waves fill the GPU badly: B's rows
+    off lines multicast, a narrower tile for a thin last wave, whole rounds, slices
+    along K, persistent tiles over a shallow K."""
+    multicast = _multicast_for_rows_off_lines(case, config)
+    moved = multicast or _narrower_for_the_last_wave(case, config)
+    if moved != config:
+        took("_multicast_for_rows_off_lines" if multicast else
+              "_narrower_for_the_last_wave")
+    config = moved
+    # Slices that fill a wave come first (2048x1024x8192: 128 blocks, 64 tiles of
+    # 128x256 split in two, against 96 tiles of 128x192), but for ONE_WAVE_TILES'
+    # unsplit tiles where they fill it as well (:func:`_tile_for_whole_waves`).
+    whole = _tile_for_whole_waves(case, config)
+    sliced = _sliced(case, config)
+    if whole != config and ("split_k" not in sliced or one_wave_tile(case, whole)):
+        took("_tile_for_whole_waves")
+        sliced = _sliced(case, whole)
+    if "split_k" in sliced:
+        took("_sliced")
+    config = sliced
+    shallow = _persistent_for_shallow_rounds(case, config)
+    if shallow != config:
+        config = took("_persistent_for_shallow_rounds", shallow)
     return config
