@@ -203,39 +203,58 @@ def _tracked(op: Op) -> bool:
 def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
     """The steps of ``ops`` with every K loop (a loop holding barrier ops or shared accesses)
     taking ``trips`` iterations; ``env`` holds the values computed so far, updated."""
-    catalogue = op_definitions()
-    async_dot = family_of(kernel.schedule.tiling).load_op is None
-    steps: list[Step] = []
-    at = {"iteration": None, "where": "before the K loop"}
+    builder = _Program(kernel, env, trips)
+    builder.run_block(ops)
+    return builder.steps
 
-    def known(v: Value, op: Op, what: str) -> int:
-        value = env.get(v)
+
+class _Program:
+    """The steps one role's ops take, the scalars they compute folded as they go."""
+
+    def __init__(self, kernel: Kernel, env: dict, trips: int) -> None:
+        self.kernel = kernel
+        self.env = env
+        self.trips = trips
+        self.catalogue = op_definitions()
+        self.async_dot = family_of(kernel.schedule.tiling).load_op is None
+        self.steps: list[Step] = []
+        self.iteration: Optional[int] = None
+        self.where = "before the K loop"
+        # The ops that make steps, by name (the shared readers and writers aside).
+        self.handlers = {WAIT: self._wait, EXPECT: self._arrival, ARRIVE: self._arrival,
+                         LOAD: self._load, ALLOC: self._alloc, FENCE: self._fence,
+                         "gpu.barrier": self._fence, "scf.for": self.run_loop}
+
+    def known(self, v: Value, op: Op, what: str) -> int:
+        value = self.env.get(v)
         if value is None:
             raise located(TileConfigError, f"{op.name}: {what} cannot be evaluated at compile "
                           "time, so its barrier protocol cannot be checked", op.loc,
-                          kernel.source_lines)
+                          self.kernel.source_lines)
         return value
 
-    def add(op: Op, kind: str, **fields) -> None:
-        steps.append(Step(op, kind, at["iteration"], at["where"], **fields))
+    def add(self, op: Op, kind: str, **fields) -> None:
+        self.steps.append(Step(op, kind, self.iteration, self.where, **fields))
 
-    def barrier(op: Op, ring: Value, index: Value) -> dict:
-        i = known(index, op, f"the barrier index into {_name(ring)}")
+    def barrier(self, op: Op, ring: Value, index: Value) -> dict:
+        i = self.known(index, op, f"the barrier index into {_name(ring)}")
         size = ring.type.shape[0]
         if not 0 <= i < size:
             raise located(TileConfigError, f"{op.name}: barrier {i} of {_name(ring)}, a ring "
-                          f"of {size}", op.loc, kernel.source_lines)
+                          f"of {size}", op.loc, self.kernel.source_lines)
         return {"ring": ring, "index": i}
 
-    def shared(op: Op, view: Value) -> dict:
+    def shared(self, op: Op, view: Value) -> dict:
         stage_op = defining_op(view)
         if stage_op is None or stage_op.name != "smem.stage":
             raise located(TileConfigError, f"{op.name} accesses a shared value that is not a "
-                          "stage of a buffer (smem.stage)", op.loc, kernel.source_lines)
+                          "stage of a buffer (smem.stage)", op.loc, self.kernel.source_lines)
         return {"buffer": stage_op.operands[0],
-                "stage": known(stage_op.operands[1], op, "the stage index")}
+                "stage": self.known(stage_op.operands[1], op, "the stage index")}
 
-    def run_block(block_ops: list[Op]) -> list:
+    def run_block(self, block_ops: list[Op]) -> list:
+        """Run the ops; a block ending in ``scf.yield`` returns the yielded values."""
+        env = self.env
         for op in block_ops:
             name = op.name
             if name == "scf.yield":
@@ -244,66 +263,76 @@ def program(kernel: Kernel, ops: list[Op], env: dict, trips: int) -> list[Step]:
                 a = env.get(op.operands[0])
                 env[op.result] = None if a is None else (
                     0 if a + 1 == op.attrs["modulus"] else a + 1)
-            elif folds_to_scalar(op, catalogue):
-                env[op.result] = fold(op, [env.get(v) for v in op.operands], catalogue)
+            elif folds_to_scalar(op, self.catalogue):
+                env[op.result] = fold(op, [env.get(v) for v in op.operands], self.catalogue)
             elif name == "tile.grid":
                 env.update((r, 0) for r in op.results)  # the first program of the grid
-            elif name == WAIT:
-                parity = known(op.operands[2], op, "the phase parity")
-                if parity not in (0, 1):
-                    raise located(TileConfigError, f"{name} for parity {parity}: a phase "
-                                  "parity is 0 or 1", op.loc, kernel.source_lines)
-                add(op, "wait", parity=parity, **barrier(op, *op.operands[:2]))
-            elif name in (EXPECT, ARRIVE):
-                # A predicated arrival happens only where its predicate holds.
-                if not (name == ARRIVE and len(op.operands) > 2
-                        and not known(op.operands[2], op, "the arrival's predicate")):
-                    # A cluster's arrival: this block's warpgroup and, as the peers run the
-                    # same program, each peer's on this block's barrier.
-                    add(op, "expect" if name == EXPECT else "arrive",
-                        bytes=op.attrs.get("bytes", 0), arrivals=op.attrs.get("cluster", 1),
-                        **barrier(op, *op.operands[:2]))
-            elif name == LOAD:
-                view = op.operands[3]
-                add(op, "load", bytes=Box.of(op).bytes(view.type.dtype.bytes), async_proxy=True,
-                    **barrier(op, *op.operands[4:6]), **shared(op, view))
-            elif name == ALLOC:
-                add(op, "alloc", ring=op.result)
-            elif name in (FENCE, "gpu.barrier"):
-                add(op, "fence" if name == FENCE else "barrier")
+            elif name in self.handlers:
+                self.handlers[name](op)
             elif name in READERS or name in GENERIC_WRITERS:
-                kind = "read" if name in READERS else "write"
-                is_async = name in ASYNC_READERS or (name == "tile.dot" and async_dot)
-                for v in op.operands:
-                    if isinstance(v.type, TileType) and v.type.space == "smem":
-                        add(op, kind, async_proxy=kind == "read" and is_async, **shared(op, v))
-            elif name == "scf.for":
-                run_loop(op)
+                self._access(op)
         return []
 
-    def run_loop(loop: Op) -> None:
+    def _wait(self, op: Op) -> None:
+        parity = self.known(op.operands[2], op, "the phase parity")
+        if parity not in (0, 1):
+            raise located(TileConfigError, f"{op.name} for parity {parity}: a phase "
+                          "parity is 0 or 1", op.loc, self.kernel.source_lines)
+        self.add(op, "wait", parity=parity, **self.barrier(op, *op.operands[:2]))
+
+    def _arrival(self, op: Op) -> None:
+        # A predicated arrival happens only where its predicate holds.
+        if op.name == ARRIVE and len(op.operands) > 2 \
+                and not self.known(op.operands[2], op, "the arrival's predicate"):
+            return
+        # A cluster's arrival: this block's warpgroup and, as the peers run the same
+        # program, each peer's on this block's barrier.
+        self.add(op, "expect" if op.name == EXPECT else "arrive",
+                 bytes=op.attrs.get("bytes", 0), arrivals=op.attrs.get("cluster", 1),
+                 **self.barrier(op, *op.operands[:2]))
+
+    def _load(self, op: Op) -> None:
+        view = op.operands[3]
+        self.add(op, "load", bytes=Box.of(op).bytes(view.type.dtype.bytes), async_proxy=True,
+                 **self.barrier(op, *op.operands[4:6]), **self.shared(op, view))
+
+    def _alloc(self, op: Op) -> None:
+        self.add(op, "alloc", ring=op.result)
+
+    def _fence(self, op: Op) -> None:
+        self.add(op, "fence" if op.name == FENCE else "barrier")
+
+    def _access(self, op: Op) -> None:
+        kind = "read" if op.name in READERS else "write"
+        is_async = op.name in ASYNC_READERS or (op.name == "tile.dot" and self.async_dot)
+        for v in op.operands:
+            if isinstance(v.type, TileType) and v.type.space == "smem":
+                self.add(op, kind, async_proxy=kind == "read" and is_async,
+                         **self.shared(op, v))
+
+    def run_loop(self, loop: Op) -> None:
+        """A loop's iterations: a K loop's ``trips`` of them (the outermost one's numbered in
+        the steps), any other's as its bounds say."""
+        env = self.env
         lb, ub = env.get(loop.operands[0]), env.get(loop.operands[1])
         step = loop.attrs["step_const"]
         lb = 0 if lb is None else lb
         is_k = any(_tracked(op) for op in loop.walk())
-        n = trips if ub is None or is_k else max(0, -(-(ub - lb) // step))
+        n = self.trips if ub is None or is_k else max(0, -(-(ub - lb) // step))
         if ub is None:
             env[loop.operands[1]] = lb + n * step  # K, as a launch would bind it
-        outer = is_k and at["iteration"] is None
+        outer = is_k and self.iteration is None
         body = loop.regions[0]
         carried = [env.get(v) for v in loop.operands[3:]]
         for it in range(n):
             if outer:
-                at.update(iteration=it, where=f"in K-loop iteration {it}")
+                self.iteration, self.where = it, f"in K-loop iteration {it}"
             env[body.args[0]] = lb + it * step
             env.update(zip(body.args[1:], carried))
-            carried = run_block(body.ops)
+            carried = self.run_block(body.ops)
         env.update(zip(loop.results, carried))
         if outer:
-            at.update(iteration=None, where="after the K loop")
-
-    run_block(ops)
-    return steps
+            self.iteration, self.where = None, "after the K loop"
 
 
 # -- running them together ------------------------------------------------------------------
