@@ -256,6 +256,67 @@ def _say(progress: bool, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _check_space(space: Sequence[Config], fixed: dict[str, Any], signature: Any,
+                 name: str) -> None:
+    """ValueError for a space that names a knob twice or one the program lacks, or a
+    program without the block tile's constants."""
+    for config in space:
+        both = sorted(set(config) & set(fixed))
+        if both:
+            raise ValueError(f"{', '.join(both)} given both in the space and in kwargs")
+        unknown = sorted(k for k in config if k not in OPTION_NAMES | set(signature.consts))
+        if unknown:
+            raise ValueError(f"'{name}' has no constant or option {', '.join(unknown)} "
+                             f"(constants: {', '.join(signature.consts) or 'none'})")
+    missing = [c for c in TILE_CONSTANTS if c not in signature.consts]
+    if missing:
+        raise ValueError(f"autotune needs the block tile as the constants BM, BN, BK; "
+                         f"'{name}' has no {', '.join(missing)}")
+
+
+def _cached_best(cache: DiskCache, key: str, kept: Sequence[Config], name: str,
+                 progress: bool) -> Optional[Config]:
+    """The stored best configuration for ``key``, if it is one of ``kept``; else None (a
+    stored result that is not usable is tuned again)."""
+    stored = cache.get_tuning(key)
+    if stored is None:
+        return None
+    try:
+        best = from_json_value(stored.get("best"))
+    except (TypeError, ValueError):
+        return None
+    if best not in kept:
+        return None
+    stored_ms = stored.get("time_ms")
+    shown = f"{stored_ms:.4f}" if isinstance(stored_ms, (int, float)) else "?"
+    _say(progress, f"autotune {name}: cached best {describe(best)} ({shown} ms)")
+    return dict(best)
+
+
+def _time_each(kept: Sequence[Config], prepare: Callable[[Config], Any], timer: Timer,
+               name: str, progress: bool
+               ) -> tuple[list[tuple[Config, float]], list[tuple[Config, str]]]:
+    """Each configuration prepared and timed once: those timed, and those that failed (a
+    compile error, a refused launch, a timer's nonsense) with why."""
+    from tilec.runtime.driver import CudaError
+    timed: list[tuple[Config, float]] = []
+    failed: list[tuple[Config, str]] = []
+    for done, config in enumerate(kept, 1):
+        head = f"autotune {name} [{done}/{len(kept)}] {describe(config)}"
+        try:
+            launch = prepare(config)
+            ms = float(timer(launch))
+            if not math.isfinite(ms) or ms <= 0:
+                raise ValueError(f"the timer returned {ms!r} ms")
+        except (TileError, ValueError, CudaError) as err:
+            failed.append((config, _reason(err)))
+            _say(progress, f"{head}: failed: {_reason(err)}")
+            continue
+        timed.append((config, ms))
+        _say(progress, f"{head}: {ms:.4f} ms")
+    return timed, failed
+
+
 def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
              timer: Optional[Timer] = None, progress: bool = True, *,
              kwargs: Optional[dict[str, Any]] = None, arch: Optional[str] = None,
@@ -269,7 +330,6 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
     configuration to stderr. Raises :class:`NoFittingConfigError` when nothing fits.
     """
     from tilec.launch.binding import bind_arguments, spec_for
-    from tilec.runtime.driver import CudaError
 
     if not space:
         raise ValueError("the autotune space is empty")
@@ -285,18 +345,7 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
     if arch is None:
         from tilec.runtime import current_device
         arch = target_arch(current_device().compute_capability)
-    for config in space:
-        both = sorted(set(config) & set(fixed))
-        if both:
-            raise ValueError(f"{', '.join(both)} given both in the space and in kwargs")
-        unknown = sorted(k for k in config if k not in OPTION_NAMES | set(signature.consts))
-        if unknown:
-            raise ValueError(f"'{name}' has no constant or option {', '.join(unknown)} "
-                             f"(constants: {', '.join(signature.consts) or 'none'})")
-    missing = [c for c in TILE_CONSTANTS if c not in signature.consts]
-    if missing:
-        raise ValueError(f"autotune needs the block tile as the constants BM, BN, BK; "
-                         f"'{name}' has no {', '.join(missing)}")
+    _check_space(space, fixed, signature, name)
     # A knob the space leaves out is the one given beside it, else the program's default.
     tile_defaults = {c: fixed.get(c, signature.consts[c]) for c in TILE_CONSTANTS}
     space = [{**{c: v for c, v in tile_defaults.items() if c not in config}, **config}
@@ -315,17 +364,9 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
     # The program's key is the compile cache's (sha256 of its file, name and source).
     key = tuning_key(tile_function._key, shape_class(bound.symbols, spec_for(bound)), dtype,
                      arch, space, shared, cache.version)
-    stored = cache.get_tuning(key)
-    if stored is not None:
-        try:
-            best = from_json_value(stored.get("best"))
-        except (TypeError, ValueError):
-            best = None
-        if best in kept:  # else the stored result is not usable: tune again
-            stored_ms = stored.get("time_ms")
-            shown = f"{stored_ms:.4f}" if isinstance(stored_ms, (int, float)) else "?"
-            _say(progress, f"autotune {name}: cached best {describe(best)} ({shown} ms)")
-            return dict(best)
+    cached = _cached_best(cache, key, kept, name, progress)
+    if cached is not None:
+        return cached
 
     _say(progress, f"autotune {name} on {arch}: timing {len(kept)} configurations "
                    f"({len(pruned)} pruned)")
@@ -335,21 +376,7 @@ def autotune(tile_function: Any, args: Sequence[Any], space: Sequence[Config],
     def prepare(config: Config) -> Any:
         return tile_function.prepare(*args, **{**call_kwargs, **config, "arch": arch})
 
-    timed: list[tuple[Config, float]] = []
-    failed: list[tuple[Config, str]] = []
-    for done, config in enumerate(kept, 1):
-        head = f"autotune {name} [{done}/{len(kept)}] {describe(config)}"
-        try:
-            launch = prepare(config)
-            ms = float(timer(launch))
-            if not math.isfinite(ms) or ms <= 0:
-                raise ValueError(f"the timer returned {ms!r} ms")
-        except (TileError, ValueError, CudaError) as err:
-            failed.append((config, _reason(err)))
-            _say(progress, f"{head}: failed: {_reason(err)}")
-            continue
-        timed.append((config, ms))
-        _say(progress, f"{head}: {ms:.4f} ms")
+    timed, failed = _time_each(kept, prepare, timer, name, progress)
     if not timed:
         raise NoFittingConfigError(name, arch, dtype, pruned + failed)
 
