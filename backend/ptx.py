@@ -150,36 +150,13 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
     (ws.turn_wait / ws.turn_pass): it waits for its turn but on the block's first tile, and
     passes it on where the block has a next tile."""
     w = ctx.w
-    grid = ctx.grid_op
-    first, second = folded_axes(grid)
-    gm, gn = ctx.get(grid.operands[first]), ctx.get(grid.operands[second])
-    # A batched grid's batch axis: the outermost part of the tile index (each batch's
-    # tiles in grouped order, so consecutive tiles share the batch's matrices in L2).
-    batch = tile_order.batch_axis(grid)
-    cluster = ctx.kernel.schedule.roles.cluster
-    rank = None
-    if cluster > 1:
-        gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
-    tiles = ctx.int_op("mul.lo.s32", gm, gn)
-    if batch is not None:
-        tiles = ctx.int_op("mul.lo.s32", tiles, ctx.get(grid.operands[batch]))
+    gm, tiles, batch = _tile_count(ctx)
     if ctx.kernel.schedule.roles.stream_k:
         _stream_k_loop(ctx, ops, emit_ops, tail, tiles, gm, batch)
         return
     k_loop = next(op for block_op in ops for op in block_op.walk() if op.name == "scf.for")
     trips = _k_steps(ctx, k_loop.operands[:3])
-    tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
-    if cluster > 1:
-        block, blocks = w.reg("b32"), w.reg("b32")
-        w.emit(f"mov.u32 {block}, %ctaid.x;")
-        w.emit(f"mov.u32 {blocks}, %nctaid.x;")
-        rank = ctx.mod_const(block, cluster, nonnegative=True)
-        w.emit(f"mov.u32 {tile}, {ctx.div_const(block, cluster, nonnegative=True)};")
-        w.emit(f"mov.u32 {stride}, {ctx.div_const(blocks, cluster, nonnegative=True)};")
-    else:
-        w.emit(f"mov.u32 {tile}, %ctaid.x;")
-        w.emit(f"mov.u32 {stride}, %nctaid.x;")
-    w.emit(f"mov.u32 {ring}, 0;")
+    tile, ring, stride, rank = _first_tile(ctx)
     if pingpong:
         block_stride, stride = stride, ctx.int_op("shl.b32", stride, 1)
         warpgroup = block_warpgroup(ctx)
@@ -192,13 +169,7 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
     w.emit(f"@{finished} bra.uni {done};")
     saved_turn = ctx.turn
     if pingpong:
-        waits, passes = w.reg("pred"), w.reg("pred")
-        w.emit(f"setp.ge.s32 {waits}, {tile}, {block_stride};")
-        following = ctx.int_op("add.s32", tile, block_stride)
-        w.emit(f"setp.lt.s32 {passes}, {following}, {tiles};")
-        ctx.turn = dict(waits=waits, passes=passes,
-                        wait_id=ctx.int_op("add.s32", warpgroup, TURN_BARRIER),
-                        pass_id=ctx.int_op("sub.s32", TURN_BARRIER + 1, warpgroup))
+        ctx.turn = _pingpong_turn(ctx, tile, block_stride, tiles, warpgroup)
     _bind_tile(ctx, tile, gm, batch, rank)
     saved, ctx.ring_base = ctx.ring_base, ring
     saved_hooks, ctx.after_tiles = ctx.after_tiles, []
@@ -220,6 +191,59 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
         ctx.ring_base = ctx.int_op("sub.s32", ring, trips)
         emit_ops(ctx, list(tail))
         ctx.ring_base = saved
+
+
+def _tile_count(ctx: Context) -> tuple[str, str, Optional[int]]:
+    """The grid's M tiles (in a cluster, its clusters of M tiles), all its tiles, and its
+    batch axis (the outermost part of the tile index: each batch's tiles in grouped order,
+    so consecutive tiles share the batch's matrices in L2) or None."""
+    grid = ctx.grid_op
+    first, second = folded_axes(grid)
+    gm, gn = ctx.get(grid.operands[first]), ctx.get(grid.operands[second])
+    batch = tile_order.batch_axis(grid)
+    cluster = ctx.kernel.schedule.roles.cluster
+    if cluster > 1:
+        gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
+    tiles = ctx.int_op("mul.lo.s32", gm, gn)
+    if batch is not None:
+        tiles = ctx.int_op("mul.lo.s32", tiles, ctx.get(grid.operands[batch]))
+    return gm, tiles, batch
+
+
+def _first_tile(ctx: Context) -> tuple[str, str, str, Optional[str]]:
+    """The block's first tile, its ring count (0) and its stride over the tiles: the
+    block's id and the grid's, or in a cluster the cluster's and the clusters', with the
+    block's rank in its cluster (else None)."""
+    w = ctx.w
+    cluster = ctx.kernel.schedule.roles.cluster
+    tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
+    rank = None
+    if cluster > 1:
+        block, blocks = w.reg("b32"), w.reg("b32")
+        w.emit(f"mov.u32 {block}, %ctaid.x;")
+        w.emit(f"mov.u32 {blocks}, %nctaid.x;")
+        rank = ctx.mod_const(block, cluster, nonnegative=True)
+        w.emit(f"mov.u32 {tile}, {ctx.div_const(block, cluster, nonnegative=True)};")
+        w.emit(f"mov.u32 {stride}, {ctx.div_const(blocks, cluster, nonnegative=True)};")
+    else:
+        w.emit(f"mov.u32 {tile}, %ctaid.x;")
+        w.emit(f"mov.u32 {stride}, %nctaid.x;")
+    w.emit(f"mov.u32 {ring}, 0;")
+    return tile, ring, stride, rank
+
+
+def _pingpong_turn(ctx: Context, tile: str, block_stride: str, tiles: str,
+                   warpgroup: str) -> dict:
+    """A pingpong warpgroup's hand-over registers for ``tile``: it waits for its turn but
+    on the block's first tile, and passes it on where the block has a next tile."""
+    w = ctx.w
+    waits, passes = w.reg("pred"), w.reg("pred")
+    w.emit(f"setp.ge.s32 {waits}, {tile}, {block_stride};")
+    following = ctx.int_op("add.s32", tile, block_stride)
+    w.emit(f"setp.lt.s32 {passes}, {following}, {tiles};")
+    return dict(waits=waits, passes=passes,
+                wait_id=ctx.int_op("add.s32", warpgroup, TURN_BARRIER),
+                pass_id=ctx.int_op("sub.s32", TURN_BARRIER + 1, warpgroup))
 
 
 def _bind_tile(ctx: Context, tile: str, gm: str, batch: Optional[int],
