@@ -1183,6 +1183,14 @@ def test_sm_90a_leaves_small_ragged_problems_to_mma_sync():
         dict(BM=128, BN=256, BK=64, stages=3)
 
 
+def check_sm_90a_options(config: dict) -> None:
+    """A tuned configuration's options (its block tile aside) are ones Options takes on
+    sm_90a: ValueError otherwise."""
+    from tilec.options import Options
+    Options(arch="sm_90a", **{key: value for key, value in config.items()
+                              if key not in ("BM", "BN", "BK")})
+
+
 SKINNY_64x192 = dict(BM=64, BN=192, BK=64, stages=6)
 SKINNY_64x128 = dict(BM=64, BN=128, BK=64, stages=6)
 SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
@@ -1219,7 +1227,6 @@ SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
     ((1000, 1003, 500), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
 ], ids=lambda value: "x".join(map(str, value)) if isinstance(value, tuple) else "")
 def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expected):
-    from tilec.options import Options
     for dtype in ("f16", "bf16"):
         assert tuning.tuned_config(Case(*shape, dtype), "sm_90a") == expected, dtype
     if "warps" not in expected and shape[2] >= tuning.rounds.ONE_WAVE_MIN_K:
@@ -1228,8 +1235,7 @@ def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expect
         blocks = tuning.measure.tile_count(Case(*shape, "f16"), expected) * \
             expected.get("split_k", 1)
         assert blocks <= tuning.ONE_WAVE
-        Options(arch="sm_90a", **{key: value for key, value in expected.items()
-                                  if key not in ("BM", "BN", "BK")})
+        check_sm_90a_options(expected)
     # Batched rows, the mma.sync targets and the llvm backend keep their own tiles.
     for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
@@ -1433,7 +1439,6 @@ def test_sm_90a_swaps_the_product_where_m_would_be_padded(shape, expected):
 ], ids=shape_id)
 def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empty(shape,
                                                                                   narrow):
-    from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
         assert (config == tuning.rounds.NARROW_TILE) == narrow, (dtype, config)
@@ -1441,8 +1446,7 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
         tiles = -(-shape[0] // 128) * -(-shape[1] // 256)
         assert 0 < tiles % tuning.ONE_WAVE <= tuning.rounds.LAST_WAVE_SHARE * \
             tuning.ONE_WAVE
-        Options(arch="sm_90a", **{key: value for key, value in config.items()
-                                  if key not in ("BM", "BN", "BK")})
+        check_sm_90a_options(config)
     # Batched rows, other targets and the llvm backend keep their own tiles.
     assert tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a") != \
         tuning.rounds.NARROW_TILE
@@ -1499,7 +1503,6 @@ def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(
     ((3797, 2561, 1024), None),
 ], ids=shape_id)
 def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, expected):
-    from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config, _, rules = tuning.tuned_rules(Case(*shape, dtype), "sm_90a")
         taken = "_persistent_for_shallow_rounds" in rules
@@ -1509,8 +1512,7 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
         assert config == expected, (dtype, config)
         assert taken == (expected in (tuning.rounds.SHALLOW_ROUND_TILE,
                                       tuning.rounds.SHALLOW_SQUARE))
-        Options(arch="sm_90a", **{key: value for key, value in config.items()
-                                  if key not in ("BM", "BN", "BK")})
+        check_sm_90a_options(config)
     # Batched rows keep their own tiles.
     assert "_persistent_for_shallow_rounds" not in \
         tuning.tuned_rules(Case(*shape, "f16", batch=2), "sm_90a")[2]
@@ -1535,15 +1537,13 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
     ((1536, 1544, 1536), None),
 ], ids=shape_id)
 def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
-    from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
         assert (config.get("cluster", 1) == 2) == (tile is not None), (dtype, config)
         if tile is not None:
             assert (config["BM"], config["BN"]) == tile
             assert {key: config[key] for key in tuning.rounds.MULTICAST} == tuning.rounds.MULTICAST
-            Options(arch="sm_90a", **{key: value for key, value in config.items()
-                                      if key not in ("BM", "BN", "BK")})
+            check_sm_90a_options(config)
     # Batched rows, other targets and the llvm backend launch no clusters.
     for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
@@ -1613,7 +1613,6 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.rounds.CLUSTER_TILES, in per
 ], ids=shape_id)
 def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(
         shape, tile):
-    from tilec.options import Options
     for dtype in ("f16", "bf16"):
         config = tuning.tuned_config(Case(*shape, dtype), "sm_90a")
         chosen = next((candidate for candidate in tuning.rounds.WHOLE_ROUND_TILES
@@ -1639,8 +1638,7 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
             rounds = tuning.rounds.MULTICAST if tuning.rounds.b_shared_in_clusters(case) else \
                 tuning.rounds.WHOLE_ROUNDS
             assert config == {**chosen, **rounds}
-        Options(arch="sm_90a", **{key: value for key, value in config.items()
-                                  if key not in ("BM", "BN", "BK")})
+        check_sm_90a_options(config)
     # Batched rows, other targets and the llvm backend keep their own tiles.
     for config in (tuning.tuned_config(Case(*shape, "f16", batch=2), "sm_90a"),
                    tuning.tuned_config(Case(*shape, "f16"), "sm_90"),
