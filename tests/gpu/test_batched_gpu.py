@@ -309,7 +309,10 @@ def test_persistent_wgmma_16_bit_outputs_with_misaligned_rows(hopper, dtype):
 
 # -- clusters of two blocks: pairs of M tiles within each batch ---------------------------------
 
-def assert_batched_cluster(function, a, b, c, persistent, **options) -> None:
+def check_batched_cluster(function, a, b, c, dtype, persistent, **options) -> None:
+    """The batched product in clusters against float64, and its kernel in clusters of
+    ``options["cluster"]`` multicasting through 3-D maps."""
+    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
     compiled = function.prepare(a, b, c, persistent=persistent, **options).compiled
     roles = compiled.kernel.schedule.roles
     assert roles.cluster == options["cluster"] and roles.persistent == persistent, roles
@@ -335,8 +338,7 @@ def test_clusters_pair_m_tiles_within_each_batch(hopper, out, shape, tiles, dtyp
     function = bmm(dtype, out)
     a, b, c = operands(*shape, dtype, out=out)
     options = dict(arch="sm_90a", cluster=2, **tiles)
-    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
-    assert_batched_cluster(function, a, b, c, persistent, **options)
+    check_batched_cluster(function, a, b, c, dtype, persistent, **options)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
@@ -351,8 +353,7 @@ def test_clusters_of_four_group_m_tiles_within_each_batch(hopper, shared, shape,
     function = bmm(dtype, dtype)
     a, b, c = operands(*shape, dtype, shared=shared, out=dtype)
     options = dict(arch="sm_90a", cluster=4, **HOPPER_TILES[1])
-    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
-    assert_batched_cluster(function, a, b, c, persistent, **options)
+    check_batched_cluster(function, a, b, c, dtype, persistent, **options)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
@@ -368,8 +369,7 @@ def test_clusters_pair_n_tiles_of_an_n_major_grid(hopper, out, shared, dtype, pe
     for shape in [(3, 300, 1100, 80), (4, 520, 1000, 1024)]:
         a, b, c = operands(*shape, dtype, shared=shared, out=out)
         options = dict(arch="sm_90a", cluster=2, **HOPPER_TILES[1])
-        check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
-        assert_batched_cluster(function, a, b, c, persistent, **options)
+        check_batched_cluster(function, a, b, c, dtype, persistent, **options)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
@@ -381,8 +381,7 @@ def test_clusters_with_a_batch_stride_of_0(hopper, shared, dtype, persistent):
     function = bmm(dtype, dtype)
     a, b, c = operands(6, 640, 1024, 80, dtype, shared=shared, out=dtype)
     options = dict(arch="sm_90a", cluster=2, **HOPPER_TILES[0])
-    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=persistent, **options)
-    assert_batched_cluster(function, a, b, c, persistent, **options)
+    check_batched_cluster(function, a, b, c, dtype, persistent, **options)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -392,9 +391,8 @@ def test_persistent_clusters_with_misaligned_output_rows(hopper, dtype):
     function = bmm(dtype, dtype)
     a, b, c = operands(8, 1000, 1003, 128, dtype, out=dtype)
     options = dict(arch="sm_90a", cluster=2, **HOPPER_TILES[1])
-    check(function, a, b, c, 2 * TOLERANCE[dtype], persistent=True, **options)
+    check_batched_cluster(function, a, b, c, dtype, True, **options)
     assert_row_store_epilogue(function, a, b, c, persistent=True, **options)
-    assert_batched_cluster(function, a, b, c, True, **options)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -404,9 +402,8 @@ def test_the_batched_bench_row_in_clusters_matches_float64(hopper, dtype):
     from tilec.benchmarking.tuning import tuned_config
     config = dict(tuned_config(Case(1024, 1024, 1024, dtype, batch=32), "sm_90a"), cluster=2)
     a, b, c = operands(32, 1024, 1024, 1024, dtype, out=dtype)
-    check(bmm(dtype, dtype), a, b, c, 2 * TOLERANCE[dtype], **config)
     persistent = config.pop("persistent", False)
-    assert_batched_cluster(bmm(dtype, dtype), a, b, c, persistent, **config)
+    check_batched_cluster(bmm(dtype, dtype), a, b, c, dtype, persistent, **config)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
