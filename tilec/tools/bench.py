@@ -391,10 +391,11 @@ def bench_contenders(args: argparse.Namespace, arrays: Arrays, consts: dict[str,
     it is installed and not ``--no-triton``; or the epilogue's or w8a16's own contenders.
     ``options`` loses the backend's keys."""
     llvm = {key: options.pop(key) for key in ("backend", "llvm_opt") if key in options}
-    triton = _triton_version() is not None and not args.no_triton
-    if _triton_version() is None:
+    installed = _triton_version() is not None
+    if not installed:
         print("tilec bench: Triton is not installed; timing tilec and cuBLAS only",
               file=sys.stderr)
+    triton = installed and not args.no_triton
     epilogue = getattr(args, "epilogue", None)
     if epilogue is not None:
         contenders = epilogue_contenders(arrays, consts, options, triton)
