@@ -131,11 +131,18 @@ def test_a_persistent_pair_walks_pairs_of_m_tiles():
     # 33 x 8 tiles: 17 x 8 = 136 pairs for 66 clusters (132 SMs); an odd SM count drops one.
     assert launch_grid([33, 8], kernel, multiprocessors=132) == (132, 1, 1)
     assert launch_grid([33, 8], kernel, multiprocessors=131) == (130, 1, 1)
-    # In fours: 33 M tiles are 9 clusters' worth a column, 72 for 33 clusters of 4 blocks.
+    # In fours: 33 M tiles are 9 clusters' worth a column, 72 for 33 clusters of 4 blocks;
+    # no more than the device holds at once (GPCs whose SMs do not divide by 4).
     four = lowered(persistent=True, cluster=4)
     assert launch_grid([33, 8], four, multiprocessors=132) == (132, 1, 1)
     assert launch_grid([5, 4], four, multiprocessors=132) == (32, 1, 1)
     assert launch_grid([33, 8], four, multiprocessors=131) == (128, 1, 1)
+    assert launch_grid([33, 8], four, multiprocessors=132, resident_clusters=30) == \
+        (120, 1, 1)
+    assert launch_grid([5, 4], four, multiprocessors=132, resident_clusters=30) == (32, 1, 1)
+    # 0: the device cannot hold one; the launch asks anyway and the driver says why.
+    assert launch_grid([33, 8], four, multiprocessors=132, resident_clusters=0) == \
+        (132, 1, 1)
     ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=2,
                                            persistent=True, **TILE)
     producer = ptx[ptx.index("setmaxnreg.dec"):ptx.index("setmaxnreg.inc")]
@@ -145,6 +152,33 @@ def test_a_persistent_pair_walks_pairs_of_m_tiles():
     assert producer[done:].count("mbarrier.try_wait") == 3
     # Both roles number clusters: the block id halved (a shift) and the grid halved.
     assert ptx.count("%ctaid.x;") == ptx.count("%nctaid.x;") == 2
+
+
+@pytest.mark.parametrize("cluster", [1, 4])
+def test_a_persistent_launch_asks_how_many_clusters_the_device_holds(monkeypatch, cluster):
+    """The launch's grid (tilec.kernel): in clusters, the loaded function's occupancy with
+    the kernel's block and shared memory bounds the persistent clusters; alone, the SMs."""
+    import tilec.runtime
+    from types import SimpleNamespace
+    from tilec.kernel import _launch_grid
+    monkeypatch.setattr(tilec.runtime, "current_device",
+                        lambda: SimpleNamespace(multiprocessor_count=132))
+    asked = []
+
+    class Function:
+        def resident_clusters(self, block, shared_bytes, shape):
+            asked.append((block, shared_bytes, shape))
+            return 30
+
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=3, persistent=True,
+                                                    cluster=cluster, **TILE)
+    grid = _launch_grid([33, 8], compiled, Function())
+    if cluster == 1:
+        assert grid == (132, 1, 1) and asked == []
+        return
+    assert grid == (120, 1, 1)
+    assert asked == [((compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
+                      (4, 1, 1))]
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])

@@ -34,6 +34,10 @@ class FakeDriver(SimpleNamespace):
         self.calls.append(("cuLaunchKernelEx", args))
         return (0,)
 
+    def cuOccupancyMaxActiveClusters(self, *args):
+        self.calls.append(("cuOccupancyMaxActiveClusters", args))
+        return (0, 30)
+
 
 def fake_function() -> Function:
     """A Function as loading a module makes it, without a driver."""
@@ -42,6 +46,7 @@ def fake_function() -> Function:
     function._device = SimpleNamespace(make_current=lambda: None)
     function._max_threads, function._dynamic_shared_limit = 1024, 48 * 1024
     function._marshallers, function.lock = {}, threading.Lock()
+    function._resident_clusters = {}
     return function
 
 
@@ -94,6 +99,22 @@ def test_a_cluster_launch_goes_through_cuLaunchKernelEx(fake, cluster) -> None:
     dims = attribute.value.clusterDim
     assert (dims.x, dims.y, dims.z) == cluster
     assert [data for _, data in params_at(address)] == EXPECTED
+
+
+def test_resident_clusters_asks_the_driver_once_per_shape(fake) -> None:
+    """cuOccupancyMaxActiveClusters with the launch's block, shared memory and cluster shape
+    (the cluster attribute is required: the kernels declare no cluster size of their own)."""
+    function = fake_function()
+    assert function.resident_clusters((384, 1, 1), 200_000, (4, 1, 1)) == 30
+    assert function.resident_clusters((384, 1, 1), 200_000, (4, 1, 1)) == 30
+    [(call, (handle, config))] = fake.calls
+    assert (call, handle) == ("cuOccupancyMaxActiveClusters", "handle")
+    assert (config.gridDimX, config.blockDimX, config.sharedMemBytes) == (4, 384, 200_000)
+    [attribute] = config.attrs
+    dims = attribute.value.clusterDim
+    assert (dims.x, dims.y, dims.z) == (4, 1, 1)
+    function.resident_clusters((384, 1, 1), 200_000, (2, 1, 1))
+    assert len(fake.calls) == 2
 
 
 def test_one_layout_per_signature_reused_across_launches(fake) -> None:

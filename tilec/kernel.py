@@ -280,13 +280,18 @@ def check_device_runs(arch: str) -> None:
     check_runs_on(arch, device.compute_capability, f"device {device.ordinal} ({device.name})")
 
 
-def _launch_grid(sizes: list[int], kernel: Kernel) -> tuple[int, int, int]:
-    """The CUDA grid; a persistent kernel's depends on the current device's SM count."""
+def _launch_grid(sizes: list[int], compiled: Compiled, function) -> tuple[int, int, int]:
+    """The CUDA grid; a persistent kernel's depends on the current device's SM count, and
+    in clusters on how many of them the device holds at once (``function``'s occupancy)."""
+    kernel = compiled.kernel
     roles = kernel.schedule.roles
     if roles is None or not roles.persistent:
         return launch_grid(sizes, kernel)
     from tilec.runtime import current_device
-    return launch_grid(sizes, kernel, current_device().multiprocessor_count)
+    cluster = launch_cluster(kernel)
+    resident = None if cluster is None else function.resident_clusters(
+        (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes, cluster)
+    return launch_grid(sizes, kernel, current_device().multiprocessor_count, resident)
 
 
 def loaded_function(compiled: Compiled):
@@ -307,7 +312,7 @@ def loaded_function(compiled: Compiled):
 def launch_compiled(compiled: Compiled, bound, device_args, sizes, stream=None):
     from tilec.runtime import launch
     function = loaded_function(compiled)
-    grid = _launch_grid(sizes, compiled.kernel)
+    grid = _launch_grid(sizes, compiled, function)
     args = kernel_arguments(compiled.kernel, bound, device_args)
     launch(function, grid, (compiled.rendered.threads, 1, 1), compiled.rendered.smem_bytes,
            stream, args, launch_cluster(compiled.kernel))
@@ -327,7 +332,7 @@ class PreparedLaunch:
         self.compiled = compiled
         self.function = loaded_function(compiled)
         self.tile_axes = tuple(sizes)  # the program's grid (tilec.launch.waves reads it)
-        self.grid = _launch_grid(sizes, compiled.kernel)
+        self.grid = _launch_grid(sizes, compiled, self.function)
         self.empty = 0 in sizes
         self.block = (compiled.rendered.threads, 1, 1)
         self.packing = packing

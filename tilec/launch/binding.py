@@ -226,14 +226,16 @@ def whole_cluster_tiles(sizes: Sequence[int], compiled_kernel: Kernel) -> int:
 
 
 def launch_grid(sizes: list[int], compiled_kernel: Kernel,
-                multiprocessors: Optional[int] = None) -> tuple[int, int, int]:
+                multiprocessors: Optional[int] = None,
+                resident_clusters: Optional[int] = None) -> tuple[int, int, int]:
     """The CUDA grid for the compiled kernel (``sizes``: its tile axes, as
     :func:`grid_size` evaluates them): its grid op says whether the passes folded two axes
     into one (grouped rasterization) and whether split-K added a slice axis after them. A
     persistent kernel gets one block per SM (``multiprocessors``: the device's), times its
-    blocks per SM, at most one a tile (a cluster's: whole clusters, at most one a pair of
-    M tiles, pairs of a batched grid's M tiles within each batch; a stream-K kernel's: all
-    of them, whatever the tiles)."""
+    blocks per SM, at most one a tile (a cluster's: whole clusters, at most one a cluster's
+    M tiles, those of a batched grid within each batch, and no more clusters than the
+    device holds at once where ``resident_clusters`` says so; a stream-K kernel's: all of
+    them, whatever the tiles)."""
     roles = compiled_kernel.schedule.roles
     if roles is not None and roles.persistent:
         if multiprocessors is None:
@@ -243,10 +245,13 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
             # Stream-K shares K steps, not tiles, so every SM gets a share even where the
             # tiles are fewer than the SMs (a deep K over a few tiles: split-K's case).
             return (multiprocessors * roles.blocks_per_sm, 1, 1)
-        # Whole clusters, at most one a pair of tiles.
+        # Whole clusters, at most one a cluster's tiles. Clusters past those resident at
+        # once would wait for a whole cluster to finish all its tiles.
         cluster = roles.cluster
-        pairs = whole_cluster_tiles(sizes, compiled_kernel) // cluster
-        clusters = min(pairs, multiprocessors * roles.blocks_per_sm // cluster)
+        groups = whole_cluster_tiles(sizes, compiled_kernel) // cluster
+        clusters = min(groups, multiprocessors * roles.blocks_per_sm // cluster)
+        if cluster > 1 and resident_clusters:
+            clusters = min(clusters, resident_clusters)
         return (clusters * cluster, 1, 1)
     grid_op = require_grid(compiled_kernel)
     split = grid_op.attrs.get("split_k")

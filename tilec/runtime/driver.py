@@ -694,6 +694,7 @@ class Function:
         self._dynamic_shared_limit = self._attribute(
             attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         self._marshallers: dict[tuple[ParamType, ...], _ParamMarshaller] = {}
+        self._resident_clusters: dict[tuple, int] = {}
         # The marshallers' storage is shared state; the driver copies the values before the
         # launch call returns, so the lock is held only across marshal + launch.
         self.lock = threading.Lock()
@@ -752,6 +753,20 @@ class Function:
                 len(cluster) == 3 and all(c > 0 and g % c == 0 for g, c in zip(grid, cluster))):
             raise ValueError(f"kernel {self.name!r}: cluster {tuple(cluster)} must be three "
                              f"positive sizes dividing the grid {tuple(grid)}")
+
+    def resident_clusters(self, block: Dim3, shared_bytes: int, cluster: Dim3) -> int:
+        """How many clusters of this shape the device holds at once
+        (cuOccupancyMaxActiveClusters; once per shape): a cluster's blocks share one GPC, so
+        where a GPC's SM count is no multiple of the cluster's blocks, some SMs hold none.
+        0 where the device cannot hold one at all (the launch then says why)."""
+        key = (tuple(block), shared_bytes, tuple(cluster))
+        count = self._resident_clusters.get(key)
+        if count is None:
+            self._device.make_current()
+            config = _launch_config(cluster, block, shared_bytes, _stream_handle(None), cluster)
+            count = self._resident_clusters[key] = int(
+                _call(_cuda.cuOccupancyMaxActiveClusters, self.handle, config))
+        return count
 
     def marshaller(self, args: Sequence[KernelArg]) -> _ParamMarshaller:
         """The kernelParams layout for these arguments, built once per signature. Keyed by the
