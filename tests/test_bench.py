@@ -1480,7 +1480,10 @@ def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(
     # More than a wave of 128x256 tiles over K from 512 to under 2048, rows aligned:
     # persistent 128x128 tiles in place of one tile a block ...
     ((1752, 3200, 512), tuning.rounds.SHALLOW_ROUND_TILE),  # 182 wide (2 rounds, the second 38%)
-    ((5000, 2000, 768), tuning.rounds.SHALLOW_ROUND_TILE),
+    # ... in clusters of 2 where B's rows are off 128-byte lines, M from MULTICAST_MIN_M ...
+    ((5000, 2000, 768), tuning.rounds.SHALLOW_ROUND_CLUSTER),
+    ((5712, 792, 768), tuning.rounds.SHALLOW_ROUND_CLUSTER),  # 45 M tiles: 23 clusters
+    ((1000, 8200, 768), tuning.rounds.SHALLOW_ROUND_TILE),
     ((3797, 2560, 1024), tuning.rounds.SHALLOW_ROUND_TILE),
     # ... as full rounds but over a K under SHALLOW_OVERLAP_MAX_K (the overlap pays) ...
     ((8000, 1024, 512), tuning.rounds.SHALLOW_ROUND_TILE),  # 252 wide (2 rounds, 95%), 504 narrow
@@ -1511,6 +1514,7 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
             continue
         assert config == expected, (dtype, config)
         assert taken == (expected in (tuning.rounds.SHALLOW_ROUND_TILE,
+                                      tuning.rounds.SHALLOW_ROUND_CLUSTER,
                                       tuning.rounds.SHALLOW_SQUARE))
         check_sm_90a_options(config)
     # Batched rows keep their own tiles.
@@ -1529,12 +1533,13 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
     ((1024, 4104, 4096), (256, 128)),  # 132: one whole round
     ((6144, 6152, 4096), (192, 192)),  # 1056 squares: 8 whole rounds (WIDE_SQUARE_TILE)
     ((8192, 8200, 8192), (128, 256)),  # 2112: 16 whole rounds
-    # B's rows on whole lines, or off 16 bytes (packed anyway), or one wave of wide tiles.
+    # B's rows on whole lines, or off 16 bytes (packed anyway), or one wave of wide tiles
+    # (in clusters, but not persistent, from ONE_WAVE_CLUSTER_MIN_K: the whole-round test).
     ((4104, 4096, 4096), None),
     ((4096, 4160, 4096), None),
     ((4096, 4100, 4096), None),
     ((4095, 4097, 4093), None),
-    ((1536, 1544, 1536), None),
+    ((1536, 1544, 1000), None),
 ], ids=shape_id)
 def test_sm_90a_multicasts_a_b_whose_rows_are_off_128_byte_lines(shape, tile):
     for dtype in ("f16", "bf16"):
@@ -1609,6 +1614,11 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.rounds.CLUSTER_TILES, in per
     ((2048, 1000, 4096), TALL),  # 8 x 16 = 128, against 96 of 128x192
     ((2048, 1024, 4096), (128, 128)),  # B's rows on lines: ONE_WAVE_TILES' 128 tiles
     ((2048, 1024, 512), ROW),  # K under ONE_WAVE_MIN_K: 128x128 not measured there
+    # One wave of 128x192 in clusters of 2 where B's rows are off lines, K from
+    # ONE_WAVE_CLUSTER_MIN_K: 32 x 4 = 128 tiles; 12 x 9 = 108; but alone under it.
+    ((4000, 600, 1024), ROW),
+    ((1536, 1544, 1536), ROW),
+    ((4000, 600, 1000), ROW),
     ((2048, 2112, 4096), SQUARE),  # 121 squares, 92% of a wave: 256x64 measured 0.87
 ], ids=shape_id)
 def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_do_not(
@@ -1631,7 +1641,7 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
             assert (layout.slab, layout.stored_cols) == (64, 192)
         elif not config.get("persistent"):
             # One wave, in clusters where B's rows are off lines, but not for 192x192.
-            clustered = tuning.rounds.b_shared_in_clusters(case) and tile == ROW
+            clustered = tuning.rounds.b_shared_in_one_wave_clusters(case) and tile == ROW
             assert config == ({**chosen, "cluster": 2} if clustered else chosen)
             assert tuning.measure.tile_count(case, config) <= tuning.ONE_WAVE
         else:

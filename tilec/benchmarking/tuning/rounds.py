@@ -247,8 +247,19 @@ WHOLE_ROUND_MIN_K = 2048
 # H200, f16, one call each, TFLOP/s, one tile a block in clusters / alone (cuBLAS): 128x192
 # at 1536x2056x4096 656.7 / 527.7 (654.6), 1024x2056x4096 473.2 / 465.4 (604.9); but
 # 192x192 at 2048x2056x2048 536.8 / 542.2 (545.5), 2304x2056x4096 690.6 / 687.1 (693.4)
-# (benchmarks/NOTES.md, session 25).
+# (benchmarks/NOTES.md, session 25). Over K from ONE_WAVE_CLUSTER_MIN_K, shallower than
+# MULTICAST_MIN_K (session 36, same measure, in clusters / alone): 4000x600x1024 278.8 /
+# 253.9 (355.6), 3000x680x1536 335.3 / 296.7 (410.6), 2500x1000x1024 320.6 / 285.7 (353.2).
 ONE_WAVE_CLUSTER_TILES = {(128, 192)}
+ONE_WAVE_CLUSTER_MIN_K = 1024
+
+
+def b_shared_in_one_wave_clusters(case: Case) -> bool:
+    """Whether one wave of ONE_WAVE_CLUSTER_TILES should run in clusters of 2 sharing B:
+    :func:`b_rows_off_lines`, M at least MULTICAST_MIN_M and K at least
+    ONE_WAVE_CLUSTER_MIN_K."""
+    return b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M and \
+        case.K >= ONE_WAVE_CLUSTER_MIN_K
 
 
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -257,7 +268,7 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     CLUSTER_TILES in MULTICAST (over more than one wave only with every row 16-byte
     aligned); ONE_WAVE_TILES and the other STRIP_TILES one tile a block where they make one
     wave, B's rows on lines and K from ONE_WAVE_MIN_K; one tile a block in one wave (in clusters of
-    2 where B's rows are off 128-byte lines, for ONE_WAVE_CLUSTER_TILES); over more
+    2 for ONE_WAVE_CLUSTER_TILES where :func:`b_shared_in_one_wave_clusters`); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
     if tile in PADDED_TILES:
@@ -273,14 +284,13 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
                 (tile_count(case, clustered) > ONE_WAVE and not rows_aligned(case)):
             return None
         return clustered
-    shared = b_shared_in_clusters(case)
-    one_wave = {**tile, "cluster": 2} if shared and \
+    one_wave = {**tile, "cluster": 2} if b_shared_in_one_wave_clusters(case) and \
         (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
     if tile_count(case, one_wave) <= ONE_WAVE:
         return one_wave
     if not rows_aligned(case) or case.K < WHOLE_ROUND_MIN_K:
         return None
-    return {**tile, **(MULTICAST if shared else WHOLE_ROUNDS)}
+    return {**tile, **(MULTICAST if b_shared_in_clusters(case) else WHOLE_ROUNDS)}
 
 
 def one_wave_tile(case: Case, config: dict[str, Any]) -> bool:
@@ -337,6 +347,10 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 # rounds against five, 500.0, 1.32 x 128x128 persistent (544.4); 4800x2752x512 489.2, 1.29 x
 # 128x256 (561.4); 3440x2504x512 359.4, 1.14 x 128x128 persistent (406.0).
 SHALLOW_ROUND_TILE = NARROW_TILE
+# In clusters of 2 sharing B where B's rows are off 128-byte lines (b_rows_off_lines, M from
+# MULTICAST_MIN_M). Session 36, same measure, in clusters / alone (cuBLAS): 5712x792x768 336.1
+# / 297.5 (380.3).
+SHALLOW_ROUND_CLUSTER = {**SHALLOW_ROUND_TILE, **MULTICAST}
 SHALLOW_SQUARE = {**WIDE_SQUARE_TILE, **WHOLE_ROUNDS}
 SHALLOW_SQUARE_RATE = 1.03
 SHALLOW_ROUNDS_MIN_K = 512
@@ -348,7 +362,9 @@ def _persistent_for_shallow_rounds(case: Case, config: dict[str, Any]) -> dict[s
     under WHOLE_ROUND_MIN_K and ``config`` is a 128-row tile of 128 or 256 columns, unsplit
     and not in clusters: SHALLOW_ROUND_TILE where it fills the rounds better or ``config``
     runs one tile a block over a K under SHALLOW_OVERLAP_MAX_K, then SHALLOW_SQUARE where
-    that fills them better still; else ``config``."""
+    that fills them better still, else SHALLOW_ROUND_TILE in clusters of 2
+    (SHALLOW_ROUND_CLUSTER) where B's rows are off 128-byte lines and M is from
+    MULTICAST_MIN_M; else ``config``."""
     if case.batched or not SHALLOW_ROUNDS_MIN_K <= case.K < WHOLE_ROUND_MIN_K or \
             large_tiles(case) <= ONE_WAVE or not rows_aligned(case) or \
             (config["BM"], config["BN"]) not in ((128, 128), (128, 256)) or \
@@ -359,5 +375,8 @@ def _persistent_for_shallow_rounds(case: Case, config: dict[str, Any]) -> dict[s
             (not config.get("persistent") and case.K < SHALLOW_OVERLAP_MAX_K):
         config = dict(SHALLOW_ROUND_TILE)
     square = SHALLOW_SQUARE_RATE * useful_share(case, SHALLOW_SQUARE)
-    return dict(SHALLOW_SQUARE) if square >= WHOLE_ROUND_GAIN * useful_share(case, config) \
-        else config
+    if square >= WHOLE_ROUND_GAIN * useful_share(case, config):
+        return dict(SHALLOW_SQUARE)
+    if config == SHALLOW_ROUND_TILE and b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M:
+        return dict(SHALLOW_ROUND_CLUSTER)
+    return config

@@ -45,8 +45,10 @@ RULES = {
                              "(WHOLE_ROUND_TILES)",
     "_sliced": "split along K: the tiles alone leave SMs idle (_sliced)",
     "_persistent_for_shallow_rounds": "persistent 128x128 tiles (192x192 where they fill "
-                                      "the rounds better) over several waves of a shallow "
-                                      "K (SHALLOW_ROUND_TILE, SHALLOW_SQUARE)",
+                                      "the rounds better; in clusters of 2 sharing B where "
+                                      "B's rows are off 128-byte lines) over several waves "
+                                      "of a shallow K (SHALLOW_ROUND_TILE, SHALLOW_SQUARE, "
+                                      "SHALLOW_ROUND_CLUSTER)",
     "_within_shared_memory": "a shallower ring: the tuned one does not fit this target's "
                              "shared memory",
 }
