@@ -1498,10 +1498,13 @@ def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(
     ((1792, 4336, 1024), dict(BM=128, BN=256, BK=64, stages=3)),  # 238 against 476 (90%)
     ((4096, 4096, 1024), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16,
                               persistent=True)),
-    # One wave of wide tiles; K from WHOLE_ROUND_MIN_K or under SHALLOW_ROUNDS_MIN_K; rows
+    # One wave of wide tiles; K from SHALLOW_ROUNDS_MAX_K or under SHALLOW_ROUNDS_MIN_K; rows
     # off 16 bytes: other rules.
     ((2048, 2048, 512), dict(BM=128, BN=256, BK=64, stages=3, raster_group=16)),
     ((3797, 2560, 2048), None),
+    # From WHOLE_ROUND_MIN_K to under SHALLOW_ROUNDS_MAX_K, the tiles the whole-round rules
+    # leave one a block.
+    ((3797, 2560, 1536), tuning.rounds.SHALLOW_ROUND_TILE),
     ((8192, 8192, 256), None),
     ((3797, 2561, 1024), None),
 ], ids=shape_id)
@@ -1533,6 +1536,12 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
     ((1024, 4104, 4096), (256, 128)),  # 132: one whole round
     ((6144, 6152, 4096), (192, 192)),  # 1056 squares: 8 whole rounds (WIDE_SQUARE_TILE)
     ((8192, 8200, 8192), (128, 256)),  # 2112: 16 whole rounds
+    # K from MULTICAST_MIN_K, under 2048 (session 36), in the tile the rounds fill best.
+    ((7035, 1688, 1536), (128, 256)),
+    ((5666, 1904, 1840), (128, 256)),
+    ((4261, 848, 1792), (256, 128)),
+    ((7035, 1688, 1528), None),  # under it: one 128x256 tile a block (and the shallow
+    # rounds' rule keeps it: 128x128 fills them no better)
     # B's rows on whole lines, or off 16 bytes (packed anyway), or one wave of wide tiles
     # (in clusters, but not persistent, from ONE_WAVE_CLUSTER_MIN_K: the whole-round test).
     ((4104, 4096, 4096), None),
@@ -1582,6 +1591,14 @@ PADDED_WIDE, TALL = (192, 176), (256, 64)  # tuning.rounds.CLUSTER_TILES, in per
     ((6144, 2112, 2048), ROW),  # 528: 4 whole rounds, against 352 squares (the last 67%)
     ((3072, 2056, 4096), ROW),  # 264 in clusters: 2 whole rounds, against 216 wide (2)
     ((4608, 4096, 1024), None),  # K too shallow for the rule
+    # K from WHOLE_ROUND_MIN_K, under 2048 (session 36); but not CLUSTER_TILES (256x64), from
+    # CLUSTER_TILE_MIN_K only: 4453x360 takes one wave of 128x192 in clusters under it.
+    ((3893, 1176, 2040), STRIP_160),
+    ((5136, 3248, 1728), SQUARE),
+    ((4487, 3256, 1664), ROW),
+    ((4172, 1472, 1584), ROW),  # B's rows on lines: persistent, not in clusters
+    ((4453, 360, 2008), ROW),
+    ((4453, 360, 2048), TALL),
     ((4095, 4097, 4093), None),  # rows off 16 bytes
     # The wide tiles fill their one wave better, or the others take two.
     ((2048, 2048, 2048), None),  # 128 of 128x256 cover it exactly; 121 squares pad it

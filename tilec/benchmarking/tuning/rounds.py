@@ -61,9 +61,13 @@ MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # M and K at least these: the measured rows'. M from 1024 (session 25, H200, f16, one call,
 # TFLOP/s, the cluster against the same tile without): 1536x4104x4096 128x192 persistent
 # 710.6 / 547.8 (cuBLAS 709.0), 1536x2056x4096 128x192 one tile a block 656.7 / 527.7
-# (654.6), 1024x2056x4096 473.2 / 465.4 (604.9). Shallower K unmeasured.
+# (654.6), 1024x2056x4096 473.2 / 465.4 (604.9). K from 1536 (session 36): the
+# configurations these rules give at K 2048 taken from K 1536 on 21 shapes of K 1536-2040
+# (benchmarks/NOTES.md, calls 5 and 6), against the tuning before (128x128 persistent in
+# clusters, or 128x192 or 128x256 one a block): 0.94-1.43, median 1.15, but 256x64 (in
+# CLUSTER_TILES) 0.71-1.12, kept from CLUSTER_TILE_MIN_K. K 1024-1280: 0.97-1.06, not taken.
 MULTICAST_MIN_M = 1024
-MULTICAST_MIN_K = 2048
+MULTICAST_MIN_K = 1536
 
 
 def b_shared_in_clusters(case: Case) -> bool:
@@ -197,7 +201,7 @@ PADDED_TILE_MIN_K = 4096
 STRIP_TILES = tuple(dict(BM=256, BN=bn, BK=64, stages=3, warpgroup_rows=128)
                     for bn in (144, 160, 176))
 # Tiles taken in persistent clusters of 2 wherever they fill the rounds better (B's rows on
-# 128-byte lines or off them alike), K from MULTICAST_MIN_K: 192x176 in four stages (B's
+# 128-byte lines or off them alike), K from CLUSTER_TILE_MIN_K: 192x176 in four stages (B's
 # rows padded to 192 in the ring; cuBLAS's own tile at 4104^2, whose M is our N: 528 tiles,
 # 4 whole rounds, against 484 of 192x192, the last round 67% full), and 256x64 in 128-row
 # warpgroups (cuBLAS's 64x256 in 1x2 clusters, in its column-major view) where the wider
@@ -214,6 +218,7 @@ STRIP_TILES = tuple(dict(BM=256, BN=bn, BK=64, stages=3, warpgroup_rows=128)
 #            where it fills no better it loses (4104^2: 0.59).
 CLUSTER_TILES = (dict(BM=192, BN=176, BK=64, stages=4),
                  dict(BM=256, BN=64, BK=64, stages=4, warpgroup_rows=128))
+CLUSTER_TILE_MIN_K = 2048  # 256x64 under it (session 36): 0.71, 0.78, 0.99, 1.12
 # Tiles taken only where they make one wave, one tile a block, B's rows on 128-byte lines:
 # 128x128 in six stages where it fills the wave better, unsplit, than the wide tiles do split
 # along K (the slices' meeting costs them 17-20%). H200, f16, one call, TFLOP/s, x the tuned
@@ -239,9 +244,10 @@ TILE_RATES = {(128, 256): 1.0, (192, 192): 1.04, (256, 128): 0.97,
               (128, 240): 0.92, (256, 144): 0.89, (256, 160): 0.92, (256, 176): 0.95,
               (192, 176): 0.97, (256, 64): 0.7}
 WHOLE_ROUND_GAIN = 1.05  # a WHOLE_ROUND_TILES tile taken where it scores this over the chosen
-# Over more than one wave, only where K is at least this deep (measured at 2048 and deeper;
-# shallower K, whose tiles' fixed costs weigh more, kept the tuned shallow tiles unmeasured).
-WHOLE_ROUND_MIN_K = 2048
+# Over more than one wave, only where K is at least this deep (measured at 2048 and deeper,
+# then from 1536 as MULTICAST_MIN_K says; shallower K, whose tiles' fixed costs weigh more,
+# keeps _persistent_for_shallow_rounds' tiles).
+WHOLE_ROUND_MIN_K = 1536
 
 # The tiles that run their one wave in clusters of 2 where B's rows are off 128-byte lines.
 # H200, f16, one call each, TFLOP/s, one tile a block in clusters / alone (cuBLAS): 128x192
@@ -280,7 +286,7 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
             case.K >= ONE_WAVE_MIN_K else None
     if tile in CLUSTER_TILES:
         clustered = {**tile, **MULTICAST}
-        if case.K < MULTICAST_MIN_K or \
+        if case.K < CLUSTER_TILE_MIN_K or \
                 (tile_count(case, clustered) > ONE_WAVE and not rows_aligned(case)):
             return None
         return clustered
@@ -326,7 +332,7 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
         else config
 
 
-# Over more than one wave of 128x256 tiles with K under WHOLE_ROUND_MIN_K, a tile's K loop
+# Over more than one wave of 128x256 tiles with K under SHALLOW_ROUNDS_MAX_K, a tile's K loop
 # (8 to 31 steps) is short beside its ring's filling and its epilogue: persistent blocks
 # overlap those with the next tile's loads, and 128x128 tiles fill the rounds better. So a
 # 128-row tile gives way to SHALLOW_ROUND_TILE where that fills the rounds WHOLE_ROUND_GAIN
@@ -354,18 +360,21 @@ SHALLOW_ROUND_CLUSTER = {**SHALLOW_ROUND_TILE, **MULTICAST}
 SHALLOW_SQUARE = {**WIDE_SQUARE_TILE, **WHOLE_ROUNDS}
 SHALLOW_SQUARE_RATE = 1.03
 SHALLOW_ROUNDS_MIN_K = 512
+# Up to this K (2048 = WHOLE_ROUND_MIN_K as it was): from 1536 the whole-round rules run
+# first, and this one takes the 128-row tiles they leave one a block.
+SHALLOW_ROUNDS_MAX_K = 2048
 SHALLOW_OVERLAP_MAX_K = 1024
 
 
 def _persistent_for_shallow_rounds(case: Case, config: dict[str, Any]) -> dict[str, Any]:
     """Where the 128x256 tiles make more than one wave over a K from SHALLOW_ROUNDS_MIN_K to
-    under WHOLE_ROUND_MIN_K and ``config`` is a 128-row tile of 128 or 256 columns, unsplit
+    under SHALLOW_ROUNDS_MAX_K and ``config`` is a 128-row tile of 128 or 256 columns, unsplit
     and not in clusters: SHALLOW_ROUND_TILE where it fills the rounds better or ``config``
     runs one tile a block over a K under SHALLOW_OVERLAP_MAX_K, then SHALLOW_SQUARE where
     that fills them better still, else SHALLOW_ROUND_TILE in clusters of 2
     (SHALLOW_ROUND_CLUSTER) where B's rows are off 128-byte lines and M is from
     MULTICAST_MIN_M; else ``config``."""
-    if case.batched or not SHALLOW_ROUNDS_MIN_K <= case.K < WHOLE_ROUND_MIN_K or \
+    if case.batched or not SHALLOW_ROUNDS_MIN_K <= case.K < SHALLOW_ROUNDS_MAX_K or \
             large_tiles(case) <= ONE_WAVE or not rows_aligned(case) or \
             (config["BM"], config["BN"]) not in ((128, 128), (128, 256)) or \
             any(key in config for key in ("split_k", "cluster", "warps", "consumers")):
