@@ -61,11 +61,11 @@ MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # M and K at least these: the measured rows'. M from 1024 (session 25, H200, f16, one call,
 # TFLOP/s, the cluster against the same tile without): 1536x4104x4096 128x192 persistent
 # 710.6 / 547.8 (cuBLAS 709.0), 1536x2056x4096 128x192 one tile a block 656.7 / 527.7
-# (654.6), 1024x2056x4096 473.2 / 465.4 (604.9). K from 1536 (session 36): the
-# configurations these rules give at K 2048 taken from K 1536 on 21 shapes of K 1536-2040
-# (benchmarks/NOTES.md, calls 5 and 6), against the tuning before (128x128 persistent in
-# clusters, or 128x192 or 128x256 one a block): 0.94-1.43, median 1.15, but 256x64 (in
-# CLUSTER_TILES) 0.71-1.12, kept from CLUSTER_TILE_MIN_K. K 1024-1280: 0.97-1.06, not taken.
+# (654.6), 1024x2056x4096 473.2 / 465.4 (604.9). K from 1536 (session 36): what these rules
+# and WHOLE_ROUND_MIN_K's give at K 2048, taken over K 1536-2040, against the tuning before
+# (128x128 persistent, 192x192 persistent, 128x256 one a block): 0.94-1.43, median 1.145,
+# on the 14 shapes it moves of 18 measured (benchmarks/NOTES.md, calls 5 and 6); but 256x64
+# (in CLUSTER_TILES) 0.71-1.12, kept from CLUSTER_TILE_MIN_K. K 1024-1280: 0.97-1.06.
 MULTICAST_MIN_M = 1024
 MULTICAST_MIN_K = 1536
 
@@ -355,7 +355,7 @@ def _tile_for_whole_waves(case: Case, config: dict[str, Any]) -> dict[str, Any]:
 SHALLOW_ROUND_TILE = NARROW_TILE
 # In clusters of 2 sharing B where B's rows are off 128-byte lines (b_rows_off_lines, M from
 # MULTICAST_MIN_M). Session 36, same measure, in clusters / alone (cuBLAS): 5712x792x768 336.1
-# / 297.5 (380.3).
+# / 297.5 (380.3); then on seven fresh shapes of K 512-2040, 1.04-1.28 (NOTES.md, call 4).
 SHALLOW_ROUND_CLUSTER = {**SHALLOW_ROUND_TILE, **MULTICAST}
 SHALLOW_SQUARE = {**WIDE_SQUARE_TILE, **WHOLE_ROUNDS}
 SHALLOW_SQUARE_RATE = 1.03
