@@ -190,6 +190,14 @@ class TileFunction:
 
     def _prepared(self, kernel: Kernel, bound, option_args: dict[str, Any],
                   stream) -> "PreparedLaunch":
+        sizes, packing, compiled = self.compile_for_arguments(kernel, bound, option_args)
+        return PreparedLaunch(compiled, bound, sizes, stream, packing)
+
+    def compile_for_arguments(self, kernel: Kernel, bound, option_args: dict[str, Any]):
+        """What :meth:`prepare` compiles for ``bound`` (arguments already bound, their
+        layouts specializing the kernel) and launches: the tile axes' sizes, the packing
+        plan, and the compiled kernel. Needs no GPU: arguments described by ArrayArgs
+        compile as their arrays would (tests of the tuned kernels use it so)."""
         from tilec.launch.packing import PackPlan, plan_packing
         sizes = grid_size(kernel, bound.symbols)
         options = Options(**{**option_args, "peel": False}, spec=spec_for(bound))
@@ -197,7 +205,7 @@ class TileFunction:
             kernel, bound.tensors, options.pack, written_params(kernel), options.arch,
             options.backend, options.cluster, options)
         compiled = compile_kernel(kernel, packing.options(options), source_key=self._key)
-        return PreparedLaunch(compiled, bound, sizes, stream, packing)
+        return sizes, packing, compiled
 
     def _run_gpu(self, values, compile_kwargs):
         option_args, consts, _ = self._split(compile_kwargs)
