@@ -1455,6 +1455,40 @@ def test_sm_90a_takes_half_width_tiles_where_the_last_wave_would_run_nearly_empt
         tuning.rounds.NARROW_TILE
 
 
+ONE_STEP_OF_16 = dict(BM=64, BN=128, BK=16, stages=1, warps=(2, 4), pack="off",
+                      misaligned_copy="words", misaligned_store="rows")
+
+
+@pytest.mark.parametrize("shape, arch, backend, expected", [
+    # Misaligned rows of too few elements to pack (K x N or M x K under PACK_MIN_ELEMENTS),
+    # over many tiles: all of a shallow K in one step, on wgmma's target and mma's alike ...
+    ((1950, 934, 4), "sm_90a", "ptx", ONE_STEP_OF_16),  # was 128x192 on mma.sync: spilled
+    ((2481, 1608, 3), "sm_80", "ptx", ONE_STEP_OF_16),  # was 128x128: 228 bytes spilled
+    ((632, 2674, 5, 2), "sm_90a", "ptx", ONE_STEP_OF_16),  # A: 632 x 5 x 2 elements
+    # ... else the in-place tiles, as the llvm backend (which stores no rows) takes too.
+    ((8891, 14, 722), "sm_90a", "ptx", tuning.choose.IN_PLACE_TILE),  # B: 722 x 14
+    ((70, 8930, 213), "sm_80", "ptx", tuning.choose.IN_PLACE_TILE),  # A: 70 x 213
+    ((1950, 934, 4), "sm_90a", "llvm", tuning.choose.IN_PLACE_TILE),
+    # Packed operands (enough elements), aligned rows and short M keep their own rules.
+    ((1950, 934, 100), "sm_90a", "ptx", None),
+    ((632, 2674, 5, 8), "sm_90a", "ptx", None),  # 632 x 5 x 8 = 25280: packed
+    ((8891, 16, 722), "sm_90a", "ptx", None),
+    ((40, 934, 4), "sm_90a", "ptx", None),
+], ids=shape_id)
+def test_rows_the_launch_leaves_misaligned_take_mma_sync_tiles_that_read_them(
+        shape, arch, backend, expected):
+    for dtype in ("f16", "bf16"):
+        case = Case(*shape[:3], dtype, batch=shape[3]) if len(shape) > 3 else \
+            Case(*shape, dtype)
+        config, _, rules = tuning.tuned_rules(case, arch, backend)
+        assert tuning.measure.operands_reach_tma(case) == (expected is None and
+                                                           shape[0] > tuning.measure.SHORT_M)
+        if expected is None:
+            assert "unpacked_rows" not in rules, (dtype, config)
+        else:
+            assert (config, rules) == (expected, ["unpacked_rows"]), dtype
+
+
 @pytest.mark.parametrize("shape, expected", [
     # Rows 16-byte aligned, K from SKINNY_ALIGNED_MIN_K: the skinny tile of one wave.
     ((2368, 512, 512), SKINNY_64x192),  # 37 x 3 = 111, against 148 of 64x128 (2 waves)

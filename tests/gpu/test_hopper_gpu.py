@@ -549,6 +549,25 @@ def test_small_ragged_problems_take_k_in_one_step(shape, name, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", [(1950, 934, 4), (2481, 1608, 3), (8891, 14, 722)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_the_tuned_kernels_for_rows_the_launch_leaves_misaligned(shape, dtype):
+    """Misaligned rows of too few elements to pack, over many tiles (tuning's unpacked_rows,
+    session 36): all of a tiny K in one step, or mma.sync's in-place tiles past it, where
+    wgmma's tiles ran on mma.sync and spilled; ragged edges everywhere."""
+    from tilec.benchmarking.cases import Case as BenchCase
+    config, _, rules = tuning.tuned_rules(BenchCase(*shape, dtype), ARCH)
+    assert rules == ["unpacked_rows"], rules
+    function = sample("matmul", dtype)
+    case = Case("matmul", dtype, *shape)
+    ref = case.reference()
+    function(*case.args(), arch=ARCH, **config)
+    case.check(ref)
+    ptx = function.prepare(*case.args(), arch=ARCH, **config).compiled.ptx
+    assert "mma.sync" in ptx and TMA_LOAD not in ptx
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
 @pytest.mark.parametrize("shape, rule", [
     ((1752, 3200, 512), "_persistent_for_shallow_rounds"),  # 128x128 persistent, 3 rounds

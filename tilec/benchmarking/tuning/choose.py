@@ -9,7 +9,7 @@ from tilec.benchmarking.cases import Case
 from tilec.ir.types import DType
 
 from .measure import (ONE_STEP_K, ONE_WAVE, SHORT_M, SKINNY_M, SMALL_TILES, large_tiles,
-                      problem_class, rows_aligned, tile_count)
+                      operands_reach_tma, problem_class, rows_aligned, tile_count)
 from .rounds import (_multicast_for_rows_off_lines, _narrower_for_the_last_wave, one_wave_tile,
                      _persistent_for_shallow_rounds, _tile_for_whole_waves)
 from .skinny import SKINNY_ALIGNED_MIN_K, _short_tile, _skinny, _split_in_clusters
@@ -152,6 +152,8 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             return took("_swapped", swapped)
         if problem == "ragged" and large_tiles(case) < SMALL_TILES:
             return _few_ragged_tiles(case)
+    if family in ("wgmma", "mma") and problem != "short" and not operands_reach_tma(case):
+        return took("unpacked_rows", _unpacked_rows(case, backend))
     config = dict(TUNED[family, problem])
     if (family, problem) == ("wgmma", "short") and not case.batched:
         short = _short_tile(case, config)
@@ -202,9 +204,7 @@ def _few_ragged_tiles(case: Case) -> dict[str, Any]:
         # time by each warp (passes/row_store.py), not scattered 2-byte pieces:
         # H100, one run (f16 and bf16 alike): 19.3 TFLOP/s (8.0 us), 1.23x cuBLAS;
         # misaligned_store pairs 15.3 (1.00x), elements 13.4 (0.87x); Triton 8.7.
-        return took("one_step_k", dict(
-            BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4),
-            pack="off", misaligned_copy="words", misaligned_store="rows"))
+        return took("one_step_k", _one_step(case))
     # A deep K: the skinny products' tiles (their M aside: these are few tiles
     # whatever the sizes), split along K (past SKINNY_M rows in SPLIT_TILE) or in
     # clusters; else SPLIT_TILE split where it fills the GPU (_sliced).
@@ -221,8 +221,31 @@ def _few_ragged_tiles(case: Case) -> dict[str, Any]:
     shallow = _skinny(case, SKINNY_ALIGNED_MIN_K) if rows_aligned(case) else None
     if shallow is not None:
         return took("_skinny", shallow)
-    return took("few_ragged_tiles",
-                 dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off"))
+    return took("few_ragged_tiles", dict(IN_PLACE_TILE))
+
+
+def _one_step(case: Case) -> dict[str, Any]:
+    """All of a shallow K in one step of one stage (:func:`_few_ragged_tiles` measures it):
+    64x128 tiles, misaligned rows read as words, C stored by rows."""
+    return dict(BM=64, BN=128, BK=-(-case.K // 16) * 16, stages=1, warps=(2, 4), pack="off",
+                misaligned_copy="words", misaligned_store="rows")
+
+
+# mma.sync's tiles reading misaligned operands in place (:func:`_few_ragged_tiles`).
+IN_PLACE_TILE = dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
+
+
+def _unpacked_rows(case: Case, backend: str) -> dict[str, Any]:
+    """A product whose misaligned rows the launch leaves as they are (too few elements to
+    pack: :func:`operands_reach_tma`), on mma.sync whatever the target (wgmma declines rows
+    TMA cannot read): all of a shallow K in one step (:func:`_one_step`, whose row stores
+    only the PTX backend emits), else the in-place tiles (IN_PLACE_TILE). The class's large
+    tiles copy such rows element by element and spill: 128x192 on 1950x934x4 (wgmma's, run
+    on mma.sync) took 255 registers and spilled 300 bytes; mma.sync's 128x128 spilled 228 on
+    2481x1608x3 and on 70x8930x213. Chosen by ptxas's counts, not timed (one operand under
+    PACK_MIN_ELEMENTS elements makes these small products)."""
+    return _one_step(case) if case.K <= ONE_STEP_K and backend == "ptx" else \
+        dict(IN_PLACE_TILE)
 
 
 def _wgmma_refinements(case: Case, config: dict[str, Any]) -> dict[str, Any]:

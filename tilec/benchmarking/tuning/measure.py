@@ -51,6 +51,17 @@ def rows_aligned(case: Case) -> bool:
     return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
 
 
+def operands_reach_tma(case: Case) -> bool:
+    """Whether A's and B's rows reach wgmma's TMA loads 16-byte aligned: as they are, or
+    packed by the launch, which packs a misaligned operand of at least PACK_MIN_ELEMENTS
+    elements (a batch's matrices counted together: tilec.launch.packing)."""
+    from tilec.launch.packing import PACK_MIN_ELEMENTS, VECTOR_BYTES
+    itemsize = DType.parse(case.dtype).bytes
+    operands = ((case.K, case.M * case.K), (case.N, case.K * case.N))
+    return all(row * itemsize % VECTOR_BYTES == 0 or elements * case.batch >= PACK_MIN_ELEMENTS
+               for row, elements in operands)
+
+
 def b_rows_on_lines(case: Case) -> bool:
     """Whether B's rows (N elements) are whole 128-byte lines apart."""
     from tilec.launch.packing import ROW_ALIGN_BYTES

@@ -30,6 +30,9 @@ RULES = {
                         "that TMA cannot read in place",
     "_short_tile": "one M tile as deep as M (SHORT_TILES), split along K where its tiles "
                    "fill under a wave",
+    "unpacked_rows": "mma.sync, rows misaligned and too few elements for the launch to "
+                     "pack (wgmma declines them): all of a shallow K in one step, else "
+                     "64x64x32 tiles reading them in place (IN_PLACE_TILE)",
     "promoted": "fp8 summed promoted: room for the second accumulator set (PROMOTED_TILED)",
     "batched_persistent": "persistent blocks over batches x tiles (BATCHED_PERSISTENT)",
     "batched_tiled": "the batched rows' own tile (BATCHED_TILED)",
