@@ -1816,3 +1816,15 @@ def test_the_batched_sample_kernel_matches_float64_on_the_cpu():
     run_kernel(kernel, {"A": a, "B": b, "C": c})
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert np.linalg.norm(c - exact) / np.linalg.norm(exact) < 2e-3
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_batched_rows_take_their_entry_unsplit(arch):
+    # f32's short entry splits K in four; a batched grid's third axis is the batch, and
+    # bmm refused the split ("a 3-D grid has none left") before the tuning dropped it.
+    single = tuning.tuned_config(Case(61, 5314, 1860, "f32"), arch)
+    config, _, rules = tuning.tuned_rules(Case(61, 5314, 1860, "f32", batch=5), arch)
+    assert single["split_k"] == 4 and "split_k" not in config
+    assert "batched_unsplit" in rules
+    assert config == {key: value for key, value in single.items() if key != "split_k"}
+    load_sample("bmm", "f32").compile(arch=arch, **config)

@@ -1,5 +1,5 @@
 """Every tuned kernel compiles and assembles as the bench launches it, over random shapes
-(short, skinny, ragged, square; batched; f16 and bf16): each case's tuned configuration
+(short, skinny, ragged, square; batched; f16, bf16, f32 and tf32): each case's tuned configuration
 (tilec.benchmarking.tuning) compiled for its arguments' layout, as ``prepare`` compiles it
 (TileFunction.compile_for_arguments: the spec and packing a launch derives), its grid
 reckoned for 132 SMs, and its PTX assembled by ptxas for the target: no serialized wgmma or
@@ -36,9 +36,9 @@ BASE = 0x7F00_0000_0000  # 256-byte aligned arguments, as the bench's fresh tens
 MOST_SPILLED_BYTES = 16
 
 
-def draw_cases(seed: int) -> list[Case]:
+def draw_cases(seed: int, dtypes: tuple[str, ...]) -> list[Case]:
     """Sizes short (under 300), middling (under 3000) and large (under 9000) alike, so that
-    every problem class and its edges come up; a batch of 2 or 5 one case in five."""
+    every problem class and its edges come up; a batch of 2 or 5 one case in three."""
     rng = random.Random(seed)
 
     def size() -> int:
@@ -46,32 +46,49 @@ def draw_cases(seed: int) -> list[Case]:
     cases = []
     for _ in range(SHAPES):
         m, n, k = size(), size(), size()
-        dtype, batch = rng.choice(("f16", "bf16")), rng.choice((1, 1, 1, 1, 2, 5))
+        dtype, batch = rng.choice(dtypes), rng.choice((1, 1, 1, 1, 2, 5))
         cases.append(Case(m, n, k, dtype, batch=batch) if batch > 1 else Case(m, n, k, dtype))
     return cases
 
 
+def operand_and_output_dtypes(case: Case) -> tuple[str, str]:
+    """The bench's A and B dtype and C's (its default ``--c-dtype inputs``): 16-bit C for
+    16-bit inputs, f32 for f32 and tf32 (f32 operands)."""
+    operands = tuning.TILEC_AS.get(case.dtype, (case.dtype,))[0]
+    return operands, case.dtype if operands in ("f16", "bf16") else "f32"
+
+
 def bound_arguments(case: Case, function) -> Bound:
     """The bench's arguments for ``case``, described (no GPU): contiguous A [M, K], B [K, N]
-    and C [M, N] of the case's dtype, a leading batch axis where batched."""
+    and C [M, N] (:func:`operand_and_output_dtypes`), a leading batch axis where batched."""
     lead = (case.batch,) if case.batched else ()
-    shapes = {"A": (case.M, case.K), "B": (case.K, case.N), "C": (case.M, case.N)}
-    tensors = {name: ArrayArg(name=name, ptr=BASE + index * (1 << 36), dtype=case.dtype,
-                              shape=lead + shape, strides=tuple(c_strides(lead + shape)),
-                              device=0)
-               for index, (name, shape) in enumerate(shapes.items())}
+    operands, output = operand_and_output_dtypes(case)
+    shapes = {"A": (case.M, case.K, operands), "B": (case.K, case.N, operands),
+              "C": (case.M, case.N, output)}
+    tensors = {name: ArrayArg(name=name, ptr=BASE + index * (1 << 36), dtype=dtype,
+                              shape=lead + (rows, cols),
+                              strides=tuple(c_strides(lead + (rows, cols))), device=0)
+               for index, (name, (rows, cols, dtype)) in enumerate(shapes.items())}
     sizes = {"M": case.M, "N": case.N, "K": case.K, "Bt": case.batch}
     return Bound(tensors, {}, {name: sizes[name] for name in function.signature.symbols})
 
 
-@pytest.mark.parametrize("arch, seed", [("sm_90a", 36), ("sm_80", 37), ("sm_86", 38)])
-def test_every_tuned_kernel_of_random_shapes_assembles(arch, seed, tmp_path):
+SIXTEEN_BIT, THIRTY_TWO_BIT = ("f16", "bf16"), ("f32", "tf32")
+
+
+@pytest.mark.parametrize("arch, seed, dtypes", [
+    ("sm_90a", 36, SIXTEEN_BIT), ("sm_80", 37, SIXTEEN_BIT), ("sm_86", 38, SIXTEEN_BIT),
+    ("sm_90a", 39, THIRTY_TWO_BIT), ("sm_80", 40, THIRTY_TWO_BIT),
+], ids=lambda value: "-".join(value) if isinstance(value, tuple) else str(value))
+def test_every_tuned_kernel_of_random_shapes_assembles(arch, seed, dtypes, tmp_path):
     functions: dict[tuple[str, bool], object] = {}
     assembled: set[str] = set()
-    for case in draw_cases(seed):
-        config = tuning.tuned_config(case, arch)
+    for case in draw_cases(seed, dtypes):
+        config = {**tuning.tuned_config(case, arch),
+                  **tuning.TILEC_AS.get(case.dtype, (None, {}))[1]}  # tf32: f32_math
+        operands, output = operand_and_output_dtypes(case)
         key = (case.dtype, case.batched)
-        function = functions.setdefault(key, sample_kernel(case.dtype, case.dtype, case.batched))
+        function = functions.setdefault(key, sample_kernel(operands, output, case.batched))
         options, consts, _ = function._split(config)
         kernel = function.lower(**consts)
         bound = bound_arguments(case, function)

@@ -155,6 +155,11 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
     if family in ("wgmma", "mma") and problem != "short" and not operands_reach_tma(case):
         return took("unpacked_rows", _unpacked_rows(case, backend))
     config = dict(TUNED[family, problem])
+    if case.batched and "split_k" in config:
+        # The batch takes the grid's third axis, the one split-K would add (a batched
+        # grid that splits is refused at compile time).
+        took("batched_unsplit")
+        del config["split_k"]
     if (family, problem) == ("wgmma", "short") and not case.batched:
         short = _short_tile(case, config)
         return short if short == config else took("_short_tile", short)

@@ -35,6 +35,8 @@ RULES = {
                      "64x64x32 tiles reading them in place (IN_PLACE_TILE)",
     "promoted": "fp8 summed promoted: room for the second accumulator set (PROMOTED_TILED)",
     "batched_persistent": "persistent blocks over batches x tiles (BATCHED_PERSISTENT)",
+    "batched_unsplit": "the entry unsplit along K: a batched grid's third axis is the "
+                       "batch, where split-K would add its slices",
     "batched_tiled": "the batched rows' own tile (BATCHED_TILED)",
     "shallow_deep_ring": "six stages over many rounds of a shallow K "
                          "(SHALLOW_DEEP_RING_STAGES)",
