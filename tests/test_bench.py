@@ -1481,7 +1481,7 @@ def test_rows_the_launch_leaves_misaligned_take_mma_sync_tiles_that_read_them(
         case = Case(*shape[:3], dtype, batch=shape[3]) if len(shape) > 3 else \
             Case(*shape, dtype)
         config, _, rules = tuning.tuned_rules(case, arch, backend)
-        assert tuning.measure.operands_reach_tma(case) == (expected is None and
+        assert tuning.measure.rows_aligned_at_launch(case) == (expected is None and
                                                            shape[0] > tuning.measure.SHORT_M)
         if expected is None:
             assert "unpacked_rows" not in rules, (dtype, config)
@@ -1828,3 +1828,18 @@ def test_batched_rows_take_their_entry_unsplit(arch):
     assert "batched_unsplit" in rules
     assert config == {key: value for key, value in single.items() if key != "split_k"}
     load_sample("bmm", "f32").compile(arch=arch, **config)
+
+
+@pytest.mark.parametrize("shape, dtype, arch", [
+    ((199, 1680, 3, 2), "i8", "sm_90a"),  # 128x256x128 spilled 1,260 bytes
+    ((466, 250, 38), "f8e4m3", "sm_90a"),  # B k contiguous, 38 x 250 elements: unpacked
+    ((1825, 141, 115, 5), "i8", "sm_80"),  # a batch of k-contiguous B: never packed
+], ids=shape_id)
+def test_eight_bit_rows_the_launch_leaves_misaligned_take_the_in_place_tiles(shape, dtype,
+                                                                             arch):
+    case = Case(*shape[:3], dtype, batch=shape[3]) if len(shape) > 3 else Case(*shape, dtype)
+    config, _, rules = tuning.tuned_rules(case, arch)
+    assert (config, rules) == (tuning.choose.IN_PLACE_TILE, ["unpacked_rows"])
+    # K a multiple of 16 (rows aligned as they are): the class's own tile.
+    aligned = Case(case.M, case.N, 128, dtype, batch=case.batch)
+    assert "unpacked_rows" not in tuning.tuned_rules(aligned, arch)[2]

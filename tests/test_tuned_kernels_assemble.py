@@ -1,13 +1,13 @@
 """Every tuned kernel compiles and assembles as the bench launches it, over random shapes
-(short, skinny, ragged, square; batched; f16, bf16, f32 and tf32): each case's tuned configuration
-(tilec.benchmarking.tuning) compiled for its arguments' layout, as ``prepare`` compiles it
-(TileFunction.compile_for_arguments: the spec and packing a launch derives), its grid
-reckoned for 132 SMs, and its PTX assembled by ptxas for the target: no serialized wgmma or
-ignored setmaxnreg on sm_90a, and no kernel spilling more than a few words anywhere. The
-tuning's rules pick tiles,
-schedules and clusters by shape; one that picks what the compiler refuses at some shape (a
-cluster's share under a swizzle atom, a ring past shared memory) fails here rather than on
-the GPU."""
+(short, skinny, ragged, square; batched; f16, bf16, f32, tf32, i8 and f8e4m3): each case's
+tuned configuration (tilec.benchmarking.tuning) compiled for its arguments' layout, as
+``prepare`` compiles it (TileFunction.compile_for_arguments: the spec and packing a launch
+derives), its grid reckoned for 132 SMs, and its PTX assembled by ptxas for the target: no
+serialized wgmma or ignored setmaxnreg on sm_90a, and no kernel spilling more than a few
+words anywhere. The tuning's rules pick tiles, schedules and clusters by shape; one that
+picks what the compiler refuses at some shape (a batched grid split along K, a cluster's
+share under a swizzle atom) or a tile that spills on the rows it gets fails here rather
+than on the GPU."""
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +19,7 @@ import pytest
 
 from tests.test_ptxas import HOPPER_DIAGNOSTICS, run_ptxas
 from tilec.benchmarking import tuning
-from tilec.benchmarking.cases import Case
+from tilec.benchmarking.cases import EXACT_OUTPUT, K_MAJOR_B, Case
 from tilec.benchmarking.contenders import sample_kernel
 from tilec.launch.binding import Bound, launch_grid
 from tilec.runtime.arrays import ArrayArg, c_strides
@@ -47,27 +47,40 @@ def draw_cases(seed: int, dtypes: tuple[str, ...]) -> list[Case]:
     for _ in range(SHAPES):
         m, n, k = size(), size(), size()
         dtype, batch = rng.choice(dtypes), rng.choice((1, 1, 1, 1, 2, 5))
+        if dtype in K_MAJOR_B:
+            # K from 2: a k-contiguous [1, N] B (strides 1 and 1) reads as n contiguous
+            # (launch.binding.tensor_spec takes the last unit-stride dim), and the 8-bit
+            # families refuse it, whatever the tile: a layout limit, not the tuning's.
+            k = max(k, 2)
         cases.append(Case(m, n, k, dtype, batch=batch) if batch > 1 else Case(m, n, k, dtype))
     return cases
 
 
 def operand_and_output_dtypes(case: Case) -> tuple[str, str]:
     """The bench's A and B dtype and C's (its default ``--c-dtype inputs``): 16-bit C for
-    16-bit inputs, f32 for f32 and tf32 (f32 operands)."""
+    16-bit inputs, f32 for f32 and tf32 (f32 operands), i8's i32 and fp8's f16."""
     operands = tuning.TILEC_AS.get(case.dtype, (case.dtype,))[0]
+    if case.dtype in EXACT_OUTPUT:
+        return operands, EXACT_OUTPUT[case.dtype]
     return operands, case.dtype if operands in ("f16", "bf16") else "f32"
 
 
 def bound_arguments(case: Case, function) -> Bound:
     """The bench's arguments for ``case``, described (no GPU): contiguous A [M, K], B [K, N]
-    and C [M, N] (:func:`operand_and_output_dtypes`), a leading batch axis where batched."""
+    and C [M, N] (:func:`operand_and_output_dtypes`), a leading batch axis where batched;
+    8-bit B k contiguous (a column-major [K, N], as the bench draws it)."""
     lead = (case.batch,) if case.batched else ()
     operands, output = operand_and_output_dtypes(case)
     shapes = {"A": (case.M, case.K, operands), "B": (case.K, case.N, operands),
               "C": (case.M, case.N, output)}
+
+    def strides(name: str, rows: int, cols: int) -> tuple[int, ...]:
+        if name == "B" and case.dtype in K_MAJOR_B:
+            return ((rows * cols,) if lead else ()) + (1, rows)
+        return tuple(c_strides(lead + (rows, cols)))
     tensors = {name: ArrayArg(name=name, ptr=BASE + index * (1 << 36), dtype=dtype,
-                              shape=lead + (rows, cols),
-                              strides=tuple(c_strides(lead + (rows, cols))), device=0)
+                              shape=lead + (rows, cols), strides=strides(name, rows, cols),
+                              device=0)
                for index, (name, (rows, cols, dtype)) in enumerate(shapes.items())}
     sizes = {"M": case.M, "N": case.N, "K": case.K, "Bt": case.batch}
     return Bound(tensors, {}, {name: sizes[name] for name in function.signature.symbols})
@@ -79,6 +92,7 @@ SIXTEEN_BIT, THIRTY_TWO_BIT = ("f16", "bf16"), ("f32", "tf32")
 @pytest.mark.parametrize("arch, seed, dtypes", [
     ("sm_90a", 36, SIXTEEN_BIT), ("sm_80", 37, SIXTEEN_BIT), ("sm_86", 38, SIXTEEN_BIT),
     ("sm_90a", 39, THIRTY_TWO_BIT), ("sm_80", 40, THIRTY_TWO_BIT),
+    ("sm_90a", 41, ("i8", "f8e4m3")), ("sm_80", 42, ("i8",)),
 ], ids=lambda value: "-".join(value) if isinstance(value, tuple) else str(value))
 def test_every_tuned_kernel_of_random_shapes_assembles(arch, seed, dtypes, tmp_path):
     functions: dict[tuple[str, bool], object] = {}

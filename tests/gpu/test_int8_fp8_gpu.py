@@ -250,6 +250,26 @@ def test_the_bench_kernel_matches_torch_int_mm():
     assert torch.equal(out, torch._int_mm(a, b))
 
 
+@pytest.mark.parametrize("shape", [(199, 1680, 3), (250, 7930, 19), (1825, 141, 115)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_the_bench_kernel_for_rows_the_launch_leaves_misaligned(shape):
+    """The tuned kernel where an 8-bit operand's K-byte rows stay misaligned (too few
+    elements to pack: the tuning's unpacked_rows, session 36), exactly torch._int_mm's."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import sample_kernel
+    from tilec.benchmarking.tuning import tuned_rules
+    m, n, k = shape
+    config, _, rules = tuned_rules(Case(m, n, k, "i8"))
+    assert "unpacked_rows" in rules, rules
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda").t()  # [K, N], k-major
+    out = torch.full((m, n), -1, dtype=torch.int32, device="cuda")
+    sample_kernel("i8", "i32")(a, b, out, **config)
+    torch.cuda.synchronize()
+    expected = (a.cpu().numpy().astype(np.int64) @ b.cpu().numpy().astype(np.int64))
+    assert np.array_equal(out.cpu().numpy(), expected.astype(np.int32))
+
+
 # ----------------------------------------------------------------------------------- fp8
 
 FP8_F32 = """

@@ -346,7 +346,7 @@ def convert_to(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: st
     a_in_registers = reads.a_block is not None and \
         WGMMA_RS.target_problem(arch, backend) is None and \
         WGMMA_RS.shaping_problem(reads.a_block, shaping) is None and \
-        all(_rows_aligned_at_launch(tensors[t], policy) for t in (name, reads.partner))
+        all(rows_aligned_at_launch(tensors[t], policy) for t in (name, reads.partner))
     if not (reads.in_registers or a_in_registers):
         return dtype.short, ("registers convert only a k-contiguous operand B, or on sm_90a "
                              "a k-contiguous operand A in K steps of 128")
@@ -521,7 +521,7 @@ def _loads_whole_steps(kernel: Kernel, loop: Op, name: str, symbol: str, step: i
     return True
 
 
-def _rows_aligned_at_launch(arg: Any, policy: str) -> bool:
+def rows_aligned_at_launch(arg: Any, policy: str) -> bool:
     """Whether an operand's rows are 16-byte aligned in the kernel: as passed, or once the
     launch packs it (:func:`_pack_tensor` under ``policy``)."""
     spec = tensor_spec(arg)

@@ -9,7 +9,7 @@ from tilec.benchmarking.cases import Case
 from tilec.ir.types import DType
 
 from .measure import (ONE_STEP_K, ONE_WAVE, SHORT_M, SKINNY_M, SMALL_TILES, large_tiles,
-                      operands_reach_tma, problem_class, rows_aligned, tile_count)
+                      rows_aligned_at_launch, problem_class, rows_aligned, tile_count)
 from .rounds import (_multicast_for_rows_off_lines, _narrower_for_the_last_wave, one_wave_tile,
                      _persistent_for_shallow_rounds, _tile_for_whole_waves)
 from .skinny import SKINNY_ALIGNED_MIN_K, _short_tile, _skinny, _split_in_clusters
@@ -152,8 +152,9 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             return took("_swapped", swapped)
         if problem == "ragged" and large_tiles(case) < SMALL_TILES:
             return _few_ragged_tiles(case)
-    if family in ("wgmma", "mma") and problem != "short" and not operands_reach_tma(case):
-        return took("unpacked_rows", _unpacked_rows(case, backend))
+    if family in UNPACKED_ROWS_FAMILIES and problem != "short" and \
+            not rows_aligned_at_launch(case):
+        return took("unpacked_rows", _unpacked_rows(case, family, backend))
     config = dict(TUNED[family, problem])
     if case.batched and "split_k" in config:
         # The batch takes the grid's third axis, the one split-K would add (a batched
@@ -240,17 +241,23 @@ def _one_step(case: Case) -> dict[str, Any]:
 IN_PLACE_TILE = dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
 
 
-def _unpacked_rows(case: Case, backend: str) -> dict[str, Any]:
+# The tensor-core families whose large tiles spill on rows the launch leaves misaligned.
+UNPACKED_ROWS_FAMILIES = ("wgmma", "mma", "wgmma8", "int8", "fp8")
+
+
+def _unpacked_rows(case: Case, family: str, backend: str) -> dict[str, Any]:
     """A product whose misaligned rows the launch leaves as they are (too few elements to
-    pack: :func:`operands_reach_tma`), on mma.sync whatever the target (wgmma declines rows
-    TMA cannot read): all of a shallow K in one step (:func:`_one_step`, whose row stores
-    only the PTX backend emits), else the in-place tiles (IN_PLACE_TILE). The class's large
-    tiles copy such rows element by element and spill: 128x192 on 1950x934x4 (wgmma's, run
-    on mma.sync) took 255 registers and spilled 300 bytes; mma.sync's 128x128 spilled 228 on
-    2481x1608x3 and on 70x8930x213. Chosen by ptxas's counts, not timed (one operand under
-    PACK_MIN_ELEMENTS elements makes these small products)."""
-    return _one_step(case) if case.K <= ONE_STEP_K and backend == "ptx" else \
-        dict(IN_PLACE_TILE)
+    pack, or a batch of k-contiguous 8-bit B: :func:`rows_aligned_at_launch`), on mma.sync
+    whatever the target (wgmma declines rows TMA cannot read): a 16-bit product's shallow K
+    in one step (:func:`_one_step`, whose row stores only the PTX backend emits), else the
+    in-place tiles (IN_PLACE_TILE; one k32 step for 8-bit inputs). The class's large tiles
+    copy such rows element by element and spill: 128x192 on 1950x934x4 (wgmma's, run on
+    mma.sync) took 255 registers and spilled 300 bytes; mma.sync's 128x128 228 on
+    2481x1608x3, 128x256x128 on i8 199x1680x3 (a batch of 2) 1,260. Chosen by ptxas's
+    counts, not timed (one operand under PACK_MIN_ELEMENTS makes most of these small)."""
+    sixteen_bit = family in ("wgmma", "mma")
+    return _one_step(case) if sixteen_bit and case.K <= ONE_STEP_K and backend == "ptx" \
+        else dict(IN_PLACE_TILE)
 
 
 def _wgmma_refinements(case: Case, config: dict[str, Any]) -> dict[str, Any]:

@@ -51,15 +51,27 @@ def rows_aligned(case: Case) -> bool:
     return case.N * itemsize % VECTOR_BYTES == 0 and case.K * itemsize % VECTOR_BYTES == 0
 
 
-def operands_reach_tma(case: Case) -> bool:
-    """Whether A's and B's rows reach wgmma's TMA loads 16-byte aligned: as they are, or
-    packed by the launch, which packs a misaligned operand of at least PACK_MIN_ELEMENTS
-    elements (a batch's matrices counted together: tilec.launch.packing)."""
-    from tilec.launch.packing import PACK_MIN_ELEMENTS, VECTOR_BYTES
-    itemsize = DType.parse(case.dtype).bytes
-    operands = ((case.K, case.M * case.K), (case.N, case.K * case.N))
-    return all(row * itemsize % VECTOR_BYTES == 0 or elements * case.batch >= PACK_MIN_ELEMENTS
-               for row, elements in operands)
+def rows_aligned_at_launch(case: Case) -> bool:
+    """Whether A's and B's rows reach the kernel 16-byte aligned, laid out as the bench lays
+    them (contiguous, B k contiguous for 8-bit inputs: cases.K_MAJOR_B): as they are, or
+    packed by the launch (tilec.launch.packing.rows_aligned_at_launch under "auto": a
+    misaligned operand of at least PACK_MIN_ELEMENTS elements, a batch's matrices counted
+    together where they pack as one). wgmma's TMA loads read no other rows."""
+    from tilec.benchmarking.cases import K_MAJOR_B
+    from tilec.launch import packing
+    from tilec.runtime.arrays import ArrayArg, c_strides
+    dtype = "f32" if case.dtype == "tf32" else case.dtype
+    lead = (case.batch,) if case.batched else ()
+    b_strides = ((case.K * case.N,) if lead else ()) + (1, case.K) \
+        if case.dtype in K_MAJOR_B else tuple(c_strides(lead + (case.K, case.N)))
+    operands = (("A", lead + (case.M, case.K), tuple(c_strides(lead + (case.M, case.K)))),
+                ("B", lead + (case.K, case.N), b_strides))
+    return all(packing.rows_aligned_at_launch(
+        ArrayArg(name, LAUNCH_BASE, dtype, shape, strides, device=0), "auto")
+        for name, shape, strides in operands)
+
+
+LAUNCH_BASE = 1 << 40  # a fresh tensor's address as far as alignment goes: 256-byte lines
 
 
 def b_rows_on_lines(case: Case) -> bool:
