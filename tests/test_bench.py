@@ -1469,11 +1469,15 @@ ONE_STEP_OF_16 = dict(BM=64, BN=128, BK=16, stages=1, warps=(2, 4), pack="off",
     ((8891, 14, 722), "sm_90a", "ptx", tuning.choose.IN_PLACE_TILE),  # B: 722 x 14
     ((70, 8930, 213), "sm_80", "ptx", tuning.choose.IN_PLACE_TILE),  # A: 70 x 213
     ((1950, 934, 4), "sm_90a", "llvm", tuning.choose.IN_PLACE_TILE),
-    # Packed operands (enough elements), aligned rows and short M keep their own rules.
+    # Packed operands (enough elements) and aligned rows keep their own rules.
     ((1950, 934, 100), "sm_90a", "ptx", None),
     ((632, 2674, 5, 8), "sm_90a", "ptx", None),  # 632 x 5 x 8 = 25280: packed
     ((8891, 16, 722), "sm_90a", "ptx", None),
-    ((40, 934, 4), "sm_90a", "ptx", None),
+    # Short M: the short class's mma.sync tile, not the wgmma tile _short_tile would take
+    # (64x128 ran on mma.sync's 1x2 warps: 264 bytes spilled at 63x5294x155).
+    ((63, 5294, 155), "sm_90a", "ptx", tuning.tables.TUNED["mma", "short"]),
+    ((40, 934, 4), "sm_90a", "ptx", tuning.tables.TUNED["mma", "short"]),
+    ((63, 5294, 160), "sm_90a", "ptx", None),  # rows aligned: _short_tile's tile
 ], ids=shape_id)
 def test_rows_the_launch_leaves_misaligned_take_mma_sync_tiles_that_read_them(
         shape, arch, backend, expected):
@@ -1481,8 +1485,7 @@ def test_rows_the_launch_leaves_misaligned_take_mma_sync_tiles_that_read_them(
         case = Case(*shape[:3], dtype, batch=shape[3]) if len(shape) > 3 else \
             Case(*shape, dtype)
         config, _, rules = tuning.tuned_rules(case, arch, backend)
-        assert tuning.measure.rows_aligned_at_launch(case) == (expected is None and
-                                                           shape[0] > tuning.measure.SHORT_M)
+        assert tuning.measure.rows_aligned_at_launch(case) == (expected is None)
         if expected is None:
             assert "unpacked_rows" not in rules, (dtype, config)
         else:

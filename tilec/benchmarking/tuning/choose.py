@@ -152,9 +152,10 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
             return took("_swapped", swapped)
         if problem == "ragged" and large_tiles(case) < SMALL_TILES:
             return _few_ragged_tiles(case)
-    if family in UNPACKED_ROWS_FAMILIES and problem != "short" and \
-            not rows_aligned_at_launch(case):
-        return took("unpacked_rows", _unpacked_rows(case, family, backend))
+    unpacked = _unpacked_rows(case, family, problem, backend) \
+        if family in UNPACKED_ROWS_FAMILIES and not rows_aligned_at_launch(case) else None
+    if unpacked is not None:
+        return took("unpacked_rows", unpacked)
     config = dict(TUNED[family, problem])
     if case.batched and "split_k" in config:
         # The batch takes the grid's third axis, the one split-K would add (a batched
@@ -245,16 +246,21 @@ IN_PLACE_TILE = dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")
 UNPACKED_ROWS_FAMILIES = ("wgmma", "mma", "wgmma8", "int8", "fp8")
 
 
-def _unpacked_rows(case: Case, family: str, backend: str) -> dict[str, Any]:
+def _unpacked_rows(case: Case, family: str, problem: str,
+                   backend: str) -> Optional[dict[str, Any]]:
     """A product whose misaligned rows the launch leaves as they are (too few elements to
     pack, or a batch of k-contiguous 8-bit B: :func:`rows_aligned_at_launch`), on mma.sync
-    whatever the target (wgmma declines rows TMA cannot read): a 16-bit product's shallow K
-    in one step (:func:`_one_step`, whose row stores only the PTX backend emits), else the
-    in-place tiles (IN_PLACE_TILE; one k32 step for 8-bit inputs). The class's large tiles
-    copy such rows element by element and spill: 128x192 on 1950x934x4 (wgmma's, run on
+    whatever the target (wgmma declines rows TMA cannot read): short M the short class's
+    mma.sync entry (None where that is the family's own), a 16-bit product's shallow K in
+    one step (:func:`_one_step`, whose row stores only the PTX backend emits), else the
+    in-place tiles (IN_PLACE_TILE; one k32 step for 8-bit inputs). The larger tiles copy
+    such rows element by element and spill: 128x192 on 1950x934x4 (wgmma's, run on
     mma.sync) took 255 registers and spilled 300 bytes; mma.sync's 128x128 228 on
-    2481x1608x3, 128x256x128 on i8 199x1680x3 (a batch of 2) 1,260. Chosen by ptxas's
-    counts, not timed (one operand under PACK_MIN_ELEMENTS makes most of these small)."""
+    2481x1608x3, 128x256x128 on i8 199x1680x3 (a batch of 2) 1,260, and the short class's
+    64x128 wgmma tile 264 on 63x5294x155 as mma.sync's 1x2 warps. Chosen by ptxas's counts,
+    not timed (one operand under PACK_MIN_ELEMENTS makes most of these small)."""
+    if problem == "short":
+        return dict(TUNED["mma", "short"]) if family == "wgmma" else None
     sixteen_bit = family in ("wgmma", "mma")
     return _one_step(case) if sixteen_bit and case.K <= ONE_STEP_K and backend == "ptx" \
         else dict(IN_PLACE_TILE)

@@ -31,8 +31,9 @@ RULES = {
     "_short_tile": "one M tile as deep as M (SHORT_TILES), split along K where its tiles "
                    "fill under a wave",
     "unpacked_rows": "mma.sync, rows misaligned and too few elements for the launch to "
-                     "pack (wgmma declines them): all of a shallow K in one step, else "
-                     "64x64x32 tiles reading them in place (IN_PLACE_TILE)",
+                     "pack (wgmma declines them): short M the short class's mma.sync tile, "
+                     "all of a shallow K in one step, else 64x64x32 tiles reading them in "
+                     "place (IN_PLACE_TILE)",
     "promoted": "fp8 summed promoted: room for the second accumulator set (PROMOTED_TILED)",
     "batched_persistent": "persistent blocks over batches x tiles (BATCHED_PERSISTENT)",
     "batched_unsplit": "the entry unsplit along K: a batched grid's third axis is the "
