@@ -241,21 +241,41 @@ def _check_cluster_shares(kernel: Kernel, copy: Op, operand: OperandPlan, cluste
                       f"{ATOM_ROWS * cluster}, or a smaller cluster")
 
 
-def _views_per_tile(views: list[Op], top: list[Op], producer: Block) -> list[Op]:
-    """A persistent kernel's batch ``views`` (``tensor.batch``, right after the grid among
-    the kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and
-    what lies between the grid and the producer runs once, before either loop. The
-    producer gets its own copies of the views its loads read, first in its region (its
-    per-tile ops); the views the consumers read (the epilogue's C) are returned, for the
-    caller to place after the producer with the consumers' per-tile ops."""
+def _tile_dependent(top: list[Op], loop: Op) -> list[Op]:
+    """The ops between the grid and the K loop that compute from the tile's ids, in order:
+    batch views (``tensor.batch``) and offsets common to the loop and the epilogue, which
+    CSE leaves there (``m * BM`` where the program reads C before its K loop)."""
+    grid = next(op for op in top if op.name == "tile.grid")
+    ids = set(grid.results)
+    dependent = []
+    for op in top[top.index(grid) + 1:top.index(loop)]:
+        if any(v in ids for inner in op.walk() for v in inner.operands):
+            dependent.append(op)
+            ids.update(op.results)
+    return dependent
+
+
+def _ops_per_tile(ops: list[Op], top: list[Op], producer: Block) -> list[Op]:
+    """A persistent kernel's tile-dependent ``ops`` (:func:`_tile_dependent`, among the
+    kernel's ``top`` ops) made per tile: each role loops over the tiles on its own, and what
+    lies between the grid and the producer runs once, before either loop. The producer gets
+    its own copies of those its loads read, and of what they read in turn, first in its
+    region (its per-tile ops); those the consumers read (the epilogue's C view, offsets)
+    are returned, for the caller to place after the producer with the consumers' per-tile
+    ops."""
     read = {v for op in producer.ops for inner in op.walk() for v in inner.operands}
+    needed = []
+    for op in reversed(ops):
+        if any(result in read for result in op.results):
+            needed.insert(0, op)
+            read.update(op.operands)
     copies: dict[Value, Value] = {}
-    clones = [clone_op(view, copies) for view in views if view.result in read]
+    clones = [clone_op(op, copies) for op in needed]
     for old, new in copies.items():
         replace_uses(producer, old, new)
     producer.ops[:0] = clones
     used = {v for op in top for inner in op.walk() for v in inner.operands}
-    return [view for view in views if view.result in used]
+    return [op for op in ops if any(result in used for result in op.results)]
 
 
 @dataclasses.dataclass
@@ -525,10 +545,11 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     loads = _ring_loads(kernel, loop, dot, stages, options)
     consumer_warpgroups, tile_warpgroups = _consumer_warpgroups(kernel, dot, options)
     stage_bytes = _check_ring_fits(kernel, dot, loads.operands, stages, options)
-    # Every batch view (of A, B or C), right after the grid: a persistent kernel's are
-    # made per tile (_views_per_tile).
+    # Every batch view (of A, B or C), right after the grid, and any other op there that
+    # computes from the tile's ids: a persistent kernel's are made per tile (_ops_per_tile).
     batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
                    if op.name == "tensor.batch"]
+    tile_dependent = _tile_dependent(kernel.body.ops, loop)
     loads.shared = _cluster_shared(kernel, loop, loads, options)
     pre = Builder(Block(), loop.loc)
     ring = _barriers(pre, stages, stage_bytes, tile_warpgroups, options.cluster)
@@ -545,9 +566,9 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
 
     top = kernel.body.ops
     per_tile: list[Op] = []
-    if batch_views and options.persistent:
-        top = [op for op in top if op not in batch_views]
-        per_tile = _views_per_tile(batch_views, top, region)
+    if tile_dependent and options.persistent:
+        top = [op for op in top if op not in tile_dependent]
+        per_tile = _ops_per_tile(tile_dependent, top, region)
     index = top.index(loop)
     after = Builder(Block(), loop.loc)
     if in_flight:

@@ -430,6 +430,57 @@ def test_a_persistent_kernel_loops_both_roles_over_the_tiles() -> None:
     assert relative_error(run_lowered(lowered, arrays), _reference(arrays, "f16")) < 1e-5
 
 
+C_BEFORE_THE_LOOP = """
+from __future__ import annotations
+
+from tilec import f16, f32, tile
+
+
+@tile
+def c_first(A: f16[M, K], B: f16[K, N], C: f16[M, N], BM=64, BN=128, BK=64):
+    for m, n in grid(cdiv(M, BM), cdiv(N, BN)):
+        acc = zeros([BM, BN], f32)
+        c = C[m * BM : +BM, n * BN : +BN]
+        for k in range(0, K, BK):
+            acc += A[m * BM : +BM, k : +BK] @ B[k : +BK, n * BN : +BN]
+        C[m * BM : +BM, n * BN : +BN] = (acc + c).to(f16)
+"""
+
+
+@pytest.mark.parametrize("consumers", ["cooperative", "pingpong"])
+def test_a_persistent_kernel_reading_c_before_its_k_loop_takes_its_offsets_per_tile(
+        consumers, tmp_path) -> None:
+    """C read before the K loop leaves ``m * BM`` and ``n * BN``, common to the loads and
+    the epilogue, between the grid and the loop (CSE). A persistent kernel runs what lies
+    between the grid and the producer once, so the backend refused it (the fuzzer's seed
+    147: "a persistent kernel computes nothing from the tile between the grid and the
+    producer"). Now the producer computes its own copies, and the consumers theirs after
+    it, per tile; the product is right, and the PTX assembles."""
+    from tilec.analysis.hazards import check_schedule
+    from tilec.kernel import load_file
+    from .test_ptxas import assert_assembles_for_sm_90a
+    (function,) = load_file("c_first.py", text=C_BEFORE_THE_LOOP).values()
+    result = function.compile(arch="sm_90a", stages=3, persistent=True, consumers=consumers)
+    kernel = result.kernel
+    top = kernel.body.ops
+    grid = next(op for op in top if op.name == "tile.grid")
+    producer = next(op for op in top if op.name == "ws.producer")
+    between = top[top.index(grid) + 1:top.index(producer)]
+    assert not any(v in grid.results for op in between for v in op.operands)
+    region = producer.regions[0].ops
+    assert [op.name for op in region[:2]] == ["arith.mul", "arith.mul"]
+    assert {v for op in region[:2] for v in op.operands} >= set(grid.results)
+    check_schedule(kernel)
+    assert_assembles_for_sm_90a(result.ptx, tmp_path, f"c_first_{consumers}")
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((SHAPE["M"], SHAPE["K"])).astype(np.float16)
+    b = rng.standard_normal((SHAPE["K"], SHAPE["N"])).astype(np.float16)
+    c = rng.standard_normal((SHAPE["M"], SHAPE["N"])).astype(np.float16)
+    want = a.astype(np.float64) @ b.astype(np.float64) + c.astype(np.float64)
+    run_kernel(kernel, {"A": a, "B": b, "C": c}, ops=op_catalogue())
+    assert relative_error(c, want) < 2e-3
+
+
 @pytest.mark.parametrize("consumer_warpgroups", [1, 2, 3, 4])
 @pytest.mark.parametrize("blocks_per_sm", [1, 2])
 def test_setmaxnreg_asks_only_for_registers_the_block_holds(consumer_warpgroups,
