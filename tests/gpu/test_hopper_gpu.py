@@ -591,3 +591,18 @@ def test_the_tuned_kernels_for_a_shallow_k(shape, rule, name, dtype):
     config, _, rules = tuning.tuned_rules(BenchCase(*shape, dtype), ARCH)
     assert rule in rules, rules
     run_and_check(name, dtype, shape, **config)
+
+
+@pytest.mark.parametrize("consumers", ["cooperative", "pingpong"])
+def test_a_persistent_kernel_reading_c_before_its_k_loop(consumers):
+    """C read before the K loop (its offsets shared with the loads: made per tile by
+    warp_specialize, session 36), persistent over more tiles than SMs so that each block
+    walks several: every tile's C and product land where they belong."""
+    from tests.test_hopper import C_BEFORE_THE_LOOP
+    (function,) = load_file("c_first.py", text=C_BEFORE_THE_LOOP).values()
+    m, n, k = 2000, 1500, 200  # 32 x 12 = 384 tiles of 64x128
+    a, b, c = randn((m, k), "f16"), randn((k, n), "f16"), randn((m, n), "f16")
+    want = a.double() @ b.double() + c.double()
+    function(a, b, c, arch=ARCH, stages=3, persistent=True, consumers=consumers)
+    torch.cuda.synchronize()
+    assert rel_error(c, want) < 2 * TOLERANCE["f16"]
