@@ -68,20 +68,14 @@ def operand_and_output_dtypes(case: Case) -> tuple[str, str]:
 def bound_arguments(case: Case, function) -> Bound:
     """The bench's arguments for ``case``, described (no GPU): contiguous A [M, K], B [K, N]
     and C [M, N] (:func:`operand_and_output_dtypes`), a leading batch axis where batched;
-    8-bit B k contiguous (a column-major [K, N], as the bench draws it)."""
-    lead = (case.batch,) if case.batched else ()
+    8-bit B k contiguous (Case.b_strides, as the bench draws it)."""
     operands, output = operand_and_output_dtypes(case)
-    shapes = {"A": (case.M, case.K, operands), "B": (case.K, case.N, operands),
-              "C": (case.M, case.N, output)}
-
-    def strides(name: str, rows: int, cols: int) -> tuple[int, ...]:
-        if name == "B" and case.dtype in K_MAJOR_B:
-            return ((rows * cols,) if lead else ()) + (1, rows)
-        return tuple(c_strides(lead + (rows, cols)))
+    layouts = {"A": (case.a_shape, c_strides(case.a_shape), operands),
+               "B": (case.b_shape, case.b_strides, operands),
+               "C": (case.c_shape, c_strides(case.c_shape), output)}
     tensors = {name: ArrayArg(name=name, ptr=BASE + index * (1 << 36), dtype=dtype,
-                              shape=lead + (rows, cols), strides=strides(name, rows, cols),
-                              device=0)
-               for index, (name, (rows, cols, dtype)) in enumerate(shapes.items())}
+                              shape=shape, strides=strides, device=0)
+               for index, (name, (shape, strides, dtype)) in enumerate(layouts.items())}
     sizes = {"M": case.M, "N": case.N, "K": case.K, "Bt": case.batch}
     return Bound(tensors, {}, {name: sizes[name] for name in function.signature.symbols})
 

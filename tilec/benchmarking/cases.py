@@ -94,6 +94,15 @@ class Case:
         return self._shape(self.M, self.N)
 
     @property
+    def b_strides(self) -> tuple[int, ...]:
+        """B's element strides as the sweep draws it: row-major, or k contiguous (a
+        column-major [K, N], each batch's after the last) for K_MAJOR_B dtypes."""
+        if self.dtype in K_MAJOR_B:
+            return ((self.K * self.N,) if self.batched else ()) + (1, self.K)
+        from tilec.runtime.arrays import c_strides
+        return c_strides(self.b_shape)
+
+    @property
     def kind(self) -> str:
         sides = (self.M, self.N, self.K)
         if min(sides) * SKINNY_RATIO <= max(sides):

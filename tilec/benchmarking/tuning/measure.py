@@ -53,19 +53,16 @@ def rows_aligned(case: Case) -> bool:
 
 def rows_aligned_at_launch(case: Case) -> bool:
     """Whether A's and B's rows reach the kernel 16-byte aligned, laid out as the bench lays
-    them (contiguous, B k contiguous for 8-bit inputs: cases.K_MAJOR_B): as they are, or
+    them (contiguous, B k contiguous for 8-bit inputs: Case.b_strides): as they are, or
     packed by the launch (tilec.launch.packing.rows_aligned_at_launch under "auto": a
     misaligned operand of at least PACK_MIN_ELEMENTS elements, a batch's matrices counted
     together where they pack as one). wgmma's TMA loads read no other rows."""
-    from tilec.benchmarking.cases import K_MAJOR_B
     from tilec.launch import packing
     from tilec.runtime.arrays import ArrayArg, c_strides
-    dtype = "f32" if case.dtype == "tf32" else case.dtype
-    lead = (case.batch,) if case.batched else ()
-    b_strides = ((case.K * case.N,) if lead else ()) + (1, case.K) \
-        if case.dtype in K_MAJOR_B else tuple(c_strides(lead + (case.K, case.N)))
-    operands = (("A", lead + (case.M, case.K), tuple(c_strides(lead + (case.M, case.K)))),
-                ("B", lead + (case.K, case.N), b_strides))
+    from .tables import TILEC_AS
+    dtype = TILEC_AS.get(case.dtype, (case.dtype,))[0]  # tf32: f32 operands
+    operands = (("A", case.a_shape, c_strides(case.a_shape)),
+                ("B", case.b_shape, case.b_strides))
     return all(packing.rows_aligned_at_launch(
         ArrayArg(name, LAUNCH_BASE, dtype, shape, strides, device=0), "auto")
         for name, shape, strides in operands)
