@@ -241,11 +241,14 @@ def _check_cluster_shares(kernel: Kernel, copy: Op, operand: OperandPlan, cluste
                       f"{ATOM_ROWS * cluster}, or a smaller cluster")
 
 
-def _tile_dependent(top: list[Op], loop: Op) -> list[Op]:
+def _tile_dependent(kernel: Kernel, loop: Op) -> list[Op]:
     """The ops between the grid and the K loop that compute from the tile's ids, in order:
     batch views (``tensor.batch``) and offsets common to the loop and the epilogue, which
     CSE leaves there (``m * BM`` where the program reads C before its K loop)."""
-    grid = next(op for op in top if op.name == "tile.grid")
+    grid = find_grid(kernel)
+    if grid is None:
+        return []
+    top = kernel.body.ops
     ids = set(grid.results)
     dependent = []
     for op in top[top.index(grid) + 1:top.index(loop)]:
@@ -549,7 +552,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     # computes from the tile's ids: a persistent kernel's are made per tile (_ops_per_tile).
     batch_views = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
                    if op.name == "tensor.batch"]
-    tile_dependent = _tile_dependent(kernel.body.ops, loop)
+    tile_dependent = _tile_dependent(kernel, loop)
     loads.shared = _cluster_shared(kernel, loop, loads, options)
     pre = Builder(Block(), loop.loc)
     ring = _barriers(pre, stages, stage_bytes, tile_warpgroups, options.cluster)
