@@ -1695,7 +1695,8 @@ def test_sm_90a_takes_whole_round_tiles_where_they_fill_their_rounds_and_others_
             assert (layout.slab, layout.stored_cols) == (64, 192)
         elif not config.get("persistent"):
             # One wave, in clusters where B's rows are off lines, but not for 192x192.
-            clustered = tuning.rounds.b_shared_in_one_wave_clusters(case) and tile == ROW
+            clustered = tile == ROW and tuning.rounds.b_shared_in_clusters(
+                case, tuning.rounds.ONE_WAVE_CLUSTER_MIN_K)
             assert config == ({**chosen, "cluster": 2} if clustered else chosen)
             assert tuning.measure.tile_count(case, config) <= tuning.ONE_WAVE
         else:

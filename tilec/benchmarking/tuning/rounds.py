@@ -70,11 +70,11 @@ MULTICAST_MIN_M = 1024
 MULTICAST_MIN_K = 1536
 
 
-def b_shared_in_clusters(case: Case) -> bool:
+def b_shared_in_clusters(case: Case, min_k: int = MULTICAST_MIN_K) -> bool:
     """Whether a cluster of 2 should share B: :func:`b_rows_off_lines`, M at least
-    MULTICAST_MIN_M and K at least MULTICAST_MIN_K."""
-    return b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M and \
-        case.K >= MULTICAST_MIN_K
+    MULTICAST_MIN_M and K at least ``min_k`` (MULTICAST_MIN_K, or a rule's own measured
+    bound: ONE_WAVE_CLUSTER_MIN_K, the shallow rounds' K range)."""
+    return b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M and case.K >= min_k
 
 
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
@@ -260,21 +260,14 @@ ONE_WAVE_CLUSTER_TILES = {(128, 192)}
 ONE_WAVE_CLUSTER_MIN_K = 1024
 
 
-def b_shared_in_one_wave_clusters(case: Case) -> bool:
-    """Whether one wave of ONE_WAVE_CLUSTER_TILES should run in clusters of 2 sharing B:
-    :func:`b_rows_off_lines`, M at least MULTICAST_MIN_M and K at least
-    ONE_WAVE_CLUSTER_MIN_K."""
-    return b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M and \
-        case.K >= ONE_WAVE_CLUSTER_MIN_K
-
-
 def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
     """``tile`` with its schedule for the case: PADDED_TILES in MULTICAST where they pay
     (:func:`_padded_tile_pays`), STRIP_TILES in MULTICAST where B is shared in clusters;
     CLUSTER_TILES in MULTICAST (over more than one wave only with every row 16-byte
     aligned); ONE_WAVE_TILES and the other STRIP_TILES one tile a block where they make one
     wave, B's rows on lines and K from ONE_WAVE_MIN_K; one tile a block in one wave (in clusters of
-    2 for ONE_WAVE_CLUSTER_TILES where :func:`b_shared_in_one_wave_clusters`); over more
+    2 for ONE_WAVE_CLUSTER_TILES where :func:`b_shared_in_clusters` from
+    ONE_WAVE_CLUSTER_MIN_K); over more
     (measured only with every row 16-byte aligned and K from WHOLE_ROUND_MIN_K),
     WHOLE_ROUNDS, or MULTICAST where B's rows are off 128-byte lines; else None."""
     if tile in PADDED_TILES:
@@ -290,7 +283,7 @@ def _scheduled(case: Case, tile: dict[str, Any]) -> Optional[dict[str, Any]]:
                 (tile_count(case, clustered) > ONE_WAVE and not rows_aligned(case)):
             return None
         return clustered
-    one_wave = {**tile, "cluster": 2} if b_shared_in_one_wave_clusters(case) and \
+    one_wave = {**tile, "cluster": 2} if b_shared_in_clusters(case, ONE_WAVE_CLUSTER_MIN_K) and \
         (tile["BM"], tile["BN"]) in ONE_WAVE_CLUSTER_TILES else dict(tile)
     if tile_count(case, one_wave) <= ONE_WAVE:
         return one_wave
@@ -386,6 +379,6 @@ def _persistent_for_shallow_rounds(case: Case, config: dict[str, Any]) -> dict[s
     square = SHALLOW_SQUARE_RATE * useful_share(case, SHALLOW_SQUARE)
     if square >= WHOLE_ROUND_GAIN * useful_share(case, config):
         return dict(SHALLOW_SQUARE)
-    if config == SHALLOW_ROUND_TILE and b_rows_off_lines(case) and case.M >= MULTICAST_MIN_M:
+    if config == SHALLOW_ROUND_TILE and b_shared_in_clusters(case, SHALLOW_ROUNDS_MIN_K):
         return dict(SHALLOW_ROUND_CLUSTER)
     return config
