@@ -131,6 +131,19 @@ def rerun_with_fresh_inputs(launch, case: Case) -> None:
     assert torch.equal(results[0], results[1]) and torch.equal(results[2], results[3])
 
 
+def run_and_check_on_mma_sync(name: str, dtype: str, shape: tuple[int, int, int],
+                              **options) -> None:
+    """The sample on fresh inputs of ``shape`` against float64, on mma.sync without TMA
+    (the tuning's tiles for misaligned rows it reads in place)."""
+    function = sample(name, dtype)
+    case = Case(name, dtype, *shape)
+    ref = case.reference()
+    function(*case.args(), arch=ARCH, **options)
+    case.check(ref)
+    ptx = function.prepare(*case.args(), arch=ARCH, **options).compiled.ptx
+    assert "mma.sync" in ptx and TMA_LOAD not in ptx
+
+
 def run_and_check(name: str, dtype: str, shape: tuple[int, int, int], n_major: bool = False,
                   **options) -> None:
     """The sample on fresh inputs of ``shape`` against float64, on the TMA path."""
@@ -539,13 +552,7 @@ def test_small_ragged_problems_take_k_in_one_step(shape, name, dtype):
     m, n, k = shape
     config = tuning.tuned_config(BenchCase(m, n, k, dtype), ARCH)
     assert (config["stages"], config["BK"]) == (1, -(-k // 16) * 16)
-    function = sample(name, dtype)
-    case = Case(name, dtype, m, n, k)
-    ref = case.reference()
-    function(*case.args(), arch=ARCH, **config)
-    case.check(ref)
-    ptx = function.prepare(*case.args(), arch=ARCH, **config).compiled.ptx
-    assert "mma.sync" in ptx and TMA_LOAD not in ptx
+    run_and_check_on_mma_sync(name, dtype, shape, **config)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -558,13 +565,7 @@ def test_the_tuned_kernels_for_rows_the_launch_leaves_misaligned(shape, dtype):
     from tilec.benchmarking.cases import Case as BenchCase
     config, _, rules = tuning.tuned_rules(BenchCase(*shape, dtype), ARCH)
     assert rules == ["unpacked_rows"], rules
-    function = sample("matmul", dtype)
-    case = Case("matmul", dtype, *shape)
-    ref = case.reference()
-    function(*case.args(), arch=ARCH, **config)
-    case.check(ref)
-    ptx = function.prepare(*case.args(), arch=ARCH, **config).compiled.ptx
-    assert "mma.sync" in ptx and TMA_LOAD not in ptx
+    run_and_check_on_mma_sync("matmul", dtype, shape, **config)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
