@@ -68,6 +68,12 @@ MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # (in CLUSTER_TILES) 0.71-1.12, kept from CLUSTER_TILE_MIN_K. K 1024-1280: 0.97-1.06.
 MULTICAST_MIN_M = 1024
 MULTICAST_MIN_K = 1536
+# 256x128 among MULTICAST_TILES only from this K: it won by 2% at 6144x6152x4096 (above) but
+# lost under it to the tile picked without it (session 37, one call, f16 unless marked, TFLOP/s,
+# 256x128 / the pick without it): 7540x7736x2008 550.0 / 584.9 (128x192), 4261x848x1792 473.3 /
+# 500.2 (128x128), 6193x8120x1912 bf16 526.6 / 647.3 (128x256), 3139x2256x1960 445.1 / 571.5,
+# 1086x5432x1904 364.1 / 476.9, and 1.05-1.08 on five more; one loss, 2911x1312x1536 0.95.
+TALL_MULTICAST_TILE_MIN_K = 4096
 
 
 def b_shared_in_clusters(case: Case, min_k: int = MULTICAST_MIN_K) -> bool:
@@ -80,7 +86,8 @@ def b_shared_in_clusters(case: Case, min_k: int = MULTICAST_MIN_K) -> bool:
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
     """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
     128-byte lines, the wide tiles make more than one wave and M and K are deep enough
-    (:func:`b_shared_in_clusters`), or None."""
+    (:func:`b_shared_in_clusters`), or None. The 256-row tile only from
+    TALL_MULTICAST_TILE_MIN_K."""
     if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
             not b_shared_in_clusters(case) or large_tiles(case) <= ONE_WAVE:
         return None
@@ -88,8 +95,9 @@ def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optiona
     def speed(tile: dict[str, Any]) -> float:
         return TILE_RATES[tile["BM"], tile["BN"]] * \
             Waves(tile_count(case, {**tile, **MULTICAST}), ONE_WAVE).fill
-
-    return {**max(MULTICAST_TILES, key=speed), **MULTICAST}
+    tiles = [tile for tile in MULTICAST_TILES
+             if tile["BM"] <= 128 or case.K >= TALL_MULTICAST_TILE_MIN_K]
+    return {**max(tiles, key=speed), **MULTICAST}
 
 
 # Half-width tiles where the 128x256 tiles' last wave would run nearly empty: 4096x4104x4096
