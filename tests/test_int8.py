@@ -353,6 +353,31 @@ def test_the_bench_compiles_the_matmul_sample_for_i8_into_i32() -> None:
     assert TritonContender(None).unsupported(case) == "the Triton kernel has no i8 configuration"
 
 
+def test_an_i8_product_of_k_1_reads_torchs_column_major_b() -> None:
+    """K = 1: torch's column-major [1, N] B has strides (1, 1), k contiguous as 8-bit B is
+    read (it was taken for n contiguous and refused); the tuned kernel compiled for that
+    layout is exact in the interpreter."""
+    from tilec.benchmarking.cases import Case
+    from tilec.benchmarking.contenders import sample_kernel
+    from tilec.benchmarking.tuning import tuned_config
+    from tilec.launch.binding import tensor_spec
+    from tilec.runtime.arrays import ArrayArg
+    m, n = 300, 520
+    spec = tensor_spec(ArrayArg("B", 1 << 20, "i8", (1, n), (1, 1), device=0))
+    assert spec == TensorSpec(0, 1)
+    kernel = sample_kernel("i8", "i32")
+    config = tuned_config(Case(m, n, 1, "i8"), "sm_90a")
+    compiled = kernel.compile(spec=Spec(tensors=(("B", spec),)), arch="sm_90a", **config)
+    assert compiled.kernel.schedule.tiling.kind == "int8"
+    rng = np.random.default_rng(3)
+    values = {"A": rng.integers(-128, 128, (m, 1)).astype(np.int8),
+              "B": rng.integers(-128, 128, (1, n)).astype(np.int8),
+              "C": np.full((m, n), -1, np.int32)}
+    run_kernel(compiled.kernel, values, ops=op_catalogue())
+    exact = values["A"].astype(np.int64) @ values["B"].astype(np.int64)
+    np.testing.assert_array_equal(values["C"], exact.astype(np.int32))
+
+
 class IntegerArrays:
     """A numpy stand-in for torch in the i8 rows: i8 inputs (B column-major when asked),
     i32 outputs, exact products."""

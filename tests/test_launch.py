@@ -78,6 +78,13 @@ def test_layout_facts_follow_strides_and_alignment():
     assert tensor_spec(_arg((64, 32), (34, 1), 1 << 20)) == TensorSpec(1, 2)    # 4-byte rows
     assert tensor_spec(_arg((64, 32), (32, 1), (1 << 20) + 8)) == TensorSpec(1, 4)
     assert tensor_spec(_arg((64, 32), (64, 2), 1 << 20)) == TensorSpec(None, 1)  # no unit dim
+    # Two unit strides: the dim of one index is the inner one (a dense array's other dim has
+    # unit stride only past it), so a column-major [1, N] is k contiguous, a row-major [K, 1]
+    # n contiguous; a row-major [1, N] has one unit stride.
+    assert tensor_spec(_arg((1, 32), (1, 1), 1 << 20)) == TensorSpec(0, 1)
+    assert tensor_spec(_arg((64, 1), (1, 1), 1 << 20)) == TensorSpec(1, 1)
+    assert tensor_spec(_arg((1, 32), (32, 1), 1 << 20)) == TensorSpec(1, 8)
+    assert tensor_spec(_arg((3, 1, 32), (32, 1, 1), 1 << 20)) == TensorSpec(1, 1)
 
 
 def _arg(shape, strides, ptr):

@@ -250,7 +250,8 @@ def test_the_bench_kernel_matches_torch_int_mm():
     assert torch.equal(out, torch._int_mm(a, b))
 
 
-@pytest.mark.parametrize("shape", [(199, 1680, 3), (250, 7930, 19), (1825, 141, 115)],
+@pytest.mark.parametrize("shape", [(199, 1680, 3), (250, 7930, 19), (1825, 141, 115),
+                                   (300, 520, 1)],  # K = 1: B's strides (1, 1)
                          ids=lambda v: "x".join(map(str, v)))
 def test_the_bench_kernel_for_rows_the_launch_leaves_misaligned(shape):
     """The tuned kernel where an 8-bit operand's K-byte rows stay misaligned (too few

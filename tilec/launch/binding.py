@@ -157,13 +157,15 @@ def _largest_power_of_two_divisor(value: int) -> int:
 
 
 def tensor_spec(arg) -> TensorSpec:
-    """The layout facts of one array: its unit-stride dim and the widest aligned vector."""
+    """The layout facts of one array: its unit-stride dim and the widest aligned vector.
+    Where two dims have unit stride, one of them of a single index is the inner one: a
+    dense array's next dim has unit stride only past a dim of one index (torch's
+    column-major [1, N], strides (1, 1), is k contiguous, as 8-bit B must be)."""
     rank = len(arg.shape)
-    contiguous = None
-    for dim in reversed(range(rank)):
-        if arg.strides[dim] == 1 or arg.shape[dim] == 1 and rank == 1:
-            contiguous = dim
-            break
+    unit = [dim for dim in reversed(range(rank))
+            if arg.strides[dim] == 1 or arg.shape[dim] == 1 and rank == 1]
+    single = [dim for dim in unit if arg.shape[dim] == 1]
+    contiguous = single[0] if single and len(unit) > 1 else unit[0] if unit else None
     if contiguous is None:
         return TensorSpec(None, 1)
     vec = max(1, 16 // arg.itemsize)
