@@ -54,6 +54,12 @@ class PtxWriter:
         self._labels += 1
         return f"$L_{hint}_{self._labels}"
 
+    @property
+    def labels_made(self) -> int:
+        """How many labels :meth:`label` has made: unchanged over a stretch of code, it has
+        no branch target, so a register set in it is set on every path through it."""
+        return self._labels
+
     def once(self, key: object, compute: Callable[[], object]) -> object:
         """Emit ``compute``'s instructions into the entry setup the first time ``key`` is
         asked for; later calls reuse the registers it returned."""

@@ -246,6 +246,10 @@ def test_the_ptx_stores_and_sums_every_accumulator_register() -> None:
     registers = 128 * 128 // compiled.rendered.threads
     assert ptx.count("st.global.f32") >= registers  # the partial (the epilogue stores more)
     assert ptx.count("ld.relaxed.gpu.global.f32") == 3 * registers
+    # Each register's sum loaded in the epilogue chunk that reads it (split.OnDemand): the
+    # first chunk's stores of C come before the last sum's loads.
+    first_store = ptx.index("st.global.v2.f32", ptx.index("bar.red.or.pred"))
+    assert first_store < ptx.rindex("ld.relaxed.gpu.global.f32")
     assert ptx.count("atom.acq_rel.gpu.global.add.u32") == 1
     assert ptx.count("exit;") == 1
     # The meeting comes before the epilogue's chunks: one barrier reduction in all.

@@ -16,7 +16,7 @@ from tilec.ir.core import Op, require_grid
 from tilec.ir.types import F32, I32
 
 from ..abi import WORKSPACE_SOURCES, cuda_tile_axes
-from ..split import PARTIAL_BYTES
+from ..split import PARTIAL_BYTES, OnDemand
 from .builder import Val, const
 from .context import LlvmContext
 
@@ -95,28 +95,6 @@ def _split_reduce(ctx: LlvmContext, op: Op) -> None:
             acc = loaded if acc is None else b.binop(add_instruction, acc, loaded, llvm_type)
         return acc
     ctx.bind(op.result, OnDemand(len(partial), total))
-
-
-class OnDemand(list):
-    """A tile's registers computed where first read: the sum of register i's partials is
-    loaded in the epilogue chunk that uses it (the epilogue is emitted a few registers at
-    a time), so the 128 sums are never live at once; emitted all here, LLVM keeps them so
-    and ptxas spills a kilobyte. Readers take an element outside any conditional block
-    (the epilogue's emitters do), so the value dominates every later use."""
-
-    def __init__(self, n: int, compute) -> None:
-        super().__init__([None] * n)
-        self._compute = compute
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(len(self))[index]]
-        if list.__getitem__(self, index) is None:
-            list.__setitem__(self, index, self._compute(index))
-        return list.__getitem__(self, index)
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
 
 
 EMITTERS = {"split.reduce": _split_reduce}
