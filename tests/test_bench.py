@@ -1576,7 +1576,10 @@ def test_sm_90a_runs_persistent_tiles_over_several_waves_of_a_shallow_k(shape, e
     # K from MULTICAST_MIN_K, under 2048 (session 36), in the tile the rounds fill best.
     ((7035, 1688, 1536), (128, 256)),
     ((5666, 1904, 1840), (128, 256)),
-    ((4261, 848, 1792), (128, 128)),  # 256x128 only from TALL_MULTICAST_TILE_MIN_K
+    ((4261, 848, 1792), (256, 128)),  # 256x128 in place of 128x128 (TALL_MULTICAST_TILE)
+    ((6193, 8120, 1912), (128, 256)),  # but not of the wider tiles
+    ((1138, 5512, 4832), (128, 256)),
+    ((3844, 4216, 6184), (256, 128)),
     ((7035, 1688, 1528), None),  # under it: one 128x256 tile a block (and the shallow
     # rounds' rule keeps it: 128x128 fills them no better)
     # B's rows on whole lines, or off 16 bytes (packed anyway), or one wave of wide tiles

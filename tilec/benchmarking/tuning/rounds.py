@@ -68,12 +68,19 @@ MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # (in CLUSTER_TILES) 0.71-1.12, kept from CLUSTER_TILE_MIN_K. K 1024-1280: 0.97-1.06.
 MULTICAST_MIN_M = 1024
 MULTICAST_MIN_K = 1536
-# 256x128 among MULTICAST_TILES only from this K: it won by 2% at 6144x6152x4096 (above) but
-# lost under it to the tile picked without it (session 37, one call, f16 unless marked, TFLOP/s,
-# 256x128 / the pick without it): 7540x7736x2008 550.0 / 584.9 (128x192), 4261x848x1792 473.3 /
-# 500.2 (128x128), 6193x8120x1912 bf16 526.6 / 647.3 (128x256), 3139x2256x1960 445.1 / 571.5,
-# 1086x5432x1904 364.1 / 476.9, and 1.05-1.08 on five more; one loss, 2911x1312x1536 0.95.
-TALL_MULTICAST_TILE_MIN_K = 4096
+# 256x128 (MULTICAST_TILES' tall tile) only in place of 128x128: the rates above overrate it
+# beside the wider tiles. Session 37, H200, one call each, TFLOP/s, 256x128 / the tile picked
+# without it, x: against 128x256, 128x192 or 192x192 it lost on all 24 shapes measured, K
+# 1664-7760 (6193x8120x1912 bf16 526.6 / 647.3 128x256, 1.23; 1138x5512x4832 430.1 / 552.6,
+# 1.28, though 128x256 fills 83% of its rounds and 256x128 all; 7540x7736x2008 550.0 / 584.9
+# 128x192, 1.06; 8055x5688x7760 bf16 630.5 / 682.3 192x192, 1.08; 1.05-1.31 on all, median
+# 1.15); against 128x128 it won on 6 of 8 and tied on one (3844x4216x6184 540.4 / 458.1,
+# 0.85; 6192x544x5648 bf16 0.80; 4812x1560x5032 0.86; 2911x1312x1536 0.95; 4096x4104x4096
+# 667.3 / 669.3, 1.00; lost at 4261x848x1792, 473.3 / 500.2, 1.06). A wider tile here also
+# raises the bar _tile_for_whole_waves' tiles must clear: 192x192 gave way to 128x256 or
+# 128x192 at 1.01-1.08 (5 shapes), 192x176 to 128x192 1.08, 256x176 and 192x176 to 128x256
+# 0.99 and 0.98 (benchmarks/NOTES.md, session 37).
+TALL_MULTICAST_TILE = MULTICAST_TILES[1]
 
 
 def b_shared_in_clusters(case: Case, min_k: int = MULTICAST_MIN_K) -> bool:
@@ -86,8 +93,9 @@ def b_shared_in_clusters(case: Case, min_k: int = MULTICAST_MIN_K) -> bool:
 def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optional[dict]:
     """A cluster-of-2 persistent configuration where B's rows are 16-byte aligned but off
     128-byte lines, the wide tiles make more than one wave and M and K are deep enough
-    (:func:`b_shared_in_clusters`), or None. The 256-row tile only from
-    TALL_MULTICAST_TILE_MIN_K."""
+    (:func:`b_shared_in_clusters`), or None: the tile of the best TILE_RATES times the
+    share of its rounds filled, TALL_MULTICAST_TILE only where that is 128x128 and it
+    scores as well."""
     if case.batched or (config["BM"], config["BN"]) != (128, 256) or \
             not b_shared_in_clusters(case) or large_tiles(case) <= ONE_WAVE:
         return None
@@ -95,9 +103,11 @@ def _multicast_for_rows_off_lines(case: Case, config: dict[str, Any]) -> Optiona
     def speed(tile: dict[str, Any]) -> float:
         return TILE_RATES[tile["BM"], tile["BN"]] * \
             Waves(tile_count(case, {**tile, **MULTICAST}), ONE_WAVE).fill
-    tiles = [tile for tile in MULTICAST_TILES
-             if tile["BM"] <= 128 or case.K >= TALL_MULTICAST_TILE_MIN_K]
-    return {**max(tiles, key=speed), **MULTICAST}
+    best = max((tile for tile in MULTICAST_TILES if tile is not TALL_MULTICAST_TILE),
+               key=speed)
+    if (best["BM"], best["BN"]) == (128, 128) and speed(TALL_MULTICAST_TILE) >= speed(best):
+        best = TALL_MULTICAST_TILE
+    return {**best, **MULTICAST}
 
 
 # Half-width tiles where the 128x256 tiles' last wave would run nearly empty: 4096x4104x4096
