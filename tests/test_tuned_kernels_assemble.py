@@ -19,7 +19,7 @@ import pytest
 
 from tests.test_ptxas import HOPPER_DIAGNOSTICS, run_ptxas
 from tilec.benchmarking import tuning
-from tilec.benchmarking.cases import EXACT_OUTPUT, K_MAJOR_B, Case
+from tilec.benchmarking.cases import EXACT_OUTPUT, Case
 from tilec.benchmarking.contenders import sample_kernel
 from tilec.launch.binding import Bound, launch_grid
 from tilec.runtime.arrays import ArrayArg, c_strides
@@ -47,11 +47,6 @@ def draw_cases(seed: int, dtypes: tuple[str, ...]) -> list[Case]:
     for _ in range(SHAPES):
         m, n, k = size(), size(), size()
         dtype, batch = rng.choice(dtypes), rng.choice((1, 1, 1, 1, 2, 5))
-        if dtype in K_MAJOR_B:
-            # K from 2: a k-contiguous [1, N] B (strides 1 and 1) reads as n contiguous
-            # (launch.binding.tensor_spec takes the last unit-stride dim), and the 8-bit
-            # families refuse it, whatever the tile: a layout limit, not the tuning's.
-            k = max(k, 2)
         cases.append(Case(m, n, k, dtype, batch=batch) if batch > 1 else Case(m, n, k, dtype))
     return cases
 
