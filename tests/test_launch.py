@@ -85,6 +85,8 @@ def test_layout_facts_follow_strides_and_alignment():
     assert tensor_spec(_arg((64, 1), (1, 1), 1 << 20)) == TensorSpec(1, 1)
     assert tensor_spec(_arg((1, 32), (32, 1), 1 << 20)) == TensorSpec(1, 8)
     assert tensor_spec(_arg((3, 1, 32), (32, 1, 1), 1 << 20)) == TensorSpec(1, 1)
+    # A batch dim of one index with unit stride (a permuted [M, K, 1]) is not the inner one.
+    assert tensor_spec(_arg((1, 64, 32), (1, 32, 1), 1 << 20)).contiguous_dim == 2
 
 
 def _arg(shape, strides, ptr):

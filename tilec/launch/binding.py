@@ -158,13 +158,14 @@ def _largest_power_of_two_divisor(value: int) -> int:
 
 def tensor_spec(arg) -> TensorSpec:
     """The layout facts of one array: its unit-stride dim and the widest aligned vector.
-    Where two dims have unit stride, one of them of a single index is the inner one: a
+    Where two dims have unit stride, a matrix dim of a single index is the inner one: a
     dense array's next dim has unit stride only past a dim of one index (torch's
-    column-major [1, N], strides (1, 1), is k contiguous, as 8-bit B must be)."""
+    column-major [1, N], strides (1, 1), is k contiguous, as 8-bit B must be). A batch dim
+    is never the inner one (a permuted [1, M, K] may give it unit stride)."""
     rank = len(arg.shape)
     unit = [dim for dim in reversed(range(rank))
             if arg.strides[dim] == 1 or arg.shape[dim] == 1 and rank == 1]
-    single = [dim for dim in unit if arg.shape[dim] == 1]
+    single = [dim for dim in unit if arg.shape[dim] == 1 and dim >= rank - 2]
     contiguous = single[0] if single and len(unit) > 1 else unit[0] if unit else None
     if contiguous is None:
         return TensorSpec(None, 1)
