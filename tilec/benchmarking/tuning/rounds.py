@@ -47,9 +47,22 @@ WIDE_ROW_TILE = dict(BM=128, BN=192, BK=64, stages=4)
 # The tile: the best rate (TILE_RATES, against 128x256's, fitted to those rows) times the
 # share of its rounds the tiles fill, the M tiles counted in whole clusters; it picks the best
 # or a tile within 1% of it on each row above (benchmarks/NOTES.md, session 19).
+# MULTICAST_TILES' tall tile, taken only in place of 128x128: TILE_RATES overrates it beside
+# the wider tiles. Session 37, H200, one call each, TFLOP/s, 256x128 / the tile picked
+# without it, x: against 128x256, 128x192 or 192x192 it lost on all 24 shapes measured, K
+# 1664-7760 (6193x8120x1912 bf16 526.6 / 647.3 128x256, 1.23; 1138x5512x4832 430.1 / 552.6,
+# 1.28, though 128x256 fills 83% of its rounds and 256x128 all; 7540x7736x2008 550.0 / 584.9
+# 128x192, 1.06; 8055x5688x7760 bf16 630.5 / 682.3 192x192, 1.08; 1.05-1.31 on all, median
+# 1.15); against 128x128 it won on 6 of 8 and tied on one (3844x4216x6184 540.4 / 458.1,
+# 0.85; 6192x544x5648 bf16 0.80; 4812x1560x5032 0.86; 2911x1312x1536 0.95; 4096x4104x4096
+# 667.3 / 669.3, 1.00; lost at 4261x848x1792, 473.3 / 500.2, 1.06). A wider tile here also
+# raises the bar _tile_for_whole_waves' tiles must clear: 192x192 gave way to 128x256 or
+# 128x192 at 1.01-1.08 (5 shapes), 192x176 to 128x192 1.08, 256x176 and 192x176 to 128x256
+# 0.99 and 0.98 (benchmarks/NOTES.md, session 37).
+TALL_MULTICAST_TILE = dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128)
 MULTICAST_TILES = (
     dict(BM=128, BN=256, BK=64, stages=3),
-    dict(BM=256, BN=128, BK=64, stages=3, warpgroup_rows=128),
+    TALL_MULTICAST_TILE,
     dict(BM=128, BN=128, BK=64, stages=4),
     # 128x192 (session 25, one call, f16 TFLOP/s, x the tile it replaces): 1536x3080x4096
     # 552.0 against 407.4 for 128x128 persistent without a cluster (M under the rule's
@@ -68,19 +81,6 @@ MULTICAST = dict(persistent=True, raster_group=16, cluster=2)
 # (in CLUSTER_TILES) 0.71-1.12, kept from CLUSTER_TILE_MIN_K. K 1024-1280: 0.97-1.06.
 MULTICAST_MIN_M = 1024
 MULTICAST_MIN_K = 1536
-# 256x128 (MULTICAST_TILES' tall tile) only in place of 128x128: the rates above overrate it
-# beside the wider tiles. Session 37, H200, one call each, TFLOP/s, 256x128 / the tile picked
-# without it, x: against 128x256, 128x192 or 192x192 it lost on all 24 shapes measured, K
-# 1664-7760 (6193x8120x1912 bf16 526.6 / 647.3 128x256, 1.23; 1138x5512x4832 430.1 / 552.6,
-# 1.28, though 128x256 fills 83% of its rounds and 256x128 all; 7540x7736x2008 550.0 / 584.9
-# 128x192, 1.06; 8055x5688x7760 bf16 630.5 / 682.3 192x192, 1.08; 1.05-1.31 on all, median
-# 1.15); against 128x128 it won on 6 of 8 and tied on one (3844x4216x6184 540.4 / 458.1,
-# 0.85; 6192x544x5648 bf16 0.80; 4812x1560x5032 0.86; 2911x1312x1536 0.95; 4096x4104x4096
-# 667.3 / 669.3, 1.00; lost at 4261x848x1792, 473.3 / 500.2, 1.06). A wider tile here also
-# raises the bar _tile_for_whole_waves' tiles must clear: 192x192 gave way to 128x256 or
-# 128x192 at 1.01-1.08 (5 shapes), 192x176 to 128x192 1.08, 256x176 and 192x176 to 128x256
-# 0.99 and 0.98 (benchmarks/NOTES.md, session 37).
-TALL_MULTICAST_TILE = MULTICAST_TILES[1]
 
 
 def b_shared_in_clusters(case: Case, min_k: int = MULTICAST_MIN_K) -> bool:
