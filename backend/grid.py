@@ -42,15 +42,40 @@ def cluster_group(group: int, cluster: int) -> int:
     return max(1, -(-group // cluster))
 
 
-def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1) -> list:
+def cluster_units(ctx, gm, gn, cluster: int, cluster_n: int):
+    """The grid's clusters along M and along N: ``gm`` and ``gn`` tiles in whole clusters of
+    ``cluster`` x ``cluster_n`` (the launch rounds them up; the blocks past the grid compute
+    nothing they store)."""
+    if cluster > 1:
+        gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
+    if cluster_n > 1:
+        gn = ctx.div_const(ctx.int_op("add.s32", gn, cluster_n - 1), cluster_n)
+    return gm, gn
+
+
+def cluster_tile(ctx, unit_m, unit_n, rank, cluster: int, cluster_n: int):
+    """The (m, n) tile of the block of cluster ``rank`` (m + cluster * n, as %cluster_ctarank
+    numbers a cluster of cluster x cluster_n blocks launched along x) in the cluster of
+    ``unit_m``, ``unit_n``."""
+    if cluster_n == 1:
+        return ctx.mad(unit_m, cluster, rank), unit_n
+    if cluster == 1:
+        return unit_m, ctx.mad(unit_n, cluster_n, rank)
+    return (ctx.mad(unit_m, cluster, ctx.mod_const(rank, cluster, nonnegative=True)),
+            ctx.mad(unit_n, cluster_n, ctx.div_const(rank, cluster, nonnegative=True)))
+
+
+def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1,
+                cluster_n: int = 1) -> list:
     """The value of each of ``op``'s results (the grid's program ids), in order. Grouped
     rasterization folds two tile axes into CUDA's x (a batched grid's two besides the batch);
     the other axes (a batch, a split-K slice) take CUDA's y and z in order. ``ctaid("x")``
-    reads the block id of an axis. In a thread-block ``cluster`` (> 1) the blocks of a
-    cluster are consecutive ids taking consecutive M tiles of one N column (they share B), so
-    the raster walks clusters (the launch grid rounds the M tiles up to whole clusters; a
-    block past M computes nothing it stores), ``raster_group`` rows of tiles a group
-    (:func:`cluster_group`)."""
+    reads the block id of an axis. In a thread-block cluster of ``cluster`` x ``cluster_n``
+    (> 1) blocks the blocks of a cluster are consecutive ids taking consecutive M tiles of
+    one N column (they share B), ``cluster_n`` such columns side by side (each M row of them
+    shares A), so the raster walks clusters (the launch grid rounds the tiles up to whole
+    clusters; a block past M or N computes nothing it stores), ``raster_group`` rows of tiles
+    a group (:func:`cluster_group`)."""
     ids: list = [None] * len(op.results)
     if not folds_tile_axes(op):
         for axis, index in zip("xyz", range(len(op.results))):
@@ -60,13 +85,14 @@ def program_ids(ctx, op: Op, ctaid: Callable[[str], object], cluster: int = 1) -
     group = op.attrs.get("raster_group")
     folded = folded_axes(op)
     gm, gn = (ctx.get(op.operands[axis]) for axis in folded)
-    if cluster > 1:
-        clusters_m = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
-        rank = ctx.mod_const(pid, cluster, nonnegative=True)
-        pair_m, pid_n = grouped_coords(ctx, clusters_m, gn,
-                                       ctx.div_const(pid, cluster, nonnegative=True),
-                                       cluster_group(group, cluster))
-        pid_m = ctx.mad(pair_m, cluster, rank)
+    blocks = cluster * cluster_n
+    if blocks > 1:
+        units_m, units_n = cluster_units(ctx, gm, gn, cluster, cluster_n)
+        rank = ctx.mod_const(pid, blocks, nonnegative=True)
+        unit_m, unit_n = grouped_coords(ctx, units_m, units_n,
+                                        ctx.div_const(pid, blocks, nonnegative=True),
+                                        cluster_group(group, cluster))
+        pid_m, pid_n = cluster_tile(ctx, unit_m, unit_n, rank, cluster, cluster_n)
     else:
         pid_m, pid_n = grouped_coords(ctx, gm, gn, pid, group)
     ids[folded[0]], ids[folded[1]] = pid_m, pid_n

@@ -19,7 +19,7 @@ from tilec.options import Options
 from . import compute, copies, epilogue, split, tile_order
 from .abi import (PROGRAM_ROLES, AbiParam, BlobParam, PointerParam, bind_program_params,
                   folded_axes, printable, ptx_identifier)
-from .grid import program_ids
+from .grid import cluster_tile, cluster_units, program_ids
 from .signature import kernel_abi
 from .context import Context, TensorRegs, flatten
 from .writer import REG_CLASSES, f32_literal, register_class
@@ -115,8 +115,8 @@ def _grid(ctx: Context, op: Op) -> None:
         return reg
 
     roles = ctx.kernel.schedule.roles
-    cluster = roles.cluster if roles is not None else 1
-    for result, reg in zip(op.results, program_ids(ctx, op, ctaid, cluster)):
+    clusters = (roles.cluster, roles.cluster_n) if roles is not None else (1, 1)
+    for result, reg in zip(op.results, program_ids(ctx, op, ctaid, *clusters)):
         ctx.bind(result, reg)
 
 
@@ -137,10 +137,10 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
     then every ``%nctaid.x``-th, each bound to the grid's (m, n) in grouped order (a
     batched grid's tile t to batch t / (tiles a batch), then that batch's tiles), and the
     ring iterations of the earlier tiles carried as ``ws.ring_base`` (so stages and phases go
-    on round the ring). In a cluster the loop numbers pairs of M tiles instead (cluster
-    ``%ctaid.x / cluster``, then every ``%nctaid.x / cluster``-th), and each block takes the
-    pair's M tile of its rank: the pair walks the same tiles and ring iterations, which the
-    B tiles it multicasts to both need. ``tail`` runs once after the last tile, with
+    on round the ring). In a cluster the loop numbers clusters of tiles instead (cluster
+    ``%ctaid.x / blocks``, then every ``%nctaid.x / blocks``-th), and each block takes the
+    cluster's tile of its rank: the cluster walks the same tiles and ring iterations, which
+    the tiles its blocks multicast to each other need. ``tail`` runs once after the last tile, with
     ``ws.ring_base`` the last tile's (so ``ring_base + K steps`` is where the ring ended).
 
     ``pingpong`` (the consumers of a pingpong kernel): warpgroup w takes the block's tiles
@@ -194,16 +194,15 @@ def _tile_loop(ctx: Context, ops: list[Op], emit_ops, tail: Sequence[Op] = (),
 
 
 def _tile_count(ctx: Context) -> tuple[str, str, Optional[int]]:
-    """The grid's M tiles (in a cluster, its clusters of M tiles), all its tiles, and its
-    batch axis (the outermost part of the tile index: each batch's tiles in grouped order,
-    so consecutive tiles share the batch's matrices in L2) or None."""
+    """The grid's M tiles (in a cluster, its clusters along M), all its tiles (clusters),
+    and its batch axis (the outermost part of the tile index: each batch's tiles in grouped
+    order, so consecutive tiles share the batch's matrices in L2) or None."""
     grid = ctx.grid_op
     first, second = folded_axes(grid)
-    gm, gn = ctx.get(grid.operands[first]), ctx.get(grid.operands[second])
+    roles = ctx.kernel.schedule.roles
+    gm, gn = cluster_units(ctx, ctx.get(grid.operands[first]), ctx.get(grid.operands[second]),
+                           roles.cluster, roles.cluster_n)
     batch = tile_order.batch_axis(grid)
-    cluster = ctx.kernel.schedule.roles.cluster
-    if cluster > 1:
-        gm = ctx.div_const(ctx.int_op("add.s32", gm, cluster - 1), cluster)
     tiles = ctx.int_op("mul.lo.s32", gm, gn)
     if batch is not None:
         tiles = ctx.int_op("mul.lo.s32", tiles, ctx.get(grid.operands[batch]))
@@ -215,16 +214,18 @@ def _first_tile(ctx: Context) -> tuple[str, str, str, Optional[str]]:
     block's id and the grid's, or in a cluster the cluster's and the clusters', with the
     block's rank in its cluster (else None)."""
     w = ctx.w
-    cluster = ctx.kernel.schedule.roles.cluster
+    blocks_per_cluster = ctx.kernel.schedule.roles.cluster_blocks
     tile, ring, stride = w.reg("b32"), w.reg("b32"), w.reg("b32")
     rank = None
-    if cluster > 1:
+    if blocks_per_cluster > 1:
         block, blocks = w.reg("b32"), w.reg("b32")
         w.emit(f"mov.u32 {block}, %ctaid.x;")
         w.emit(f"mov.u32 {blocks}, %nctaid.x;")
-        rank = ctx.mod_const(block, cluster, nonnegative=True)
-        w.emit(f"mov.u32 {tile}, {ctx.div_const(block, cluster, nonnegative=True)};")
-        w.emit(f"mov.u32 {stride}, {ctx.div_const(blocks, cluster, nonnegative=True)};")
+        rank = ctx.mod_const(block, blocks_per_cluster, nonnegative=True)
+        w.emit(f"mov.u32 {tile}, "
+               f"{ctx.div_const(block, blocks_per_cluster, nonnegative=True)};")
+        w.emit(f"mov.u32 {stride}, "
+               f"{ctx.div_const(blocks, blocks_per_cluster, nonnegative=True)};")
     else:
         w.emit(f"mov.u32 {tile}, %ctaid.x;")
         w.emit(f"mov.u32 {stride}, %nctaid.x;")
@@ -249,8 +250,8 @@ def _pingpong_turn(ctx: Context, tile: str, block_stride: str, tiles: str,
 def _bind_tile(ctx: Context, tile: str, gm: str, batch: Optional[int],
                rank: Optional[str] = None) -> None:
     """Bind the grid's ids to linear tile ``tile`` (:mod:`.tile_order`; ``gm``: the M
-    tiles, or in a cluster the clusters of M tiles, of which the block takes the M tile of
-    its ``rank``; ``batch``: the grid's batch axis, or None, as the tile count took it)."""
+    tiles, or in a cluster the clusters along M, of whose tiles the block takes that of its
+    ``rank``; ``batch``: the grid's batch axis, or None, as the tile count took it)."""
     grid = ctx.grid_op
     first, second = folded_axes(grid)
     group = tile_order.group_rows(ctx.kernel)
@@ -258,7 +259,8 @@ def _bind_tile(ctx: Context, tile: str, gm: str, batch: Optional[int],
     if batch is not None:
         ctx.bind(grid.results[batch], batch_id)
     if rank is not None:
-        pid_m = ctx.mad(pid_m, ctx.kernel.schedule.roles.cluster, rank)
+        roles = ctx.kernel.schedule.roles
+        pid_m, pid_n = cluster_tile(ctx, pid_m, pid_n, rank, roles.cluster, roles.cluster_n)
     ctx.bind(grid.results[first], pid_m)
     ctx.bind(grid.results[second], pid_n)
 

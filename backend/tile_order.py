@@ -3,7 +3,7 @@ divisors the host prepares for each launch.
 
 The order is :func:`tilec.backend.grid.grouped_coords`'s, batch by batch: tile t is batch
 t / (tiles a batch), then within it group g = t' / (gn * group) of ``group`` rows of M
-tiles (in a cluster, of clusters of M tiles: gm counts those), row t'' % rows and column
+tiles (in a cluster, of clusters: gm and gn count those along M and N), row t'' % rows and column
 t'' / rows of it, where rows is ``group`` but in the last group, which may be shorter.
 
 The three divisors (tiles a batch, tiles a group, the last group's rows) are fixed for a
@@ -76,9 +76,10 @@ def divisor_values(gm: int, gn: int, group: int) -> dict[str, int]:
 def launch_values(kernel: Kernel, sizes: list[int]) -> dict[str, int]:
     """Each of ``kernel_params``' sources -> its value, for the grid's tile-axis ``sizes``."""
     first, second = folded_axes(require_grid(kernel))
-    cluster = kernel.schedule.roles.cluster
-    gm = -(-sizes[first] // cluster)
-    values = divisor_values(gm, sizes[second], group_rows(kernel))
+    roles = kernel.schedule.roles
+    gm = -(-sizes[first] // roles.cluster)
+    gn = -(-sizes[second] // roles.cluster_n)
+    values = divisor_values(gm, gn, group_rows(kernel))
     out = {}
     for divisor in divisors_used(kernel):
         magic, shift = divide.prepared(values[divisor])

@@ -58,17 +58,18 @@ def constant(builder: Builder, value: int, hint: str = "") -> Value:
 
 
 def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec,
-                   cluster: int = 1) -> bool:
+                   cluster: int = 1, cluster_n: int = 1) -> bool:
     """Whether ``[offset, offset + extent)`` lies inside a tensor dim of size ``dim`` (a
     symbol or an int) for every launch the spec admits, so that dim needs no edge mask.
 
     Proven in two shapes: ``pid * extent`` with ``pid`` a grid axis of ``cdiv(dim, extent)``
     blocks, and a loop index stepping by ``extent`` from a multiple of it up to ``dim``
     (later iterations are guarded by the loop bound) -- each when ``dim % extent == 0``.
-    In a thread-block ``cluster`` the launch rounds the paired axis (:func:`paired_axis`) up
+    In a thread-block cluster the launch rounds the paired axis (:func:`paired_axis`) up
     to whole clusters, so its last block may lie past ``dim``: that axis needs
     ``dim % (extent * cluster) == 0`` (a 640-row f32 C, 5 tiles of 128, had the sixth block
-    store its zeros unmasked past M, into the next batch's matrix).
+    store its zeros unmasked past M, into the next batch's matrix), and the crossed axis
+    (:func:`crossed_axis`) ``dim % (extent * cluster_n) == 0``.
     """
     op = defining_op(offset)
     pid = grid = None
@@ -79,9 +80,12 @@ def tile_in_bounds(kernel: Kernel, offset: Value, extent: int, dim, spec,
         grid = defining_op(pid)
         if constant_value(scale) != extent or grid is None or grid.name != "tile.grid":
             return False
-    padded = cluster > 1 and grid is not None and \
-        grid.results.index(pid) == paired_axis(kernel, grid)
-    if not _divides(dim, extent * cluster if padded else extent, spec):
+    rounding = 1
+    if grid is not None and cluster * cluster_n > 1:
+        axis = grid.results.index(pid)
+        rounding = (cluster if axis == paired_axis(kernel, grid) else
+                    cluster_n if axis == crossed_axis(kernel, grid) else 1)
+    if not _divides(dim, extent * rounding, spec):
         return False
     if grid is not None:
         size = defining_op(grid.operands[grid.results.index(pid)])
@@ -128,6 +132,15 @@ def paired_axis(kernel: Kernel, grid: Op) -> int:
     batch axis, and warp specialization refuses it a cluster."""
     batch = batch_axis(kernel, grid)
     return next(axis for axis in range(len(grid.results)) if axis != batch)
+
+
+def crossed_axis(kernel: Kernel, grid: Op) -> Optional[int]:
+    """The grid axis a cluster's blocks along N (``cluster_n``) take consecutive tiles of:
+    the second one but the batch axis (backend.abi.folded_axes' second); None in a grid of
+    one such axis."""
+    batch = batch_axis(kernel, grid)
+    axes = [axis for axis in range(len(grid.results)) if axis != batch]
+    return axes[1] if len(axes) > 1 else None
 
 
 def drop_dead(block: Block, ops: Optional[Mapping[str, OpDef]] = None) -> None:

@@ -344,7 +344,8 @@ def _edge_masks(kernel: Kernel, op: Op, options: Options) -> list[bool]:
     dims = op.attrs.get("dims", list(range(rank)))
     extents = {d: tile.shape[i] for i, d in enumerate(dims) if d >= 0}
     return [not (tile_in_bounds(kernel, offsets[d], extents[d], tensor.type.shape[d],
-                                options.spec, options.cluster) if d in extents
+                                options.spec, options.cluster, options.cluster_n)
+                 if d in extents
                  else _element_in_bounds(offsets[d], tensor.type.shape[d]))
             for d in range(rank)]
 

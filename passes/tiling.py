@@ -452,7 +452,7 @@ def _copies_in_place(kernel: Kernel, loop: Op, dot: Op, loads: list[Op],
                 view = b.value("smem.stage", [buffer, zero], view_type,
                                f"v{operands[role_index].role}")
                 masked = [not tile_in_bounds(kernel, offset, extent, dim, options.spec,
-                                                  options.cluster)
+                                                  options.cluster, options.cluster_n)
                           for offset, extent, dim in zip(op.operands[1:], op.attrs["shape"],
                                                          op.operands[0].type.shape)]
                 b.op("copy.global_to_shared", [*op.operands, view],

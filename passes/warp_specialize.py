@@ -69,6 +69,13 @@ grid's first axis but a batch's (the M tiles of ``for m, n in grid(...)``; backe
 a grid where both operands' tiles move along that axis is refused at the last one's slice,
 as is a grid that does not fold its (M, N) tiles into CUDA's x.
 
+With ``cluster_n`` > 1 too (a cluster of ``cluster`` x ``cluster_n`` blocks, rank ``m +
+cluster * n``) the blocks of one M row of the cluster share the other operand (A) as those
+of one N column share B: both loads are ``multicast``, A's to the ``cluster_n`` blocks
+``cluster`` ranks apart (``multicast_stride``), and each block's stage is filled by itself
+and the other blocks of its row and column, so the ``empty`` count, and each arrival's
+blocks, are ``cluster + cluster_n - 1`` (``mbar.arrive {cluster, cluster_n}``).
+
 With ``consumers = "pingpong"`` (persistent only) the tile is one warpgroup's, and the
 block has two consumer warpgroups taking its tiles in turn (backend.ptx._tile_loop): each
 stage is handed back by the one warpgroup whose tile it holds (``empty`` counts one arrival,
@@ -119,7 +126,7 @@ from tilec.ir.types import PRED, ScalarType, i32
 from tilec.options import SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, Options
 from tilec.target.smem import BARRIER_BYTES
 
-from .common import clone_slice, constant, paired_axis
+from .common import clone_slice, constant, crossed_axis, paired_axis
 
 COPY = "copy.global_to_shared"
 
@@ -159,19 +166,20 @@ def _k_steps(b: Builder, loop: Op, step: int) -> Value:
                                   constant(b, step)], i32, "k_steps")
 
 
-def _box(operand: OperandPlan, multicast: int = 0) -> dict:
+def _box(operand: OperandPlan, share: Optional["_Share"] = None) -> dict:
     """The tma.load attributes of one operand: boxes one slab of its TMA layout wide (a
     swizzle span: :func:`~tilec.families.tma_boxes.tma_layout`) over the stored rows, the
-    inner (contiguous) coordinate along the tile dim stored contiguously; with
-    ``multicast``, the blocks of a cluster of that many share the operand's tile
-    (:func:`_cluster_shared_role`): each loads 1/multicast of every box's rows into all of
-    them."""
+    inner (contiguous) coordinate along the tile dim stored contiguously; with a ``share``,
+    the blocks of a cluster that share the operand's tile (:func:`_cluster_shares`): each
+    loads 1/``share.blocks`` of every box's rows into all of them."""
     layout = operand.layout
     inner = layout.slab
     attrs = {"tensor": operand.tensor, "box": [inner, layout.rows],
              "slabs": layout.slabs, "coords": [0, 1] if layout.transposed else [1, 0]}
-    if multicast > 1:
-        attrs["multicast"] = multicast
+    if share is not None:
+        attrs["multicast"] = share.blocks
+        if share.stride > 1:
+            attrs["multicast_stride"] = share.stride
     return attrs
 
 
@@ -203,42 +211,79 @@ def _producer_tail(p: Builder, empty: Value, loop: Op, step: int, stages: int) -
         p.op(WAIT, [empty, stage, free])
 
 
-def _cluster_shared_role(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
-                         cluster: int) -> str:
-    """The operand whose tile the blocks of a cluster share: they take consecutive tiles
-    along the grid's first axis but the batch's (backend/grid.py folds it into CUDA's x as
-    the M tiles), and TMA multicasts one tile to all of them, so it must not move along that
-    axis. B in ``A[m] @ B[n]``; A in the swapped product ``B.T[n] @ A.T[m]``
-    (passes/swap_product.py), whose A is the program's B. A grid written ``for n, m in
-    grid(...)`` pairs N tiles: the plain product's B then moves, and its A is shared."""
+@dataclasses.dataclass(frozen=True)
+class _Share:
+    """The blocks of a cluster that share one operand's tile: ``blocks`` of them, whose
+    cluster ranks are ``stride`` apart (1: along M, the blocks of one N column; the
+    cluster's M extent: along N, the blocks of one M row)."""
+    blocks: int
+    stride: int
+
+    @property
+    def flag(self) -> str:
+        """The option that makes this share."""
+        return "cluster" if self.stride == 1 else "cluster_n"
+
+
+def _still_along(kernel: Kernel, grid: Op, axis: int, copies: list[Op],
+                 roles: list[str]) -> list[str]:
+    """The operands whose tiles do not move along grid ``axis``."""
+    axis_value = grid.results[axis]
+    return [role for copy, role in zip(copies, roles)
+            if not any(computed_from(v, [axis_value]) for v in copy.operands)]
+
+
+def _cluster_shares(kernel: Kernel, grid: Op, copies: list[Op], roles: list[str],
+                    options: Options) -> dict[str, _Share]:
+    """The operands whose tiles the blocks of a cluster share, each with its blocks. The
+    blocks take consecutive tiles along the grid's first axis but the batch's (backend/grid.py
+    folds it into CUDA's x as the M tiles), ``cluster`` of them, and with ``cluster_n`` as
+    many columns of those along the second; TMA multicasts one tile to the blocks of a column
+    (B in ``A[m] @ B[n]``; A in the swapped product ``B.T[n] @ A.T[m]``, passes/swap_product.py,
+    whose A is the program's B) and another to those of a row (A), so each must not move
+    along its axis. A grid written ``for n, m in grid(...)`` pairs N tiles: the plain
+    product's B then moves, and its A is shared down a column."""
     paired = paired_axis(kernel, grid)
-    axis_value = grid.results[paired]
-    still = [role for copy, role in zip(copies, roles)
-             if not any(computed_from(v, [axis_value]) for v in copy.operands)]
-    if not still:
-        name = axis_value.hint or f"axis {paired}"
-        raise located(TileConfigError, f"cluster={cluster} pairs the blocks of consecutive "
-                      f"tiles along grid axis {paired} ({name}), which share one operand "
-                      "tile; both operands' tiles move along that axis", copies[-1].loc,
-                      kernel.source_lines, "index one operand's tile by the other grid "
-                      "axis and k only, or compile without cluster")
-    return "B" if "B" in still else still[0]
+    shares: dict[str, _Share] = {}
+    for axis, blocks, stride in ((paired, options.cluster, 1),
+                                 (crossed_axis(kernel, grid), options.cluster_n,
+                                  options.cluster)):
+        if blocks == 1:
+            continue
+        still = [role for role in _still_along(kernel, grid, axis, copies, roles)
+                 if role not in shares]
+        if not still:
+            axis_value = grid.results[axis]
+            name = axis_value.hint or f"axis {axis}"
+            flag = _Share(blocks, stride).flag
+            raise located(TileConfigError, f"{flag}={blocks} pairs the blocks of "
+                          f"consecutive tiles along grid axis {axis} ({name}), which share "
+                          "one operand tile; "
+                          + ("both operands' tiles move along that axis" if shares == {}
+                             else "the other operand's tile, shared along the other axis, "
+                             "is the only one that does not move along it"),
+                          copies[-1].loc, kernel.source_lines,
+                          "index one operand's tile by the other grid axis and k only, or "
+                          f"compile without {flag}")
+        role = "B" if stride == 1 and "B" in still else still[0]
+        shares[role] = _Share(blocks, stride)
+    return shares
 
 
-def _check_cluster_shares(kernel: Kernel, copy: Op, operand: OperandPlan, cluster: int) -> None:
-    """Each block of a cluster loads rows [rank, rank + 1) / cluster of every box of the
-    shared ``operand`` into every block's stage (:func:`_box`); TMA swizzles whole 8-row
-    atoms, so a share must be whole atoms. An operand's stored rows are BM, BN or BK,
-    multiples of 16 (wgmma's block rules): a pair's halves always are, a cluster of 4's
-    quarters only from 32 rows."""
-    rows = operand.layout.rows
-    if rows % (ATOM_ROWS * cluster):
-        raise located(TileConfigError, f"cluster={cluster} divides the {rows} rows of "
-                      f"{operand.tensor}'s shared tile into {cluster} shares of "
-                      f"{rows / cluster:g}, but TMA's swizzle writes whole {ATOM_ROWS}-row "
+def _check_cluster_shares(kernel: Kernel, copy: Op, operand: OperandPlan,
+                          share: _Share) -> None:
+    """Each of the blocks sharing ``operand`` loads rows [rank, rank + 1) / blocks of every
+    box into every one's stage (:func:`_box`); TMA swizzles whole 8-row atoms, so a share
+    must be whole atoms. An operand's stored rows are BM, BN or BK, multiples of 16
+    (wgmma's block rules): a pair's halves always are, quarters only from 32 rows."""
+    rows, blocks = operand.layout.rows, share.blocks
+    if rows % (ATOM_ROWS * blocks):
+        raise located(TileConfigError, f"{share.flag}={blocks} divides the {rows} rows of "
+                      f"{operand.tensor}'s shared tile into {blocks} shares of "
+                      f"{rows / blocks:g}, but TMA's swizzle writes whole {ATOM_ROWS}-row "
                       "atoms", copy.loc, kernel.source_lines,
                       f"use a tile whose {operand.tensor} rows are a multiple of "
-                      f"{ATOM_ROWS * cluster}, or a smaller cluster")
+                      f"{ATOM_ROWS * blocks}, or a smaller cluster")
 
 
 def _tile_dependent(kernel: Kernel, loop: Op) -> list[Op]:
@@ -284,13 +329,13 @@ def _ops_per_tile(ops: list[Op], top: list[Op], producer: Block) -> list[Op]:
 @dataclasses.dataclass
 class _Loads:
     """The K loop's copies into shared memory, which the producer's TMA loads replace: their
-    views and ring buffers, the operands' TMA layouts, and the operand a cluster shares."""
+    views and ring buffers, the operands' TMA layouts, and the operands a cluster shares."""
     copies: list[Op]
     views: list[Value]
     buffers: list[Value]
     roles: list[str]
     operands: tuple[OperandPlan, ...] = ()
-    shared: Optional[str] = None
+    shared: dict[str, _Share] = dataclasses.field(default_factory=dict)
 
     @property
     def by_role(self) -> dict[str, OperandPlan]:
@@ -305,10 +350,14 @@ class _Ring:
     empty: Value
     stage_bytes: int
     cluster: int
+    cluster_n: int
 
     @property
     def arrive_attrs(self) -> dict:
-        return {"cluster": self.cluster} if self.cluster > 1 else {}
+        attrs = {"cluster": self.cluster} if self.cluster > 1 else {}
+        if self.cluster_n > 1:
+            attrs["cluster_n"] = self.cluster_n
+        return attrs
 
 
 def _ring_share(stages: int, options: Options) -> int:
@@ -380,40 +429,45 @@ def _check_ring_fits(kernel: Kernel, dot: Op, operands: Sequence[OperandPlan], s
     return stage_bytes
 
 
-def _cluster_shared(kernel: Kernel, loop: Op, loads: _Loads, options: Options) -> Optional[str]:
-    """The operand whose tile a cluster's blocks share (None without a cluster), once the
+def _cluster_shared(kernel: Kernel, loop: Op, loads: _Loads,
+                    options: Options) -> dict[str, _Share]:
+    """The operands whose tiles a cluster's blocks share (none without a cluster), once the
     grid is one a cluster can group and the shares are whole swizzle atoms."""
-    if options.cluster == 1:
-        return None
+    if options.cluster_blocks == 1:
+        return {}
     grid = find_grid(kernel)
     if grid is None or not grid.attrs.get("raster_group"):
-        # A cluster pairs M tiles where the grid folds its (M, N) tiles into CUDA's x
-        # (backend/grid.py): a 2-D grid, or a batched one whose batch views all take one
-        # axis (tiling's batch_axis). The blocks of a pair then share their batch too.
-        raise located(TileConfigError, f"cluster={options.cluster} pairs M tiles of a grid "
-                      "whose (M, N) tiles fold into CUDA's x: a 2-D grid, or a 3-D one whose "
-                      "other axis is the batch index of every batched tensor; this grid is "
-                      "neither", (grid or loop).loc, kernel.source_lines,
+        # A cluster groups M (and N) tiles where the grid folds its (M, N) tiles into
+        # CUDA's x (backend/grid.py): a 2-D grid, or a batched one whose batch views all
+        # take one axis (tiling's batch_axis). The blocks of a cluster then share their
+        # batch too.
+        raise located(TileConfigError, f"a cluster of {options.cluster_blocks} blocks groups "
+                      "tiles of a grid whose (M, N) tiles fold into CUDA's x: a 2-D grid, or "
+                      "a 3-D one whose other axis is the batch index of every batched "
+                      "tensor; this grid is neither", (grid or loop).loc, kernel.source_lines,
                       "compile without cluster")
-    shared = _cluster_shared_role(kernel, grid, loads.copies, loads.roles, options.cluster)
-    _check_cluster_shares(kernel, loads.copies[loads.roles.index(shared)],
-                          loads.by_role[shared], options.cluster)
-    return shared
+    shares = _cluster_shares(kernel, grid, loads.copies, loads.roles, options)
+    for role, share in shares.items():
+        _check_cluster_shares(kernel, loads.copies[loads.roles.index(role)],
+                              loads.by_role[role], share)
+    return shares
 
 
 def _barriers(pre: Builder, stages: int, stage_bytes: int, tile_warpgroups: int,
-              cluster: int) -> _Ring:
+              options: Options) -> _Ring:
     """The full and empty barrier rings, initialised before either role starts: every
-    consumer warpgroup of the cluster hands each stage back to every block."""
+    consumer warpgroup hands each stage back to each block that fills it (itself, and the
+    other blocks of its cluster's M row and N column)."""
+    fillers = options.cluster + options.cluster_n - 1
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
     empty = pre.value(ALLOC, [], barrier_type(stages), "empty",
-                      count=tile_warpgroups * cluster, role="empty")
+                      count=tile_warpgroups * fillers, role="empty")
     pre.op("gpu.barrier")
-    if cluster > 1:
+    if fillers > 1:
         # The peers' multicasts and arrivals land in this block's barriers: every block's
         # initialisations first.
         pre.op(CLUSTER_SYNC)
-    return _Ring(stages, full, empty, stage_bytes, cluster)
+    return _Ring(stages, full, empty, stage_bytes, options.cluster, options.cluster_n)
 
 
 def _stream_k_bounds(loop: Op, options: Options) -> tuple[list[Op], list[Op], list[Value]]:
@@ -460,13 +514,13 @@ def _producer(loop: Op, loads: _Loads, ring: _Ring, unit_bounds: list[Op],
             tensor, *offsets = clone_slice(list(copy.operands[:1 + rank]), body, p, {iv: k})
             stage_view = p.value("smem.stage", [buffer, stage], view.type, view.hint)
             p.op(LOAD, [tensor, *offsets, stage_view, ring.full, stage],
-                 attrs=_box(by_role[role], ring.cluster if role == loads.shared else 0))
+                 attrs=_box(by_role[role], loads.shared.get(role)))
     p.op("scf.yield", list(_ring_step(p, stage, parity, free, stages)))
     ploop = Op("scf.for", [*producer_bounds, stage0, parity0], [], dict(loop.attrs),
                [ploop_body], loop.loc)
     ploop.results = [Value(i32, "stage_end", ploop), Value(i32, "parity_end", ploop)]
     region.ops.append(ploop)
-    if ring.cluster > 1:
+    if ring.cluster * ring.cluster_n > 1:
         tail = Builder(Block(), loop.loc)
         _producer_tail(tail, ring.empty, loop, loop.attrs["step_const"], stages)
         region.ops.extend(tail.block.ops)
@@ -555,7 +609,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
     tile_dependent = _tile_dependent(kernel, loop)
     loads.shared = _cluster_shared(kernel, loop, loads, options)
     pre = Builder(Block(), loop.loc)
-    ring = _barriers(pre, stages, stage_bytes, tile_warpgroups, options.cluster)
+    ring = _barriers(pre, stages, stage_bytes, tile_warpgroups, options)
     unit_bounds, consumer_bounds, producer_bounds = _stream_k_bounds(loop, options)
     acc_index = loop.regions[0].args.index(dot.operands[2]) - 1
     region = _producer(loop, loads, ring, unit_bounds, producer_bounds)
@@ -601,7 +655,7 @@ def build(kernel: Kernel, loop: Op, dot: Op, stages: int, options: Options) -> K
         roles=RolesPlan(consumer_warpgroups, family.producer_registers,
                         family.consumer_registers(consumer_warpgroups, options.blocks_per_sm),
                         stages, options.blocks_per_sm, options.persistent, options.cluster,
-                        consumers=options.consumers,
+                        cluster_n=options.cluster_n, consumers=options.consumers,
                         batches=options.persistent and bool(batch_views),
                         stream_k=options.stream_k, warpgroup_rows=options.warpgroup_rows))
     return kernel

@@ -118,7 +118,7 @@ hopper() {  # hopper TOOL SAMPLE DTYPE SHAPE BM=.. BN=.. BK=.. --stages N
             --stages) options+=("$1" "$2"); shift 2 ;;
             --persistent|--stream-k) options+=("$1"); shift ;;
             --split-k) options+=("$1" "$2"); shift 2 ;;
-            --cluster|--tma-swizzle|--swap-product) options+=("$1" "$2"); shift 2 ;;
+            --cluster|--cluster-n|--tma-swizzle|--swap-product) options+=("$1" "$2"); shift 2 ;;
             --consumers) options+=("$1" "$2"); shift 2 ;;
             --warpgroup-rows) options+=("$1" "$2"); shift 2 ;;
             --raster-group) options+=("$1" "$2"); shift 2 ;;
@@ -176,6 +176,16 @@ if [ "$cc" = 9.0 ]; then
         hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=64 BN=128 BK=64 --stages 6 --cluster 4
         hopper "$tool" gemm_epilogue bf16 "M=2100,N=1000,K=200" BM=64 BN=224 BK=64 --stages 5 \
             --persistent --consumers pingpong --cluster 4
+    done
+    # Clusters along N too: 4x2 (A's stage multicast along each M row, B's down each
+    # column, four remote hand-backs), 300 rows in 5 M tiles of 64 and 520 columns in 4 of
+    # 160 (the second cluster's last three blocks past M); persistent 2x2 over 2100x1000
+    # (17 x 8 tiles of 128: the last cluster row half past M).
+    for tool in memcheck racecheck synccheck; do
+        hopper "$tool" matmul f16 "$RAGGED_IN_PLACE" BM=64 BN=160 BK=64 --stages 7 --cluster 4 \
+            --cluster-n 2
+        hopper "$tool" gemm_epilogue bf16 "M=2100,N=1000,K=200" BM=128 BN=128 BK=64 \
+            --stages 4 --persistent --cluster 2 --cluster-n 2
     done
     for tool in racecheck synccheck; do
         hopper "$tool" gemm_epilogue bf16 "$RAGGED_IN_PLACE" $HOPPER_MID

@@ -302,3 +302,192 @@ def test_cluster_needs_the_warp_specialized_path():
 def test_bad_cluster_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         Options(arch="sm_90a", **options)
+
+
+# -- clusters along N too (cluster_n): A shared along each M row of the cluster ---------------
+
+SHAPES_2D = pytest.mark.parametrize("cluster, cluster_n", [(1, 2), (2, 2), (4, 2), (2, 4)])
+
+
+def lowered_2d(cluster, cluster_n, sample="matmul", persistent=False, **consts):
+    kernel = load_sample(sample, "f16").lower(**{**TILE, "BN": 128, **consts})
+    return run_pipeline(kernel, Options(arch="sm_90a", stages=3, cluster=cluster,
+                                        cluster_n=cluster_n, persistent=persistent)).kernel
+
+
+@SHAPES_2D
+def test_a_two_dimensional_cluster_shares_both_operands(cluster, cluster_n):
+    """The blocks of one N column share B (cluster of them, consecutive ranks), those of one
+    M row share A (cluster_n of them, cluster ranks apart); a block's stage is filled by
+    itself and the other blocks of its row and column, so each of its two warpgroups hands
+    it back to all of them."""
+    kernel = lowered_2d(cluster, cluster_n)
+    roles = kernel.schedule.roles
+    assert (roles.cluster, roles.cluster_n, roles.cluster_blocks) == \
+        (cluster, cluster_n, cluster * cluster_n)
+    full, empty = ops_named(kernel, ALLOC)
+    assert (full.attrs["count"], empty.attrs["count"]) == (1, 2 * (cluster + cluster_n - 1))
+    loads = {op.attrs["tensor"]: op.attrs for op in ops_named(kernel, LOAD)}
+    assert loads["A"]["multicast"] == cluster_n
+    assert loads["A"].get("multicast_stride", 1) == cluster
+    if cluster > 1:
+        assert loads["B"]["multicast"] == cluster and "multicast_stride" not in loads["B"]
+    else:
+        assert "multicast" not in loads["B"]
+    for op in ops_named(kernel, ARRIVE):
+        assert op.attrs.get("cluster", 1) == cluster and op.attrs["cluster_n"] == cluster_n
+    assert tensor_map_box(kernel, "A") == (64, 128 // cluster_n, 128)
+    assert tensor_map_box(kernel, "B") == (64, 64 // cluster, 128)
+    assert launch_cluster(kernel) == (cluster * cluster_n, 1, 1)
+
+
+@pytest.mark.parametrize("cluster, cluster_n, rank", [(4, 2, 5), (2, 4, 5), (1, 2, 1)])
+def test_the_ptx_masks_each_operand_to_its_row_or_column(cluster, cluster_n, rank):
+    """Rank r = m + cluster * n: B goes to the blocks of r's column (cluster consecutive
+    ranks), A to those of its row (cluster_n ranks cluster apart), each block loading its
+    share; the hand-backs go to every other block of the row and column. The masks and
+    shares are worked out in PTX from %cluster_ctarank: checked here by running that
+    arithmetic for one rank."""
+    ptx = load_sample("matmul", "f16").ptx(arch="sm_90a", stages=3, cluster=cluster,
+                                           cluster_n=cluster_n, **{**TILE, "BN": 128})
+    peers = cluster + cluster_n - 2
+    assert len(re.findall(r"mapa\.shared::cluster\.u32", ptx)) == 2 * peers
+    row = sum(1 << (rank % cluster + j * cluster) for j in range(cluster_n))
+    column = ((1 << cluster) - 1) << (rank - rank % cluster)
+    masks = _multicast_masks(ptx, rank)
+    assert masks["A"] == row
+    assert masks.get("B") == (column if cluster > 1 else None)
+
+
+def _multicast_masks(ptx: str, rank: int) -> dict:
+    """Each operand's multicast mask for the block of cluster ``rank``: the PTX from the
+    rank's read to the operand's first load, evaluated for that rank (:func:`_step`)."""
+    lines = ptx.splitlines()
+    masks = {}
+    for i, line in enumerate(lines):
+        if ".multicast::cluster [" not in line:
+            continue
+        tensor = "A" if "A_tensor_map" in _map_of(lines, line) else "B"
+        if tensor in masks:
+            continue
+        start = max(j for j in range(i) if "%cluster_ctarank" in lines[j])
+        regs: dict = {}
+        for text in lines[start:i]:
+            _step(text.strip(), regs, rank)
+        masks[tensor] = regs.get(line.rsplit(",", 1)[1].strip(" ;"))
+    return masks
+
+
+def _map_of(lines, line) -> str:
+    """The tensor map a load reads: the cvta'd param its %rd register holds."""
+    reg = re.search(r"\[(%rd\d+), \{", line).group(1)
+    for text in lines:
+        if re.match(rf"\s*mov\.u64 {re.escape(reg)}, (\w+);", text):
+            return text
+    return ""
+
+
+def _step(text: str, regs: dict, rank: int) -> None:
+    """One integer instruction of the share and mask arithmetic, on known registers."""
+    match = re.match(r"([\w.]+) (%\w+), (.*);", text)
+    if match is None:
+        return
+    name, dest, args = match.groups()
+    if args == "%cluster_ctarank":
+        regs[dest] = rank
+        return
+    values = [regs.get(a) if a.startswith("%") else int(a) if a.lstrip("-").isdigit()
+              else None for a in (arg.strip() for arg in args.split(","))]
+    ops = {"shr.s32": lambda a, b: a >> b, "and.b32": lambda a, b: a & b,
+           "sub.s32": lambda a, b: a - b, "mul.lo.s32": lambda a, b: a * b,
+           "shl.b32": lambda a, b: a << b, "mov.b16": lambda a: a,
+           "cvt.u16.u32": lambda a: a & 0xFFFF}
+    if name in ops and None not in values:
+        regs[dest] = ops[name](*values)
+
+
+@SHAPES_2D
+def test_the_launch_rounds_both_axes_to_whole_clusters(cluster, cluster_n):
+    kernel = lowered_2d(cluster, cluster_n)
+    # 5 x 3 tiles: M to whole clusters along M, N along N.
+    whole_m, whole_n = -(-5 // cluster) * cluster, -(-3 // cluster_n) * cluster_n
+    assert launch_grid([5, 3], kernel) == (whole_m * whole_n, 1, 1)
+    persistent = lowered_2d(cluster, cluster_n, persistent=True)
+    blocks = cluster * cluster_n
+    clusters = min(whole_m * whole_n // blocks, 132 // blocks)
+    assert launch_grid([5, 3], persistent, multiprocessors=132) == (clusters * blocks, 1, 1)
+    values = tile_order.launch_values(persistent, [5, 3])
+    # Grouped order over clusters: 3 M units (or fewer) a group, across the N units.
+    assert values["$tiles.group.d"] == -(-3 // cluster_n) * tile_order.group_rows(persistent)
+
+
+@SHAPES_2D
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("sample", ["matmul", "matmul_bt"])
+def test_the_cpu_executor_computes_a_two_dimensional_cluster(sample, persistent, cluster,
+                                                            cluster_n):
+    check_product(sample, lowered_2d(cluster, cluster_n, sample, persistent),
+                  np.random.default_rng(13))
+
+
+@SHAPES_2D
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+def test_the_mbarrier_checker_accepts_the_two_dimensional_protocol(persistent, cluster,
+                                                                    cluster_n):
+    check_schedule(lowered_2d(cluster, cluster_n, persistent=persistent))
+
+
+def test_an_empty_barrier_counting_only_the_column_is_caught():
+    """A 2x2 cluster's stage is filled by 3 blocks: counting only the column's 2 (as a
+    cluster along M alone does), the stage looks free before the row's peer has read it."""
+    kernel = lowered_2d(2, 2)
+    _, empty = ops_named(kernel, ALLOC)
+    empty.attrs["count"] = 2 * 2
+    with pytest.raises(HazardError):
+        check_schedule(kernel)
+
+
+def test_a_cluster_past_n_keeps_the_n_mask_of_its_stores():
+    """1152 columns are 9 tiles of 128: clusters of 2 along N round them up to 10, so the
+    tenth block's stores need their N mask; 1024 (8 tiles) needs none."""
+    def masks(n):
+        kernel = load_sample("matmul", "f16").compile(
+            arch="sm_90a", stages=3, cluster=2, cluster_n=2, M=1024, N=n, K=512,
+            **{**TILE, "BN": 128}).kernel
+        (store,) = [op for op in kernel.walk() if op.name == "tile.store"]
+        return store.attrs["masked"]
+    assert masks(1152) == [False, True]
+    assert masks(1024) == [False, False]
+
+
+def test_a_grid_where_both_tiles_move_along_n_is_refused_a_cluster_along_n() -> None:
+    from tilec.errors import TileError
+    program = _with_grid_line("A[m * BM : +BM, k : +BK]", "A[(m + n) * BM : +BM, k : +BK]")
+    program.compile(arch="sm_90a", stages=3, cluster=2, **TILE)  # B still shared along M
+    with pytest.raises(TileError) as info:
+        program.compile(arch="sm_90a", stages=3, cluster=2, cluster_n=2, **TILE)
+    assert "cluster_n=2 pairs the blocks of consecutive tiles along grid axis 1 (n)" in \
+        info.value.message
+
+
+def test_explain_names_the_two_dimensional_cluster():
+    from tilec.tools.explain import explain, render_explanation
+    compiled = load_sample("matmul", "f16").compile(arch="sm_90a", stages=3, cluster=4,
+                                                    cluster_n=2, raster_group=8,
+                                                    **{**TILE, "BM": 64, "BN": 128})
+    text = render_explanation(explain(compiled, ptxas=False))
+    assert "4x2 blocks (4 along M, 2 along N)" in text
+    assert "A's tile (the product's A) among the blocks of one M row" in text
+    assert "B's tile (the product's B) among the blocks of one N column" in text
+    assert "takes M tile 4P + r % 4 and N tile 2Q + r / 4" in text
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(cluster=4, cluster_n=4), "clusters of 16 blocks; at most 8"),
+    (dict(cluster_n=3), "cluster_n must be one of"),
+    (dict(cluster_n=2, blocks_per_sm=2), "cluster=1 and cluster_n=2 run with one block"),
+    (dict(cluster_n=2, persistent=True, stream_k=True), "and no cluster"),
+])
+def test_bad_two_dimensional_cluster_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        Options(arch="sm_90a", **options)

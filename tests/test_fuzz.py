@@ -137,7 +137,7 @@ def test_generated_kernels_cover_the_new_parts():
     features = set().union(*(p.features for p in programs))
     assert {"int8", "fp8", "w8", "batched", "where", "math", "unit_view", "llvm",
             "compile_time_if", "pingpong", "warpgroup_rows_128", "strip_tile", "cluster",
-            "cluster_batched", "wgmma_split_k", "tma_swizzle_64",
+            "cluster_batched", "cluster_2d", "wgmma_split_k", "tma_swizzle_64",
             "tma_swizzle_32"} <= features
     # Split-K's slices take one tile a block: never persistent.
     for program in programs:
@@ -160,14 +160,17 @@ def test_generated_kernels_cover_the_new_parts():
 
 
 def test_batched_clusters_generated_compile_and_assemble():
-    """The generator's batched programs in clusters of two and four (one tile a block and
-    persistent, the schedules it draws: HOPPER_SCHEDULES) compile for every target,
+    """The generator's batched programs in clusters of two and four along M, and 2x2, 1x2
+    and 4x2 along M and N (one tile a block and persistent, the schedules it draws:
+    HOPPER_SCHEDULES) compile for every target,
     sm_90a with the cluster, and ptxas assembles them: the first generated batched
     program given a schedule (so on the wgmma path) that compiles without it, under every
     cluster schedule."""
-    clusters = [s for s in fuzz_programs.HOPPER_SCHEDULES if s.get("cluster")]
-    assert {(s["cluster"], s.get("persistent", False)) for s in clusters} == \
-        {(2, False), (2, True), (4, False), (4, True)}
+    clusters = [s for s in fuzz_programs.HOPPER_SCHEDULES if s.get("cluster") or
+                s.get("cluster_n")]
+    assert {(s.get("cluster", 1), s.get("cluster_n", 1), s.get("persistent", False))
+            for s in clusters} == {(2, 1, False), (2, 1, True), (4, 1, False), (4, 1, True),
+                                   (2, 2, False), (2, 2, True), (1, 2, False), (4, 2, False)}
     rng = random.Random(5)
     wgmma = (p for p in (fuzz_programs.generate_matmul(rng, i) for i in range(1000))
              if p.batched and p.hopper_options and "int8" not in p.features

@@ -333,6 +333,28 @@ HOPPER = [case(sample, dtype, "sm_90a", shapes, **tiles)
         ("matmul", "f16", RAGGED, dict(BM=64, BN=128, stages=6, split_k=2)),
         ("bmm", "f16", RAGGED, dict(BM=128, BN=256, stages=3, persistent=True)),
         ("matmul", "f16", RAGGED, dict(BM=152, BN=128, stages=4, swap_product="always")))] + [
+    # Clusters along N too (cluster_n): A multicast along each M row of the cluster as B
+    # down each column, masks from the rank, hand-backs to the row's and column's blocks;
+    # one tile a block, persistent, pingpong, split along K, batched, swapped, 8-bit.
+    case(sample, dtype, "sm_90a", shapes, BK=64, **more)
+    for sample, dtype, shapes, more in (
+        ("matmul", "f16", RAGGED, dict(BM=64, BN=144, stages=8, cluster=4, cluster_n=2)),
+        ("matmul_bt", "bf16", DIVISIBLE, dict(BM=128, BN=128, stages=4, cluster=2,
+                                              cluster_n=2, persistent=True)),
+        ("gemm_epilogue", "f16", RAGGED, dict(BM=128, BN=128, stages=4, cluster=2,
+                                              cluster_n=4)),
+        ("matmul", "f16", RAGGED, dict(BM=128, BN=256, stages=3, cluster_n=2,
+                                       persistent=True)),
+        ("matmul", "bf16", RAGGED, dict(BM=64, BN=128, stages=5, cluster=2, cluster_n=2,
+                                        persistent=True, consumers="pingpong")),
+        ("matmul", "f16", RAGGED, dict(BM=64, BN=128, stages=6, cluster=2, cluster_n=2,
+                                       split_k=2)),
+        ("bmm", "f16", RAGGED, dict(BM=128, BN=128, stages=4, cluster=2, cluster_n=2,
+                                    persistent=True)),
+        ("matmul", "f16", RAGGED, dict(BM=144, BN=128, stages=4, cluster=2, cluster_n=2,
+                                       swap_product="always")))] + [
+    case("int8_gemm", "i8", "sm_90a", RAGGED, BM=128, BN=128, BK=128, stages=4, cluster=2,
+         cluster_n=2)] + [
     # Pingpong consumers: a 64-row tile a warpgroup, the two taking the tiles in turn
     # (named-barrier hand-over, a staging tile each), alone and in clusters of two.
     case(sample, dtype, "sm_90a", shapes, BM=64, BN=bn, BK=64, stages=stages,

@@ -31,7 +31,10 @@ MAX_SPLIT_K = 64
 # Which products passes/swap_product.py computes transposed: Options.swap_product.
 SWAP_PRODUCTS = ("auto", "always")
 BLOCKS_PER_SM = (1, 2)
-CLUSTER_SIZES = (1, 2, 4)  # blocks per cluster along M (sm_90a)
+CLUSTER_SIZES = (1, 2, 4)  # blocks per cluster along M, and along N (sm_90a)
+# The most blocks of a cluster (along M times along N) every sm_90 part launches (CUDA's
+# portable cluster size).
+MAX_CLUSTER_BLOCKS = 8
 # Rows of the block tile a wgmma consumer warpgroup owns (sm_90a): one m64 instruction per
 # k step, or two.
 WARPGROUP_ROWS = (64, 128)
@@ -110,6 +113,7 @@ _NAMED_CHOICES = (("pack", PACK_POLICIES), ("misaligned_copy", MISALIGNED_COPIES
                   ("consumers", CONSUMER_MODES), ("fp8_accumulation", FP8_ACCUMULATIONS),
                   ("backend", BACKENDS), ("swap_product", SWAP_PRODUCTS))
 _INTEGER_CHOICES = (("blocks_per_sm", BLOCKS_PER_SM), ("cluster", CLUSTER_SIZES),
+                    ("cluster_n", CLUSTER_SIZES),
                     ("warpgroup_rows", WARPGROUP_ROWS), ("tma_swizzle", TMA_SWIZZLES),
                     ("llvm_opt", LLVM_OPT_LEVELS))
 
@@ -175,6 +179,13 @@ class Options:
     # traffic from L2 by the cluster. With persistent=True the cluster walks the output
     # tiles together, a cluster's M tiles of one N column at a time.
     cluster: int = 1
+    # Warp-specialized (sm_90a) kernels: blocks per cluster along N, beside ``cluster``'s
+    # along M (cuBLAS's 4x2 and 2x4 clusters). With 2 or 4 the blocks of one M row of the
+    # cluster share their A tile as the blocks of one N column share B: each operand's
+    # traffic from L2 is divided by the blocks sharing it, where one-dimensional clusters
+    # divide only B's. A block hands each stage back to every block that multicasts into
+    # it: cluster + cluster_n - 1 of them.
+    cluster_n: int = 1
     # Persistent warp-specialized (sm_90a) kernels: "cooperative", the tile's consumer
     # warpgroups share each tile (warpgroup_rows each); "pingpong", two consumer warpgroups
     # each own a whole tile (BM = warpgroup_rows) and take the block's tiles in turn, their
@@ -240,21 +251,27 @@ class Options:
         if self.l2_prefetch not in L2_PREFETCH_BYTES:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_BYTES}, got "
                              f"{self.l2_prefetch!r}")
-        if self.cluster > 1 and self.blocks_per_sm > 1:
+        if self.cluster * self.cluster_n > MAX_CLUSTER_BLOCKS:
+            raise ValueError(f"cluster={self.cluster} and cluster_n={self.cluster_n} make "
+                             f"clusters of {self.cluster * self.cluster_n} blocks; at most "
+                             f"{MAX_CLUSTER_BLOCKS} launch on every sm_90 part")
+        if self.cluster_blocks > 1 and self.blocks_per_sm > 1:
             # Not run on a GPU together: refused rather than risk a hang.
-            raise ValueError(f"cluster={self.cluster} runs with one block per SM: it cannot "
-                             "be combined with blocks_per_sm=2")
+            given = (f"cluster={self.cluster} runs" if self.cluster_n == 1 else
+                     f"cluster={self.cluster} and cluster_n={self.cluster_n} run")
+            raise ValueError(f"{given} with one block per SM: it cannot be combined with "
+                             "blocks_per_sm=2")
         if self.consumers == "pingpong" and (not self.persistent or self.blocks_per_sm > 1):
             # The warpgroups alternate over a persistent block's tiles: one tile a block
             # leaves nothing to alternate over, and two blocks an SM already overlap.
             raise ValueError("consumers='pingpong' alternates two warpgroups over a persistent "
                              "block's tiles: it needs persistent=True and blocks_per_sm=1")
         if self.stream_k and (not self.persistent or self.consumers != "cooperative"
-                              or self.cluster > 1):
+                              or self.cluster_blocks > 1):
             # The units are walked by one block's producer and its cooperative consumers;
             # a cluster pair and pingpong's alternating warpgroups walk tiles of their own.
             raise ValueError("stream_k divides a persistent block's work in K steps: it needs "
-                             "persistent=True, consumers='cooperative' and cluster=1")
+                             "persistent=True, consumers='cooperative' and no cluster")
         if self.split_k > 1 and self.persistent:
             # Split-K's slices are blocks of their own, the last of a tile running its
             # epilogue while the others have left: a persistent block walks tiles instead
@@ -266,6 +283,11 @@ class Options:
             raise ValueError(f"mma_order must be 'n' or 'm', got {self.mma_order!r}")
         if self.warps is not None and (len(self.warps) != 2 or min(self.warps) < 1):
             raise ValueError(f"warps must be a pair of positive counts, got {self.warps!r}")
+
+    @property
+    def cluster_blocks(self) -> int:
+        """The blocks of one thread-block cluster (along M times along N)."""
+        return self.cluster * self.cluster_n
 
     @property
     def smem_limit(self) -> int:
@@ -287,6 +309,7 @@ class Options:
 SCHEDULE_OPTIONS = {
     "persistent": "a grid of one block per SM looping over the output tiles",
     "cluster": "clusters of blocks sharing B through TMA multicast",
+    "cluster_n": "clusters of blocks along N sharing A through TMA multicast",
     "consumers": "consumer warpgroups that take a persistent block's tiles in turn",
     "warpgroup_rows": "the rows each wgmma consumer warpgroup owns",
     "stream_k": "a persistent block's work divided in K steps",

@@ -358,6 +358,24 @@ def test_clusters_of_four_group_m_tiles_within_each_batch(hopper, shared, shape,
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shared", ["", "A", "B"])
+def test_two_dimensional_clusters_within_each_batch(hopper, shared, shape, dtype, persistent):
+    """cluster=2, cluster_n=2 on a batched program, f32 C: a 2x2 cluster's tiles lie in one
+    batch, each M row multicasting one batch's A tile and each N column its B tile (or,
+    with a batch stride of 0, the one matrix); 264 and 1000 columns (3 and 8 tiles of 128)
+    leave the last cluster column half past N in every batch."""
+    function = bmm(dtype, "f32")
+    a, b, c = operands(*shape, dtype, shared=shared, out="f32")
+    options = dict(arch="sm_90a", cluster=2, cluster_n=2, **HOPPER_TILES[1])
+    check_batched_cluster(function, a, b, c, dtype, persistent, **options)
+    roles = function.prepare(a, b, c, persistent=persistent, **options).compiled.kernel \
+        .schedule.roles
+    assert roles.cluster_n == 2
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("shared", ["", "B"])
 @pytest.mark.parametrize("out", ["f32", "c16"])
 def test_clusters_pair_n_tiles_of_an_n_major_grid(hopper, out, shared, dtype, persistent):

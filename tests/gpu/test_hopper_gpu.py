@@ -528,6 +528,30 @@ def test_clusters_of_four_blocks_share_b(shape, schedule, name, dtype):
     run_and_check(name, dtype, shape, cluster=4, BK=64, **schedule)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("schedule", [
+    dict(BM=64, BN=160, stages=7, cluster=4, cluster_n=2),
+    dict(BM=128, BN=128, stages=4, cluster=2, cluster_n=2, persistent=True, raster_group=16),
+    dict(BM=64, BN=128, stages=6, cluster=2, cluster_n=4),
+    dict(BM=128, BN=256, stages=3, cluster_n=2, persistent=True),
+    dict(BM=64, BN=128, stages=5, cluster=2, cluster_n=2, persistent=True,
+         consumers="pingpong"),
+    dict(BM=64, BN=128, stages=6, cluster=2, cluster_n=2, split_k=2),
+], ids=["64x160-4x2", "128x128-2x2-persistent", "64x128-2x4", "128x256-1x2-persistent",
+        "64x128-2x2-pingpong", "64x128-2x2-split2"])
+@pytest.mark.parametrize("shape", [(1000, 1003, 77), (300, 520, 1030), (2500, 2048, 512),
+                                   (900, 1200, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_two_dimensional_clusters_share_a_and_b(shape, schedule, name, dtype):
+    """cluster x cluster_n blocks: those of an N column multicast B's stage to each other,
+    those of an M row A's, each block handing its stage back to every block of its row and
+    column. Ragged counts of tiles leave the last clusters' blocks past N (1003 columns: 7
+    tiles of 160 in clusters of 2; 520: 5 of 128 in clusters of 2 or 4) and past M (300 rows: 5 tiles of 64 in clusters of 2 or 4), loading zeros for their own
+    tile while their shares still reach their peers; 900x1200x4096 is a shape cuBLAS runs
+    in 4x2 clusters of 64x152."""
+    run_and_check(name, dtype, shape, BK=64, **schedule)
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-tile", "persistent"])
 @pytest.mark.parametrize("raster_group", [1, 3, 16])
 @pytest.mark.parametrize("shape", [(4224, 2048, 256), (1000, 1003, 77)],

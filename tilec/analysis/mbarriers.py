@@ -88,7 +88,8 @@ from tilec.errors import TileConfigError, located
 from tilec.families.catalogue import op_definitions
 from tilec.families.movements import STAGE_WRITERS
 from tilec.families.products import FAMILIES, LOAD_OPS, PRODUCT_OPS, family_of
-from tilec.families.tma import ALLOC, ARRIVE, EXPECT, FAMILY as TMA, PRODUCER, WAIT
+from tilec.families.tma import (ALLOC, ARRIVE, EXPECT, FAMILY as TMA, PRODUCER, WAIT,
+                                cluster_peers)
 from tilec.families.tma_boxes import LOAD, Box
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.types import TileType
@@ -123,7 +124,7 @@ class Step:
     buffer: Optional[Value] = None
     stage: Optional[int] = None
     async_proxy: bool = False
-    arrivals: int = 1  # an arrive's: one per block of a cluster (the peers run this program)
+    arrivals: int = 1  # an arrive's: one per block filling the stage (peers run this program)
 
     @property
     def bar(self) -> str:
@@ -286,9 +287,10 @@ class _Program:
                 and not self.known(op.operands[2], op, "the arrival's predicate"):
             return
         # A cluster's arrival: this block's warpgroup and, as the peers run the same
-        # program, each peer's on this block's barrier.
+        # program, each peer's of its M row and N column on this block's barrier.
+        peers = cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1))
         self.add(op, "expect" if op.name == EXPECT else "arrive",
-                 bytes=op.attrs.get("bytes", 0), arrivals=op.attrs.get("cluster", 1),
+                 bytes=op.attrs.get("bytes", 0), arrivals=1 + len(peers),
                  **self.barrier(op, *op.operands[:2]))
 
     def _load(self, op: Op) -> None:

@@ -88,8 +88,9 @@ def describe_compiled(compiled: Any, packing: Any = None,
     roles = schedule.roles
     if roles is not None and roles.persistent:
         text += " persistent"
-    if roles is not None and roles.cluster > 1:
-        text += f" cluster {roles.cluster}"
+    if roles is not None and roles.cluster_blocks > 1:
+        text += f" cluster {roles.cluster}" + (f"x{roles.cluster_n}" if roles.cluster_n > 1
+                                               else "")
     if roles is not None and roles.pingpong:
         text += " pingpong"
     epilogue = compiled.kernel.schedule.epilogue

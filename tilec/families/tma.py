@@ -115,13 +115,34 @@ def _cluster_rank(ctx: Context) -> str:
     return reg
 
 
+def _multicast_share(ctx: Context, blocks: int, stride: int) -> tuple[str, str]:
+    """This block's share (0 to ``blocks`` - 1) of a tile the ``blocks`` blocks of its cluster
+    ``stride`` ranks apart share, and the b16 mask of their ranks. Where they are the whole
+    cluster the mask is a constant; else (a cluster of cluster x cluster_n blocks, rank m +
+    cluster * n: along M, one N column's blocks, stride 1; along N, one M row's, stride
+    cluster) the group's first rank, rank - share * stride, shifts it."""
+    rank = _cluster_rank(ctx)
+    mask = ctx.w.reg("b16")
+    pattern = sum(1 << (j * stride) for j in range(blocks))
+    if stride == 1 and blocks == ctx.kernel.schedule.roles.cluster_blocks:
+        ctx.w.emit(f"mov.b16 {mask}, {pattern};")
+        return rank, mask
+    share = ctx.mod_const(ctx.div_const(rank, stride, nonnegative=True), blocks,
+                          nonnegative=True)
+    first = ctx.int_op("sub.s32", rank, share if stride == 1 else
+                       ctx.int_op("mul.lo.s32", share, stride))
+    wide = ctx.int_op("shl.b32", pattern, first)
+    ctx.w.emit(f"cvt.u16.u32 {mask}, {wide};")
+    return share, mask
+
+
 def _load(ctx: Context, op: Op) -> None:
     """One cp.async.bulk.tensor.2d per slab (one swizzle span wide), into consecutive slabs
     of the stage, each completing its bytes on the stage's full barrier. A ``multicast``
-    load (a cluster of n blocks sharing the tile): this block loads rows [rank / n,
-    (rank + 1) / n) of each box into the same place of every block's stage, completing on
-    each block's barrier at the same offset (``.multicast::cluster``, PTX ISA
-    9.7.9.25.5.1)."""
+    load (n blocks of a cluster sharing the tile, ``multicast_stride`` ranks apart): this
+    block loads rows [share / n, (share + 1) / n) of each box into the same place of every
+    sharing block's stage, completing on each one's barrier at the same offset
+    (``.multicast::cluster``, PTX ISA 9.7.9.25.5.1)."""
     box = Box.of(op)
     offsets = [ctx.get(v) for v in op.operands[1:3]]
     view: SmemView = ctx.get(op.operands[3])
@@ -134,11 +155,10 @@ def _load(ctx: Context, op: Op) -> None:
     blocks = op.attrs.get("multicast", 1)
     if blocks > 1:
         rows = box.outer // blocks
-        first = ctx.int_op("mul.lo.s32", _cluster_rank(ctx), rows)
+        share, mask = _multicast_share(ctx, blocks, op.attrs.get("multicast_stride", 1))
+        first = ctx.int_op("mul.lo.s32", share, rows)
         outer = ctx.int_op("add.s32", outer, first)
         destination = ctx.mad(first, box.inner * eb, view.address)
-        mask = ctx.w.reg("b16")
-        ctx.w.emit(f"mov.b16 {mask}, {(1 << blocks) - 1};")
         multicast = ".multicast::cluster"
     for slab in range(box.slabs):
         x = inner if slab == 0 else ctx.int_op("add.s32", inner, slab * box.inner)
@@ -170,15 +190,22 @@ def _arrive(ctx: Context, op: Op) -> None:
     if len(op.operands) > 2:
         leader = ctx.and_pred(leader, ctx.get(op.operands[2]))
     ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cta.b64 _, [{address}];")
-    # In a cluster, every other block's barrier at the same offset too (mapa, PTX ISA
-    # 9.7.9.20): its producer refills the stage in both blocks. The arrival keeps the
-    # default .release.cta semantics, as CUTLASS's ClusterBarrier::arrive does: with
-    # .release.cluster, 4096^3 f16 ran at 501 TFLOP/s against 719 (H100).
-    for peer in range(1, op.attrs.get("cluster", 1)):
+    # In a cluster, the barrier at the same offset of every other block that fills this
+    # block's stage (mapa, PTX ISA 9.7.9.20): its producer refills the stage in this block
+    # too. The arrival keeps the default .release.cta semantics, as CUTLASS's
+    # ClusterBarrier::arrive does: with .release.cluster, 4096^3 f16 ran at 501 TFLOP/s
+    # against 719 (H100).
+    for peer in cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1)):
         rank = ctx.int_op("xor.b32", _cluster_rank(ctx), peer)
         remote = ctx.w.reg("b32")
         ctx.w.emit(f"mapa.shared::cluster.u32 {remote}, {address}, {rank};")
         ctx.w.emit(f"@{leader} mbarrier.arrive.shared::cluster.b64 _, [{remote}];")
+
+
+def cluster_peers(cluster: int, cluster_n: int) -> list[int]:
+    """The other blocks of a block's cluster M row and N column, each as the xor of its rank
+    with this block's (rank m + cluster * n, both extents powers of two)."""
+    return [*range(1, cluster), *(j * cluster for j in range(1, cluster_n))]
 
 
 def _cluster_sync(ctx: Context, op: Op) -> None:
@@ -521,10 +548,11 @@ def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any
     if len(operands) > 2 and not operands[2]:
         return []
     # One arrival per consumer warpgroup: the executor runs the warpgroups as one; in a
-    # cluster, the other blocks' warpgroups too (the CPU runs one block, whose peers run
-    # the same program on the same B tile).
+    # cluster, those of the other blocks of its M row and N column too (the CPU runs one
+    # block, whose peers run the same program on the tiles they share).
+    blocks = 1 + len(cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1)))
     _barrier(state, op, operands[0], operands[1]).arrive(
-        state, op, state.kernel.schedule.roles.tile_warpgroups * op.attrs.get("cluster", 1))
+        state, op, state.kernel.schedule.roles.tile_warpgroups * blocks)
     return []
 
 
@@ -614,15 +642,16 @@ class TmaFamily(MovementFamily):
                   evaluate=_execute_expect),
             OpDef(LOAD, "one elected thread copies a tile into a shared stage with TMA, "
                   "completing its bytes on barrier [stage]; out-of-bounds elements are zeros; "
-                  "`multicast = n`: each of a cluster's n blocks loads 1/n of the rows into "
-                  "every block's stage",
+                  "`multicast = n`: each of n blocks of a cluster (`multicast_stride` ranks "
+                  "apart, 1 if absent) loads 1/n of the rows into every one's stage",
                   6, 0, attrs=("tensor", "box", "slabs", "coords"), check=_check_load,
                   evaluate=_execute_load),
             OpDef(WAIT, "wait until barrier [stage] has completed the phase of this parity",
                   3, 0, check=_check_barrier_operand, evaluate=_execute_wait),
             OpDef(ARRIVE, "one arrival on barrier [stage] from each consumer warpgroup (where "
-                  "the optional third operand, a predicate, holds); `cluster = n`: on that "
-                  "barrier of each of the cluster's n blocks", None, 0,
+                  "the optional third operand, a predicate, holds); `cluster = m`, "
+                  "`cluster_n = n`: on that barrier of each block of its m x n cluster's M "
+                  "row and N column", None, 0,
                   check=_check_arrive, evaluate=_execute_arrive),
             OpDef(RING_BASE, "the ring iterations this role ran for the block's earlier tiles: "
                   "0 when a block computes one tile (as the CPU runs it); a persistent "

@@ -133,6 +133,10 @@ class RolesPlan:
     # half of every B stage and multicasts it; each consumer warpgroup hands a stage back
     # to both blocks' empty barriers).
     cluster: int = 1
+    # Blocks per cluster along N (cluster x cluster_n blocks, rank = m + cluster * n): the
+    # blocks of one M row of the cluster share A as those of one N column share B, and a
+    # block hands each stage back to the cluster + cluster_n - 1 blocks that fill it.
+    cluster_n: int = 1
     # "cooperative": the consumer warpgroups share each tile. "pingpong": each owns a whole
     # tile and they take the block's tiles in turn (warpgroup w its tiles w, w + 2, ...), the
     # mainloops handed over in order (ws.turn_wait / ws.turn_pass), so one warpgroup's
@@ -158,6 +162,17 @@ class RolesPlan:
     @property
     def pingpong(self) -> bool:
         return self.consumers == "pingpong"
+
+    @property
+    def cluster_blocks(self) -> int:
+        """The blocks of one thread-block cluster."""
+        return self.cluster * self.cluster_n
+
+    @property
+    def stage_fillers(self) -> int:
+        """The blocks whose loads fill a block's stage, and to which it hands the stage back:
+        itself and the other blocks of its cluster's M row and N column."""
+        return self.cluster + self.cluster_n - 1
 
     @property
     def tile_warpgroups(self) -> int:
@@ -188,6 +203,8 @@ class RolesPlan:
                 + (" over batches x tiles" if self.persistent and self.batches else "")
                 + (f", cluster = {self.cluster} blocks along M sharing B" if self.cluster > 1
                    else "")
+                + (f", cluster_n = {self.cluster_n} blocks along N sharing A"
+                   if self.cluster_n > 1 else "")
                 + (", pingpong: a tile a warpgroup, in turn" if self.pingpong else "")
                 + (", stream-K: whole tiles, then the last wave's K steps shared evenly"
                    if self.stream_k else "") + "}")
@@ -358,7 +375,7 @@ def check_schedule(kernel: Any) -> list[str]:
                         f"{roles.consumer_warpgroups}" + ("" if roles.persistent
                                                          else " of a block a tile"))
     if roles is not None and roles.stream_k and (not roles.persistent or roles.pingpong
-                                                 or roles.cluster > 1):
+                                                 or roles.cluster_blocks > 1):
         problems.append("stream-K units are walked by a persistent block of cooperative "
                         "consumers, without a cluster")
     if (roles is not None and tiling is not None and roles.warpgroup_rows != 64

@@ -211,21 +211,23 @@ def launch_cluster(compiled_kernel: Kernel) -> Optional[tuple[int, int, int]]:
     """The thread-block cluster shape a kernel is launched with (cuLaunchKernelEx), or None
     for a plain launch."""
     roles = compiled_kernel.schedule.roles
-    if roles is None or roles.cluster == 1:
+    if roles is None or roles.cluster_blocks == 1:
         return None
-    return (roles.cluster, 1, 1)
+    return (roles.cluster_blocks, 1, 1)
 
 
 def whole_cluster_tiles(sizes: Sequence[int], compiled_kernel: Kernel) -> int:
     """The tiles a persistent kernel's blocks walk over its tile axes ``sizes``: a cluster's
-    blocks walk pairs of M tiles together (backend.ptx._tile_loop), a batched grid's within
-    each batch, so the M axis counts in whole clusters, the last pair's second block idle
-    where the M tiles are odd."""
+    blocks walk its tiles together (backend.ptx._tile_loop), a batched grid's within each
+    batch, so the M axis counts in whole clusters along M and the N axis along N, the last
+    cluster's blocks past the grid idle."""
     roles = compiled_kernel.schedule.roles
-    cluster = roles.cluster if roles is not None else 1
-    m_axis = folded_axes(require_grid(compiled_kernel))[0]
-    return -(-sizes[m_axis] // cluster) * cluster * math.prod(
-        size for axis, size in enumerate(sizes) if axis != m_axis)
+    rounded = list(sizes)
+    if roles is not None:
+        for axis, blocks in zip(folded_axes(require_grid(compiled_kernel)),
+                                (roles.cluster, roles.cluster_n)):
+            rounded[axis] = -(-rounded[axis] // blocks) * blocks
+    return math.prod(rounded)
 
 
 def launch_grid(sizes: list[int], compiled_kernel: Kernel,
@@ -250,7 +252,7 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
             return (multiprocessors * roles.blocks_per_sm, 1, 1)
         # Whole clusters, at most one a cluster's tiles. Clusters past those resident at
         # once would wait for a whole cluster to finish all its tiles.
-        cluster = roles.cluster
+        cluster = roles.cluster_blocks
         groups = whole_cluster_tiles(sizes, compiled_kernel) // cluster
         clusters = min(groups, multiprocessors * roles.blocks_per_sm // cluster)
         if cluster > 1 and resident_clusters:
@@ -261,9 +263,10 @@ def launch_grid(sizes: list[int], compiled_kernel: Kernel,
     axes = list(sizes)
     cluster = launch_cluster(compiled_kernel)
     folded = folded_axes(grid_op) if folds_tile_axes(grid_op) else None
-    if cluster is not None:  # whole clusters of M tiles (the backend's _grid pairs them)
-        m_axis = folded[0] if folded else 0
-        axes[m_axis] = -(-axes[m_axis] // cluster[0]) * cluster[0]
+    if cluster is not None:  # whole clusters (the backend's _grid groups their tiles)
+        roles = compiled_kernel.schedule.roles
+        for axis, blocks in zip(folded or (0, 1), (roles.cluster, roles.cluster_n)):
+            axes[axis] = -(-axes[axis] // blocks) * blocks
     if folded:
         first, second = folded
         # The folded pair on x; a batched grid's batch axis then takes y.

@@ -204,7 +204,7 @@ def _view(arg: Any, dim: int, start: int, extent: int) -> Any:
 
 # Schedule options the remainder's narrow launch drops: its few tiles run one a block, in
 # consumer warpgroups of 64 rows (a 64-row tile along a peeled M takes no other).
-REMAINDER_RESETS = dict(persistent=False, cluster=1, stream_k=False, split_k=1,
+REMAINDER_RESETS = dict(persistent=False, cluster=1, cluster_n=1, stream_k=False, split_k=1,
                         consumers="cooperative", blocks_per_sm=1, warpgroup_rows=64)
 
 

@@ -40,6 +40,7 @@ class Launch:
     stream_k: bool
     split: int
     cluster: int
+    cluster_n: int
     walked: int
 
     @property
@@ -79,5 +80,6 @@ def launch_of(compiled: Any, tile_axes: Sequence[int], registers: int,
                   stream_k=roles is not None and roles.stream_k,
                   split=require_grid(kernel).attrs.get("split_k") or 1,
                   cluster=roles.cluster if roles is not None else 1,
+                  cluster_n=roles.cluster_n if roles is not None else 1,
                   walked=whole_cluster_tiles(tile_axes, kernel) if persistent
                   else math.prod(tile_axes))

@@ -46,8 +46,8 @@ DEFAULT_SYMBOL_SIZE = 96  # for shape symbols other than M, N and K
 
 # The sm_90a schedule's flags (the warp-specialized wgmma kernels'), which every verb that
 # compiles takes together.
-HOPPER_FLAGS = ("blocks_per_sm", "persistent", "cluster", "consumers", "warpgroup_rows",
-                "stream_k", "fp8_accumulation", "tma_swizzle", "swap_product")
+HOPPER_FLAGS = ("blocks_per_sm", "persistent", "cluster", "cluster_n", "consumers",
+                "warpgroup_rows", "stream_k", "fp8_accumulation", "tma_swizzle", "swap_product")
 # The flags whose values are the Options fields of the same names.
 OPTION_FLAGS = ("arch", "stages", "warps", "swizzle", "raster_group", "f32_math", "pack",
                 "peel", "misaligned_copy", "misaligned_store", "split_k", *HOPPER_FLAGS, "backend",
@@ -174,6 +174,11 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         help="sm_90a warp-specialized kernels: blocks per thread-block cluster along M (2 or "
         "4: the cluster loads its B tile once, each block a share of its rows multicast to "
         "all; swapped, B's tile is the product's A)")),
+    "cluster_n": ("--cluster-n", dict(
+        type=int, choices=CLUSTER_SIZES, metavar="N",
+        help="sm_90a warp-specialized kernels: blocks per thread-block cluster along N (2 or "
+        "4, beside --cluster's along M: the blocks of one M row of the cluster share A as "
+        "those of one N column share B, e.g. --cluster 4 --cluster-n 2 for 4x2)")),
     "consumers": ("--consumers", dict(
         choices=CONSUMER_MODES, help="sm_90a persistent kernels: cooperative (the consumer "
         "warpgroups share each tile, the default) or pingpong (two warpgroups each own a "

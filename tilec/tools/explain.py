@@ -206,7 +206,8 @@ class Explanation:
     # How the consumers write C (schedule.epilogue: warp-specialized kernels, and mma.sync
     # ones asked for misaligned_store = rows), in words.
     epilogue: str = ""
-    cluster: int = 1  # blocks per thread-block cluster
+    cluster: int = 1  # blocks per thread-block cluster along M
+    cluster_n: int = 1  # and along N
     cluster_walk: str = ""  # how a cluster's blocks walk the tiles, in words
     cluster_shares: str = ""  # the operand tile a cluster's blocks share, in words
     consumers: str = ""  # pingpong consumers: how the warpgroups take turns, in words
@@ -289,6 +290,8 @@ def explain(compiled: Compiled, *, ptxas: bool = True,
         epilogue=_epilogue_text(kernel.schedule.epilogue, kernel.schedule.tiling,
                                 options.disable if kernel.schedule.roles else ()),
         cluster=(kernel.schedule.roles.cluster if kernel.schedule.roles is not None else 1),
+        cluster_n=(kernel.schedule.roles.cluster_n if kernel.schedule.roles is not None
+                   else 1),
         cluster_walk=_cluster_walk(kernel),
         cluster_shares=_cluster_shares(kernel),
         consumers=_consumers_text(kernel),
@@ -330,15 +333,21 @@ def _accumulation_text(kernel: Kernel) -> str:
 
 
 def _cluster_shares(kernel: Kernel) -> str:
-    """The tile the blocks of a cluster share (passes/warp_specialize.py multicasts the
-    operand whose tile does not move along the paired axis), in words; "" without one."""
-    op = next((op for op in kernel.walk()
-               if op.name == TMA_LOAD and op.attrs.get("multicast", 1) > 1), None)
-    if op is None:
-        return ""
-    # The load's stage view is of the ring buffer, whose allocation names the operand.
-    role = op.operands[3].owner.operands[0].owner.attrs.get("role", "")
-    return f"{op.attrs['tensor']}'s tile" + (f" (the product's {role})" if role else "")
+    """The tiles the blocks of a cluster share (passes/warp_specialize.py multicasts the
+    operand whose tile does not move along the paired axis, and with cluster_n the other
+    along the crossed one), in words; "" without one."""
+    shared = []
+    for op in kernel.walk():
+        if op.name != TMA_LOAD or op.attrs.get("multicast", 1) == 1:
+            continue
+        # The load's stage view is of the ring buffer, whose allocation names the operand.
+        role = op.operands[3].owner.operands[0].owner.attrs.get("role", "")
+        along = ("the blocks of one N column" if op.attrs.get("multicast_stride", 1) == 1
+                 else "the blocks of one M row")
+        shared.append(f"{op.attrs['tensor']}'s tile"
+                      + (f" (the product's {role})" if role else "")
+                      + (f" among {along}" if kernel.schedule.roles.cluster_n > 1 else ""))
+    return " and ".join(shared)
 
 
 def _cluster_walk(kernel: Kernel) -> str:
@@ -346,20 +355,27 @@ def _cluster_walk(kernel: Kernel) -> str:
     loop), in words; "" without a cluster."""
     from tilec.backend.grid import cluster_group
     roles = kernel.schedule.roles
-    if roles is None or roles.cluster == 1:
+    if roles is None or roles.cluster_blocks == 1:
         return ""
     grid = require_grid(kernel)
     group = grid.attrs.get("raster_group") or 1
     pairs = cluster_group(group, roles.cluster)
-    text = (f"block r of cluster p takes M tile {roles.cluster}p + r of the cluster's N "
-            f"column; clusters in grouped order, {pairs} a group ({group} rows of tiles, the "
-            "raster group)")
+    cm, cn = roles.cluster, roles.cluster_n
+    if cn == 1:
+        text = f"block r of cluster p takes M tile {cm}p + r of the cluster's N column"
+    else:
+        rm = "r" if cm == 1 else f"r % {cm}"
+        rn = "r" if cm == 1 else f"r / {cm}"
+        text = (f"block r of the cluster at (P, Q) takes M tile {cm}P + {rm} and N tile "
+                f"{cn}Q + {rn}")
+    text += (f"; clusters in grouped order, {pairs} a group ({group} rows of tiles, the "
+             "raster group)")
     if roles.persistent:
-        text += (f"; persistent: the {roles.cluster} blocks walk the same clusters' tiles "
-                 "and ring iterations")
+        text += (f"; persistent: the {roles.cluster_blocks} blocks walk the same clusters' "
+                 "tiles and ring iterations")
     if grid.attrs.get("batch_axis") is not None:
-        text += (f"; a batch's M tiles go {roles.cluster} a cluster within it (its B tile "
-                 f"is one batch's): a count not a multiple of {roles.cluster} leaves the last "
+        text += (f"; a batch's M tiles go {cm} a cluster within it (its B tile "
+                 f"is one batch's): a count not a multiple of {cm} leaves the last "
                  "cluster's last blocks past M in every batch, each loading its share of B "
                  "for its peers and storing nothing")
     return text
@@ -888,8 +904,11 @@ def _note_lines(e: Explanation) -> list[str]:
     """The notes that apply to this kernel (NOTES), each under its label."""
     lines = []
     for name, label in NOTES:
-        if name == "cluster" and e.cluster > 1:
-            lines.append(f"  cluster           {e.cluster} blocks along M (launched with "
+        if name == "cluster" and e.cluster * e.cluster_n > 1:
+            shape = (f"{e.cluster} blocks along M" if e.cluster_n == 1 else
+                     f"{e.cluster}x{e.cluster_n} blocks ({e.cluster} along M, {e.cluster_n} "
+                     "along N)")
+            lines.append(f"  cluster           {shape} (launched with "
                          f"cuLaunchKernelEx): they share each stage of {e.cluster_shares}, "
                          "which TMA multicasts")
             lines.append(f"  cluster tiles     {e.cluster_walk}")

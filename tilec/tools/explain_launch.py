@@ -22,7 +22,8 @@ def launch_text(compiled: Compiled, tile_axes: Sequence[int], registers: int,
     on = (f"{residency.blocks} resident an SM ({residency.limit}) on {launch.sms} SMs "
           f"({launch.whose})")
     tiles_text = f"{launch.tiles} output tiles ({' x '.join(map(str, launch.tile_axes))})"
-    rounded = f" (M tiles rounded up to clusters of {launch.cluster})"
+    rounded = (f" (M tiles rounded up to clusters of {launch.cluster})" if launch.cluster_n == 1
+               else f" (tiles rounded up to clusters of {launch.cluster}x{launch.cluster_n})")
     if launch.persistent:
         rounds = launch.waves
         walked = rounded if launch.walked > launch.tiles else ""
@@ -33,7 +34,7 @@ def launch_text(compiled: Compiled, tile_axes: Sequence[int], registers: int,
         return text
     what = (f"{launch.blocks} blocks, {launch.split} a tile (split-K)" if launch.split > 1
             else f"{launch.blocks} blocks, one a tile")
-    if launch.cluster > 1 and launch.blocks > launch.tiles * launch.split:
+    if launch.cluster * launch.cluster_n > 1 and launch.blocks > launch.tiles * launch.split:
         what += rounded
     return f"{tiles_text}: {what}, {on}: {_waves_text(launch.waves, 'wave', 'waves')}"
 

@@ -17,10 +17,13 @@ ARCHS = ("sm_80", "sm_86", "sm_90", "sm_90a")
 # none of them); a program gets one of these beside its other options.
 HOPPER_SCHEDULES = ({}, {}, {"persistent": True}, {"cluster": 2},
                     {"persistent": True, "cluster": 2}, {"blocks_per_sm": 2}, {"cluster": 4},
-                    {"persistent": True, "cluster": 4})
+                    {"persistent": True, "cluster": 4}, {"cluster": 2, "cluster_n": 2},
+                    {"persistent": True, "cluster": 2, "cluster_n": 2}, {"cluster_n": 2},
+                    {"cluster": 4, "cluster_n": 2})
 # Those a split-K program takes: its slices are blocks of their own, one tile each (a
 # cluster's blocks on one slice).
-SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2}, {"cluster": 2}, {"cluster": 4})
+SPLIT_SCHEDULES = ({}, {"blocks_per_sm": 2}, {"cluster": 2}, {"cluster": 4},
+                   {"cluster": 2, "cluster_n": 2})
 PINGPONG = {"persistent": True, "consumers": "pingpong"}
 
 
@@ -557,9 +560,11 @@ def _draw_hopper(rng: random.Random, draw: _Draw, options: dict[str, Any],
         features.add("pingpong")
     if hopper.get("persistent") and draw.batched:
         features.add("persistent_batched")
-    if hopper.get("cluster"):
+    if hopper.get("cluster") or hopper.get("cluster_n"):
         # A batched one pairs M tiles within each batch.
         features.add("cluster_batched" if draw.batched else "cluster")
+        if hopper.get("cluster_n"):
+            features.add("cluster_2d")
     if options["stages"] == 1:
         features.add("wgmma_one_stage")
     if span:
