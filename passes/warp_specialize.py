@@ -441,8 +441,11 @@ def _cluster_shared(kernel: Kernel, loop: Op, loads: _Loads,
         # CUDA's x (backend/grid.py): a 2-D grid, or a batched one whose batch views all
         # take one axis (tiling's batch_axis). The blocks of a cluster then share their
         # batch too.
-        raise located(TileConfigError, f"a cluster of {options.cluster_blocks} blocks groups "
-                      "tiles of a grid whose (M, N) tiles fold into CUDA's x: a 2-D grid, or "
+        grouping = (f"cluster={options.cluster} pairs M tiles" if options.cluster_n == 1 else
+                    f"cluster={options.cluster}, cluster_n={options.cluster_n} group M and N "
+                    "tiles")
+        raise located(TileConfigError, f"{grouping} of a grid whose (M, N) tiles fold into "
+                      "CUDA's x: a 2-D grid, or "
                       "a 3-D one whose other axis is the batch index of every batched "
                       "tensor; this grid is neither", (grid or loop).loc, kernel.source_lines,
                       "compile without cluster")
