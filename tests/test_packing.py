@@ -742,6 +742,27 @@ def test_a_cluster_shares_no_a_box_so_an_m_major_a_keeps_the_threshold():
         assert plan.names == ("A",)
 
 
+@pytest.mark.parametrize("n, cluster_n, packed", [
+    (4096, 1, True),
+    (4096, 2, False),   # a cluster's M row shares each A box: in place below twice the rows
+    (8192, 2, True),
+])
+def test_a_cluster_along_n_that_multicasts_a_repacks_it_only_over_more_rows(n, cluster_n,
+                                                                            packed):
+    """An M-major A (rows 8208 bytes apart) shared by cluster_n blocks of an M row: its
+    straddled lines cost each of them 1/cluster_n as much, as B's do a pair along M."""
+    from tilec.options import Options
+    kernel = sample("matmul").lower()
+    tensors = matmul_args(4104, n, 4096)
+    tensors["A"] = arg("A", (4104, 4096), (1, 4104))
+    plan = plan_packing(kernel, tensors, "auto", written_params(kernel), arch="sm_90a",
+                        options=Options(arch="sm_90a", cluster_n=cluster_n))
+    assert plan.names == (("A",) if packed else ())
+    assert plan.in_place == (() if packed else (
+        f"A read in place (rows 8208 bytes apart, not whole 128-byte lines, re-read by {n} "
+        "rows: repacked from 8192, a cluster of 2 sharing each box)",))
+
+
 def test_a_repacked_b_gives_the_kernel_its_aligned_pitch():
     kernel = sample("matmul").lower()
     plan = plan_packing(kernel, matmul_args(4096, 1000, 512), "auto",

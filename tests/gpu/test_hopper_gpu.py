@@ -546,9 +546,10 @@ def test_two_dimensional_clusters_share_a_and_b(shape, schedule, name, dtype):
     """cluster x cluster_n blocks: those of an N column multicast B's stage to each other,
     those of an M row A's, each block handing its stage back to every block of its row and
     column. Ragged counts of tiles leave the last clusters' blocks past N (1003 columns: 7
-    tiles of 160 in clusters of 2; 520: 5 of 128 in clusters of 2 or 4) and past M (300 rows: 5 tiles of 64 in clusters of 2 or 4), loading zeros for their own
-    tile while their shares still reach their peers; 900x1200x4096 is a shape cuBLAS runs
-    in 4x2 clusters of 64x152."""
+    tiles of 160 in clusters of 2; 520: 5 of 128 in clusters of 2 or 4) and past M (300
+    rows: 5 tiles of 64 in clusters of 2 or 4), loading zeros for their own tile while
+    their shares still reach their peers; 900x1200x4096 is a shape cuBLAS runs in 4x2
+    clusters of 64x152."""
     run_and_check(name, dtype, shape, BK=64, **schedule)
 
 

@@ -293,7 +293,8 @@ def plan_packing(kernel: Kernel, tensors: Mapping[str, Any], policy: str,
     for name in operand_tensors(kernel):
         if name in written or name not in tensors:
             continue
-        pitch = repitch(kernel, tensors, name, policy, arch, backend, cluster)
+        pitch = repitch(kernel, tensors, name, policy, arch, backend, cluster,
+                        options.cluster_n if options is not None else 1)
         entry = _pack_tensor(tensors[name], policy,
                              convert_to(kernel, tensors, name, policy, arch, backend,
                                         options),
@@ -371,7 +372,8 @@ class Pitch(NamedTuple):
 
 
 def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
-            arch: Optional[str], backend: str = "ptx", cluster: int = 1) -> Optional[Pitch]:
+            arch: Optional[str], backend: str = "ptx", cluster: int = 1,
+            cluster_n: int = 1) -> Optional[Pitch]:
     """Whether a launch packs operand ``name`` though its rows are aligned, or None where
     the question does not arise (k-major operands among them: their boxes lose nothing
     measurable to the pitch): on a target
@@ -380,7 +382,8 @@ def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
     when the operand is stored M- or N-major (its k not contiguous) and :data:`PITCH_MIN_ROWS`
     rows of the other operand re-read it (the copy, one read and one write of the tensor,
     then costs less than the boxes straddling lines), ``cluster`` times as many for an
-    operand B that a cluster of that many blocks shares."""
+    operand B that a cluster of that many blocks shares, ``cluster_n`` times for an A that
+    a cluster's M row of that many shares."""
     arg = tensors[name]
     if policy == "off" or WGMMA.target_problem(arch, backend) is not None \
             or len(arg.shape) != 2 or arg.size == 0 or arg.itemsize not in ELEMENT_CLASS:
@@ -397,11 +400,11 @@ def repitch(kernel: Kernel, tensors: Mapping[str, Any], name: str, policy: str,
     reads = _operand_reads(kernel, tensors, name)
     if reads.k_major:
         return None
-    shared = reads.operand_b and cluster > 1
-    least = PITCH_MIN_ROWS * (cluster if shared else 1)
+    sharing_blocks = cluster if reads.operand_b else cluster_n
+    least = PITCH_MIN_ROWS * sharing_blocks
     if reads.partner_rows >= least:
         return Pitch(True, why)
-    sharing = f", a cluster of {cluster} sharing each box" if shared else ""
+    sharing = f", a cluster of {sharing_blocks} sharing each box" if sharing_blocks > 1 else ""
     return Pitch(False, f"{why}, re-read by {reads.partner_rows} rows: repacked from "
                         f"{least}{sharing}")
 

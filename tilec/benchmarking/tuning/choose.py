@@ -14,7 +14,8 @@ from .rounds import (_multicast_for_rows_off_lines, _narrower_for_the_last_wave,
                      _persistent_for_shallow_rounds, _tile_for_whole_waves)
 from .skinny import SKINNY_ALIGNED_MIN_K, _short_tile, _skinny, _split_in_clusters
 from .split import SPLIT_TILE, _sliced
-from .swap import SWAP_UNSPLIT_MAX_M, SWAP_UNSPLIT_MIN_K, SWAP_UNSPLIT_MIN_M, _swapped, _tall
+from .swap import (SWAP_UNSPLIT_MAX_M, SWAP_UNSPLIT_MIN_K, SWAP_UNSPLIT_MIN_M, _swapped,
+                   _swapped_pairs, _tall)
 from .tables import (BATCHED_PERSISTENT, BATCHED_TILED, EIGHT_BIT_WGMMA, FAMILY, PROMOTED_MAX_BN,
                      PROMOTED_TILED, SHALLOW_DEEP_RING_ROUNDS, SHALLOW_DEEP_RING_STAGES, TILEC_AS,
                      TUNED)
@@ -151,7 +152,10 @@ def _tuned(case: Case, arch: Optional[str], backend: str,
         if swapped is not None:
             return took("_swapped", swapped)
         if problem == "ragged" and large_tiles(case) < SMALL_TILES:
-            return _few_ragged_tiles(case)
+            few = _few_ragged_tiles(case)
+            pairs = _swapped_pairs(case, few) if swap and not case.batched and \
+                rows_aligned(case) else None
+            return took("_swapped_pairs", pairs) if pairs is not None else few
     unpacked = _unpacked_rows(case, family, problem, backend) \
         if family in UNPACKED_ROWS_FAMILIES and not rows_aligned_at_launch(case) else None
     if unpacked is not None:

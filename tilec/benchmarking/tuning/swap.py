@@ -186,3 +186,47 @@ def swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
             paired = dict(config, cluster=2)
             if m_tiles_pair(case, config) and tile_count(case, paired) <= ONE_WAVE:
                 yield paired
+
+
+# Few ragged tiles over K from SWAP_PAIR_MIN_K: the product swapped on C.T tiles 64 columns
+# wide (wgmma's m64 on one consumer warpgroup) and BM rows of C deep along wgmma's n (any
+# multiple of 8 up to 256), in clusters of 2 along M sharing B's tile: cuBLAS's kernels for
+# these shapes, read transposed (900x1200x4096 runs nvjet's 64x152 in clusters of 8; its
+# 152 rows go along M, the operand whose rows wgmma takes any multiple of 8 of). BM is the
+# one whose pairs of M tiles, one block a tile in one wave, spend the largest share of the
+# SMs' time on the product (:func:`useful_share`), the ring as deep as SWAP_PAIR_RING_BYTES
+# holds (cuBLAS's depths: 7 stages of 152 rows, 9 of 112, 5 of 224). Taken where that share
+# is SWAP_PAIR_GAIN times the configuration's it replaces. H200, f16, one call each,
+# TFLOP/s, the rule's tile / the tuning before (cuBLAS; benchmarks/NOTES.md, session 38):
+#   900x1200x4096  152x64 st7 456.2 / 334.7 128x128 in clusters of 2 (472.6); alone 381.9
+#   2000x392x4096  112x64 st9 265.1 / 232.8 64x128 in clusters of 2 (276.1)
+#   3936x392x768   224x64 st5 195.4 / 180.2 128x128 (232.2); alone 189.4
+# and where its share is the tuning's, it lost: 1000x1000x4096 144x64 in clusters of 2
+# along N 316.0, alone 311.4 / 352.1.
+SWAP_PAIR_TILE = dict(BN=64, BK=64, swap_product="always", cluster=2)
+SWAP_PAIR_MIN_K = 768
+SWAP_PAIR_GAIN = 1.1
+SWAP_PAIR_RING_BYTES = 200 * 1024
+SWAP_PAIR_MAX_STAGES = 9
+
+
+def _swapped_pairs(case: Case, config: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """SWAP_PAIR_TILE at the BM (a multiple of 8 up to SWAP_MAX_ROWS) whose whole pairs of
+    M tiles make one wave with the largest useful share, where that share is SWAP_PAIR_GAIN
+    times ``config``'s (split along K or not) and K is SWAP_PAIR_MIN_K at least; else
+    None."""
+    if case.K < SWAP_PAIR_MIN_K:
+        return None
+    best, best_share = None, 0.0
+    for rows in range(8, SWAP_MAX_ROWS + 1, 8):
+        tile = dict(BM=rows, **SWAP_PAIR_TILE)
+        if not m_tiles_pair(case, tile) or tile_count(case, tile) > ONE_WAVE:
+            continue
+        share = useful_share(case, tile)
+        if share > best_share:
+            best, best_share = tile, share
+    if best is None or best_share < SWAP_PAIR_GAIN * useful_share(
+            case, config, config.get("split_k", 1)):
+        return None
+    stage_bytes = (best["BM"] + best["BN"]) * best["BK"] * 2
+    return dict(best, stages=min(SWAP_PAIR_MAX_STAGES, SWAP_PAIR_RING_BYTES // stage_bytes))

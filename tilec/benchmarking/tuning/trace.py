@@ -18,6 +18,10 @@ RULES = {
                 "or past SWAP_UNSPLIT_MIN_M rows: M in tiles of any multiple of 8 rows "
                 "along wgmma's n (SWAP_TILES), split along K or paired in clusters of 2 "
                 "sharing B's tile",
+    "_swapped_pairs": "few ragged tiles over a deep K: the product swapped on C.T tiles 64 "
+                      "columns wide, BM rows of C along wgmma's n, in clusters of 2 along M "
+                      "sharing B's tile, where their one wave spends SWAP_PAIR_GAIN times "
+                      "the share on the product (SWAP_PAIR_TILE)",
     "_split_in_clusters": "few tiles over a deep K: a larger tile than the skinny one, "
                           "split along K into slices of SPLIT_CLUSTER_MIN_STEPS steps, "
                           "in clusters of 2 sharing B (SPLIT_CLUSTER_TILES)",
