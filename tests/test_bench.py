@@ -1196,6 +1196,12 @@ SKINNY_64x128 = dict(BM=64, BN=128, BK=64, stages=6)
 SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
 
 
+def swapped_pairs(rows: int, stages: int) -> dict:
+    """tuning.swap's _swapped_pairs: C.T tiles 64 columns wide, ``rows`` rows of C along
+    wgmma's n, in clusters of 2 along M."""
+    return dict(BM=rows, BN=64, BK=64, swap_product="always", cluster=2, stages=stages)
+
+
 @pytest.mark.parametrize("shape, expected", [
     # M from 65 to 256 rows: the skinny tile whose one wave spends the most on the product.
     ((128, 12288, 4096), SKINNY_64x192),  # 128 tiles, against 192 of 64x128 (2 waves)
@@ -1221,7 +1227,8 @@ SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
     ((1000, 1003, 4096), SKINNY_64x128),  # rows off 16 bytes: B packed, no cluster
     ((1000, 1000, 4096), dict(SKINNY_64x128, cluster=2)),  # 16 x 8 = 128
     ((1500, 1200, 4096), dict(SKINNY_128x128, cluster=2)),  # 12 x 10 = 120
-    ((640, 2000, 4096), SKINNY_128x128),  # 5 M tiles: no pairs
+    # 5 M tiles of 128 make no pairs; 4 of 160 swapped do, 128 blocks (_swapped_pairs).
+    ((640, 2000, 4096), swapped_pairs(160, 7)),
     # K under ONE_WAVE_MIN_K: the tiles before.
     ((128, 12288, 512), dict(BM=64, BN=128, BK=64, stages=6)),
     ((1000, 1003, 500), dict(BM=64, BN=64, BK=32, stages=3, warps=(2, 2), pack="off")),
@@ -1229,7 +1236,8 @@ SKINNY_128x128 = dict(BM=128, BN=128, BK=64, stages=6)
 def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expected):
     for dtype in ("f16", "bf16"):
         assert tuning.tuned_config(Case(*shape, dtype), "sm_90a") == expected, dtype
-    if "warps" not in expected and shape[2] >= tuning.rounds.ONE_WAVE_MIN_K:
+    if "warps" not in expected and "swap_product" not in expected and \
+            shape[2] >= tuning.rounds.ONE_WAVE_MIN_K:
         assert {key: expected[key] for key in ("BM", "BN", "BK", "stages")} in \
             tuning.skinny.SKINNY_TILES
         blocks = tuning.measure.tile_count(Case(*shape, "f16"), expected) * \
@@ -1257,10 +1265,10 @@ def test_sm_90a_gives_skinny_products_the_tile_that_fills_one_wave(shape, expect
     ((128, 1000, 8192), dict(BM=64, BN=128, BK=64, stages=6, split_k=8)),  # 16 tiles
     ((300, 1000, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),  # 24 tiles
     ((500, 1024, 8192), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),  # 32 tiles
-    # ... measured against the skinny tile alone, which fills 61% of the wave here:
-    ((300, 2000, 4096), dict(BM=64, BN=128, BK=64, stages=6)),
-    # ... and against it in clusters of 2, where K takes no two long slices:
-    ((384, 1000, 2048), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),
+    # ... but where the swapped product's 64-column tiles in pairs fill the wave 1.1 times
+    # better (_swapped_pairs): 128 blocks of 80x64, 128 of 48x64.
+    ((300, 2000, 4096), swapped_pairs(80, 9)),
+    ((384, 1000, 2048), swapped_pairs(48, 9)),
     ((1000, 1000, 4096), dict(BM=64, BN=128, BK=64, stages=6, cluster=2)),
     # ... but where K takes two slices of SPLIT_CLUSTER_MIN_STEPS: a larger tile split in
     # clusters, filling the wave as well (_split_in_clusters).
@@ -1340,10 +1348,10 @@ TALL = dict(BM=192, BN=128, BK=64, stages=4)
     # Not taken: 8 slices (TALL_MAX_SPLIT) would be needed to fill the wave ...
     ((384, 1000, 8192), dict(BM=128, BN=128, BK=64, stages=4, split_k=5)),
     ((300, 1000, 16384), dict(BM=128, BN=128, BK=64, stages=4, split_k=5)),
-    # ... the skinny tile is 64x192 (B's rows on lines) ...
-    ((300, 4096, 4096), dict(BM=64, BN=192, BK=64, stages=6)),
-    # ... four rows of 192 use 78% of theirs, B is small, K is shallow, M is past TALL_MAX_M.
-    ((600, 2000, 8192), dict(BM=128, BN=128, BK=64, stages=6)),
+    # ... the skinny tile is 64x192 (B's rows on lines), or four rows of 192 use 78% of
+    # theirs: the swapped product's 64-column pairs fill the wave better (_swapped_pairs).
+    ((300, 4096, 4096), swapped_pairs(152, 7)),
+    ((600, 2000, 8192), swapped_pairs(152, 7)),
     ((384, 1024, 4096), dict(BM=128, BN=128, BK=64, stages=4, split_k=4)),
     ((300, 3000, 2048), dict(BM=64, BN=128, BK=64, stages=6)),
     ((1536, 1000, 8192), dict(BM=128, BN=128, BK=64, stages=6, cluster=2)),
@@ -1392,7 +1400,8 @@ SWAPPED = dict(BK=64, swap_product="always")
     ((1000, 4096, 8192), dict(BM=128, BN=256, BK=64, stages=3)),
     ((1024, 3000, 4096), dict(BM=128, BN=192, BK=64, stages=4, cluster=2)),
     ((600, 3000, 2048), dict(BM=128, BN=128, BK=64, stages=6)),
-    ((450, 3000, 4096), dict(BM=128, BN=128, BK=64, stages=6, cluster=2)),
+    # 450 rows: two pairs of 64-column tiles of 232 rows (_swapped_pairs), 47 N tiles.
+    ((450, 3000, 4096), swapped_pairs(232, 5)),
 ], ids=shape_id)
 def test_sm_90a_swaps_the_product_where_m_would_be_padded(shape, expected):
     """Where the tall tile would be taken, or unsplit past SWAP_UNSPLIT_MIN_M rows, the
@@ -1496,7 +1505,7 @@ def test_rows_the_launch_leaves_misaligned_take_mma_sync_tiles_that_read_them(
     # Rows 16-byte aligned, K from SKINNY_ALIGNED_MIN_K: the skinny tile of one wave.
     ((2368, 512, 512), SKINNY_64x192),  # 37 x 3 = 111, against 148 of 64x128 (2 waves)
     ((1685, 320, 512), SKINNY_64x128),  # 27 x 3 = 81, against 54 of 64x192
-    ((803, 320, 768), SKINNY_64x128),
+    ((803, 320, 768), swapped_pairs(32, 9)),  # 13 pairs x 5 (_swapped_pairs)
     ((1000, 1000, 256), {**SKINNY_64x128, "cluster": 2}),  # B's rows off 128-byte lines
     ((2368, 512, 192), SKINNY_64x192),
     ((1685, 320, 144), SKINNY_64x128),  # the first K past one step with A's rows aligned
@@ -1510,7 +1519,41 @@ def test_sm_90a_gives_few_aligned_ragged_tiles_over_a_shallow_k_the_skinny_tile(
     for dtype in ("f16", "bf16"):
         config, _, rules = tuning.tuned_rules(Case(*shape, dtype), "sm_90a")
         assert config == expected, (dtype, config)
-        assert rules == (["_skinny"] if "warps" not in expected else ["few_ragged_tiles"])
+        assert rules == (["_skinny", "_swapped_pairs"] if "swap_product" in expected else
+                         ["_skinny"] if "warps" not in expected else ["few_ragged_tiles"])
+
+
+@pytest.mark.parametrize("shape, expected", [
+    # As measured (H200, session 38): 900x1200x4096 1.36x the tuning before, 2000x392x4096
+    # 1.14x, 3936x392x768 1.08x, the ring as deep as 200 KiB holds (cuBLAS's depths).
+    ((900, 1200, 4096), swapped_pairs(152, 7)),  # 3 pairs of M tiles x 19 N tiles
+    ((2000, 392, 4096), swapped_pairs(112, 9)),  # 9 x 7 = 126 blocks in pairs
+    ((3936, 392, 768), swapped_pairs(224, 5)),
+    # Not taken: the tuning's share as large (1000x1000x4096: 128 rows of 64x128 in pairs,
+    # 144x64 ran 0.89 of it), split-K in its place (1578x128x8048 ran 0.81 of 7 slices),
+    # M past 1024 rows with N past 640 (1225x1200x5224 0.78), K under 768, rows off 16 bytes.
+    ((1000, 1000, 4096), dict(SKINNY_64x128, cluster=2)),
+    ((1578, 128, 8048), dict(BM=128, BN=128, BK=64, stages=4, split_k=7)),
+    ((1225, 1200, 5224), dict(SKINNY_128x128, cluster=2)),
+    ((3936, 392, 512), dict(SKINNY_128x128)),
+    ((900, 1203, 4096), dict(SKINNY_128x128)),
+], ids=shape_id)
+def test_sm_90a_swaps_few_ragged_tiles_onto_64_column_pairs(shape, expected):
+    """_swapped_pairs: few ragged tiles over a deep K swapped onto C.T tiles 64 columns
+    wide in clusters of 2 along M, where their one wave spends SWAP_PAIR_GAIN times the
+    share on the product, BM the multiple of 8 whose pairs fill it best."""
+    for dtype in ("f16", "bf16"):
+        config, _, rules = tuning.tuned_rules(Case(*shape, dtype), "sm_90a")
+        assert config == expected, (dtype, config)
+        assert ("_swapped_pairs" in rules) == ("swap_product" in expected)
+    if "swap_product" in expected:
+        case = Case(*shape, "f16")
+        blocks = tuning.measure.tile_count(case, expected)
+        assert blocks <= tuning.ONE_WAVE and -(-shape[0] // expected["BM"]) % 2 == 0
+        stage_bytes = (expected["BM"] + 64) * 64 * 2
+        assert stage_bytes * expected["stages"] <= 200 * 1024 < \
+            stage_bytes * (expected["stages"] + 1) or expected["stages"] == 9
+        check_sm_90a_options(expected)
 
 
 @pytest.mark.parametrize("shape, expected", [

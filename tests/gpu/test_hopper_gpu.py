@@ -619,6 +619,21 @@ def test_the_tuned_kernels_for_a_shallow_k(shape, rule, name, dtype):
     run_and_check(name, dtype, shape, **config)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", list(SAMPLE_FUNCTIONS))
+@pytest.mark.parametrize("shape", [(900, 1200, 4096), (2000, 392, 4096), (3936, 392, 768),
+                                   (450, 3000, 4096), (803, 320, 768), (640, 2000, 4096)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_the_tuned_swapped_pairs(shape, name, dtype):
+    """The tuning's _swapped_pairs (session 38): C.T tiles 64 columns wide and 32 to 232
+    rows of C deep, in clusters of 2 along M sharing B's tile, one wave; ragged M and N
+    edges (803 rows: 13 pairs of 32-row tiles, the last block's rows past M)."""
+    from tilec.benchmarking.cases import Case as BenchCase
+    config, _, rules = tuning.tuned_rules(BenchCase(*shape, dtype), ARCH)
+    assert "_swapped_pairs" in rules, rules
+    run_and_check(name, dtype, shape, **config)
+
+
 @pytest.mark.parametrize("consumers", ["cooperative", "pingpong"])
 def test_a_persistent_kernel_reading_c_before_its_k_loop(consumers):
     """C read before the K loop (its offsets shared with the loads: made per tile by

@@ -196,16 +196,25 @@ def swap_configs(case: Case, min_steps: int) -> Iterator[dict[str, Any]]:
 # one whose pairs of M tiles, one block a tile in one wave, spend the largest share of the
 # SMs' time on the product (:func:`useful_share`), the ring as deep as SWAP_PAIR_RING_BYTES
 # holds (cuBLAS's depths: 7 stages of 152 rows, 9 of 112, 5 of 224). Taken where that share
-# is SWAP_PAIR_GAIN times the configuration's it replaces. H200, f16, one call each,
-# TFLOP/s, the rule's tile / the tuning before (cuBLAS; benchmarks/NOTES.md, session 38):
+# is SWAP_PAIR_GAIN times the configuration's it replaces, unless that one is split along K
+# or M is past SWAP_PAIR_WIDE_M rows and N past SWAP_PAIR_WIDE_N columns (where it lost, as
+# below). H200, f16, one call each, TFLOP/s, the rule's tile / the tuning before (cuBLAS;
+# benchmarks/NOTES.md, session 38):
 #   900x1200x4096  152x64 st7 456.2 / 334.7 128x128 in clusters of 2 (472.6); alone 381.9
 #   2000x392x4096  112x64 st9 265.1 / 232.8 64x128 in clusters of 2 (276.1)
 #   3936x392x768   224x64 st5 195.4 / 180.2 128x128 (232.2); alone 189.4
-# and where its share is the tuning's, it lost: 1000x1000x4096 144x64 in clusters of 2
-# along N 316.0, alone 311.4 / 352.1.
+# and on 14 random shapes the rule then changed (N and K multiples of 8): 293x312x2048 1.30,
+# 397x1960x7928 1.19, 3480x248x5440 1.19, 404x2336x8064 1.17, 2572x392x2784 1.11,
+# 3676x312x4328 1.06, 336x1560x5840 1.03, 2569x552x1528 1.00, 1516x288x2600 0.98; against
+# it, past 1024 rows and 640 columns 1225x1200x5224 0.78, 1293x1072x5608 0.82,
+# 1237x1024x4200 0.90, and in place of split-K 1578x128x8048 (7 slices) 0.81,
+# 320x1376x5320 (4) 0.89. Where its share is the tuning's, it lost too: 1000x1000x4096
+# 144x64 311.4 alone / 352.1.
 SWAP_PAIR_TILE = dict(BN=64, BK=64, swap_product="always", cluster=2)
 SWAP_PAIR_MIN_K = 768
 SWAP_PAIR_GAIN = 1.1
+SWAP_PAIR_WIDE_M = 1024
+SWAP_PAIR_WIDE_N = 640
 SWAP_PAIR_RING_BYTES = 200 * 1024
 SWAP_PAIR_MAX_STAGES = 9
 
@@ -213,9 +222,10 @@ SWAP_PAIR_MAX_STAGES = 9
 def _swapped_pairs(case: Case, config: dict[str, Any]) -> Optional[dict[str, Any]]:
     """SWAP_PAIR_TILE at the BM (a multiple of 8 up to SWAP_MAX_ROWS) whose whole pairs of
     M tiles make one wave with the largest useful share, where that share is SWAP_PAIR_GAIN
-    times ``config``'s (split along K or not) and K is SWAP_PAIR_MIN_K at least; else
-    None."""
-    if case.K < SWAP_PAIR_MIN_K:
+    times ``config``'s, ``config`` is not split along K, K is SWAP_PAIR_MIN_K at least and
+    M and N are not both wide (SWAP_PAIR_WIDE_M, SWAP_PAIR_WIDE_N); else None."""
+    if case.K < SWAP_PAIR_MIN_K or config.get("split_k", 1) > 1 or \
+            case.M > SWAP_PAIR_WIDE_M and case.N > SWAP_PAIR_WIDE_N:
         return None
     best, best_share = None, 0.0
     for rows in range(8, SWAP_MAX_ROWS + 1, 8):
@@ -225,8 +235,7 @@ def _swapped_pairs(case: Case, config: dict[str, Any]) -> Optional[dict[str, Any
         share = useful_share(case, tile)
         if share > best_share:
             best, best_share = tile, share
-    if best is None or best_share < SWAP_PAIR_GAIN * useful_share(
-            case, config, config.get("split_k", 1)):
+    if best is None or best_share < SWAP_PAIR_GAIN * useful_share(case, config):
         return None
     stage_bytes = (best["BM"] + best["BN"]) * best["BK"] * 2
     return dict(best, stages=min(SWAP_PAIR_MAX_STAGES, SWAP_PAIR_RING_BYTES // stage_bytes))
