@@ -21,7 +21,8 @@ RULES = {
     "_swapped_pairs": "few ragged tiles over a deep K: the product swapped on C.T tiles 64 "
                       "columns wide, BM rows of C along wgmma's n, in clusters of 2 along M "
                       "sharing B's tile, where their one wave spends SWAP_PAIR_GAIN times "
-                      "the share on the product (SWAP_PAIR_TILE)",
+                      "the share on the product, not in place of split-K nor past "
+                      "SWAP_PAIR_WIDE_M rows and SWAP_PAIR_WIDE_N columns (SWAP_PAIR_TILE)",
     "_split_in_clusters": "few tiles over a deep K: a larger tile than the skinny one, "
                           "split along K into slices of SPLIT_CLUSTER_MIN_STEPS steps, "
                           "in clusters of 2 sharing B (SPLIT_CLUSTER_TILES)",
