@@ -116,7 +116,7 @@ from tilec.families.products import family_of
 from tilec.families.stream_k import FIXUP, K_BEGIN, K_END
 from tilec.errors import TileConfigError, located
 from tilec.families.tma import (ALLOC, ARRIVE, CLUSTER_SYNC, EXPECT, LOAD, PRODUCER, RING_BASE,
-                                TURN_PASS, TURN_WAIT, WAIT, barrier_type)
+                                TURN_PASS, TURN_WAIT, WAIT, barrier_type, stage_fillers)
 from tilec.families.tma_boxes import operand_tma_layout
 from tilec.families.wgmma import ATOM_ROWS
 from tilec.ir.core import (Block, Builder, Kernel, Op, Value, clone_op, computed_from,
@@ -461,7 +461,7 @@ def _barriers(pre: Builder, stages: int, stage_bytes: int, tile_warpgroups: int,
     """The full and empty barrier rings, initialised before either role starts: every
     consumer warpgroup hands each stage back to each block that fills it (itself, and the
     other blocks of its cluster's M row and N column)."""
-    fillers = options.cluster + options.cluster_n - 1
+    fillers = stage_fillers(options.cluster, options.cluster_n)
     full = pre.value(ALLOC, [], barrier_type(stages), "full", count=1, role="full")
     empty = pre.value(ALLOC, [], barrier_type(stages), "empty",
                       count=tile_warpgroups * fillers, role="empty")

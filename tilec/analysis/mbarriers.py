@@ -89,7 +89,7 @@ from tilec.families.catalogue import op_definitions
 from tilec.families.movements import STAGE_WRITERS
 from tilec.families.products import FAMILIES, LOAD_OPS, PRODUCT_OPS, family_of
 from tilec.families.tma import (ALLOC, ARRIVE, EXPECT, FAMILY as TMA, PRODUCER, WAIT,
-                                cluster_peers)
+                                arrive_peers)
 from tilec.families.tma_boxes import LOAD, Box
 from tilec.ir.core import Kernel, Op, Value, defining_op
 from tilec.ir.types import TileType
@@ -288,9 +288,8 @@ class _Program:
             return
         # A cluster's arrival: this block's warpgroup and, as the peers run the same
         # program, each peer's of its M row and N column on this block's barrier.
-        peers = cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1))
         self.add(op, "expect" if op.name == EXPECT else "arrive",
-                 bytes=op.attrs.get("bytes", 0), arrivals=1 + len(peers),
+                 bytes=op.attrs.get("bytes", 0), arrivals=1 + len(arrive_peers(op)),
                  **self.barrier(op, *op.operands[:2]))
 
     def _load(self, op: Op) -> None:

@@ -195,7 +195,7 @@ def _arrive(ctx: Context, op: Op) -> None:
     # too. The arrival keeps the default .release.cta semantics, as CUTLASS's
     # ClusterBarrier::arrive does: with .release.cluster, 4096^3 f16 ran at 501 TFLOP/s
     # against 719 (H100).
-    for peer in cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1)):
+    for peer in arrive_peers(op):
         rank = ctx.int_op("xor.b32", _cluster_rank(ctx), peer)
         remote = ctx.w.reg("b32")
         ctx.w.emit(f"mapa.shared::cluster.u32 {remote}, {address}, {rank};")
@@ -206,6 +206,17 @@ def cluster_peers(cluster: int, cluster_n: int) -> list[int]:
     """The other blocks of a block's cluster M row and N column, each as the xor of its rank
     with this block's (rank m + cluster * n, both extents powers of two)."""
     return [*range(1, cluster), *(j * cluster for j in range(1, cluster_n))]
+
+
+def stage_fillers(cluster: int, cluster_n: int) -> int:
+    """The blocks whose loads fill a block's stage, each of which it hands the stage back
+    to: itself and its :func:`cluster_peers`."""
+    return 1 + len(cluster_peers(cluster, cluster_n))
+
+
+def arrive_peers(op: Op) -> list[int]:
+    """:func:`cluster_peers` of an ``mbar.arrive`` (its ``cluster`` and ``cluster_n``)."""
+    return cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1))
 
 
 def _cluster_sync(ctx: Context, op: Op) -> None:
@@ -550,9 +561,8 @@ def _execute_arrive(state: InterpState, op: Op, operands: list[Any]) -> list[Any
     # One arrival per consumer warpgroup: the executor runs the warpgroups as one; in a
     # cluster, those of the other blocks of its M row and N column too (the CPU runs one
     # block, whose peers run the same program on the tiles they share).
-    blocks = 1 + len(cluster_peers(op.attrs.get("cluster", 1), op.attrs.get("cluster_n", 1)))
     _barrier(state, op, operands[0], operands[1]).arrive(
-        state, op, state.kernel.schedule.roles.tile_warpgroups * blocks)
+        state, op, state.kernel.schedule.roles.tile_warpgroups * (1 + len(arrive_peers(op))))
     return []
 
 

@@ -169,12 +169,6 @@ class RolesPlan:
         return self.cluster * self.cluster_n
 
     @property
-    def stage_fillers(self) -> int:
-        """The blocks whose loads fill a block's stage, and to which it hands the stage back:
-        itself and the other blocks of its cluster's M row and N column."""
-        return self.cluster + self.cluster_n - 1
-
-    @property
     def tile_warpgroups(self) -> int:
         """The consumer warpgroups that compute one tile (and hand each stage back)."""
         return 1 if self.pingpong else self.consumer_warpgroups
