@@ -356,6 +356,21 @@ def test_syntax_errors_say_what_was_expected(text: str, message: str, line: int,
     assert_points_at(info.value, line, col, "")
 
 
+@pytest.mark.parametrize("suffix", [".tile", ".py"])
+def test_a_line_continued_onto_a_blank_line_is_blamed_where_it_ends(tmp_path, suffix) -> None:
+    """A backslash continuing a line onto a blank one: the parser (and Python's) meets the
+    end of the statement on the blank line, where no caret can point; the error goes to the
+    end of the line the backslash ends (fuzzer seed 194, program 1441)."""
+    from tilec.kernel import load_file
+    text = ("from tilec import bf16, \\\n\n\n@tile\ndef k(A: f16[M, K]):\n"
+            "    for m, n in grid(1, 1):\n        pass\n")
+    with pytest.raises(TileSyntaxError) as info:
+        load_file(str(tmp_path / f"k{suffix}"), text)
+    assert (info.value.loc.line, info.value.loc.col) == (1, len("from tilec import bf16, \\") + 1)
+    assert info.value.source_line == "from tilec import bf16, \\"
+    assert "^" in str(info.value)
+
+
 def test_syntax_error_lists_expected_tokens_in_words() -> None:
     with pytest.raises(TileSyntaxError) as info:
         parse_function("def f():\n    x = y)\n", "test.tile")

@@ -35,8 +35,9 @@ def split_lines(text: str) -> list[str]:
 
 def clamp_loc(loc: Loc, source_lines: Sequence[str], last_line: Optional[int] = None) -> Loc:
     """``loc`` moved onto a real place of the file, so every message can quote a line and
-    put a caret under it: a place past the end (an error at the end of the input, or on the
-    blank lines that end it) becomes the end of the last non-blank line at or before
+    put a caret under it: a place on a blank line or past the end (an error at the end of
+    the input, on the blank lines that end it, or on the blank line a backslash continues a
+    line onto) becomes the end of the last non-blank line before it, at or before
     ``last_line`` (default: the file's last), and a column past its line's end becomes the
     end of that line."""
     last = len(source_lines) if last_line is None else min(last_line, len(source_lines))
@@ -44,11 +45,12 @@ def clamp_loc(loc: Loc, source_lines: Sequence[str], last_line: Optional[int] = 
         return loc
     while last > 1 and not source_lines[last - 1].strip():
         last -= 1  # trailing blank lines hold nothing a caret could point at
-    line, col = loc.line, loc.col
-    if line > last:
-        line = last
+    line, col = max(loc.line, 1), loc.col
+    if line > last or not source_lines[line - 1].strip():
+        line = min(line, last)
+        while line > 1 and not source_lines[line - 1].strip():
+            line -= 1
         col = len(source_lines[line - 1]) + 1
-    line = max(line, 1)
     col = min(max(col, 1), len(source_lines[line - 1]) + 1)
     if (line, col) == (loc.line, loc.col):
         return loc
